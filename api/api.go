@@ -1,0 +1,188 @@
+// Package api holds atoll's wire types: the JSON bodies of the REST API under /v1
+// and of the in-sandbox agent protocol, which the server forwards unchanged.
+// It has no logic; the server, CLI and SDKs share it. openapi.yaml describes the
+// same shapes and a test keeps the two in step.
+package api
+
+import "time"
+
+// Sandbox states.
+const (
+	StateCreating = "creating"
+	StateStarting = "starting"
+	StateRunning  = "running"
+	StateStopping = "stopping"
+	StateStopped  = "stopped"
+	StateDeleting = "deleting"
+	StateError    = "error"
+)
+
+// Sandbox is a sandbox as the API reports it.
+type Sandbox struct {
+	ID        string            `json:"id"`
+	State     string            `json:"state"`
+	Template  string            `json:"template"`
+	Runtime   string            `json:"runtime"`
+	CPU       float64           `json:"cpu"`        // cores
+	MemoryMiB int64             `json:"memory_mib"` // no swap
+	DiskGiB   int64             `json:"disk_gib"`   // writable layer quota
+	PIDs      int64             `json:"pids"`       // max processes
+	Env       map[string]string `json:"env,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Error     string            `json:"error,omitempty"` // why it is in state error
+	CreatedAt time.Time         `json:"created_at"`
+	StartedAt *time.Time        `json:"started_at,omitempty"`
+	StoppedAt *time.Time        `json:"stopped_at,omitempty"`
+}
+
+// CreateSandboxRequest is the body of POST /v1/sandboxes. Zero values take the
+// server's defaults.
+type CreateSandboxRequest struct {
+	Template  string            `json:"template,omitempty"` // default "host"
+	Runtime   string            `json:"runtime,omitempty"`  // default "ns"
+	CPU       float64           `json:"cpu,omitempty"`
+	MemoryMiB int64             `json:"memory_mib,omitempty"`
+	DiskGiB   int64             `json:"disk_gib,omitempty"`
+	PIDs      int64             `json:"pids,omitempty"`
+	Env       map[string]string `json:"env,omitempty"` // default env of every process
+	Labels    map[string]string `json:"labels,omitempty"`
+}
+
+// SandboxList is the body of GET /v1/sandboxes.
+type SandboxList struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
+// Error is the body of every 4xx and 5xx answer.
+type Error struct {
+	Code    string `json:"code"` // invalid, not_found, conflict, unavailable, unauthorized, quota_exceeded, too_large, internal
+	Message string `json:"message"`
+}
+
+// ExecRequest is the body of POST /v1/sandboxes/{id}/exec (and the agent's POST /exec).
+// Exactly one of Cmd (argv) and Shell (a string run by /bin/sh -c) is set.
+type ExecRequest struct {
+	Cmd        []string          `json:"cmd,omitempty"`
+	Shell      string            `json:"shell,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+	Cwd        string            `json:"cwd,omitempty"`        // default: the user's home
+	User       string            `json:"user,omitempty"`       // "root" (default) or "user"
+	Stdin      []byte            `json:"stdin,omitempty"`      // written to stdin, then stdin is closed unless KeepStdin
+	KeepStdin  bool              `json:"keep_stdin,omitempty"` // leave stdin open for POST .../stdin
+	TimeoutMs  int64             `json:"timeout_ms,omitempty"` // kill after this long; 0 = none
+	Background bool              `json:"background,omitempty"` // answer with the Process at once instead of streaming
+	Tag        string            `json:"tag,omitempty"`        // free-form name to find the process by
+	PTY        *PTYSize          `json:"pty,omitempty"`        // run on a pseudo-terminal of this size
+}
+
+// PTYSize is a terminal size.
+type PTYSize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}
+
+// Exec event types, streamed as NDJSON (one ExecEvent per line).
+const (
+	EventStart  = "start"
+	EventStdout = "stdout"
+	EventStderr = "stderr" // never sent for PTY processes: the terminal merges them
+	EventExit   = "exit"
+	EventError  = "error"
+)
+
+// ExecEvent is one line of an exec or attach stream.
+type ExecEvent struct {
+	Type     string `json:"type"`
+	PID      int    `json:"pid,omitempty"`       // start
+	Data     []byte `json:"data,omitempty"`      // stdout, stderr (base64 in JSON)
+	ExitCode *int   `json:"exit_code,omitempty"` // exit: -1 when killed by a signal
+	Signal   string `json:"signal,omitempty"`    // exit: the signal that ended it, e.g. "SIGKILL"
+	TimedOut bool   `json:"timed_out,omitempty"` // exit: killed because timeout_ms passed
+	Message  string `json:"message,omitempty"`   // error
+}
+
+// Process is a process the agent started.
+type Process struct {
+	PID       int       `json:"pid"`
+	Cmd       []string  `json:"cmd"`
+	Tag       string    `json:"tag,omitempty"`
+	PTY       bool      `json:"pty,omitempty"`
+	Running   bool      `json:"running"`
+	ExitCode  *int      `json:"exit_code,omitempty"`
+	StartedAt time.Time `json:"started_at"`
+}
+
+// ProcessList is the body of GET .../processes.
+type ProcessList struct {
+	Processes []Process `json:"processes"`
+}
+
+// SignalRequest is the body of POST .../processes/{pid}/signal.
+type SignalRequest struct {
+	Signal string `json:"signal"` // "SIGTERM", "TERM" or a number as a string
+}
+
+// File types in FileInfo.
+const (
+	FileTypeFile    = "file"
+	FileTypeDir     = "dir"
+	FileTypeSymlink = "symlink"
+	FileTypeOther   = "other"
+)
+
+// FileInfo describes one file inside a sandbox.
+type FileInfo struct {
+	Name    string    `json:"name"`
+	Path    string    `json:"path"`
+	Type    string    `json:"type"`
+	Size    int64     `json:"size"`
+	Mode    uint32    `json:"mode"` // permission bits and setuid/setgid/sticky, as in chmod
+	UID     int       `json:"uid"`
+	GID     int       `json:"gid"`
+	ModTime time.Time `json:"mod_time"`
+	Target  string    `json:"target,omitempty"` // symlink target
+}
+
+// FileList is the body of GET .../files/list.
+type FileList struct {
+	Files []FileInfo `json:"files"`
+}
+
+// MkdirRequest is the body of POST .../files/mkdir (always mkdir -p).
+type MkdirRequest struct {
+	Path string `json:"path"`
+	Mode uint32 `json:"mode,omitempty"` // default 0755
+}
+
+// RenameRequest is the body of POST .../files/rename.
+type RenameRequest struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// ChmodRequest is the body of POST .../files/chmod.
+type ChmodRequest struct {
+	Path string `json:"path"`
+	Mode uint32 `json:"mode"`
+}
+
+// Watch event types.
+const (
+	WatchCreate = "create"
+	WatchWrite  = "write"
+	WatchRemove = "remove"
+	WatchRename = "rename"
+	WatchChmod  = "chmod"
+)
+
+// WatchEvent is one line of a GET .../files/watch NDJSON stream.
+type WatchEvent struct {
+	Type string `json:"type"`
+	Path string `json:"path"`
+}
+
+// Health is the body of GET /v1/health and of the agent's GET /health.
+type Health struct {
+	Status  string `json:"status"`
+	Version string `json:"version,omitempty"`
+}

@@ -1,0 +1,18 @@
+// Command atoll-agent is the PID 1 of every atoll sandbox; see
+// docs/agent-protocol.md. Started as "atoll-agent init" it is first the ns
+// runtime's init stage, which sets the sandbox up and then execs the agent.
+package main
+
+import (
+	"os"
+
+	"github.com/atoll-dev/atoll/internal/agent"
+	"github.com/atoll-dev/atoll/internal/runtime/ns/nsinit"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == nsinit.Arg {
+		nsinit.Main()
+	}
+	agent.Main()
+}

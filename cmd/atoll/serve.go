@@ -1,0 +1,278 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/atoll-dev/atoll/internal/control"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/layers"
+	"github.com/atoll-dev/atoll/internal/runtime"
+	"github.com/atoll-dev/atoll/internal/runtime/ns"
+	"github.com/atoll-dev/atoll/internal/server"
+	"github.com/atoll-dev/atoll/internal/store"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+type serveConfig struct {
+	listen    string
+	data      string
+	agent     string
+	imageSize int64
+	debug     bool
+	out       io.Writer
+}
+
+func newServeCmd() *cobra.Command {
+	cfg := serveConfig{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the atoll server (needs root)",
+		Long: `Run the atoll server: the REST API under /v1 and the sandboxes it starts.
+
+It needs root, because sandboxes are made of namespaces, cgroups and mounts.
+Everything it keeps lives in the data directory: an embedded SQLite database,
+the layer store (an XFS image loop-mounted there unless the directory is already
+XFS with project quotas), and the API key, created on first start.
+
+Stopping the server (Ctrl-C, SIGTERM) leaves sandboxes running; the next start
+re-adopts them.`,
+		Example: `  sudo atoll serve
+  sudo atoll serve --listen 0.0.0.0:7400 --data /srv/atoll`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg.out = cmd.OutOrStdout()
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return serve(ctx, cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.listen, "listen", "127.0.0.1:7400", "address to serve the API on")
+	f.StringVar(&cfg.data, "data", "/var/lib/atoll", "data directory")
+	f.StringVar(&cfg.agent, "agent", "", "atoll-agent binary to run in sandboxes (default: this binary)")
+	f.Int64Var(&cfg.imageSize, "layer-image-size", 0, "size in bytes of the layer image, when one is created (default: 90% of free space, at most 1 TiB)")
+	f.BoolVar(&cfg.debug, "debug", false, "log debug messages")
+	return cmd
+}
+
+func serve(ctx context.Context, cfg serveConfig) error {
+	if os.Geteuid() != 0 {
+		return errors.New("atoll serve needs root: sandboxes are made of namespaces, cgroups and mounts (try: sudo atoll serve)")
+	}
+	level := slog.LevelInfo
+	if cfg.debug {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	data, err := filepath.Abs(cfg.data)
+	if err != nil {
+		return err
+	}
+	// 0711: sandboxes' unprivileged host uids traverse it to reach the agent
+	// binary and their mountpoints; nothing in it is listable or readable.
+	if err := os.MkdirAll(data, 0o711); err != nil {
+		return err
+	}
+	if err := os.Chmod(data, 0o711); err != nil {
+		return err
+	}
+
+	st, err := store.Open(filepath.Join(data, "atoll.db"))
+	if err != nil {
+		return fmt.Errorf("opening store: %w", err)
+	}
+	defer st.Close()
+	key, keyPath, err := ensureAPIKey(ctx, st, data)
+	if err != nil {
+		return err
+	}
+	ls, err := layers.Open(layers.Config{Dir: filepath.Join(data, "layers"), ImageSize: cfg.imageSize, Logger: log})
+	if err != nil {
+		return fmt.Errorf("opening layer store: %w", err)
+	}
+	src := cfg.agent
+	if src == "" {
+		if src, err = os.Executable(); err != nil {
+			return err
+		}
+	}
+	agentPath, err := control.InstallAgent(filepath.Join(data, "bin"), src)
+	if err != nil {
+		return err
+	}
+	nsrt, err := ns.New(ns.Config{RunRoot: filepath.Join(data, "run"), Logger: log})
+	if err != nil {
+		return err
+	}
+	svc, err := control.New(control.Config{
+		Store: st, Layers: ls, Runtimes: []runtime.Runtime{nsrt}, AgentPath: agentPath, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	if err := svc.Recover(ctx); err != nil {
+		return fmt.Errorf("recovering sandboxes: %w", err)
+	}
+	srv, err := server.New(server.Config{Sandboxes: svc, Auth: newKeyAuth(st), Logger: log, Version: version})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return err
+	}
+	url := "http://" + ln.Addr().String()
+	if err := writeFileAtomic(filepath.Join(data, "url"), []byte(url+"\n"), 0o644); err != nil {
+		return err
+	}
+	hs := server.NewHTTPServer(cfg.listen, srv.Handler())
+
+	fmt.Fprintf(cfg.out, "atoll %s listening on %s\n", version, url)
+	if key != "" {
+		fmt.Fprintf(cfg.out, "API key (shown once, saved in %s): %s\n", keyPath, key)
+	} else {
+		fmt.Fprintf(cfg.out, "API key in %s\n", keyPath)
+	}
+	fmt.Fprintf(cfg.out, "Try: atoll exec $(atoll create) -- python3 -c 'print(1)'\n")
+
+	var wg sync.WaitGroup
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wg.Add(1)
+	go func() { defer wg.Done(); svc.Run(runCtx) }()
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		log.Info("shutting down; sandboxes keep running")
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = hs.Shutdown(sctx)
+		scancel()
+	}
+	cancel()
+	wg.Wait()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// ensureAPIKey creates the first API key when the store has none: the key is
+// written 0600 to data/api-key for the local CLI and only its hash is stored.
+// It returns the key only when it was just created.
+func ensureAPIKey(ctx context.Context, st *store.Store, data string) (key, path string, err error) {
+	path = filepath.Join(data, "api-key")
+	n, err := st.KeyCount(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	if n > 0 {
+		return "", path, nil
+	}
+	b := make([]byte, 24)
+	rand.Read(b)
+	key = "atoll_" + hex.EncodeToString(b)
+	if err := writeFileAtomic(path, []byte(key+"\n"), 0o600); err != nil {
+		return "", "", err
+	}
+	if err := st.AddKey(ctx, hashKey(key)); err != nil {
+		return "", "", err
+	}
+	return key, path, nil
+}
+
+func hashKey(key string) string {
+	h := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(h[:])
+}
+
+// keyAuth checks API keys against the stored hashes.
+type keyAuth struct {
+	st *store.Store
+	// mu guards known, a cache of hashes found valid.
+	mu    sync.Mutex
+	known map[string]bool
+}
+
+func newKeyAuth(st *store.Store) *keyAuth { return &keyAuth{st: st, known: map[string]bool{}} }
+
+func (a *keyAuth) Authenticate(ctx context.Context, key string) error {
+	key = strings.TrimSpace(key)
+	if key == "" || len(key) > 256 {
+		return fmt.Errorf("%w: missing or malformed API key", errdefs.ErrUnauthorized)
+	}
+	h := hashKey(key)
+	a.mu.Lock()
+	ok := a.known[h]
+	a.mu.Unlock()
+	if ok {
+		return nil
+	}
+	ok, err := a.st.HasKey(ctx, h)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%w: invalid API key", errdefs.ErrUnauthorized)
+	}
+	a.mu.Lock()
+	a.known[h] = true
+	a.mu.Unlock()
+	return nil
+}
+
+// writeFileAtomic writes a file so that a crash leaves the old or the new
+// content, never a mix: temp file, fsync, rename, fsync the directory.
+func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+"-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Chmod(mode); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

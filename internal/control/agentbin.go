@@ -1,0 +1,73 @@
+package control
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// InstallAgent copies the agent binary src into dir under a name made from its
+// content hash and returns the copy's path. Sandboxes bind-mount the copy, so it
+// must outlive the process that started them (a `go run` binary does not) and
+// must never change under a running sandbox; a new build gets a new name.
+func InstallAgent(dir, src string) (string, error) {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return "", err
+	}
+	// Sandboxes exec it as their unprivileged host uid: parents need +x.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return "", err
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return "", fmt.Errorf("opening agent binary: %w", err)
+	}
+	defer in.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, in); err != nil {
+		return "", err
+	}
+	dst := filepath.Join(dir, "atoll-agent-"+hex.EncodeToString(h.Sum(nil))[:16])
+	if _, err := os.Stat(dst); err == nil {
+		return dst, nil
+	}
+	if _, err := in.Seek(0, io.SeekStart); err != nil {
+		return "", err
+	}
+	tmp, err := os.CreateTemp(dir, ".agent-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, in); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return "", err
+	}
+	return dst, syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,537 @@
+// Package control is the sandbox state machine: it validates requests, records
+// every state change in the store before acknowledging it, drives the layer
+// store and the runtimes, re-adopts running sandboxes after a restart and
+// sweeps up what a crash left half-made.
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	goruntime "runtime"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/layers"
+	"github.com/atoll-dev/atoll/internal/runtime"
+	"github.com/atoll-dev/atoll/internal/store"
+)
+
+// Defaults are the limits a sandbox gets when its create request leaves them out.
+type Defaults struct {
+	Template  string
+	Runtime   string
+	CPU       float64
+	MemoryMiB int64
+	DiskGiB   int64
+	PIDs      int64
+}
+
+// Config configures a Service.
+type Config struct {
+	Store     *store.Store
+	Layers    *layers.Store
+	Runtimes  []runtime.Runtime
+	AgentPath string // host path of the agent binary
+	Defaults  Defaults
+	Logger    *slog.Logger
+}
+
+// Service manages sandboxes.
+type Service struct {
+	store     *store.Store
+	layers    *layers.Store
+	runtimes  map[string]runtime.Runtime
+	agentPath string
+	defaults  Defaults
+	log       *slog.Logger
+
+	// locks serialise operations on one sandbox; mu guards the map.
+	mu    sync.Mutex
+	locks map[string]*sync.Mutex
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// uidBase is the first host uid of sandbox ranges: far above the ids a host
+// gives its users and subuid ranges, so sandbox root never owns a host file.
+const (
+	uidBase  = 1 << 27
+	uidRange = 1 << 16
+)
+
+// New returns a Service; call Recover before serving requests.
+func New(cfg Config) (*Service, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	d := &cfg.Defaults
+	if d.Template == "" {
+		d.Template = layers.HostTemplate
+	}
+	if d.Runtime == "" {
+		d.Runtime = "ns"
+	}
+	if d.CPU == 0 {
+		d.CPU = 1
+	}
+	if d.MemoryMiB == 0 {
+		d.MemoryMiB = 1024
+	}
+	if d.DiskGiB == 0 {
+		d.DiskGiB = 10
+	}
+	if d.PIDs == 0 {
+		d.PIDs = 1024
+	}
+	s := &Service{
+		store:     cfg.Store,
+		layers:    cfg.Layers,
+		runtimes:  map[string]runtime.Runtime{},
+		agentPath: cfg.AgentPath,
+		defaults:  cfg.Defaults,
+		log:       cfg.Logger,
+		locks:     map[string]*sync.Mutex{},
+		stop:      make(chan struct{}),
+	}
+	for _, r := range cfg.Runtimes {
+		s.runtimes[r.Name()] = r
+	}
+	if s.runtimes[d.Runtime] == nil {
+		return nil, fmt.Errorf("default runtime %q is not available", d.Runtime)
+	}
+	return s, nil
+}
+
+// Run watches running sandboxes until ctx ends, so that one whose init dies
+// on its own (e.g. killed by the OOM killer) is recorded as stopped.
+func (s *Service) Run(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.reapDead(ctx)
+		}
+	}
+}
+
+func (s *Service) reapDead(ctx context.Context) {
+	sbs, err := s.store.List(ctx)
+	if err != nil {
+		return
+	}
+	for _, sb := range sbs {
+		if sb.State != api.StateRunning {
+			continue
+		}
+		rt := s.runtimes[sb.Runtime]
+		if rt == nil || rt.Alive(instance(sb)) {
+			continue
+		}
+		unlock := s.lock(sb.ID)
+		cur, err := s.store.Get(ctx, sb.ID)
+		if err == nil && cur.State == api.StateRunning && !rt.Alive(instance(cur)) {
+			s.log.Warn("sandbox init exited; marking stopped", "sandbox", cur.ID)
+			_ = s.stopLocked(ctx, &cur, "init exited")
+		}
+		unlock()
+	}
+}
+
+func (s *Service) lock(id string) func() {
+	s.mu.Lock()
+	l := s.locks[id]
+	if l == nil {
+		l = &sync.Mutex{}
+		s.locks[id] = l
+	}
+	s.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+func instance(sb store.Sandbox) runtime.Instance {
+	return runtime.Instance{PID: sb.PID, StartTime: sb.StartTime, Socket: sb.Socket}
+}
+
+func (s *Service) validate(req *api.CreateSandboxRequest) error {
+	d := s.defaults
+	if req.Template == "" {
+		req.Template = d.Template
+	}
+	if req.Runtime == "" {
+		req.Runtime = d.Runtime
+	}
+	if req.CPU == 0 {
+		req.CPU = d.CPU
+	}
+	if req.MemoryMiB == 0 {
+		req.MemoryMiB = d.MemoryMiB
+	}
+	if req.DiskGiB == 0 {
+		req.DiskGiB = d.DiskGiB
+	}
+	if req.PIDs == 0 {
+		req.PIDs = d.PIDs
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{errdefs.ErrInvalid}, args...)...)
+	}
+	switch {
+	case s.runtimes[req.Runtime] == nil:
+		return bad("unknown runtime %q", truncate(req.Runtime, 32))
+	case req.CPU < 0.01 || req.CPU > float64(goruntime.NumCPU()):
+		return bad("cpu must be between 0.01 and %d cores", goruntime.NumCPU())
+	case req.MemoryMiB < 32 || req.MemoryMiB > 1<<20:
+		return bad("memory_mib must be between 32 and 1048576")
+	case req.DiskGiB < 1 || req.DiskGiB > 1<<14:
+		return bad("disk_gib must be between 1 and 16384")
+	case req.PIDs < 16 || req.PIDs > 1<<22:
+		return bad("pids must be between 16 and 4194304")
+	case len(req.Env) > 1024:
+		return bad("at most 1024 environment variables")
+	case len(req.Labels) > 64:
+		return bad("at most 64 labels")
+	}
+	for k, v := range req.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) || len(k)+len(v) > 128<<10 {
+			return bad("invalid environment variable %q", truncate(k, 64))
+		}
+	}
+	for k, v := range req.Labels {
+		if !validLabelKey(k) || len(v) > 256 || !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+			return bad("invalid label %q: keys are 1-63 of [A-Za-z0-9._/-], values at most 256 bytes", truncate(k, 64))
+		}
+	}
+	return nil
+}
+
+func validLabelKey(k string) bool {
+	if k == "" || len(k) > 63 {
+		return false
+	}
+	for _, c := range k {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("._/-", c)) {
+			return false
+		}
+	}
+	return true
+}
+
+// Create makes a sandbox and returns once its agent answers.
+func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	if err := s.validate(&req); err != nil {
+		return api.Sandbox{}, err
+	}
+	tmpl, err := s.layers.Template(req.Template)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	// The work goes on if the client hangs up: a half-made sandbox would be
+	// worse than an unwanted whole one, which the client can delete.
+	ctx = context.WithoutCancel(ctx)
+	sb := store.Sandbox{Sandbox: api.Sandbox{
+		ID: newID(), State: api.StateCreating, Template: req.Template, Runtime: req.Runtime,
+		CPU: req.CPU, MemoryMiB: req.MemoryMiB, DiskGiB: req.DiskGiB, PIDs: req.PIDs,
+		Env: req.Env, Labels: req.Labels, CreatedAt: time.Now().UTC(),
+	}}
+	unlock := s.lock(sb.ID)
+	defer unlock()
+	if err := s.store.Create(ctx, &sb); err != nil {
+		return api.Sandbox{}, err
+	}
+	if err := s.startLocked(ctx, &sb, tmpl, api.StateCreating); err != nil {
+		s.discard(ctx, sb)
+		return api.Sandbox{}, err
+	}
+	return sb.Sandbox, nil
+}
+
+// startLocked brings sb (in state from) to running. The caller holds its lock.
+func (s *Service) startLocked(ctx context.Context, sb *store.Sandbox, tmpl layers.Template, from string) error {
+	rt := s.runtimes[sb.Runtime]
+	writable, err := s.layers.CreateWritable(sb.ID, sb.DiskGiB<<30)
+	if err != nil {
+		return fmt.Errorf("preparing writable layer: %w", err)
+	}
+	env := map[string]string{}
+	for k, v := range tmpl.Env {
+		env[k] = v
+	}
+	for k, v := range sb.Env {
+		env[k] = v
+	}
+	spec := runtime.Spec{
+		ID:        sb.ID,
+		Hostname:  sb.ID,
+		Rootfs:    runtime.Rootfs{Layers: tmpl.Layers, Writable: writable, Binds: tmpl.Binds},
+		Limits:    runtime.Limits{CPU: sb.CPU, MemoryBytes: sb.MemoryMiB << 20, PIDs: sb.PIDs},
+		IDMap:     runtime.IDMap{HostID: uint32(uidBase + sb.Slot*uidRange), Size: uidRange},
+		Env:       env,
+		AgentPath: s.agentPath,
+	}
+	inst, err := rt.Start(ctx, spec)
+	if err != nil {
+		s.log.Error("starting sandbox", "sandbox", sb.ID, "err", err)
+		return fmt.Errorf("%w: starting sandbox failed", errdefs.ErrUnavailable)
+	}
+	now := time.Now().UTC()
+	sb.State, sb.Error = api.StateRunning, ""
+	sb.StartedAt, sb.StoppedAt = &now, nil
+	sb.PID, sb.StartTime, sb.Socket = inst.PID, inst.StartTime, inst.Socket
+	if err := s.store.Update(ctx, sb, from); err != nil {
+		_ = rt.Stop(ctx, sb.ID, inst)
+		return err
+	}
+	return nil
+}
+
+// discard removes every trace of a sandbox whose creation failed.
+func (s *Service) discard(ctx context.Context, sb store.Sandbox) {
+	if rt := s.runtimes[sb.Runtime]; rt != nil {
+		if err := rt.Cleanup(ctx, sb.ID); err != nil {
+			s.log.Error("cleaning up sandbox", "sandbox", sb.ID, "err", err)
+		}
+	}
+	if err := s.layers.RemoveWritable(sb.ID); err != nil {
+		s.log.Error("removing writable layer", "sandbox", sb.ID, "err", err)
+	}
+	if err := s.store.Delete(ctx, sb.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		s.log.Error("deleting sandbox record", "sandbox", sb.ID, "err", err)
+	}
+}
+
+// Get returns one sandbox.
+func (s *Service) Get(ctx context.Context, id string) (api.Sandbox, error) {
+	if err := checkID(id); err != nil {
+		return api.Sandbox{}, err
+	}
+	sb, err := s.store.Get(ctx, id)
+	return sb.Sandbox, err
+}
+
+// List returns sandboxes in state (any if empty) carrying all of labels.
+func (s *Service) List(ctx context.Context, state string, labels map[string]string) ([]api.Sandbox, error) {
+	sbs, err := s.store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []api.Sandbox{}
+next:
+	for _, sb := range sbs {
+		if state != "" && sb.State != state {
+			continue
+		}
+		for k, v := range labels {
+			if got, ok := sb.Labels[k]; !ok || got != v {
+				continue next
+			}
+		}
+		out = append(out, sb.Sandbox)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out, nil
+}
+
+// Stop ends a running sandbox's processes and keeps its files.
+func (s *Service) Stop(ctx context.Context, id string) (api.Sandbox, error) {
+	if err := checkID(id); err != nil {
+		return api.Sandbox{}, err
+	}
+	ctx = context.WithoutCancel(ctx)
+	unlock := s.lock(id)
+	defer unlock()
+	sb, err := s.store.Get(ctx, id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	if sb.State != api.StateRunning {
+		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s, not running", errdefs.ErrConflict, id, sb.State)
+	}
+	if err := s.stopLocked(ctx, &sb, ""); err != nil {
+		return api.Sandbox{}, err
+	}
+	return sb.Sandbox, nil
+}
+
+func (s *Service) stopLocked(ctx context.Context, sb *store.Sandbox, reason string) error {
+	from := sb.State
+	sb.State = api.StateStopping
+	if err := s.store.Update(ctx, sb, from); err != nil {
+		return err
+	}
+	if err := s.runtimes[sb.Runtime].Stop(ctx, sb.ID, instance(*sb)); err != nil {
+		s.log.Error("stopping sandbox", "sandbox", sb.ID, "err", err)
+		sb.State, sb.Error = api.StateError, "stopping failed; delete it"
+		_ = s.store.Update(ctx, sb, api.StateStopping)
+		return fmt.Errorf("%w: stopping sandbox failed", errdefs.ErrUnavailable)
+	}
+	now := time.Now().UTC()
+	sb.State, sb.Error, sb.StoppedAt = api.StateStopped, reason, &now
+	sb.PID, sb.StartTime, sb.Socket = 0, 0, ""
+	return s.store.Update(ctx, sb, api.StateStopping)
+}
+
+// Start runs a stopped sandbox again over the files it left.
+func (s *Service) Start(ctx context.Context, id string) (api.Sandbox, error) {
+	if err := checkID(id); err != nil {
+		return api.Sandbox{}, err
+	}
+	ctx = context.WithoutCancel(ctx)
+	unlock := s.lock(id)
+	defer unlock()
+	sb, err := s.store.Get(ctx, id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	if sb.State != api.StateStopped {
+		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s, not stopped", errdefs.ErrConflict, id, sb.State)
+	}
+	tmpl, err := s.layers.Template(sb.Template)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	sb.State = api.StateStarting
+	if err := s.store.Update(ctx, &sb, api.StateStopped); err != nil {
+		return api.Sandbox{}, err
+	}
+	if err := s.startLocked(ctx, &sb, tmpl, api.StateStarting); err != nil {
+		_ = s.runtimes[sb.Runtime].Cleanup(ctx, sb.ID)
+		sb.State = api.StateStopped
+		_ = s.store.Update(ctx, &sb, api.StateStarting)
+		return api.Sandbox{}, err
+	}
+	return sb.Sandbox, nil
+}
+
+// Delete removes a sandbox and everything it holds.
+func (s *Service) Delete(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	ctx = context.WithoutCancel(ctx)
+	unlock := s.lock(id)
+	defer unlock()
+	sb, err := s.store.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := s.deleteLocked(ctx, sb); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	delete(s.locks, id)
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Service) deleteLocked(ctx context.Context, sb store.Sandbox) error {
+	from := sb.State
+	sb.State = api.StateDeleting
+	if err := s.store.Update(ctx, &sb, from); err != nil {
+		return err
+	}
+	if rt := s.runtimes[sb.Runtime]; rt != nil {
+		if err := rt.Stop(ctx, sb.ID, instance(sb)); err != nil {
+			s.log.Error("stopping sandbox for delete", "sandbox", sb.ID, "err", err)
+			return fmt.Errorf("%w: deleting sandbox failed; try again", errdefs.ErrUnavailable)
+		}
+	}
+	if err := s.layers.RemoveWritable(sb.ID); err != nil {
+		s.log.Error("removing writable layer", "sandbox", sb.ID, "err", err)
+		return fmt.Errorf("%w: deleting sandbox failed; try again", errdefs.ErrUnavailable)
+	}
+	return s.store.Delete(ctx, sb.ID)
+}
+
+// AgentDialer returns how to reach the agent of a running sandbox.
+func (s *Service) AgentDialer(ctx context.Context, id string) (func(ctx context.Context) (net.Conn, error), error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	sb, err := s.store.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State != api.StateRunning {
+		return nil, fmt.Errorf("%w: sandbox %s is %s, not running", errdefs.ErrConflict, id, sb.State)
+	}
+	sock := sb.Socket
+	return func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}, nil
+}
+
+// Recover reconciles the store with what the host runs, at start-up: running
+// sandboxes whose init lives on are re-adopted, those that died are stopped,
+// operations a crash cut short are finished or undone, and leftovers that no
+// record owns are removed.
+func (s *Service) Recover(ctx context.Context) error {
+	sbs, err := s.store.List(ctx)
+	if err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	for _, sb := range sbs {
+		known[sb.ID] = true
+		rt := s.runtimes[sb.Runtime]
+		if rt == nil {
+			sb.State, sb.Error = api.StateError, "runtime "+sb.Runtime+" is not available"
+			_ = s.store.Update(ctx, &sb, sb.State, api.StateRunning, api.StateStarting, api.StateStopping, api.StateStopped, api.StateCreating)
+			continue
+		}
+		switch sb.State {
+		case api.StateCreating:
+			// Never acknowledged: undo it completely.
+			s.log.Info("removing sandbox whose creation was interrupted", "sandbox", sb.ID)
+			s.discard(ctx, sb)
+		case api.StateDeleting:
+			s.log.Info("finishing interrupted delete", "sandbox", sb.ID)
+			if err := s.deleteLocked(ctx, sb); err != nil {
+				s.log.Error("finishing delete", "sandbox", sb.ID, "err", err)
+			}
+		case api.StateStarting, api.StateStopping:
+			s.log.Info("finishing interrupted start/stop as stopped", "sandbox", sb.ID)
+			_ = s.stopLocked(ctx, &sb, "")
+		case api.StateRunning:
+			if rt.Alive(instance(sb)) {
+				s.log.Info("re-adopted running sandbox", "sandbox", sb.ID, "pid", sb.PID)
+				continue
+			}
+			s.log.Warn("sandbox stopped while the server was down", "sandbox", sb.ID)
+			_ = s.stopLocked(ctx, &sb, "stopped while the server was down")
+		case api.StateStopped, api.StateError:
+			// Nothing runs; make sure nothing is left from a crash.
+			_ = rt.Cleanup(ctx, sb.ID)
+		}
+	}
+	ids, err := s.layers.WritableIDs()
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if known[id] {
+			continue
+		}
+		s.log.Info("removing writable layer no sandbox owns", "sandbox", id)
+		for _, rt := range s.runtimes {
+			_ = rt.Cleanup(ctx, id)
+		}
+		if err := s.layers.RemoveWritable(id); err != nil {
+			s.log.Error("removing orphaned writable layer", "sandbox", id, "err", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,143 @@
+package layers
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Writable layers are btrfs subvolumes under a qgroup limit: the limit is the
+// sandbox's disk quota (writes past it fail with EDQUOT inside the sandbox), and
+// subvolumes can later be snapshotted without copying data. These are the few
+// btrfs ioctls atoll needs, from linux/btrfs.h.
+
+const (
+	btrfsIocSubvolCreate = 0x5000940e // _IOW(0x94, 14, struct btrfs_ioctl_vol_args)
+	btrfsIocSnapDestroy  = 0x5000940f // _IOW(0x94, 15, struct btrfs_ioctl_vol_args)
+	btrfsIocQuotaCtl     = 0xc0109428 // _IOWR(0x94, 40, struct btrfs_ioctl_quota_ctl_args)
+	btrfsIocQgroupLimit  = 0x8030942b // _IOR(0x94, 43, struct btrfs_ioctl_qgroup_limit_args)
+
+	btrfsQuotaCtlEnable  = 1
+	btrfsQgroupLimitRfer = 1 // BTRFS_QGROUP_LIMIT_MAX_RFER
+	btrfsSuperMagic      = 0x9123683e
+)
+
+type btrfsVolArgs struct {
+	Fd   int64
+	Name [4088]byte
+}
+
+type btrfsQuotaCtlArgs struct {
+	Cmd    uint64
+	Status uint64
+}
+
+type btrfsQgroupLimitArgs struct {
+	Qgroupid uint64
+	Flags    uint64
+	MaxRfer  uint64
+	MaxExcl  uint64
+	RsvRfer  uint64
+	RsvExcl  uint64
+}
+
+func ioctl(fd uintptr, req uintptr, arg unsafe.Pointer) error {
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, fd, req, uintptr(arg)); e != 0 {
+		return e
+	}
+	return nil
+}
+
+func isBtrfs(dir string) (bool, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return false, err
+	}
+	return st.Type == btrfsSuperMagic, nil
+}
+
+// enableQuota turns on btrfs quota groups for the filesystem holding dir; it is
+// a no-op when they are on.
+func enableQuota(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	args := btrfsQuotaCtlArgs{Cmd: btrfsQuotaCtlEnable}
+	if err := ioctl(f.Fd(), btrfsIocQuotaCtl, unsafe.Pointer(&args)); err != nil {
+		return fmt.Errorf("enabling btrfs quota: %w", err)
+	}
+	return nil
+}
+
+func volArgs(name string) (*btrfsVolArgs, error) {
+	a := &btrfsVolArgs{}
+	if len(name) >= len(a.Name) || name == "" {
+		return nil, fmt.Errorf("bad subvolume name %q", name)
+	}
+	copy(a.Name[:], name)
+	return a, nil
+}
+
+// createSubvolume makes path a new, empty btrfs subvolume.
+func createSubvolume(path string) error {
+	parent, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer parent.Close()
+	a, err := volArgs(filepath.Base(path))
+	if err != nil {
+		return err
+	}
+	if err := ioctl(parent.Fd(), btrfsIocSubvolCreate, unsafe.Pointer(a)); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return os.ErrExist
+		}
+		return fmt.Errorf("creating subvolume %s: %w", filepath.Base(path), err)
+	}
+	return nil
+}
+
+// deleteSubvolume removes the subvolume at path with everything in it.
+func deleteSubvolume(path string) error {
+	parent, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer parent.Close()
+	a, err := volArgs(filepath.Base(path))
+	if err != nil {
+		return err
+	}
+	if err := ioctl(parent.Fd(), btrfsIocSnapDestroy, unsafe.Pointer(a)); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return fmt.Errorf("deleting subvolume %s: %w", filepath.Base(path), err)
+	}
+	return nil
+}
+
+// limitSubvolume caps the bytes the subvolume at path refers to; 0 lifts the cap.
+func limitSubvolume(path string, bytes uint64) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	// Qgroupid 0 means the subvolume of the open file.
+	args := btrfsQgroupLimitArgs{Flags: btrfsQgroupLimitRfer, MaxRfer: bytes}
+	if bytes == 0 {
+		args.Flags, args.MaxRfer = btrfsQgroupLimitRfer, ^uint64(0)
+	}
+	if err := ioctl(f.Fd(), btrfsIocQgroupLimit, unsafe.Pointer(&args)); err != nil {
+		return fmt.Errorf("limiting subvolume: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,228 @@
+package layers
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/runtime"
+)
+
+// Template is what a sandbox's root file system is made from.
+type Template struct {
+	Name   string
+	Layers []string       // read-only layer directories, top first
+	Binds  []runtime.Bind // host directories mounted read-only
+	Env    map[string]string
+}
+
+// HostTemplate is the zero-download template: the host's /usr (and /bin, /sbin,
+// /lib* where they are not symlinks into /usr) read-only, over a fresh minimal
+// root with its own /etc. Nothing private of the host is in it: not its /etc
+// files beyond public ones, /root, /home, /var or atoll's data.
+const HostTemplate = "host"
+
+// hostSkeletonVersion names the skeleton layer; bump it when its content changes,
+// so running sandboxes keep the layer they started with.
+const hostSkeletonVersion = "host-v1"
+
+// Template returns the named template, preparing it on first use.
+func (s *Store) Template(name string) (Template, error) {
+	if name != HostTemplate {
+		return Template{}, fmt.Errorf("%w: template %q", errdefs.ErrNotFound, name)
+	}
+	skel := filepath.Join(s.dir, "templates", hostSkeletonVersion)
+	if _, err := os.Stat(skel); errors.Is(err, os.ErrNotExist) {
+		if err := buildHostSkeleton(skel); err != nil {
+			return Template{}, fmt.Errorf("building host template: %w", err)
+		}
+	}
+	t := Template{Name: HostTemplate, Layers: []string{skel}}
+	for _, d := range hostDirs {
+		fi, err := os.Lstat("/" + d)
+		if err == nil && fi.IsDir() {
+			t.Binds = append(t.Binds, runtime.Bind{Source: "/" + d, Target: "/" + d})
+		}
+	}
+	return t, nil
+}
+
+// hostDirs are the host directories a host-template sandbox sees.
+var hostDirs = []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"}
+
+const (
+	passwd = `root:x:0:0:root:/root:/bin/bash
+user:x:1000:1000:user:/home/user:/bin/bash
+nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin
+`
+	group = `root:x:0:
+tty:x:5:user
+users:x:100:user
+user:x:1000:
+nogroup:x:65534:
+`
+	shadow = `root:*:19000:0:99999:7:::
+user:*:19000:0:99999:7:::
+nobody:*:19000:0:99999:7:::
+`
+	hosts = `127.0.0.1	localhost
+::1	localhost ip6-localhost ip6-loopback
+`
+	nsswitch = `passwd:         files
+group:          files
+shadow:         files
+hosts:          files dns
+networks:       files
+protocols:      files
+services:       files
+`
+	profile = `export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+if [ -n "$BASH_VERSION" ] && [ -f /etc/bash.bashrc ]; then . /etc/bash.bashrc; fi
+`
+	bashrc = `PS1='\u@\h:\w\$ '
+`
+	resolv = `# atoll: name resolution arrives with sandbox networking
+options ndots:0
+`
+)
+
+// buildHostSkeleton writes the host template's own layer into a temporary
+// directory and renames it into place, so a crash never leaves half a layer.
+func buildHostSkeleton(dst string) error {
+	tmp := dst + ".tmp"
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	dirs := []struct {
+		path string
+		mode os.FileMode
+		uid  int
+	}{
+		{"", 0o755, 0}, {"etc", 0o755, 0}, {"etc/ssl/certs", 0o755, 0}, {"etc/alternatives", 0o755, 0},
+		{"root", 0o700, 0}, {"home", 0o755, 0}, {"home/user", 0o755, 1000},
+		{"tmp", 0o1777, 0}, {"var", 0o755, 0}, {"var/tmp", 0o1777, 0}, {"var/lib", 0o755, 0},
+		{"var/cache", 0o755, 0}, {"var/log", 0o755, 0}, {"run", 0o755, 0}, {"mnt", 0o755, 0},
+		{"opt", 0o755, 0}, {"srv", 0o755, 0}, {"proc", 0o555, 0}, {"sys", 0o555, 0},
+		{"dev", 0o755, 0}, {".atoll", 0o755, 0},
+	}
+	for _, d := range dirs {
+		p := filepath.Join(tmp, d.path)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return err
+		}
+		if err := os.Chmod(p, d.mode); err != nil {
+			return err
+		}
+		if err := os.Lchown(p, d.uid, d.uid); err != nil {
+			return err
+		}
+	}
+	files := []struct {
+		path, content string
+		mode          os.FileMode
+	}{
+		{"etc/passwd", passwd, 0o644}, {"etc/group", group, 0o644}, {"etc/shadow", shadow, 0o640},
+		{"etc/hosts", hosts, 0o644}, {"etc/hostname", "sandbox\n", 0o644},
+		{"etc/resolv.conf", resolv, 0o644}, {"etc/nsswitch.conf", nsswitch, 0o644},
+		{"etc/profile", profile, 0o644}, {"etc/bash.bashrc", bashrc, 0o644},
+		{".atoll/agent", "", 0o755}, // mountpoint for the agent binary
+	}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(tmp, f.path), []byte(f.content), f.mode); err != nil {
+			return err
+		}
+	}
+	for _, d := range hostDirs {
+		fi, err := os.Lstat("/" + d)
+		switch {
+		case err != nil:
+			continue
+		case fi.Mode()&os.ModeSymlink != 0:
+			target, err := os.Readlink("/" + d)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(target, filepath.Join(tmp, d)); err != nil {
+				return err
+			}
+		case fi.IsDir():
+			if err := os.Mkdir(filepath.Join(tmp, d), 0o755); err != nil {
+				return err
+			}
+		}
+	}
+	// Public pieces of the host's /etc that programs from its /usr expect:
+	// the CA bundle, the dynamic linker's cache, the alternatives symlinks
+	// (awk, which, editor...) and os-release.
+	copies := []string{"ssl/certs/ca-certificates.crt", "ld.so.cache", "ld.so.conf"}
+	for _, c := range copies {
+		if err := copyFile(filepath.Join("/etc", c), filepath.Join(tmp, "etc", c)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	if ents, err := os.ReadDir("/etc/alternatives"); err == nil {
+		for _, e := range ents {
+			if e.Type()&os.ModeSymlink == 0 {
+				continue
+			}
+			target, err := os.Readlink(filepath.Join("/etc/alternatives", e.Name()))
+			if err != nil || !filepath.IsAbs(target) {
+				continue
+			}
+			if err := os.Symlink(target, filepath.Join(tmp, "etc/alternatives", e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	links := map[string]string{
+		"etc/os-release":              "../usr/lib/os-release",
+		"etc/localtime":               "/usr/share/zoneinfo/Etc/UTC",
+		"etc/mtab":                    "/proc/self/mounts",
+		"etc/ssl/certs/ca-bundle.crt": "ca-certificates.crt",
+	}
+	for name, target := range links {
+		if err := os.Symlink(target, filepath.Join(tmp, name)); err != nil {
+			return err
+		}
+	}
+	if err := syncTree(tmp); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// syncTree flushes a freshly written directory tree before it is renamed into
+// place.
+func syncTree(root string) error {
+	return filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.Type()&os.ModeSymlink != 0 {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return f.Sync()
+	})
+}

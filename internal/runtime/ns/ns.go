@@ -1,0 +1,449 @@
+// Package ns runs sandboxes in Linux namespaces: user (root inside maps to an
+// unprivileged host range), pid, mount, uts, ipc, net and cgroup, on an overlay
+// of id-mapped template layers and a writable layer, under cgroup limits, with a
+// reduced capability set, no_new_privs and a seccomp filter.
+//
+// The node side here prepares what needs host privileges (cgroups, id-mapped
+// mounts, the agent's socket); nsinit, running inside the new namespaces, does
+// the rest and execs the agent. Nothing is mounted in the host's mount namespace
+// once a sandbox runs: its mounts live and die with its own mount namespace.
+package ns
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/atoll-dev/atoll/internal/runtime"
+	"github.com/atoll-dev/atoll/internal/runtime/ns/nsinit"
+)
+
+// Config configures the ns runtime.
+type Config struct {
+	// RunRoot holds one directory per running sandbox (socket, log, transient
+	// mountpoints). It must be reachable (mode 0711 or wider on every parent)
+	// by the sandboxes' unprivileged host uids.
+	RunRoot string
+	Logger  *slog.Logger
+}
+
+// Runtime is the ns backend.
+type Runtime struct {
+	runRoot string
+	log     *slog.Logger
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// New checks that the host can run namespace sandboxes and prepares RunRoot.
+func New(cfg Config) (*Runtime, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the ns runtime needs root")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(cfg.RunRoot, 0o711); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(cfg.RunRoot, 0o711); err != nil {
+		return nil, err
+	}
+	if err := privateMount(cfg.RunRoot); err != nil {
+		return nil, err
+	}
+	return &Runtime{runRoot: cfg.RunRoot, log: cfg.Logger}, nil
+}
+
+// privateMount makes dir a mount of its own with private propagation, so the
+// short-lived id-mapped mounts made under it never propagate to other mount
+// namespaces.
+func privateMount(dir string) error {
+	isMount, err := isMountpoint(dir)
+	if err != nil {
+		return err
+	}
+	if !isMount {
+		if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind-mounting %s: %w", dir, err)
+		}
+	}
+	if err := unix.Mount("", dir, "", unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making %s private: %w", dir, err)
+	}
+	return nil
+}
+
+// Name implements runtime.Runtime.
+func (r *Runtime) Name() string { return "ns" }
+
+func (r *Runtime) runDir(id string) string { return filepath.Join(r.runRoot, id) }
+
+// SocketPath is where the agent of sandbox id listens.
+func (r *Runtime) SocketPath(id string) string { return filepath.Join(r.runDir(id), "agent.sock") }
+
+// Start implements runtime.Runtime.
+func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (inst runtime.Instance, err error) {
+	start := time.Now()
+	dir := r.runDir(spec.ID)
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return inst, err
+	}
+	var cg *cgroup
+	var cmd *exec.Cmd
+	defer func() {
+		if err == nil {
+			return
+		}
+		if cmd != nil && cmd.Process != nil {
+			_ = cmd.Process.Kill()
+		}
+		if cg != nil {
+			_ = cg.killAll(5 * time.Second)
+			_ = cg.delete()
+		}
+		_ = r.Cleanup(context.WithoutCancel(ctx), spec.ID)
+	}()
+
+	sock := r.SocketPath(spec.ID)
+	_ = os.Remove(sock)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return inst, fmt.Errorf("agent socket: %w", err)
+	}
+	ln.SetUnlinkOnClose(false)
+	lnFile, err := ln.File()
+	ln.Close()
+	if err != nil {
+		return inst, err
+	}
+	defer lnFile.Close()
+
+	cg, err = newCgroup(spec.ID, spec.Limits)
+	if err != nil {
+		return inst, err
+	}
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return inst, err
+	}
+	ctl := os.NewFile(uintptr(pair[0]), "control")
+	defer ctl.Close()
+	childCtl := os.NewFile(uintptr(pair[1]), "control-child")
+	defer childCtl.Close()
+	logFile, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return inst, err
+	}
+	defer logFile.Close()
+
+	idmap := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(spec.IDMap.HostID), Size: int(spec.IDMap.Size)}}
+	cmd = exec.Command(spec.AgentPath, nsinit.Arg)
+	cmd.Env = []string{}
+	cmd.Dir = "/"
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.ExtraFiles = []*os.File{lnFile, childCtl} // fds 3 and 4, see nsinit
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:                 syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID,
+		UidMappings:                idmap,
+		GidMappings:                idmap,
+		GidMappingsEnableSetgroups: true,
+		Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
+		// Its own session: the sandbox outlives the node and must not get
+		// the node's terminal signals.
+		Setsid: true,
+	}
+	if err := cmd.Start(); err != nil {
+		return inst, fmt.Errorf("starting sandbox init: %w", err)
+	}
+	childCtl.Close()
+	pid := cmd.Process.Pid
+	// Reap our child when it ends; after a node restart the host's init does.
+	go func() { _ = cmd.Wait() }()
+
+	if err := cg.add(pid); err != nil {
+		return inst, fmt.Errorf("joining cgroup: %w", err)
+	}
+	cfg, err := r.stageMounts(spec, dir, pid)
+	defer r.unmountStaging(dir)
+	if err != nil {
+		return inst, err
+	}
+	if err := json.NewEncoder(ctl).Encode(cfg); err != nil {
+		return inst, fmt.Errorf("configuring sandbox init: %w", err)
+	}
+	// The init stage answers only on failure; on success its end of the
+	// socket closes when it execs the agent.
+	var st nsinit.Status
+	if err := json.NewDecoder(ctl).Decode(&st); err == nil && st.Error != "" {
+		return inst, fmt.Errorf("sandbox init: %s", st.Error)
+	} else if err != nil && !errors.Is(err, io.EOF) {
+		return inst, fmt.Errorf("sandbox init: %w", err)
+	}
+	r.unmountStaging(dir)
+
+	waitCtx, cancel := context.WithTimeout(ctx, runtime.AgentTimeout)
+	defer cancel()
+	if err := waitAgent(waitCtx, sock); err != nil {
+		return inst, fmt.Errorf("waiting for agent: %w", err)
+	}
+	st0, err := startTime(pid)
+	if err != nil {
+		return inst, err
+	}
+	r.log.Debug("sandbox started", "sandbox", spec.ID, "pid", pid, "ms", time.Since(start).Milliseconds())
+	return runtime.Instance{PID: pid, StartTime: st0, Socket: sock}, nil
+}
+
+// stageMounts makes id-mapped views of the layers under dir/mnt, mapped through
+// the sandbox's user namespace: a file owned by 0 on disk is owned by the
+// sandbox's root, and what the sandbox writes is stored with unshifted ids, so
+// layers can be shared between sandboxes with different host ranges.
+func (r *Runtime) stageMounts(spec runtime.Spec, dir string, pid int) (nsinit.Config, error) {
+	userns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nsinit.Config{}, fmt.Errorf("opening user namespace: %w", err)
+	}
+	defer unix.Close(userns)
+	mnt := filepath.Join(dir, "mnt")
+	rootfs := filepath.Join(dir, "rootfs")
+	for _, d := range []string{mnt, rootfs} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return nsinit.Config{}, err
+		}
+	}
+	stage := func(src, name string, attr uint64) (string, error) {
+		dst := filepath.Join(mnt, name)
+		if err := os.Mkdir(dst, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return "", err
+		}
+		return dst, idmapMount(src, dst, userns, attr)
+	}
+	agentEnv, err := json.Marshal(spec.Env)
+	if err != nil {
+		return nsinit.Config{}, err
+	}
+	cfg := nsinit.Config{
+		Rootfs:   rootfs,
+		Agent:    spec.AgentPath,
+		Hostname: spec.Hostname,
+		AgentEnv: string(agentEnv),
+	}
+	const ro = unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOSUID
+	for i, l := range spec.Rootfs.Layers {
+		p, err := stage(l, "l"+strconv.Itoa(i), ro)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Lower = append(cfg.Lower, p)
+	}
+	if cfg.Upper, err = stage(spec.Rootfs.Writable, "upper", 0); err != nil {
+		return cfg, err
+	}
+	for i, b := range spec.Rootfs.Binds {
+		p, err := stage(b.Source, "b"+strconv.Itoa(i), ro)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Binds = append(cfg.Binds, nsinit.Bind{Source: p, Target: b.Target})
+	}
+	return cfg, nil
+}
+
+// idmapMount mounts a clone of src at dst, id-mapped through userns and with
+// the extra mount attributes attr.
+func idmapMount(src, dst string, userns int, attr uint64) error {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("open_tree %s: %w", src, err)
+	}
+	defer unix.Close(fd)
+	ma := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | attr, Userns_fd: uint64(userns)}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, ma); err != nil {
+		return fmt.Errorf("id-mapping %s: %w", src, err)
+	}
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attaching %s: %w", src, err)
+	}
+	return nil
+}
+
+// unmountStaging detaches the id-mapped staging mounts; the sandbox's overlay
+// keeps its own references to the layers.
+func (r *Runtime) unmountStaging(dir string) {
+	for _, m := range mountsUnder(filepath.Join(dir, "mnt")) {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			r.log.Warn("unmounting staging mount", "path", m, "err", err)
+		}
+	}
+}
+
+// Stop implements runtime.Runtime.
+func (r *Runtime) Stop(ctx context.Context, id string, inst runtime.Instance) error {
+	if r.Alive(inst) {
+		// PID 1 of the sandbox's PID namespace: the kernel kills the rest.
+		_ = killPID(inst.PID)
+	}
+	return r.Cleanup(ctx, id)
+}
+
+// Cleanup implements runtime.Runtime.
+func (r *Runtime) Cleanup(ctx context.Context, id string) error {
+	var errs []error
+	if cg, err := loadCgroup(id); err == nil {
+		if err := cg.killAll(10 * time.Second); err != nil {
+			errs = append(errs, err)
+		} else if err := cg.delete(); err != nil {
+			errs = append(errs, fmt.Errorf("deleting cgroup: %w", err))
+		}
+	}
+	dir := r.runDir(id)
+	for _, m := range mountsUnder(dir) {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			errs = append(errs, fmt.Errorf("unmounting %s: %w", m, err))
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Alive implements runtime.Runtime.
+func (r *Runtime) Alive(inst runtime.Instance) bool {
+	if inst.PID <= 0 {
+		return false
+	}
+	st, err := startTime(inst.PID)
+	return err == nil && st == inst.StartTime
+}
+
+func killPID(pid int) error {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+}
+
+// startTime reads field 22 of /proc/pid/stat; a zombie counts as gone.
+func startTime(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, errors.New("malformed stat")
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0, errors.New("malformed stat")
+	}
+	if f[0] == "Z" || f[0] == "X" {
+		return 0, errors.New("process exited")
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// mountsUnder lists mountpoints at or below dir, deepest first.
+func mountsUnder(dir string) []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMountinfo(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
+}
+
+func isMountpoint(dir string) (bool, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return false, err
+	}
+	for _, m := range mountsUnder(abs) {
+		if m == abs {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// waitAgent polls the agent's health endpoint. The socket exists before the
+// agent runs, so a connection queues until the agent accepts it.
+func waitAgent(ctx context.Context, sock string) error {
+	c := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		},
+		DisableKeepAlives: true,
+	}}
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/health", nil)
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = fmt.Errorf("status %d", resp.StatusCode)
+			}
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+}

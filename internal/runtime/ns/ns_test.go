@@ -1,0 +1,62 @@
+package ns_test
+
+import (
+	"bufio"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/atoll-dev/atoll/internal/runtime/ns"
+	"github.com/atoll-dev/atoll/internal/runtime/runtimetest"
+	"github.com/atoll-dev/atoll/internal/testenv"
+)
+
+func TestConformance(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := testenv.Dir(t)
+	ls := testenv.Layers(t, dir)
+	runRoot := filepath.Join(dir, "run")
+	rt, err := ns.New(ns.Config{RunRoot: runRoot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unmountAll(runRoot) })
+	runtimetest.Run(t, rt, runtimetest.Env{
+		Layers:    ls,
+		AgentPath: testenv.AgentBinary(t),
+		Leftovers: func(id string) []string { return leftovers(runRoot, id) },
+	})
+}
+
+// leftovers lists what a stopped sandbox might have left on the host.
+func leftovers(runRoot, id string) []string {
+	var out []string
+	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), id) {
+				out = append(out, "mount: "+sc.Text())
+			}
+		}
+		f.Close()
+	}
+	for _, c := range []string{"/sys/fs/cgroup/memory/atoll/" + id, "/sys/fs/cgroup/pids/atoll/" + id, "/sys/fs/cgroup/atoll/" + id} {
+		if _, err := os.Stat(c); err == nil {
+			out = append(out, "cgroup: "+c)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(runRoot, id)); err == nil {
+		out = append(out, "dir: "+filepath.Join(runRoot, id))
+	}
+	return out
+}
+
+func unmountAll(dir string) {
+	_ = exec("umount", "-l", dir)
+}
+
+func exec(name string, args ...string) error {
+	return osexec.Command(name, args...).Run()
+}

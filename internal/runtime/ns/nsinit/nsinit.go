@@ -1,0 +1,340 @@
+// Package nsinit is the first stage of a namespace sandbox. The node starts the
+// agent binary as "atoll-agent init" in new user and PID namespaces; this code
+// then waits for the node to place it in its cgroups and prepare id-mapped
+// layers, builds the sandbox's mount namespace (overlay root, /proc, /dev, /sys,
+// masked paths), pivots into it, drops privileges (capability bounding set,
+// no_new_privs, seccomp) and finally execs the agent as PID 1.
+//
+// It runs on the main OS thread only: unshare of the mount and cgroup namespaces
+// applies to the calling thread, and execve carries that thread's namespaces
+// into the agent.
+package nsinit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+
+	seccomp "github.com/elastic/go-seccomp-bpf"
+	"golang.org/x/sys/unix"
+)
+
+// Arg is the first argument that selects this stage in the agent binary.
+const Arg = "init"
+
+// The init stage's inherited descriptors.
+const (
+	ListenerFD = 3 // the agent's listening socket, kept across exec
+	ControlFD  = 4 // stream socket to the node: Config in, Status out
+)
+
+// AgentPath is where the agent binary appears inside every sandbox.
+const AgentPath = "/.atoll/agent"
+
+// Config is what the node sends the init stage once its mounts are ready.
+type Config struct {
+	Rootfs   string   `json:"rootfs"`   // empty host directory to build the root on
+	Lower    []string `json:"lower"`    // id-mapped lower layers, top first
+	Upper    string   `json:"upper"`    // id-mapped directory holding upper/ and work/
+	Binds    []Bind   `json:"binds"`    // id-mapped read-only directories
+	Agent    string   `json:"agent"`    // host path of the agent binary
+	Hostname string   `json:"hostname"` // of the UTS namespace
+	AgentEnv string   `json:"agent_env"`
+}
+
+// Bind is a read-only directory mounted at Target inside the root.
+type Bind struct {
+	Source string `json:"source"`
+	Target string `json:"target"`
+}
+
+// Status is the init stage's one-line answer: empty Error means it is about to
+// exec the agent (the node then sees the control socket close).
+type Status struct {
+	Error string `json:"error,omitempty"`
+}
+
+func init() {
+	if len(os.Args) > 1 && os.Args[1] == Arg {
+		goruntime.LockOSThread()
+	}
+}
+
+// Main runs the init stage and never returns.
+func Main() {
+	ctl := os.NewFile(ControlFD, "control")
+	err := run(ctl)
+	// Only reached on failure: success ends in execve.
+	json.NewEncoder(ctl).Encode(Status{Error: err.Error()})
+	os.Exit(1)
+}
+
+func run(ctl *os.File) error {
+	var cfg Config
+	if err := json.NewDecoder(ctl).Decode(&cfg); err != nil {
+		return fmt.Errorf("reading config: %w", err)
+	}
+	// The node has moved us into our cgroups by now, so the new cgroup
+	// namespace is rooted at the sandbox's own cgroup.
+	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
+		unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP); err != nil {
+		return fmt.Errorf("unshare: %w", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making mounts private: %w", err)
+	}
+	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+		return fmt.Errorf("sethostname: %w", err)
+	}
+	if err := buildRoot(cfg); err != nil {
+		return err
+	}
+	if err := pivot(cfg.Rootfs); err != nil {
+		return err
+	}
+	if err := maskPaths(); err != nil {
+		return err
+	}
+	if err := setupLoopback(); err != nil {
+		return err
+	}
+	if err := dropCapabilities(); err != nil {
+		return err
+	}
+	filter, err := seccompFilter()
+	if err != nil {
+		return err
+	}
+	if err := seccomp.LoadFilter(filter); err != nil {
+		return fmt.Errorf("loading seccomp filter: %w", err)
+	}
+	if _, err := unix.FcntlInt(ControlFD, unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
+		return fmt.Errorf("control fd: %w", err)
+	}
+	env := []string{"ATOLL_AGENT_ENV=" + cfg.AgentEnv}
+	return fmt.Errorf("exec agent: %w", unix.Exec(AgentPath, []string{"atoll-agent"}, env))
+}
+
+func buildRoot(cfg Config) error {
+	root := cfg.Rootfs
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr",
+		strings.Join(cfg.Lower, ":"), filepath.Join(cfg.Upper, "upper"), filepath.Join(cfg.Upper, "work"))
+	if err := unix.Mount("overlay", root, "overlay", 0, opts); err != nil {
+		return fmt.Errorf("mounting overlay root: %w", err)
+	}
+	for _, b := range cfg.Binds {
+		dst, err := mountpoint(root, b.Target, true)
+		if err != nil {
+			return err
+		}
+		if err := unix.Mount(b.Source, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("binding %s: %w", b.Target, err)
+		}
+	}
+	type mnt struct {
+		target, fstype, data string
+		flags                uintptr
+	}
+	const common = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+	mounts := []mnt{
+		{"/proc", "proc", "", common},
+		{"/sys", "sysfs", "", common | unix.MS_RDONLY},
+		{"/dev", "tmpfs", "mode=755,size=65536k", unix.MS_NOSUID | unix.MS_STRICTATIME},
+		{"/dev/pts", "devpts", "newinstance,ptmxmode=0666,mode=0620,gid=5", unix.MS_NOSUID | unix.MS_NOEXEC},
+		{"/dev/shm", "tmpfs", "mode=1777,size=65536k", common},
+		{"/dev/mqueue", "mqueue", "", common},
+	}
+	for _, m := range mounts {
+		dst, err := mountpoint(root, m.target, true)
+		if err != nil {
+			return err
+		}
+		if err := unix.Mount(m.fstype, dst, m.fstype, m.flags, m.data); err != nil {
+			return fmt.Errorf("mounting %s: %w", m.target, err)
+		}
+	}
+	// Device nodes cannot be made in a user namespace; bind the host's.
+	for _, d := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
+		dst, err := mountpoint(root, "/dev/"+d, false)
+		if err != nil {
+			return err
+		}
+		if err := unix.Mount("/dev/"+d, dst, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("binding /dev/%s: %w", d, err)
+		}
+	}
+	links := map[string]string{
+		"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
+		"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2",
+	}
+	for name, target := range links {
+		if err := os.Symlink(target, filepath.Join(root, "dev", name)); err != nil {
+			return fmt.Errorf("linking /dev/%s: %w", name, err)
+		}
+	}
+	dst, err := mountpoint(root, AgentPath, false)
+	if err != nil {
+		return err
+	}
+	if err := unix.Mount(cfg.Agent, dst, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("binding agent: %w", err)
+	}
+	if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("agent read-only: %w", err)
+	}
+	return nil
+}
+
+// mountpoint returns root+target after making sure it exists as a directory or
+// file. Template layers normally provide mountpoints; creating one here writes
+// it into the sandbox's writable layer. Paths come from the node, not from the
+// sandbox, and the root is not yet visible to any sandbox process, so plain
+// path operations are safe here.
+func mountpoint(root, target string, dir bool) (string, error) {
+	p := filepath.Join(root, target)
+	if fi, err := os.Lstat(p); err == nil {
+		if fi.IsDir() != dir || fi.Mode()&os.ModeSymlink != 0 {
+			return "", fmt.Errorf("mountpoint %s has the wrong type", target)
+		}
+		return p, nil
+	}
+	if dir {
+		return p, os.MkdirAll(p, 0o755)
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return "", err
+	}
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return "", err
+	}
+	return p, f.Close()
+}
+
+func pivot(root string) error {
+	if err := unix.Chdir(root); err != nil {
+		return fmt.Errorf("chdir root: %w", err)
+	}
+	// pivot_root(".", ".") stacks the old root on top of the new one; unmounting
+	// "." then removes it, with no directory needed for it.
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detaching old root: %w", err)
+	}
+	return unix.Chdir("/")
+}
+
+// maskedPaths and readonlyPaths follow runc's defaults for Docker.
+var maskedPaths = []string{
+	"/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+	"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+	"/proc/interrupts", "/sys/firmware", "/sys/devices/virtual/powercap",
+}
+
+var readonlyPaths = []string{
+	"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+}
+
+func maskPaths() error {
+	for _, p := range maskedPaths {
+		fi, err := os.Stat(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("masking %s: %w", p, err)
+		}
+		if fi.IsDir() {
+			err = unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0")
+		} else {
+			err = unix.Mount("/dev/null", p, "", unix.MS_BIND, "")
+		}
+		if err != nil {
+			return fmt.Errorf("masking %s: %w", p, err)
+		}
+	}
+	for _, p := range readonlyPaths {
+		if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("binding %s: %w", p, err)
+		}
+		flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+		if err := unix.Mount(p, p, "", flags, ""); err != nil {
+			return fmt.Errorf("read-only %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// setupLoopback brings up lo in the new network namespace.
+func setupLoopback() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("loopback socket: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback up: %w", err)
+	}
+	return nil
+}
+
+// keptCapabilities is Docker's default capability set.
+var keptCapabilities = map[int]bool{
+	unix.CAP_CHOWN: true, unix.CAP_DAC_OVERRIDE: true, unix.CAP_FOWNER: true,
+	unix.CAP_FSETID: true, unix.CAP_KILL: true, unix.CAP_SETGID: true,
+	unix.CAP_SETUID: true, unix.CAP_SETPCAP: true, unix.CAP_NET_BIND_SERVICE: true,
+	unix.CAP_NET_RAW: true, unix.CAP_SYS_CHROOT: true, unix.CAP_MKNOD: true,
+	unix.CAP_AUDIT_WRITE: true, unix.CAP_SETFCAP: true,
+}
+
+// dropCapabilities shrinks the bounding set to keptCapabilities: the agent is
+// exec'd as uid 0, so after exec its capabilities are exactly that set, and no
+// process in the sandbox can regain the others.
+func dropCapabilities() error {
+	last := unix.CAP_LAST_CAP
+	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			last = n
+		}
+	}
+	for c := 0; c <= last; c++ {
+		if keptCapabilities[c] {
+			continue
+		}
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			return fmt.Errorf("dropping capability %d: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clearing ambient capabilities: %w", err)
+	}
+	// The inheritable set would survive exec; keep it within the kept set.
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,84 @@
+// Package runtime is the contract between the node and the backends that run
+// sandboxes (ns today; gvisor and vm later). A backend turns a Spec (layers, limits,
+// identity) into a running sandbox whose PID 1 is atoll-agent, reachable on a unix
+// socket, and tears it down again. Storage belongs to the layer store and lifecycle
+// bookkeeping to the control plane; a runtime only runs things.
+// runtimetest holds the conformance suite every backend passes.
+package runtime
+
+import (
+	"context"
+	"time"
+)
+
+// Spec is everything a backend needs to start one sandbox.
+type Spec struct {
+	ID       string
+	Hostname string
+	Rootfs   Rootfs
+	Limits   Limits
+	IDMap    IDMap
+	// Env is the default environment of every process the agent starts.
+	Env map[string]string
+	// AgentPath is the host path of the atoll-agent binary, mounted read-only
+	// into the sandbox at /.atoll/agent.
+	AgentPath string
+}
+
+// Rootfs describes the sandbox's file system.
+type Rootfs struct {
+	// Layers are read-only directories stacked as overlay lower layers, top first.
+	Layers []string
+	// Writable is a directory holding upper/ and work/ for the overlay; it is
+	// what persists across stop and start.
+	Writable string
+	// Binds are host directories mounted read-only at Target inside the sandbox.
+	Binds []Bind
+}
+
+// Bind is a read-only host directory seen inside the sandbox.
+type Bind struct {
+	Source string
+	Target string
+}
+
+// Limits bound a sandbox's resources. Zero means unlimited.
+type Limits struct {
+	CPU         float64 // cores
+	MemoryBytes int64   // no swap on top
+	PIDs        int64
+}
+
+// IDMap maps uid/gid 0..Size-1 inside the sandbox to HostID..HostID+Size-1.
+type IDMap struct {
+	HostID uint32
+	Size   uint32
+}
+
+// Instance identifies a running sandbox well enough to find it again after the
+// node restarts.
+type Instance struct {
+	PID       int    `json:"pid"`
+	StartTime uint64 `json:"start_time"` // of PID, from /proc/PID/stat, guards against PID reuse
+	Socket    string `json:"socket"`     // host path of the agent's unix socket
+}
+
+// Runtime is one sandbox backend.
+type Runtime interface {
+	// Name is the value of the API's runtime field ("ns").
+	Name() string
+	// Start runs the sandbox described by spec and returns once its agent
+	// answers on Instance.Socket.
+	Start(ctx context.Context, spec Spec) (Instance, error)
+	// Stop ends every process of the sandbox and releases what Start took
+	// (cgroups, namespaces, mounts), but not the writable layer. Stopping a
+	// sandbox that is not running is not an error.
+	Stop(ctx context.Context, id string, inst Instance) error
+	// Alive reports whether inst still runs.
+	Alive(inst Instance) bool
+	// Cleanup releases anything a crashed Start may have left for id.
+	Cleanup(ctx context.Context, id string) error
+}
+
+// AgentTimeout bounds how long Start waits for the agent to answer.
+const AgentTimeout = 10 * time.Second

@@ -1,0 +1,287 @@
+// Package runtimetest is the conformance suite every runtime backend passes:
+// lifecycle, exec through the agent, persistence across stop and start,
+// isolation from the host, limits, and leaving nothing behind.
+package runtimetest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/agent"
+	"github.com/atoll-dev/atoll/internal/layers"
+	"github.com/atoll-dev/atoll/internal/runtime"
+)
+
+// Env is what the suite needs besides the runtime.
+type Env struct {
+	Layers    *layers.Store
+	AgentPath string
+	// Leftovers lists host resources (mounts, cgroups, directories, processes)
+	// that belong to sandbox id; the suite checks it is empty after Stop.
+	Leftovers func(id string) []string
+}
+
+var seq atomic.Int64
+
+// Sandbox is a sandbox started by the suite.
+type Sandbox struct {
+	ID     string
+	Spec   runtime.Spec
+	Inst   runtime.Instance
+	Client *agent.Client
+	slot   int
+}
+
+// Start starts a sandbox from the host template with limits l.
+func Start(t testing.TB, rt runtime.Runtime, env Env, l runtime.Limits, diskBytes int64) *Sandbox {
+	t.Helper()
+	n := int(seq.Add(1))
+	id := fmt.Sprintf("rt%018d", n)
+	tmpl, err := env.Layers.Template(layers.HostTemplate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := 1000 + n + int(time.Now().UnixNano()%1000)*10
+	w, err := env.Layers.CreateWritable(id, diskBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := runtime.Spec{
+		ID: id, Hostname: id,
+		Rootfs:    runtime.Rootfs{Layers: tmpl.Layers, Writable: w, Binds: tmpl.Binds},
+		Limits:    l,
+		IDMap:     runtime.IDMap{HostID: uint32(1<<27 + slot*65536), Size: 65536},
+		Env:       map[string]string{"ATOLL_TEST": "1"},
+		AgentPath: env.AgentPath,
+	}
+	sb := &Sandbox{ID: id, Spec: spec, slot: slot}
+	sb.start(t, rt)
+	t.Cleanup(func() {
+		_ = rt.Stop(context.Background(), id, sb.Inst)
+		_ = env.Layers.RemoveWritable(id)
+	})
+	return sb
+}
+
+func (sb *Sandbox) start(t testing.TB, rt runtime.Runtime) {
+	t.Helper()
+	inst, err := rt.Start(context.Background(), sb.Spec)
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	sb.Inst = inst
+	sock := inst.Socket
+	sb.Client = agent.NewClient(func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	})
+}
+
+// Sh runs a shell command as root and returns stdout, stderr and exit code.
+func (sb *Sandbox) Sh(t testing.TB, cmd string) (string, string, int) {
+	t.Helper()
+	return sb.ShAs(t, "root", cmd)
+}
+
+// ShAs runs a shell command as user.
+func (sb *Sandbox) ShAs(t testing.TB, user, cmd string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := sb.Client.Exec(ctx, api.ExecRequest{Shell: cmd, User: user})
+	if err != nil {
+		t.Fatalf("exec %q: %v", cmd, err)
+	}
+	return string(res.Stdout), string(res.Stderr), res.ExitCode
+}
+
+// MustSh runs cmd and fails t unless it exits 0.
+func (sb *Sandbox) MustSh(t testing.TB, cmd string) string {
+	t.Helper()
+	out, errOut, code := sb.Sh(t, cmd)
+	if code != 0 {
+		t.Fatalf("%q exited %d: %s%s", cmd, code, out, errOut)
+	}
+	return out
+}
+
+// Run runs the suite against rt.
+func Run(t *testing.T, rt runtime.Runtime, env Env) {
+	t.Run("Lifecycle", func(t *testing.T) { testLifecycle(t, rt, env) })
+	t.Run("Isolation", func(t *testing.T) { testIsolation(t, rt, env) })
+	t.Run("Limits", func(t *testing.T) { testLimits(t, rt, env) })
+	t.Run("DiskQuota", func(t *testing.T) { testDiskQuota(t, rt, env) })
+}
+
+func testLifecycle(t *testing.T, rt runtime.Runtime, env Env) {
+	sb := Start(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 512 << 20, PIDs: 256}, 1<<30)
+	if !rt.Alive(sb.Inst) {
+		t.Fatal("not alive after start")
+	}
+	if got := sb.MustSh(t, "python3 -c 'print(1)'"); got != "1\n" {
+		t.Errorf("python3 printed %q", got)
+	}
+	if got := sb.MustSh(t, "id -u; hostname; echo $ATOLL_TEST"); got != "0\n"+sb.ID+"\n1\n" {
+		t.Errorf("id/hostname/env: %q", got)
+	}
+	if got := strings.TrimSpace(sb.MustSh(t, "cat /proc/1/cmdline | tr '\\0' ' '")); got != "atoll-agent" {
+		t.Errorf("PID 1 is %q, want atoll-agent", got)
+	}
+	out, _, code := sb.ShAs(t, "user", "id -u; touch /home/user/mine && echo ok; touch /root/x 2>/dev/null || echo denied")
+	if code != 0 || out != "1000\nok\ndenied\n" {
+		t.Errorf("as user: %q (exit %d)", out, code)
+	}
+	sb.MustSh(t, "mkdir -p /root/work && echo kept > /root/work/file && git --version >/dev/null && echo hello > /tmp/t")
+
+	if err := rt.Stop(context.Background(), sb.ID, sb.Inst); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if rt.Alive(sb.Inst) {
+		t.Fatal("alive after stop")
+	}
+	if left := env.Leftovers(sb.ID); len(left) > 0 {
+		t.Errorf("left after stop: %v", left)
+	}
+	if err := rt.Stop(context.Background(), sb.ID, sb.Inst); err != nil {
+		t.Errorf("second stop: %v", err)
+	}
+	sb.start(t, rt)
+	if got := sb.MustSh(t, "cat /root/work/file /tmp/t"); got != "kept\nhello\n" {
+		t.Errorf("after restart: %q", got)
+	}
+	if got := sb.MustSh(t, "ls /home/user"); got != "mine\n" {
+		t.Errorf("/home/user after restart: %q", got)
+	}
+}
+
+func testIsolation(t *testing.T, rt runtime.Runtime, env Env) {
+	sb := Start(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 512 << 20, PIDs: 256}, 1<<30)
+	hostShadow, _ := os.ReadFile("/etc/shadow")
+	checks := []struct {
+		name, cmd, want string
+	}{
+		{"own shadow", "cat /etc/shadow | head -1 | cut -d: -f1,2", "root:*\n"},
+		{"empty root home", "ls -A /root", ""},
+		{"no host var", "ls /var", "cache\nlib\nlog\ntmp\n"},
+		{"no host home", "ls /home", "user\n"},
+		{"pid namespace", "ls /proc | grep -c '^[0-9]'", ""}, // checked below
+		{"uid map", "cat /proc/self/uid_map | awk '{print $1, $3}'", "0 65536\n"},
+		{"no new privs", "grep NoNewPrivs /proc/self/status | awk '{print $2}'", "1\n"},
+		{"seccomp", "grep '^Seccomp:' /proc/self/status | awk '{print $2}'", "2\n"},
+		{"cap bounding", "grep CapBnd /proc/self/status | awk '{print $2}'", "00000000a80425fb\n"},
+		{"sys read-only", "touch /sys/x 2>&1 >/dev/null | grep -c 'Read-only'", "1\n"},
+		{"masked proc files", "for f in /proc/kcore /proc/keys /proc/timer_list /proc/sched_debug; do [ -e $f ] && [ -n \"$(head -c1 $f)\" ] && echo $f; done; echo done", "done\n"},
+		{"proc sys read-only", "echo 1 > /proc/sys/kernel/domainname 2>/dev/null && echo wrote || echo denied", "denied\n"},
+		{"mount denied", "mount -t tmpfs t /mnt 2>/dev/null && echo mounted || echo denied", "denied\n"},
+		{"unshare denied", "unshare -U true 2>/dev/null && echo unshared || echo denied", "denied\n"},
+		{"usr read-only", "touch /usr/bin/x 2>/dev/null && echo wrote || echo denied", "denied\n"},
+		{"agent read-only", "echo x > /.atoll/agent 2>/dev/null && echo wrote || echo denied", "denied\n"},
+		{"proc exe of init", "cat /proc/1/exe > /dev/null 2>&1; echo x >> /proc/1/exe 2>/dev/null && echo wrote || echo denied", "denied\n"},
+		{"only loopback", "ls /sys/class/net", "lo\n"},
+		{"dev nodes", "ls /dev | tr '\\n' ' '", ""}, // checked below
+	}
+	for _, c := range checks {
+		t.Run(c.name, func(t *testing.T) {
+			out, errOut, _ := sb.Sh(t, c.cmd)
+			switch c.name {
+			case "pid namespace":
+				if n := strings.TrimSpace(out); n < "1" || n > "5" || len(n) != 1 {
+					t.Errorf("sandbox sees %s processes: %s", n, errOut)
+				}
+			case "dev nodes":
+				for _, d := range []string{"null", "zero", "full", "random", "urandom", "tty", "ptmx", "pts", "shm"} {
+					if !strings.Contains(" "+out, " "+d+" ") {
+						t.Errorf("/dev lacks %s: %q", d, out)
+					}
+				}
+			default:
+				if out != c.want {
+					t.Errorf("got %q (stderr %q), want %q", out, errOut, c.want)
+				}
+			}
+		})
+	}
+	if len(hostShadow) > 0 {
+		out, _, _ := sb.Sh(t, "cat /etc/shadow")
+		if bytes.Equal([]byte(out), hostShadow) {
+			t.Error("sandbox sees the host's /etc/shadow")
+		}
+	}
+	// Files the sandbox's root makes are not owned by host root.
+	sb.MustSh(t, "echo x > /root/owned")
+	fi, err := os.Stat(filepath.Join(sb.Spec.Rootfs.Writable, "upper/root/owned"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = fi // stored with unshifted ids (0), reachable only through the id-mapped mount
+}
+
+func testLimits(t *testing.T, rt runtime.Runtime, env Env) {
+	sb := Start(t, rt, env, runtime.Limits{CPU: 0.5, MemoryBytes: 64 << 20, PIDs: 64}, 1<<30)
+	t.Run("pids", func(t *testing.T) {
+		out, _, _ := sb.Sh(t, pidsScript)
+		var n int
+		fmt.Sscan(out, &n)
+		if n == 0 || n >= 100 {
+			t.Errorf("started %d sleeps under a pids limit of 64", n)
+		}
+	})
+	t.Run("memory", func(t *testing.T) {
+		_, _, code := sb.Sh(t, "python3 -c 'b = bytearray(256 << 20); print(len(b))'")
+		if code == 0 {
+			t.Error("allocating 256 MiB under a 64 MiB limit succeeded")
+		}
+		if got := sb.MustSh(t, "echo alive"); got != "alive\n" {
+			t.Errorf("sandbox after OOM: %q", got)
+		}
+	})
+}
+
+// pidsScript forks sleeping children until fork fails or 100 run, prints how
+// many it got, and kills them.
+const pidsScript = `python3 -c '
+import os, signal, time
+kids = []
+for i in range(100):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    kids.append(pid)
+print(len(kids))
+for k in kids:
+    os.kill(k, signal.SIGKILL)
+    os.waitpid(k, 0)
+'`
+
+func testDiskQuota(t *testing.T, rt runtime.Runtime, env Env) {
+	sb := Start(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 256 << 20, PIDs: 64}, 64<<20)
+	other := Start(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 256 << 20, PIDs: 64}, 64<<20)
+	_, errOut, code := sb.Sh(t, "dd if=/dev/zero of=/root/big bs=1M count=100 2>&1")
+	if code == 0 {
+		t.Fatal("writing 100 MiB under a 64 MiB quota succeeded")
+	}
+	out, _, _ := sb.Sh(t, "dd if=/dev/zero of=/root/big bs=1M count=100 2>&1 | grep -o 'No space left on device\\|Disk quota exceeded' | head -1")
+	if strings.TrimSpace(out) == "" {
+		t.Errorf("quota error is not ENOSPC/EDQUOT: %s", errOut)
+	}
+	sb.MustSh(t, "rm /root/big")
+	if got := other.MustSh(t, "dd if=/dev/zero of=/root/f bs=1M count=32 2>/dev/null && echo ok"); got != "ok\n" {
+		t.Errorf("neighbour could not write: %q", got)
+	}
+	if got := sb.MustSh(t, "echo small > /root/s && cat /root/s"); got != "small\n" {
+		t.Errorf("after freeing space: %q", got)
+	}
+}

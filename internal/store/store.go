@@ -1,0 +1,338 @@
+// Package store keeps atoll's durable state: sandboxes, their state transitions
+// and API keys. It is an embedded SQLite database (modernc.org/sqlite, no cgo)
+// in WAL mode with synchronous=FULL, so a committed change survives a crash of
+// the process or the machine; PostgreSQL joins it for cluster mode.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+)
+
+// Store is the database.
+type Store struct {
+	db *sql.DB
+}
+
+// Sandbox is a sandbox's row: what the API shows plus what the node needs to
+// find it again.
+type Sandbox struct {
+	api.Sandbox
+	Slot      int    // index of its uid range and quota project; unique among sandboxes
+	PID       int    // of its init process while running
+	StartTime uint64 // of PID
+	Socket    string // agent socket while running
+}
+
+const schema = `
+CREATE TABLE IF NOT EXISTS sandboxes (
+	id TEXT PRIMARY KEY,
+	state TEXT NOT NULL,
+	template TEXT NOT NULL,
+	runtime TEXT NOT NULL,
+	cpu REAL NOT NULL,
+	memory_mib INTEGER NOT NULL,
+	disk_gib INTEGER NOT NULL,
+	pids INTEGER NOT NULL,
+	env TEXT NOT NULL,
+	labels TEXT NOT NULL,
+	error TEXT NOT NULL DEFAULT '',
+	slot INTEGER NOT NULL UNIQUE,
+	created_at INTEGER NOT NULL,
+	started_at INTEGER,
+	stopped_at INTEGER,
+	pid INTEGER NOT NULL DEFAULT 0,
+	start_time INTEGER NOT NULL DEFAULT 0,
+	socket TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS transitions (
+	seq INTEGER PRIMARY KEY AUTOINCREMENT,
+	sandbox_id TEXT NOT NULL,
+	from_state TEXT NOT NULL,
+	to_state TEXT NOT NULL,
+	reason TEXT NOT NULL DEFAULT '',
+	at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS transitions_sandbox ON transitions(sandbox_id);
+CREATE TABLE IF NOT EXISTS api_keys (
+	hash TEXT PRIMARY KEY,
+	created_at INTEGER NOT NULL
+);
+`
+
+// Open opens (creating if needed) the database at path.
+func Open(path string) (*Store, error) {
+	q := url.Values{}
+	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(1)"} {
+		q.Add("_pragma", p)
+	}
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, err
+	}
+	// One connection: SQLite has one writer anyway, and this keeps
+	// read-modify-write transactions free of SQLITE_BUSY.
+	db.SetMaxOpenConns(1)
+	if _, err := db.Exec(schema); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("creating schema: %w", err)
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+const columns = `id, state, template, runtime, cpu, memory_mib, disk_gib, pids, env, labels, error,
+	slot, created_at, started_at, stopped_at, pid, start_time, socket`
+
+// Create inserts a new sandbox, choosing its slot (the lowest one free), and
+// records its first state.
+func (s *Store) Create(ctx context.Context, sb *Sandbox) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	slot := 0
+	rows, err := tx.QueryContext(ctx, `SELECT slot FROM sandboxes ORDER BY slot`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var n int
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return err
+		}
+		if n != slot {
+			break
+		}
+		slot++
+	}
+	rows.Close()
+	sb.Slot = slot
+	env, _ := json.Marshal(orEmpty(sb.Env))
+	labels, _ := json.Marshal(orEmpty(sb.Labels))
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		sb.ID, sb.State, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
+		string(env), string(labels), sb.Error, sb.Slot, sb.CreatedAt.UnixNano(),
+		nanos(sb.StartedAt), nanos(sb.StoppedAt), sb.PID, int64(sb.StartTime), sb.Socket)
+	if err != nil {
+		return fmt.Errorf("inserting sandbox: %w", err)
+	}
+	if err := transition(ctx, tx, sb.ID, "", sb.State, ""); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Update writes sb if its stored state is one of from, and records the
+// transition; otherwise it changes nothing and returns errdefs.ErrConflict.
+func (s *Store) Update(ctx context.Context, sb *Sandbox, from ...string) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var cur string
+	if err := tx.QueryRowContext(ctx, `SELECT state FROM sandboxes WHERE id = ?`, sb.ID).Scan(&cur); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("sandbox %s: %w", sb.ID, errdefs.ErrNotFound)
+		}
+		return err
+	}
+	if !contains(from, cur) {
+		return fmt.Errorf("sandbox %s is %s: %w", sb.ID, cur, errdefs.ErrConflict)
+	}
+	env, _ := json.Marshal(orEmpty(sb.Env))
+	labels, _ := json.Marshal(orEmpty(sb.Labels))
+	_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET state=?, error=?, env=?, labels=?, started_at=?, stopped_at=?,
+		pid=?, start_time=?, socket=? WHERE id=?`,
+		sb.State, sb.Error, string(env), string(labels), nanos(sb.StartedAt), nanos(sb.StoppedAt),
+		sb.PID, int64(sb.StartTime), sb.Socket, sb.ID)
+	if err != nil {
+		return err
+	}
+	if cur != sb.State {
+		if err := transition(ctx, tx, sb.ID, cur, sb.State, sb.Error); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// Delete removes a sandbox's row.
+func (s *Store) Delete(ctx context.Context, id string) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var cur string
+	if err := tx.QueryRowContext(ctx, `SELECT state FROM sandboxes WHERE id = ?`, id).Scan(&cur); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+		}
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id); err != nil {
+		return err
+	}
+	if err := transition(ctx, tx, id, cur, "deleted", ""); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Get returns one sandbox.
+func (s *Store) Get(ctx context.Context, id string) (Sandbox, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+columns+` FROM sandboxes WHERE id = ?`, id)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	sbs, err := scan(rows)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	if len(sbs) == 0 {
+		return Sandbox{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	return sbs[0], nil
+}
+
+// List returns all sandboxes, oldest first.
+func (s *Store) List(ctx context.Context) ([]Sandbox, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+columns+` FROM sandboxes ORDER BY created_at, id`)
+	if err != nil {
+		return nil, err
+	}
+	return scan(rows)
+}
+
+// Transition is one recorded state change.
+type Transition struct {
+	From, To, Reason string
+	At               time.Time
+}
+
+// Transitions returns a sandbox's recorded state changes, oldest first.
+func (s *Store) Transitions(ctx context.Context, id string) ([]Transition, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT from_state, to_state, reason, at FROM transitions WHERE sandbox_id = ? ORDER BY seq`, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Transition
+	for rows.Next() {
+		var t Transition
+		var at int64
+		if err := rows.Scan(&t.From, &t.To, &t.Reason, &at); err != nil {
+			return nil, err
+		}
+		t.At = time.Unix(0, at).UTC()
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// AddKey stores the hash of an API key.
+func (s *Store) AddKey(ctx context.Context, hash string) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO api_keys (hash, created_at) VALUES (?, ?)`, hash, time.Now().UnixNano())
+	return err
+}
+
+// HasKey reports whether hash is a stored key hash.
+func (s *Store) HasKey(ctx context.Context, hash string) (bool, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM api_keys WHERE hash = ?`, hash).Scan(&n)
+	return n > 0, err
+}
+
+// KeyCount is the number of stored keys.
+func (s *Store) KeyCount(ctx context.Context) (int, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM api_keys`).Scan(&n)
+	return n, err
+}
+
+func transition(ctx context.Context, tx *sql.Tx, id, from, to, reason string) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO transitions (sandbox_id, from_state, to_state, reason, at) VALUES (?,?,?,?,?)`,
+		id, from, to, reason, time.Now().UnixNano())
+	return err
+}
+
+func scan(rows *sql.Rows) ([]Sandbox, error) {
+	defer rows.Close()
+	var out []Sandbox
+	for rows.Next() {
+		var sb Sandbox
+		var env, labels string
+		var created int64
+		var started, stopped sql.NullInt64
+		var startTime int64
+		if err := rows.Scan(&sb.ID, &sb.State, &sb.Template, &sb.Runtime, &sb.CPU, &sb.MemoryMiB, &sb.DiskGiB,
+			&sb.PIDs, &env, &labels, &sb.Error, &sb.Slot, &created, &started, &stopped, &sb.PID, &startTime, &sb.Socket); err != nil {
+			return nil, err
+		}
+		sb.StartTime = uint64(startTime)
+		if err := json.Unmarshal([]byte(env), &sb.Env); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal([]byte(labels), &sb.Labels); err != nil {
+			return nil, err
+		}
+		if len(sb.Env) == 0 {
+			sb.Env = nil
+		}
+		if len(sb.Labels) == 0 {
+			sb.Labels = nil
+		}
+		sb.CreatedAt = time.Unix(0, created).UTC()
+		sb.StartedAt = fromNanos(started)
+		sb.StoppedAt = fromNanos(stopped)
+		out = append(out, sb)
+	}
+	return out, rows.Err()
+}
+
+func nanos(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n sql.NullInt64) *time.Time {
+	if !n.Valid {
+		return nil
+	}
+	t := time.Unix(0, n.Int64).UTC()
+	return &t
+}
+
+func orEmpty(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
