@@ -297,8 +297,9 @@ func (r *Runtime) unmountStaging(dir string) {
 // Stop implements runtime.Runtime.
 func (r *Runtime) Stop(ctx context.Context, id string, inst runtime.Instance) error {
 	if r.Alive(inst) {
-		// PID 1 of the sandbox's PID namespace: the kernel kills the rest.
-		_ = killPID(inst.PID)
+		// PID 1 of the sandbox's PID namespace: when it is gone, the kernel
+		// has killed the rest.
+		_ = killAndWait(inst.PID, 5*time.Second)
 	}
 	return r.Cleanup(ctx, id)
 }
@@ -341,6 +342,26 @@ func killPID(pid int) error {
 	}
 	defer unix.Close(fd)
 	return unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+}
+
+// killAndWait kills pid and waits until it has exited.
+func killAndWait(pid int, timeout time.Duration) error {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil {
+		return err
+	}
+	// A pidfd polls readable once the process has exited.
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		_, err := unix.Poll(fds, int(timeout.Milliseconds()))
+		if !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
 }
 
 // startTime reads field 22 of /proc/pid/stat; a zombie counts as gone.

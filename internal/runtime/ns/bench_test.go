@@ -1,0 +1,39 @@
+package ns_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/runtime"
+	"github.com/atoll-dev/atoll/internal/runtime/ns"
+	"github.com/atoll-dev/atoll/internal/runtime/runtimetest"
+	"github.com/atoll-dev/atoll/internal/testenv"
+)
+
+// BenchmarkStartExecStop measures the runtime alone: start to agent ready, one
+// exec of true, stop. The API-level figures come from bench/.
+func BenchmarkStartExecStop(b *testing.B) {
+	testenv.RequireRoot(b)
+	dir := testenv.Dir(b)
+	ls := testenv.Layers(b, dir)
+	runRoot := filepath.Join(dir, "run")
+	rt, err := ns.New(ns.Config{RunRoot: runRoot})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { unmountAll(runRoot) })
+	env := runtimetest.Env{Layers: ls, AgentPath: testenv.AgentBinary(b)}
+	limits := runtime.Limits{CPU: 1, MemoryBytes: 256 << 20, PIDs: 64}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		sb := runtimetest.Start(b, rt, env, limits, 1<<30)
+		if _, err := sb.Client.Exec(context.Background(), api.ExecRequest{Cmd: []string{"true"}}); err != nil {
+			b.Fatal(err)
+		}
+		if err := rt.Stop(context.Background(), sb.ID, sb.Inst); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,147 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+)
+
+func open(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(filepath.Join(t.TempDir(), "atoll.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func newSandbox(id string) *Sandbox {
+	return &Sandbox{Sandbox: api.Sandbox{
+		ID: id, State: api.StateCreating, Template: "host", Runtime: "ns", CPU: 1, MemoryMiB: 512,
+		DiskGiB: 10, PIDs: 1024, Env: map[string]string{"A": "1"}, Labels: map[string]string{"team": "x"},
+		CreatedAt: time.Unix(1700000000, 0).UTC(),
+	}}
+}
+
+func TestCreateGetListDelete(t *testing.T) {
+	ctx := context.Background()
+	s := open(t)
+	a, b, c := newSandbox("a"), newSandbox("b"), newSandbox("c")
+	for _, sb := range []*Sandbox{a, b, c} {
+		if err := s.Create(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a.Slot != 0 || b.Slot != 1 || c.Slot != 2 {
+		t.Fatalf("slots %d %d %d", a.Slot, b.Slot, c.Slot)
+	}
+	got, err := s.Get(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(*b, got); diff != "" {
+		t.Errorf("get (-want +got):\n%s", diff)
+	}
+	if err := s.Delete(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	// The freed slot is reused.
+	d := newSandbox("d")
+	if err := s.Create(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Slot != 1 {
+		t.Errorf("slot %d, want the freed 1", d.Slot)
+	}
+	list, err := s.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 3 {
+		t.Errorf("list has %d", len(list))
+	}
+	if _, err := s.Get(ctx, "b"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("get deleted: %v", err)
+	}
+	if err := s.Delete(ctx, "b"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("double delete: %v", err)
+	}
+	if err := s.Create(ctx, newSandbox("a")); err == nil {
+		t.Error("duplicate id accepted")
+	}
+}
+
+func TestUpdateIsCompareAndSet(t *testing.T) {
+	ctx := context.Background()
+	s := open(t)
+	sb := newSandbox("a")
+	if err := s.Create(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	sb.State = api.StateRunning
+	sb.PID, sb.StartTime, sb.Socket = 42, 7, "/run/x"
+	if err := s.Update(ctx, sb, api.StateCreating); err != nil {
+		t.Fatal(err)
+	}
+	sb.State = api.StateStopped
+	if err := s.Update(ctx, sb, api.StateCreating); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("update from the wrong state: %v", err)
+	}
+	got, _ := s.Get(ctx, "a")
+	if got.State != api.StateRunning || got.PID != 42 || got.StartTime != 7 {
+		t.Errorf("after refused update: %+v", got)
+	}
+	missing := newSandbox("zz")
+	if err := s.Update(ctx, missing, api.StateCreating); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("update of unknown: %v", err)
+	}
+	tr, err := s.Transitions(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []string
+	for _, x := range tr {
+		steps = append(steps, x.From+">"+x.To)
+	}
+	if diff := cmp.Diff([]string{">creating", "creating>running"}, steps); diff != "" {
+		t.Errorf("transitions (-want +got):\n%s", diff)
+	}
+}
+
+func TestKeysAndReopen(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "atoll.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddKey(ctx, "h1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Create(ctx, newSandbox("a")); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err = Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if ok, _ := s.HasKey(ctx, "h1"); !ok {
+		t.Error("key lost on reopen")
+	}
+	if ok, _ := s.HasKey(ctx, "h2"); ok {
+		t.Error("unknown key accepted")
+	}
+	if _, err := s.Get(ctx, "a"); err != nil {
+		t.Errorf("sandbox lost on reopen: %v", err)
+	}
+}

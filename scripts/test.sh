@@ -1,0 +1,22 @@
+#!/bin/sh
+# Runs atoll's tests on a Debian machine with Go, as root: installs the Debian
+# packages the tests use, then vets and tests every package. CI runs it with
+# ATOLL_TEST_STRICT=1, which turns "skipped: needs X" into a failure.
+set -eu
+cd "$(dirname "$0")/.."
+if [ "$(id -u)" -ne 0 ]; then
+	echo "test.sh: run as root: the tests create namespaces, cgroups and mounts" >&2
+	exit 1
+fi
+export PATH="$PATH:/usr/local/go/bin"
+need=""
+for p in btrfs-progs python3 git iproute2 util-linux procps; do
+	dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
+done
+if [ -n "$need" ]; then
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need
+fi
+go vet ./...
+CGO_ENABLED=0 go build -o /dev/null ./cmd/atoll-agent
+go test -count=1 -timeout 40m "$@" ./...
