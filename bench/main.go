@@ -1,0 +1,338 @@
+// Command bench measures atoll through its API beside peers run in the same
+// rootfs on the same machine: runc, crun, bwrap, and raw unshare+overlay+exec as
+// the floor. It builds and starts its own `atoll serve` on a fresh data
+// directory, and prints a Markdown report for docs/benchmarks.md.
+//
+//	go run ./bench [-n 100] [-clients 8]
+//
+// It needs root and the peers' Debian packages (runc, crun, bubblewrap); a
+// missing peer is reported, not fatal. Figures are reports, not pass/fail.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/atoll-dev/atoll/api"
+	atoll "github.com/atoll-dev/atoll/sdk/go"
+)
+
+func main() {
+	n := flag.Int("n", 100, "iterations per measurement")
+	clients := flag.Int("clients", 8, "concurrent clients for the concurrent run")
+	flag.Parse()
+	if os.Geteuid() != 0 {
+		fatal("bench needs root")
+	}
+	work, err := os.MkdirTemp("", "atoll-bench-")
+	check(err)
+	os.Chmod(work, 0o711)
+	srv := startServer(work)
+	defer srv.stop()
+
+	r := &report{}
+	r.machine()
+	c := atoll.New(srv.url, srv.key)
+	ctx := context.Background()
+
+	// Warm up: the first sandbox builds the host template.
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	check(err)
+	check(c.DeleteSandbox(ctx, sb.ID))
+
+	var create, exec1, del []time.Duration
+	for i := 0; i < *n; i++ {
+		t0 := time.Now()
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+		check(err)
+		create = append(create, time.Since(t0))
+		t0 = time.Now()
+		_, err = c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard)
+		check(err)
+		exec1 = append(exec1, time.Since(t0))
+		t0 = time.Now()
+		check(c.DeleteSandbox(ctx, sb.ID))
+		del = append(del, time.Since(t0))
+	}
+	r.add("atoll create → ready (API)", "sequential", create)
+	r.add("atoll first exec `true` (API)", "sequential", exec1)
+	r.add("atoll delete (API)", "sequential", del)
+
+	sb, err = c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	check(err)
+	var execs []time.Duration
+	for i := 0; i < *n*5; i++ {
+		t0 := time.Now()
+		code, err := c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard)
+		check(err)
+		if code != 0 {
+			fatal("true exited %d", code)
+		}
+		execs = append(execs, time.Since(t0))
+	}
+	r.add("atoll exec `true` round trip (API)", "sequential", execs)
+	check(c.DeleteSandbox(ctx, sb.ID))
+
+	// Concurrent clients, each creating, exec'ing and deleting.
+	var mu sync.Mutex
+	var ccreate, cexec, cdel []time.Duration
+	var wg sync.WaitGroup
+	per := max(*n / *clients, 1)
+	for w := 0; w < *clients; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < per; i++ {
+				t0 := time.Now()
+				sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+				check(err)
+				t1 := time.Now()
+				_, err = c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard)
+				check(err)
+				t2 := time.Now()
+				check(c.DeleteSandbox(ctx, sb.ID))
+				t3 := time.Now()
+				mu.Lock()
+				ccreate, cexec, cdel = append(ccreate, t1.Sub(t0)), append(cexec, t2.Sub(t1)), append(cdel, t3.Sub(t2))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	conc := fmt.Sprintf("%d clients", *clients)
+	r.add("atoll create → ready (API)", conc, ccreate)
+	r.add("atoll first exec `true` (API)", conc, cexec)
+	r.add("atoll delete (API)", conc, cdel)
+
+	peers(r, work, filepath.Join(srv.data, "layers", "templates", "host-v1"), *n)
+	r.print(os.Stdout, *n, *clients)
+}
+
+type server struct {
+	cmd       *exec.Cmd
+	data, url string
+	key       string
+}
+
+func startServer(work string) *server {
+	bin := filepath.Join(work, "atoll")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/atoll")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	build.Stderr = os.Stderr
+	check(build.Run())
+	data := filepath.Join(work, "data")
+	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--data", data, "--layer-image-size", fmt.Sprint(int64(16<<30)))
+	out, err := cmd.StdoutPipe()
+	check(err)
+	cmd.Stderr = io.Discard
+	check(cmd.Start())
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "Try:") {
+			break
+		}
+	}
+	go io.Copy(io.Discard, out)
+	url, err := os.ReadFile(filepath.Join(data, "url"))
+	check(err)
+	key, err := os.ReadFile(filepath.Join(data, "api-key"))
+	check(err)
+	return &server{cmd: cmd, data: data, url: strings.TrimSpace(string(url)), key: strings.TrimSpace(string(key))}
+}
+
+func (s *server) stop() {
+	s.cmd.Process.Signal(os.Interrupt)
+	s.cmd.Wait()
+	exec.Command("umount", "-l", filepath.Join(s.data, "layers")).Run()
+	exec.Command("umount", "-l", filepath.Join(s.data, "run")).Run()
+}
+
+// peers runs `true` in the same rootfs (the host template: its own layer with
+// the host's /usr bound read-only) with each peer that is installed.
+func peers(r *report, work, skeleton string, n int) {
+	merged := filepath.Join(work, "peer", "rootfs")
+	upper := filepath.Join(work, "peer", "upper")
+	wdir := filepath.Join(work, "peer", "work")
+	for _, d := range []string{merged, upper, wdir} {
+		check(os.MkdirAll(d, 0o755))
+	}
+	mountRoot := func() {
+		must("mount", "-t", "overlay", "overlay", "-o", "lowerdir="+skeleton+",upperdir="+upper+",workdir="+wdir, merged)
+		must("mount", "--bind", "-o", "ro", "/usr", filepath.Join(merged, "usr"))
+	}
+	umountRoot := func() {
+		must("umount", filepath.Join(merged, "usr"))
+		must("umount", merged)
+		os.RemoveAll(upper)
+		os.RemoveAll(wdir)
+		os.MkdirAll(upper, 0o755)
+		os.MkdirAll(wdir, 0o755)
+	}
+
+	// The floor: a fresh overlay, then unshare into new namespaces and exec.
+	if _, err := exec.LookPath("unshare"); err == nil {
+		var ds []time.Duration
+		for i := 0; i < n; i++ {
+			t0 := time.Now()
+			mountRoot()
+			must("unshare", "--fork", "--pid", "--mount", "--uts", "--ipc", "--net", "--user", "--map-root-user",
+				"--root="+merged, "/usr/bin/true")
+			umountRoot()
+			ds = append(ds, time.Since(t0))
+		}
+		r.add("floor: overlay mount + unshare + exec `true`", "sequential", ds)
+	}
+
+	mountRoot()
+	defer umountRoot()
+	bundle := filepath.Join(work, "peer")
+	writeOCIConfig(filepath.Join(bundle, "config.json"))
+	for _, rt := range []string{"runc", "crun"} {
+		if _, err := exec.LookPath(rt); err != nil {
+			r.missing(rt)
+			continue
+		}
+		var ds []time.Duration
+		for i := 0; i < n; i++ {
+			id := fmt.Sprintf("atoll-bench-%d", i)
+			t0 := time.Now()
+			must(rt, "run", "--bundle", bundle, id)
+			ds = append(ds, time.Since(t0))
+			exec.Command(rt, "delete", "-f", id).Run()
+		}
+		r.add(rt+" run `true`", "sequential", ds)
+	}
+	if _, err := exec.LookPath("bwrap"); err == nil {
+		var ds []time.Duration
+		for i := 0; i < n; i++ {
+			t0 := time.Now()
+			must("bwrap", "--bind", merged, "/", "--ro-bind", "/usr", "/usr", "--proc", "/proc", "--dev", "/dev",
+				"--unshare-all", "/usr/bin/true")
+			ds = append(ds, time.Since(t0))
+		}
+		r.add("bwrap `true`", "sequential", ds)
+	} else {
+		r.missing("bwrap")
+	}
+}
+
+// writeOCIConfig writes a runtime-spec config like `runc spec`'s default, with
+// the host's /usr bound read-only and `true` as the process.
+func writeOCIConfig(path string) {
+	cfg := map[string]any{
+		"ociVersion": "1.0.2",
+		"process": map[string]any{
+			"terminal": false, "user": map[string]int{"uid": 0, "gid": 0},
+			"args": []string{"/usr/bin/true"}, "env": []string{"PATH=/usr/bin:/bin"}, "cwd": "/",
+			"noNewPrivileges": true,
+		},
+		"root":     map[string]any{"path": "rootfs", "readonly": false},
+		"hostname": "bench",
+		"mounts": []map[string]any{
+			{"destination": "/proc", "type": "proc", "source": "proc"},
+			{"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+			{"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+			{"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": []string{"nosuid", "noexec", "nodev", "ro"}},
+			{"destination": "/usr", "type": "bind", "source": "/usr", "options": []string{"rbind", "ro"}},
+		},
+		"linux": map[string]any{
+			"namespaces": []map[string]string{{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}, {"type": "cgroup"}},
+			"resources":  map[string]any{"memory": map[string]int64{"limit": 1 << 30}, "pids": map[string]int64{"limit": 1024}},
+		},
+	}
+	b, err := json.MarshalIndent(cfg, "", "  ")
+	check(err)
+	check(os.WriteFile(path, b, 0o644))
+}
+
+type row struct {
+	name, mode string
+	p50, p99   time.Duration
+	n          int
+}
+
+type report struct {
+	rows    []row
+	missed  []string
+	cpu     string
+	kernel  string
+	started time.Time
+}
+
+func (r *report) machine() {
+	r.started = time.Now()
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				r.cpu = strings.TrimSpace(strings.SplitN(l, ":", 2)[1])
+				break
+			}
+		}
+	}
+	if b, err := exec.Command("uname", "-r").Output(); err == nil {
+		r.kernel = strings.TrimSpace(string(b))
+	}
+}
+
+func (r *report) add(name, mode string, ds []time.Duration) {
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	p := func(q float64) time.Duration { return ds[min(int(q*float64(len(ds))), len(ds)-1)] }
+	r.rows = append(r.rows, row{name: name, mode: mode, p50: p(0.5), p99: p(0.99), n: len(ds)})
+}
+
+func (r *report) missing(name string) { r.missed = append(r.missed, name) }
+
+func (r *report) print(w io.Writer, n, clients int) {
+	fmt.Fprintf(w, "Machine: %s, %d cores, kernel %s, %s\n\n", r.cpu, runtime.NumCPU(), r.kernel, r.started.UTC().Format("2006-01-02"))
+	fmt.Fprintf(w, "Command: `go run ./bench -n %d -clients %d`\n\n", n, clients)
+	var runc time.Duration
+	for _, x := range r.rows {
+		if x.name == "runc run `true`" {
+			runc = x.p50
+		}
+	}
+	fmt.Fprintln(w, "| measurement | mode | n | p50 | p99 | p50 vs runc run |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	for _, x := range r.rows {
+		ratio := "–"
+		if runc > 0 {
+			ratio = fmt.Sprintf("%.2f×", float64(x.p50)/float64(runc))
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s |\n", x.name, x.mode, x.n, ms(x.p50), ms(x.p99), ratio)
+	}
+	if len(r.missed) > 0 {
+		fmt.Fprintf(w, "\nNot installed, not measured: %s\n", strings.Join(r.missed, ", "))
+	}
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
+
+func must(name string, args ...string) {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		fatal("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+func check(err error) {
+	if err != nil {
+		fatal("%v", err)
+	}
+}
+
+func fatal(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+	os.Exit(1)
+}

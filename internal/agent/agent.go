@@ -1,0 +1,311 @@
+// Package agent is atoll-agent, the PID 1 of every sandbox: it starts and
+// supervises processes, reaps orphans, and serves files, all over the HTTP
+// protocol of docs/agent-protocol.md on a listener the node hands it. The same
+// package holds Client, the node's side of that protocol.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+)
+
+// Limits.
+const (
+	maxJSONBody     = 1 << 20  // bytes of a JSON request body
+	chunkSize       = 32 << 10 // bytes of output per stdout/stderr event
+	keepExited      = 256      // exited background processes still listed
+	defaultTarBytes = 16 << 30 // file content bytes of one uploaded tar
+	defaultTarFiles = 1 << 20  // entries of one uploaded tar
+	shutdownGrace   = 5 * time.Second
+)
+
+// Config configures an Agent. The zero value of every field but Listener is a
+// documented default.
+type Config struct {
+	// Listener is where Run serves the protocol.
+	Listener net.Listener
+	// DefaultEnv is added to every process's environment; requests override it.
+	DefaultEnv map[string]string
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Reap makes the agent reap every child of the process, not just its own,
+	// with one wait4(-1) loop: set it when the agent is PID 1 or a child
+	// subreaper. Without it each started process is waited for by pid.
+	Reap bool
+	// EtcDir holds the passwd and group files users are looked up in;
+	// default "/etc".
+	EtcDir string
+}
+
+// Agent serves the agent protocol. Create it with New.
+type Agent struct {
+	cfg    Config
+	log    *slog.Logger
+	etcDir string
+
+	maxTarBytes int64
+	maxTarFiles int
+
+	wg        sync.WaitGroup // process monitors, output readers, waiters
+	closing   chan struct{}  // closed by Close; unblocks stalled streams
+	closeOnce sync.Once
+
+	reaperStop chan struct{}
+	reaperDone chan struct{}
+
+	// reapMu is held across starting a process and registering it in waiters
+	// so the reaper cannot collect a status before the pid is known.
+	reapMu  sync.Mutex
+	waiters map[int]*process
+
+	procMu sync.Mutex
+	procs  map[int]*process // running processes and the last exited background ones
+	exited []*process       // exited background processes, oldest first
+	closed bool
+}
+
+// New returns an Agent for cfg. With cfg.Reap it starts reaping at once.
+func New(cfg Config) (*Agent, error) {
+	for k, v := range cfg.DefaultEnv {
+		if err := checkEnv(k, v); err != nil {
+			return nil, fmt.Errorf("default env: %w", err)
+		}
+	}
+	a := &Agent{
+		cfg:         cfg,
+		log:         cfg.Logger,
+		etcDir:      cfg.EtcDir,
+		maxTarBytes: defaultTarBytes,
+		maxTarFiles: defaultTarFiles,
+		closing:     make(chan struct{}),
+		waiters:     make(map[int]*process),
+		procs:       make(map[int]*process),
+	}
+	if a.log == nil {
+		a.log = slog.Default()
+	}
+	if a.etcDir == "" {
+		a.etcDir = "/etc"
+	}
+	if cfg.Reap {
+		a.reaperStop = make(chan struct{})
+		a.reaperDone = make(chan struct{})
+		go a.reaper()
+	}
+	return a, nil
+}
+
+// Run serves the protocol on cfg.Listener until ctx is done, then shuts the
+// server down. Requests in flight see their context cancelled.
+func (a *Agent) Run(ctx context.Context) error {
+	if a.cfg.Listener == nil {
+		return errors.New("agent: no listener")
+	}
+	srv := &http.Server{
+		Handler:           a.Handler(),
+		ReadHeaderTimeout: 30 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(a.cfg.Listener) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serving: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		srv.Close()
+	}
+	<-errc
+	return nil
+}
+
+// Close kills every process the agent started, waits for them, and stops
+// reaping. Call it after Run has returned.
+func (a *Agent) Close() error {
+	a.closeOnce.Do(func() {
+		a.procMu.Lock()
+		a.closed = true
+		for _, p := range a.procs {
+			p.kill()
+		}
+		a.procMu.Unlock()
+		close(a.closing)
+		a.wg.Wait()
+		if a.reaperStop != nil {
+			close(a.reaperStop)
+			<-a.reaperDone
+		}
+	})
+	return nil
+}
+
+// Handler returns the protocol's HTTP handler.
+func (a *Agent) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", a.handleHealth)
+
+	mux.HandleFunc("POST /exec", a.handleExec)
+	mux.HandleFunc("GET /processes", a.handleListProcesses)
+	mux.HandleFunc("GET /processes/{pid}", a.handleGetProcess)
+	mux.HandleFunc("GET /processes/{pid}/attach", a.handleAttach)
+	mux.HandleFunc("POST /processes/{pid}/stdin", a.handleStdin)
+	mux.HandleFunc("POST /processes/{pid}/stdin/close", a.handleStdinClose)
+	mux.HandleFunc("POST /processes/{pid}/signal", a.handleSignal)
+	mux.HandleFunc("POST /processes/{pid}/resize", a.handleResize)
+	mux.HandleFunc("GET /processes/{pid}/ws", a.handleWebsocket)
+
+	mux.HandleFunc("GET /files", a.handleReadFile)
+	mux.HandleFunc("PUT /files", a.handleWriteFile)
+	mux.HandleFunc("DELETE /files", a.handleRemove)
+	mux.HandleFunc("GET /files/stat", a.handleStat)
+	mux.HandleFunc("GET /files/list", a.handleList)
+	mux.HandleFunc("POST /files/mkdir", a.handleMkdir)
+	mux.HandleFunc("POST /files/rename", a.handleRename)
+	mux.HandleFunc("POST /files/chmod", a.handleChmod)
+	mux.HandleFunc("GET /files/tar", a.handleTarGet)
+	mux.HandleFunc("PUT /files/tar", a.handleTarPut)
+	mux.HandleFunc("GET /files/watch", a.handleWatch)
+
+	return a.recoverer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The mux's own 404 and 405 answers are plain text; ours are JSON.
+		if _, pattern := mux.Handler(r); pattern == "" {
+			writeError(w, errorf(errdefs.ErrNotFound, "no endpoint %s %s", r.Method, r.URL.Path))
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
+}
+
+// recoverer turns a panic into a 500 JSON answer as a last resort.
+func (a *Agent) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			a.log.Error("panic serving request", "op", r.Method+" "+r.URL.Path, "panic", v)
+			writeJSON(w, http.StatusInternalServerError, api.Error{Code: "internal", Message: "internal error"})
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, api.Health{Status: "ok"})
+}
+
+// kindError is an error of one errdefs kind whose message is shown to clients
+// as is.
+type kindError struct {
+	kind error
+	msg  string
+}
+
+func (e *kindError) Error() string { return e.msg }
+func (e *kindError) Unwrap() error { return e.kind }
+
+func errorf(kind error, format string, args ...any) error {
+	return &kindError{kind: kind, msg: fmt.Sprintf(format, args...)}
+}
+
+// statusOf maps an error kind to its HTTP status: the one table.
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, errdefs.ErrInvalid):
+		return http.StatusBadRequest
+	case errors.Is(err, errdefs.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, errdefs.ErrConflict):
+		return http.StatusConflict
+	case errors.Is(err, errdefs.ErrTooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, errdefs.ErrQuota):
+		return http.StatusInsufficientStorage
+	case errors.Is(err, errdefs.ErrUnavailable):
+		return http.StatusServiceUnavailable
+	case errors.Is(err, errdefs.ErrUnauthorized):
+		return http.StatusUnauthorized
+	}
+	return http.StatusInternalServerError
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	status := statusOf(err)
+	msg := err.Error()
+	if status == http.StatusInternalServerError {
+		msg = "internal error: " + msg
+	}
+	writeJSON(w, status, api.Error{Code: errdefs.Code(err), Message: msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// decodeJSON decodes exactly one JSON value of at most maxJSONBody bytes,
+// rejecting unknown fields.
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	body := http.MaxBytesReader(w, r.Body, maxJSONBody)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			return errorf(errdefs.ErrTooLarge, "request body is larger than %d bytes", maxJSONBody)
+		}
+		if errors.Is(err, io.EOF) {
+			return errorf(errdefs.ErrInvalid, "request body is empty")
+		}
+		return errorf(errdefs.ErrInvalid, "decoding request body: %v", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			return errorf(errdefs.ErrTooLarge, "request body is larger than %d bytes", maxJSONBody)
+		}
+		return errorf(errdefs.ErrInvalid, "request body has data after the JSON value")
+	}
+	return nil
+}
+
+// ndjson writes a stream of JSON lines, flushing each.
+type ndjson struct {
+	rc  *http.ResponseController
+	enc *json.Encoder
+}
+
+// startNDJSON sends the stream's headers at once, so the client knows the
+// stream (and any subscription behind it) is established.
+func startNDJSON(w http.ResponseWriter) (*ndjson, error) {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	s := &ndjson{rc: http.NewResponseController(w), enc: json.NewEncoder(w)}
+	return s, s.rc.Flush()
+}
+
+func (s *ndjson) send(v any) error {
+	if err := s.enc.Encode(v); err != nil {
+		return err
+	}
+	return s.rc.Flush()
+}

@@ -1,0 +1,439 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+)
+
+// cleanPath checks a path from a client: absolute, no NUL; it returns it cleaned.
+func cleanPath(p string) (string, error) {
+	switch {
+	case p == "":
+		return "", errorf(errdefs.ErrInvalid, "path is required")
+	case strings.ContainsRune(p, 0):
+		return "", errorf(errdefs.ErrInvalid, "path contains NUL")
+	case !path.IsAbs(p):
+		return "", errorf(errdefs.ErrInvalid, "path %q is not absolute", p)
+	}
+	return filepath.Clean(p), nil
+}
+
+func queryPath(r *http.Request) (string, error) {
+	return cleanPath(r.URL.Query().Get("path"))
+}
+
+func queryBool(r *http.Request, name string) (bool, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, errorf(errdefs.ErrInvalid, "bad %s %q", name, v)
+	}
+	return b, nil
+}
+
+// fsError gives a file system error its kind; the message keeps the path,
+// which is the sandbox's own.
+func fsError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ke *kindError
+	if errors.As(err, &ke) {
+		return err
+	}
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return err
+	}
+	var kind error
+	switch errno {
+	case syscall.ENOENT:
+		kind = errdefs.ErrNotFound
+	case syscall.EEXIST, syscall.ENOTEMPTY, syscall.EBUSY, syscall.ETXTBSY:
+		kind = errdefs.ErrConflict
+	case syscall.ENOSPC, syscall.EDQUOT:
+		kind = errdefs.ErrQuota
+	case syscall.EMFILE, syscall.ENFILE, syscall.ENOMEM:
+		kind = errdefs.ErrUnavailable
+	case syscall.EISDIR, syscall.ENOTDIR, syscall.EINVAL, syscall.ENAMETOOLONG, syscall.ELOOP,
+		syscall.EXDEV, syscall.EACCES, syscall.EPERM, syscall.EROFS, syscall.EFBIG, syscall.EMLINK:
+		kind = errdefs.ErrInvalid
+	default:
+		return err
+	}
+	return &kindError{kind: kind, msg: err.Error()}
+}
+
+// fileMode converts chmod bits to an os.FileMode.
+func fileMode(m uint32) (os.FileMode, error) {
+	if m > 0o7777 {
+		return 0, errorf(errdefs.ErrInvalid, "bad mode %#o", m)
+	}
+	fm := os.FileMode(m & 0o777)
+	if m&syscall.S_ISUID != 0 {
+		fm |= os.ModeSetuid
+	}
+	if m&syscall.S_ISGID != 0 {
+		fm |= os.ModeSetgid
+	}
+	if m&syscall.S_ISVTX != 0 {
+		fm |= os.ModeSticky
+	}
+	return fm, nil
+}
+
+// chmodBits converts an os.FileMode back to chmod bits.
+func chmodBits(fm os.FileMode) uint32 {
+	m := uint32(fm.Perm())
+	if fm&os.ModeSetuid != 0 {
+		m |= syscall.S_ISUID
+	}
+	if fm&os.ModeSetgid != 0 {
+		m |= syscall.S_ISGID
+	}
+	if fm&os.ModeSticky != 0 {
+		m |= syscall.S_ISVTX
+	}
+	return m
+}
+
+func fileInfo(p string, fi fs.FileInfo) api.FileInfo {
+	info := api.FileInfo{
+		Name:    fi.Name(),
+		Path:    p,
+		Size:    fi.Size(),
+		Mode:    chmodBits(fi.Mode()),
+		ModTime: fi.ModTime().UTC(),
+	}
+	if p == "/" {
+		info.Name = "/"
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		info.UID, info.GID = int(st.Uid), int(st.Gid)
+	}
+	switch {
+	case fi.Mode().IsRegular():
+		info.Type = api.FileTypeFile
+	case fi.IsDir():
+		info.Type = api.FileTypeDir
+	case fi.Mode()&os.ModeSymlink != 0:
+		info.Type = api.FileTypeSymlink
+		info.Target, _ = os.Readlink(p)
+	default:
+		info.Type = api.FileTypeOther
+	}
+	return info
+}
+
+func lstat(p string) (api.FileInfo, error) {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return api.FileInfo{}, fsError(err)
+	}
+	return fileInfo(p, fi), nil
+}
+
+func (a *Agent) handleReadFile(w http.ResponseWriter, r *http.Request) {
+	p, err := queryPath(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	// O_NONBLOCK so a fifo cannot hang the open; it is refused below anyway.
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		writeError(w, fsError(err))
+		return
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		writeError(w, fsError(err))
+		return
+	}
+	if fi.IsDir() {
+		writeError(w, errorf(errdefs.ErrInvalid, "%s is a directory", p))
+		return
+	}
+	if !fi.Mode().IsRegular() {
+		writeError(w, errorf(errdefs.ErrInvalid, "%s is not a regular file", p))
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	// Files like those in /proc report size 0 yet have content: stream them chunked.
+	if fi.Size() > 0 {
+		w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
+		io.CopyN(w, f, fi.Size())
+		return
+	}
+	io.Copy(w, f)
+}
+
+func (a *Agent) handleWriteFile(w http.ResponseWriter, r *http.Request) {
+	info, err := a.writeFile(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+// writeFile streams the body to a temporary file next to the target and
+// renames it into place, so readers never see half a file.
+func (a *Agent) writeFile(r *http.Request) (api.FileInfo, error) {
+	p, err := queryPath(r)
+	if err != nil {
+		return api.FileInfo{}, err
+	}
+	mode, modeGiven := os.FileMode(0o644), false
+	if s := r.URL.Query().Get("mode"); s != "" {
+		m, err := strconv.ParseUint(s, 8, 32)
+		if err != nil {
+			return api.FileInfo{}, errorf(errdefs.ErrInvalid, "bad mode %q: want octal", s)
+		}
+		if mode, err = fileMode(uint32(m)); err != nil {
+			return api.FileInfo{}, err
+		}
+		modeGiven = true
+	}
+	// Write through a symlink, as a shell redirection would.
+	target := p
+	if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			target = real
+		}
+	}
+	uid, gid := -1, -1
+	if fi, err := os.Stat(target); err == nil {
+		if fi.IsDir() {
+			return api.FileInfo{}, errorf(errdefs.ErrInvalid, "%s is a directory", p)
+		}
+		if fi.Mode().IsRegular() {
+			if !modeGiven {
+				mode = fi.Mode() & (os.ModePerm | os.ModeSetuid | os.ModeSetgid | os.ModeSticky)
+			}
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				uid, gid = int(st.Uid), int(st.Gid)
+			}
+		}
+	}
+	dir := filepath.Dir(target)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return api.FileInfo{}, fsError(err)
+	}
+	tmp, err := os.CreateTemp(dir, ".atoll-write-*")
+	if err != nil {
+		return api.FileInfo{}, fsError(err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := io.Copy(tmp, r.Body); err != nil {
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			return api.FileInfo{}, errorf(errdefs.ErrTooLarge, "body too large")
+		}
+		return api.FileInfo{}, fsError(fmt.Errorf("writing %s: %w", p, err))
+	}
+	if uid >= 0 {
+		if err := tmp.Chown(uid, gid); err != nil {
+			return api.FileInfo{}, fsError(err)
+		}
+	}
+	// After chown, which clears setuid bits.
+	if err := tmp.Chmod(mode); err != nil {
+		return api.FileInfo{}, fsError(err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return api.FileInfo{}, fsError(err)
+	}
+	if err := tmp.Close(); err != nil {
+		return api.FileInfo{}, fsError(err)
+	}
+	if err := os.Rename(tmp.Name(), target); err != nil {
+		return api.FileInfo{}, fsError(err)
+	}
+	ok = true
+	return lstat(target)
+}
+
+func (a *Agent) handleRemove(w http.ResponseWriter, r *http.Request) {
+	err := func() error {
+		p, err := queryPath(r)
+		if err != nil {
+			return err
+		}
+		recursive, err := queryBool(r, "recursive")
+		if err != nil {
+			return err
+		}
+		if p == "/" {
+			return errorf(errdefs.ErrInvalid, "refusing to remove /")
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return fsError(err)
+		}
+		if recursive {
+			return fsError(os.RemoveAll(p))
+		}
+		if err := os.Remove(p); err != nil {
+			if fi.IsDir() && errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST) {
+				return errorf(errdefs.ErrConflict, "directory %s is not empty; set recursive", p)
+			}
+			return fsError(err)
+		}
+		return nil
+	}()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *Agent) handleStat(w http.ResponseWriter, r *http.Request) {
+	p, err := queryPath(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	info, err := lstat(p)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+func (a *Agent) handleList(w http.ResponseWriter, r *http.Request) {
+	p, err := queryPath(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	entries, err := os.ReadDir(p)
+	if err != nil {
+		writeError(w, fsError(err))
+		return
+	}
+	list := api.FileList{Files: []api.FileInfo{}}
+	for _, e := range entries {
+		fp := filepath.Join(p, e.Name())
+		fi, err := e.Info()
+		if err != nil {
+			continue // removed since ReadDir
+		}
+		list.Files = append(list.Files, fileInfo(fp, fi))
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (a *Agent) handleMkdir(w http.ResponseWriter, r *http.Request) {
+	info, err := func() (api.FileInfo, error) {
+		var req api.MkdirRequest
+		if err := decodeJSON(w, r, &req); err != nil {
+			return api.FileInfo{}, err
+		}
+		p, err := cleanPath(req.Path)
+		if err != nil {
+			return api.FileInfo{}, err
+		}
+		mode := os.FileMode(0o755)
+		if req.Mode != 0 {
+			if mode, err = fileMode(req.Mode); err != nil {
+				return api.FileInfo{}, err
+			}
+		}
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			return api.FileInfo{}, errorf(errdefs.ErrConflict, "%s exists and is not a directory", p)
+		}
+		if err := os.MkdirAll(p, mode); err != nil {
+			return api.FileInfo{}, fsError(err)
+		}
+		if req.Mode != 0 { // MkdirAll's mode is subject to the umask
+			if err := os.Chmod(p, mode); err != nil {
+				return api.FileInfo{}, fsError(err)
+			}
+		}
+		return lstat(p)
+	}()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+func (a *Agent) handleRename(w http.ResponseWriter, r *http.Request) {
+	info, err := func() (api.FileInfo, error) {
+		var req api.RenameRequest
+		if err := decodeJSON(w, r, &req); err != nil {
+			return api.FileInfo{}, err
+		}
+		from, err := cleanPath(req.From)
+		if err != nil {
+			return api.FileInfo{}, fmt.Errorf("from: %w", err)
+		}
+		to, err := cleanPath(req.To)
+		if err != nil {
+			return api.FileInfo{}, fmt.Errorf("to: %w", err)
+		}
+		if from == "/" || to == "/" {
+			return api.FileInfo{}, errorf(errdefs.ErrInvalid, "cannot rename /")
+		}
+		if err := os.Rename(from, to); err != nil {
+			return api.FileInfo{}, fsError(err)
+		}
+		return lstat(to)
+	}()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+func (a *Agent) handleChmod(w http.ResponseWriter, r *http.Request) {
+	info, err := func() (api.FileInfo, error) {
+		var req api.ChmodRequest
+		if err := decodeJSON(w, r, &req); err != nil {
+			return api.FileInfo{}, err
+		}
+		p, err := cleanPath(req.Path)
+		if err != nil {
+			return api.FileInfo{}, err
+		}
+		mode, err := fileMode(req.Mode)
+		if err != nil {
+			return api.FileInfo{}, err
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			return api.FileInfo{}, fsError(err)
+		}
+		return lstat(p)
+	}()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
+}
