@@ -1,0 +1,482 @@
+package main
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/testenv"
+	atoll "github.com/atoll-dev/atoll/sdk/go"
+)
+
+// These tests run the real `atoll serve` binary as root on a fresh data
+// directory and drive it through the SDK and the CLI.
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+func atollBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "atoll-bin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		os.Chmod(dir, 0o711)
+		binPath = filepath.Join(dir, "atoll")
+		cmd := exec.Command("go", "build", "-o", binPath, ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("%v: %s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+type daemon struct {
+	t    *testing.T
+	bin  string
+	data string
+	cmd  *exec.Cmd
+	url  string
+	key  string
+	out  bytes.Buffer
+}
+
+func startDaemon(t *testing.T, data string) *daemon {
+	t.Helper()
+	d := &daemon{t: t, bin: atollBinary(t), data: data}
+	d.start()
+	t.Cleanup(func() {
+		d.kill()
+		// Sandboxes outlive the daemon by design; the test removes them.
+		d2 := &daemon{t: t, bin: d.bin, data: data}
+		d2.start()
+		c := d2.client()
+		sbs, _ := c.ListSandboxes(context.Background(), atoll.ListOptions{})
+		for _, sb := range sbs {
+			c.DeleteSandbox(context.Background(), sb.ID)
+		}
+		d2.kill()
+		exec.Command("umount", "-l", filepath.Join(data, "layers")).Run()
+		exec.Command("umount", "-l", filepath.Join(data, "run")).Run()
+	})
+	return d
+}
+
+func (d *daemon) start() {
+	d.t.Helper()
+	d.cmd = exec.Command(d.bin, "serve", "--listen", "127.0.0.1:0", "--data", d.data, "--layer-image-size", fmt.Sprint(int64(8<<30)))
+	stdout, err := d.cmd.StdoutPipe()
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	d.cmd.Stderr = &d.out
+	if err := d.cmd.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	var banner []string
+	for sc.Scan() {
+		banner = append(banner, sc.Text())
+		if strings.HasPrefix(sc.Text(), "Try:") {
+			break
+		}
+	}
+	go io.Copy(io.Discard, stdout)
+	if len(banner) == 0 {
+		d.cmd.Wait()
+		d.t.Fatalf("atoll serve did not start: %s", d.out.String())
+	}
+	url, err := os.ReadFile(filepath.Join(d.data, "url"))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	key, err := os.ReadFile(filepath.Join(d.data, "api-key"))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	d.url, d.key = strings.TrimSpace(string(url)), strings.TrimSpace(string(key))
+}
+
+// kill ends the daemon with SIGKILL, as a crash would.
+func (d *daemon) kill() {
+	if d.cmd != nil && d.cmd.Process != nil {
+		d.cmd.Process.Kill()
+		d.cmd.Wait()
+	}
+}
+
+func (d *daemon) client() *atoll.Client { return atoll.New(d.url, d.key) }
+
+// cli runs the atoll CLI against the daemon and returns stdout and exit code.
+func (d *daemon) cli(args ...string) (string, int) {
+	cmd := exec.Command(d.bin, args...)
+	cmd.Env = append(os.Environ(), "ATOLL_URL="+d.url, "ATOLL_API_KEY="+d.key)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		d.t.Fatal(err)
+	}
+	return string(out) + stderr.String(), code
+}
+
+func sh(t *testing.T, c *atoll.Client, id, script string) (string, int) {
+	t.Helper()
+	var out bytes.Buffer
+	code, err := c.Exec(context.Background(), id, api.ExecRequest{Shell: script}, &out, &out)
+	if err != nil {
+		t.Fatalf("exec %q: %v", script, err)
+	}
+	return out.String(), code
+}
+
+// leftovers lists host resources that carry a sandbox ID: mounts, cgroups,
+// run and layer directories, and processes in a sandbox's cgroup.
+func leftovers(data string, ids ...string) []string {
+	var out []string
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, id := range ids {
+		if bytes.Contains(mi, []byte(id)) {
+			out = append(out, "mount of "+id)
+		}
+		for _, p := range []string{
+			"/sys/fs/cgroup/memory/atoll/" + id, "/sys/fs/cgroup/pids/atoll/" + id,
+			"/sys/fs/cgroup/cpu/atoll/" + id, "/sys/fs/cgroup/freezer/atoll/" + id,
+			"/sys/fs/cgroup/atoll/" + id,
+			filepath.Join(data, "run", id), filepath.Join(data, "layers", "sandboxes", id),
+		} {
+			if _, err := os.Stat(p); err == nil {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+func TestServeEndToEnd(t *testing.T) {
+	testenv.RequireRoot(t)
+	data := filepath.Join(testenv.Dir(t), "data")
+	d := startDaemon(t, data)
+	if fi, err := os.Stat(filepath.Join(data, "api-key")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("api-key file: %v %v", fi.Mode(), err)
+	}
+
+	out, code := d.cli("create", "--label", "suite=e2e", "--env", "GREETING=hello")
+	if code != 0 {
+		t.Fatalf("atoll create: %s", out)
+	}
+	id := strings.TrimSpace(out)
+	if out, code := d.cli("exec", id, "--", "python3", "-c", "print(1)"); code != 0 || out != "1\n" {
+		t.Fatalf("python3: %q %d", out, code)
+	}
+	if out, code := d.cli("exec", id, "--", "sh", "-c", "echo $GREETING; exit 7"); code != 7 || out != "hello\n" {
+		t.Errorf("exit code passthrough: %q %d", out, code)
+	}
+	if out, code := d.cli("exec", id, "--", "sh", "-c", "echo kept > /root/state && mkdir -p /home/user/proj && echo x > /home/user/proj/f"); code != 0 {
+		t.Fatal(out)
+	}
+	c := d.client()
+	ctx := context.Background()
+
+	// Stop and start: files exactly as left.
+	if out, code := d.cli("stop", id); code != 0 {
+		t.Fatal(out)
+	}
+	if _, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard); !errors.Is(err, atoll.ErrConflict) {
+		t.Errorf("exec on stopped sandbox: %v, want conflict", err)
+	}
+	if _, err := c.StopSandbox(ctx, id); !errors.Is(err, atoll.ErrConflict) {
+		t.Errorf("double stop: %v", err)
+	}
+	if out, code := d.cli("start", id); code != 0 {
+		t.Fatal(out)
+	}
+	if _, err := c.StartSandbox(ctx, id); !errors.Is(err, atoll.ErrConflict) {
+		t.Errorf("double start: %v", err)
+	}
+	if out, _ := sh(t, c, id, "cat /root/state /home/user/proj/f"); out != "kept\nx\n" {
+		t.Errorf("after stop/start: %q", out)
+	}
+
+	// A background process survives a daemon crash; the sandbox is re-adopted.
+	p, err := c.StartProcess(ctx, id, api.ExecRequest{Shell: "while true; do date +%s%N >> /root/ticks; sleep 0.05; done", Background: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.kill()
+	time.Sleep(300 * time.Millisecond)
+	d.start()
+	c = d.client()
+	sb, err := c.GetSandbox(ctx, id)
+	if err != nil || sb.State != api.StateRunning {
+		t.Fatalf("after daemon restart: %+v %v", sb, err)
+	}
+	before, _ := sh(t, c, id, "wc -l < /root/ticks")
+	time.Sleep(300 * time.Millisecond)
+	after, _ := sh(t, c, id, "wc -l < /root/ticks")
+	if before >= after && len(before) >= len(after) {
+		t.Errorf("background process stopped across the daemon restart: %s -> %s", before, after)
+	}
+	if err := c.Signal(ctx, id, p.PID, "KILL"); err != nil {
+		t.Errorf("kill background process: %v", err)
+	}
+
+	// cp both ways, files and directories.
+	src := filepath.Join(testenv.Dir(t), "src")
+	os.MkdirAll(filepath.Join(src, "sub"), 0o755)
+	os.WriteFile(filepath.Join(src, "sub", "a.txt"), []byte("A"), 0o644)
+	if out, code := d.cli("cp", src, id+":/root/up"); code != 0 {
+		t.Fatal(out)
+	}
+	if out, _ := sh(t, c, id, "cat /root/up/sub/a.txt"); out != "A" {
+		t.Errorf("uploaded dir: %q", out)
+	}
+	dst := filepath.Join(testenv.Dir(t), "down")
+	if out, code := d.cli("cp", id+":/root/up", dst); code != 0 {
+		t.Fatal(out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dst, "sub", "a.txt")); string(b) != "A" {
+		t.Errorf("downloaded dir: %q", b)
+	}
+
+	// rm: everything released.
+	if out, code := d.cli("rm", id); code != 0 {
+		t.Fatal(out)
+	}
+	if _, err := c.GetSandbox(ctx, id); !errors.Is(err, atoll.ErrNotFound) {
+		t.Errorf("get after rm: %v", err)
+	}
+	if err := c.DeleteSandbox(ctx, id); !errors.Is(err, atoll.ErrNotFound) {
+		t.Errorf("double rm: %v", err)
+	}
+	if left := leftovers(data, id); len(left) > 0 {
+		t.Errorf("left after rm: %v", left)
+	}
+}
+
+func TestServeNeedsRoot(t *testing.T) {
+	testenv.RequireRoot(t)
+	cmd := exec.Command(atollBinary(t), "serve", "--data", testenv.Dir(t))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "needs root") {
+		t.Errorf("atoll serve as nobody: %v: %s", err, out)
+	}
+}
+
+// TestKillDuringCreate kills the daemon while creates are in flight: after a
+// restart every listed sandbox works, and nothing is left of the others.
+func TestKillDuringCreate(t *testing.T) {
+	testenv.RequireRoot(t)
+	data := filepath.Join(testenv.Dir(t), "data")
+	d := startDaemon(t, data)
+	c := d.client()
+	ctx := context.Background()
+	// Warm the template so creates are in their interesting part.
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.DeleteSandbox(ctx, sb.ID)
+
+	for round, delay := range []time.Duration{5 * time.Millisecond, 20 * time.Millisecond, 45 * time.Millisecond} {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var acked []string
+		for i := 0; i < 4; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+				if err == nil {
+					mu.Lock()
+					acked = append(acked, sb.ID)
+					mu.Unlock()
+				}
+			}()
+		}
+		time.Sleep(delay)
+		d.kill()
+		wg.Wait()
+		d.start()
+		c = d.client()
+		sbs, err := c.ListSandboxes(ctx, atoll.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed := map[string]bool{}
+		for _, sb := range sbs {
+			listed[sb.ID] = true
+			if sb.State != api.StateRunning {
+				t.Errorf("round %d: sandbox %s is %s after restart", round, sb.ID, sb.State)
+				continue
+			}
+			if out, code := sh(t, c, sb.ID, "echo ok"); out != "ok\n" || code != 0 {
+				t.Errorf("round %d: sandbox %s does not work: %q", round, sb.ID, out)
+			}
+		}
+		for _, id := range acked {
+			if !listed[id] {
+				t.Errorf("round %d: acknowledged sandbox %s is gone", round, id)
+			}
+		}
+		// Nothing on the host that no listed sandbox owns.
+		ents, _ := os.ReadDir(filepath.Join(data, "layers", "sandboxes"))
+		for _, e := range ents {
+			if !listed[e.Name()] {
+				t.Errorf("round %d: writable layer %s has no sandbox", round, e.Name())
+			}
+		}
+		ents, _ = os.ReadDir("/sys/fs/cgroup/memory/atoll")
+		for _, e := range ents {
+			if e.IsDir() && len(e.Name()) == 20 && !listed[e.Name()] && strings.Contains(d.out.String()+"", "") {
+				if _, err := os.Stat(filepath.Join(data, "layers", "sandboxes", e.Name())); err == nil {
+					t.Errorf("round %d: cgroup %s has no sandbox", round, e.Name())
+				}
+			}
+		}
+		for _, sb := range sbs {
+			if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+				t.Errorf("delete %s: %v", sb.ID, err)
+			}
+			if left := leftovers(data, sb.ID); len(left) > 0 {
+				t.Errorf("left after delete: %v", left)
+			}
+		}
+	}
+}
+
+// TestHostileInput sends bad input through the real server: every answer is
+// a 4xx JSON error and the host is untouched.
+func TestHostileInput(t *testing.T) {
+	testenv.RequireRoot(t)
+	data := filepath.Join(testenv.Dir(t), "data")
+	d := startDaemon(t, data)
+	c := d.client()
+	ctx := context.Background()
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sb.ID
+	hostShadow, _ := os.ReadFile("/etc/shadow")
+	marker := filepath.Join(testenv.Dir(t), "marker")
+	os.WriteFile(marker, []byte("host"), 0o644)
+
+	raw := func(method, path string, body io.Reader) (int, string) {
+		req, _ := http.NewRequest(method, d.url+path, body)
+		req.Header.Set("Authorization", "Bearer "+d.key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	cases := []struct {
+		name, method, path, body string
+		want                     int
+	}{
+		{"unknown field", "POST", "/v1/sandboxes", `{"templat":"host"}`, 400},
+		{"malformed json", "POST", "/v1/sandboxes", `{"cpu":`, 400},
+		{"negative cpu", "POST", "/v1/sandboxes", `{"cpu":-1}`, 400},
+		{"huge memory", "POST", "/v1/sandboxes", `{"memory_mib":99999999999}`, 400},
+		{"unknown template", "POST", "/v1/sandboxes", `{"template":"nope"}`, 404},
+		{"bad label", "POST", "/v1/sandboxes", `{"labels":{"a b":"c"}}`, 400},
+		{"env with NUL", "POST", "/v1/sandboxes", `{"env":{"A\u0000":"b"}}`, 400},
+		{"malformed id", "GET", "/v1/sandboxes/..%2f..%2fetc", "", 400},
+		{"unknown id", "GET", "/v1/sandboxes/aaaaaaaaaaaaaaaaaaaa", "", 404},
+		{"exec unknown id", "POST", "/v1/sandboxes/aaaaaaaaaaaaaaaaaaaa/exec", `{"cmd":["true"]}`, 404},
+		{"relative path", "GET", "/v1/sandboxes/" + id + "/files?path=etc/passwd", "", 400},
+		{"NUL path", "GET", "/v1/sandboxes/" + id + "/files?path=/etc%00", "", 400},
+		{"exec unknown field", "POST", "/v1/sandboxes/" + id + "/exec", `{"command":"x"}`, 400},
+		{"unknown pid", "GET", "/v1/sandboxes/" + id + "/processes/999999", "", 404},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := raw(tc.method, tc.path, strings.NewReader(tc.body))
+			if code != tc.want || !strings.Contains(body, `"code"`) {
+				t.Errorf("%s %s: %d %s, want %d with a JSON error", tc.method, tc.path, code, body, tc.want)
+			}
+		})
+	}
+	t.Run("huge body", func(t *testing.T) {
+		code, _ := raw("POST", "/v1/sandboxes", strings.NewReader(`{"labels":{"a":"`+strings.Repeat("x", 4<<20)+`"}}`))
+		if code != 413 && code != 400 {
+			t.Errorf("4 MiB create body: %d", code)
+		}
+	})
+
+	// Traversal and symlinks resolve inside the sandbox: reading "../../etc/shadow"
+	// or through a symlink to /etc/shadow yields the sandbox's file, never the host's.
+	sh(t, c, id, "ln -s /etc/shadow /root/link; ln -s ../../../../../../etc/shadow /root/rel")
+	for _, p := range []string{"/root/../../../etc/shadow", "/root/link", "/root/rel"} {
+		rc, err := c.ReadFile(ctx, id, p)
+		if err != nil {
+			t.Errorf("read %s: %v", p, err)
+			continue
+		}
+		b, _ := io.ReadAll(rc)
+		rc.Close()
+		if len(hostShadow) > 0 && bytes.Equal(b, hostShadow) || !bytes.HasPrefix(b, []byte("root:*:")) {
+			t.Errorf("read %s gave %q, want the sandbox's shadow", p, b)
+		}
+	}
+	// Writing through a symlink that points at a host path writes inside the sandbox.
+	sh(t, c, id, "ln -s "+marker+" /root/tohost; mkdir -p "+filepath.Dir(marker))
+	if _, err := c.WriteFile(ctx, id, "/root/tohost", strings.NewReader("sandbox"), 0o644); err != nil {
+		t.Errorf("write through symlink: %v", err)
+	}
+	if b, _ := os.ReadFile(marker); string(b) != "host" {
+		t.Errorf("host file changed to %q", b)
+	}
+
+	// Tar slip: refused with a 4xx, nothing written outside the target.
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	tw.WriteHeader(&tar.Header{Name: "../../../../../../" + strings.TrimPrefix(marker, "/"), Mode: 0o644, Size: 4, Typeflag: tar.TypeReg})
+	tw.Write([]byte("slip"))
+	tw.Close()
+	err = c.UploadTar(ctx, id, "/root/dst", &buf)
+	var ae *atoll.Error
+	if !errors.As(err, &ae) || ae.StatusCode < 400 || ae.StatusCode >= 500 {
+		t.Errorf("tar slip upload: %v, want a 4xx", err)
+	}
+	if b, _ := os.ReadFile(marker); string(b) != "host" {
+		t.Errorf("host file changed to %q", b)
+	}
+
+	// Wrong or missing key.
+	bad := atoll.New(d.url, "atoll_wrong")
+	if _, err := bad.ListSandboxes(ctx, atoll.ListOptions{}); !errors.Is(err, atoll.ErrUnauthorized) {
+		t.Errorf("wrong key: %v", err)
+	}
+}

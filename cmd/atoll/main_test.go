@@ -1,0 +1,210 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/atoll-dev/atoll/api"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+
+// golden compares got with testdata/name.golden, or rewrites it with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	file := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("%s differs (-want +got); run go test -update if the change is right:\n%s", file, diff)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{
+		{}, {"create"}, {"ls"}, {"inspect"}, {"exec"}, {"shell"}, {"cp"}, {"stop"}, {"start"}, {"rm"},
+	} {
+		name := "help-" + strings.Join(append([]string{"atoll"}, args...), "-")
+		t.Run(name, func(t *testing.T) {
+			root := newRootCmd()
+			var out bytes.Buffer
+			root.SetOut(&out)
+			root.SetErr(&out)
+			root.SetArgs(append(args, "--help"))
+			if err := root.Execute(); err != nil {
+				t.Fatal(err)
+			}
+			golden(t, name, out.String())
+		})
+	}
+}
+
+func TestEveryCommandHasHelp(t *testing.T) {
+	for _, c := range newRootCmd().Commands() {
+		if c.Name() == "help" {
+			continue
+		}
+		if c.Short == "" || c.Long == "" || c.Example == "" {
+			t.Errorf("atoll %s: want Short, Long and Example", c.Name())
+		}
+	}
+}
+
+var (
+	now     = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	started = now.Add(-90 * time.Minute)
+	stopped = now.Add(-10 * time.Minute)
+	fixture = []api.Sandbox{
+		{
+			ID: "3k9x2m7q1w8e5r4t6y0u", State: api.StateRunning, Template: "host", Runtime: "ns",
+			CPU: 2, MemoryMiB: 2048, DiskGiB: 10, PIDs: 1024,
+			Labels:    map[string]string{"team": "infra", "project": "demo"},
+			Env:       map[string]string{"TOKEN": "secret", "LANG": "C.UTF-8"},
+			CreatedAt: now.Add(-2 * time.Hour), StartedAt: &started,
+		},
+		{
+			ID: "a0b1c2d3e4f5g6h7i8j9", State: api.StateStopped, Template: "python:3.12", Runtime: "gvisor",
+			CPU: 0.5, MemoryMiB: 512, DiskGiB: 1, PIDs: 256,
+			CreatedAt: now.Add(-72 * time.Hour), StoppedAt: &stopped,
+		},
+		{
+			ID: "zzzzzzzzzzzzzzzzzzzz", State: api.StateError, Template: "broken", Runtime: "vm",
+			Error: "template layer is corrupt", CreatedAt: now.Add(-30 * time.Second),
+		},
+	}
+)
+
+func TestRenderList(t *testing.T) {
+	var b bytes.Buffer
+	if err := renderList(&b, fixture, now); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "ls", b.String())
+	b.Reset()
+	renderList(&b, nil, now)
+	golden(t, "ls-empty", b.String())
+}
+
+func TestRenderInspect(t *testing.T) {
+	for i, name := range []string{"inspect-running", "inspect-stopped", "inspect-error"} {
+		var b bytes.Buffer
+		if err := renderInspect(&b, fixture[i], now); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(b.String(), "secret") {
+			t.Errorf("%s shows an environment value", name)
+		}
+		golden(t, name, b.String())
+	}
+}
+
+func TestParseLoc(t *testing.T) {
+	for in, want := range map[string]loc{
+		"3k9x2m7q1w8e5r4t6y0u:/work": {"3k9x2m7q1w8e5r4t6y0u", "/work"},
+		"./a:b":                      {"", "./a:b"},
+		"file.txt":                   {"", "file.txt"},
+		"dir/x:y":                    {"", "dir/x:y"},
+		"my.file:1":                  {"", "my.file:1"},
+		":/x":                        {"", ":/x"},
+	} {
+		if got := parseLoc(in); got != want {
+			t.Errorf("parseLoc(%q) = %+v, want %+v", in, got, want)
+		}
+	}
+}
+
+func TestKeyValues(t *testing.T) {
+	m, err := keyValues("--env", []string{"A=1", "B=x=y", "C="})
+	if err != nil || !cmp.Equal(m, map[string]string{"A": "1", "B": "x=y", "C": ""}) {
+		t.Errorf("keyValues = %v, %v", m, err)
+	}
+	for _, bad := range []string{"A", "=1"} {
+		if _, err := keyValues("--env", []string{bad}); err == nil {
+			t.Errorf("keyValues(%q): no error", bad)
+		}
+	}
+}
+
+// TestTarRoundTrip copies a directory out and back in through tar streams.
+func TestTarRoundTrip(t *testing.T) {
+	src := t.TempDir()
+	os.MkdirAll(filepath.Join(src, "a/b"), 0o755)
+	os.WriteFile(filepath.Join(src, "a/b/f.txt"), []byte("hello"), 0o640)
+	os.Symlink("b/f.txt", filepath.Join(src, "a/link"))
+	var buf bytes.Buffer
+	if err := writeTar(&buf, src); err != nil {
+		t.Fatal(err)
+	}
+	dst := t.TempDir()
+	if err := extractTar(&buf, dst); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dst, "a/link"))
+	if err != nil || string(b) != "hello" {
+		t.Fatalf("through the symlink: %q, %v", b, err)
+	}
+	if st, _ := os.Stat(filepath.Join(dst, "a/b/f.txt")); st == nil || st.Mode().Perm() != 0o640 {
+		t.Errorf("mode of f.txt: %v", st)
+	}
+}
+
+// TestExtractTarHostile feeds extractTar streams a hostile sandbox could send.
+func TestExtractTarHostile(t *testing.T) {
+	outside := t.TempDir()
+	for name, entries := range map[string][]tar.Header{
+		"dot-dot":         {{Name: "../escape", Typeflag: tar.TypeReg, Mode: 0o644}},
+		"deep dot-dot":    {{Name: "a/../../escape", Typeflag: tar.TypeReg, Mode: 0o644}},
+		"symlink escape":  {{Name: "l", Typeflag: tar.TypeSymlink, Linkname: outside}, {Name: "l/escape", Typeflag: tar.TypeReg, Mode: 0o644}},
+		"symlink to file": {{Name: "l", Typeflag: tar.TypeSymlink, Linkname: filepath.Join(outside, "escape")}, {Name: "l", Typeflag: tar.TypeReg, Mode: 0o644}},
+		"absolute":        {{Name: filepath.Join(outside, "escape"), Typeflag: tar.TypeReg, Mode: 0o644}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var buf bytes.Buffer
+			tw := tar.NewWriter(&buf)
+			for _, h := range entries {
+				h.Size = 0
+				tw.WriteHeader(&h)
+			}
+			tw.Close()
+			dst := t.TempDir()
+			extractTar(&buf, dst) // may fail; must not escape
+			if _, err := os.Lstat(filepath.Join(outside, "escape")); err == nil {
+				t.Fatalf("a file was written outside the destination")
+			}
+			if st, err := os.Lstat(filepath.Join(dst, "l")); err == nil && st.Mode().IsRegular() {
+				// replacing the symlink by a regular file inside dst is fine
+				return
+			}
+		})
+	}
+	setuid := func() *bytes.Buffer {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		tw.WriteHeader(&tar.Header{Name: "s", Typeflag: tar.TypeReg, Mode: 0o4755})
+		tw.Close()
+		return &buf
+	}()
+	dst := t.TempDir()
+	if err := extractTar(setuid, dst); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Stat(filepath.Join(dst, "s")); st == nil || st.Mode()&os.ModeSetuid != 0 {
+		t.Errorf("setuid bit kept: %v", st)
+	}
+}

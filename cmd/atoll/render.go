@@ -1,0 +1,124 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/atoll-dev/atoll/api"
+)
+
+// renderList writes sandboxes as a table for people.
+func renderList(w io.Writer, sbs []api.Sandbox, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tTEMPLATE\tCPU\tMEMORY\tDISK\tCREATED\tLABELS")
+	for _, sb := range sbs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.State, sb.Template,
+			formatCPU(sb.CPU), formatMiB(sb.MemoryMiB), formatGiB(sb.DiskGiB), ago(sb.CreatedAt, now), formatMap(sb.Labels, ","))
+	}
+	return tw.Flush()
+}
+
+// renderInspect writes one sandbox as aligned "Key: value" lines. Environment
+// values are left out: they often hold secrets (--json shows them).
+func renderInspect(w io.Writer, sb api.Sandbox, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
+	line := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	line("ID", sb.ID)
+	line("State", sb.State)
+	if sb.Error != "" {
+		line("Error", sb.Error)
+	}
+	line("Template", sb.Template)
+	line("Runtime", sb.Runtime)
+	line("CPU", formatCPU(sb.CPU))
+	line("Memory", formatMiB(sb.MemoryMiB))
+	line("Disk", formatGiB(sb.DiskGiB))
+	pids := "-"
+	if sb.PIDs > 0 {
+		pids = strconv.FormatInt(sb.PIDs, 10)
+	}
+	line("PIDs", pids)
+	line("Created", formatTime(sb.CreatedAt, now))
+	if sb.StartedAt != nil {
+		line("Started", formatTime(*sb.StartedAt, now))
+	}
+	if sb.StoppedAt != nil {
+		line("Stopped", formatTime(*sb.StoppedAt, now))
+	}
+	line("Labels", formatMap(sb.Labels, ", "))
+	if len(sb.Env) > 0 {
+		line("Env", strings.Join(slices.Sorted(maps.Keys(sb.Env)), ", ")+" (values hidden; see --json)")
+	}
+	return tw.Flush()
+}
+
+func renderJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func formatCPU(c float64) string {
+	if c == 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(c, 'f', -1, 64)
+}
+
+func formatMiB(n int64) string {
+	switch {
+	case n == 0:
+		return "-"
+	case n%1024 == 0:
+		return fmt.Sprintf("%d GiB", n/1024)
+	}
+	return fmt.Sprintf("%d MiB", n)
+}
+
+func formatGiB(n int64) string {
+	if n == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d GiB", n)
+}
+
+func formatMap(m map[string]string, sep string) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, k+"="+m[k])
+	}
+	return strings.Join(parts, sep)
+}
+
+func formatTime(t, now time.Time) string {
+	return t.UTC().Format(time.RFC3339) + " (" + ago(t, now) + ")"
+}
+
+// ago is how long before now t was, roughly, as people say it.
+func ago(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := now.Sub(t)
+	switch {
+	case d < 0:
+		return "just now"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
+}

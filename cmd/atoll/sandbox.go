@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/atoll-dev/atoll/api"
+	atoll "github.com/atoll-dev/atoll/sdk/go"
+)
+
+func newCreateCmd(g *globals) *cobra.Command {
+	var req api.CreateSandboxRequest
+	var env, labels []string
+	cmd := &cobra.Command{
+		Use:     "create [flags]",
+		Short:   "Create and start a sandbox",
+		Long:    `Create a sandbox, start it and print its ID. Unset limits take the server's defaults.`,
+		Example: `  atoll create --template host --cpu 2 --memory 2048 --env LANG=C.UTF-8 --label team=infra`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			if req.Env, err = keyValues("--env", env); err != nil {
+				return err
+			}
+			if req.Labels, err = keyValues("--label", labels); err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			sb, err := c.CreateSandbox(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), sb.ID)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&req.Template, "template", "", `template to start from (server default "host")`)
+	f.StringVar(&req.Runtime, "runtime", "", `runtime: ns, gvisor or vm (server default "ns")`)
+	f.Float64Var(&req.CPU, "cpu", 0, "CPU cores")
+	f.Int64Var(&req.MemoryMiB, "memory", 0, "memory in MiB, without swap")
+	f.Int64Var(&req.DiskGiB, "disk", 0, "disk quota of the writable layer in GiB")
+	f.Int64Var(&req.PIDs, "pids", 0, "maximum number of processes")
+	f.StringArrayVar(&env, "env", nil, "default environment variable K=V of every process (repeatable)")
+	f.StringArrayVar(&labels, "label", nil, "label k=v (repeatable)")
+	return cmd
+}
+
+// keyValues parses K=V arguments of flag.
+func keyValues(flag string, kvs []string) (map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	m := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%s %q: want KEY=VALUE", flag, kv)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+func newLsCmd(g *globals) *cobra.Command {
+	var opts atoll.ListOptions
+	var labels []string
+	var asJSON, quiet bool
+	cmd := &cobra.Command{
+		Use:     "ls [flags]",
+		Aliases: []string{"list"},
+		Short:   "List sandboxes",
+		Long:    `List sandboxes as a table, or as JSON with --json.`,
+		Example: `  atoll ls --state running --label team=infra
+  atoll ls -q | xargs atoll stop`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			if opts.Labels, err = keyValues("--label", labels); err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			sbs, err := c.ListSandboxes(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			switch {
+			case asJSON:
+				if sbs == nil {
+					sbs = []api.Sandbox{}
+				}
+				return renderJSON(w, api.SandboxList{Sandboxes: sbs})
+			case quiet:
+				for _, sb := range sbs {
+					fmt.Fprintln(w, sb.ID)
+				}
+				return nil
+			}
+			return renderList(w, sbs, time.Now())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.State, "state", "", "only sandboxes in this state (creating, running, stopping, stopped, deleting, error)")
+	f.StringArrayVar(&labels, "label", nil, "only sandboxes with label k=v (repeatable; all must match)")
+	f.BoolVar(&asJSON, "json", false, "print JSON")
+	f.BoolVarP(&quiet, "quiet", "q", false, "print IDs only")
+	return cmd
+}
+
+func newInspectCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:     "inspect ID",
+		Short:   "Show a sandbox's details",
+		Long:    `Show a sandbox's state, limits, times and labels; --json shows everything.`,
+		Example: `  atoll inspect 3k9x2m7q1w8e5r4t6y0u --json`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			sb, err := c.GetSandbox(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return renderJSON(cmd.OutOrStdout(), sb)
+			}
+			return renderInspect(cmd.OutOrStdout(), sb, time.Now())
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// eachID runs op on every ID, printing each ID done and each error, like docker.
+func eachID(g *globals, cmd *cobra.Command, ids []string, op func(c *atoll.Client, ctx context.Context, id string) error) error {
+	c, err := g.client()
+	if err != nil {
+		return err
+	}
+	failed := false
+	for _, id := range ids {
+		if err := op(c, cmd.Context(), id); err != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "atoll: %s: %v\n", id, err)
+			failed = true
+			continue
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), id)
+	}
+	if failed {
+		return exitError{1}
+	}
+	return nil
+}
+
+func newStopCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "stop ID...",
+		Short:   "Stop sandboxes, keeping their files",
+		Long:    `Stop running sandboxes. Their files stay; "atoll start" runs them again.`,
+		Example: `  atoll stop 3k9x2m7q1w8e5r4t6y0u`,
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
+				_, err := c.StopSandbox(ctx, id)
+				return err
+			})
+		},
+	}
+}
+
+func newStartCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "start ID...",
+		Short:   "Start stopped sandboxes",
+		Long:    `Start stopped sandboxes with the files they had.`,
+		Example: `  atoll start 3k9x2m7q1w8e5r4t6y0u`,
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
+				_, err := c.StartSandbox(ctx, id)
+				return err
+			})
+		},
+	}
+}
+
+func newRmCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "rm ID...",
+		Aliases: []string{"delete"},
+		Short:   "Delete sandboxes and their files",
+		Long:    `Delete sandboxes, running or not, and everything in them. This cannot be undone.`,
+		Example: `  atoll rm 3k9x2m7q1w8e5r4t6y0u
+  atoll ls -q --label run=42 | xargs atoll rm`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
+				return c.DeleteSandbox(ctx, id)
+			})
+		},
+	}
+}

@@ -1,0 +1,65 @@
+package server
+
+import (
+	"net/http"
+	"strings"
+)
+
+// route is one entry of the API. The table is the source of the mux and of the
+// test that keeps api/openapi.yaml in step with the server.
+type route struct {
+	method  string
+	path    string // ServeMux path pattern, also the OpenAPI path
+	auth    bool
+	handler http.HandlerFunc
+}
+
+func (rt route) pattern() string { return rt.method + " " + rt.path }
+
+const sandboxPath = "/v1/sandboxes/{id}"
+
+// agentRoutes are the agent protocol's routes (docs/agent-protocol.md), all
+// forwarded under /v1/sandboxes/{id}. jsonBody marks those whose request body
+// is a small JSON document rather than a stream.
+var agentRoutes = []struct {
+	method, path string
+	jsonBody     bool
+}{
+	{"GET", "/health", false},
+	{"POST", "/exec", true},
+	{"GET", "/processes", false},
+	{"GET", "/processes/{pid}", false},
+	{"GET", "/processes/{pid}/attach", false},
+	{"POST", "/processes/{pid}/stdin", false},
+	{"POST", "/processes/{pid}/stdin/close", false},
+	{"POST", "/processes/{pid}/signal", true},
+	{"POST", "/processes/{pid}/resize", true},
+	{"GET", "/processes/{pid}/ws", false},
+	{"GET", "/files", false},
+	{"PUT", "/files", false},
+	{"DELETE", "/files", false},
+	{"GET", "/files/stat", false},
+	{"GET", "/files/list", false},
+	{"POST", "/files/mkdir", true},
+	{"POST", "/files/rename", true},
+	{"POST", "/files/chmod", true},
+	{"GET", "/files/tar", false},
+	{"PUT", "/files/tar", false},
+	{"GET", "/files/watch", false},
+}
+
+func (s *Server) routes() []route {
+	rts := []route{
+		{"GET", "/v1/health", false, s.health},
+		{"POST", "/v1/sandboxes", true, s.createSandbox},
+		{"GET", "/v1/sandboxes", true, s.listSandboxes},
+		{"GET", sandboxPath, true, s.getSandbox},
+		{"DELETE", sandboxPath, true, s.deleteSandbox},
+		{"POST", sandboxPath + "/stop", true, s.stopSandbox},
+		{"POST", sandboxPath + "/start", true, s.startSandbox},
+	}
+	for _, ar := range agentRoutes {
+		rts = append(rts, route{ar.method, sandboxPath + ar.path, true, s.forward(strings.Contains(ar.path, "{pid}"), ar.jsonBody)})
+	}
+	return rts
+}

@@ -1,0 +1,169 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+)
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: s.cfg.Version})
+}
+
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
+	var req api.CreateSandboxRequest
+	if err := decodeJSON(w, r, &req, true); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := validateCreate(req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sb, err := s.cfg.Sandboxes.Create(r.Context(), req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/sandboxes/"+sb.ID)
+	writeJSON(w, http.StatusCreated, sb)
+}
+
+func validateCreate(req api.CreateSandboxRequest) error {
+	switch {
+	case req.CPU < 0:
+		return fmt.Errorf("%w: cpu must not be negative", errdefs.ErrInvalid)
+	case req.MemoryMiB < 0:
+		return fmt.Errorf("%w: memory_mib must not be negative", errdefs.ErrInvalid)
+	case req.DiskGiB < 0:
+		return fmt.Errorf("%w: disk_gib must not be negative", errdefs.ErrInvalid)
+	case req.PIDs < 0:
+		return fmt.Errorf("%w: pids must not be negative", errdefs.ErrInvalid)
+	}
+	for k, v := range req.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return fmt.Errorf("%w: env: malformed variable %q", errdefs.ErrInvalid, truncate(k))
+		}
+	}
+	for k, v := range req.Labels {
+		if k == "" || strings.ContainsAny(k, "=,\x00") || strings.ContainsRune(v, 0) {
+			return fmt.Errorf("%w: labels: malformed label %q", errdefs.ErrInvalid, truncate(k))
+		}
+	}
+	return nil
+}
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
+
+var states = map[string]bool{
+	api.StateCreating: true, api.StateRunning: true, api.StateStopping: true,
+	api.StateStopped: true, api.StateDeleting: true, api.StateError: true,
+}
+
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	state := q.Get("state")
+	if state != "" && !states[state] {
+		s.writeError(w, r, fmt.Errorf("%w: unknown state %q", errdefs.ErrInvalid, truncate(state)))
+		return
+	}
+	var labels map[string]string
+	for _, l := range q["label"] {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			s.writeError(w, r, fmt.Errorf("%w: label filter %q: want key=value", errdefs.ErrInvalid, truncate(l)))
+			return
+		}
+		if labels == nil {
+			labels = make(map[string]string)
+		}
+		labels[k] = v
+	}
+	sbs, err := s.cfg.Sandboxes.List(r.Context(), state, labels)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if sbs == nil {
+		sbs = []api.Sandbox{}
+	}
+	writeJSON(w, http.StatusOK, api.SandboxList{Sandboxes: sbs})
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
+	s.sandboxOp(w, r, s.cfg.Sandboxes.Get)
+}
+
+func (s *Server) stopSandbox(w http.ResponseWriter, r *http.Request) {
+	s.sandboxOp(w, r, s.cfg.Sandboxes.Stop)
+}
+
+func (s *Server) startSandbox(w http.ResponseWriter, r *http.Request) {
+	s.sandboxOp(w, r, s.cfg.Sandboxes.Start)
+}
+
+func (s *Server) sandboxOp(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, id string) (api.Sandbox, error)) {
+	id, ok := sandboxID(w, r)
+	if !ok {
+		return
+	}
+	sb, err := op(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sb)
+}
+
+func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
+	id, ok := sandboxID(w, r)
+	if !ok {
+		return
+	}
+	if err := s.cfg.Sandboxes.Delete(r.Context(), id); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// decodeJSON decodes one JSON value of at most MaxJSONBody bytes into v,
+// rejecting unknown fields and trailing data. An empty body leaves v as it is
+// when emptyOK.
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) error {
+	if r.ContentLength > MaxJSONBody {
+		return fmt.Errorf("%w: request body is larger than %d bytes", errdefs.ErrTooLarge, MaxJSONBody)
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxJSONBody))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		if _, err = dec.Token(); err == io.EOF {
+			return nil
+		} else if err == nil {
+			return fmt.Errorf("%w: request body holds more than one JSON value", errdefs.ErrInvalid)
+		}
+	}
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return fmt.Errorf("%w: request body is larger than %d bytes", errdefs.ErrTooLarge, MaxJSONBody)
+	case err == io.EOF && emptyOK:
+		return nil
+	case err == io.EOF:
+		return fmt.Errorf("%w: empty request body", errdefs.ErrInvalid)
+	}
+	return fmt.Errorf("%w: malformed JSON body: %s", errdefs.ErrInvalid, strings.TrimPrefix(err.Error(), "json: "))
+}

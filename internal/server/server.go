@@ -1,0 +1,284 @@
+// Package server is atoll's HTTP API: the /v1 REST routes over sandboxes, the
+// forwarding of in-sandbox agent routes, authentication, and the one table that
+// turns error kinds into status codes. It holds no state of its own; sandboxes
+// live behind the Sandboxes interface.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"regexp"
+	"runtime/debug"
+	"time"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+)
+
+// Sandboxes is what the API serves. Errors carry errdefs kinds; their messages
+// are shown to clients, so they must not contain host paths or secrets.
+type Sandboxes interface {
+	Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error)
+	Get(ctx context.Context, id string) (api.Sandbox, error)
+	List(ctx context.Context, state string, labels map[string]string) ([]api.Sandbox, error)
+	Stop(ctx context.Context, id string) (api.Sandbox, error)
+	Start(ctx context.Context, id string) (api.Sandbox, error)
+	Delete(ctx context.Context, id string) error
+	// AgentDialer returns how to reach the sandbox's agent; errdefs.ErrConflict if it is not running.
+	AgentDialer(ctx context.Context, id string) (func(ctx context.Context) (net.Conn, error), error)
+}
+
+// Authenticator checks an API key; it returns an error wrapping
+// errdefs.ErrUnauthorized when the key is not accepted.
+type Authenticator interface {
+	Authenticate(ctx context.Context, apiKey string) error
+}
+
+// Config configures a Server. Sandboxes and Auth are required.
+type Config struct {
+	Sandboxes Sandboxes
+	Auth      Authenticator
+	Logger    *slog.Logger // default slog.Default()
+	Version   string       // reported by GET /v1/health
+}
+
+// Server serves the /v1 API.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	mux     *http.ServeMux
+	handler http.Handler
+}
+
+// Limits of the API.
+const (
+	// MaxJSONBody is the largest JSON request body the server decodes itself.
+	MaxJSONBody = 1 << 20
+	// MaxHeaderBytes is the largest request header block answered normally;
+	// larger ones get 431 too_large.
+	MaxHeaderBytes = 64 << 10
+)
+
+// New returns a Server for cfg.
+func New(cfg Config) (*Server, error) {
+	if cfg.Sandboxes == nil {
+		return nil, errors.New("server: Config.Sandboxes is required")
+	}
+	if cfg.Auth == nil {
+		return nil, errors.New("server: Config.Auth is required")
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	for _, rt := range s.routes() {
+		h := http.Handler(rt.handler)
+		if rt.auth {
+			h = s.authenticate(h)
+		}
+		s.mux.Handle(rt.pattern(), h)
+	}
+	s.handler = s.recoverPanics(s.logRequests(s.limitHeaders(http.HandlerFunc(s.route))))
+	return s, nil
+}
+
+// Handler returns the http.Handler of the API.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// NewHTTPServer returns an http.Server for h with atoll's connection limits.
+// Header blocks above MaxHeaderBytes get a JSON 431 from the handler; the
+// http.Server's own, plain-text limit sits above that as a hard cap. There is
+// no write timeout because exec, attach and watch stream for as long as they run.
+func NewHTTPServer(addr string, h http.Handler) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		MaxHeaderBytes:    4 * MaxHeaderBytes,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
+}
+
+// route dispatches to the mux and answers unknown routes with JSON.
+func (s *Server) route(w http.ResponseWriter, r *http.Request) {
+	h, pattern := s.mux.Handler(r)
+	if pattern != "" {
+		s.mux.ServeHTTP(w, r)
+		return
+	}
+	// No route: let the mux decide between redirect, 404 and 405, then answer
+	// 404 and 405 in JSON.
+	rec := &headerRecorder{header: make(http.Header)}
+	h.ServeHTTP(rec, r)
+	switch rec.status {
+	case http.StatusNotFound:
+		writeJSONError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+	case http.StatusMethodNotAllowed:
+		w.Header().Set("Allow", rec.header.Get("Allow"))
+		writeJSONError(w, http.StatusMethodNotAllowed, "invalid", fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path))
+	default:
+		if loc := rec.header.Get("Location"); loc != "" {
+			w.Header().Set("Location", loc)
+		}
+		w.WriteHeader(rec.status)
+	}
+}
+
+type headerRecorder struct {
+	header http.Header
+	status int
+}
+
+func (r *headerRecorder) Header() http.Header { return r.header }
+func (r *headerRecorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+}
+func (r *headerRecorder) Write(p []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	return len(p), nil
+}
+
+// authenticate requires an API key in "Authorization: Bearer KEY" or "X-API-Key: KEY".
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("X-API-Key")
+		if key == "" {
+			if h := r.Header.Get("Authorization"); len(h) > 7 && equalFold(h[:7], "bearer ") {
+				key = h[7:]
+			}
+		}
+		if key == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="atoll"`)
+			writeJSONError(w, http.StatusUnauthorized, "unauthorized", "missing API key: send Authorization: Bearer KEY or X-API-Key: KEY")
+			return
+		}
+		if err := s.cfg.Auth.Authenticate(r.Context(), key); err != nil {
+			if errors.Is(err, errdefs.ErrUnauthorized) {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="atoll"`)
+				writeJSONError(w, http.StatusUnauthorized, "unauthorized", "invalid API key")
+				return
+			}
+			s.writeError(w, r, fmt.Errorf("authenticating: %w", err))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func equalFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// limitHeaders answers 431 in JSON for header blocks over MaxHeaderBytes.
+func (s *Server) limitHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := len(r.Method) + len(r.RequestURI) + len(r.Host) + 16
+		for k, vs := range r.Header {
+			for _, v := range vs {
+				n += len(k) + len(v) + 4
+			}
+		}
+		if n > MaxHeaderBytes {
+			w.Header().Set("Connection", "close")
+			writeJSONError(w, http.StatusRequestHeaderFieldsTooLarge, "too_large",
+				fmt.Sprintf("request headers are larger than %d bytes", MaxHeaderBytes))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// statusWriter remembers the status written, for logs and for the panic handler.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach Flush and Hijack, which streaming
+// and websocket forwarding need.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (s *Server) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		status := sw.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		s.log.LogAttrs(r.Context(), slog.LevelDebug, "http request",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.Int("status", status), slog.Int64("ms", time.Since(start).Milliseconds()))
+	})
+}
+
+// recoverPanics turns a panic in a handler into a logged 500 JSON answer.
+func (s *Server) recoverPanics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v) // the standard way to abort a response; net/http handles it quietly
+			}
+			s.log.Error("panic in handler", "method", r.Method, "path", r.URL.Path,
+				"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			if sw.status == 0 {
+				writeJSONError(sw, http.StatusInternalServerError, "internal", "internal error")
+			}
+		}()
+		next.ServeHTTP(sw, r)
+	})
+}
+
+// idPattern is the shape of sandbox IDs: 20 characters of [a-z0-9].
+var idPattern = regexp.MustCompile(`^[a-z0-9]{20}$`)
+
+// sandboxID returns the {id} of r, or writes 400 and returns false.
+func sandboxID(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("id")
+	if !idPattern.MatchString(id) {
+		writeJSONError(w, http.StatusBadRequest, "invalid", "malformed sandbox ID: want 20 characters of [a-z0-9]")
+		return "", false
+	}
+	return id, true
+}

@@ -1,0 +1,149 @@
+// Package atoll is the Go client of atoll's HTTP API: sandboxes, commands,
+// processes, terminals and files.
+//
+//	c := atoll.New("http://localhost:7070", os.Getenv("ATOLL_API_KEY"))
+//	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "host"})
+//	if err != nil {
+//		return err
+//	}
+//	defer c.DeleteSandbox(ctx, sb.ID)
+//	code, err := c.Exec(ctx, sb.ID, api.ExecRequest{Shell: "uname -a"}, os.Stdout, os.Stderr)
+//
+// Errors from the server are *Error values; match their kind with errors.Is
+// and the sentinels (ErrNotFound, ErrConflict, …) or read them with errors.As.
+package atoll
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/atoll-dev/atoll/api"
+)
+
+// Client talks to one atoll server. It is safe for concurrent use.
+type Client struct {
+	base      string // without a trailing slash
+	key       string
+	hc        *http.Client
+	userAgent string
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient makes the Client send its requests with hc. It must not have a
+// Timeout shorter than the longest stream the caller reads; use contexts instead.
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithUserAgent sets the User-Agent header of every request.
+func WithUserAgent(ua string) Option { return func(c *Client) { c.userAgent = ua } }
+
+// New returns a Client of the server at baseURL (e.g. "http://localhost:7070")
+// authenticating with apiKey.
+func New(baseURL, apiKey string, opts ...Option) *Client {
+	c := &Client{base: strings.TrimRight(baseURL, "/"), key: apiKey, hc: http.DefaultClient, userAgent: "atoll-go"}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// request is one API call.
+type request struct {
+	method string
+	path   string // under the base URL, already escaped
+	query  url.Values
+	body   io.Reader
+	ctype  string
+	json   any // marshalled as the body when set
+}
+
+func (c *Client) newRequest(ctx context.Context, r request) (*http.Request, error) {
+	body := r.body
+	ctype := r.ctype
+	if r.json != nil {
+		b, err := json.Marshal(r.json)
+		if err != nil {
+			return nil, fmt.Errorf("encoding request: %w", err)
+		}
+		body, ctype = bytes.NewReader(b), "application/json"
+	}
+	u := c.base + r.path
+	if len(r.query) > 0 {
+		u += "?" + r.query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, r.method, u, body)
+	if err != nil {
+		return nil, err
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	c.authorize(req.Header)
+	return req, nil
+}
+
+func (c *Client) authorize(h http.Header) {
+	if c.key != "" {
+		h.Set("Authorization", "Bearer "+c.key)
+	}
+	if c.userAgent != "" {
+		h.Set("User-Agent", c.userAgent)
+	}
+}
+
+// send sends r and returns the response if its status is 2xx; otherwise the
+// error the body describes.
+func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
+	req, err := c.newRequest(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		return nil, errorFrom(resp)
+	}
+	return resp, nil
+}
+
+// do sends r and decodes a JSON answer into out, if out is not nil.
+func (c *Client) do(ctx context.Context, r request, out any) error {
+	resp, err := c.send(ctx, r)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("decoding %s %s answer: %w", r.method, r.path, err)
+	}
+	return nil
+}
+
+func sandboxPath(id string, rest ...string) string {
+	return "/v1/sandboxes/" + url.PathEscape(id) + strings.Join(rest, "")
+}
+
+func processPath(id string, pid int, rest string) string {
+	return sandboxPath(id, fmt.Sprintf("/processes/%d", pid), rest)
+}
+
+// Health reports whether the server is up. It needs no API key.
+func (c *Client) Health(ctx context.Context) (api.Health, error) {
+	var h api.Health
+	err := c.do(ctx, request{method: "GET", path: "/v1/health"}, &h)
+	return h, err
+}

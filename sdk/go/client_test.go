@@ -1,0 +1,384 @@
+package atoll_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/server"
+	atoll "github.com/atoll-dev/atoll/sdk/go"
+)
+
+const key = "sdk-test-key"
+
+// sandboxes holds sandboxes in memory; all reach one test agent.
+type sandboxes struct {
+	sock string
+	mu   sync.Mutex
+	m    map[string]api.Sandbox
+}
+
+func (s *sandboxes) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb := api.Sandbox{ID: fmt.Sprintf("sdk%017d", len(s.m)), State: api.StateRunning, Template: req.Template, Labels: req.Labels}
+	s.m[sb.ID] = sb
+	return sb, nil
+}
+
+func (s *sandboxes) Get(ctx context.Context, id string) (api.Sandbox, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.m[id]
+	if !ok {
+		return sb, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	return sb, nil
+}
+
+func (s *sandboxes) List(ctx context.Context, state string, labels map[string]string) ([]api.Sandbox, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []api.Sandbox
+	for _, sb := range s.m {
+		if (state == "" || sb.State == state) && (labels["team"] == "" || sb.Labels["team"] == labels["team"]) {
+			out = append(out, sb)
+		}
+	}
+	return out, nil
+}
+
+func (s *sandboxes) set(id, from, to string) (api.Sandbox, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.m[id]
+	if !ok {
+		return sb, errdefs.ErrNotFound
+	}
+	if sb.State != from {
+		return sb, fmt.Errorf("sandbox is %s: %w", sb.State, errdefs.ErrConflict)
+	}
+	sb.State = to
+	s.m[id] = sb
+	return sb, nil
+}
+
+func (s *sandboxes) Stop(ctx context.Context, id string) (api.Sandbox, error) {
+	return s.set(id, api.StateRunning, api.StateStopped)
+}
+
+func (s *sandboxes) Start(ctx context.Context, id string) (api.Sandbox, error) {
+	return s.set(id, api.StateStopped, api.StateRunning)
+}
+
+func (s *sandboxes) Delete(ctx context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.m[id]; !ok {
+		return errdefs.ErrNotFound
+	}
+	delete(s.m, id)
+	return nil
+}
+
+func (s *sandboxes) AgentDialer(ctx context.Context, id string) (func(context.Context) (net.Conn, error), error) {
+	sb, err := s.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State != api.StateRunning {
+		return nil, errdefs.ErrConflict
+	}
+	return func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", s.sock)
+	}, nil
+}
+
+type auth struct{}
+
+func (auth) Authenticate(ctx context.Context, k string) error {
+	if k != key {
+		return errdefs.ErrUnauthorized
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// agent imitates the agent protocol over a map of files.
+func agent() http.Handler {
+	var mu sync.Mutex
+	files := map[string][]byte{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /exec", func(w http.ResponseWriter, r *http.Request) {
+		var req api.ExecRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		if req.Background {
+			writeJSON(w, 200, api.Process{PID: 7, Cmd: req.Cmd, Running: true, PTY: req.PTY != nil})
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		enc := json.NewEncoder(w)
+		code := len(req.Cmd)
+		enc.Encode(api.ExecEvent{Type: "start", PID: 7})
+		enc.Encode(api.ExecEvent{Type: "stdout", Data: []byte(strings.Join(req.Cmd, " ") + "\n")})
+		enc.Encode(api.ExecEvent{Type: "stderr", Data: []byte("warning\n")})
+		enc.Encode(api.ExecEvent{Type: "exit", ExitCode: &code})
+	})
+	mux.HandleFunc("POST /processes/{pid}/signal", func(w http.ResponseWriter, r *http.Request) {
+		var req api.SignalRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		if req.Signal != "SIGTERM" {
+			writeJSON(w, 400, api.Error{Code: "invalid", Message: "unknown signal"})
+			return
+		}
+		w.WriteHeader(204)
+	})
+	mux.HandleFunc("PUT /files", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		p := r.URL.Query().Get("path")
+		mu.Lock()
+		files[p] = b
+		mu.Unlock()
+		writeJSON(w, 200, api.FileInfo{Name: filepath.Base(p), Path: p, Type: "file", Size: int64(len(b)), Mode: 0o644})
+	})
+	mux.HandleFunc("GET /files", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		b, ok := files[r.URL.Query().Get("path")]
+		mu.Unlock()
+		if !ok {
+			writeJSON(w, 404, api.Error{Code: "not_found", Message: "no such file"})
+			return
+		}
+		w.Write(b)
+	})
+	mux.HandleFunc("GET /files/watch", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		enc := json.NewEncoder(w)
+		enc.Encode(api.WatchEvent{Type: "create", Path: "/a"})
+		enc.Encode(api.WatchEvent{Type: "remove", Path: "/a"})
+	})
+	mux.HandleFunc("GET /processes/{pid}/ws", func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		ctx := r.Context()
+		for {
+			typ, b, err := c.Read(ctx)
+			if err != nil {
+				return
+			}
+			if typ == websocket.MessageText {
+				c.Write(ctx, websocket.MessageBinary, fmt.Appendf(nil, "resized %s\n", b))
+				continue
+			}
+			if string(b) == "exit\r" {
+				code := 5
+				ev, _ := json.Marshal(api.ExecEvent{Type: "exit", ExitCode: &code})
+				c.Write(ctx, websocket.MessageText, ev)
+				c.Close(websocket.StatusNormalClosure, "")
+				return
+			}
+			c.Write(ctx, websocket.MessageBinary, b)
+		}
+	})
+	return mux
+}
+
+func newClient(t *testing.T, apiKey string) (*atoll.Client, string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "atoll-sdk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "a.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	as := &http.Server{Handler: agent()}
+	go as.Serve(ln)
+	t.Cleanup(func() { as.Close() })
+	sbs := &sandboxes{sock: sock, m: map[string]api.Sandbox{}}
+	s, err := server.New(server.Config{Sandboxes: sbs, Auth: auth{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	sb, _ := sbs.Create(context.Background(), api.CreateSandboxRequest{Template: "host"})
+	return atoll.New(ts.URL+"/", apiKey), sb.ID
+}
+
+func TestSandboxes(t *testing.T) {
+	c, _ := newClient(t, key)
+	ctx := context.Background()
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "host", Labels: map[string]string{"team": "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.GetSandbox(ctx, sb.ID)
+	if err != nil || got.ID != sb.ID {
+		t.Fatalf("GetSandbox = %+v, %v", got, err)
+	}
+	l, err := c.ListSandboxes(ctx, atoll.ListOptions{State: "running", Labels: map[string]string{"team": "x"}})
+	if err != nil || len(l) != 1 {
+		t.Fatalf("ListSandboxes = %v, %v", l, err)
+	}
+	if sb, err := c.StopSandbox(ctx, sb.ID); err != nil || sb.State != api.StateStopped {
+		t.Fatalf("StopSandbox = %+v, %v", sb, err)
+	}
+	_, err = c.StopSandbox(ctx, sb.ID)
+	if !errors.Is(err, atoll.ErrConflict) {
+		t.Errorf("second StopSandbox: %v, want ErrConflict", err)
+	}
+	if sb, err := c.StartSandbox(ctx, sb.ID); err != nil || sb.State != api.StateRunning {
+		t.Fatalf("StartSandbox = %+v, %v", sb, err)
+	}
+	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.GetSandbox(ctx, sb.ID)
+	var e *atoll.Error
+	if !errors.As(err, &e) || e.StatusCode != 404 || e.Code != "not_found" || !errors.Is(err, atoll.ErrNotFound) || errors.Is(err, atoll.ErrConflict) {
+		t.Errorf("GetSandbox of deleted: %#v", err)
+	}
+	_, err = c.GetSandbox(ctx, "NOT-AN-ID")
+	if !errors.Is(err, atoll.ErrInvalid) {
+		t.Errorf("GetSandbox of malformed ID: %v, want ErrInvalid", err)
+	}
+}
+
+func TestUnauthorized(t *testing.T) {
+	c, id := newClient(t, "wrong")
+	if _, err := c.ListSandboxes(context.Background(), atoll.ListOptions{}); !errors.Is(err, atoll.ErrUnauthorized) {
+		t.Errorf("ListSandboxes with a wrong key: %v", err)
+	}
+	if _, err := c.Terminal(context.Background(), id, 7); !errors.Is(err, atoll.ErrUnauthorized) {
+		t.Errorf("Terminal with a wrong key: %v", err)
+	}
+	if h, err := c.Health(context.Background()); err != nil || h.Status != "ok" {
+		t.Errorf("Health = %+v, %v", h, err)
+	}
+}
+
+func TestExec(t *testing.T) {
+	c, id := newClient(t, key)
+	ctx := context.Background()
+	var stdout, stderr bytes.Buffer
+	code, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"echo", "hi"}}, &stdout, &stderr)
+	if err != nil || code != 2 || stdout.String() != "echo hi\n" || stderr.String() != "warning\n" {
+		t.Errorf("Exec = %d, %v; stdout %q, stderr %q", code, err, stdout.String(), stderr.String())
+	}
+	s, err := c.ExecStream(ctx, id, api.ExecRequest{Cmd: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var types []string
+	for ev := range s.All() {
+		types = append(types, ev.Type)
+	}
+	if diff := cmp.Diff([]string{"start", "stdout", "stderr", "exit"}, types); diff != "" || s.Err() != nil {
+		t.Errorf("ExecStream events (-want +got):\n%s%v", diff, s.Err())
+	}
+	p, err := c.StartProcess(ctx, id, api.ExecRequest{Cmd: []string{"sleep", "9"}})
+	if err != nil || p.PID != 7 || !p.Running {
+		t.Errorf("StartProcess = %+v, %v", p, err)
+	}
+	if err := c.Signal(ctx, id, 7, "SIGTERM"); err != nil {
+		t.Errorf("Signal: %v", err)
+	}
+	if err := c.Signal(ctx, id, 7, "SIGNOPE"); !errors.Is(err, atoll.ErrInvalid) {
+		t.Errorf("Signal SIGNOPE: %v, want ErrInvalid", err)
+	}
+}
+
+func TestFiles(t *testing.T) {
+	c, id := newClient(t, key)
+	ctx := context.Background()
+	fi, err := c.WriteFile(ctx, id, "/work/a.txt", strings.NewReader("hello"), 0o600)
+	if err != nil || fi.Size != 5 {
+		t.Fatalf("WriteFile = %+v, %v", fi, err)
+	}
+	rc, err := c.ReadFile(ctx, id, "/work/a.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(rc)
+	rc.Close()
+	if string(b) != "hello" {
+		t.Errorf("ReadFile = %q", b)
+	}
+	if _, err := c.ReadFile(ctx, id, "/nope"); !errors.Is(err, atoll.ErrNotFound) {
+		t.Errorf("ReadFile of a missing file: %v", err)
+	}
+	w, err := c.Watch(ctx, id, "/", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	var evs []api.WatchEvent
+	for w.Next() {
+		evs = append(evs, w.Event())
+	}
+	if len(evs) != 2 || evs[1].Type != "remove" {
+		t.Errorf("Watch events %+v", evs)
+	}
+}
+
+func TestTerminal(t *testing.T) {
+	c, id := newClient(t, key)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	term, err := c.Terminal(ctx, id, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer term.Close()
+	if _, err := term.Write([]byte("ls\r")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 3)
+	if _, err := io.ReadFull(term, buf); err != nil || string(buf) != "ls\r" {
+		t.Fatalf("read %q, %v", buf, err)
+	}
+	if err := term.Resize(30, 90); err != nil {
+		t.Fatal(err)
+	}
+	buf = make([]byte, 64)
+	n, err := term.Read(buf)
+	if err != nil || !strings.Contains(string(buf[:n]), `"rows":30`) {
+		t.Fatalf("after resize read %q, %v", buf[:n], err)
+	}
+	term.Write([]byte("exit\r"))
+	if code, err := term.Wait(); err != nil || code != 5 {
+		t.Errorf("Wait = %d, %v; want 5", code, err)
+	}
+}

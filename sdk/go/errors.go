@@ -1,0 +1,79 @@
+package atoll
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/atoll-dev/atoll/api"
+)
+
+// Error is an error answer of the server.
+type Error struct {
+	StatusCode int    // HTTP status
+	Code       string // invalid, not_found, conflict, unavailable, unauthorized, quota_exceeded, too_large, internal
+	Message    string
+}
+
+func (e *Error) Error() string {
+	if e.Message != "" {
+		return e.Message
+	}
+	return fmt.Sprintf("%d %s", e.StatusCode, http.StatusText(e.StatusCode))
+}
+
+// Is reports whether e is of the kind of target, one of the sentinels below.
+func (e *Error) Is(target error) bool {
+	k, ok := kinds[e.Code]
+	if !ok {
+		k = kindOfStatus[e.StatusCode]
+	}
+	return k != nil && k == target
+}
+
+// Kinds of Error, for errors.Is.
+var (
+	ErrInvalid      = errors.New("invalid argument")
+	ErrNotFound     = errors.New("not found")
+	ErrConflict     = errors.New("conflict")
+	ErrUnavailable  = errors.New("unavailable")
+	ErrUnauthorized = errors.New("unauthorized")
+	ErrQuota        = errors.New("quota exceeded")
+	ErrTooLarge     = errors.New("too large")
+)
+
+var kinds = map[string]error{
+	"invalid":        ErrInvalid,
+	"not_found":      ErrNotFound,
+	"conflict":       ErrConflict,
+	"unavailable":    ErrUnavailable,
+	"unauthorized":   ErrUnauthorized,
+	"quota_exceeded": ErrQuota,
+	"too_large":      ErrTooLarge,
+}
+
+// kindOfStatus classifies answers without a JSON body, e.g. from a proxy.
+var kindOfStatus = map[int]error{
+	http.StatusBadRequest:                  ErrInvalid,
+	http.StatusUnauthorized:                ErrUnauthorized,
+	http.StatusNotFound:                    ErrNotFound,
+	http.StatusConflict:                    ErrConflict,
+	http.StatusRequestEntityTooLarge:       ErrTooLarge,
+	http.StatusRequestHeaderFieldsTooLarge: ErrTooLarge,
+	http.StatusTooManyRequests:             ErrQuota,
+	http.StatusBadGateway:                  ErrUnavailable,
+	http.StatusServiceUnavailable:          ErrUnavailable,
+	http.StatusGatewayTimeout:              ErrUnavailable,
+}
+
+func errorFrom(resp *http.Response) error {
+	e := &Error{StatusCode: resp.StatusCode}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var body api.Error
+	if json.Unmarshal(b, &body) == nil && body.Code != "" {
+		e.Code, e.Message = body.Code, body.Message
+	}
+	return e
+}
