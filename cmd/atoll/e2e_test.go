@@ -480,3 +480,60 @@ func TestHostileInput(t *testing.T) {
 		t.Errorf("wrong key: %v", err)
 	}
 }
+
+// TestTerminalAndWatch drives a PTY shell over the websocket and a directory
+// watch through the real server and agent.
+func TestTerminalAndWatch(t *testing.T) {
+	testenv.RequireRoot(t)
+	data := filepath.Join(testenv.Dir(t), "data")
+	d := startDaemon(t, data)
+	c := d.client()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.StartProcess(ctx, sb.ID, api.ExecRequest{Cmd: []string{"/bin/bash", "--norc", "-i"}, Background: true, PTY: &api.PTYSize{Rows: 24, Cols: 80}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	term, err := c.Terminal(ctx, sb.ID, p.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer term.Close()
+	if err := term.Resize(33, 111); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if _, err := term.Write([]byte("stty size; tty; exit 3\n")); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(term)
+	if !strings.Contains(string(out), "33 111") || !strings.Contains(string(out), "/dev/pts/") {
+		t.Errorf("terminal output %q lacks the resized size or a pty", out)
+	}
+	if code, err := term.Wait(); err != nil || code != 3 {
+		t.Errorf("terminal exit: %d %v", code, err)
+	}
+
+	w, err := c.Watch(ctx, sb.ID, "/root", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	time.Sleep(100 * time.Millisecond)
+	sh(t, c, sb.ID, "mkdir /root/d && echo x > /root/d/f")
+	seen := map[string]bool{}
+	for w.Next() {
+		ev := w.Event()
+		seen[ev.Type+" "+ev.Path] = true
+		if seen["create /root/d/f"] {
+			break
+		}
+	}
+	if !seen["create /root/d"] || !seen["create /root/d/f"] {
+		t.Errorf("watch events %v lack the new directory and file", seen)
+	}
+}

@@ -37,3 +37,24 @@ func BenchmarkStartExecStop(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkExec measures an exec of true through the agent socket alone.
+func BenchmarkExec(b *testing.B) {
+	testenv.RequireRoot(b)
+	dir := testenv.Dir(b)
+	ls := testenv.Layers(b, dir)
+	runRoot := filepath.Join(dir, "run")
+	rt, err := ns.New(ns.Config{RunRoot: runRoot})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { unmountAll(runRoot) })
+	env := runtimetest.Env{Layers: ls, AgentPath: testenv.AgentBinary(b)}
+	sb := runtimetest.Start(b, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 256 << 20, PIDs: 64}, 1<<30)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := sb.Client.Exec(context.Background(), api.ExecRequest{Cmd: []string{"true"}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
