@@ -56,6 +56,7 @@ func atollBinary(t *testing.T) string {
 
 type daemon struct {
 	t    *testing.T
+	args []string // extra serve flags
 	bin  string
 	data string
 	cmd  *exec.Cmd
@@ -87,7 +88,8 @@ func startDaemon(t *testing.T, data string) *daemon {
 
 func (d *daemon) start() {
 	d.t.Helper()
-	d.cmd = exec.Command(d.bin, "serve", "--listen", "127.0.0.1:0", "--data", d.data, "--layer-image-size", fmt.Sprint(int64(8<<30)))
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data", d.data, "--layer-image-size", fmt.Sprint(int64(8 << 30))}, d.args...)
+	d.cmd = exec.Command(d.bin, args...)
 	stdout, err := d.cmd.StdoutPipe()
 	if err != nil {
 		d.t.Fatal(err)
@@ -325,6 +327,9 @@ func TestKillDuringCreate(t *testing.T) {
 		time.Sleep(delay)
 		d.kill()
 		wg.Wait()
+		// Restart without a warm pool, so that everything on the host must
+		// belong to a listed sandbox (pooled ones are discarded at start).
+		d.args = []string{"--warm-pool", "0"}
 		d.start()
 		c = d.client()
 		sbs, err := c.ListSandboxes(ctx, atoll.ListOptions{})
@@ -370,6 +375,10 @@ func TestKillDuringCreate(t *testing.T) {
 				t.Errorf("left after delete: %v", left)
 			}
 		}
+		d.kill()
+		d.args = nil
+		d.start()
+		c = d.client()
 	}
 }
 
@@ -535,5 +544,47 @@ func TestTerminalAndWatch(t *testing.T) {
 	}
 	if !seen["create /root/d"] || !seen["create /root/d/f"] {
 		t.Errorf("watch events %v lack the new directory and file", seen)
+	}
+}
+
+// TestCreateSettingsApply checks that what a create asks for (limits, disk,
+// env, labels) holds whether the sandbox came from the warm pool or was
+// started cold: the first creates after the pool fills are pool hits.
+func TestCreateSettingsApply(t *testing.T) {
+	testenv.RequireRoot(t)
+	data := filepath.Join(testenv.Dir(t), "data")
+	d := startDaemon(t, data)
+	c := d.client()
+	ctx := context.Background()
+	time.Sleep(3 * time.Second) // let the pool of 2 fill
+	for i := 0; i < 4; i++ {
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{
+			MemoryMiB: 200 + int64(i), PIDs: 77, DiskGiB: 1, CPU: 0.5,
+			Env: map[string]string{"WHO": fmt.Sprint("n", i)}, Labels: map[string]string{"i": fmt.Sprint(i)},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.MemoryMiB != 200+int64(i) || sb.PIDs != 77 || sb.DiskGiB != 1 || sb.Labels["i"] != fmt.Sprint(i) {
+			t.Errorf("create %d answered %+v", i, sb)
+		}
+		mem, _ := os.ReadFile("/sys/fs/cgroup/memory/atoll/" + sb.ID + "/memory.limit_in_bytes")
+		if strings.TrimSpace(string(mem)) != fmt.Sprint((200+i)<<20) {
+			t.Errorf("create %d: memory limit %q", i, mem)
+		}
+		pids, _ := os.ReadFile("/sys/fs/cgroup/pids/atoll/" + sb.ID + "/pids.max")
+		if strings.TrimSpace(string(pids)) != "77" {
+			t.Errorf("create %d: pids limit %q", i, pids)
+		}
+		if out, _ := sh(t, c, sb.ID, "echo $WHO; hostname"); out != fmt.Sprint("n", i)+"\n"+sb.ID+"\n" {
+			t.Errorf("create %d: env and hostname %q", i, out)
+		}
+		if _, code := sh(t, c, sb.ID, "fallocate -l 1100M /root/big"); code == 0 {
+			t.Errorf("create %d: allocated 1100 MiB under a 1 GiB disk limit", i)
+		}
+		list, err := c.ListSandboxes(ctx, atoll.ListOptions{Labels: map[string]string{"i": fmt.Sprint(i)}})
+		if err != nil || len(list) != 1 || list[0].ID != sb.ID {
+			t.Errorf("create %d: list by label: %v %v", i, list, err)
+		}
 	}
 }

@@ -38,6 +38,7 @@ type serveConfig struct {
 	data      string
 	agent     string
 	imageSize int64
+	warmPool  int
 	debug     bool
 	out       io.Writer
 }
@@ -71,6 +72,7 @@ re-adopts them.`,
 	f.StringVar(&cfg.data, "data", "/var/lib/atoll", "data directory")
 	f.StringVar(&cfg.agent, "agent", "", "atoll-agent binary to run in sandboxes (default: this binary)")
 	f.Int64Var(&cfg.imageSize, "layer-image-size", 0, "size in bytes of the layer image, when one is created (default: 90% of free space, at most 1 TiB)")
+	f.IntVar(&cfg.warmPool, "warm-pool", 2, "default sandboxes to keep started ahead of demand (0: none)")
 	f.BoolVar(&cfg.debug, "debug", false, "log debug messages")
 	return cmd
 }
@@ -126,6 +128,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	}
 	svc, err := control.New(control.Config{
 		Store: st, Layers: ls, Runtimes: []runtime.Runtime{nsrt}, AgentPath: agentPath, Logger: log,
+		WarmPool: cfg.warmPool,
 	})
 	if err != nil {
 		return err

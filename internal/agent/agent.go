@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"sync"
@@ -69,6 +70,11 @@ type Agent struct {
 	reapMu  sync.Mutex
 	waiters map[int]*process
 
+	// envMu guards defaultEnv, which starts as cfg.DefaultEnv and which the
+	// node may replace (PUT /env) when it hands a pre-started sandbox out.
+	envMu      sync.Mutex
+	defaultEnv map[string]string
+
 	procMu sync.Mutex
 	procs  map[int]*process // running processes and the last exited background ones
 	exited []*process       // exited background processes, oldest first
@@ -91,6 +97,7 @@ func New(cfg Config) (*Agent, error) {
 		closing:     make(chan struct{}),
 		waiters:     make(map[int]*process),
 		procs:       make(map[int]*process),
+		defaultEnv:  maps.Clone(cfg.DefaultEnv),
 	}
 	if a.log == nil {
 		a.log = slog.Default()
@@ -159,6 +166,7 @@ func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", a.handleHealth)
 
+	mux.HandleFunc("PUT /env", a.handleSetEnv)
 	mux.HandleFunc("POST /exec", a.handleExec)
 	mux.HandleFunc("GET /processes", a.handleListProcesses)
 	mux.HandleFunc("GET /processes/{pid}", a.handleGetProcess)
@@ -207,6 +215,25 @@ func (a *Agent) recoverer(next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(w, r)
 	})
+}
+
+// handleSetEnv replaces the default environment of processes started from now on.
+func (a *Agent) handleSetEnv(w http.ResponseWriter, r *http.Request) {
+	var env map[string]string
+	if err := decodeJSON(w, r, &env); err != nil {
+		writeError(w, err)
+		return
+	}
+	for k, v := range env {
+		if err := checkEnv(k, v); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	a.envMu.Lock()
+	a.defaultEnv = env
+	a.envMu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {

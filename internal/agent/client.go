@@ -117,6 +117,14 @@ func (c *Client) Health(ctx context.Context) error {
 	return nil
 }
 
+// SetEnv replaces the agent's default environment.
+func (c *Client) SetEnv(ctx context.Context, env map[string]string) error {
+	if env == nil {
+		env = map[string]string{}
+	}
+	return c.call(ctx, http.MethodPut, "/env", nil, env, nil)
+}
+
 // ExecResult is the outcome of a foreground exec.
 type ExecResult struct {
 	PID      int

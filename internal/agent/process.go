@@ -94,7 +94,9 @@ func (a *Agent) prepare(req *api.ExecRequest) (*spec, error) {
 	if req.PTY != nil {
 		env["TERM"] = "xterm-256color"
 	}
-	maps.Copy(env, a.cfg.DefaultEnv)
+	a.envMu.Lock()
+	maps.Copy(env, a.defaultEnv)
+	a.envMu.Unlock()
 	for k, v := range req.Env {
 		if err := checkEnv(k, v); err != nil {
 			return nil, err

@@ -41,7 +41,10 @@ type Config struct {
 	Runtimes  []runtime.Runtime
 	AgentPath string // host path of the agent binary
 	Defaults  Defaults
-	Logger    *slog.Logger
+	// WarmPool is how many default sandboxes to keep started ahead of
+	// demand; 0 disables the pool.
+	WarmPool int
+	Logger   *slog.Logger
 }
 
 // Service manages sandboxes.
@@ -57,8 +60,11 @@ type Service struct {
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	poolSize int
+	poolWake chan struct{}
+	// poolMu guards pool, the IDs of pooled sandboxes ready to hand out.
+	poolMu sync.Mutex
+	pool   []string
 }
 
 // uidBase is the first host uid of sandbox ranges: far above the ids a host
@@ -100,7 +106,8 @@ func New(cfg Config) (*Service, error) {
 		defaults:  cfg.Defaults,
 		log:       cfg.Logger,
 		locks:     map[string]*sync.Mutex{},
-		stop:      make(chan struct{}),
+		poolSize:  cfg.WarmPool,
+		poolWake:  make(chan struct{}, 1),
 	}
 	for _, r := range cfg.Runtimes {
 		s.runtimes[r.Name()] = r
@@ -111,9 +118,25 @@ func New(cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// Run watches running sandboxes until ctx ends, so that one whose init dies
-// on its own (e.g. killed by the OOM killer) is recorded as stopped.
+// Run keeps the warm pool filled and watches running sandboxes until ctx
+// ends, so that one whose init dies on its own (e.g. killed by the OOM killer)
+// is recorded as stopped.
 func (s *Service) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			s.fillPool(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.poolWake:
+			case <-time.After(5 * time.Second): // retry after failures
+			}
+		}
+	}()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -238,6 +261,9 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	if err != nil {
 		return api.Sandbox{}, err
 	}
+	if sb, ok := s.takePooled(context.WithoutCancel(ctx), req); ok {
+		return sb, nil
+	}
 	// The work goes on if the client hangs up: a half-made sandbox would be
 	// worse than an unwanted whole one, which the client can delete.
 	ctx = context.WithoutCancel(ctx)
@@ -251,15 +277,16 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	if err := s.store.Create(ctx, &sb); err != nil {
 		return api.Sandbox{}, err
 	}
-	if err := s.startLocked(ctx, &sb, tmpl, api.StateCreating); err != nil {
+	if err := s.startLocked(ctx, &sb, tmpl, api.StateCreating, api.StateRunning); err != nil {
 		s.discard(ctx, sb)
 		return api.Sandbox{}, err
 	}
 	return sb.Sandbox, nil
 }
 
-// startLocked brings sb (in state from) to running. The caller holds its lock.
-func (s *Service) startLocked(ctx context.Context, sb *store.Sandbox, tmpl layers.Template, from string) error {
+// startLocked starts sb (in state from) and records it in state to. The
+// caller holds its lock.
+func (s *Service) startLocked(ctx context.Context, sb *store.Sandbox, tmpl layers.Template, from, to string) error {
 	rt := s.runtimes[sb.Runtime]
 	writable, err := s.layers.CreateWritable(sb.ID, sb.DiskGiB<<30)
 	if err != nil {
@@ -287,7 +314,7 @@ func (s *Service) startLocked(ctx context.Context, sb *store.Sandbox, tmpl layer
 		return fmt.Errorf("%w: starting sandbox failed", errdefs.ErrUnavailable)
 	}
 	now := time.Now().UTC()
-	sb.State, sb.Error = api.StateRunning, ""
+	sb.State, sb.Error = to, ""
 	sb.StartedAt, sb.StoppedAt = &now, nil
 	sb.PID, sb.StartTime, sb.Socket = inst.PID, inst.StartTime, inst.Socket
 	if err := s.store.Update(ctx, sb, from); err != nil {
@@ -317,8 +344,17 @@ func (s *Service) Get(ctx context.Context, id string) (api.Sandbox, error) {
 	if err := checkID(id); err != nil {
 		return api.Sandbox{}, err
 	}
-	sb, err := s.store.Get(ctx, id)
+	sb, err := s.get(ctx, id)
 	return sb.Sandbox, err
+}
+
+// get reads a sandbox the API may show.
+func (s *Service) get(ctx context.Context, id string) (store.Sandbox, error) {
+	sb, err := s.store.Get(ctx, id)
+	if err == nil && hidden(sb) {
+		return store.Sandbox{}, notFound(id)
+	}
+	return sb, err
 }
 
 // List returns sandboxes in state (any if empty) carrying all of labels.
@@ -330,7 +366,7 @@ func (s *Service) List(ctx context.Context, state string, labels map[string]stri
 	out := []api.Sandbox{}
 next:
 	for _, sb := range sbs {
-		if state != "" && sb.State != state {
+		if hidden(sb) || state != "" && sb.State != state {
 			continue
 		}
 		for k, v := range labels {
@@ -352,7 +388,7 @@ func (s *Service) Stop(ctx context.Context, id string) (api.Sandbox, error) {
 	ctx = context.WithoutCancel(ctx)
 	unlock := s.lock(id)
 	defer unlock()
-	sb, err := s.store.Get(ctx, id)
+	sb, err := s.get(ctx, id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -391,7 +427,7 @@ func (s *Service) Start(ctx context.Context, id string) (api.Sandbox, error) {
 	ctx = context.WithoutCancel(ctx)
 	unlock := s.lock(id)
 	defer unlock()
-	sb, err := s.store.Get(ctx, id)
+	sb, err := s.get(ctx, id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -406,7 +442,7 @@ func (s *Service) Start(ctx context.Context, id string) (api.Sandbox, error) {
 	if err := s.store.Update(ctx, &sb, api.StateStopped); err != nil {
 		return api.Sandbox{}, err
 	}
-	if err := s.startLocked(ctx, &sb, tmpl, api.StateStarting); err != nil {
+	if err := s.startLocked(ctx, &sb, tmpl, api.StateStarting, api.StateRunning); err != nil {
 		_ = s.runtimes[sb.Runtime].Cleanup(ctx, sb.ID)
 		sb.State = api.StateStopped
 		_ = s.store.Update(ctx, &sb, api.StateStarting)
@@ -423,7 +459,7 @@ func (s *Service) Delete(ctx context.Context, id string) error {
 	ctx = context.WithoutCancel(ctx)
 	unlock := s.lock(id)
 	defer unlock()
-	sb, err := s.store.Get(ctx, id)
+	sb, err := s.get(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -460,7 +496,7 @@ func (s *Service) AgentDialer(ctx context.Context, id string) (func(ctx context.
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
-	sb, err := s.store.Get(ctx, id)
+	sb, err := s.get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -493,7 +529,7 @@ func (s *Service) Recover(ctx context.Context) error {
 			continue
 		}
 		switch sb.State {
-		case api.StateCreating:
+		case api.StateCreating, statePooled:
 			// Never acknowledged: undo it completely.
 			s.log.Info("removing sandbox whose creation was interrupted", "sandbox", sb.ID)
 			s.discard(ctx, sb)

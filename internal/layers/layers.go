@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -33,6 +34,8 @@ type Config struct {
 
 // Store holds template and writable layers.
 type Store struct {
+	// tmplMu serialises preparing templates on first use.
+	tmplMu sync.Mutex
 	dir    string
 	looped bool // Dir is a loop-mounted image that Open mounted
 	log    *slog.Logger

@@ -35,6 +35,8 @@ func (s *Store) Template(name string) (Template, error) {
 		return Template{}, fmt.Errorf("%w: template %q", errdefs.ErrNotFound, name)
 	}
 	skel := filepath.Join(s.dir, "templates", hostSkeletonVersion)
+	s.tmplMu.Lock()
+	defer s.tmplMu.Unlock()
 	if _, err := os.Stat(skel); errors.Is(err, os.ErrNotExist) {
 		if err := buildHostSkeleton(skel); err != nil {
 			return Template{}, fmt.Errorf("building host template: %w", err)

@@ -74,6 +74,8 @@ type Runtime interface {
 	// (cgroups, namespaces, mounts), but not the writable layer. Stopping a
 	// sandbox that is not running is not an error.
 	Stop(ctx context.Context, id string, inst Instance) error
+	// Update changes the limits of a running sandbox.
+	Update(ctx context.Context, id string, l Limits) error
 	// Alive reports whether inst still runs.
 	Alive(inst Instance) bool
 	// Cleanup releases anything a crashed Start may have left for id.

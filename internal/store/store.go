@@ -157,9 +157,11 @@ func (s *Store) Update(ctx context.Context, sb *Sandbox, from ...string) error {
 	}
 	env, _ := json.Marshal(orEmpty(sb.Env))
 	labels, _ := json.Marshal(orEmpty(sb.Labels))
-	_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET state=?, error=?, env=?, labels=?, started_at=?, stopped_at=?,
-		pid=?, start_time=?, socket=? WHERE id=?`,
-		sb.State, sb.Error, string(env), string(labels), nanos(sb.StartedAt), nanos(sb.StoppedAt),
+	_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET state=?, error=?, template=?, runtime=?, cpu=?, memory_mib=?,
+		disk_gib=?, pids=?, env=?, labels=?, created_at=?, started_at=?, stopped_at=?, pid=?, start_time=?, socket=?
+		WHERE id=?`,
+		sb.State, sb.Error, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
+		string(env), string(labels), sb.CreatedAt.UnixNano(), nanos(sb.StartedAt), nanos(sb.StoppedAt),
 		sb.PID, int64(sb.StartTime), sb.Socket, sb.ID)
 	if err != nil {
 		return err

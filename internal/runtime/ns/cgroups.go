@@ -104,6 +104,18 @@ func loadCgroup(id string) (*cgroup, error) {
 	return &cgroup{v1: c}, nil
 }
 
+func (c *cgroup) update(l runtime.Limits) error {
+	if c.v2 != nil {
+		r := cgroup2.ToResources(resources(l))
+		if l.MemoryBytes > 0 {
+			zero := int64(0)
+			r.Memory.Swap = &zero
+		}
+		return c.v2.Update(r)
+	}
+	return c.v1.Update(resources(l))
+}
+
 func (c *cgroup) add(pid int) error {
 	if c.v2 != nil {
 		return c.v2.AddProc(uint64(pid))

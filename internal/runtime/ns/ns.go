@@ -326,6 +326,15 @@ func (r *Runtime) Cleanup(ctx context.Context, id string) error {
 	return errors.Join(errs...)
 }
 
+// Update implements runtime.Runtime.
+func (r *Runtime) Update(ctx context.Context, id string, l runtime.Limits) error {
+	cg, err := loadCgroup(id)
+	if err != nil {
+		return fmt.Errorf("loading cgroup: %w", err)
+	}
+	return cg.update(l)
+}
+
 // Alive implements runtime.Runtime.
 func (r *Runtime) Alive(inst runtime.Instance) bool {
 	if inst.PID <= 0 {

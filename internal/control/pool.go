@@ -1,0 +1,153 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/agent"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/runtime"
+	"github.com/atoll-dev/atoll/internal/store"
+)
+
+// The warm pool keeps a few sandboxes of the default template and runtime
+// started ahead of demand, so that a create which matches hands one out in a
+// few milliseconds: it gets its ID, limits, disk quota, environment and labels,
+// and becomes visible. Pooled sandboxes are in the store (so a crash can clean
+// them up) in a state the API never shows; a restart discards them.
+const statePooled = "pooled"
+
+// fillPool tops the pool up to its size, one sandbox at a time.
+func (s *Service) fillPool(ctx context.Context) {
+	for ctx.Err() == nil {
+		s.poolMu.Lock()
+		short := len(s.pool) < s.poolSize
+		s.poolMu.Unlock()
+		if !short {
+			return
+		}
+		id, err := s.createPooled(ctx)
+		if err != nil {
+			s.log.Warn("filling warm pool", "err", err)
+			return
+		}
+		s.poolMu.Lock()
+		s.pool = append(s.pool, id)
+		s.poolMu.Unlock()
+	}
+}
+
+func (s *Service) createPooled(ctx context.Context) (string, error) {
+	// Once begun, finish: a half-made sandbox is cleaned up only at restart.
+	ctx = context.WithoutCancel(ctx)
+	d := s.defaults
+	tmpl, err := s.layers.Template(d.Template)
+	if err != nil {
+		return "", err
+	}
+	sb := store.Sandbox{Sandbox: api.Sandbox{
+		ID: newID(), State: statePooled, Template: d.Template, Runtime: d.Runtime,
+		CPU: d.CPU, MemoryMiB: d.MemoryMiB, DiskGiB: d.DiskGiB, PIDs: d.PIDs, CreatedAt: time.Now().UTC(),
+	}}
+	unlock := s.lock(sb.ID)
+	defer unlock()
+	if err := s.store.Create(ctx, &sb); err != nil {
+		return "", err
+	}
+	if err := s.startLocked(ctx, &sb, tmpl, statePooled, statePooled); err != nil {
+		s.discard(ctx, sb)
+		return "", err
+	}
+	// Warm the agent's exec path so the first exec of the new owner is quick.
+	c := s.agentClient(sb.Socket)
+	if _, err := c.Exec(ctx, api.ExecRequest{Cmd: []string{"true"}}); err != nil {
+		s.discard(ctx, sb)
+		return "", fmt.Errorf("warming pooled sandbox: %w", err)
+	}
+	return sb.ID, nil
+}
+
+// takePooled hands out a pooled sandbox for req if one fits, or returns ok false.
+func (s *Service) takePooled(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, bool) {
+	if s.poolSize == 0 || req.Template != s.defaults.Template || req.Runtime != s.defaults.Runtime {
+		return api.Sandbox{}, false
+	}
+	for {
+		s.poolMu.Lock()
+		if len(s.pool) == 0 {
+			s.poolMu.Unlock()
+			return api.Sandbox{}, false
+		}
+		id := s.pool[0]
+		s.pool = s.pool[1:]
+		s.poolMu.Unlock()
+		s.wakePool()
+		sb, err := s.adoptPooled(ctx, id, req)
+		if err == nil {
+			return sb, true
+		}
+		s.log.Warn("handing out pooled sandbox", "sandbox", id, "err", err)
+	}
+}
+
+func (s *Service) adoptPooled(ctx context.Context, id string, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	unlock := s.lock(id)
+	defer unlock()
+	sb, err := s.store.Get(ctx, id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	fail := func(err error) (api.Sandbox, error) {
+		s.discard(ctx, sb)
+		return api.Sandbox{}, err
+	}
+	if sb.State != statePooled || !s.runtimes[sb.Runtime].Alive(instance(sb)) {
+		return fail(errors.New("pooled sandbox is gone"))
+	}
+	if req.CPU != sb.CPU || req.MemoryMiB != sb.MemoryMiB || req.PIDs != sb.PIDs {
+		l := runtime.Limits{CPU: req.CPU, MemoryBytes: req.MemoryMiB << 20, PIDs: req.PIDs}
+		if err := s.runtimes[sb.Runtime].Update(ctx, id, l); err != nil {
+			return fail(err)
+		}
+	}
+	if req.DiskGiB != sb.DiskGiB {
+		if _, err := s.layers.CreateWritable(id, req.DiskGiB<<30); err != nil {
+			return fail(err)
+		}
+	}
+	if len(req.Env) > 0 {
+		if err := s.agentClient(sb.Socket).SetEnv(ctx, req.Env); err != nil {
+			return fail(err)
+		}
+	}
+	now := time.Now().UTC()
+	sb.State, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs = api.StateRunning, req.CPU, req.MemoryMiB, req.DiskGiB, req.PIDs
+	sb.Env, sb.Labels, sb.CreatedAt, sb.StartedAt = req.Env, req.Labels, now, &now
+	if err := s.store.Update(ctx, &sb, statePooled); err != nil {
+		return fail(err)
+	}
+	return sb.Sandbox, nil
+}
+
+func (s *Service) wakePool() {
+	select {
+	case s.poolWake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Service) agentClient(sock string) *agent.Client {
+	return agent.NewClient(func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	})
+}
+
+// hidden reports whether sb is one the API must not show.
+func hidden(sb store.Sandbox) bool { return sb.State == statePooled }
+
+func notFound(id string) error { return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound) }
