@@ -40,7 +40,7 @@ func main() {
 	work, err := os.MkdirTemp("", "atoll-bench-")
 	check(err)
 	os.Chmod(work, 0o711)
-	srv := startServer(work)
+	srv := startServer(work, "cold", 0)
 	defer srv.stop()
 
 	r := &report{}
@@ -67,7 +67,7 @@ func main() {
 		check(c.DeleteSandbox(ctx, sb.ID))
 		del = append(del, time.Since(t0))
 	}
-	r.add("atoll create → ready (API)", "sequential", create)
+	r.add("atoll create → ready (API), cold", "sequential", create)
 	r.add("atoll first exec `true` (API)", "sequential", exec1)
 	r.add("atoll delete (API)", "sequential", del)
 
@@ -113,12 +113,69 @@ func main() {
 	}
 	wg.Wait()
 	conc := fmt.Sprintf("%d clients", *clients)
-	r.add("atoll create → ready (API)", conc, ccreate)
+	r.add("atoll create → ready (API), cold", conc, ccreate)
 	r.add("atoll first exec `true` (API)", conc, cexec)
 	r.add("atoll delete (API)", conc, cdel)
 
+	warm(r, work, *n, *clients)
 	peers(r, work, filepath.Join(srv.data, "layers", "templates", "host-v1"), *n)
 	r.print(os.Stdout, *n, *clients)
+}
+
+// warm measures creates served by the warm pool: one at a time with a pause
+// that lets the pool refill, and a burst of concurrent clients that drains it.
+func warm(r *report, work string, n, clients int) {
+	srv := startServer(work, "warm", clients)
+	defer srv.stop()
+	c := atoll.New(srv.url, srv.key)
+	ctx := context.Background()
+	time.Sleep(3 * time.Second)
+	var ds []time.Duration
+	for i := 0; i < n; i++ {
+		t0 := time.Now()
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+		check(err)
+		ds = append(ds, time.Since(t0))
+		check(c.DeleteSandbox(ctx, sb.ID))
+		time.Sleep(150 * time.Millisecond)
+	}
+	r.add("atoll create → ready (API), warm pool hit", "sequential", ds)
+	var ex []time.Duration
+	time.Sleep(time.Second)
+	for i := 0; i < n; i++ {
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+		check(err)
+		t0 := time.Now()
+		_, err = c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard)
+		check(err)
+		ex = append(ex, time.Since(t0))
+		check(c.DeleteSandbox(ctx, sb.ID))
+		time.Sleep(150 * time.Millisecond)
+	}
+	r.add("atoll first exec `true` (API), warm pool", "sequential", ex)
+	time.Sleep(3 * time.Second)
+	var mu sync.Mutex
+	var burst []time.Duration
+	var ids []string
+	var wg sync.WaitGroup
+	for w := 0; w < clients; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+			check(err)
+			mu.Lock()
+			burst = append(burst, time.Since(t0))
+			ids = append(ids, sb.ID)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	for _, id := range ids {
+		check(c.DeleteSandbox(ctx, id))
+	}
+	r.add(fmt.Sprintf("atoll create → ready (API), burst into a pool of %d", clients), fmt.Sprintf("%d clients", clients), burst)
 }
 
 type server struct {
@@ -127,14 +184,17 @@ type server struct {
 	key       string
 }
 
-func startServer(work string) *server {
+func startServer(work, name string, pool int) *server {
 	bin := filepath.Join(work, "atoll")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/atoll")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	build.Stderr = os.Stderr
-	check(build.Run())
-	data := filepath.Join(work, "data")
-	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--data", data, "--layer-image-size", fmt.Sprint(int64(16<<30)))
+	if _, err := os.Stat(bin); err != nil {
+		build := exec.Command("go", "build", "-o", bin, "./cmd/atoll")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		build.Stderr = os.Stderr
+		check(build.Run())
+	}
+	data := filepath.Join(work, name)
+	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--data", data,
+		"--layer-image-size", fmt.Sprint(int64(16<<30)), "--warm-pool", fmt.Sprint(pool))
 	out, err := cmd.StdoutPipe()
 	check(err)
 	cmd.Stderr = io.Discard
@@ -181,6 +241,15 @@ func peers(r *report, work, skeleton string, n int) {
 		os.MkdirAll(upper, 0o755)
 		os.MkdirAll(wdir, 0o755)
 	}
+
+	// The exec floor: this host running `true` with no sandbox at all.
+	var host []time.Duration
+	for i := 0; i < n*5; i++ {
+		t0 := time.Now()
+		must("/usr/bin/true")
+		host = append(host, time.Since(t0))
+	}
+	r.add("floor: fork+exec+wait `true` on the host (Go os/exec)", "sequential", host)
 
 	// The floor: a fresh overlay, then unshare into new namespaces and exec.
 	if _, err := exec.LookPath("unshare"); err == nil {
