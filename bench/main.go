@@ -187,7 +187,9 @@ type server struct {
 func startServer(work, name string, pool int) *server {
 	bin := filepath.Join(work, "atoll")
 	if _, err := os.Stat(bin); err != nil {
-		build := exec.Command("go", "build", "-o", bin, "./cmd/atoll")
+		// Both binaries, as `go install ./cmd/...` would put them: the server
+		// then runs the smaller atoll-agent in sandboxes.
+		build := exec.Command("go", "build", "-o", work, "./cmd/atoll", "./cmd/atoll-agent")
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		build.Stderr = os.Stderr
 		check(build.Run())

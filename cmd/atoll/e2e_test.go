@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
+
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/testenv"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
@@ -586,5 +588,46 @@ func TestCreateSettingsApply(t *testing.T) {
 		if err != nil || len(list) != 1 || list[0].ID != sb.ID {
 			t.Errorf("create %d: list by label: %v %v", i, list, err)
 		}
+	}
+}
+
+// TestShellCommand runs `atoll shell` on a real terminal (a pty) against the
+// server, types into it and reads what the sandbox's shell printed.
+func TestShellCommand(t *testing.T) {
+	testenv.RequireRoot(t)
+	data := filepath.Join(testenv.Dir(t), "data")
+	d := startDaemon(t, data)
+	sb, err := d.client().CreateSandbox(context.Background(), api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(d.bin, "shell", sb.ID)
+	cmd.Env = append(os.Environ(), "ATOLL_URL="+d.url, "ATOLL_API_KEY="+d.key, "TERM=xterm")
+	tty, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 30, Cols: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tty.Close()
+	var out bytes.Buffer
+	done := make(chan struct{})
+	go func() { io.Copy(&out, tty); close(done) }()
+	time.Sleep(500 * time.Millisecond)
+	tty.Write([]byte("echo $((6*7)); stty size; exit 5\n"))
+	errc := make(chan error, 1)
+	go func() { errc <- cmd.Wait() }()
+	select {
+	case err = <-errc:
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("atoll shell did not exit; output %q", out.String())
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 5 {
+		t.Errorf("atoll shell exit: %v", err)
+	}
+	tty.Close()
+	<-done
+	if !strings.Contains(out.String(), "42") || !strings.Contains(out.String(), "30 100") {
+		t.Errorf("shell output %q lacks 42 and the terminal size 30 100", out.String())
 	}
 }

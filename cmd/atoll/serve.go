@@ -70,7 +70,7 @@ re-adopts them.`,
 	f := cmd.Flags()
 	f.StringVar(&cfg.listen, "listen", "127.0.0.1:7400", "address to serve the API on")
 	f.StringVar(&cfg.data, "data", "/var/lib/atoll", "data directory")
-	f.StringVar(&cfg.agent, "agent", "", "atoll-agent binary to run in sandboxes (default: this binary)")
+	f.StringVar(&cfg.agent, "agent", "", "atoll-agent binary to run in sandboxes (default: atoll-agent beside this binary, else this binary)")
 	f.Int64Var(&cfg.imageSize, "layer-image-size", 0, "size in bytes of the layer image, when one is created (default: 90% of free space, at most 1 TiB)")
 	f.IntVar(&cfg.warmPool, "warm-pool", 2, "default sandboxes to keep started ahead of demand (0: none)")
 	f.BoolVar(&cfg.debug, "debug", false, "log debug messages")
@@ -112,11 +112,9 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if err != nil {
 		return fmt.Errorf("opening layer store: %w", err)
 	}
-	src := cfg.agent
-	if src == "" {
-		if src, err = os.Executable(); err != nil {
-			return err
-		}
+	src, err := agentSource(cfg.agent)
+	if err != nil {
+		return err
 	}
 	agentPath, err := control.InstallAgent(filepath.Join(data, "bin"), src)
 	if err != nil {
@@ -179,6 +177,24 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		err = nil
 	}
 	return err
+}
+
+// agentSource picks the agent binary: the flag's, else an atoll-agent installed
+// beside this binary (smaller, so sandboxes start faster), else this binary,
+// which can act as the agent too (`go run ./cmd/atoll serve` needs no other build).
+func agentSource(flag string) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	beside := filepath.Join(filepath.Dir(self), "atoll-agent")
+	if fi, err := os.Stat(beside); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		return beside, nil
+	}
+	return self, nil
 }
 
 // ensureAPIKey creates the first API key when the store has none: the key is

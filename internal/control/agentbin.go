@@ -2,6 +2,8 @@ package control
 
 import (
 	"crypto/sha256"
+	"debug/elf"
+	"errors"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -19,6 +21,9 @@ func InstallAgent(dir, src string) (string, error) {
 	}
 	// Sandboxes exec it as their unprivileged host uid: parents need +x.
 	if err := os.Chmod(dir, 0o711); err != nil {
+		return "", err
+	}
+	if err := checkStatic(src); err != nil {
 		return "", err
 	}
 	in, err := os.Open(src)
@@ -70,4 +75,21 @@ func syncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// checkStatic refuses an agent binary that needs a dynamic loader: it runs in
+// sandboxes whose root has no C library of the host's. Go builds are static
+// with CGO_ENABLED=0.
+func checkStatic(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("reading agent binary: %w", err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return errors.New("the agent binary " + path + " is dynamically linked; build atoll with CGO_ENABLED=0")
+		}
+	}
+	return nil
 }

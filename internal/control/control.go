@@ -184,6 +184,9 @@ func (s *Service) lock(id string) func() {
 	return l.Unlock
 }
 
+// ms is the time since t0 in fractional milliseconds, for logs.
+func ms(t0 time.Time) float64 { return float64(time.Since(t0).Microseconds()) / 1000 }
+
 func instance(sb store.Sandbox) runtime.Instance {
 	return runtime.Instance{PID: sb.PID, StartTime: sb.StartTime, Socket: sb.Socket}
 }
@@ -274,13 +277,16 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	}}
 	unlock := s.lock(sb.ID)
 	defer unlock()
+	t0 := time.Now()
 	if err := s.store.Create(ctx, &sb); err != nil {
 		return api.Sandbox{}, err
 	}
+	s.log.Debug("recorded", "sandbox", sb.ID, "op", "create", "ms", ms(t0))
 	if err := s.startLocked(ctx, &sb, tmpl, api.StateCreating, api.StateRunning); err != nil {
 		s.discard(ctx, sb)
 		return api.Sandbox{}, err
 	}
+	s.log.Debug("created", "sandbox", sb.ID, "op", "create", "ms", ms(t0))
 	return sb.Sandbox, nil
 }
 
@@ -288,6 +294,7 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 // caller holds its lock.
 func (s *Service) startLocked(ctx context.Context, sb *store.Sandbox, tmpl layers.Template, from, to string) error {
 	rt := s.runtimes[sb.Runtime]
+	t0 := time.Now()
 	writable, err := s.layers.CreateWritable(sb.ID, sb.DiskGiB<<30)
 	if err != nil {
 		return fmt.Errorf("preparing writable layer: %w", err)
@@ -308,7 +315,9 @@ func (s *Service) startLocked(ctx context.Context, sb *store.Sandbox, tmpl layer
 		Env:       env,
 		AgentPath: s.agentPath,
 	}
+	s.log.Debug("writable layer ready", "sandbox", sb.ID, "op", "start", "ms", ms(t0))
 	inst, err := rt.Start(ctx, spec)
+	s.log.Debug("runtime started", "sandbox", sb.ID, "op", "start", "ms", ms(t0))
 	if err != nil {
 		s.log.Error("starting sandbox", "sandbox", sb.ID, "err", err)
 		return fmt.Errorf("%w: starting sandbox failed", errdefs.ErrUnavailable)

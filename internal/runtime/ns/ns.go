@@ -197,6 +197,7 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (inst runtime.In
 		return inst, fmt.Errorf("sandbox init: %w", err)
 	}
 	r.unmountStaging(dir)
+	initMs := float64(time.Since(start).Microseconds()) / 1000
 
 	waitCtx, cancel := context.WithTimeout(ctx, runtime.AgentTimeout)
 	defer cancel()
@@ -207,7 +208,8 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (inst runtime.In
 	if err != nil {
 		return inst, err
 	}
-	r.log.Debug("sandbox started", "sandbox", spec.ID, "pid", pid, "ms", time.Since(start).Milliseconds())
+	r.log.Debug("sandbox started", "sandbox", spec.ID, "pid", pid, "op", "start",
+		"ms", float64(time.Since(start).Microseconds())/1000, "init_ms", initMs)
 	return runtime.Instance{PID: pid, StartTime: st0, Socket: sock}, nil
 }
 
