@@ -118,7 +118,7 @@ func main() {
 	r.add("atoll delete (API)", conc, cdel)
 
 	warm(r, work, *n, *clients)
-	peers(r, work, filepath.Join(srv.data, "layers", "templates", "host-v1"), *n)
+	peers(r, work, filepath.Join(srv.data, "layers", "templates", "host-v2"), *n)
 	r.print(os.Stdout, *n, *clients)
 }
 

@@ -1,6 +1,6 @@
 // Command atoll-agent is the PID 1 of every atoll sandbox; see
-// docs/agent-protocol.md. Started as "atoll-agent init" it is first the ns
-// runtime's init stage, which sets the sandbox up and then execs the agent.
+// docs/agent-protocol.md. Started as "atoll-agent init" it first sets up the
+// ns runtime's sandbox from the inside, then goes on as the agent.
 package main
 
 import (
@@ -12,7 +12,7 @@ import (
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == nsinit.Arg {
-		nsinit.Main()
+		nsinit.Setup()
 	}
 	agent.Main()
 }

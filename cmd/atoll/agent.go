@@ -17,7 +17,7 @@ func runAsAgent() bool {
 		return false
 	}
 	if len(os.Args) > 1 && os.Args[1] == nsinit.Arg {
-		nsinit.Main()
+		nsinit.Setup()
 	}
 	agent.Main()
 	return true

@@ -12,7 +12,7 @@ import (
 )
 
 // InstallAgent copies the agent binary src into dir under a name made from its
-// content hash and returns the copy's path. Sandboxes bind-mount the copy, so it
+// content hash and returns the copy's path. Sandboxes run the copy, so it
 // must outlive the process that started them (a `go run` binary does not) and
 // must never change under a running sandbox; a new build gets a new name.
 func InstallAgent(dir, src string) (string, error) {

@@ -27,7 +27,7 @@ const HostTemplate = "host"
 
 // hostSkeletonVersion names the skeleton layer; bump it when its content changes,
 // so running sandboxes keep the layer they started with.
-const hostSkeletonVersion = "host-v1"
+const hostSkeletonVersion = "host-v2"
 
 // Template returns the named template, preparing it on first use.
 func (s *Store) Template(name string) (Template, error) {
@@ -108,7 +108,7 @@ func buildHostSkeleton(dst string) error {
 		{"tmp", 0o1777, 0}, {"var", 0o755, 0}, {"var/tmp", 0o1777, 0}, {"var/lib", 0o755, 0},
 		{"var/cache", 0o755, 0}, {"var/log", 0o755, 0}, {"run", 0o755, 0}, {"mnt", 0o755, 0},
 		{"opt", 0o755, 0}, {"srv", 0o755, 0}, {"proc", 0o555, 0}, {"sys", 0o555, 0},
-		{"dev", 0o755, 0}, {".atoll", 0o755, 0},
+		{"dev", 0o755, 0},
 	}
 	for _, d := range dirs {
 		p := filepath.Join(tmp, d.path)
@@ -130,7 +130,6 @@ func buildHostSkeleton(dst string) error {
 		{"etc/hosts", hosts, 0o644}, {"etc/hostname", "sandbox\n", 0o644},
 		{"etc/resolv.conf", resolv, 0o644}, {"etc/nsswitch.conf", nsswitch, 0o644},
 		{"etc/profile", profile, 0o644}, {"etc/bash.bashrc", bashrc, 0o644},
-		{".atoll/agent", "", 0o755}, // mountpoint for the agent binary
 	}
 	for _, f := range files {
 		if err := os.WriteFile(filepath.Join(tmp, f.path), []byte(f.content), f.mode); err != nil {

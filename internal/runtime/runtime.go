@@ -20,8 +20,8 @@ type Spec struct {
 	IDMap    IDMap
 	// Env is the default environment of every process the agent starts.
 	Env map[string]string
-	// AgentPath is the host path of the atoll-agent binary, mounted read-only
-	// into the sandbox at /.atoll/agent.
+	// AgentPath is the host path of the atoll-agent binary. It runs as the
+	// sandbox's PID 1 and is neither copied nor mounted into the sandbox.
 	AgentPath string
 }
 

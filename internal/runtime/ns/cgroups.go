@@ -4,7 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/containerd/cgroups/v3"
 	"github.com/containerd/cgroups/v3/cgroup1"
@@ -20,8 +26,9 @@ const cgroupParent = "/atoll"
 // cgroup is a sandbox's cgroup on either hierarchy. On hybrid hosts (v1
 // controllers, an empty v2 tree) the v1 controllers are used.
 type cgroup struct {
-	v1 cgroup1.Cgroup
-	v2 *cgroup2.Manager
+	path string // below the hierarchy's root, e.g. /atoll/ID
+	v1   cgroup1.Cgroup
+	v2   *cgroup2.Manager
 }
 
 func unified() bool { return cgroups.Mode() == cgroups.Unified }
@@ -58,13 +65,13 @@ func newCgroup(id string, l runtime.Limits) (*cgroup, error) {
 		if err != nil {
 			return nil, fmt.Errorf("creating cgroup: %w", err)
 		}
-		return &cgroup{v2: m}, nil
+		return &cgroup{path: cgroupPath(id), v2: m}, nil
 	}
 	c, err := cgroup1.New(cgroup1.StaticPath(cgroupPath(id)), resources(l), cgroup1.WithHierarchy(v1Hierarchy))
 	if err != nil {
 		return nil, fmt.Errorf("creating cgroup: %w", err)
 	}
-	return &cgroup{v1: c}, nil
+	return &cgroup{path: cgroupPath(id), v1: c}, nil
 }
 
 // v1Hierarchy is the v1 controllers atoll uses; others (net_cls, perf_event,
@@ -95,13 +102,13 @@ func loadCgroup(id string) (*cgroup, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &cgroup{v2: m}, nil
+		return &cgroup{path: cgroupPath(id), v2: m}, nil
 	}
 	c, err := cgroup1.Load(cgroup1.StaticPath(cgroupPath(id)), cgroup1.WithHierarchy(v1Hierarchy))
 	if err != nil {
 		return nil, err
 	}
-	return &cgroup{v1: c}, nil
+	return &cgroup{path: cgroupPath(id), v1: c}, nil
 }
 
 func (c *cgroup) update(l runtime.Limits) error {
@@ -116,11 +123,68 @@ func (c *cgroup) update(l runtime.Limits) error {
 	return c.v1.Update(resources(l))
 }
 
-func (c *cgroup) add(pid int) error {
+// start starts cmd as a process born inside the cgroup, so that a cgroup
+// namespace it creates at clone is rooted there. On v2 the kernel does it
+// (CLONE_INTO_CGROUP). On v1 the forking thread joins the cgroup for the clone
+// (v1 places threads, not only processes) and then goes back where it was. If
+// it cannot go back, its goroutine ends still locked to it, so the Go runtime
+// retires the thread rather than run other work in the sandbox's cgroup.
+func (c *cgroup) start(cmd *exec.Cmd) error {
 	if c.v2 != nil {
-		return c.v2.AddProc(uint64(pid))
+		dir, err := os.Open(filepath.Join("/sys/fs/cgroup", c.path))
+		if err != nil {
+			return err
+		}
+		defer dir.Close()
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = int(dir.Fd())
+		return cmd.Start()
 	}
-	return c.v1.Add(cgroup1.Process{Pid: pid})
+	errc := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread()
+		tid := unix.Gettid()
+		home, err := cgroup1.Load(threadPath(tid), cgroup1.WithHierarchy(v1Hierarchy))
+		if err != nil {
+			goruntime.UnlockOSThread()
+			errc <- fmt.Errorf("finding the node's cgroup: %w", err)
+			return
+		}
+		if err := c.v1.AddTask(cgroup1.Process{Pid: tid}); err != nil {
+			errc <- fmt.Errorf("joining cgroup: %w", err)
+			return
+		}
+		errc <- cmd.Start()
+		if home.AddTask(cgroup1.Process{Pid: tid}) == nil {
+			goruntime.UnlockOSThread()
+		}
+	}()
+	return <-errc
+}
+
+// threadPath is the v1 cgroup path of thread tid, per subsystem.
+func threadPath(tid int) cgroup1.Path {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/cgroup", tid))
+	paths := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		for _, ctrl := range strings.Split(parts[1], ",") {
+			paths[ctrl] = parts[2]
+		}
+	}
+	return func(name cgroup1.Name) (string, error) {
+		if err != nil {
+			return "", err
+		}
+		p, ok := paths[string(name)]
+		if !ok {
+			return "", cgroup1.ErrControllerNotActive
+		}
+		return p, nil
+	}
 }
 
 func (c *cgroup) pids() ([]int, error) {

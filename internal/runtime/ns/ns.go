@@ -5,7 +5,7 @@
 //
 // The node side here prepares what needs host privileges (cgroups, id-mapped
 // mounts, the agent's socket); nsinit, running inside the new namespaces, does
-// the rest and execs the agent. Nothing is mounted in the host's mount namespace
+// the rest and goes on as the agent. Nothing is mounted in the host's mount namespace
 // once a sandbox runs: its mounts live and die with its own mount namespace.
 package ns
 
@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -153,14 +152,35 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (inst runtime.In
 	}
 	defer logFile.Close()
 
+	// The staging directory is a shared mount, so that the id-mapped layers
+	// mounted there after the sandbox's mount namespace exists still appear
+	// in it (as a slave, nothing flows back).
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.MkdirAll(mnt, 0o711); err != nil {
+		return inst, err
+	}
+	if err := unix.Mount(mnt, mnt, "", unix.MS_BIND, ""); err != nil {
+		return inst, fmt.Errorf("staging mount: %w", err)
+	}
+	defer r.unmountStaging(dir)
+	if err := unix.Mount("", mnt, "", unix.MS_SHARED, ""); err != nil {
+		return inst, fmt.Errorf("staging mount: %w", err)
+	}
+
 	idmap := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(spec.IDMap.HostID), Size: int(spec.IDMap.Size)}}
 	cmd = exec.Command(spec.AgentPath, nsinit.Arg)
+	// argv[0] is what the sandbox sees in /proc/1/cmdline: not a host path.
+	cmd.Args[0] = "atoll-agent"
 	cmd.Env = []string{}
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.ExtraFiles = []*os.File{lnFile, childCtl} // fds 3 and 4, see nsinit
 	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags:                 syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID,
+		// Every namespace at once, so that all threads of the agent share
+		// them; the cgroup namespace is rooted where the process is born,
+		// in the sandbox's cgroup (see cgroup.start).
+		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
+			syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET | syscall.CLONE_NEWCGROUP,
 		UidMappings:                idmap,
 		GidMappings:                idmap,
 		GidMappingsEnableSetgroups: true,
@@ -169,7 +189,7 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (inst runtime.In
 		// the node's terminal signals.
 		Setsid: true,
 	}
-	if err := cmd.Start(); err != nil {
+	if err := cg.start(cmd); err != nil {
 		return inst, fmt.Errorf("starting sandbox init: %w", err)
 	}
 	childCtl.Close()
@@ -177,24 +197,19 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (inst runtime.In
 	// Reap our child when it ends; after a node restart the host's init does.
 	go func() { _ = cmd.Wait() }()
 
-	if err := cg.add(pid); err != nil {
-		return inst, fmt.Errorf("joining cgroup: %w", err)
-	}
 	cfg, err := r.stageMounts(spec, dir, pid)
-	defer r.unmountStaging(dir)
 	if err != nil {
 		return inst, err
 	}
 	if err := json.NewEncoder(ctl).Encode(cfg); err != nil {
 		return inst, fmt.Errorf("configuring sandbox init: %w", err)
 	}
-	// The init stage answers only on failure; on success its end of the
-	// socket closes when it execs the agent.
 	var st nsinit.Status
-	if err := json.NewDecoder(ctl).Decode(&st); err == nil && st.Error != "" {
-		return inst, fmt.Errorf("sandbox init: %s", st.Error)
-	} else if err != nil && !errors.Is(err, io.EOF) {
+	if err := json.NewDecoder(ctl).Decode(&st); err != nil {
 		return inst, fmt.Errorf("sandbox init: %w", err)
+	}
+	if st.Error != "" {
+		return inst, fmt.Errorf("sandbox init: %s", st.Error)
 	}
 	r.unmountStaging(dir)
 	initMs := float64(time.Since(start).Microseconds()) / 1000
@@ -225,10 +240,8 @@ func (r *Runtime) stageMounts(spec runtime.Spec, dir string, pid int) (nsinit.Co
 	defer unix.Close(userns)
 	mnt := filepath.Join(dir, "mnt")
 	rootfs := filepath.Join(dir, "rootfs")
-	for _, d := range []string{mnt, rootfs} {
-		if err := os.MkdirAll(d, 0o711); err != nil {
-			return nsinit.Config{}, err
-		}
+	if err := os.MkdirAll(rootfs, 0o711); err != nil {
+		return nsinit.Config{}, err
 	}
 	stage := func(src, name string, attr uint64) (string, error) {
 		dst := filepath.Join(mnt, name)
@@ -243,7 +256,6 @@ func (r *Runtime) stageMounts(spec runtime.Spec, dir string, pid int) (nsinit.Co
 	}
 	cfg := nsinit.Config{
 		Rootfs:   rootfs,
-		Agent:    spec.AgentPath,
 		Hostname: spec.Hostname,
 		AgentEnv: string(agentEnv),
 	}
@@ -286,8 +298,8 @@ func idmapMount(src, dst string, userns int, attr uint64) error {
 	return nil
 }
 
-// unmountStaging detaches the id-mapped staging mounts; the sandbox's overlay
-// keeps its own references to the layers.
+// unmountStaging detaches the id-mapped staging mounts and the staging mount
+// itself; the sandbox's overlay keeps its own references to the layers.
 func (r *Runtime) unmountStaging(dir string) {
 	for _, m := range mountsUnder(filepath.Join(dir, "mnt")) {
 		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {

@@ -1,13 +1,11 @@
-// Package nsinit is the first stage of a namespace sandbox. The node starts the
-// agent binary as "atoll-agent init" in new user and PID namespaces; this code
-// then waits for the node to place it in its cgroups and prepare id-mapped
-// layers, builds the sandbox's mount namespace (overlay root, /proc, /dev, /sys,
-// masked paths), pivots into it, drops privileges (capability bounding set,
-// no_new_privs, seccomp) and finally execs the agent as PID 1.
-//
-// It runs on the main OS thread only: unshare of the mount and cgroup namespaces
-// applies to the calling thread, and execve carries that thread's namespaces
-// into the agent.
+// Package nsinit sets a namespace sandbox up from the inside. The node starts
+// the agent binary as "atoll-agent init", already in its own user, mount, PID,
+// UTS, IPC, network and cgroup namespaces and its cgroups; Setup waits for the
+// node to prepare id-mapped layers, builds the sandbox's mount namespace (overlay
+// root, /proc, /dev, /sys, masked paths), pivots into it and drops privileges
+// (capability bounding set, no_new_privs, seccomp) on every thread of the
+// process. The same process then goes on as the agent, PID 1: one program start
+// per sandbox instead of two.
 package nsinit
 
 import (
@@ -16,9 +14,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	goruntime "runtime"
 	"strconv"
 	"strings"
+	"syscall"
+	"unsafe"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
 	"golang.org/x/sys/unix"
@@ -33,16 +32,12 @@ const (
 	ControlFD  = 4 // stream socket to the node: Config in, Status out
 )
 
-// AgentPath is where the agent binary appears inside every sandbox.
-const AgentPath = "/.atoll/agent"
-
 // Config is what the node sends the init stage once its mounts are ready.
 type Config struct {
 	Rootfs   string   `json:"rootfs"`   // empty host directory to build the root on
 	Lower    []string `json:"lower"`    // id-mapped lower layers, top first
 	Upper    string   `json:"upper"`    // id-mapped directory holding upper/ and work/
 	Binds    []Bind   `json:"binds"`    // id-mapped read-only directories
-	Agent    string   `json:"agent"`    // host path of the agent binary
 	Hostname string   `json:"hostname"` // of the UTS namespace
 	AgentEnv string   `json:"agent_env"`
 }
@@ -53,38 +48,35 @@ type Bind struct {
 	Target string `json:"target"`
 }
 
-// Status is the init stage's one-line answer: empty Error means it is about to
-// exec the agent (the node then sees the control socket close).
+// Status is the init stage's one-line answer to the node; an empty Error means
+// the sandbox is set up and the agent is starting.
 type Status struct {
 	Error string `json:"error,omitempty"`
 }
 
-func init() {
-	if len(os.Args) > 1 && os.Args[1] == Arg {
-		goruntime.LockOSThread()
-	}
-}
+// AgentEnv is the environment variable through which Setup hands the sandbox's
+// default environment to the agent.
+const AgentEnv = "ATOLL_AGENT_ENV"
 
-// Main runs the init stage and never returns.
-func Main() {
+// Setup sets the sandbox up and returns, so the caller can run the agent. On
+// failure it tells the node why and exits.
+func Setup() {
 	ctl := os.NewFile(ControlFD, "control")
-	err := run(ctl)
-	// Only reached on failure: success ends in execve.
-	json.NewEncoder(ctl).Encode(Status{Error: err.Error()})
-	os.Exit(1)
+	if err := setup(ctl); err != nil {
+		json.NewEncoder(ctl).Encode(Status{Error: err.Error()})
+		os.Exit(1)
+	}
+	json.NewEncoder(ctl).Encode(Status{})
+	ctl.Close()
 }
 
-func run(ctl *os.File) error {
+func setup(ctl *os.File) error {
 	var cfg Config
 	if err := json.NewDecoder(ctl).Decode(&cfg); err != nil {
 		return fmt.Errorf("reading config: %w", err)
 	}
-	// The node has moved us into our cgroups by now, so the new cgroup
-	// namespace is rooted at the sandbox's own cgroup.
-	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
-		unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP); err != nil {
-		return fmt.Errorf("unshare: %w", err)
-	}
+	// The node's staging mounts have arrived by propagation; from here on
+	// nothing propagates in either direction.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making mounts private: %w", err)
 	}
@@ -110,14 +102,12 @@ func run(ctl *os.File) error {
 	if err != nil {
 		return err
 	}
+	// TSYNC puts the filter, and no_new_privs, on every thread of the process.
+	filter.Flag = seccomp.FilterFlagTSync
 	if err := seccomp.LoadFilter(filter); err != nil {
 		return fmt.Errorf("loading seccomp filter: %w", err)
 	}
-	if _, err := unix.FcntlInt(ControlFD, unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
-		return fmt.Errorf("control fd: %w", err)
-	}
-	env := []string{"ATOLL_AGENT_ENV=" + cfg.AgentEnv}
-	return fmt.Errorf("exec agent: %w", unix.Exec(AgentPath, []string{"atoll-agent"}, env))
+	return os.Setenv(AgentEnv, cfg.AgentEnv)
 }
 
 func buildRoot(cfg Config) error {
@@ -176,16 +166,6 @@ func buildRoot(cfg Config) error {
 		if err := os.Symlink(target, filepath.Join(root, "dev", name)); err != nil {
 			return fmt.Errorf("linking /dev/%s: %w", name, err)
 		}
-	}
-	dst, err := mountpoint(root, AgentPath, false)
-	if err != nil {
-		return err
-	}
-	if err := unix.Mount(cfg.Agent, dst, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("binding agent: %w", err)
-	}
-	if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-		return fmt.Errorf("agent read-only: %w", err)
 	}
 	return nil
 }
@@ -305,9 +285,11 @@ var keptCapabilities = map[int]bool{
 	unix.CAP_AUDIT_WRITE: true, unix.CAP_SETFCAP: true,
 }
 
-// dropCapabilities shrinks the bounding set to keptCapabilities: the agent is
-// exec'd as uid 0, so after exec its capabilities are exactly that set, and no
-// process in the sandbox can regain the others.
+// dropCapabilities shrinks every thread's bounding, permitted, effective and
+// inheritable sets to keptCapabilities and clears the ambient set: the agent
+// and every process it starts hold at most those, and none can regain the
+// others. Capabilities are per thread, hence AllThreadsSyscall (which needs a
+// binary without cgo, as the agent is).
 func dropCapabilities() error {
 	last := unix.CAP_LAST_CAP
 	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
@@ -319,22 +301,24 @@ func dropCapabilities() error {
 		if keptCapabilities[c] {
 			continue
 		}
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
-			return fmt.Errorf("dropping capability %d: %w", c, err)
+		if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); e != 0 {
+			return fmt.Errorf("dropping capability %d: %w", c, e)
 		}
 	}
-	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
-		return fmt.Errorf("clearing ambient capabilities: %w", err)
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); e != 0 {
+		return fmt.Errorf("clearing ambient capabilities: %w", e)
 	}
-	// The inheritable set would survive exec; keep it within the kept set.
+	var mask [2]uint32
+	for c := range keptCapabilities {
+		mask[c/32] |= 1 << (c % 32)
+	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("capget: %w", err)
+	data := [2]unix.CapUserData{
+		{Effective: mask[0], Permitted: mask[0]},
+		{Effective: mask[1], Permitted: mask[1]},
 	}
-	data[0].Inheritable, data[1].Inheritable = 0, 0
-	if err := unix.Capset(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("capset: %w", err)
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
+		return fmt.Errorf("capset: %w", e)
 	}
 	return nil
 }
