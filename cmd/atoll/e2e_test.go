@@ -74,7 +74,8 @@ func startDaemon(t *testing.T, data string) *daemon {
 	t.Cleanup(func() {
 		d.kill()
 		// Sandboxes outlive the daemon by design; the test removes them.
-		d2 := &daemon{t: t, bin: d.bin, data: data}
+		// Without a pool: its start discards pooled ones and makes none.
+		d2 := &daemon{t: t, bin: d.bin, data: data, args: []string{"--warm-pool", "0"}}
 		d2.start()
 		c := d2.client()
 		sbs, _ := c.ListSandboxes(context.Background(), atoll.ListOptions{})
@@ -573,6 +574,9 @@ func TestCreateSettingsApply(t *testing.T) {
 		mem, _ := os.ReadFile("/sys/fs/cgroup/memory/atoll/" + sb.ID + "/memory.limit_in_bytes")
 		if strings.TrimSpace(string(mem)) != fmt.Sprint((200+i)<<20) {
 			t.Errorf("create %d: memory limit %q", i, mem)
+		}
+		if shares, _ := os.ReadFile("/sys/fs/cgroup/cpu/atoll/" + sb.ID + "/cpu.shares"); strings.TrimSpace(string(shares)) != "1024" {
+			t.Errorf("create %d: cpu.shares %q, want the default 1024 (pooled sandboxes run at a low weight)", i, shares)
 		}
 		pids, _ := os.ReadFile("/sys/fs/cgroup/pids/atoll/" + sb.ID + "/pids.max")
 		if strings.TrimSpace(string(pids)) != "77" {

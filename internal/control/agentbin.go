@@ -3,8 +3,8 @@ package control
 import (
 	"crypto/sha256"
 	"debug/elf"
-	"errors"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"

@@ -282,7 +282,7 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 		return api.Sandbox{}, err
 	}
 	s.log.Debug("recorded", "sandbox", sb.ID, "op", "create", "ms", ms(t0))
-	if err := s.startLocked(ctx, &sb, tmpl, api.StateCreating, api.StateRunning); err != nil {
+	if err := s.startLocked(ctx, &sb, tmpl, api.StateCreating, api.StateRunning, 0); err != nil {
 		s.discard(ctx, sb)
 		return api.Sandbox{}, err
 	}
@@ -292,7 +292,7 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 
 // startLocked starts sb (in state from) and records it in state to. The
 // caller holds its lock.
-func (s *Service) startLocked(ctx context.Context, sb *store.Sandbox, tmpl layers.Template, from, to string) error {
+func (s *Service) startLocked(ctx context.Context, sb *store.Sandbox, tmpl layers.Template, from, to string, weight uint64) error {
 	rt := s.runtimes[sb.Runtime]
 	t0 := time.Now()
 	writable, err := s.layers.CreateWritable(sb.ID, sb.DiskGiB<<30)
@@ -310,7 +310,7 @@ func (s *Service) startLocked(ctx context.Context, sb *store.Sandbox, tmpl layer
 		ID:        sb.ID,
 		Hostname:  sb.ID,
 		Rootfs:    runtime.Rootfs{Layers: tmpl.Layers, Writable: writable, Binds: tmpl.Binds},
-		Limits:    runtime.Limits{CPU: sb.CPU, MemoryBytes: sb.MemoryMiB << 20, PIDs: sb.PIDs},
+		Limits:    runtime.Limits{CPU: sb.CPU, MemoryBytes: sb.MemoryMiB << 20, PIDs: sb.PIDs, CPUWeight: weight},
 		IDMap:     runtime.IDMap{HostID: uint32(uidBase + sb.Slot*uidRange), Size: uidRange},
 		Env:       env,
 		AgentPath: s.agentPath,
@@ -451,7 +451,7 @@ func (s *Service) Start(ctx context.Context, id string) (api.Sandbox, error) {
 	if err := s.store.Update(ctx, &sb, api.StateStopped); err != nil {
 		return api.Sandbox{}, err
 	}
-	if err := s.startLocked(ctx, &sb, tmpl, api.StateStarting, api.StateRunning); err != nil {
+	if err := s.startLocked(ctx, &sb, tmpl, api.StateStarting, api.StateRunning, 0); err != nil {
 		_ = s.runtimes[sb.Runtime].Cleanup(ctx, sb.ID)
 		sb.State = api.StateStopped
 		_ = s.store.Update(ctx, &sb, api.StateStarting)

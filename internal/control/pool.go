@@ -21,6 +21,10 @@ import (
 // them up) in a state the API never shows; a restart discards them.
 const statePooled = "pooled"
 
+// poolWeight is the CPU weight of a pooled sandbox (default 100): filling the
+// pool must not slow the sandboxes being used.
+const poolWeight = 5
+
 // fillPool tops the pool up to its size, one sandbox at a time.
 func (s *Service) fillPool(ctx context.Context) {
 	for ctx.Err() == nil {
@@ -58,7 +62,8 @@ func (s *Service) createPooled(ctx context.Context) (string, error) {
 	if err := s.store.Create(ctx, &sb); err != nil {
 		return "", err
 	}
-	if err := s.startLocked(ctx, &sb, tmpl, statePooled, statePooled); err != nil {
+	// While it waits in the pool it yields the CPU to sandboxes in use.
+	if err := s.startLocked(ctx, &sb, tmpl, statePooled, statePooled, poolWeight); err != nil {
 		s.discard(ctx, sb)
 		return "", err
 	}
@@ -108,11 +113,9 @@ func (s *Service) adoptPooled(ctx context.Context, id string, req api.CreateSand
 	if sb.State != statePooled || !s.runtimes[sb.Runtime].Alive(instance(sb)) {
 		return fail(errors.New("pooled sandbox is gone"))
 	}
-	if req.CPU != sb.CPU || req.MemoryMiB != sb.MemoryMiB || req.PIDs != sb.PIDs {
-		l := runtime.Limits{CPU: req.CPU, MemoryBytes: req.MemoryMiB << 20, PIDs: req.PIDs}
-		if err := s.runtimes[sb.Runtime].Update(ctx, id, l); err != nil {
-			return fail(err)
-		}
+	l := runtime.Limits{CPU: req.CPU, MemoryBytes: req.MemoryMiB << 20, PIDs: req.PIDs}
+	if err := s.runtimes[sb.Runtime].Update(ctx, id, l); err != nil {
+		return fail(err)
 	}
 	if req.DiskGiB != sb.DiskGiB {
 		if _, err := s.layers.CreateWritable(id, req.DiskGiB<<30); err != nil {

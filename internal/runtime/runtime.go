@@ -47,6 +47,9 @@ type Limits struct {
 	CPU         float64 // cores
 	MemoryBytes int64   // no swap on top
 	PIDs        int64
+	// CPUWeight is the sandbox's share of contended CPU, 1 to 10000 as in
+	// cgroup v2's cpu.weight; 0 means the default, 100.
+	CPUWeight uint64
 }
 
 // IDMap maps uid/gid 0..Size-1 inside the sandbox to HostID..HostID+Size-1.

@@ -37,10 +37,17 @@ func cgroupPath(id string) string { return cgroupParent + "/" + id }
 
 func resources(l runtime.Limits) *specs.LinuxResources {
 	r := &specs.LinuxResources{}
+	weight := l.CPUWeight
+	if weight == 0 {
+		weight = 100
+	}
+	// v1 shares: 1024 is the default as 100 is for v2's weight.
+	shares := max(weight*1024/100, 2)
+	r.CPU = &specs.LinuxCPU{Shares: &shares}
 	if l.CPU > 0 {
 		period := uint64(100000)
 		quota := int64(l.CPU * float64(period))
-		r.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota}
+		r.CPU.Period, r.CPU.Quota = &period, &quota
 	}
 	if l.MemoryBytes > 0 {
 		limit := l.MemoryBytes
