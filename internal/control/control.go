@@ -133,6 +133,14 @@ func (s *Service) Run(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case <-s.poolWake:
+				// Let the sandbox just handed out run its first commands
+				// before refilling: starting a sandbox briefly blocks
+				// fork on the whole host (cgroup migration).
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(refillDelay):
+				}
 			case <-time.After(5 * time.Second): // retry after failures
 			}
 		}

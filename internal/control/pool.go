@@ -25,6 +25,10 @@ const statePooled = "pooled"
 // pool must not slow the sandboxes being used.
 const poolWeight = 5
 
+// refillDelay is how long the pool waits after handing a sandbox out before it
+// starts a replacement.
+const refillDelay = 100 * time.Millisecond
+
 // fillPool tops the pool up to its size, one sandbox at a time.
 func (s *Service) fillPool(ctx context.Context) {
 	for ctx.Err() == nil {
