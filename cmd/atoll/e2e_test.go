@@ -243,11 +243,16 @@ func TestServeEndToEnd(t *testing.T) {
 	if err != nil || sb.State != api.StateRunning {
 		t.Fatalf("after daemon restart: %+v %v", sb, err)
 	}
-	before, _ := sh(t, c, id, "wc -l < /root/ticks")
-	time.Sleep(300 * time.Millisecond)
-	after, _ := sh(t, c, id, "wc -l < /root/ticks")
-	if before >= after && len(before) >= len(after) {
-		t.Errorf("background process stopped across the daemon restart: %s -> %s", before, after)
+	count := func() int {
+		out, _ := sh(t, c, id, "wc -l < /root/ticks")
+		var n int
+		fmt.Sscan(out, &n)
+		return n
+	}
+	before := count()
+	time.Sleep(500 * time.Millisecond)
+	if after := count(); after <= before {
+		t.Errorf("background process stopped across the daemon restart: %d -> %d ticks", before, after)
 	}
 	if err := c.Signal(ctx, id, p.PID, "KILL"); err != nil {
 		t.Errorf("kill background process: %v", err)

@@ -131,10 +131,14 @@ func (a *Agent) handleWatch(w http.ResponseWriter, r *http.Request) {
 			if typ == "" {
 				continue
 			}
-			if recursive && typ == api.WatchCreate && ev.Mask&unix.IN_ISDIR != 0 {
+			newDir := recursive && typ == api.WatchCreate && ev.Mask&unix.IN_ISDIR != 0
+			if newDir {
 				wt.addTree(path)
 			}
 			if err := stream.send(api.WatchEvent{Type: typ, Path: path}); err != nil {
+				return
+			}
+			if newDir && !sendExisting(stream, path) {
 				return
 			}
 		}
@@ -163,4 +167,22 @@ func watchType(mask uint32, top bool) string {
 		return api.WatchRename
 	}
 	return ""
+}
+
+// sendExisting reports as created what a new directory already holds: entries
+// made before its watch was added would otherwise go unseen (a directory made
+// and filled at once, as mkdir -p a/b does). A later event may repeat one.
+func sendExisting(stream *ndjson, dir string) bool {
+	ok := true
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return nil
+		}
+		if err := stream.send(api.WatchEvent{Type: api.WatchCreate, Path: p}); err != nil {
+			ok = false
+			return filepath.SkipAll
+		}
+		return nil
+	})
+	return ok
 }
