@@ -193,6 +193,13 @@ func TestServeEndToEnd(t *testing.T) {
 		t.Errorf("api-key file: %v %v", fi.Mode(), err)
 	}
 
+	// The CLI on the server's host finds URL and key in the data directory.
+	local := exec.Command(d.bin, "--data", data, "ls", "--json")
+	local.Env = []string{"PATH=" + os.Getenv("PATH")}
+	if out, err := local.CombinedOutput(); err != nil || !strings.Contains(string(out), `"sandboxes"`) {
+		t.Errorf("atoll --data %s ls without ATOLL_URL/ATOLL_API_KEY: %v: %s", data, err, out)
+	}
+
 	out, code := d.cli("create", "--label", "suite=e2e", "--env", "GREETING=hello")
 	if code != 0 {
 		t.Fatalf("atoll create: %s", out)
@@ -582,6 +589,9 @@ func TestCreateSettingsApply(t *testing.T) {
 		}
 		if shares, _ := os.ReadFile("/sys/fs/cgroup/cpu/atoll/" + sb.ID + "/cpu.shares"); strings.TrimSpace(string(shares)) != "1024" {
 			t.Errorf("create %d: cpu.shares %q, want the default 1024 (pooled sandboxes run at a low weight)", i, shares)
+		}
+		if quota, _ := os.ReadFile("/sys/fs/cgroup/cpu/atoll/" + sb.ID + "/cpu.cfs_quota_us"); strings.TrimSpace(string(quota)) != "50000" {
+			t.Errorf("create %d: cpu quota %q, want 50000 of 100000 (0.5 cores)", i, quota)
 		}
 		pids, _ := os.ReadFile("/sys/fs/cgroup/pids/atoll/" + sb.ID + "/pids.max")
 		if strings.TrimSpace(string(pids)) != "77" {
