@@ -397,21 +397,32 @@ next:
 	return out, nil
 }
 
+// acquire locks sandbox id for an operation that needs it in state want (any
+// state if want is empty) and reads it; the caller must call unlock.
+func (s *Service) acquire(ctx context.Context, id, want string) (sb store.Sandbox, unlock func(), err error) {
+	if err := checkID(id); err != nil {
+		return sb, nil, err
+	}
+	unlock = s.lock(id)
+	sb, err = s.get(ctx, id)
+	if err == nil && want != "" && sb.State != want {
+		err = fmt.Errorf("%w: sandbox %s is %s, not %s", errdefs.ErrConflict, id, sb.State, want)
+	}
+	if err != nil {
+		unlock()
+		return sb, nil, err
+	}
+	return sb, unlock, nil
+}
+
 // Stop ends a running sandbox's processes and keeps its files.
 func (s *Service) Stop(ctx context.Context, id string) (api.Sandbox, error) {
-	if err := checkID(id); err != nil {
-		return api.Sandbox{}, err
-	}
 	ctx = context.WithoutCancel(ctx)
-	unlock := s.lock(id)
-	defer unlock()
-	sb, err := s.get(ctx, id)
+	sb, unlock, err := s.acquire(ctx, id, api.StateRunning)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	if sb.State != api.StateRunning {
-		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s, not running", errdefs.ErrConflict, id, sb.State)
-	}
+	defer unlock()
 	if err := s.stopLocked(ctx, &sb, ""); err != nil {
 		return api.Sandbox{}, err
 	}
@@ -438,19 +449,12 @@ func (s *Service) stopLocked(ctx context.Context, sb *store.Sandbox, reason stri
 
 // Start runs a stopped sandbox again over the files it left.
 func (s *Service) Start(ctx context.Context, id string) (api.Sandbox, error) {
-	if err := checkID(id); err != nil {
-		return api.Sandbox{}, err
-	}
 	ctx = context.WithoutCancel(ctx)
-	unlock := s.lock(id)
-	defer unlock()
-	sb, err := s.get(ctx, id)
+	sb, unlock, err := s.acquire(ctx, id, api.StateStopped)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	if sb.State != api.StateStopped {
-		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s, not stopped", errdefs.ErrConflict, id, sb.State)
-	}
+	defer unlock()
 	tmpl, err := s.layers.Template(sb.Template)
 	if err != nil {
 		return api.Sandbox{}, err
@@ -470,16 +474,12 @@ func (s *Service) Start(ctx context.Context, id string) (api.Sandbox, error) {
 
 // Delete removes a sandbox and everything it holds.
 func (s *Service) Delete(ctx context.Context, id string) error {
-	if err := checkID(id); err != nil {
-		return err
-	}
 	ctx = context.WithoutCancel(ctx)
-	unlock := s.lock(id)
-	defer unlock()
-	sb, err := s.get(ctx, id)
+	sb, unlock, err := s.acquire(ctx, id, "")
 	if err != nil {
 		return err
 	}
+	defer unlock()
 	if err := s.deleteLocked(ctx, sb); err != nil {
 		return err
 	}

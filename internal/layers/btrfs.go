@@ -86,19 +86,11 @@ func volArgs(name string) (*btrfsVolArgs, error) {
 
 // createSubvolume makes path a new, empty btrfs subvolume.
 func createSubvolume(path string) error {
-	parent, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
+	err := subvolumeIoctl(path, btrfsIocSubvolCreate)
+	if errors.Is(err, unix.EEXIST) {
+		return os.ErrExist
 	}
-	defer parent.Close()
-	a, err := volArgs(filepath.Base(path))
 	if err != nil {
-		return err
-	}
-	if err := ioctl(parent.Fd(), btrfsIocSubvolCreate, unsafe.Pointer(a)); err != nil {
-		if errors.Is(err, unix.EEXIST) {
-			return os.ErrExist
-		}
 		return fmt.Errorf("creating subvolume %s: %w", filepath.Base(path), err)
 	}
 	return nil
@@ -106,6 +98,15 @@ func createSubvolume(path string) error {
 
 // deleteSubvolume removes the subvolume at path with everything in it.
 func deleteSubvolume(path string) error {
+	err := subvolumeIoctl(path, btrfsIocSnapDestroy)
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("deleting subvolume %s: %w", filepath.Base(path), err)
+	}
+	return nil
+}
+
+// subvolumeIoctl runs a vol_args ioctl naming path on path's parent directory.
+func subvolumeIoctl(path string, req uintptr) error {
 	parent, err := os.Open(filepath.Dir(path))
 	if err != nil {
 		return err
@@ -115,13 +116,7 @@ func deleteSubvolume(path string) error {
 	if err != nil {
 		return err
 	}
-	if err := ioctl(parent.Fd(), btrfsIocSnapDestroy, unsafe.Pointer(a)); err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return nil
-		}
-		return fmt.Errorf("deleting subvolume %s: %w", filepath.Base(path), err)
-	}
-	return nil
+	return ioctl(parent.Fd(), req, unsafe.Pointer(a))
 }
 
 // limitSubvolume caps the bytes the subvolume at path refers to; 0 lifts the cap.

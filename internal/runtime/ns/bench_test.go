@@ -15,16 +15,7 @@ import (
 // BenchmarkStartExecStop measures the runtime alone: start to agent ready, one
 // exec of true, stop. The API-level figures come from bench/.
 func BenchmarkStartExecStop(b *testing.B) {
-	testenv.RequireRoot(b)
-	dir := testenv.Dir(b)
-	ls := testenv.Layers(b, dir)
-	runRoot := filepath.Join(dir, "run")
-	rt, err := ns.New(ns.Config{RunRoot: runRoot})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { unmountAll(runRoot) })
-	env := runtimetest.Env{Layers: ls, AgentPath: testenv.AgentBinary(b)}
+	rt, env := benchRuntime(b)
 	limits := runtime.Limits{CPU: 1, MemoryBytes: 256 << 20, PIDs: 64}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -40,6 +31,17 @@ func BenchmarkStartExecStop(b *testing.B) {
 
 // BenchmarkExec measures an exec of true through the agent socket alone.
 func BenchmarkExec(b *testing.B) {
+	rt, env := benchRuntime(b)
+	sb := runtimetest.Start(b, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 256 << 20, PIDs: 64}, 1<<30)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := sb.Client.Exec(context.Background(), api.ExecRequest{Cmd: []string{"true"}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func benchRuntime(b *testing.B) (*ns.Runtime, runtimetest.Env) {
 	testenv.RequireRoot(b)
 	dir := testenv.Dir(b)
 	ls := testenv.Layers(b, dir)
@@ -49,12 +51,5 @@ func BenchmarkExec(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { unmountAll(runRoot) })
-	env := runtimetest.Env{Layers: ls, AgentPath: testenv.AgentBinary(b)}
-	sb := runtimetest.Start(b, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 256 << 20, PIDs: 64}, 1<<30)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if _, err := sb.Client.Exec(context.Background(), api.ExecRequest{Cmd: []string{"true"}}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	return rt, runtimetest.Env{Layers: ls, AgentPath: testenv.AgentBinary(b)}
 }
