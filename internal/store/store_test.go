@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -143,5 +144,10 @@ func TestKeysAndReopen(t *testing.T) {
 	}
 	if _, err := s.Get(ctx, "a"); err != nil {
 		t.Errorf("sandbox lost on reopen: %v", err)
+	}
+	for _, p := range []string{path, path + "-wal"} {
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v, %v; want 0600", filepath.Base(p), fi.Mode().Perm(), err)
+		}
 	}
 }
