@@ -186,3 +186,50 @@ type Health struct {
 	Status  string `json:"status"`
 	Version string `json:"version,omitempty"`
 }
+
+// Template is a template as the API reports it: what sandboxes are made from.
+type Template struct {
+	Name       string    `json:"name"`
+	Source     string    `json:"source"`           // "builtin", or the image reference or archive it was imported from
+	Digest     string    `json:"digest,omitempty"` // image manifest digest
+	Layers     []string  `json:"layers"`           // layer IDs (sha256 of the uncompressed layer), bottom first
+	Size       int64     `json:"size"`             // bytes of its layers, unpacked
+	Env        []string  `json:"env,omitempty"`    // image Env: default environment of its processes
+	Workdir    string    `json:"workdir,omitempty"`
+	User       string    `json:"user,omitempty"`
+	Entrypoint []string  `json:"entrypoint,omitempty"`
+	Cmd        []string  `json:"cmd,omitempty"`
+	Sandboxes  int       `json:"sandboxes"` // how many sandboxes use it
+	CreatedAt  time.Time `json:"created_at"`
+}
+
+// TemplateList is the body of GET /v1/templates.
+type TemplateList struct {
+	Templates []Template `json:"templates"`
+}
+
+// ImportTemplateRequest is the JSON body of POST /v1/templates/import for an
+// image in a registry. To import a `docker save` or OCI archive instead, POST
+// the archive itself (Content-Type application/x-tar) with ?name=N.
+type ImportTemplateRequest struct {
+	Name     string `json:"name"`
+	Ref      string `json:"ref"`                // e.g. docker.io/library/python:3.12-slim
+	Username string `json:"username,omitempty"` // registry credentials
+	Password string `json:"password,omitempty"`
+	Insecure bool   `json:"insecure,omitempty"` // plain HTTP registry
+}
+
+// ImportEvent is one line of the NDJSON stream POST /v1/templates/import
+// answers with: progress events, then one "done" event with the template or
+// one "error" event.
+type ImportEvent struct {
+	Type       string    `json:"type"` // "progress", "done", "error"
+	Layer      string    `json:"layer,omitempty"`
+	Bytes      int64     `json:"bytes,omitempty"` // of the current layer so far
+	Total      int64     `json:"total,omitempty"` // of the current layer, when known
+	LayersDone int       `json:"layers_done,omitempty"`
+	Layers     int       `json:"layers,omitempty"`
+	Template   *Template `json:"template,omitempty"`
+	Code       string    `json:"code,omitempty"` // error: as in api.Error
+	Message    string    `json:"message,omitempty"`
+}
