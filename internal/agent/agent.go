@@ -47,6 +47,10 @@ type Config struct {
 	// EtcDir holds the passwd and group files users are looked up in;
 	// default "/etc".
 	EtcDir string
+	// DefaultUser and DefaultCwd apply to requests that name none: a
+	// template's image USER and WORKDIR. Empty means root and the user's home.
+	DefaultUser string
+	DefaultCwd  string
 }
 
 // Agent serves the agent protocol. Create it with New.

@@ -16,6 +16,12 @@ import (
 // EnvVar holds the sandbox's default environment for Main, as a JSON object.
 const EnvVar = "ATOLL_AGENT_ENV"
 
+// UserVar and CwdVar hold the default user and working directory for Main.
+const (
+	UserVar = "ATOLL_AGENT_USER"
+	CwdVar  = "ATOLL_AGENT_CWD"
+)
+
 // Main is atoll-agent's main: it serves the listener inherited as fd 3 until
 // SIGTERM, reaping every child.
 func Main() {
@@ -33,6 +39,7 @@ func run(log *slog.Logger) error {
 			return fmt.Errorf("parsing %s: %w", EnvVar, err)
 		}
 	}
+	defaultUser, defaultCwd := os.Getenv(UserVar), os.Getenv(CwdVar)
 	// Children get their environment from the request, never the agent's.
 	os.Clearenv()
 
@@ -52,7 +59,7 @@ func run(log *slog.Logger) error {
 			return fmt.Errorf("becoming a subreaper: %w", err)
 		}
 	}
-	a, err := New(Config{Listener: ln, DefaultEnv: env, Logger: log, Reap: true})
+	a, err := New(Config{Listener: ln, DefaultEnv: env, Logger: log, Reap: true, DefaultUser: defaultUser, DefaultCwd: defaultCwd})
 	if err != nil {
 		return err
 	}

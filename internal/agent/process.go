@@ -105,6 +105,11 @@ func (a *Agent) prepare(req *api.ExecRequest) (*spec, error) {
 	}
 
 	dir := req.Cwd
+	if dir == "" && a.cfg.DefaultCwd != "" {
+		if fi, err := os.Stat(a.cfg.DefaultCwd); err == nil && fi.IsDir() {
+			dir = a.cfg.DefaultCwd
+		}
+	}
 	if dir == "" {
 		dir = acct.home
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {

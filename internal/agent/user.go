@@ -21,11 +21,15 @@ type account struct {
 	home   string
 }
 
-// lookupUser resolves the protocol's user names ("root", the default, and
-// "user") in the sandbox's passwd and group files.
+// lookupUser resolves a user for a process: "root", "user", any name in the
+// sandbox's passwd file, or "uid[:gid]" / "name:group" as an image's USER
+// says. Empty means the sandbox's default (its image's USER), else root.
 func (a *Agent) lookupUser(name string) (account, error) {
+	if name == "" {
+		name = a.cfg.DefaultUser
+	}
 	switch name {
-	case "", "root":
+	case "", "root", "0", "0:0":
 		acct, err := a.readAccount("root")
 		if err != nil {
 			// A minimal image may have no passwd entry for root; root is still root.
@@ -33,14 +37,64 @@ func (a *Agent) lookupUser(name string) (account, error) {
 		}
 		acct.uid, acct.gid = 0, 0
 		return acct, nil
-	case "user":
-		acct, err := a.readAccount("user")
-		if err != nil {
-			return account{}, errorf(errdefs.ErrInvalid, "user %q: %v", name, err)
-		}
-		return acct, nil
 	}
-	return account{}, errorf(errdefs.ErrInvalid, "unknown user %q: must be \"root\" or \"user\"", name)
+	if strings.ContainsAny(name, "\x00\n") || len(name) > 256 {
+		return account{}, errorf(errdefs.ErrInvalid, "malformed user name")
+	}
+	userPart, groupPart, hasGroup := strings.Cut(name, ":")
+	var acct account
+	if uid, err := strconv.Atoi(userPart); err == nil && uid >= 0 {
+		acct = account{name: userPart, uid: uid, gid: uid, home: "/"}
+		if found, err := a.findUID(uid); err == nil {
+			acct = found
+		}
+	} else {
+		found, err := a.readAccount(userPart)
+		if err != nil {
+			return account{}, errorf(errdefs.ErrInvalid, "user %q: %v", userPart, err)
+		}
+		acct = found
+	}
+	if hasGroup {
+		gid, err := strconv.Atoi(groupPart)
+		if err != nil || gid < 0 {
+			if gid, err = findGroupID(filepath.Join(a.etcDir, "group"), groupPart); err != nil {
+				return account{}, errorf(errdefs.ErrInvalid, "group %q: %v", groupPart, err)
+			}
+		}
+		acct.gid = gid
+	}
+	return acct, nil
+}
+
+// findUID finds the passwd entry with uid.
+func (a *Agent) findUID(uid int) (account, error) {
+	b, err := os.ReadFile(filepath.Join(a.etcDir, "passwd"))
+	if err != nil {
+		return account{}, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) >= 6 && f[2] == strconv.Itoa(uid) {
+			return a.readAccount(f[0])
+		}
+	}
+	return account{}, fmt.Errorf("no passwd entry for uid %d", uid)
+}
+
+// findGroupID looks a group name up in the group file.
+func findGroupID(file, name string) (int, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) >= 3 && f[0] == name {
+			return strconv.Atoi(f[2])
+		}
+	}
+	return 0, fmt.Errorf("no such group")
 }
 
 func (a *Agent) readAccount(name string) (account, error) {

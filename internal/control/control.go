@@ -60,6 +60,12 @@ type Service struct {
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex
 
+	// tmplMu serialises recording and deleting templates with the layer
+	// collector; importing counts imports in flight, which hold layers no
+	// template refers to yet.
+	tmplMu    sync.Mutex
+	importing int
+
 	poolSize int
 	poolWake chan struct{}
 	// poolMu guards pool, the IDs of pooled sandboxes ready to hand out.
@@ -268,7 +274,7 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	if err := s.validate(&req); err != nil {
 		return api.Sandbox{}, err
 	}
-	tmpl, err := s.layers.Template(req.Template)
+	tmpl, err := s.template(ctx, req.Template)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -321,6 +327,8 @@ func (s *Service) startLocked(ctx context.Context, sb *store.Sandbox, tmpl layer
 		Limits:    runtime.Limits{CPU: sb.CPU, MemoryBytes: sb.MemoryMiB << 20, PIDs: sb.PIDs, CPUWeight: weight},
 		IDMap:     runtime.IDMap{HostID: uint32(uidBase + sb.Slot*uidRange), Size: uidRange},
 		Env:       env,
+		User:      tmpl.User,
+		Workdir:   tmpl.Workdir,
 		AgentPath: s.agentPath,
 	}
 	s.log.Debug("writable layer ready", "sandbox", sb.ID, "op", "start", "ms", ms(t0))
@@ -455,7 +463,7 @@ func (s *Service) Start(ctx context.Context, id string) (api.Sandbox, error) {
 		return api.Sandbox{}, err
 	}
 	defer unlock()
-	tmpl, err := s.layers.Template(sb.Template)
+	tmpl, err := s.template(ctx, sb.Template)
 	if err != nil {
 		return api.Sandbox{}, err
 	}

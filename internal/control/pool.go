@@ -53,7 +53,7 @@ func (s *Service) createPooled(ctx context.Context) (string, error) {
 	// Once begun, finish: a half-made sandbox is cleaned up only at restart.
 	ctx = context.WithoutCancel(ctx)
 	d := s.defaults
-	tmpl, err := s.layers.Template(d.Template)
+	tmpl, err := s.template(ctx, d.Template)
 	if err != nil {
 		return "", err
 	}

@@ -34,6 +34,12 @@ type Config struct {
 
 // Store holds template and writable layers.
 type Store struct {
+	// MaxUnpackBytes caps the file bytes one image layer, and all the layers of
+	// one import, unpack to; MaxUnpackEntries caps one layer's tar entries. Zero
+	// means DefaultMaxUnpackBytes and DefaultMaxUnpackEntries. Set them before use.
+	MaxUnpackBytes   int64
+	MaxUnpackEntries int
+
 	// tmplMu serialises preparing templates on first use.
 	tmplMu sync.Mutex
 	dir    string
@@ -63,10 +69,13 @@ func Open(cfg Config) (*Store, error) {
 	if err := enableQuota(cfg.Dir); err != nil {
 		return nil, err
 	}
-	for _, d := range []string{"sandboxes", "templates"} {
+	for _, d := range []string{"sandboxes", "templates", "layers"} {
 		if err := os.MkdirAll(filepath.Join(cfg.Dir, d), 0o700); err != nil {
 			return nil, err
 		}
+	}
+	if err := s.sweepLayerTemps(); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

@@ -1,11 +1,14 @@
 package layers
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/runtime"
@@ -17,6 +20,9 @@ type Template struct {
 	Layers []string       // read-only layer directories, top first
 	Binds  []runtime.Bind // host directories mounted read-only
 	Env    map[string]string
+	// User and Workdir are the defaults of its processes (image USER and
+	// WORKDIR); empty means root in its home.
+	User, Workdir string
 }
 
 // HostTemplate is the zero-download template: the host's /usr (and /bin, /sbin,
@@ -226,4 +232,122 @@ func syncTree(root string) error {
 		defer f.Close()
 		return f.Sync()
 	})
+}
+
+// ImageTemplate returns the template made of an imported image's layers
+// (layerIDs bottom first) under a small layer of atoll's own: mountpoints, a
+// fresh /etc/hosts and /etc/resolv.conf, and the unprivileged "user" (uid 1000)
+// that every template has, added to the image's passwd and group files. That
+// top layer is made once per template and kept with it.
+func (s *Store) ImageTemplate(name string, layerIDs []string) (Template, error) {
+	top := s.imageTopDir(name, layerIDs)
+	s.tmplMu.Lock()
+	defer s.tmplMu.Unlock()
+	var dirs []string
+	for i := len(layerIDs) - 1; i >= 0; i-- {
+		if !s.HasLayer(layerIDs[i]) {
+			return Template{}, fmt.Errorf("%w: layer %s of template %s is missing", errdefs.ErrNotFound, layerIDs[i], name)
+		}
+		dirs = append(dirs, s.LayerDir(layerIDs[i]))
+	}
+	if _, err := os.Stat(top); errors.Is(err, os.ErrNotExist) {
+		if err := buildImageTop(top, dirs); err != nil {
+			return Template{}, fmt.Errorf("building template layer: %w", err)
+		}
+	}
+	return Template{Name: name, Layers: append([]string{top}, dirs...)}, nil
+}
+
+// RemoveImageTemplate deletes the top layer ImageTemplate made.
+func (s *Store) RemoveImageTemplate(name string, layerIDs []string) error {
+	return os.RemoveAll(s.imageTopDir(name, layerIDs))
+}
+
+func (s *Store) imageTopDir(name string, layerIDs []string) string {
+	h := sha256.Sum256([]byte(strings.Join(layerIDs, ",")))
+	return filepath.Join(s.dir, "templates", "image-"+name+"-"+hex.EncodeToString(h[:6]))
+}
+
+// findInLayers returns the content of the regular file rel as the overlay of
+// dirs (top first) shows it, or nil.
+func findInLayers(dirs []string, rel string) []byte {
+	for _, d := range dirs {
+		fi, err := os.Lstat(filepath.Join(d, rel))
+		if err != nil {
+			continue
+		}
+		if !fi.Mode().IsRegular() {
+			return nil // a whiteout or something else hides lower layers
+		}
+		b, err := os.ReadFile(filepath.Join(d, rel))
+		if err != nil {
+			return nil
+		}
+		return b
+	}
+	return nil
+}
+
+func buildImageTop(dst string, dirs []string) error {
+	tmp := dst + ".tmp"
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+		uid  int
+	}{{"", 0o755, 0}, {"etc", 0o755, 0}, {"home", 0o755, 0}, {"home/user", 0o755, 1000}, {"proc", 0o555, 0}, {"sys", 0o555, 0}, {"dev", 0o755, 0}} {
+		p := filepath.Join(tmp, d.path)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return err
+		}
+		if err := os.Chmod(p, d.mode); err != nil {
+			return err
+		}
+		if err := os.Lchown(p, d.uid, d.uid); err != nil {
+			return err
+		}
+	}
+	passwdFile := string(findInLayers(dirs, "etc/passwd"))
+	if passwdFile == "" {
+		passwdFile = "root:x:0:0:root:/root:/bin/sh\n"
+	}
+	if !hasEntry(passwdFile, "user") {
+		passwdFile = withNewline(passwdFile) + "user:x:1000:1000:user:/home/user:/bin/sh\n"
+	}
+	groupFile := string(findInLayers(dirs, "etc/group"))
+	if groupFile == "" {
+		groupFile = "root:x:0:\n"
+	}
+	if !hasEntry(groupFile, "user") {
+		groupFile = withNewline(groupFile) + "user:x:1000:\n"
+	}
+	for _, f := range []struct{ path, content string }{
+		{"etc/passwd", passwdFile}, {"etc/group", groupFile}, {"etc/hosts", hosts}, {"etc/resolv.conf", resolv},
+	} {
+		if err := os.WriteFile(filepath.Join(tmp, f.path), []byte(f.content), 0o644); err != nil {
+			return err
+		}
+	}
+	if err := syncTree(tmp); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
+}
+
+func hasEntry(file, name string) bool {
+	for _, line := range strings.Split(file, "\n") {
+		if strings.HasPrefix(line, name+":") {
+			return true
+		}
+	}
+	return false
+}
+
+func withNewline(s string) string {
+	if s != "" && !strings.HasSuffix(s, "\n") {
+		return s + "\n"
+	}
+	return s
 }

@@ -20,6 +20,9 @@ type Spec struct {
 	IDMap    IDMap
 	// Env is the default environment of every process the agent starts.
 	Env map[string]string
+	// User and Workdir are the defaults for processes that name none (an
+	// image's USER and WORKDIR); empty means root in its home directory.
+	User, Workdir string
 	// AgentPath is the host path of the atoll-agent binary. It runs as the
 	// sandbox's PID 1 and is neither copied nor mounted into the sandbox.
 	AgentPath string

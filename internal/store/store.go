@@ -65,6 +65,15 @@ CREATE TABLE IF NOT EXISTS transitions (
 	at INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS transitions_sandbox ON transitions(sandbox_id);
+CREATE TABLE IF NOT EXISTS templates (
+	name TEXT PRIMARY KEY,
+	source TEXT NOT NULL,
+	digest TEXT NOT NULL,
+	layers TEXT NOT NULL,
+	size INTEGER NOT NULL,
+	config TEXT NOT NULL,
+	created_at INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS api_keys (
 	hash TEXT PRIMARY KEY,
 	created_at INTEGER NOT NULL
@@ -348,4 +357,123 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// Template is an imported template's row. Config holds the image settings
+// (env, workdir, user, entrypoint, cmd) as the API shows them.
+type Template struct {
+	Name      string
+	Source    string
+	Digest    string
+	Layers    []string // bottom first
+	Size      int64
+	Config    TemplateConfig
+	CreatedAt time.Time
+}
+
+// TemplateConfig is what a template's image says about its processes.
+type TemplateConfig struct {
+	Env        []string `json:"env,omitempty"`
+	Workdir    string   `json:"workdir,omitempty"`
+	User       string   `json:"user,omitempty"`
+	Entrypoint []string `json:"entrypoint,omitempty"`
+	Cmd        []string `json:"cmd,omitempty"`
+}
+
+// PutTemplate records a template, replacing one of the same name.
+func (s *Store) PutTemplate(ctx context.Context, t Template) error {
+	layers, _ := json.Marshal(t.Layers)
+	cfg, _ := json.Marshal(t.Config)
+	_, err := s.db.ExecContext(ctx, `INSERT INTO templates (name, source, digest, layers, size, config, created_at)
+		VALUES (?,?,?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET source=excluded.source, digest=excluded.digest,
+		layers=excluded.layers, size=excluded.size, config=excluded.config, created_at=excluded.created_at`,
+		t.Name, t.Source, t.Digest, string(layers), t.Size, string(cfg), t.CreatedAt.UnixNano())
+	return err
+}
+
+// GetTemplate returns one template.
+func (s *Store) GetTemplate(ctx context.Context, name string) (Template, error) {
+	ts, err := s.templates(ctx, `WHERE name = ?`, name)
+	if err != nil {
+		return Template{}, err
+	}
+	if len(ts) == 0 {
+		return Template{}, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
+	}
+	return ts[0], nil
+}
+
+// ListTemplates returns all templates by name.
+func (s *Store) ListTemplates(ctx context.Context) ([]Template, error) {
+	return s.templates(ctx, `ORDER BY name`)
+}
+
+// DeleteTemplate removes a template unless a sandbox uses it; the check and
+// the delete are one transaction, so a create cannot slip in between.
+func (s *Store) DeleteTemplate(ctx context.Context, name string) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE template = ?`, name).Scan(&n); err != nil {
+		return err
+	}
+	if n > 0 {
+		return fmt.Errorf("%w: template %s is used by %d sandboxes; delete them first", errdefs.ErrConflict, name, n)
+	}
+	res, err := tx.ExecContext(ctx, `DELETE FROM templates WHERE name = ?`, name)
+	if err != nil {
+		return err
+	}
+	if k, _ := res.RowsAffected(); k == 0 {
+		return fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
+	}
+	return tx.Commit()
+}
+
+// TemplateUsers counts the sandboxes made from each template.
+func (s *Store) TemplateUsers(ctx context.Context) (map[string]int, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT template, COUNT(*) FROM sandboxes WHERE state != 'pooled' GROUP BY template`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var name string
+		var n int
+		if err := rows.Scan(&name, &n); err != nil {
+			return nil, err
+		}
+		out[name] = n
+	}
+	return out, rows.Err()
+}
+
+func (s *Store) templates(ctx context.Context, where string, args ...any) ([]Template, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT name, source, digest, layers, size, config, created_at FROM templates `+where, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Template
+	for rows.Next() {
+		var t Template
+		var layers, cfg string
+		var created int64
+		if err := rows.Scan(&t.Name, &t.Source, &t.Digest, &layers, &t.Size, &cfg, &created); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal([]byte(layers), &t.Layers); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal([]byte(cfg), &t.Config); err != nil {
+			return nil, err
+		}
+		t.CreatedAt = time.Unix(0, created).UTC()
+		out = append(out, t)
+	}
+	return out, rows.Err()
 }

@@ -151,3 +151,38 @@ func TestKeysAndReopen(t *testing.T) {
 		}
 	}
 }
+
+func TestTemplates(t *testing.T) {
+	ctx := context.Background()
+	s := open(t)
+	tmpl := Template{Name: "py", Source: "reg/py:3", Digest: "sha256:ab", Layers: []string{"l1", "l2"}, Size: 42,
+		Config: TemplateConfig{Env: []string{"A=1"}, Workdir: "/app", User: "1000"}, CreatedAt: time.Unix(1700000000, 0).UTC()}
+	if err := s.PutTemplate(ctx, tmpl); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetTemplate(ctx, "py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(tmpl, got); diff != "" {
+		t.Errorf("get (-want +got):\n%s", diff)
+	}
+	sb := newSandbox("a")
+	sb.Template = "py"
+	if err := s.Create(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if users, _ := s.TemplateUsers(ctx); users["py"] != 1 {
+		t.Errorf("users %v", users)
+	}
+	if err := s.DeleteTemplate(ctx, "py"); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("delete in use: %v", err)
+	}
+	s.Delete(ctx, "a")
+	if err := s.DeleteTemplate(ctx, "py"); err != nil {
+		t.Errorf("delete: %v", err)
+	}
+	if err := s.DeleteTemplate(ctx, "py"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("double delete: %v", err)
+	}
+}

@@ -257,6 +257,8 @@ func (r *Runtime) stageMounts(spec runtime.Spec, dir string, pid int) (nsinit.Co
 	cfg := nsinit.Config{
 		Rootfs:   rootfs,
 		Hostname: spec.Hostname,
+		User:     spec.User,
+		Workdir:  spec.Workdir,
 		AgentEnv: string(agentEnv),
 	}
 	const ro = unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOSUID

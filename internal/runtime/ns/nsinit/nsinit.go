@@ -21,6 +21,8 @@ import (
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/atoll-dev/atoll/internal/agent"
 )
 
 // Arg is the first argument that selects this stage in the agent binary.
@@ -40,6 +42,8 @@ type Config struct {
 	Binds    []Bind   `json:"binds"`    // id-mapped read-only directories
 	Hostname string   `json:"hostname"` // of the UTS namespace
 	AgentEnv string   `json:"agent_env"`
+	User     string   `json:"user,omitempty"`    // default user of processes
+	Workdir  string   `json:"workdir,omitempty"` // default working directory
 }
 
 // Bind is a read-only directory mounted at Target inside the root.
@@ -53,10 +57,6 @@ type Bind struct {
 type Status struct {
 	Error string `json:"error,omitempty"`
 }
-
-// AgentEnv is the environment variable through which Setup hands the sandbox's
-// default environment to the agent.
-const AgentEnv = "ATOLL_AGENT_ENV"
 
 // Setup sets the sandbox up and returns, so the caller can run the agent. On
 // failure it tells the node why and exits.
@@ -107,7 +107,13 @@ func setup(ctl *os.File) error {
 	if err := seccomp.LoadFilter(filter); err != nil {
 		return fmt.Errorf("loading seccomp filter: %w", err)
 	}
-	return os.Setenv(AgentEnv, cfg.AgentEnv)
+	// The agent reads its defaults from its environment, then clears it.
+	for k, v := range map[string]string{agent.EnvVar: cfg.AgentEnv, agent.UserVar: cfg.User, agent.CwdVar: cfg.Workdir} {
+		if err := os.Setenv(k, v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func buildRoot(cfg Config) error {

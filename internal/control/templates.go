@@ -1,0 +1,242 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/layers"
+	"github.com/atoll-dev/atoll/internal/store"
+)
+
+var templateName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// importTemplate imports an image from a registry (req.Ref) or an uploaded archive
+// into the template req.Name, replacing a template of that name that no
+// sandbox uses.
+func (s *Service) importTemplate(ctx context.Context, req api.ImportTemplateRequest, archive io.Reader, progress func(api.ImportEvent)) (api.Template, error) {
+	if !templateName.MatchString(req.Name) {
+		return api.Template{}, fmt.Errorf("%w: template names are 1-63 of [a-z0-9._-], starting with a letter or digit", errdefs.ErrInvalid)
+	}
+	if req.Name == layers.HostTemplate {
+		return api.Template{}, fmt.Errorf("%w: %q is the built-in template", errdefs.ErrConflict, req.Name)
+	}
+	if (req.Ref == "") == (archive == nil) {
+		return api.Template{}, fmt.Errorf("%w: give an image reference or an archive", errdefs.ErrInvalid)
+	}
+	s.tmplMu.Lock()
+	s.importing++
+	s.tmplMu.Unlock()
+	defer func() {
+		s.tmplMu.Lock()
+		s.importing--
+		s.tmplMu.Unlock()
+		s.collectLayers(context.WithoutCancel(ctx))
+	}()
+
+	src := layers.ImportSource{Ref: req.Ref, Username: req.Username, Password: req.Password, Insecure: req.Insecure}
+	source := req.Ref
+	if archive != nil {
+		f, err := os.CreateTemp(s.layers.Dir(), ".upload-*.tar")
+		if err != nil {
+			return api.Template{}, err
+		}
+		defer os.Remove(f.Name())
+		_, err = io.Copy(f, archive)
+		f.Close()
+		if err != nil {
+			return api.Template{}, fmt.Errorf("%w: reading the uploaded archive: %v", errdefs.ErrInvalid, err)
+		}
+		src.Archive, source = f.Name(), "archive"
+	}
+	img, err := s.layers.Import(ctx, src, func(p layers.Progress) {
+		if progress != nil {
+			progress(api.ImportEvent{Type: "progress", Layer: p.Layer, Bytes: p.Bytes, Total: p.Total, LayersDone: p.LayersDone, Layers: p.Layers})
+		}
+	})
+	if err != nil {
+		return api.Template{}, err
+	}
+	if _, err := s.layers.ImageTemplate(req.Name, img.Layers); err != nil {
+		return api.Template{}, err
+	}
+	t := store.Template{
+		Name: req.Name, Source: source, Digest: img.Digest, Layers: img.Layers, Size: img.Size,
+		Config: store.TemplateConfig{
+			Env: img.Config.Env, Workdir: img.Config.WorkingDir, User: img.Config.User,
+			Entrypoint: img.Config.Entrypoint, Cmd: img.Config.Cmd,
+		},
+		CreatedAt: time.Now().UTC(),
+	}
+	s.tmplMu.Lock()
+	defer s.tmplMu.Unlock()
+	if old, err := s.store.GetTemplate(ctx, req.Name); err == nil {
+		// Replacing: only while nothing uses the old one.
+		if err := s.store.DeleteTemplate(ctx, req.Name); err != nil {
+			return api.Template{}, err
+		}
+		if strings.Join(old.Layers, ",") != strings.Join(t.Layers, ",") {
+			_ = s.layers.RemoveImageTemplate(old.Name, old.Layers)
+		}
+	}
+	if err := s.store.PutTemplate(ctx, t); err != nil {
+		return api.Template{}, err
+	}
+	return apiTemplate(t, 0), nil
+}
+
+// listTemplates returns the built-in template and every imported one.
+func (s *Service) listTemplates(ctx context.Context) ([]api.Template, error) {
+	users, err := s.store.TemplateUsers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := s.store.ListTemplates(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []api.Template{s.hostTemplate(users[layers.HostTemplate])}
+	for _, t := range ts {
+		out = append(out, apiTemplate(t, users[t.Name]))
+	}
+	return out, nil
+}
+
+// getTemplate returns one template.
+func (s *Service) getTemplate(ctx context.Context, name string) (api.Template, error) {
+	users, err := s.store.TemplateUsers(ctx)
+	if err != nil {
+		return api.Template{}, err
+	}
+	if name == layers.HostTemplate {
+		return s.hostTemplate(users[name]), nil
+	}
+	t, err := s.store.GetTemplate(ctx, name)
+	if err != nil {
+		return api.Template{}, err
+	}
+	return apiTemplate(t, users[name]), nil
+}
+
+// deleteTemplate removes an imported template that no sandbox uses, and the
+// layers no other template shares.
+func (s *Service) deleteTemplate(ctx context.Context, name string) error {
+	if name == layers.HostTemplate {
+		return fmt.Errorf("%w: the built-in template cannot be deleted", errdefs.ErrConflict)
+	}
+	s.tmplMu.Lock()
+	t, err := s.store.GetTemplate(ctx, name)
+	if err == nil {
+		err = s.store.DeleteTemplate(ctx, name)
+	}
+	s.tmplMu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := s.layers.RemoveImageTemplate(t.Name, t.Layers); err != nil {
+		s.log.Warn("removing template layer", "template", name, "err", err)
+	}
+	s.collectLayers(ctx)
+	return nil
+}
+
+// collectLayers deletes layers that no template refers to. It waits for a
+// moment when no import runs, since an import unpacks layers before it
+// records the template that refers to them.
+func (s *Service) collectLayers(ctx context.Context) {
+	s.tmplMu.Lock()
+	defer s.tmplMu.Unlock()
+	if s.importing > 0 {
+		return
+	}
+	ts, err := s.store.ListTemplates(ctx)
+	if err != nil {
+		return
+	}
+	used := map[string]bool{}
+	for _, t := range ts {
+		for _, l := range t.Layers {
+			used[l] = true
+		}
+	}
+	ids, err := s.layers.LayerIDs()
+	if err != nil {
+		return
+	}
+	for _, id := range ids {
+		if !used[id] {
+			if err := s.layers.RemoveLayer(id); err != nil {
+				s.log.Warn("removing unused layer", "layer", id, "err", err)
+			}
+		}
+	}
+}
+
+// template resolves a template name for a new sandbox.
+func (s *Service) template(ctx context.Context, name string) (layers.Template, error) {
+	if name == layers.HostTemplate {
+		return s.layers.Template(name)
+	}
+	if !templateName.MatchString(name) {
+		return layers.Template{}, fmt.Errorf("%w: malformed template name", errdefs.ErrInvalid)
+	}
+	t, err := s.store.GetTemplate(ctx, name)
+	if err != nil {
+		return layers.Template{}, err
+	}
+	lt, err := s.layers.ImageTemplate(name, t.Layers)
+	if err != nil {
+		return layers.Template{}, err
+	}
+	lt.Env = map[string]string{}
+	for _, kv := range t.Config.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			lt.Env[k] = v
+		}
+	}
+	lt.User, lt.Workdir = t.Config.User, t.Config.Workdir
+	return lt, nil
+}
+
+func (s *Service) hostTemplate(users int) api.Template {
+	return api.Template{Name: layers.HostTemplate, Source: "builtin", Layers: []string{}, Sandboxes: users,
+		CreatedAt: time.Unix(0, 0).UTC()}
+}
+
+func apiTemplate(t store.Template, users int) api.Template {
+	return api.Template{
+		Name: t.Name, Source: t.Source, Digest: t.Digest, Layers: t.Layers, Size: t.Size,
+		Env: t.Config.Env, Workdir: t.Config.Workdir, User: t.Config.User,
+		Entrypoint: t.Config.Entrypoint, Cmd: t.Config.Cmd, Sandboxes: users, CreatedAt: t.CreatedAt,
+	}
+}
+
+// Templates is the template side of a Service, for the API.
+type Templates struct{ s *Service }
+
+// Templates returns the Service's template operations.
+func (s *Service) Templates() Templates { return Templates{s} }
+
+// Import imports an image into a template; see importTemplate.
+func (t Templates) Import(ctx context.Context, req api.ImportTemplateRequest, archive io.Reader, progress func(api.ImportEvent)) (api.Template, error) {
+	return t.s.importTemplate(ctx, req, archive, progress)
+}
+
+// List returns every template.
+func (t Templates) List(ctx context.Context) ([]api.Template, error) { return t.s.listTemplates(ctx) }
+
+// Get returns one template.
+func (t Templates) Get(ctx context.Context, name string) (api.Template, error) {
+	return t.s.getTemplate(ctx, name)
+}
+
+// Delete removes a template no sandbox uses.
+func (t Templates) Delete(ctx context.Context, name string) error {
+	return t.s.deleteTemplate(ctx, name)
+}
