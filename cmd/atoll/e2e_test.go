@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +21,13 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/testenv"
@@ -648,5 +657,182 @@ func TestShellCommand(t *testing.T) {
 	<-done
 	if !strings.Contains(out.String(), "42") || !strings.Contains(out.String(), "30 100") {
 		t.Errorf("shell output %q lacks 42 and the terminal size 30 100", out.String())
+	}
+}
+
+// helloSource is a static program for test images: it prints what the image
+// config set up (env, working directory, uid) and whether paths exist.
+const helloSource = `package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	wd, _ := os.Getwd()
+	fmt.Println(os.Getenv("GREETING"), wd, os.Getuid())
+	for _, p := range os.Args[1:] {
+		_, err := os.Stat(p)
+		fmt.Println(p, err == nil)
+	}
+}
+`
+
+// testImage builds a two-layer image: a static binary, passwd with an "app"
+// user, a file and a directory that the second layer deletes and empties.
+func testImage(t *testing.T) v1.Image {
+	t.Helper()
+	dir := testenv.Dir(t)
+	os.WriteFile(filepath.Join(dir, "main.go"), []byte(helloSource), 0o644)
+	os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module hello\n\ngo 1.22\n"), 0o644)
+	build := exec.Command("go", "build", "-o", "hello", ".")
+	build.Dir = dir
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building hello: %v: %s", err, out)
+	}
+	bin, _ := os.ReadFile(filepath.Join(dir, "hello"))
+	layer := func(entries ...tarEntry) v1.Layer {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		for _, e := range entries {
+			h := &tar.Header{Name: e.name, Mode: e.mode, Uid: e.uid, Gid: e.uid, Size: int64(len(e.body)), Typeflag: tar.TypeReg}
+			if e.dir {
+				h.Typeflag, h.Size = tar.TypeDir, 0
+			}
+			tw.WriteHeader(h)
+			tw.Write([]byte(e.body))
+		}
+		tw.Close()
+		l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	base := layer(
+		tarEntry{name: "bin/", dir: true, mode: 0o755},
+		tarEntry{name: "bin/hello", mode: 0o755, body: string(bin)},
+		tarEntry{name: "etc/", dir: true, mode: 0o755},
+		tarEntry{name: "etc/passwd", mode: 0o644, body: "root:x:0:0:root:/root:/bin/sh\napp:x:1234:1234:app:/app:/bin/sh\n"},
+		tarEntry{name: "etc/group", mode: 0o644, body: "root:x:0:\napp:x:1234:\n"},
+		tarEntry{name: "etc/gone.txt", mode: 0o644, body: "deleted above"},
+		tarEntry{name: "data/", dir: true, mode: 0o755},
+		tarEntry{name: "data/old.txt", mode: 0o644, body: "hidden by an opaque dir"},
+		tarEntry{name: "app/", dir: true, mode: 0o755, uid: 1234},
+	)
+	top := layer(
+		tarEntry{name: "etc/.wh.gone.txt", mode: 0o644},
+		tarEntry{name: "data/", dir: true, mode: 0o755},
+		tarEntry{name: "data/.wh..wh..opq", mode: 0o644},
+		tarEntry{name: "data/new.txt", mode: 0o644, body: "new"},
+	)
+	img, err := mutate.AppendLayers(empty.Image, base, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := img.ConfigFile()
+	cfg = cfg.DeepCopy()
+	cfg.Config.Env = []string{"PATH=/bin", "GREETING=from-image"}
+	cfg.Config.WorkingDir = "/app"
+	cfg.Config.User = "app"
+	cfg.Config.Cmd = []string{"hello"}
+	img, err = mutate.ConfigFile(img, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+type tarEntry struct {
+	name, body string
+	mode       int64
+	uid        int
+	dir        bool
+}
+
+// TestTemplateImport imports an image from a registry (served in-process over
+// the registry protocol) and from a docker archive, runs the image's own
+// binary in sandboxes made from it, and deletes the template and its layers.
+func TestTemplateImport(t *testing.T) {
+	testenv.RequireRoot(t)
+	data := filepath.Join(testenv.Dir(t), "data")
+	d := startDaemon(t, data)
+	c := d.client()
+	ctx := context.Background()
+	img := testImage(t)
+
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer reg.Close()
+	ref, err := name.ParseReference(strings.TrimPrefix(reg.URL, "http://")+"/test/hello:v1", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(ref, img); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := d.cli("template", "import", ref.String(), "--name", "hello", "--insecure"); code != 0 {
+		t.Fatalf("template import: %s", out)
+	}
+	archive := filepath.Join(testenv.Dir(t), "hello.tar")
+	if err := tarball.WriteToFile(archive, ref, img); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := d.cli("template", "import", archive, "--name", "hello2"); code != 0 {
+		t.Fatalf("template import of an archive: %s", out)
+	}
+	if out, _ := d.cli("template", "ls"); !strings.Contains(out, "hello2") || !strings.Contains(out, "host") {
+		t.Errorf("template ls: %s", out)
+	}
+
+	for _, tmpl := range []string{"hello", "hello2"} {
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: tmpl})
+		if err != nil {
+			t.Fatalf("create from %s: %v", tmpl, err)
+		}
+		var out bytes.Buffer
+		code, err := c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"hello", "/etc/gone.txt", "/data/old.txt", "/data/new.txt", "/home/user"}}, &out, &out)
+		if err != nil || code != 0 {
+			t.Fatalf("%s: exec hello: %v %d %s", tmpl, err, code, out.String())
+		}
+		want := "from-image /app 1234\n/etc/gone.txt false\n/data/old.txt false\n/data/new.txt true\n/home/user true\n"
+		if out.String() != want {
+			t.Errorf("%s: hello printed %q, want %q", tmpl, out.String(), want)
+		}
+		out.Reset()
+		if code, err := c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"hello"}, User: "user", Cwd: "/"}, &out, &out); err != nil || code != 0 || out.String() != "from-image / 1000\n" {
+			t.Errorf("%s: hello as user: %v %d %q", tmpl, err, code, out.String())
+		}
+		if _, err := c.WriteFile(ctx, sb.ID, "/app/state.txt", strings.NewReader("kept"), 0o644); err != nil {
+			t.Errorf("%s: write: %v", tmpl, err)
+		}
+		if err := c.DeleteTemplate(ctx, tmpl); !errors.Is(err, atoll.ErrConflict) {
+			t.Errorf("%s: delete in use: %v, want conflict", tmpl, err)
+		}
+		if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t1, err := c.GetTemplate(ctx, "hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(t1.Layers) != 2 || t1.Workdir != "/app" || t1.User != "app" {
+		t.Errorf("template: %+v", t1)
+	}
+	for _, tmpl := range []string{"hello", "hello2"} {
+		if out, code := d.cli("template", "rm", tmpl); code != 0 {
+			t.Errorf("template rm %s: %s", tmpl, out)
+		}
+	}
+	// Both templates shared the same two layers; with both gone, so are they.
+	for _, l := range t1.Layers {
+		if _, err := os.Stat(filepath.Join(data, "layers", "layers", l)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("layer %s still on disk: %v", l, err)
+		}
+	}
+	if _, err := c.GetTemplate(ctx, "hello"); !errors.Is(err, atoll.ErrNotFound) {
+		t.Errorf("get deleted template: %v", err)
 	}
 }

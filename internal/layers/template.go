@@ -244,7 +244,14 @@ func (s *Store) ImageTemplate(name string, layerIDs []string) (Template, error) 
 	s.tmplMu.Lock()
 	defer s.tmplMu.Unlock()
 	var dirs []string
+	seen := map[string]bool{}
 	for i := len(layerIDs) - 1; i >= 0; i-- {
+		// A layer listed twice needs only its upper place: it puts back
+		// whatever the layers between changed of its own files.
+		if seen[layerIDs[i]] {
+			continue
+		}
+		seen[layerIDs[i]] = true
 		if !s.HasLayer(layerIDs[i]) {
 			return Template{}, fmt.Errorf("%w: layer %s of template %s is missing", errdefs.ErrNotFound, layerIDs[i], name)
 		}

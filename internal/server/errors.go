@@ -30,14 +30,20 @@ var statusOf = []struct {
 // writeError answers err with the status of its kind. Errors of no kind are
 // internal: the client sees only "internal error" and the log gets the rest.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	status, body := s.errorBody(r, err)
+	writeJSON(w, status, body)
+}
+
+// errorBody is the status and body that answer err; it logs internal errors.
+// Streams that have already sent 200 report the body in their last event.
+func (s *Server) errorBody(r *http.Request, err error) (int, api.Error) {
 	for _, e := range statusOf {
 		if errors.Is(err, e.kind) {
-			writeJSONError(w, e.status, errdefs.Code(err), clientMessage(err, e.kind))
-			return
+			return e.status, api.Error{Code: errdefs.Code(err), Message: clientMessage(err, e.kind)}
 		}
 	}
 	s.log.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
-	writeJSONError(w, http.StatusInternalServerError, "internal", "internal error")
+	return http.StatusInternalServerError, api.Error{Code: "internal", Message: "internal error"}
 }
 
 // clientMessage is err's message unless it carries an OS error, whose text

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"maps"
 	"mime"
@@ -128,9 +129,30 @@ func checkAgainstSpec(t *testing.T, s *Server, req *http.Request, resp *http.Res
 		if ref != nil && ref.Value != nil && ref.Value.Content.Get(ct) == nil {
 			t.Errorf("%s answered %d with Content-Type %q; spec declares %v", pattern, resp.StatusCode, ct, slices.Sorted(maps.Keys(ref.Value.Content)))
 		}
+		if ct == "application/x-ndjson" && ref != nil && ref.Value != nil {
+			checkNDJSON(t, pattern, ref.Value.Content.Get(ct), body)
+		}
 	}
 	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
 		t.Errorf("%s answered %d %s, which the spec does not allow: %v", pattern, resp.StatusCode, body, err)
+	}
+}
+
+// checkNDJSON validates each line of an NDJSON body against the schema of mt.
+func checkNDJSON(t *testing.T, pattern string, mt *openapi3.MediaType, body []byte) {
+	t.Helper()
+	if mt == nil || mt.Schema == nil || mt.Schema.Value == nil {
+		return
+	}
+	for line := range bytes.Lines(body) {
+		var v any
+		if err := json.Unmarshal(line, &v); err != nil {
+			t.Errorf("%s: NDJSON line %q: %v", pattern, line, err)
+			continue
+		}
+		if err := mt.Schema.Value.VisitJSON(v); err != nil {
+			t.Errorf("%s: NDJSON line %s does not match the spec: %v", pattern, bytes.TrimSpace(line), err)
+		}
 	}
 }
 
@@ -139,23 +161,27 @@ func checkAgainstSpec(t *testing.T, s *Server, req *http.Request, resp *http.Res
 func TestOpenAPISchemas(t *testing.T) {
 	doc := loadSpec(t)
 	for name, typ := range map[string]reflect.Type{
-		"Error":                reflect.TypeFor[api.Error](),
-		"Health":               reflect.TypeFor[api.Health](),
-		"Sandbox":              reflect.TypeFor[api.Sandbox](),
-		"CreateSandboxRequest": reflect.TypeFor[api.CreateSandboxRequest](),
-		"SandboxList":          reflect.TypeFor[api.SandboxList](),
-		"PTYSize":              reflect.TypeFor[api.PTYSize](),
-		"ExecRequest":          reflect.TypeFor[api.ExecRequest](),
-		"ExecEvent":            reflect.TypeFor[api.ExecEvent](),
-		"Process":              reflect.TypeFor[api.Process](),
-		"ProcessList":          reflect.TypeFor[api.ProcessList](),
-		"SignalRequest":        reflect.TypeFor[api.SignalRequest](),
-		"FileInfo":             reflect.TypeFor[api.FileInfo](),
-		"FileList":             reflect.TypeFor[api.FileList](),
-		"MkdirRequest":         reflect.TypeFor[api.MkdirRequest](),
-		"RenameRequest":        reflect.TypeFor[api.RenameRequest](),
-		"ChmodRequest":         reflect.TypeFor[api.ChmodRequest](),
-		"WatchEvent":           reflect.TypeFor[api.WatchEvent](),
+		"Error":                 reflect.TypeFor[api.Error](),
+		"Health":                reflect.TypeFor[api.Health](),
+		"Sandbox":               reflect.TypeFor[api.Sandbox](),
+		"CreateSandboxRequest":  reflect.TypeFor[api.CreateSandboxRequest](),
+		"SandboxList":           reflect.TypeFor[api.SandboxList](),
+		"PTYSize":               reflect.TypeFor[api.PTYSize](),
+		"ExecRequest":           reflect.TypeFor[api.ExecRequest](),
+		"ExecEvent":             reflect.TypeFor[api.ExecEvent](),
+		"Process":               reflect.TypeFor[api.Process](),
+		"ProcessList":           reflect.TypeFor[api.ProcessList](),
+		"SignalRequest":         reflect.TypeFor[api.SignalRequest](),
+		"FileInfo":              reflect.TypeFor[api.FileInfo](),
+		"FileList":              reflect.TypeFor[api.FileList](),
+		"MkdirRequest":          reflect.TypeFor[api.MkdirRequest](),
+		"RenameRequest":         reflect.TypeFor[api.RenameRequest](),
+		"ChmodRequest":          reflect.TypeFor[api.ChmodRequest](),
+		"WatchEvent":            reflect.TypeFor[api.WatchEvent](),
+		"Template":              reflect.TypeFor[api.Template](),
+		"TemplateList":          reflect.TypeFor[api.TemplateList](),
+		"ImportTemplateRequest": reflect.TypeFor[api.ImportTemplateRequest](),
+		"ImportEvent":           reflect.TypeFor[api.ImportEvent](),
 	} {
 		ref := doc.Components.Schemas[name]
 		if ref == nil || ref.Value == nil {

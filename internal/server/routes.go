@@ -16,7 +16,10 @@ type route struct {
 
 func (rt route) pattern() string { return rt.method + " " + rt.path }
 
-const sandboxPath = "/v1/sandboxes/{id}"
+const (
+	sandboxPath  = "/v1/sandboxes/{id}"
+	templatePath = "/v1/templates/{name}"
+)
 
 // agentRoutes are the agent protocol's routes (docs/agent-protocol.md), all
 // forwarded under /v1/sandboxes/{id}. jsonBody marks those whose request body
@@ -57,6 +60,10 @@ func (s *Server) routes() []route {
 		{"DELETE", sandboxPath, true, s.deleteSandbox},
 		{"POST", sandboxPath + "/stop", true, s.stopSandbox},
 		{"POST", sandboxPath + "/start", true, s.startSandbox},
+		{"POST", "/v1/templates/import", true, s.importTemplate},
+		{"GET", "/v1/templates", true, s.listTemplates},
+		{"GET", templatePath, true, s.getTemplate},
+		{"DELETE", templatePath, true, s.deleteTemplate},
 	}
 	for _, ar := range agentRoutes {
 		rts = append(rts, route{ar.method, sandboxPath + ar.path, true, s.forward(strings.Contains(ar.path, "{pid}"), ar.jsonBody)})

@@ -1,7 +1,7 @@
-// Package server is atoll's HTTP API: the /v1 REST routes over sandboxes, the
-// forwarding of in-sandbox agent routes, authentication, and the one table that
-// turns error kinds into status codes. It holds no state of its own; sandboxes
-// live behind the Sandboxes interface.
+// Package server is atoll's HTTP API: the /v1 REST routes over sandboxes and
+// templates, the forwarding of in-sandbox agent routes, authentication, and the
+// one table that turns error kinds into status codes. It holds no state of its
+// own; sandboxes live behind the Sandboxes interface, templates behind Templates.
 package server
 
 import (
@@ -41,6 +41,7 @@ type Authenticator interface {
 // Config configures a Server. Sandboxes and Auth are required.
 type Config struct {
 	Sandboxes Sandboxes
+	Templates Templates // nil: the template routes answer 503 unavailable
 	Auth      Authenticator
 	Logger    *slog.Logger // default slog.Default()
 	Version   string       // reported by GET /v1/health

@@ -231,6 +231,7 @@ type fixture struct {
 	s     *Server
 	url   string
 	sbs   *memSandboxes
+	tpls  *memTemplates
 	agent *testAgent
 }
 
@@ -252,8 +253,10 @@ func newFixture(t *testing.T) *fixture {
 	t.Cleanup(func() { as.Close() })
 
 	sbs := &memSandboxes{agentSock: sock, sbs: make(map[string]api.Sandbox)}
+	tpls := newMemTemplates()
 	s, err := New(Config{
 		Sandboxes: sbs,
+		Templates: tpls,
 		Auth:      keyAuth(testKey),
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Version:   "test",
@@ -265,7 +268,7 @@ func newFixture(t *testing.T) *fixture {
 	ts.Config = NewHTTPServer("", s.Handler())
 	ts.Start()
 	t.Cleanup(ts.Close)
-	return &fixture{t: t, s: s, url: ts.URL, sbs: sbs, agent: agent}
+	return &fixture{t: t, s: s, url: ts.URL, sbs: sbs, tpls: tpls, agent: agent}
 }
 
 // with returns f reporting to t, for subtests.

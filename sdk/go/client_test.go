@@ -226,7 +226,7 @@ func newClient(t *testing.T, apiKey string) (*atoll.Client, string) {
 	go as.Serve(ln)
 	t.Cleanup(func() { as.Close() })
 	sbs := &sandboxes{sock: sock, m: map[string]api.Sandbox{}}
-	s, err := server.New(server.Config{Sandboxes: sbs, Auth: auth{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s, err := server.New(server.Config{Sandboxes: sbs, Templates: newTemplates(), Auth: auth{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,6 +68,28 @@ var kindOfStatus = map[int]error{
 	http.StatusGatewayTimeout:              ErrUnavailable,
 }
 
+// statusOfCode is the status the server answers each code with, for errors
+// that arrive inside a stream that had already started with 200.
+var statusOfCode = map[string]int{
+	"invalid":        http.StatusBadRequest,
+	"unauthorized":   http.StatusUnauthorized,
+	"not_found":      http.StatusNotFound,
+	"conflict":       http.StatusConflict,
+	"too_large":      http.StatusRequestEntityTooLarge,
+	"quota_exceeded": http.StatusTooManyRequests,
+	"unavailable":    http.StatusServiceUnavailable,
+	"internal":       http.StatusInternalServerError,
+}
+
+// errorOfCode is the Error a status answer with code and message would have been.
+func errorOfCode(code, message string) *Error {
+	status, ok := statusOfCode[code]
+	if !ok {
+		status = http.StatusInternalServerError
+	}
+	return &Error{StatusCode: status, Code: code, Message: message}
+}
+
 func errorFrom(resp *http.Response) error {
 	e := &Error{StatusCode: resp.StatusCode}
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
