@@ -102,6 +102,8 @@ func (d *daemon) start() {
 	d.t.Helper()
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data", d.data, "--layer-image-size", fmt.Sprint(int64(8 << 30))}, d.args...)
 	d.cmd = exec.Command(d.bin, args...)
+	// Wait must not hang on output pipes that a killed daemon's children hold.
+	d.cmd.WaitDelay = 2 * time.Second
 	stdout, err := d.cmd.StdoutPipe()
 	if err != nil {
 		d.t.Fatal(err)

@@ -66,7 +66,8 @@ directory (--data).`,
   atoll exec $id -- uname -a
   atoll cp ./src $id:/work/src
   atoll shell $id
-  atoll rm $id`,
+  atoll rm $id
+  atoll template import docker.io/library/python:3.12-slim --name python`,
 		SilenceUsage:      true,
 		SilenceErrors:     true,
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
@@ -85,6 +86,10 @@ directory (--data).`,
 		c.GroupID = "inside"
 		root.AddCommand(c)
 	}
+	root.AddGroup(&cobra.Group{ID: "templates", Title: "Templates:"})
+	tpl := newTemplateCmd(g)
+	tpl.GroupID = "templates"
+	root.AddCommand(tpl)
 	root.AddGroup(&cobra.Group{ID: "server", Title: "Server:"})
 	serve := newServeCmd()
 	serve.GroupID = "server"

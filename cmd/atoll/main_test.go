@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/cobra"
 
 	"github.com/atoll-dev/atoll/api"
 )
@@ -39,6 +40,7 @@ func golden(t *testing.T, name, got string) {
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{
 		{}, {"create"}, {"ls"}, {"inspect"}, {"exec"}, {"shell"}, {"cp"}, {"stop"}, {"start"}, {"rm"},
+		{"template"}, {"template", "import"}, {"template", "ls"}, {"template", "inspect"}, {"template", "rm"},
 	} {
 		name := "help-" + strings.Join(append([]string{"atoll"}, args...), "-")
 		t.Run(name, func(t *testing.T) {
@@ -56,14 +58,19 @@ func TestHelp(t *testing.T) {
 }
 
 func TestEveryCommandHasHelp(t *testing.T) {
-	for _, c := range newRootCmd().Commands() {
-		if c.Name() == "help" {
-			continue
-		}
-		if c.Short == "" || c.Long == "" || c.Example == "" {
-			t.Errorf("atoll %s: want Short, Long and Example", c.Name())
+	var check func(c *cobra.Command)
+	check = func(c *cobra.Command) {
+		for _, c := range c.Commands() {
+			if c.Name() == "help" {
+				continue
+			}
+			if c.Short == "" || c.Long == "" || c.Example == "" {
+				t.Errorf("%s: want Short, Long and Example", c.CommandPath())
+			}
+			check(c)
 		}
 	}
+	check(newRootCmd())
 }
 
 var (

@@ -122,3 +122,94 @@ func ago(t, now time.Time) string {
 	}
 	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
 }
+
+// renderTemplates writes templates as a table for people.
+func renderTemplates(w io.Writer, ts []api.Template, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSOURCE\tLAYERS\tSIZE\tSANDBOXES\tCREATED")
+	for _, t := range ts {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", t.Name, orDash(t.Source), len(t.Layers),
+			formatSize(t.Size), t.Sandboxes, ago(t.CreatedAt, now))
+	}
+	return tw.Flush()
+}
+
+// renderTemplate writes one template as aligned "Key: value" lines, its
+// layers one per line.
+func renderTemplate(w io.Writer, t api.Template, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
+	line := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	line("Name", t.Name)
+	line("Source", orDash(t.Source))
+	if t.Digest != "" {
+		line("Digest", t.Digest)
+	}
+	line("Size", formatSize(t.Size))
+	line("Sandboxes", strconv.Itoa(t.Sandboxes))
+	if t.CreatedAt.IsZero() {
+		line("Created", "-")
+	} else {
+		line("Created", formatTime(t.CreatedAt, now))
+	}
+	if t.Entrypoint != nil {
+		line("Entrypoint", formatArgv(t.Entrypoint))
+	}
+	if t.Cmd != nil {
+		line("Cmd", formatArgv(t.Cmd))
+	}
+	if t.Workdir != "" {
+		line("Workdir", t.Workdir)
+	}
+	if t.User != "" {
+		line("User", t.User)
+	}
+	list := func(k string, vs []string) {
+		if len(vs) == 0 {
+			line(k, "-")
+			return
+		}
+		line(k, vs[0])
+		for _, v := range vs[1:] {
+			fmt.Fprintf(tw, "\t%s\n", v)
+		}
+	}
+	// Image Env is part of the published image, not a secret of a sandbox's.
+	list("Env", t.Env)
+	list(fmt.Sprintf("Layers (%d)", len(t.Layers)), t.Layers)
+	return tw.Flush()
+}
+
+// formatArgv writes an argument vector as JSON, which shows its word boundaries.
+func formatArgv(argv []string) string {
+	b, _ := json.Marshal(argv)
+	return string(b)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// formatSize is formatBytes, or "-" for 0: the builtin template has no layers.
+func formatSize(n int64) string {
+	if n == 0 {
+		return "-"
+	}
+	return formatBytes(n)
+}
+
+// formatBytes is n in binary units, as people read sizes.
+func formatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, i := float64(n)/unit, 0
+	for v >= unit && i < 3 {
+		v /= unit
+		i++
+	}
+	return fmt.Sprintf("%.1f %s", v, []string{"KiB", "MiB", "GiB", "TiB"}[i])
+}

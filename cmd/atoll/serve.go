@@ -134,7 +134,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if err := svc.Recover(ctx); err != nil {
 		return fmt.Errorf("recovering sandboxes: %w", err)
 	}
-	srv, err := server.New(server.Config{Sandboxes: svc, Auth: newKeyAuth(st), Logger: log, Version: version})
+	srv, err := server.New(server.Config{Sandboxes: svc, Templates: svc.Templates(), Auth: newKeyAuth(st), Logger: log, Version: version})
 	if err != nil {
 		return err
 	}

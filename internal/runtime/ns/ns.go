@@ -188,6 +188,10 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (inst runtime.In
 		// Its own session: the sandbox outlives the node and must not get
 		// the node's terminal signals.
 		Setsid: true,
+		// But until it is set up it dies with the node: a child the node
+		// dies before configuring would wait forever. The init stage
+		// clears this once configured.
+		Pdeathsig: syscall.SIGKILL,
 	}
 	if err := cg.start(cmd); err != nil {
 		return inst, fmt.Errorf("starting sandbox init: %w", err)

@@ -75,6 +75,10 @@ func setup(ctl *os.File) error {
 	if err := json.NewDecoder(ctl).Decode(&cfg); err != nil {
 		return fmt.Errorf("reading config: %w", err)
 	}
+	// From here the sandbox outlives the node (see ns.Runtime.Start).
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, 0, 0); e != 0 {
+		return fmt.Errorf("clearing the parent-death signal: %w", e)
+	}
 	// The node's staging mounts have arrived by propagation; from here on
 	// nothing propagates in either direction.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {

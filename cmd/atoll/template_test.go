@@ -1,0 +1,407 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/server"
+)
+
+var templateFixture = []api.Template{
+	{Name: "host", Source: "builtin", Sandboxes: 3},
+	{
+		Name: "python", Source: "docker.io/library/python:3.12-slim",
+		Digest: "sha256:4c1a9e8f0b5d2e7a6c3f9b8d1e0a2c4f6b8d0e2a4c6e8f0a2b4d6f8a0c2e4f6a",
+		Layers: []string{
+			"sha256:0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9",
+			"sha256:f9e8d7c6b5a40f1e2d3c4b5a69788796a5b4c3d2e1f0f9e8d7c6b5a40f1e2d3c",
+		},
+		Size:       131 << 20,
+		Env:        []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"},
+		Workdir:    "/app",
+		User:       "app",
+		Entrypoint: []string{"python3", "-m", "app"},
+		Cmd:        []string{"--port", "8080"},
+		Sandboxes:  1,
+		CreatedAt:  now.Add(-26 * time.Hour),
+	},
+	{
+		Name: "saved", Source: "archive",
+		Layers:    []string{"sha256:00ff"},
+		Size:      4096,
+		CreatedAt: now.Add(-5 * time.Minute),
+	},
+}
+
+func TestRenderTemplates(t *testing.T) {
+	var b bytes.Buffer
+	if err := renderTemplates(&b, templateFixture, now); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "template-ls", b.String())
+	b.Reset()
+	renderTemplates(&b, nil, now)
+	golden(t, "template-ls-empty", b.String())
+}
+
+func TestRenderTemplate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		t    api.Template
+	}{
+		{"template-inspect", templateFixture[1]},
+		{"template-inspect-builtin", templateFixture[0]},
+	} {
+		var b bytes.Buffer
+		if err := renderTemplate(&b, tc.t, now); err != nil {
+			t.Fatal(err)
+		}
+		golden(t, tc.name, b.String())
+	}
+}
+
+func TestFormatBytes(t *testing.T) {
+	for n, want := range map[int64]string{
+		0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 1536: "1.5 KiB",
+		131 << 20: "131.0 MiB", 5 << 30: "5.0 GiB", 3 << 40: "3.0 TiB", 2048 << 40: "2048.0 TiB",
+	} {
+		if got := formatBytes(n); got != want {
+			t.Errorf("formatBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+// progressEvents are an import of two layers, the second of unknown size
+// until it is done.
+var progressEvents = []api.ImportEvent{
+	{Type: "progress", Layer: "sha256:0a1b2c3d4e5f60718293a4b5c6d7e8f9", Bytes: 0, Total: 3 << 20, Layers: 2},
+	{Type: "progress", Layer: "sha256:0a1b2c3d4e5f60718293a4b5c6d7e8f9", Bytes: 1 << 20, Total: 3 << 20, Layers: 2},
+	{Type: "progress", Layer: "sha256:f9e8d7c6b5a40f1e2d3c4b5a69788796", Bytes: 512, Layers: 2},
+	{Type: "progress", Layer: "sha256:0a1b2c3d4e5f60718293a4b5c6d7e8f9", Bytes: 3 << 20, Total: 3 << 20, LayersDone: 1, Layers: 2},
+	{Type: "progress", Layer: "sha256:f9e8d7c6b5a40f1e2d3c4b5a69788796", Bytes: 2048, LayersDone: 1, Layers: 2},
+	{Type: "progress", Layer: "sha256:f9e8d7c6b5a40f1e2d3c4b5a69788796", Bytes: 4096, LayersDone: 2, Layers: 2},
+}
+
+func TestImportProgress(t *testing.T) {
+	for _, tty := range []bool{false, true} {
+		name := "import-progress-plain"
+		if tty {
+			name = "import-progress-tty"
+		}
+		t.Run(name, func(t *testing.T) {
+			var b bytes.Buffer
+			p := newImportProgress(&b, tty)
+			p.now = func() time.Time { return now }
+			p.every = 0 // redraw on every event
+			for _, ev := range progressEvents {
+				p.event(ev)
+			}
+			p.finish(true)
+			golden(t, name, b.String())
+		})
+	}
+	// Redraws are rate limited, but a new or finished layer is drawn at once.
+	var b bytes.Buffer
+	p := newImportProgress(&b, true)
+	p.now = func() time.Time { return now }
+	for _, ev := range progressEvents {
+		p.event(ev)
+	}
+	if got := strings.Count(b.String(), "\x1b[K"); got != 1+2+2+2 {
+		t.Errorf("%d lines drawn, want 7 (three redraws plus the first)", got)
+	}
+}
+
+func TestShortLayer(t *testing.T) {
+	for in, want := range map[string]string{
+		"sha256:0a1b2c3d4e5f60718293a4b5c6d7e8f9":                          "0a1b2c3d4e5f",
+		"6900d438ae23692518a0c43b164d2d3de0fc236ec968337142fecb7243b87e3b": "6900d438ae23",
+		"sha256:00ff":           "sha256:00ff",
+		"blobs/sha256/abc":      "blobs/sha256/abc",
+		strings.Repeat("x", 50): strings.Repeat("x", 39) + "…",
+	} {
+		if got := shortLayer(in); got != want {
+			t.Errorf("shortLayer(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// memTemplates is an in-memory template store for driving the CLI through a
+// real server. Archive imports make one layer per tar entry, named after it.
+type memTemplates struct {
+	mu sync.Mutex
+	m  map[string]api.Template
+}
+
+func (s *memTemplates) Import(ctx context.Context, req api.ImportTemplateRequest, archive io.Reader, progress func(api.ImportEvent)) (api.Template, error) {
+	s.mu.Lock()
+	_, exists := s.m[req.Name]
+	s.mu.Unlock()
+	if exists {
+		return api.Template{}, fmt.Errorf("template %s already exists: %w", req.Name, errdefs.ErrConflict)
+	}
+	t := api.Template{Name: req.Name, Source: req.Ref, CreatedAt: time.Now()}
+	if archive != nil {
+		t.Source = "archive"
+		tr := tar.NewReader(archive)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return api.Template{}, fmt.Errorf("%w: not an image archive", errdefs.ErrInvalid)
+			}
+			n, _ := io.Copy(io.Discard, tr)
+			t.Layers = append(t.Layers, h.Name)
+			t.Size += n
+			progress(api.ImportEvent{Layer: h.Name, Bytes: n, Total: n, LayersDone: len(t.Layers)})
+		}
+	} else {
+		if req.Username != "" && (req.Username != "bot" || req.Password != "s3cret") {
+			return api.Template{}, fmt.Errorf("%w: the registry refused the credentials", errdefs.ErrUnauthorized)
+		}
+		if req.Insecure {
+			t.Source = "http://" + req.Ref
+		}
+		t.Layers = []string{"sha256:0a1b2c3d4e5f60718293a4b5c6d7e8f9"}
+		progress(api.ImportEvent{Layer: t.Layers[0], Bytes: 10, Total: 10, LayersDone: 1, Layers: 1})
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[t.Name] = t
+	return t, nil
+}
+
+func (s *memTemplates) List(ctx context.Context) ([]api.Template, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []api.Template
+	for _, t := range s.m {
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+func (s *memTemplates) Get(ctx context.Context, name string) (api.Template, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.m[name]
+	if !ok {
+		return t, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
+	}
+	return t, nil
+}
+
+func (s *memTemplates) Delete(ctx context.Context, name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.m[name]
+	switch {
+	case !ok:
+		return fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
+	case t.Sandboxes > 0:
+		return fmt.Errorf("template %s is used by %d sandboxes: %w", name, t.Sandboxes, errdefs.ErrConflict)
+	}
+	delete(s.m, name)
+	return nil
+}
+
+// noSandboxes serves no sandboxes; these tests are about templates.
+type noSandboxes struct{}
+
+func (noSandboxes) Create(context.Context, api.CreateSandboxRequest) (api.Sandbox, error) {
+	return api.Sandbox{}, errdefs.ErrUnavailable
+}
+func (noSandboxes) Get(context.Context, string) (api.Sandbox, error) {
+	return api.Sandbox{}, errdefs.ErrNotFound
+}
+func (noSandboxes) List(context.Context, string, map[string]string) ([]api.Sandbox, error) {
+	return nil, nil
+}
+func (noSandboxes) Stop(context.Context, string) (api.Sandbox, error) {
+	return api.Sandbox{}, errdefs.ErrNotFound
+}
+func (noSandboxes) Start(context.Context, string) (api.Sandbox, error) {
+	return api.Sandbox{}, errdefs.ErrNotFound
+}
+func (noSandboxes) Delete(context.Context, string) error { return errdefs.ErrNotFound }
+func (noSandboxes) AgentDialer(context.Context, string) (func(context.Context) (net.Conn, error), error) {
+	return nil, errdefs.ErrNotFound
+}
+
+type oneKey string
+
+func (k oneKey) Authenticate(ctx context.Context, key string) error {
+	if key != string(k) {
+		return errdefs.ErrUnauthorized
+	}
+	return nil
+}
+
+// TestTemplateCommands drives "atoll template" against a server in this
+// process.
+func TestTemplateCommands(t *testing.T) {
+	tpls := &memTemplates{m: map[string]api.Template{"host": {Name: "host", Source: "builtin", Sandboxes: 2}}}
+	s, err := server.New(server.Config{Sandboxes: noSandboxes{}, Templates: tpls, Auth: oneKey("k"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	run := func(stdin string, args ...string) (stdout, stderr string, err error) {
+		t.Helper()
+		root := newRootCmd()
+		var out, errOut bytes.Buffer
+		root.SetIn(strings.NewReader(stdin))
+		root.SetOut(&out)
+		root.SetErr(&errOut)
+		root.SetArgs(append(args, "--url", ts.URL, "--api-key", "k", "--data", t.TempDir()))
+		err = root.ExecuteContext(context.Background())
+		return out.String(), errOut.String(), err
+	}
+
+	dir := t.TempDir()
+	archive := filepath.Join(dir, "image.tar")
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	tw.WriteHeader(&tar.Header{Name: "manifest.json", Mode: 0o644, Size: 2})
+	tw.Write([]byte("[]"))
+	tw.Close()
+	os.WriteFile(archive, buf.Bytes(), 0o644)
+	layout := filepath.Join(dir, "layout")
+	os.MkdirAll(filepath.Join(layout, "blobs", "sha256"), 0o755)
+	os.WriteFile(filepath.Join(layout, "oci-layout"), []byte(`{"imageLayoutVersion":"1.0.0"}`), 0o644)
+	os.WriteFile(filepath.Join(layout, "index.json"), []byte(`{}`), 0o644)
+	os.WriteFile(filepath.Join(layout, "blobs", "sha256", "ab"), []byte("blob"), 0o644)
+	notLayout := filepath.Join(dir, "plain")
+	os.Mkdir(notLayout, 0o755)
+
+	for _, tc := range []struct {
+		name       string
+		stdin      string
+		args       []string
+		layers     []string // of the template made
+		source     string
+		wantStderr string
+	}{
+		{"registry", "", []string{"docker.io/library/alpine:3.20", "--name", "alpine"}, []string{"sha256:0a1b2c3d4e5f60718293a4b5c6d7e8f9"}, "docker.io/library/alpine:3.20", "0a1b2c3d4e5f  10 B  done\n"},
+		{"credentials", "s3cret\n", []string{"ghcr.io/org/app:1", "--name", "app", "--username", "bot", "--password-stdin"}, nil, "ghcr.io/org/app:1", ""},
+		{"insecure", "", []string{"localhost:5000/dev", "--name", "dev", "--insecure"}, nil, "http://localhost:5000/dev", ""},
+		{"archive file", "", []string{archive, "--name", "file"}, []string{"manifest.json"}, "archive", "manifest.json  2 B  done\n"},
+		{"archive on stdin", buf.String(), []string{"-", "--name", "stdin"}, []string{"manifest.json"}, "archive", ""},
+		{"OCI layout", "", []string{layout, "--name", "layout"}, []string{"blobs/", "blobs/sha256/", "blobs/sha256/ab", "index.json", "oci-layout"}, "archive", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stdout, stderr, err := run(tc.stdin, append([]string{"template", "import"}, tc.args...)...)
+			if err != nil {
+				t.Fatalf("%v; stderr %s", err, stderr)
+			}
+			name := tc.args[slices.Index(tc.args, "--name")+1]
+			if stdout != name+"\n" {
+				t.Errorf("stdout %q, want the name", stdout)
+			}
+			if tc.wantStderr != "" && stderr != tc.wantStderr {
+				t.Errorf("stderr %q, want %q", stderr, tc.wantStderr)
+			}
+			got, _ := tpls.Get(context.Background(), name)
+			if got.Source != tc.source || (tc.layers != nil && !cmp.Equal(got.Layers, tc.layers)) {
+				t.Errorf("template %+v, want source %s, layers %v", got, tc.source, tc.layers)
+			}
+		})
+	}
+
+	for _, tc := range []struct {
+		name  string
+		stdin string
+		args  []string
+		want  string
+	}{
+		{"no name", "", []string{"alpine"}, `required flag(s) "name" not set`},
+		{"bad name", "", []string{"alpine", "--name", "Alpine"}, "malformed template name"},
+		{"name taken", "", []string{"alpine", "--name", "host"}, "importing alpine: template host already exists"},
+		{"wrong password", "nope\n", []string{"ghcr.io/org/app:1", "--name", "x", "--username", "bot", "--password-stdin"}, "refused the credentials"},
+		{"password without user", "pw", []string{"ghcr.io/org/app:1", "--name", "x", "--password-stdin"}, "--password-stdin needs --username"},
+		{"empty password", "", []string{"ghcr.io/org/app:1", "--name", "x", "--username", "bot", "--password-stdin"}, "standard input is empty"},
+		{"missing file", "", []string{"./nope.tar", "--name", "x"}, "./nope.tar: no such file or directory"},
+		{"not a layout", "", []string{notLayout, "--name", "x"}, "not an OCI image layout"},
+		{"registry flags on an archive", "", []string{archive, "--name", "x", "--insecure"}, "are for registry references"},
+		{"not a tar", "junk junk junk", []string{"-", "--name", "x"}, "not an image archive"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := run(tc.stdin, append([]string{"template", "import"}, tc.args...)...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+
+	stdout, _, err := run("", "template", "ls", "-q")
+	if want := "alpine\napp\ndev\nfile\nhost\nlayout\nstdin\n"; err != nil || stdout != want {
+		t.Errorf("template ls -q: %q, %v; want %q", stdout, err, want)
+	}
+	stdout, _, err = run("", "template", "ls")
+	if err != nil || !strings.HasPrefix(stdout, "NAME ") || !strings.Contains(stdout, "docker.io/library/alpine:3.20") {
+		t.Errorf("template ls: %v\n%s", err, stdout)
+	}
+	stdout, _, err = run("", "template", "ls", "--json")
+	var l api.TemplateList
+	if err != nil || json.Unmarshal([]byte(stdout), &l) != nil || len(l.Templates) != 7 {
+		t.Errorf("template ls --json: %v\n%s", err, stdout)
+	}
+	stdout, _, err = run("", "template", "inspect", "alpine")
+	if err != nil || !strings.Contains(stdout, "Source:") || !strings.Contains(stdout, "Layers (1):") {
+		t.Errorf("template inspect: %v\n%s", err, stdout)
+	}
+	stdout, _, err = run("", "template", "inspect", "--json", "alpine")
+	var tpl api.Template
+	if err != nil || json.Unmarshal([]byte(stdout), &tpl) != nil || tpl.Name != "alpine" {
+		t.Errorf("template inspect --json: %v\n%s", err, stdout)
+	}
+	if _, _, err := run("", "template", "inspect", "nope"); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("template inspect nope: %v", err)
+	}
+	stdout, stderr, err := run("", "template", "rm", "alpine", "host", "nope", "app")
+	if err != (exitError{1}) || stdout != "alpine\napp\n" ||
+		!strings.Contains(stderr, "atoll: host: template host is used by 2 sandboxes") || !strings.Contains(stderr, "atoll: nope: template nope: not found") {
+		t.Errorf("template rm: %v\nstdout %q\nstderr %q", err, stdout, stderr)
+	}
+}
+
+// TestOpenArchiveReleases checks that an OCI layout's tar writer goroutine
+// ends when the import stops reading early.
+func TestOpenArchiveReleases(t *testing.T) {
+	layout := t.TempDir()
+	os.WriteFile(filepath.Join(layout, "oci-layout"), []byte("{}"), 0o644)
+	os.WriteFile(filepath.Join(layout, "big"), make([]byte, 4<<20), 0o644)
+	r, release, err := openArchive(layout, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.ReadFull(r, make([]byte, 1024))
+	done := make(chan struct{})
+	go func() { release(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("release did not return")
+	}
+}

@@ -1,0 +1,402 @@
+package server
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+)
+
+// memTemplates is a small in-memory Templates. Registry imports make two
+// layers of the reference's name; archive imports make one layer per tar entry.
+type memTemplates struct {
+	release chan struct{} // lets an import of ref "slow" finish
+
+	mu    sync.Mutex
+	tpls  map[string]api.Template
+	inUse map[string]bool
+}
+
+var created = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func newMemTemplates() *memTemplates {
+	return &memTemplates{
+		release: make(chan struct{}),
+		tpls:    map[string]api.Template{"host": {Name: "host", Source: "builtin", CreatedAt: created}},
+		inUse:   map[string]bool{"host": true},
+	}
+}
+
+func (m *memTemplates) Import(ctx context.Context, req api.ImportTemplateRequest, archive io.Reader, progress func(api.ImportEvent)) (api.Template, error) {
+	if (req.Ref == "") == (archive == nil) {
+		return api.Template{}, errors.New("want exactly one of ref and archive")
+	}
+	m.mu.Lock()
+	_, exists := m.tpls[req.Name]
+	m.mu.Unlock()
+	if exists {
+		return api.Template{}, fmt.Errorf("template %s exists: %w", req.Name, errdefs.ErrConflict)
+	}
+	t := api.Template{Name: req.Name, Source: req.Ref, CreatedAt: created}
+	switch {
+	case archive != nil:
+		t.Source = "archive"
+		tr := tar.NewReader(archive)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return api.Template{}, fmt.Errorf("%w: reading archive: %v", errdefs.ErrInvalid, err)
+			}
+			n, err := io.Copy(io.Discard, tr)
+			if err != nil {
+				return api.Template{}, fmt.Errorf("%w: reading archive: %v", errdefs.ErrInvalid, err)
+			}
+			t.Layers = append(t.Layers, h.Name)
+			t.Size += n
+			progress(api.ImportEvent{Layer: h.Name, Bytes: n, Total: n, LayersDone: len(t.Layers)})
+		}
+	case req.Ref == "registry.example/explode":
+		progress(api.ImportEvent{Layer: "sha256:aa", Bytes: 1})
+		return api.Template{}, errors.New("writing /var/lib/atoll/layers/aa: input/output error")
+	case req.Ref == "registry.example/missing":
+		return api.Template{}, fmt.Errorf("image registry.example/missing: %w", errdefs.ErrNotFound)
+	default:
+		for i, l := range []string{"sha256:aa", "sha256:bb"} {
+			// A wrong Type: the server must send it as progress all the same.
+			progress(api.ImportEvent{Type: "done", Layer: l, Bytes: 5, Total: 10, LayersDone: i, Layers: 2})
+			if req.Ref == "slow" && i == 0 {
+				select {
+				case <-m.release:
+				case <-ctx.Done():
+					return api.Template{}, ctx.Err()
+				}
+			}
+			progress(api.ImportEvent{Layer: l, Bytes: 10, Total: 10, LayersDone: i + 1, Layers: 2})
+			t.Layers = append(t.Layers, l)
+			t.Size += 10
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.tpls[t.Name] = t
+	return t, nil
+}
+
+func (m *memTemplates) List(ctx context.Context) ([]api.Template, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []api.Template
+	for _, t := range m.tpls {
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+func (m *memTemplates) Get(ctx context.Context, name string) (api.Template, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.tpls[name]
+	if !ok {
+		return api.Template{}, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
+	}
+	return t, nil
+}
+
+func (m *memTemplates) Delete(ctx context.Context, name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.tpls[name]; !ok {
+		return fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
+	}
+	if m.inUse[name] {
+		return fmt.Errorf("template %s is used by sandboxes: %w", name, errdefs.ErrConflict)
+	}
+	delete(m.tpls, name)
+	return nil
+}
+
+// importEvents decodes an NDJSON import stream and checks that it ends in
+// exactly one done or error event.
+func importEvents(t *testing.T, resp *http.Response, body []byte) []api.ImportEvent {
+	t.Helper()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/x-ndjson" {
+		t.Fatalf("status %d, Content-Type %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	var evs []api.ImportEvent
+	for line := range bytes.Lines(body) {
+		evs = append(evs, decode[api.ImportEvent](t, line))
+	}
+	for i, ev := range evs {
+		last := i == len(evs)-1
+		if final := ev.Type == "done" || ev.Type == "error"; final != last {
+			t.Errorf("event %d of %d is %q: want progress events, then one done or error", i+1, len(evs), ev.Type)
+		}
+	}
+	if len(evs) == 0 {
+		t.Fatal("empty stream")
+	}
+	return evs
+}
+
+func tarOf(t *testing.T, files ...string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, f := range files {
+		tw.WriteHeader(&tar.Header{Name: f, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(f))})
+		tw.Write([]byte(f))
+	}
+	tw.Close()
+	return buf.Bytes()
+}
+
+func TestTemplateLifecycle(t *testing.T) {
+	f := newFixture(t)
+	resp, body := f.do("POST", "/v1/templates/import", api.ImportTemplateRequest{Name: "py", Ref: "docker.io/library/python:3.12-slim"},
+		"Content-Type", "application/json")
+	evs := importEvents(t, resp, body)
+	want := api.Template{Name: "py", Source: "docker.io/library/python:3.12-slim", Layers: []string{"sha256:aa", "sha256:bb"}, Size: 20, CreatedAt: created}
+	if diff := cmp.Diff(api.ImportEvent{Type: "done", Template: &want}, evs[len(evs)-1]); diff != "" {
+		t.Errorf("last event (-want +got):\n%s", diff)
+	}
+	if len(evs) != 5 {
+		t.Errorf("%d events, want 4 progress and done", len(evs))
+	}
+	for _, ev := range evs[:len(evs)-1] {
+		if ev.Type != "progress" || ev.Layers != 2 || ev.Layer == "" {
+			t.Errorf("progress event %+v", ev)
+		}
+	}
+
+	resp, body = f.do("POST", "/v1/templates/import?name=img.tar", tarOf(t, "blobs/sha256/1", "index.json"), "Content-Type", "application/x-tar")
+	evs = importEvents(t, resp, body)
+	if got := evs[len(evs)-1]; got.Type != "done" || got.Template == nil || got.Template.Name != "img.tar" || len(got.Template.Layers) != 2 {
+		t.Errorf("archive import ended with %+v", got)
+	}
+
+	resp, body = f.do("GET", "/v1/templates/py", nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("get: %d %s", resp.StatusCode, body)
+	}
+	if diff := cmp.Diff(want, decode[api.Template](t, body)); diff != "" {
+		t.Errorf("get (-want +got):\n%s", diff)
+	}
+	// The builtin template has no layers: [] on the wire, never null.
+	resp, body = f.do("GET", "/v1/templates/host", nil)
+	if resp.StatusCode != 200 || !bytes.Contains(body, []byte(`"layers":[]`)) {
+		t.Errorf("get host: %d %s", resp.StatusCode, body)
+	}
+	resp, body = f.do("GET", "/v1/templates", nil)
+	if resp.StatusCode != 200 || len(decode[api.TemplateList](t, body).Templates) != 3 {
+		t.Fatalf("list: %d %s", resp.StatusCode, body)
+	}
+
+	resp, body = f.do("DELETE", "/v1/templates/py", nil)
+	if resp.StatusCode != http.StatusNoContent || len(body) != 0 {
+		t.Fatalf("delete: %d %s", resp.StatusCode, body)
+	}
+	resp, body = f.do("GET", "/v1/templates/py", nil)
+	wantError(t, resp, body, http.StatusNotFound, "not_found")
+}
+
+func TestTemplateBadInput(t *testing.T) {
+	f := newFixture(t)
+	long := strings.Repeat("a", 64)
+	big := `{"name":"x","ref":"` + strings.Repeat("a", 2<<20) + `"}`
+	for _, tc := range []struct {
+		name         string
+		method, path string
+		body         any
+		headers      []string
+		status       int
+		code         string
+	}{
+		{"upper-case name", "GET", "/v1/templates/Python", nil, nil, 400, "invalid"},
+		{"name too long", "GET", "/v1/templates/" + long, nil, nil, 400, "invalid"},
+		{"name starting with a dot", "DELETE", "/v1/templates/.hidden", nil, nil, 400, "invalid"},
+		{"name with a colon", "GET", "/v1/templates/python:3.12", nil, nil, 400, "invalid"},
+		{"escaped slash in name", "GET", "/v1/templates/a%2Fb", nil, nil, 400, "invalid"},
+		{"dot-dot name", "DELETE", "/v1/templates/..%2F..%2Fetc", nil, nil, 400, "invalid"},
+		{"unknown template", "GET", "/v1/templates/nope", nil, nil, 404, "not_found"},
+		{"delete unknown template", "DELETE", "/v1/templates/nope", nil, nil, 404, "not_found"},
+		{"delete template in use", "DELETE", "/v1/templates/host", nil, nil, 409, "conflict"},
+		{"no key", "GET", "/v1/templates", nil, []string{"X-API-Key", ""}, 401, "unauthorized"},
+		{"no key import", "POST", "/v1/templates/import?name=x", "", []string{"X-API-Key", "", "Content-Type", "application/x-tar"}, 401, "unauthorized"},
+		{"wrong method", "PUT", "/v1/templates/host", nil, nil, 405, "invalid"},
+
+		{"no content type", "POST", "/v1/templates/import", `{"name":"x","ref":"a"}`, nil, 415, "invalid"},
+		{"text content type", "POST", "/v1/templates/import", `{"name":"x","ref":"a"}`, []string{"Content-Type", "text/plain"}, 415, "invalid"},
+		{"gzip content type", "POST", "/v1/templates/import?name=x", "", []string{"Content-Type", "application/gzip"}, 415, "invalid"},
+		{"malformed JSON", "POST", "/v1/templates/import", `{"name":`, []string{"Content-Type", "application/json"}, 400, "invalid"},
+		{"empty JSON body", "POST", "/v1/templates/import", ``, []string{"Content-Type", "application/json"}, 400, "invalid"},
+		{"unknown field", "POST", "/v1/templates/import", `{"name":"x","ref":"a","tag":"latest"}`, []string{"Content-Type", "application/json"}, 400, "invalid"},
+		{"trailing data", "POST", "/v1/templates/import", `{"name":"x","ref":"a"} {}`, []string{"Content-Type", "application/json"}, 400, "invalid"},
+		{"bad name in JSON", "POST", "/v1/templates/import", `{"name":"X Y","ref":"a"}`, []string{"Content-Type", "application/json"}, 400, "invalid"},
+		{"no name in JSON", "POST", "/v1/templates/import", `{"ref":"a"}`, []string{"Content-Type", "application/json"}, 400, "invalid"},
+		{"no ref", "POST", "/v1/templates/import", `{"name":"x"}`, []string{"Content-Type", "application/json"}, 400, "invalid"},
+		{"ref with spaces", "POST", "/v1/templates/import", `{"name":"x","ref":"a b"}`, []string{"Content-Type", "application/json"}, 400, "invalid"},
+		{"ref with newline", "POST", "/v1/templates/import", `{"name":"x","ref":"a\nb"}`, []string{"Content-Type", "application/json"}, 400, "invalid"},
+		{"password without username", "POST", "/v1/templates/import", `{"name":"x","ref":"a","password":"p"}`, []string{"Content-Type", "application/json"}, 400, "invalid"},
+		{"2 MiB JSON", "POST", "/v1/templates/import", big, []string{"Content-Type", "application/json"}, 413, "too_large"},
+		{"2 MiB chunked JSON", "POST", "/v1/templates/import", io.MultiReader(strings.NewReader(big)), []string{"Content-Type", "application/json"}, 413, "too_large"},
+		{"archive without name", "POST", "/v1/templates/import", tarOf(t, "a"), []string{"Content-Type", "application/x-tar"}, 400, "invalid"},
+		{"archive with bad name", "POST", "/v1/templates/import?name=../x", tarOf(t, "a"), []string{"Content-Type", "application/x-tar"}, 400, "invalid"},
+		{"archive with long name", "POST", "/v1/templates/import?name=" + long, tarOf(t, "a"), []string{"Content-Type", "application/x-tar"}, 400, "invalid"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := f.with(t).do(tc.method, tc.path, tc.body, tc.headers...)
+			wantError(t, resp, body, tc.status, tc.code)
+		})
+	}
+}
+
+// TestTemplateImportErrors checks the error events of imports that fail after
+// the stream has started.
+func TestTemplateImportErrors(t *testing.T) {
+	f := newFixture(t)
+	for _, tc := range []struct {
+		name    string
+		path    string
+		body    any
+		ctype   string
+		code    string
+		message string
+	}{
+		{"name taken", "/v1/templates/import", api.ImportTemplateRequest{Name: "host", Ref: "a"}, "application/json", "conflict", "template host exists: conflict"},
+		{"unknown image", "/v1/templates/import", api.ImportTemplateRequest{Name: "m", Ref: "registry.example/missing"}, "application/json", "not_found", "image registry.example/missing: not found"},
+		{"internal", "/v1/templates/import", api.ImportTemplateRequest{Name: "e", Ref: "registry.example/explode"}, "application/json", "internal", "internal error"},
+		{"not a tar", "/v1/templates/import?name=junk", strings.Repeat("junk", 300), "application/x-tar", "invalid", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := f.with(t).do("POST", tc.path, tc.body, "Content-Type", tc.ctype)
+			evs := importEvents(t, resp, body)
+			last := evs[len(evs)-1]
+			if last.Type != "error" || last.Code != tc.code || last.Message == "" || (tc.message != "" && last.Message != tc.message) {
+				t.Errorf("last event %+v, want error %s %q", last, tc.code, tc.message)
+			}
+			if strings.Contains(last.Message, "/var/lib") {
+				t.Errorf("message %q shows server internals", last.Message)
+			}
+		})
+	}
+}
+
+// TestTemplateImportStreams reads the first progress events of an import while
+// the import is still running: they must not wait in a buffer.
+func TestTemplateImportStreams(t *testing.T) {
+	f := newFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	j, _ := json.Marshal(api.ImportTemplateRequest{Name: "slow", Ref: "slow"})
+	req, _ := http.NewRequestWithContext(ctx, "POST", f.url+"/v1/templates/import", bytes.NewReader(j))
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	if !sc.Scan() {
+		t.Fatalf("no event before the import finished: %v", sc.Err())
+	}
+	if ev := decode[api.ImportEvent](t, sc.Bytes()); ev.Type != "progress" || ev.Layer != "sha256:aa" || ev.Bytes != 5 {
+		t.Errorf("first event %+v", ev)
+	}
+	close(f.tpls.release)
+	var last api.ImportEvent
+	for sc.Scan() {
+		last = decode[api.ImportEvent](t, sc.Bytes())
+	}
+	if last.Type != "done" {
+		t.Errorf("last event %+v, want done", last)
+	}
+}
+
+// TestTemplateImportArchiveDuplex uploads an archive whose second half is only
+// sent after the progress event of its first half has arrived: progress must
+// stream while the upload is still going on.
+func TestTemplateImportArchiveDuplex(t *testing.T) {
+	f := newFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequestWithContext(ctx, "POST", f.url+"/v1/templates/import?name=duplex", pr)
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	req.Header.Set("Content-Type", "application/x-tar")
+
+	firstSeen := make(chan struct{})
+	go func() {
+		tw := tar.NewWriter(pw)
+		big := bytes.Repeat([]byte("x"), 1<<20)
+		tw.WriteHeader(&tar.Header{Name: "layer1", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(big))})
+		tw.Write(big)
+		tw.Flush()
+		select {
+		case <-firstSeen:
+		case <-ctx.Done():
+			pw.CloseWithError(ctx.Err())
+			return
+		}
+		tw.WriteHeader(&tar.Header{Name: "layer2", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1})
+		tw.Write([]byte("y"))
+		tw.Close()
+		pw.Close()
+	}()
+
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	var evs []api.ImportEvent
+	for sc.Scan() {
+		ev := decode[api.ImportEvent](t, sc.Bytes())
+		if len(evs) == 0 {
+			close(firstSeen)
+		}
+		evs = append(evs, ev)
+	}
+	if len(evs) != 3 || evs[0].Layer != "layer1" || evs[0].Bytes != 1<<20 || evs[2].Type != "done" || len(evs[2].Template.Layers) != 2 {
+		t.Fatalf("events %+v (%v)", evs, sc.Err())
+	}
+}
+
+func TestTemplatesUnavailable(t *testing.T) {
+	s, err := New(Config{Sandboxes: &memSandboxes{}, Auth: keyAuth(testKey), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	f := &fixture{t: t, s: s, url: ts.URL}
+	for _, rt := range []struct{ method, path string }{
+		{"GET", "/v1/templates"},
+		{"GET", "/v1/templates/host"},
+		{"DELETE", "/v1/templates/host"},
+		{"POST", "/v1/templates/import"},
+	} {
+		resp, body := f.do(rt.method, rt.path, `{"name":"x","ref":"a"}`, "Content-Type", "application/json")
+		wantError(t, resp, body, http.StatusServiceUnavailable, "unavailable")
+	}
+}

@@ -1,0 +1,88 @@
+package atoll
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+
+	"github.com/atoll-dev/atoll/api"
+)
+
+// ImportTemplate imports the image req.Ref from a registry as template
+// req.Name. progress, if not nil, is called with each "progress" event while
+// layers arrive. A failed import returns an *Error, as any other call does.
+func (c *Client) ImportTemplate(ctx context.Context, req api.ImportTemplateRequest, progress func(api.ImportEvent)) (api.Template, error) {
+	return c.importTemplate(ctx, request{method: "POST", path: "/v1/templates/import", json: req}, progress)
+}
+
+// ImportTemplateArchive imports the image in r, a `docker save` or OCI archive
+// (a tar stream; an OCI layout directory must be tarred first), as template
+// name. r is streamed to the server, which reports progress while it reads.
+func (c *Client) ImportTemplateArchive(ctx context.Context, name string, r io.Reader, progress func(api.ImportEvent)) (api.Template, error) {
+	return c.importTemplate(ctx, request{
+		method: "POST", path: "/v1/templates/import", query: url.Values{"name": {name}},
+		body: r, ctype: "application/x-tar",
+	}, progress)
+}
+
+func (c *Client) importTemplate(ctx context.Context, r request, progress func(api.ImportEvent)) (api.Template, error) {
+	resp, err := c.send(ctx, r)
+	if err != nil {
+		return api.Template{}, err
+	}
+	defer resp.Body.Close()
+	return readImport(resp.Body, progress)
+}
+
+// readImport reads an import's NDJSON stream up to its done or error event.
+func readImport(body io.Reader, progress func(api.ImportEvent)) (api.Template, error) {
+	dec := json.NewDecoder(body)
+	for {
+		var ev api.ImportEvent
+		if err := dec.Decode(&ev); err != nil {
+			if err == io.EOF {
+				return api.Template{}, errors.New("import: stream ended before the import finished")
+			}
+			return api.Template{}, fmt.Errorf("import: reading stream: %w", err)
+		}
+		switch ev.Type {
+		case "progress":
+			if progress != nil {
+				progress(ev)
+			}
+		case "done":
+			if ev.Template == nil {
+				return api.Template{}, errors.New("import: done event without a template")
+			}
+			return *ev.Template, nil
+		case "error":
+			return api.Template{}, errorOfCode(ev.Code, ev.Message)
+		}
+	}
+}
+
+// ListTemplates returns the server's templates.
+func (c *Client) ListTemplates(ctx context.Context) ([]api.Template, error) {
+	var l api.TemplateList
+	err := c.do(ctx, request{method: "GET", path: "/v1/templates"}, &l)
+	return l.Templates, err
+}
+
+// GetTemplate returns template name.
+func (c *Client) GetTemplate(ctx context.Context, name string) (api.Template, error) {
+	var t api.Template
+	err := c.do(ctx, request{method: "GET", path: templatePath(name)}, &t)
+	return t, err
+}
+
+// DeleteTemplate deletes template name; ErrConflict while sandboxes use it.
+func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
+	return c.do(ctx, request{method: "DELETE", path: templatePath(name)}, nil)
+}
+
+func templatePath(name string) string {
+	return "/v1/templates/" + url.PathEscape(name)
+}

@@ -1,0 +1,224 @@
+package atoll_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+	atoll "github.com/atoll-dev/atoll/sdk/go"
+)
+
+// templates holds templates in memory. A registry import makes one layer per
+// character of the ref's last path element; an archive import one per tar entry.
+type templates struct {
+	mu    sync.Mutex
+	m     map[string]api.Template
+	inUse map[string]bool
+}
+
+func newTemplates() *templates {
+	return &templates{
+		m:     map[string]api.Template{"host": {Name: "host", Source: "builtin"}},
+		inUse: map[string]bool{"host": true},
+	}
+}
+
+func (s *templates) Import(ctx context.Context, req api.ImportTemplateRequest, archive io.Reader, progress func(api.ImportEvent)) (api.Template, error) {
+	s.mu.Lock()
+	_, exists := s.m[req.Name]
+	s.mu.Unlock()
+	if exists {
+		return api.Template{}, fmt.Errorf("template %s already exists: %w", req.Name, errdefs.ErrConflict)
+	}
+	t := api.Template{Name: req.Name, Source: req.Ref}
+	if archive != nil {
+		t.Source = "archive"
+		tr := tar.NewReader(archive)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return api.Template{}, fmt.Errorf("%w: not an image archive", errdefs.ErrInvalid)
+			}
+			n, _ := io.Copy(io.Discard, tr)
+			t.Layers = append(t.Layers, h.Name)
+			t.Size += n
+			progress(api.ImportEvent{Layer: h.Name, Bytes: n, Total: n})
+		}
+	} else {
+		if req.Username != "" && req.Password != "secret" {
+			return api.Template{}, fmt.Errorf("%w: registry refused the credentials", errdefs.ErrUnauthorized)
+		}
+		for i := range 3 {
+			l := fmt.Sprintf("sha256:%02d", i)
+			progress(api.ImportEvent{Layer: l, Bytes: 100, Total: 100, LayersDone: i + 1, Layers: 3})
+			t.Layers = append(t.Layers, l)
+			t.Size += 100
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[t.Name] = t
+	return t, nil
+}
+
+func (s *templates) List(ctx context.Context) ([]api.Template, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []api.Template
+	for _, t := range s.m {
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+func (s *templates) Get(ctx context.Context, name string) (api.Template, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.m[name]
+	if !ok {
+		return t, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
+	}
+	return t, nil
+}
+
+func (s *templates) Delete(ctx context.Context, name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.m[name]; !ok {
+		return fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
+	}
+	if s.inUse[name] {
+		return fmt.Errorf("template %s is in use: %w", name, errdefs.ErrConflict)
+	}
+	delete(s.m, name)
+	return nil
+}
+
+func TestTemplates(t *testing.T) {
+	c, _ := newClient(t, key)
+	ctx := context.Background()
+
+	var evs []api.ImportEvent
+	tpl, err := c.ImportTemplate(ctx, api.ImportTemplateRequest{Name: "alpine", Ref: "docker.io/library/alpine:3.20"},
+		func(ev api.ImportEvent) { evs = append(evs, ev) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := api.Template{Name: "alpine", Source: "docker.io/library/alpine:3.20", Layers: []string{"sha256:00", "sha256:01", "sha256:02"}, Size: 300}
+	if diff := cmp.Diff(want, tpl); diff != "" {
+		t.Errorf("ImportTemplate (-want +got):\n%s", diff)
+	}
+	if len(evs) != 3 || evs[2].Type != "progress" || evs[2].LayersDone != 3 {
+		t.Errorf("progress events %+v", evs)
+	}
+
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	tw.WriteHeader(&tar.Header{Name: "blobs/sha256/x", Mode: 0o644, Size: 5})
+	tw.Write([]byte("hello"))
+	tw.Close()
+	// No progress callback: events are read and dropped.
+	tpl, err = c.ImportTemplateArchive(ctx, "saved", io.MultiReader(&buf), nil)
+	if err != nil || tpl.Source != "archive" || tpl.Size != 5 {
+		t.Fatalf("ImportTemplateArchive = %+v, %v", tpl, err)
+	}
+
+	got, err := c.GetTemplate(ctx, "alpine")
+	if err != nil || got.Name != "alpine" {
+		t.Fatalf("GetTemplate = %+v, %v", got, err)
+	}
+	l, err := c.ListTemplates(ctx)
+	if err != nil || len(l) != 3 {
+		t.Fatalf("ListTemplates = %+v, %v", l, err)
+	}
+	if err := c.DeleteTemplate(ctx, "alpine"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GetTemplate(ctx, "alpine"); !errors.Is(err, atoll.ErrNotFound) {
+		t.Errorf("GetTemplate of deleted: %v, want ErrNotFound", err)
+	}
+	if err := c.DeleteTemplate(ctx, "host"); !errors.Is(err, atoll.ErrConflict) {
+		t.Errorf("DeleteTemplate of a template in use: %v, want ErrConflict", err)
+	}
+	if _, err := c.GetTemplate(ctx, "../sandboxes"); !errors.Is(err, atoll.ErrInvalid) {
+		t.Errorf("GetTemplate of a malformed name: %v, want ErrInvalid", err)
+	}
+}
+
+func TestImportTemplateErrors(t *testing.T) {
+	c, _ := newClient(t, key)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		run    func() error
+		kind   error
+		status int
+		code   string
+	}{
+		{"error event: name taken", func() error {
+			_, err := c.ImportTemplate(ctx, api.ImportTemplateRequest{Name: "host", Ref: "alpine"}, nil)
+			return err
+		}, atoll.ErrConflict, 409, "conflict"},
+		{"error event: registry credentials", func() error {
+			_, err := c.ImportTemplate(ctx, api.ImportTemplateRequest{Name: "p", Ref: "private/x", Username: "u", Password: "wrong"}, nil)
+			return err
+		}, atoll.ErrUnauthorized, 401, "unauthorized"},
+		{"error event: archive", func() error {
+			_, err := c.ImportTemplateArchive(ctx, "junk", strings.NewReader(strings.Repeat("junk", 1000)), nil)
+			return err
+		}, atoll.ErrInvalid, 400, "invalid"},
+		// The import fails early in a large upload, which the server leaves unread.
+		{"error event: large archive", func() error {
+			_, err := c.ImportTemplateArchive(ctx, "junk2", io.MultiReader(strings.NewReader(strings.Repeat("junk", 1000)), bytes.NewReader(make([]byte, 8<<20))), nil)
+			return err
+		}, atoll.ErrInvalid, 400, "invalid"},
+		{"4xx: bad name", func() error {
+			_, err := c.ImportTemplate(ctx, api.ImportTemplateRequest{Name: "Alpine", Ref: "alpine"}, nil)
+			return err
+		}, atoll.ErrInvalid, 400, "invalid"},
+		// The server answers before reading the upload; the client must
+		// still see that answer, not a broken pipe.
+		{"4xx: bad name for a large archive", func() error {
+			_, err := c.ImportTemplateArchive(ctx, "Bad Name", io.MultiReader(bytes.NewReader(make([]byte, 8<<20))), nil)
+			return err
+		}, atoll.ErrInvalid, 400, "invalid"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.run()
+			var e *atoll.Error
+			if !errors.As(err, &e) || !errors.Is(err, tc.kind) || e.StatusCode != tc.status || e.Code != tc.code || e.Message == "" {
+				t.Errorf("error %#v (%v), want *Error %d %s", err, err, tc.status, tc.code)
+			}
+		})
+	}
+}
+
+// TestImportTemplateTruncated checks a stream that ends without a final event.
+func TestImportTemplateTruncated(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		io.WriteString(w, `{"type":"progress","layer":"sha256:00","bytes":1}`+"\n")
+	}))
+	defer ts.Close()
+	c := atoll.New(ts.URL, key)
+	called := 0
+	_, err := c.ImportTemplate(context.Background(), api.ImportTemplateRequest{Name: "x", Ref: "x"}, func(api.ImportEvent) { called++ })
+	if err == nil || called != 1 {
+		t.Errorf("ImportTemplate of a truncated stream: %v after %d progress events", err, called)
+	}
+}
