@@ -206,7 +206,7 @@ func (s *Service) template(ctx context.Context, name string) (layers.Template, e
 
 func (s *Service) hostTemplate(users int) api.Template {
 	return api.Template{Name: layers.HostTemplate, Source: "builtin", Layers: []string{}, Sandboxes: users,
-		CreatedAt: time.Unix(0, 0).UTC()}
+		CreatedAt: s.layers.HostTemplateTime()}
 }
 
 func apiTemplate(t store.Template, users int) api.Template {

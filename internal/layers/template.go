@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/runtime"
@@ -56,6 +57,16 @@ func (s *Store) Template(name string) (Template, error) {
 		}
 	}
 	return t, nil
+}
+
+// HostTemplateTime is when the host template's own layer was made (zero if it
+// has not been made yet).
+func (s *Store) HostTemplateTime() time.Time {
+	fi, err := os.Stat(filepath.Join(s.dir, "templates", hostSkeletonVersion))
+	if err != nil {
+		return time.Time{}
+	}
+	return fi.ModTime().UTC()
 }
 
 // hostDirs are the host directories a host-template sandbox sees.
