@@ -117,6 +117,7 @@ func main() {
 	r.add("atoll first exec `true` (API)", conc, cexec)
 	r.add("atoll delete (API)", conc, cdel)
 
+	templates(r, srv, min(*n, 30))
 	warm(r, work, *n, *clients)
 	peers(r, work, filepath.Join(srv.data, "layers", "templates", "host-v2"), *n)
 	r.print(os.Stdout, *n, *clients)
@@ -352,6 +353,7 @@ type row struct {
 
 type report struct {
 	rows     []row
+	notes    []string
 	missed   []string
 	failures []string
 	cpu      string
@@ -407,6 +409,9 @@ func (r *report) print(w io.Writer, n, clients int) {
 			ratio = fmt.Sprintf("%.2f×", float64(x.p50)/float64(runc))
 		}
 		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s |\n", x.name, x.mode, x.n, ms(x.p50), ms(x.p99), ratio)
+	}
+	for _, note := range r.notes {
+		fmt.Fprintf(w, "\n%s\n", note)
 	}
 	for _, f := range r.failures {
 		fmt.Fprintf(w, "\nFailed, not measured: %s\n", f)
