@@ -233,3 +233,19 @@ type ImportEvent struct {
 	Code       string    `json:"code,omitempty"` // error: as in api.Error
 	Message    string    `json:"message,omitempty"`
 }
+
+// BuildEvent is one line of the NDJSON stream POST /v1/templates/build answers
+// with: a "step" event as each Dockerfile instruction starts, "log" events with
+// the output of RUN steps, then one "done" event with the template or one
+// "error" event.
+type BuildEvent struct {
+	Type        string    `json:"type"` // "step", "log", "done", "error"
+	Step        int       `json:"step,omitempty"`  // 1-based
+	Steps       int       `json:"steps,omitempty"` // instructions in the Dockerfile
+	Instruction string    `json:"instruction,omitempty"`
+	Cached      bool      `json:"cached,omitempty"` // the step's layer came from the build cache
+	Data        []byte    `json:"data,omitempty"`   // log: output of the running step (base64 in JSON)
+	Template    *Template `json:"template,omitempty"`
+	Code        string    `json:"code,omitempty"` // error: as in api.Error
+	Message     string    `json:"message,omitempty"`
+}
