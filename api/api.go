@@ -239,7 +239,7 @@ type ImportEvent struct {
 // the output of RUN steps, then one "done" event with the template or one
 // "error" event.
 type BuildEvent struct {
-	Type        string    `json:"type"` // "step", "log", "done", "error"
+	Type        string    `json:"type"`            // "step", "log", "done", "error"
 	Step        int       `json:"step,omitempty"`  // 1-based
 	Steps       int       `json:"steps,omitempty"` // instructions in the Dockerfile
 	Instruction string    `json:"instruction,omitempty"`
