@@ -93,7 +93,13 @@ func upload(ctx context.Context, c *atoll.Client, src string, dst loc) error {
 }
 
 // writeTar writes the contents of directory dir to w as a tar stream.
-func writeTar(w io.Writer, dir string) error {
+func writeTar(w io.Writer, dir string) error { return writeTarFunc(w, dir, nil) }
+
+// writeTarFunc writes the contents of directory dir to w as a tar stream
+// holding the entries keep accepts, or all if keep is nil. keep is given an
+// entry's slash-separated path relative to dir; a directory it refuses is
+// still walked unless keep also returns fs.SkipDir.
+func writeTarFunc(w io.Writer, dir string, keep func(rel string, d fs.DirEntry) (bool, error)) error {
 	tw := tar.NewWriter(w)
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -102,6 +108,12 @@ func writeTar(w io.Writer, dir string) error {
 		rel, err := filepath.Rel(dir, p)
 		if err != nil || rel == "." {
 			return err
+		}
+		if keep != nil {
+			ok, err := keep(filepath.ToSlash(rel), d)
+			if !ok || err != nil {
+				return err
+			}
 		}
 		fi, err := d.Info()
 		if err != nil {

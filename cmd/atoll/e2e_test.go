@@ -838,3 +838,89 @@ func TestTemplateImport(t *testing.T) {
 		t.Errorf("get deleted template: %v", err)
 	}
 }
+
+// TestTemplateBuild builds a template from a Dockerfile FROM the host
+// template, runs a sandbox from it, rebuilds it from the cache, and refuses a
+// COPY from outside the build context.
+func TestTemplateBuild(t *testing.T) {
+	testenv.RequireRoot(t)
+	data := filepath.Join(testenv.Dir(t), "data")
+	d := startDaemon(t, data)
+	c := d.client()
+	ctx := context.Background()
+	dir := testenv.Dir(t)
+	os.MkdirAll(filepath.Join(dir, "src", "sub"), 0o755)
+	os.WriteFile(filepath.Join(dir, "src", "sub", "data.txt"), []byte("from the context\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(`FROM host
+ARG GREETING=hello
+ENV GREETING=${GREETING} APP=/opt/app
+RUN mkdir -p /opt/app && echo "built by $GREETING" > /opt/app/built.txt && echo step-output
+COPY src/ /opt/app/
+WORKDIR $APP
+RUN ["sh", "-c", "cat built.txt sub/data.txt > both.txt"]
+CMD ["cat", "both.txt"]
+`), 0o644)
+
+	t0 := time.Now()
+	out, code := d.cli("template", "build", "--name", "app", "--build-arg", "GREETING=hi", dir)
+	if code != 0 {
+		t.Fatalf("template build: %s\ndaemon: %s", out, d.out.String())
+	}
+	first := time.Since(t0)
+	if !strings.Contains(out, "\nstep-output\n") {
+		t.Errorf("build output lacks the RUN step's output: %s", out)
+	}
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, code := sh(t, c, sb.ID, "pwd; echo $GREETING; cat both.txt"); code != 0 || out != "/opt/app\nhi\nbuilt by hi\nfrom the context\n" {
+		t.Errorf("sandbox from the built template: %q (exit %d)", out, code)
+	}
+	if out, _ := sh(t, c, sb.ID, "python3 -c 'print(2)'"); out != "2\n" {
+		t.Errorf("host tools in a template built FROM host: %q", out)
+	}
+
+	// An unchanged rebuild takes every layer from the cache.
+	t0 = time.Now()
+	out, code = d.cli("template", "build", "--name", "app2", "--build-arg", "GREETING=hi", dir)
+	if code != 0 {
+		t.Fatalf("rebuild: %s", out)
+	}
+	again := time.Since(t0)
+	if strings.Contains(out, "\nstep-output\n") || strings.Count(out, "(cached)") != 3 {
+		t.Errorf("rebuild ran steps again: %s", out)
+	}
+	t.Logf("build %v, unchanged rebuild %v", first, again)
+	a1, _ := c.GetTemplate(ctx, "app")
+	a2, _ := c.GetTemplate(ctx, "app2")
+	if strings.Join(a1.Layers, ",") != strings.Join(a2.Layers, ",") || len(a1.Layers) != 3 {
+		t.Errorf("layers of the build and the rebuild: %v / %v", a1.Layers, a2.Layers)
+	}
+
+	// A changed file in the context rebuilds from that step on.
+	os.WriteFile(filepath.Join(dir, "src", "sub", "data.txt"), []byte("changed\n"), 0o644)
+	if out, code := d.cli("template", "build", "--name", "app3", "--build-arg", "GREETING=hi", dir); code != 0 {
+		t.Fatalf("build after a change: %s", out)
+	}
+	a3, _ := c.GetTemplate(ctx, "app3")
+	if len(a3.Layers) != 3 || a3.Layers[0] != a1.Layers[0] || a3.Layers[1] == a1.Layers[1] {
+		t.Errorf("layers after changing a copied file: %v, before %v", a3.Layers, a1.Layers)
+	}
+
+	// COPY from outside the context is refused; a failing RUN fails the build.
+	for name, df := range map[string]string{
+		"escape": "FROM host\nCOPY ../../etc/passwd /x\n",
+		"fails":  "FROM host\nRUN exit 3\n",
+	} {
+		bad := testenv.Dir(t)
+		os.WriteFile(filepath.Join(bad, "Dockerfile"), []byte(df), 0o644)
+		if out, code := d.cli("template", "build", "--name", "bad-"+name, bad); code == 0 {
+			t.Errorf("%s: build succeeded: %s", name, out)
+		}
+		if _, err := c.GetTemplate(ctx, "bad-"+name); !errors.Is(err, atoll.ErrNotFound) {
+			t.Errorf("%s: failed build left a template: %v", name, err)
+		}
+	}
+	c.DeleteSandbox(ctx, sb.ID)
+}

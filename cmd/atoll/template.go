@@ -25,13 +25,15 @@ func newTemplateCmd(g *globals) *cobra.Command {
 		Short:   "Manage templates: the images sandboxes start from",
 		Long: `Manage templates, the root filesystems sandboxes start from. "host" is built in;
 others are container images imported from a registry or from a "docker save" or
-OCI archive. "atoll create --template NAME" starts a sandbox from one.`,
+OCI archive, or built from a Dockerfile. "atoll create --template NAME" starts a
+sandbox from one.`,
 		Example: `  atoll template import docker.io/library/python:3.12-slim --name python
+  atoll template build --name myapp .
   atoll template ls
   atoll create --template python`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newTemplateImportCmd(g), newTemplateLsCmd(g), newTemplateInspectCmd(g), newTemplateRmCmd(g))
+	cmd.AddCommand(newTemplateImportCmd(g), newTemplateBuildCmd(g), newTemplateLsCmd(g), newTemplateInspectCmd(g), newTemplateRmCmd(g))
 	return cmd
 }
 

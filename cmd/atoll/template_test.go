@@ -191,6 +191,57 @@ func (s *memTemplates) Import(ctx context.Context, req api.ImportTemplateRequest
 	return t, nil
 }
 
+// Build makes one step per line of the Dockerfile, cached if it ends in
+// "# cached"; "RUN false" fails. The template's Layers are the context's
+// entries, its Env the build args.
+func (s *memTemplates) Build(ctx context.Context, name, dockerfile string, buildArgs map[string]string, buildContext io.Reader, events func(api.BuildEvent)) (api.Template, error) {
+	s.mu.Lock()
+	_, exists := s.m[name]
+	s.mu.Unlock()
+	if exists {
+		return api.Template{}, fmt.Errorf("template %s already exists: %w", name, errdefs.ErrConflict)
+	}
+	t := api.Template{Name: name, Source: "build", CreatedAt: time.Now()}
+	var lines []string
+	tr := tar.NewReader(buildContext)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return api.Template{}, fmt.Errorf("%w: reading the build context: %v", errdefs.ErrInvalid, err)
+		}
+		b, _ := io.ReadAll(tr)
+		if h.Name == dockerfile {
+			lines = strings.Split(strings.TrimSpace(string(b)), "\n")
+		}
+		t.Layers = append(t.Layers, h.Name)
+	}
+	if lines == nil {
+		return api.Template{}, fmt.Errorf("%w: no %s in the build context", errdefs.ErrInvalid, dockerfile)
+	}
+	for i, l := range lines {
+		l, cached := strings.CutSuffix(l, " # cached")
+		events(api.BuildEvent{Type: "step", Step: i + 1, Steps: len(lines), Instruction: l, Cached: cached})
+		if cmd, ok := strings.CutPrefix(l, "RUN "); ok && !cached {
+			events(api.BuildEvent{Type: "log", Step: i + 1, Data: []byte("running ")})
+			events(api.BuildEvent{Type: "log", Step: i + 1, Data: []byte(cmd)})
+			if cmd == "false" {
+				return api.Template{}, fmt.Errorf("%w: step %d: %s: exit status 1", errdefs.ErrInvalid, i+1, l)
+			}
+		}
+	}
+	for k, v := range buildArgs {
+		t.Env = append(t.Env, k+"="+v)
+	}
+	slices.Sort(t.Env)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[name] = t
+	return t, nil
+}
+
 func (s *memTemplates) List(ctx context.Context) ([]api.Template, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

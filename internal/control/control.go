@@ -554,7 +554,7 @@ func (s *Service) Recover(ctx context.Context) error {
 			continue
 		}
 		switch sb.State {
-		case api.StateCreating, statePooled:
+		case api.StateCreating, statePooled, stateBuilding:
 			// Never acknowledged: undo it completely.
 			s.log.Info("removing sandbox whose creation was interrupted", "sandbox", sb.ID)
 			s.discard(ctx, sb)

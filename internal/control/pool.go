@@ -155,6 +155,6 @@ func (s *Service) agentClient(sock string) *agent.Client {
 }
 
 // hidden reports whether sb is one the API must not show.
-func hidden(sb store.Sandbox) bool { return sb.State == statePooled }
+func hidden(sb store.Sandbox) bool { return sb.State == statePooled || sb.State == stateBuilding }
 
 func notFound(id string) error { return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound) }

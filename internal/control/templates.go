@@ -190,7 +190,12 @@ func (s *Service) template(ctx context.Context, name string) (layers.Template, e
 	if err != nil {
 		return layers.Template{}, err
 	}
-	lt, err := s.layers.ImageTemplate(name, t.Layers)
+	var lt layers.Template
+	if t.Config.Base == layers.HostTemplate {
+		lt, err = s.layers.HostTemplateWith(t.Layers)
+	} else {
+		lt, err = s.layers.ImageTemplate(name, t.Layers)
+	}
 	if err != nil {
 		return layers.Template{}, err
 	}
@@ -234,6 +239,11 @@ func (t Templates) List(ctx context.Context) ([]api.Template, error) { return t.
 // Get returns one template.
 func (t Templates) Get(ctx context.Context, name string) (api.Template, error) {
 	return t.s.getTemplate(ctx, name)
+}
+
+// Build builds a template from a Dockerfile; see buildTemplate.
+func (t Templates) Build(ctx context.Context, name, dockerfile string, buildArgs map[string]string, buildContext io.Reader, events func(api.BuildEvent)) (api.Template, error) {
+	return t.s.buildTemplate(ctx, name, dockerfile, buildArgs, buildContext, events)
 }
 
 // Delete removes a template no sandbox uses.

@@ -135,14 +135,14 @@ func (s *Store) Unmount() error {
 	return unix.Unmount(s.dir, unix.MNT_DETACH)
 }
 
-// Writable is a sandbox's writable layer: WritableDir holds upper/ and work/.
-func (s *Store) writableDir(id string) string { return filepath.Join(s.dir, "sandboxes", id) }
+// WritableDir is sandbox id's writable layer: it holds upper/ and work/.
+func (s *Store) WritableDir(id string) string { return filepath.Join(s.dir, "sandboxes", id) }
 
 // CreateWritable makes the writable layer of sandbox id, capped at quota bytes
 // (0: no cap), and returns its directory. Calling it again for a layer that
 // exists only updates the cap.
 func (s *Store) CreateWritable(id string, quota int64) (string, error) {
-	dir := s.writableDir(id)
+	dir := s.WritableDir(id)
 	if err := createSubvolume(dir); err != nil && !errors.Is(err, os.ErrExist) {
 		return "", err
 	}
@@ -159,7 +159,7 @@ func (s *Store) CreateWritable(id string, quota int64) (string, error) {
 
 // RemoveWritable deletes sandbox id's writable layer.
 func (s *Store) RemoveWritable(id string) error {
-	if err := deleteSubvolume(s.writableDir(id)); err != nil {
+	if err := deleteSubvolume(s.WritableDir(id)); err != nil {
 		return fmt.Errorf("removing writable layer: %w", err)
 	}
 	return nil
@@ -167,7 +167,7 @@ func (s *Store) RemoveWritable(id string) error {
 
 // WritableExists reports whether sandbox id has a writable layer.
 func (s *Store) WritableExists(id string) bool {
-	_, err := os.Stat(filepath.Join(s.writableDir(id), "upper"))
+	_, err := os.Stat(filepath.Join(s.WritableDir(id), "upper"))
 	return err == nil
 }
 

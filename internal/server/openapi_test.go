@@ -182,6 +182,7 @@ func TestOpenAPISchemas(t *testing.T) {
 		"TemplateList":          reflect.TypeFor[api.TemplateList](),
 		"ImportTemplateRequest": reflect.TypeFor[api.ImportTemplateRequest](),
 		"ImportEvent":           reflect.TypeFor[api.ImportEvent](),
+		"BuildEvent":            reflect.TypeFor[api.BuildEvent](),
 	} {
 		ref := doc.Components.Schemas[name]
 		if ref == nil || ref.Value == nil {

@@ -61,6 +61,7 @@ func (s *Server) routes() []route {
 		{"POST", sandboxPath + "/stop", true, s.stopSandbox},
 		{"POST", sandboxPath + "/start", true, s.startSandbox},
 		{"POST", "/v1/templates/import", true, s.importTemplate},
+		{"POST", "/v1/templates/build", true, s.buildTemplate},
 		{"GET", "/v1/templates", true, s.listTemplates},
 		{"GET", templatePath, true, s.getTemplate},
 		{"DELETE", templatePath, true, s.deleteTemplate},

@@ -7,6 +7,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"path"
 	"regexp"
 	"strings"
 	"sync"
@@ -23,6 +24,11 @@ type Templates interface {
 	// (archive: a `docker save` or OCI archive tar stream uploaded by the
 	// client). progress may be called many times before Import returns.
 	Import(ctx context.Context, req api.ImportTemplateRequest, archive io.Reader, progress func(api.ImportEvent)) (api.Template, error)
+	// Build builds template name from the Dockerfile at dockerfile (a path
+	// inside the build context, default "Dockerfile") with build args,
+	// reading the build context as a tar stream. events may be called many
+	// times (step and log events) before Build returns.
+	Build(ctx context.Context, name, dockerfile string, buildArgs map[string]string, buildContext io.Reader, events func(api.BuildEvent)) (api.Template, error)
 	List(ctx context.Context) ([]api.Template, error)
 	Get(ctx context.Context, name string) (api.Template, error)
 	Delete(ctx context.Context, name string) error // errdefs.ErrConflict while sandboxes use it
@@ -36,6 +42,14 @@ const templateNameRule = "want 1-63 characters of [a-z0-9._-], starting with a l
 
 // maxRefLen bounds an image reference; registries allow far less.
 const maxRefLen = 1024
+
+// Limits of a build's parameters. Their bodies are bounded by the template
+// store, their query strings by the header limit; these keep the parameters
+// themselves sane.
+const (
+	maxDockerfilePath = 4096
+	maxBuildArgs      = 64
+)
 
 func validTemplateName(name string) error {
 	if !templateNamePattern.MatchString(name) {
@@ -156,28 +170,20 @@ func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		archive = r.Body
-		// Progress is streamed while the archive is still being uploaded,
-		// which HTTP/1 allows only in full duplex. An import that fails leaves
-		// the rest of the upload unread; net/http then cannot reuse the
-		// connection safely in full duplex mode (it panics reading the next
-		// request), so this connection ends with the response.
-		if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
-			s.log.Warn("enabling full duplex", "err", err)
-		}
-		w.Header().Set("Connection", "close")
+		s.streamWhileUploading(w)
 	default:
 		writeJSONError(w, http.StatusUnsupportedMediaType, "invalid",
 			fmt.Sprintf("unsupported Content-Type %q: want application/json (an image reference) or application/x-tar (an image archive)", truncate(ct)))
 		return
 	}
 
-	st := &importStream{w: w, rc: http.NewResponseController(w), enc: json.NewEncoder(w)}
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusOK)
-	st.rc.Flush()
-
-	t, err := ts.Import(r.Context(), req, archive, st.progress)
+	st := startStream[api.ImportEvent](w)
+	progress := func(ev api.ImportEvent) {
+		ev.Type = "progress"
+		ev.Template, ev.Code, ev.Message = nil, "", ""
+		st.event(ev)
+	}
+	t, err := ts.Import(r.Context(), req, archive, progress)
 	if err != nil {
 		_, body := s.errorBody(r, err)
 		st.finish(api.ImportEvent{Type: "error", Code: body.Code, Message: body.Message})
@@ -187,10 +193,22 @@ func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) {
 	st.finish(api.ImportEvent{Type: "done", Template: &t})
 }
 
-// importStream writes the events of one import. The store may report progress
-// from several goroutines; nothing is written once the import has returned.
-type importStream struct {
-	w   http.ResponseWriter
+// streamWhileUploading readies w for a stream answered while the request body
+// is still being uploaded, which HTTP/1 allows only in full duplex. A store
+// that fails leaves the rest of the upload unread; net/http then cannot reuse
+// the connection safely in full duplex mode (it panics reading the next
+// request), so the connection ends with the response.
+func (s *Server) streamWhileUploading(w http.ResponseWriter) {
+	if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
+		s.log.Warn("enabling full duplex", "err", err)
+	}
+	w.Header().Set("Connection", "close")
+}
+
+// eventStream writes the NDJSON events of one import or build. The store may
+// report events from several goroutines; nothing is written once the
+// operation has returned, so the final event is the last line.
+type eventStream[E any] struct {
 	rc  *http.ResponseController
 	enc *json.Encoder
 
@@ -199,9 +217,18 @@ type importStream struct {
 	broken bool // a write failed: the client is gone
 }
 
-func (st *importStream) progress(ev api.ImportEvent) {
-	ev.Type = "progress"
-	ev.Template, ev.Code, ev.Message = nil, "", ""
+// startStream answers 200 with an NDJSON stream of E.
+func startStream[E any](w http.ResponseWriter) *eventStream[E] {
+	st := &eventStream[E]{rc: http.NewResponseController(w), enc: json.NewEncoder(w)}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	st.rc.Flush()
+	return st
+}
+
+// event writes an intermediate event, unless the stream is finished.
+func (st *eventStream[E]) event(ev E) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.closed {
@@ -210,14 +237,15 @@ func (st *importStream) progress(ev api.ImportEvent) {
 	st.write(ev)
 }
 
-func (st *importStream) finish(ev api.ImportEvent) {
+// finish writes the final event.
+func (st *eventStream[E]) finish(ev E) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.closed = true
 	st.write(ev)
 }
 
-func (st *importStream) write(ev api.ImportEvent) {
+func (st *eventStream[E]) write(ev E) {
 	if st.broken {
 		return
 	}
@@ -245,4 +273,104 @@ func validateImport(req api.ImportTemplateRequest) error {
 		return fmt.Errorf("%w: password without username", errdefs.ErrInvalid)
 	}
 	return nil
+}
+
+// buildTemplate builds a template from a Dockerfile in the build context the
+// body carries as a tar stream, and answers with an NDJSON stream of
+// BuildEvents. As for an import, problems found before the build starts are
+// plain JSON errors; after that the outcome is the stream's last event.
+func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
+	ts := s.templateStore(w)
+	if ts == nil {
+		return
+	}
+	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != "application/x-tar" {
+		writeJSONError(w, http.StatusUnsupportedMediaType, "invalid",
+			fmt.Sprintf("unsupported Content-Type %q: want application/x-tar (the build context)", truncate(ct)))
+		return
+	}
+	q := r.URL.Query()
+	name := q.Get("name")
+	if name == "" {
+		s.writeError(w, r, fmt.Errorf("%w: missing ?name= for the template to build", errdefs.ErrInvalid))
+		return
+	}
+	if err := validTemplateName(name); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	dockerfile, err := dockerfilePath(q.Get("dockerfile"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	args, err := buildArgs(q["build_arg"])
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.streamWhileUploading(w)
+
+	st := startStream[api.BuildEvent](w)
+	events := func(ev api.BuildEvent) {
+		// Only the final event may be done or error.
+		if ev.Type != "step" && ev.Type != "log" {
+			ev.Type = "step"
+			if len(ev.Data) > 0 {
+				ev.Type = "log"
+			}
+		}
+		ev.Template, ev.Code, ev.Message = nil, "", ""
+		st.event(ev)
+	}
+	t, err := ts.Build(r.Context(), name, dockerfile, args, r.Body, events)
+	if err != nil {
+		_, body := s.errorBody(r, err)
+		st.finish(api.BuildEvent{Type: "error", Code: body.Code, Message: body.Message})
+		return
+	}
+	t = normalizeTemplate(t)
+	st.finish(api.BuildEvent{Type: "done", Template: &t})
+}
+
+// dockerfilePath checks ?dockerfile=, a slash-separated path inside the build
+// context, and returns it or its default.
+func dockerfilePath(p string) (string, error) {
+	switch {
+	case p == "":
+		return "Dockerfile", nil
+	case len(p) > maxDockerfilePath:
+		return "", fmt.Errorf("%w: dockerfile path is longer than %d bytes", errdefs.ErrInvalid, maxDockerfilePath)
+	case strings.ContainsRune(p, 0):
+		return "", fmt.Errorf("%w: dockerfile path contains a NUL byte", errdefs.ErrInvalid)
+	case path.IsAbs(p):
+		return "", fmt.Errorf("%w: dockerfile path %q is absolute: want a path relative to the build context", errdefs.ErrInvalid, truncate(p))
+	case p != path.Clean(p) || p == ".":
+		return "", fmt.Errorf("%w: dockerfile path %q is not clean: want e.g. %q", errdefs.ErrInvalid, truncate(p), path.Clean(p))
+	case p == ".." || strings.HasPrefix(p, "../"):
+		return "", fmt.Errorf("%w: dockerfile path %q leaves the build context", errdefs.ErrInvalid, truncate(p))
+	}
+	return p, nil
+}
+
+// buildArgs parses the ?build_arg=K=V parameters. A repeated K takes its last
+// value, as with docker build.
+func buildArgs(kvs []string) (map[string]string, error) {
+	if len(kvs) > maxBuildArgs {
+		return nil, fmt.Errorf("%w: %d build args: at most %d", errdefs.ErrInvalid, len(kvs), maxBuildArgs)
+	}
+	args := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("%w: malformed build arg %q: want K=V", errdefs.ErrInvalid, truncate(kv))
+		case k == "":
+			return nil, fmt.Errorf("%w: malformed build arg %q: empty name", errdefs.ErrInvalid, truncate(kv))
+		case strings.ContainsRune(kv, 0):
+			return nil, fmt.Errorf("%w: build arg %q contains a NUL byte", errdefs.ErrInvalid, truncate(k))
+		}
+		args[k] = v
+	}
+	return args, nil
 }

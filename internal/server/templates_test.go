@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -132,6 +133,60 @@ func (m *memTemplates) Delete(ctx context.Context, name string) error {
 	}
 	delete(m.tpls, name)
 	return nil
+}
+
+// Build reads the build context and builds one step per line of the
+// Dockerfile. The first step is reported as soon as the Dockerfile has been
+// read, before the rest of the context; RUN steps log their command, and
+// "RUN false" fails. The template's Env lists the build args.
+func (m *memTemplates) Build(ctx context.Context, name, dockerfile string, buildArgs map[string]string, buildContext io.Reader, events func(api.BuildEvent)) (api.Template, error) {
+	m.mu.Lock()
+	_, exists := m.tpls[name]
+	m.mu.Unlock()
+	if exists {
+		return api.Template{}, fmt.Errorf("template %s exists: %w", name, errdefs.ErrConflict)
+	}
+	var lines []string
+	tr := tar.NewReader(buildContext)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return api.Template{}, fmt.Errorf("%w: reading build context: %v", errdefs.ErrInvalid, err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			return api.Template{}, fmt.Errorf("%w: reading build context: %v", errdefs.ErrInvalid, err)
+		}
+		if h.Name == dockerfile {
+			lines = strings.Split(strings.TrimSpace(string(b)), "\n")
+			events(api.BuildEvent{Type: "step", Step: 1, Steps: len(lines), Instruction: lines[0], Cached: true})
+		}
+	}
+	if lines == nil {
+		return api.Template{}, fmt.Errorf("%w: no %s in the build context", errdefs.ErrInvalid, dockerfile)
+	}
+	for i, l := range lines[1:] {
+		// A wrong Type: the server must send it as a step all the same.
+		events(api.BuildEvent{Type: "done", Step: i + 2, Steps: len(lines), Instruction: l})
+		if cmd, ok := strings.CutPrefix(l, "RUN "); ok {
+			events(api.BuildEvent{Type: "log", Step: i + 2, Data: []byte(cmd + "\n")})
+			if cmd == "false" {
+				return api.Template{}, fmt.Errorf("%w: step %d: %s: exit status 1", errdefs.ErrInvalid, i+2, l)
+			}
+		}
+	}
+	t := api.Template{Name: name, Source: "build", CreatedAt: created}
+	for k, v := range buildArgs {
+		t.Env = append(t.Env, k+"="+v)
+	}
+	slices.Sort(t.Env)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.tpls[name] = t
+	return t, nil
 }
 
 // importEvents decodes an NDJSON import stream and checks that it ends in
@@ -395,8 +450,197 @@ func TestTemplatesUnavailable(t *testing.T) {
 		{"GET", "/v1/templates/host"},
 		{"DELETE", "/v1/templates/host"},
 		{"POST", "/v1/templates/import"},
+		{"POST", "/v1/templates/build?name=x"},
 	} {
 		resp, body := f.do(rt.method, rt.path, `{"name":"x","ref":"a"}`, "Content-Type", "application/json")
 		wantError(t, resp, body, http.StatusServiceUnavailable, "unavailable")
+	}
+}
+
+// buildEvents decodes an NDJSON build stream and checks that it ends in
+// exactly one done or error event.
+func buildEvents(t *testing.T, resp *http.Response, body []byte) []api.BuildEvent {
+	t.Helper()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/x-ndjson" {
+		t.Fatalf("status %d, Content-Type %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	var evs []api.BuildEvent
+	for line := range bytes.Lines(body) {
+		evs = append(evs, decode[api.BuildEvent](t, line))
+	}
+	for i, ev := range evs {
+		last := i == len(evs)-1
+		if final := ev.Type == "done" || ev.Type == "error"; final != last {
+			t.Errorf("event %d of %d is %q: want step and log events, then one done or error", i+1, len(evs), ev.Type)
+		}
+	}
+	if len(evs) == 0 {
+		t.Fatal("empty stream")
+	}
+	return evs
+}
+
+// contextOf is a build context of name/content pairs.
+func contextOf(t *testing.T, files ...string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for i := 0; i+1 < len(files); i += 2 {
+		tw.WriteHeader(&tar.Header{Name: files[i], Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(files[i+1]))})
+		tw.Write([]byte(files[i+1]))
+	}
+	tw.Close()
+	return buf.Bytes()
+}
+
+func TestTemplateBuild(t *testing.T) {
+	f := newFixture(t)
+	ctx := contextOf(t, "app.py", "print(1)", "build/Dockerfile.dev", "FROM python\nRUN pip install x\nCOPY app.py /app/")
+	resp, body := f.do("POST", "/v1/templates/build?name=app&dockerfile=build/Dockerfile.dev&build_arg=V=1&build_arg=EMPTY=&build_arg=EQ=a=b&build_arg=V=2",
+		ctx, "Content-Type", "application/x-tar")
+	if !resp.Close {
+		t.Error("connection kept open after a streamed upload, want Connection: close")
+	}
+	evs := buildEvents(t, resp, body)
+	want := []api.BuildEvent{
+		{Type: "step", Step: 1, Steps: 3, Instruction: "FROM python", Cached: true},
+		{Type: "step", Step: 2, Steps: 3, Instruction: "RUN pip install x"},
+		{Type: "log", Step: 2, Data: []byte("pip install x\n")},
+		{Type: "step", Step: 3, Steps: 3, Instruction: "COPY app.py /app/"},
+		{Type: "done", Template: &api.Template{Name: "app", Source: "build", Layers: []string{}, Env: []string{"EMPTY=", "EQ=a=b", "V=2"}, CreatedAt: created}},
+	}
+	if diff := cmp.Diff(want, evs); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	// The default Dockerfile.
+	resp, body = f.do("POST", "/v1/templates/build?name=default", contextOf(t, "Dockerfile", "FROM alpine"), "Content-Type", "application/x-tar")
+	if evs := buildEvents(t, resp, body); evs[len(evs)-1].Type != "done" {
+		t.Errorf("default Dockerfile: %+v", evs)
+	}
+}
+
+func TestTemplateBuildBadInput(t *testing.T) {
+	f := newFixture(t)
+	ctx := contextOf(t, "Dockerfile", "FROM alpine")
+	tooMany := "/v1/templates/build?name=x" + strings.Repeat("&build_arg=A=1", maxBuildArgs+1)
+	for _, tc := range []struct {
+		name    string
+		path    string
+		headers []string
+		status  int
+		code    string
+	}{
+		{"no key", "/v1/templates/build?name=x", []string{"X-API-Key", ""}, 401, "unauthorized"},
+		{"no content type", "/v1/templates/build?name=x", []string{"Content-Type", ""}, 415, "invalid"},
+		{"JSON content type", "/v1/templates/build?name=x", []string{"Content-Type", "application/json"}, 415, "invalid"},
+		{"gzip content type", "/v1/templates/build?name=x", []string{"Content-Type", "application/gzip"}, 415, "invalid"},
+		{"no name", "/v1/templates/build", nil, 400, "invalid"},
+		{"bad name", "/v1/templates/build?name=../x", nil, 400, "invalid"},
+		{"upper-case name", "/v1/templates/build?name=App", nil, 400, "invalid"},
+		{"long name", "/v1/templates/build?name=" + strings.Repeat("a", 64), nil, 400, "invalid"},
+		{"absolute dockerfile", "/v1/templates/build?name=x&dockerfile=/etc/passwd", nil, 400, "invalid"},
+		{"dockerfile above the context", "/v1/templates/build?name=x&dockerfile=../Dockerfile", nil, 400, "invalid"},
+		{"dockerfile is ..", "/v1/templates/build?name=x&dockerfile=..", nil, 400, "invalid"},
+		{"dockerfile through ..", "/v1/templates/build?name=x&dockerfile=a/../../Dockerfile", nil, 400, "invalid"},
+		{"unclean dockerfile", "/v1/templates/build?name=x&dockerfile=./Dockerfile", nil, 400, "invalid"},
+		{"dockerfile with a trailing slash", "/v1/templates/build?name=x&dockerfile=build/", nil, 400, "invalid"},
+		{"dockerfile is the context", "/v1/templates/build?name=x&dockerfile=.", nil, 400, "invalid"},
+		{"dockerfile with NUL", "/v1/templates/build?name=x&dockerfile=Docker%00file", nil, 400, "invalid"},
+		{"long dockerfile", "/v1/templates/build?name=x&dockerfile=" + strings.Repeat("a", maxDockerfilePath+1), nil, 400, "invalid"},
+		{"build arg without =", "/v1/templates/build?name=x&build_arg=V", nil, 400, "invalid"},
+		{"build arg without name", "/v1/templates/build?name=x&build_arg==1", nil, 400, "invalid"},
+		{"build arg with NUL in name", "/v1/templates/build?name=x&build_arg=A%00B=1", nil, 400, "invalid"},
+		{"build arg with NUL in value", "/v1/templates/build?name=x&build_arg=A=1%00", nil, 400, "invalid"},
+		{"too many build args", tooMany, nil, 400, "invalid"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			headers := append([]string{"Content-Type", "application/x-tar"}, tc.headers...)
+			resp, body := f.with(t).do("POST", tc.path, ctx, headers...)
+			wantError(t, resp, body, tc.status, tc.code)
+		})
+	}
+	// The limits themselves are allowed.
+	ok := "/v1/templates/build?name=limits&dockerfile=" + strings.Repeat("a", maxDockerfilePath) + strings.Repeat("&build_arg=A=1", maxBuildArgs)
+	resp, body := f.do("POST", ok, contextOf(t, strings.Repeat("a", maxDockerfilePath), "FROM alpine"), "Content-Type", "application/x-tar")
+	if evs := buildEvents(t, resp, body); evs[len(evs)-1].Type != "done" {
+		t.Errorf("build at the limits: %+v", evs[len(evs)-1])
+	}
+}
+
+// TestTemplateBuildErrors checks the error events of builds that fail after
+// the stream has started.
+func TestTemplateBuildErrors(t *testing.T) {
+	f := newFixture(t)
+	for _, tc := range []struct {
+		name    string
+		path    string
+		body    []byte
+		code    string
+		message string
+	}{
+		{"name taken", "/v1/templates/build?name=host", contextOf(t, "Dockerfile", "FROM alpine"), "conflict", "template host exists: conflict"},
+		{"no Dockerfile", "/v1/templates/build?name=x", contextOf(t, "app.py", "x"), "invalid", "invalid argument: no Dockerfile in the build context"},
+		{"failing step", "/v1/templates/build?name=y", contextOf(t, "Dockerfile", "FROM alpine\nRUN false\nRUN true"), "invalid", "invalid argument: step 2: RUN false: exit status 1"},
+		{"not a tar", "/v1/templates/build?name=z", bytes.Repeat([]byte("junk"), 300), "invalid", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := f.with(t).do("POST", tc.path, tc.body, "Content-Type", "application/x-tar")
+			evs := buildEvents(t, resp, body)
+			last := evs[len(evs)-1]
+			if last.Type != "error" || last.Code != tc.code || last.Message == "" || (tc.message != "" && last.Message != tc.message) {
+				t.Errorf("last event %+v, want error %s %q", last, tc.code, tc.message)
+			}
+		})
+	}
+}
+
+// TestTemplateBuildDuplex uploads a build context whose second half is only
+// sent after the first step event has arrived: events must stream while the
+// upload is still going on.
+func TestTemplateBuildDuplex(t *testing.T) {
+	f := newFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequestWithContext(ctx, "POST", f.url+"/v1/templates/build?name=duplex", pr)
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	req.Header.Set("Content-Type", "application/x-tar")
+
+	firstSeen := make(chan struct{})
+	go func() {
+		tw := tar.NewWriter(pw)
+		df := []byte("FROM alpine\nRUN make")
+		tw.WriteHeader(&tar.Header{Name: "Dockerfile", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(df))})
+		tw.Write(df)
+		tw.Flush()
+		select {
+		case <-firstSeen:
+		case <-ctx.Done():
+			pw.CloseWithError(ctx.Err())
+			return
+		}
+		big := bytes.Repeat([]byte("x"), 1<<20)
+		tw.WriteHeader(&tar.Header{Name: "data", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(big))})
+		tw.Write(big)
+		tw.Close()
+		pw.Close()
+	}()
+
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	var evs []api.BuildEvent
+	for sc.Scan() {
+		ev := decode[api.BuildEvent](t, sc.Bytes())
+		if len(evs) == 0 {
+			close(firstSeen)
+		}
+		evs = append(evs, ev)
+	}
+	if len(evs) != 4 || evs[0].Type != "step" || evs[0].Instruction != "FROM alpine" || evs[3].Type != "done" {
+		t.Fatalf("events %+v (%v)", evs, sc.Err())
 	}
 }

@@ -373,6 +373,9 @@ type Template struct {
 
 // TemplateConfig is what a template's image says about its processes.
 type TemplateConfig struct {
+	// Base is "host" for a template built FROM the host template: its
+	// layers stack on the host template's. Empty for images.
+	Base       string   `json:"base,omitempty"`
 	Env        []string `json:"env,omitempty"`
 	Workdir    string   `json:"workdir,omitempty"`
 	User       string   `json:"user,omitempty"`

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
+	"slices"
 
 	"github.com/atoll-dev/atoll/api"
 )
@@ -56,6 +58,66 @@ func readImport(body io.Reader, progress func(api.ImportEvent)) (api.Template, e
 		case "done":
 			if ev.Template == nil {
 				return api.Template{}, errors.New("import: done event without a template")
+			}
+			return *ev.Template, nil
+		case "error":
+			return api.Template{}, errorOfCode(ev.Code, ev.Message)
+		}
+	}
+}
+
+// BuildOptions are the optional parameters of BuildTemplate.
+type BuildOptions struct {
+	// Dockerfile is the Dockerfile's slash-separated path inside the build
+	// context; "" means "Dockerfile".
+	Dockerfile string
+	// BuildArgs are the values of the Dockerfile's ARGs, as docker build
+	// --build-arg gives them.
+	BuildArgs map[string]string
+}
+
+// BuildTemplate builds template name from the Dockerfile in buildContext, a
+// tar stream of the build context that is streamed to the server while it
+// builds. events, if not nil, is called with each "step" and "log" event as
+// the build goes on. A failed build returns an *Error, as any other call does.
+func (c *Client) BuildTemplate(ctx context.Context, name string, opts BuildOptions, buildContext io.Reader, events func(api.BuildEvent)) (api.Template, error) {
+	q := url.Values{"name": {name}}
+	if opts.Dockerfile != "" {
+		q.Set("dockerfile", opts.Dockerfile)
+	}
+	for _, k := range slices.Sorted(maps.Keys(opts.BuildArgs)) {
+		q.Add("build_arg", k+"="+opts.BuildArgs[k])
+	}
+	resp, err := c.send(ctx, request{
+		method: "POST", path: "/v1/templates/build", query: q,
+		body: buildContext, ctype: "application/x-tar",
+	})
+	if err != nil {
+		return api.Template{}, err
+	}
+	defer resp.Body.Close()
+	return readBuild(resp.Body, events)
+}
+
+// readBuild reads a build's NDJSON stream up to its done or error event.
+func readBuild(body io.Reader, events func(api.BuildEvent)) (api.Template, error) {
+	dec := json.NewDecoder(body)
+	for {
+		var ev api.BuildEvent
+		if err := dec.Decode(&ev); err != nil {
+			if err == io.EOF {
+				return api.Template{}, errors.New("build: stream ended before the build finished")
+			}
+			return api.Template{}, fmt.Errorf("build: reading stream: %w", err)
+		}
+		switch ev.Type {
+		case "step", "log":
+			if events != nil {
+				events(ev)
+			}
+		case "done":
+			if ev.Template == nil {
+				return api.Template{}, errors.New("build: done event without a template")
 			}
 			return *ev.Template, nil
 		case "error":

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -70,6 +71,55 @@ func (s *templates) Import(ctx context.Context, req api.ImportTemplateRequest, a
 			t.Size += 100
 		}
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[t.Name] = t
+	return t, nil
+}
+
+// Build makes one step per line of the Dockerfile, and fails a step whose
+// line is "RUN false". The template's Env lists the build args; its Layers the
+// context's files.
+func (s *templates) Build(ctx context.Context, name, dockerfile string, buildArgs map[string]string, buildContext io.Reader, events func(api.BuildEvent)) (api.Template, error) {
+	s.mu.Lock()
+	_, exists := s.m[name]
+	s.mu.Unlock()
+	if exists {
+		return api.Template{}, fmt.Errorf("template %s already exists: %w", name, errdefs.ErrConflict)
+	}
+	t := api.Template{Name: name, Source: "build"}
+	var lines []string
+	tr := tar.NewReader(buildContext)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return api.Template{}, fmt.Errorf("%w: not a tar stream", errdefs.ErrInvalid)
+		}
+		b, _ := io.ReadAll(tr)
+		if h.Name == dockerfile {
+			lines = strings.Split(strings.TrimSpace(string(b)), "\n")
+		}
+		t.Layers = append(t.Layers, h.Name)
+	}
+	if lines == nil {
+		return api.Template{}, fmt.Errorf("%w: no %s in the build context", errdefs.ErrInvalid, dockerfile)
+	}
+	for i, l := range lines {
+		events(api.BuildEvent{Type: "step", Step: i + 1, Steps: len(lines), Instruction: l})
+		if cmd, ok := strings.CutPrefix(l, "RUN "); ok {
+			events(api.BuildEvent{Type: "log", Step: i + 1, Data: []byte(cmd + "\n")})
+			if cmd == "false" {
+				return api.Template{}, fmt.Errorf("%w: step %d: %s: exit status 1", errdefs.ErrInvalid, i+1, l)
+			}
+		}
+	}
+	for k, v := range buildArgs {
+		t.Env = append(t.Env, k+"="+v)
+	}
+	slices.Sort(t.Env)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.m[t.Name] = t
@@ -205,6 +255,94 @@ func TestImportTemplateErrors(t *testing.T) {
 				t.Errorf("error %#v (%v), want *Error %d %s", err, err, tc.status, tc.code)
 			}
 		})
+	}
+}
+
+func buildContext(files ...string) *bytes.Buffer {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for i := 0; i+1 < len(files); i += 2 {
+		tw.WriteHeader(&tar.Header{Name: files[i], Mode: 0o644, Size: int64(len(files[i+1]))})
+		tw.Write([]byte(files[i+1]))
+	}
+	tw.Close()
+	return &buf
+}
+
+func TestBuildTemplate(t *testing.T) {
+	c, _ := newClient(t, key)
+	ctx := context.Background()
+	var evs []api.BuildEvent
+	tpl, err := c.BuildTemplate(ctx, "app",
+		atoll.BuildOptions{Dockerfile: "ci/Dockerfile", BuildArgs: map[string]string{"V": "1", "EQ": "a=b", "EMPTY": ""}},
+		buildContext("ci/Dockerfile", "FROM alpine\nRUN make", "main.c", "int main;"),
+		func(ev api.BuildEvent) { evs = append(evs, ev) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := api.Template{Name: "app", Source: "build", Layers: []string{"ci/Dockerfile", "main.c"}, Env: []string{"EMPTY=", "EQ=a=b", "V=1"}}
+	if diff := cmp.Diff(want, tpl); diff != "" {
+		t.Errorf("BuildTemplate (-want +got):\n%s", diff)
+	}
+	wantEvs := []api.BuildEvent{
+		{Type: "step", Step: 1, Steps: 2, Instruction: "FROM alpine"},
+		{Type: "step", Step: 2, Steps: 2, Instruction: "RUN make"},
+		{Type: "log", Step: 2, Data: []byte("make\n")},
+	}
+	if diff := cmp.Diff(wantEvs, evs); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	// Default Dockerfile, no callback.
+	if _, err := c.BuildTemplate(ctx, "plain", atoll.BuildOptions{}, buildContext("Dockerfile", "FROM alpine"), nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBuildTemplateErrors(t *testing.T) {
+	c, _ := newClient(t, key)
+	ctx := context.Background()
+	df := func() io.Reader { return buildContext("Dockerfile", "FROM alpine") }
+	for _, tc := range []struct {
+		name    string
+		tpl     string
+		opts    atoll.BuildOptions
+		context io.Reader
+		kind    error
+		status  int
+		code    string
+	}{
+		{"error event: name taken", "host", atoll.BuildOptions{}, df(), atoll.ErrConflict, 409, "conflict"},
+		{"error event: failing step", "f", atoll.BuildOptions{}, buildContext("Dockerfile", "FROM alpine\nRUN false"), atoll.ErrInvalid, 400, "invalid"},
+		{"error event: no Dockerfile", "n", atoll.BuildOptions{Dockerfile: "x/Dockerfile"}, df(), atoll.ErrInvalid, 400, "invalid"},
+		{"4xx: bad name", "App", atoll.BuildOptions{}, df(), atoll.ErrInvalid, 400, "invalid"},
+		{"4xx: Dockerfile outside the context", "o", atoll.BuildOptions{Dockerfile: "../Dockerfile"}, df(), atoll.ErrInvalid, 400, "invalid"},
+		{"4xx: empty build arg name", "e", atoll.BuildOptions{BuildArgs: map[string]string{"": "1"}}, df(), atoll.ErrInvalid, 400, "invalid"},
+		// The server answers before reading the upload; the client must
+		// still see that answer, not a broken pipe.
+		{"4xx: bad name for a large context", "Bad Name", atoll.BuildOptions{}, io.MultiReader(bytes.NewReader(make([]byte, 8<<20))), atoll.ErrInvalid, 400, "invalid"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := c.BuildTemplate(ctx, tc.tpl, tc.opts, tc.context, nil)
+			var e *atoll.Error
+			if !errors.As(err, &e) || !errors.Is(err, tc.kind) || e.StatusCode != tc.status || e.Code != tc.code || e.Message == "" {
+				t.Errorf("error %#v (%v), want *Error %d %s", err, err, tc.status, tc.code)
+			}
+		})
+	}
+}
+
+// TestBuildTemplateTruncated checks a stream that ends without a final event.
+func TestBuildTemplateTruncated(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		io.WriteString(w, `{"type":"step","step":1,"steps":2,"instruction":"FROM alpine"}`+"\n")
+	}))
+	defer ts.Close()
+	c := atoll.New(ts.URL, key)
+	called := 0
+	_, err := c.BuildTemplate(context.Background(), "x", atoll.BuildOptions{}, strings.NewReader(""), func(api.BuildEvent) { called++ })
+	if err == nil || called != 1 {
+		t.Errorf("BuildTemplate of a truncated stream: %v after %d events", err, called)
 	}
 }
 

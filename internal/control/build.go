@@ -1,0 +1,569 @@
+package control
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/dockerfile"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/layers"
+	"github.com/atoll-dev/atoll/internal/store"
+)
+
+// Builds run each RUN step in a sandbox of their own, a hidden one (state
+// building) so that it gets a uid range and a crash cleans it up, and turn its
+// writable layer into a layer. Every step that makes a layer is cached under a
+// key of everything it depends on (the base layers, the instructions before it
+// and the files it copies), and the key is the layer's ID: an unchanged
+// rebuild only finds layers.
+const stateBuilding = "building"
+
+// buildState is the image being built, instruction by instruction.
+type buildState struct {
+	base    string   // "host" or "" (an image)
+	layers  []string // bottom first
+	key     string   // cache key of everything so far
+	vars    map[string]string
+	env     []string // K=V, in order
+	workdir string
+	user    string
+	cmd     []string
+	entry   []string
+}
+
+func (b *buildState) envMap() map[string]string {
+	m := map[string]string{}
+	for _, kv := range b.env {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	return m
+}
+
+func (b *buildState) setEnv(k, v string) {
+	for i, kv := range b.env {
+		if strings.HasPrefix(kv, k+"=") {
+			b.env[i] = k + "=" + v
+			return
+		}
+	}
+	b.env = append(b.env, k+"="+v)
+}
+
+// chain extends the cache key with parts.
+func (b *buildState) chain(parts ...string) {
+	h := sha256.New()
+	h.Write([]byte(b.key))
+	for _, p := range parts {
+		fmt.Fprintf(h, "\x00%d:%s", len(p), p)
+	}
+	b.key = hex.EncodeToString(h.Sum(nil))
+}
+
+// expandVars are what ${...} sees: build args overridden by ENV.
+func (b *buildState) expandVars() map[string]string {
+	m := map[string]string{}
+	for k, v := range b.vars {
+		m[k] = v
+	}
+	for k, v := range b.envMap() {
+		m[k] = v
+	}
+	return m
+}
+
+func (s *Service) buildTemplate(ctx context.Context, name, dockerfilePath string, args map[string]string, buildCtx io.Reader, events func(api.BuildEvent)) (api.Template, error) {
+	if !templateName.MatchString(name) || name == layers.HostTemplate {
+		return api.Template{}, fmt.Errorf("%w: template names are 1-63 of [a-z0-9._-] and not %q", errdefs.ErrInvalid, layers.HostTemplate)
+	}
+	if events == nil {
+		events = func(api.BuildEvent) {}
+	}
+	s.tmplMu.Lock()
+	s.importing++
+	s.tmplMu.Unlock()
+	defer func() {
+		s.tmplMu.Lock()
+		s.importing--
+		s.tmplMu.Unlock()
+		s.collectLayers(context.WithoutCancel(ctx))
+	}()
+
+	// The build context becomes a layer: unpacked safely (no escapes, no
+	// devices), read-only, and removed with the next collection.
+	ctxID, _, err := s.layers.AddLayerDigest(ctx, buildCtx)
+	if err != nil {
+		return api.Template{}, fmt.Errorf("reading the build context: %w", err)
+	}
+	root, err := os.OpenRoot(s.layers.LayerDir(ctxID))
+	if err != nil {
+		return api.Template{}, err
+	}
+	defer root.Close()
+	if dockerfilePath == "" {
+		dockerfilePath = "Dockerfile"
+	}
+	f, err := root.Open(dockerfilePath)
+	if err != nil {
+		return api.Template{}, fmt.Errorf("%w: no Dockerfile %q in the build context", errdefs.ErrInvalid, dockerfilePath)
+	}
+	ins, err := dockerfile.Parse(f)
+	f.Close()
+	if err != nil {
+		return api.Template{}, err
+	}
+
+	st := &buildState{vars: map[string]string{}}
+	declared := map[string]bool{}
+	for i, in := range ins {
+		announce := func(cached bool) {
+			events(api.BuildEvent{Type: "step", Step: i + 1, Steps: len(ins), Instruction: in.Text, Cached: cached})
+		}
+		if err := s.buildStep(ctx, st, in, args, declared, root, announce, events); err != nil {
+			return api.Template{}, fmt.Errorf("step %d (%s): %w", i+1, in.Cmd, err)
+		}
+	}
+
+	size := int64(0)
+	t := store.Template{
+		Name: name, Source: "build", Layers: st.layers, Size: size,
+		Config: store.TemplateConfig{
+			Base: st.base, Env: st.env, Workdir: st.workdir, User: st.user, Entrypoint: st.entry, Cmd: st.cmd,
+		},
+		CreatedAt: time.Now().UTC(),
+	}
+	if st.base == "" {
+		if _, err := s.layers.ImageTemplate(name, st.layers); err != nil {
+			return api.Template{}, err
+		}
+	}
+	s.tmplMu.Lock()
+	defer s.tmplMu.Unlock()
+	if _, err := s.store.GetTemplate(ctx, name); err == nil {
+		if err := s.store.DeleteTemplate(ctx, name); err != nil {
+			return api.Template{}, err
+		}
+	}
+	if err := s.store.PutTemplate(ctx, t); err != nil {
+		return api.Template{}, err
+	}
+	return apiTemplate(t, 0), nil
+}
+
+// buildStep applies one instruction. It calls announce once, before doing the
+// work, saying whether the step's layer comes from the cache.
+func (s *Service) buildStep(ctx context.Context, st *buildState, in dockerfile.Instruction, args map[string]string, declared map[string]bool, ctxRoot *os.Root, announce func(cached bool), events func(api.BuildEvent)) error {
+	if in.Cmd == "COPY" || in.Cmd == "ADD" {
+		return s.buildCopy(st, in, ctxRoot, announce)
+	}
+	if in.Cmd == "RUN" {
+		st.chain("RUN", strconv.FormatBool(in.Exec), strings.Join(in.Args, "\x00"), strings.Join(st.env, "\x00"), st.user, st.workdir)
+		cached := s.layers.HasLayer(st.key)
+		announce(cached)
+		if !cached {
+			if err := s.buildRun(ctx, st, in, events); err != nil {
+				return err
+			}
+		}
+		st.layers = append(st.layers, st.key)
+		return nil
+	}
+	announce(false)
+	_, err := s.buildConfig(ctx, st, in, args, declared)
+	return err
+}
+
+// buildConfig applies an instruction that changes only the image's settings.
+func (s *Service) buildConfig(ctx context.Context, st *buildState, in dockerfile.Instruction, args map[string]string, declared map[string]bool) (bool, error) {
+	expand := func(v string) (string, error) { return dockerfile.Expand(v, st.expandVars()) }
+	switch in.Cmd {
+	case "ARG":
+		name := in.Args[0]
+		declared[name] = true
+		if v, ok := args[name]; ok {
+			st.vars[name] = v
+		} else if in.Flags["default"] != "" {
+			st.vars[name] = in.Args[1]
+		}
+		st.chain("ARG", name, st.vars[name])
+		return false, nil
+	case "FROM":
+		ref, err := expand(in.Args[0])
+		if err != nil {
+			return false, err
+		}
+		return false, s.buildFrom(ctx, st, ref)
+	case "ENV":
+		for i := 0; i+1 < len(in.Args); i += 2 {
+			v, err := expand(in.Args[i+1])
+			if err != nil {
+				return false, err
+			}
+			st.setEnv(in.Args[i], v)
+		}
+		st.chain(append([]string{"ENV"}, st.env...)...)
+		return false, nil
+	case "LABEL":
+		return false, nil // kept nowhere yet; they do not change the file system
+	case "WORKDIR":
+		dir, err := expand(in.Args[0])
+		if err != nil {
+			return false, err
+		}
+		if !path.IsAbs(dir) {
+			dir = path.Join(orRoot(st.workdir), dir)
+		}
+		st.workdir = path.Clean(dir)
+		st.chain("WORKDIR", st.workdir)
+		return false, nil
+	case "USER":
+		u, err := expand(in.Args[0])
+		if err != nil {
+			return false, err
+		}
+		st.user = u
+		st.chain("USER", u)
+		return false, nil
+	case "CMD", "ENTRYPOINT":
+		argv := in.Args
+		if !in.Exec {
+			argv = []string{"/bin/sh", "-c", in.Args[0]}
+		}
+		if in.Cmd == "CMD" {
+			st.cmd = argv
+		} else {
+			st.entry = argv
+		}
+		return false, nil
+	}
+	return false, fmt.Errorf("%w: unsupported instruction %s", errdefs.ErrInvalid, in.Cmd)
+}
+
+func orRoot(dir string) string {
+	if dir == "" {
+		return "/"
+	}
+	return dir
+}
+
+// buildFrom starts the build from an atoll template or an image reference.
+func (s *Service) buildFrom(ctx context.Context, st *buildState, ref string) error {
+	if ref == layers.HostTemplate {
+		st.base = layers.HostTemplate
+		st.chain("FROM", ref)
+		return nil
+	}
+	if t, err := s.store.GetTemplate(ctx, ref); err == nil {
+		st.base = t.Config.Base
+		st.layers = append([]string(nil), t.Layers...)
+		st.env = append([]string(nil), t.Config.Env...)
+		st.workdir, st.user, st.cmd, st.entry = t.Config.Workdir, t.Config.User, t.Config.Cmd, t.Config.Entrypoint
+		st.chain(append([]string{"FROM", st.base}, st.layers...)...)
+		return nil
+	}
+	img, err := s.layers.Import(ctx, layers.ImportSource{Ref: ref}, nil)
+	if err != nil {
+		return fmt.Errorf("FROM %s: not a template, and importing it failed: %w", ref, err)
+	}
+	st.layers = img.Layers
+	st.env = img.Config.Env
+	st.workdir, st.user, st.cmd, st.entry = img.Config.WorkingDir, img.Config.User, img.Config.Cmd, img.Config.Entrypoint
+	st.chain(append([]string{"FROM"}, st.layers...)...)
+	return nil
+}
+
+// rootfsOf is the layer stack of the build so far.
+func (s *Service) rootfsOf(st *buildState) (layers.Template, error) {
+	if st.base == layers.HostTemplate {
+		return s.layers.HostTemplateWith(st.layers)
+	}
+	return s.layers.ImageTemplate("build-"+st.key[:12], st.layers)
+}
+
+// buildRun runs a RUN step in a hidden sandbox over the build so far and
+// turns what it wrote into the layer st.key.
+func (s *Service) buildRun(ctx context.Context, st *buildState, in dockerfile.Instruction, events func(api.BuildEvent)) error {
+	tmpl, err := s.rootfsOf(st)
+	if err != nil {
+		return err
+	}
+	if st.base != layers.HostTemplate {
+		defer s.layers.RemoveImageTemplate("build-"+st.key[:12], st.layers)
+	}
+	sb := store.Sandbox{Sandbox: api.Sandbox{
+		ID: newID(), State: stateBuilding, Template: "", Runtime: s.defaults.Runtime,
+		CPU: float64(goruntime.NumCPU()), MemoryMiB: 4096, DiskGiB: 64, PIDs: 4096, CreatedAt: time.Now().UTC(),
+	}}
+	bctx := context.WithoutCancel(ctx)
+	unlock := s.lock(sb.ID)
+	defer unlock()
+	if err := s.store.Create(bctx, &sb); err != nil {
+		return err
+	}
+	defer s.discard(bctx, sb)
+	tmpl.Env = st.envMap()
+	tmpl.User, tmpl.Workdir = "", "" // set per exec below
+	if err := s.startLocked(bctx, &sb, tmpl, stateBuilding, stateBuilding, 0); err != nil {
+		return err
+	}
+	c := s.agentClient(sb.Socket)
+	if st.workdir != "" {
+		if _, err := c.Exec(ctx, api.ExecRequest{Cmd: []string{"mkdir", "-p", st.workdir}}); err != nil {
+			return fmt.Errorf("making WORKDIR: %w", err)
+		}
+	}
+	req := api.ExecRequest{User: st.user, Cwd: st.workdir}
+	if in.Exec {
+		req.Cmd = in.Args
+	} else {
+		req.Shell = in.Args[0]
+	}
+	stream, err := c.ExecStream(ctx, req)
+	if err != nil {
+		return err
+	}
+	code := -1
+	for code == -1 {
+		ev, err := stream.Next()
+		if err != nil {
+			stream.Close()
+			return fmt.Errorf("reading the step's output: %w", err)
+		}
+		switch ev.Type {
+		case api.EventStdout, api.EventStderr:
+			events(api.BuildEvent{Type: "log", Data: ev.Data})
+		case api.EventExit:
+			code = 128 // killed by a signal
+			if ev.ExitCode != nil && *ev.ExitCode >= 0 {
+				code = *ev.ExitCode
+			}
+		case api.EventError:
+			stream.Close()
+			return fmt.Errorf("%w: %s", errdefs.ErrInvalid, ev.Message)
+		}
+	}
+	stream.Close()
+	if code != 0 {
+		return fmt.Errorf("%w: the command exited with %d", errdefs.ErrInvalid, code)
+	}
+	if err := s.runtimes[sb.Runtime].Stop(bctx, sb.ID, instance(sb)); err != nil {
+		return err
+	}
+	dir, err := s.layers.NewLayerDir()
+	if err != nil {
+		return err
+	}
+	if err := layers.CloneTree(filepath.Join(s.layers.WritableDir(sb.ID), "upper"), dir); err != nil {
+		os.RemoveAll(dir)
+		return err
+	}
+	return s.layers.CommitLayer(st.key, dir)
+}
+
+// buildCopy makes the layer of a COPY or ADD from files of the build context.
+func (s *Service) buildCopy(st *buildState, in dockerfile.Instruction, ctxRoot *os.Root, announce func(cached bool)) error {
+	cached, err := s.copyLayer(st, in, ctxRoot, announce)
+	if err == nil && !cached {
+		st.layers = append(st.layers, st.key)
+	}
+	return err
+}
+
+func (s *Service) copyLayer(st *buildState, in dockerfile.Instruction, ctxRoot *os.Root, announce func(cached bool)) (bool, error) {
+	expand := func(v string) (string, error) { return dockerfile.Expand(v, st.expandVars()) }
+	args := make([]string, len(in.Args))
+	for i, a := range in.Args {
+		v, err := expand(a)
+		if err != nil {
+			return false, err
+		}
+		args[i] = v
+	}
+	srcs, dst := args[:len(args)-1], args[len(args)-1]
+	if !path.IsAbs(dst) {
+		d := path.Join(orRoot(st.workdir), dst)
+		if strings.HasSuffix(dst, "/") {
+			d += "/"
+		}
+		dst = d
+	}
+	uid, gid := -1, -1
+	if own := in.Flags["chown"]; own != "" {
+		u, g, _ := strings.Cut(own, ":")
+		var err error
+		if uid, err = idOf(u); err != nil {
+			return false, err
+		}
+		gid = uid
+		if g != "" {
+			if gid, err = idOf(g); err != nil {
+				return false, err
+			}
+		}
+	}
+	// Hash what is copied, so the cache sees changed files.
+	type item struct{ src, rel string }
+	var items []item
+	h := sha256.New()
+	for _, src := range srcs {
+		clean := path.Clean("/" + src)[1:]
+		if clean == "" {
+			clean = "."
+		}
+		if strings.Contains(src, "..") && path.Clean(src) != clean {
+			return false, fmt.Errorf("%w: %s source %q leaves the build context", errdefs.ErrInvalid, in.Cmd, src)
+		}
+		if _, err := ctxRoot.Lstat(clean); err != nil {
+			return false, fmt.Errorf("%w: %s source %q: not in the build context", errdefs.ErrInvalid, in.Cmd, src)
+		}
+		err := fs.WalkDir(ctxRoot.FS(), clean, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(h, "%s\x00%o\x00%d\x00", p, fi.Mode(), fi.Size())
+			if fi.Mode().IsRegular() {
+				f, err := ctxRoot.Open(p)
+				if err != nil {
+					return err
+				}
+				_, err = io.Copy(h, f)
+				f.Close()
+				if err != nil {
+					return err
+				}
+			}
+			items = append(items, item{src: clean, rel: p})
+			return nil
+		})
+		if err != nil {
+			return false, err
+		}
+	}
+	st.chain(in.Cmd, strings.Join(srcs, "\x00"), dst, in.Flags["chown"], in.Flags["chmod"], hex.EncodeToString(h.Sum(nil)))
+	if s.layers.HasLayer(st.key) {
+		announce(true)
+		st.layers = append(st.layers, st.key)
+		return true, nil
+	}
+	announce(false)
+	dir, err := s.layers.NewLayerDir()
+	if err != nil {
+		return false, err
+	}
+	out, err := os.OpenRoot(dir)
+	if err != nil {
+		return false, err
+	}
+	defer out.Close()
+	toDir := strings.HasSuffix(dst, "/") || len(srcs) > 1
+	for _, it := range items {
+		fi, err := ctxRoot.Lstat(it.rel)
+		if err != nil {
+			return false, err
+		}
+		srcIsDir := false
+		if sfi, err := ctxRoot.Lstat(it.src); err == nil && sfi.IsDir() {
+			srcIsDir = true
+		}
+		var target string
+		switch {
+		case srcIsDir:
+			rel, _ := filepath.Rel(it.src, it.rel)
+			target = path.Join(dst, rel)
+		case toDir:
+			target = path.Join(dst, path.Base(it.rel))
+		default:
+			target = dst
+		}
+		target = strings.TrimPrefix(path.Clean(target), "/")
+		if target == "" || target == "." {
+			continue
+		}
+		if err := out.MkdirAll(path.Dir(target), 0o755); err != nil {
+			return false, err
+		}
+		switch {
+		case fi.IsDir():
+			if err := out.MkdirAll(target, fi.Mode().Perm()); err != nil {
+				return false, err
+			}
+		case fi.Mode()&os.ModeSymlink != 0:
+			link, err := ctxRoot.Readlink(it.rel)
+			if err != nil {
+				return false, err
+			}
+			out.Remove(target)
+			if err := out.Symlink(link, target); err != nil {
+				return false, err
+			}
+		case fi.Mode().IsRegular():
+			if err := copyInRoot(ctxRoot, it.rel, out, target, fi.Mode().Perm()); err != nil {
+				return false, err
+			}
+		}
+		if uid >= 0 {
+			if err := out.Lchown(target, uid, gid); err != nil {
+				return false, err
+			}
+		}
+		if m := in.Flags["chmod"]; m != "" && fi.Mode()&os.ModeSymlink == 0 {
+			mode, err := strconv.ParseUint(m, 8, 32)
+			if err != nil || mode > 0o7777 {
+				return false, fmt.Errorf("%w: --chmod=%s", errdefs.ErrInvalid, m)
+			}
+			if err := out.Chmod(target, os.FileMode(mode)); err != nil {
+				return false, err
+			}
+		}
+	}
+	return false, s.layers.CommitLayer(st.key, dir)
+}
+
+func copyInRoot(from *os.Root, src string, to *os.Root, dst string, mode os.FileMode) error {
+	in, err := from.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	to.Remove(dst)
+	out, err := to.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// idOf reads a --chown part: a number, root (0) or user (1000).
+func idOf(s string) (int, error) {
+	switch s {
+	case "root":
+		return 0, nil
+	case "user":
+		return 1000, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 || n > 65535 {
+		return 0, fmt.Errorf("%w: --chown takes numeric ids, root or user, not %q", errdefs.ErrInvalid, s)
+	}
+	return n, nil
+}
