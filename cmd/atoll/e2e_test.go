@@ -2,6 +2,7 @@ package main
 
 import (
 	"archive/tar"
+	"compress/gzip"
 	"bufio"
 	"bytes"
 	"context"
@@ -856,11 +857,22 @@ ARG GREETING=hello
 ENV GREETING=${GREETING} APP=/opt/app
 RUN mkdir -p /opt/app && echo "built by $GREETING" > /opt/app/built.txt && echo step-output
 COPY src/ /opt/app/
+ADD bundle.tar.gz /opt/unpacked/
 WORKDIR $APP
 RUN ["sh", "-c", "cat built.txt sub/data.txt > both.txt"]
 CMD ["cat", "both.txt"]
 `), 0o644)
 
+	{
+		f, _ := os.Create(filepath.Join(dir, "bundle.tar.gz"))
+		zw := gzip.NewWriter(f)
+		tw := tar.NewWriter(zw)
+		tw.WriteHeader(&tar.Header{Name: "inner/readme", Mode: 0o644, Size: 3, Typeflag: tar.TypeReg})
+		tw.Write([]byte("tar"))
+		tw.Close()
+		zw.Close()
+		f.Close()
+	}
 	t0 := time.Now()
 	out, code := d.cli("template", "build", "--name", "app", "--build-arg", "GREETING=hi", dir)
 	if code != 0 {
@@ -874,7 +886,7 @@ CMD ["cat", "both.txt"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, code := sh(t, c, sb.ID, "pwd; echo $GREETING; cat both.txt"); code != 0 || out != "/opt/app\nhi\nbuilt by hi\nfrom the context\n" {
+	if out, code := sh(t, c, sb.ID, "pwd; echo $GREETING; cat both.txt /opt/unpacked/inner/readme"); code != 0 || out != "/opt/app\nhi\nbuilt by hi\nfrom the context\ntar" {
 		t.Errorf("sandbox from the built template: %q (exit %d)", out, code)
 	}
 	if out, _ := sh(t, c, sb.ID, "python3 -c 'print(2)'"); out != "2\n" {
@@ -888,13 +900,13 @@ CMD ["cat", "both.txt"]
 		t.Fatalf("rebuild: %s", out)
 	}
 	again := time.Since(t0)
-	if strings.Contains(out, "\nstep-output\n") || strings.Count(out, "(cached)") != 3 {
+	if strings.Contains(out, "\nstep-output\n") || strings.Count(out, "(cached)") != 4 {
 		t.Errorf("rebuild ran steps again: %s", out)
 	}
 	t.Logf("build %v, unchanged rebuild %v", first, again)
 	a1, _ := c.GetTemplate(ctx, "app")
 	a2, _ := c.GetTemplate(ctx, "app2")
-	if strings.Join(a1.Layers, ",") != strings.Join(a2.Layers, ",") || len(a1.Layers) != 3 {
+	if strings.Join(a1.Layers, ",") != strings.Join(a2.Layers, ",") || len(a1.Layers) != 4 {
 		t.Errorf("layers of the build and the rebuild: %v / %v", a1.Layers, a2.Layers)
 	}
 
@@ -904,7 +916,7 @@ CMD ["cat", "both.txt"]
 		t.Fatalf("build after a change: %s", out)
 	}
 	a3, _ := c.GetTemplate(ctx, "app3")
-	if len(a3.Layers) != 3 || a3.Layers[0] != a1.Layers[0] || a3.Layers[1] == a1.Layers[1] {
+	if len(a3.Layers) != 4 || a3.Layers[0] != a1.Layers[0] || a3.Layers[1] == a1.Layers[1] {
 		t.Errorf("layers after changing a copied file: %v, before %v", a3.Layers, a1.Layers)
 	}
 

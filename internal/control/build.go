@@ -1,6 +1,8 @@
 package control
 
 import (
+	"bufio"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -418,6 +420,9 @@ func (s *Service) copyLayer(st *buildState, in dockerfile.Instruction, ctxRoot *
 	var items []item
 	h := sha256.New()
 	for _, src := range srcs {
+		if in.Cmd == "ADD" && (strings.Contains(src, "://") || strings.HasPrefix(src, "git@")) {
+			return false, fmt.Errorf("%w: ADD of URLs is not supported; download in a RUN step", errdefs.ErrInvalid)
+		}
 		clean := path.Clean("/" + src)[1:]
 		if clean == "" {
 			clean = "."
@@ -476,6 +481,14 @@ func (s *Service) copyLayer(st *buildState, in dockerfile.Instruction, ctxRoot *
 		fi, err := ctxRoot.Lstat(it.rel)
 		if err != nil {
 			return false, err
+		}
+		// ADD unpacks a local tar archive (plain or gzip) into the destination.
+		if in.Cmd == "ADD" && it.rel == it.src && fi.Mode().IsRegular() {
+			if ok, err := s.addArchive(ctxRoot, it.rel, out, dir, dst, uid, gid); err != nil {
+				return false, err
+			} else if ok {
+				continue
+			}
 		}
 		srcIsDir := false
 		if sfi, err := ctxRoot.Lstat(it.src); err == nil && sfi.IsDir() {
@@ -566,4 +579,56 @@ func idOf(s string) (int, error) {
 		return 0, fmt.Errorf("%w: --chown takes numeric ids, root or user, not %q", errdefs.ErrInvalid, s)
 	}
 	return n, nil
+}
+
+// addArchive unpacks the context file rel into the layer being built at dst
+// if it is a tar archive, plain or gzip-compressed, and reports whether it
+// was. The archive is unpacked by the layer store's unpacker, which refuses
+// escapes, devices and oversized content, then cloned into place.
+func (s *Service) addArchive(ctxRoot *os.Root, rel string, out *os.Root, layerDir, dst string, uid, gid int) (bool, error) {
+	f, err := ctxRoot.Open(rel)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	br := bufio.NewReader(f)
+	var r io.Reader = br
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return false, nil
+		}
+		defer zr.Close()
+		r = zr
+	}
+	tr := bufio.NewReaderSize(r, 1024)
+	head, _ := tr.Peek(512)
+	if len(head) < 512 || string(head[257:262]) != "ustar" {
+		return false, nil // not a tar archive: copied as a file
+	}
+	id, _, err := s.layers.AddLayerDigest(context.Background(), tr)
+	if err != nil {
+		return false, fmt.Errorf("ADD %s: %w", rel, err)
+	}
+	relDst := strings.TrimPrefix(path.Clean(dst), "/")
+	// Through the Root: no component of the destination may lead outside.
+	if err := out.MkdirAll(relDst, 0o755); err != nil {
+		return false, err
+	}
+	target := filepath.Join(layerDir, relDst)
+	if err := layers.CloneTree(s.layers.LayerDir(id), target); err != nil {
+		return false, err
+	}
+	if uid >= 0 {
+		err := filepath.WalkDir(target, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			return os.Lchown(p, uid, gid)
+		})
+		if err != nil {
+			return false, err
+		}
+	}
+	return true, nil
 }
