@@ -189,18 +189,23 @@ type Health struct {
 
 // Template is a template as the API reports it: what sandboxes are made from.
 type Template struct {
-	Name       string    `json:"name"`
-	Source     string    `json:"source"`           // "builtin", or the image reference or archive it was imported from
-	Digest     string    `json:"digest,omitempty"` // image manifest digest
-	Layers     []string  `json:"layers"`           // layer IDs (sha256 of the uncompressed layer), bottom first
-	Size       int64     `json:"size"`             // bytes of its layers, unpacked
-	Env        []string  `json:"env,omitempty"`    // image Env: default environment of its processes
-	Workdir    string    `json:"workdir,omitempty"`
-	User       string    `json:"user,omitempty"`
-	Entrypoint []string  `json:"entrypoint,omitempty"`
-	Cmd        []string  `json:"cmd,omitempty"`
-	Sandboxes  int       `json:"sandboxes"` // how many sandboxes use it
-	CreatedAt  time.Time `json:"created_at"`
+	Name       string   `json:"name"`
+	Source     string   `json:"source"`           // "builtin", or the image reference or archive it was imported from
+	Digest     string   `json:"digest,omitempty"` // image manifest digest
+	Layers     []string `json:"layers"`           // layer IDs (sha256 of the uncompressed layer), bottom first
+	Size       int64    `json:"size"`             // bytes of its layers, unpacked
+	Env        []string `json:"env,omitempty"`    // image Env: default environment of its processes
+	Workdir    string   `json:"workdir,omitempty"`
+	User       string   `json:"user,omitempty"`
+	Entrypoint []string `json:"entrypoint,omitempty"`
+	Cmd        []string `json:"cmd,omitempty"`
+	// StartCmd is started in the background when a sandbox boots, and
+	// ReadyCmd must then exit 0 before create returns (Dockerfile LABELs
+	// atoll.start and atoll.ready).
+	StartCmd  string    `json:"start_cmd,omitempty"`
+	ReadyCmd  string    `json:"ready_cmd,omitempty"`
+	Sandboxes int       `json:"sandboxes"` // how many sandboxes use it
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // TemplateList is the body of GET /v1/templates.

@@ -861,6 +861,7 @@ ADD bundle.tar.gz /opt/unpacked/
 WORKDIR $APP
 RUN ["sh", "-c", "cat built.txt sub/data.txt > both.txt"]
 CMD ["cat", "both.txt"]
+LABEL atoll.start="sleep 0.3 && echo up > /tmp/ready-flag" atoll.ready="test -f /tmp/ready-flag"
 `), 0o644)
 
 	{
@@ -889,6 +890,10 @@ CMD ["cat", "both.txt"]
 	if out, code := sh(t, c, sb.ID, "pwd; echo $GREETING; cat both.txt /opt/unpacked/inner/readme"); code != 0 || out != "/opt/app\nhi\nbuilt by hi\nfrom the context\ntar" {
 		t.Errorf("sandbox from the built template: %q (exit %d)", out, code)
 	}
+	// Create waited for the ready command, which waited for the start command.
+	if out, code := sh(t, c, sb.ID, "cat /tmp/ready-flag"); code != 0 || out != "up\n" {
+		t.Errorf("start/ready commands: %q (exit %d)", out, code)
+	}
 	if out, _ := sh(t, c, sb.ID, "python3 -c 'print(2)'"); out != "2\n" {
 		t.Errorf("host tools in a template built FROM host: %q", out)
 	}
@@ -906,6 +911,9 @@ CMD ["cat", "both.txt"]
 	t.Logf("build %v, unchanged rebuild %v", first, again)
 	a1, _ := c.GetTemplate(ctx, "app")
 	a2, _ := c.GetTemplate(ctx, "app2")
+	if a1.StartCmd == "" || a1.ReadyCmd != "test -f /tmp/ready-flag" {
+		t.Errorf("template start/ready: %q / %q", a1.StartCmd, a1.ReadyCmd)
+	}
 	if strings.Join(a1.Layers, ",") != strings.Join(a2.Layers, ",") || len(a1.Layers) != 4 {
 		t.Errorf("layers of the build and the rebuild: %v / %v", a1.Layers, a2.Layers)
 	}

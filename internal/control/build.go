@@ -43,6 +43,8 @@ type buildState struct {
 	user    string
 	cmd     []string
 	entry   []string
+	start   string // LABEL atoll.start
+	ready   string // LABEL atoll.ready
 }
 
 func (b *buildState) envMap() map[string]string {
@@ -143,6 +145,7 @@ func (s *Service) buildTemplate(ctx context.Context, name, dockerfilePath string
 		Name: name, Source: "build", Layers: st.layers, Size: size,
 		Config: store.TemplateConfig{
 			Base: st.base, Env: st.env, Workdir: st.workdir, User: st.user, Entrypoint: st.entry, Cmd: st.cmd,
+			StartCmd: st.start, ReadyCmd: st.ready,
 		},
 		CreatedAt: time.Now().UTC(),
 	}
@@ -218,7 +221,21 @@ func (s *Service) buildConfig(ctx context.Context, st *buildState, in dockerfile
 		st.chain(append([]string{"ENV"}, st.env...)...)
 		return false, nil
 	case "LABEL":
-		return false, nil // kept nowhere yet; they do not change the file system
+		// atoll.start and atoll.ready set the template's start and ready
+		// commands; other labels are not kept yet.
+		for i := 0; i+1 < len(in.Args); i += 2 {
+			v, err := expand(in.Args[i+1])
+			if err != nil {
+				return false, err
+			}
+			switch in.Args[i] {
+			case "atoll.start":
+				st.start = v
+			case "atoll.ready":
+				st.ready = v
+			}
+		}
+		return false, nil
 	case "WORKDIR":
 		dir, err := expand(in.Args[0])
 		if err != nil {
@@ -272,6 +289,7 @@ func (s *Service) buildFrom(ctx context.Context, st *buildState, ref string) err
 		st.layers = append([]string(nil), t.Layers...)
 		st.env = append([]string(nil), t.Config.Env...)
 		st.workdir, st.user, st.cmd, st.entry = t.Config.Workdir, t.Config.User, t.Config.Cmd, t.Config.Entrypoint
+		st.start, st.ready = t.Config.StartCmd, t.Config.ReadyCmd
 		st.chain(append([]string{"FROM", st.base}, st.layers...)...)
 		return nil
 	}

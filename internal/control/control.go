@@ -338,6 +338,10 @@ func (s *Service) startLocked(ctx context.Context, sb *store.Sandbox, tmpl layer
 		s.log.Error("starting sandbox", "sandbox", sb.ID, "err", err)
 		return fmt.Errorf("%w: starting sandbox failed", errdefs.ErrUnavailable)
 	}
+	if err := s.startCommands(ctx, inst.Socket, tmpl); err != nil {
+		_ = rt.Stop(ctx, sb.ID, inst)
+		return err
+	}
 	now := time.Now().UTC()
 	sb.State, sb.Error = to, ""
 	sb.StartedAt, sb.StoppedAt = &now, nil
@@ -347,6 +351,37 @@ func (s *Service) startLocked(ctx context.Context, sb *store.Sandbox, tmpl layer
 		return err
 	}
 	return nil
+}
+
+// readyTimeout bounds how long a template's ready command may take to pass.
+const readyTimeout = 60 * time.Second
+
+// startCommands runs a template's start command in the background and waits
+// for its ready command to exit 0, polling, before a sandbox counts as up.
+func (s *Service) startCommands(ctx context.Context, sock string, tmpl layers.Template) error {
+	if tmpl.StartCmd == "" && tmpl.ReadyCmd == "" {
+		return nil
+	}
+	c := s.agentClient(sock)
+	if tmpl.StartCmd != "" {
+		if _, err := c.Start(ctx, api.ExecRequest{Shell: tmpl.StartCmd, Background: true, Tag: "start"}); err != nil {
+			return fmt.Errorf("%w: the template's start command: %v", errdefs.ErrUnavailable, err)
+		}
+	}
+	if tmpl.ReadyCmd == "" {
+		return nil
+	}
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		res, err := c.Exec(ctx, api.ExecRequest{Shell: tmpl.ReadyCmd, TimeoutMs: 10000})
+		if err == nil && res.ExitCode == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: the template's ready command did not succeed within %v", errdefs.ErrUnavailable, readyTimeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // discard removes every trace of a sandbox whose creation failed.

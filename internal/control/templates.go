@@ -206,6 +206,7 @@ func (s *Service) template(ctx context.Context, name string) (layers.Template, e
 		}
 	}
 	lt.User, lt.Workdir = t.Config.User, t.Config.Workdir
+	lt.StartCmd, lt.ReadyCmd = t.Config.StartCmd, t.Config.ReadyCmd
 	return lt, nil
 }
 
@@ -218,7 +219,8 @@ func apiTemplate(t store.Template, users int) api.Template {
 	return api.Template{
 		Name: t.Name, Source: t.Source, Digest: t.Digest, Layers: t.Layers, Size: t.Size,
 		Env: t.Config.Env, Workdir: t.Config.Workdir, User: t.Config.User,
-		Entrypoint: t.Config.Entrypoint, Cmd: t.Config.Cmd, Sandboxes: users, CreatedAt: t.CreatedAt,
+		Entrypoint: t.Config.Entrypoint, Cmd: t.Config.Cmd, StartCmd: t.Config.StartCmd, ReadyCmd: t.Config.ReadyCmd,
+		Sandboxes: users, CreatedAt: t.CreatedAt,
 	}
 }
 

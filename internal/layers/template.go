@@ -24,6 +24,9 @@ type Template struct {
 	// User and Workdir are the defaults of its processes (image USER and
 	// WORKDIR); empty means root in its home.
 	User, Workdir string
+	// StartCmd runs in the background when a sandbox boots; ReadyCmd must
+	// then succeed before the sandbox counts as created.
+	StartCmd, ReadyCmd string
 }
 
 // HostTemplate is the zero-download template: the host's /usr (and /bin, /sbin,

@@ -381,6 +381,8 @@ type TemplateConfig struct {
 	User       string   `json:"user,omitempty"`
 	Entrypoint []string `json:"entrypoint,omitempty"`
 	Cmd        []string `json:"cmd,omitempty"`
+	StartCmd   string   `json:"start_cmd,omitempty"`
+	ReadyCmd   string   `json:"ready_cmd,omitempty"`
 }
 
 // PutTemplate records a template, replacing one of the same name.
