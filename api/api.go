@@ -254,3 +254,10 @@ type BuildEvent struct {
 	Code        string    `json:"code,omitempty"` // error: as in api.Error
 	Message     string    `json:"message,omitempty"`
 }
+
+// TagTemplateRequest is the body of POST /v1/templates/{name}/tag: it gives the
+// template a second name (sharing its layers), replacing a template of that
+// name that no sandbox uses.
+type TagTemplateRequest struct {
+	Tag string `json:"tag"`
+}

@@ -821,6 +821,19 @@ func TestTemplateImport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A tag is a second name over the same layers; deleting one keeps the other.
+	if out, code := d.cli("template", "tag", "hello", "hello-v1"); code != 0 || out != "hello-v1\n" {
+		t.Fatalf("template tag: %q %d", out, code)
+	}
+	if tagged, err := c.GetTemplate(ctx, "hello-v1"); err != nil || strings.Join(tagged.Layers, ",") != strings.Join(t1.Layers, ",") {
+		t.Errorf("tagged template: %+v %v", tagged, err)
+	}
+	if out, code := d.cli("template", "rm", "hello-v1"); code != 0 {
+		t.Errorf("template rm of the tag: %s", out)
+	}
+	if _, err := c.GetTemplate(ctx, "hello"); err != nil {
+		t.Errorf("template after deleting its tag: %v", err)
+	}
 	if len(t1.Layers) != 2 || t1.Workdir != "/app" || t1.User != "app" {
 		t.Errorf("template: %+v", t1)
 	}

@@ -33,7 +33,7 @@ sandbox from one.`,
   atoll create --template python`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newTemplateImportCmd(g), newTemplateBuildCmd(g), newTemplateLsCmd(g), newTemplateInspectCmd(g), newTemplateRmCmd(g))
+	cmd.AddCommand(newTemplateImportCmd(g), newTemplateBuildCmd(g), newTemplateLsCmd(g), newTemplateInspectCmd(g), newTemplateRmCmd(g), newTemplateTagCmd(g))
 	return cmd
 }
 
@@ -388,6 +388,31 @@ sandboxes still use cannot be deleted; delete those sandboxes first.`,
 			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, name string) error {
 				return c.DeleteTemplate(ctx, name)
 			})
+		},
+	}
+}
+
+func newTemplateTagCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "tag NAME NEWNAME",
+		Short: "Give a template a second name",
+		Long: `Give a template a second name, as a version or an alias. Both names share the
+same layers; deleting one leaves the other. A template already called NEWNAME is
+replaced unless sandboxes use it.`,
+		Example: `  atoll template tag python python-2026-11
+  atoll template build --name python-next ./py && atoll template tag python-next python`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			t, err := c.TagTemplate(cmd.Context(), args[0], args[1])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), t.Name)
+			return nil
 		},
 	}
 }

@@ -456,3 +456,15 @@ func TestOpenArchiveReleases(t *testing.T) {
 		t.Fatal("release did not return")
 	}
 }
+
+func (s *memTemplates) Tag(ctx context.Context, name, tag string) (api.Template, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.m[name]
+	if !ok {
+		return t, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
+	}
+	t.Name = tag
+	s.m[tag] = t
+	return t, nil
+}

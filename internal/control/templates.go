@@ -248,7 +248,43 @@ func (t Templates) Build(ctx context.Context, name, dockerfile string, buildArgs
 	return t.s.buildTemplate(ctx, name, dockerfile, buildArgs, buildContext, events)
 }
 
+// Tag gives a template a second name.
+func (t Templates) Tag(ctx context.Context, name, tag string) (api.Template, error) {
+	return t.s.tagTemplate(ctx, name, tag)
+}
+
 // Delete removes a template no sandbox uses.
 func (t Templates) Delete(ctx context.Context, name string) error {
 	return t.s.deleteTemplate(ctx, name)
+}
+
+// tagTemplate records template name again under tag, sharing its layers;
+// a template called tag that no sandbox uses is replaced.
+func (s *Service) tagTemplate(ctx context.Context, name, tag string) (api.Template, error) {
+	if tag == layers.HostTemplate || !templateName.MatchString(tag) {
+		return api.Template{}, fmt.Errorf("%w: bad tag %q", errdefs.ErrInvalid, tag)
+	}
+	if name == layers.HostTemplate {
+		return api.Template{}, fmt.Errorf("%w: the built-in template cannot be tagged", errdefs.ErrInvalid)
+	}
+	s.tmplMu.Lock()
+	defer s.tmplMu.Unlock()
+	t, err := s.store.GetTemplate(ctx, name)
+	if err != nil {
+		return api.Template{}, err
+	}
+	if tag == name {
+		return apiTemplate(t, 0), nil
+	}
+	if old, err := s.store.GetTemplate(ctx, tag); err == nil {
+		if err := s.store.DeleteTemplate(ctx, tag); err != nil {
+			return api.Template{}, err
+		}
+		_ = s.layers.RemoveImageTemplate(old.Name, old.Layers)
+	}
+	t.Name, t.CreatedAt = tag, time.Now().UTC()
+	if err := s.store.PutTemplate(ctx, t); err != nil {
+		return api.Template{}, err
+	}
+	return apiTemplate(t, 0), nil
 }

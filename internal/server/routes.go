@@ -65,6 +65,7 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/templates", true, s.listTemplates},
 		{"GET", templatePath, true, s.getTemplate},
 		{"DELETE", templatePath, true, s.deleteTemplate},
+		{"POST", templatePath + "/tag", true, s.tagTemplate},
 	}
 	for _, ar := range agentRoutes {
 		rts = append(rts, route{ar.method, sandboxPath + ar.path, true, s.forward(strings.Contains(ar.path, "{pid}"), ar.jsonBody)})

@@ -31,7 +31,9 @@ type Templates interface {
 	Build(ctx context.Context, name, dockerfile string, buildArgs map[string]string, buildContext io.Reader, events func(api.BuildEvent)) (api.Template, error)
 	List(ctx context.Context) ([]api.Template, error)
 	Get(ctx context.Context, name string) (api.Template, error)
-	Delete(ctx context.Context, name string) error // errdefs.ErrConflict while sandboxes use it
+	Delete(ctx context.Context, name string) error
+	// Tag gives template name the second name tag.
+	Tag(ctx context.Context, name, tag string) (api.Template, error) // errdefs.ErrConflict while sandboxes use it
 }
 
 // templateNamePattern is the shape of template names: 1-63 characters, lower
@@ -124,6 +126,32 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) tagTemplate(w http.ResponseWriter, r *http.Request) {
+	ts := s.templateStore(w)
+	if ts == nil {
+		return
+	}
+	name, ok := templateName(w, r)
+	if !ok {
+		return
+	}
+	var req api.TagTemplateRequest
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := validTemplateName(req.Tag); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	t, err := ts.Tag(r.Context(), name, req.Tag)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, normalizeTemplate(t))
 }
 
 // normalizeTemplate makes t's always-present arrays [] rather than null.

@@ -644,3 +644,15 @@ func TestTemplateBuildDuplex(t *testing.T) {
 		t.Fatalf("events %+v (%v)", evs, sc.Err())
 	}
 }
+
+func (m *memTemplates) Tag(ctx context.Context, name, tag string) (api.Template, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.tpls[name]
+	if !ok {
+		return api.Template{}, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
+	}
+	t.Name = tag
+	m.tpls[tag] = t
+	return t, nil
+}

@@ -145,6 +145,13 @@ func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
 	return c.do(ctx, request{method: "DELETE", path: templatePath(name)}, nil)
 }
 
+// TagTemplate gives template name the second name tag, sharing its layers.
+func (c *Client) TagTemplate(ctx context.Context, name, tag string) (api.Template, error) {
+	var t api.Template
+	err := c.do(ctx, request{method: "POST", path: templatePath(name) + "/tag", json: api.TagTemplateRequest{Tag: tag}}, &t)
+	return t, err
+}
+
 func templatePath(name string) string {
 	return "/v1/templates/" + url.PathEscape(name)
 }

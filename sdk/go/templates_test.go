@@ -360,3 +360,15 @@ func TestImportTemplateTruncated(t *testing.T) {
 		t.Errorf("ImportTemplate of a truncated stream: %v after %d progress events", err, called)
 	}
 }
+
+func (s *templates) Tag(ctx context.Context, name, tag string) (api.Template, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.m[name]
+	if !ok {
+		return t, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
+	}
+	t.Name = tag
+	s.m[tag] = t
+	return t, nil
+}
