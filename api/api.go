@@ -261,3 +261,15 @@ type BuildEvent struct {
 type TagTemplateRequest struct {
 	Tag string `json:"tag"`
 }
+
+// BootstrapTemplateRequest is the body of POST /v1/templates/bootstrap: a base
+// template made with debootstrap from a Debian mirror, for hosts without an
+// image registry. The answer is an NDJSON stream of BuildEvents (log lines,
+// then "done" or "error").
+type BootstrapTemplateRequest struct {
+	Name    string `json:"name"`
+	Distro  string `json:"distro"`            // "debian"
+	Suite   string `json:"suite,omitempty"`   // default "bookworm"
+	Mirror  string `json:"mirror,omitempty"`  // default http://deb.debian.org/debian
+	Variant string `json:"variant,omitempty"` // debootstrap --variant: "minbase" (default) or "buildd"
+}

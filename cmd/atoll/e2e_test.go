@@ -957,3 +957,34 @@ LABEL atoll.start="sleep 0.3 && echo up > /tmp/ready-flag" atoll.ready="test -f 
 	}
 	c.DeleteSandbox(ctx, sb.ID)
 }
+
+// TestTemplateBootstrap makes a Debian template with debootstrap from Debian's
+// mirror and runs Debian's own tools in a sandbox made from it.
+func TestTemplateBootstrap(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommand(t, "debootstrap")
+	data := filepath.Join(testenv.Dir(t), "data")
+	d := startDaemon(t, data)
+	c := d.client()
+	ctx := context.Background()
+	out, code := d.cli("template", "bootstrap", "debian", "--name", "debian")
+	if code != 0 {
+		t.Fatalf("template bootstrap: %s", out)
+	}
+	if !strings.Contains(out, "Base system installed successfully") {
+		t.Errorf("bootstrap log not streamed: %s", out)
+	}
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "debian"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, code := sh(t, c, sb.ID, "cut -d. -f1 /etc/debian_version; apt-get --version | head -1 | cut -d' ' -f1; test -e /var/lib/dpkg/status && echo dpkg")
+	if code != 0 || got != "12\napt\ndpkg\n" {
+		t.Errorf("debian sandbox: %q (exit %d)", got, code)
+	}
+	var uid bytes.Buffer
+	if code, err := c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"id", "-u"}, User: "user"}, &uid, &uid); err != nil || code != 0 || uid.String() != "1000\n" {
+		t.Errorf("user in the debian sandbox: %q %v", uid.String(), err)
+	}
+	c.DeleteSandbox(ctx, sb.ID)
+}

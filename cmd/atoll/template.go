@@ -33,7 +33,7 @@ sandbox from one.`,
   atoll create --template python`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newTemplateImportCmd(g), newTemplateBuildCmd(g), newTemplateLsCmd(g), newTemplateInspectCmd(g), newTemplateRmCmd(g), newTemplateTagCmd(g))
+	cmd.AddCommand(newTemplateImportCmd(g), newTemplateBuildCmd(g), newTemplateLsCmd(g), newTemplateInspectCmd(g), newTemplateRmCmd(g), newTemplateTagCmd(g), newTemplateBootstrapCmd(g))
 	return cmd
 }
 
@@ -415,4 +415,41 @@ replaced unless sandboxes use it.`,
 			return nil
 		},
 	}
+}
+
+func newTemplateBootstrapCmd(g *globals) *cobra.Command {
+	req := api.BootstrapTemplateRequest{}
+	cmd := &cobra.Command{
+		Use:   "bootstrap debian --name NAME",
+		Short: "Make a Debian base template with debootstrap",
+		Long: `Make a base template on the server with debootstrap, from a Debian package
+mirror: a real Debian with apt, for servers that cannot reach an image registry.
+The server needs the debootstrap package. debootstrap's log streams to stderr;
+the template's name is printed when it is ready.`,
+		Example: `  atoll template bootstrap debian --name debian
+  atoll template bootstrap debian --name trixie --suite trixie --mirror http://deb.debian.org/debian`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			req.Distro = args[0]
+			t, err := c.BootstrapTemplate(cmd.Context(), req, func(ev api.BuildEvent) {
+				cmd.ErrOrStderr().Write(ev.Data)
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), t.Name)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&req.Name, "name", "", "name of the template (required)")
+	f.StringVar(&req.Suite, "suite", "bookworm", "Debian suite")
+	f.StringVar(&req.Mirror, "mirror", "http://deb.debian.org/debian", "Debian mirror URL")
+	f.StringVar(&req.Variant, "variant", "minbase", "debootstrap variant: minbase or buildd")
+	cmd.MarkFlagRequired("name")
+	return cmd
 }

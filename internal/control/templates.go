@@ -248,6 +248,11 @@ func (t Templates) Build(ctx context.Context, name, dockerfile string, buildArgs
 	return t.s.buildTemplate(ctx, name, dockerfile, buildArgs, buildContext, events)
 }
 
+// Bootstrap makes a base template with debootstrap; see bootstrapTemplate.
+func (t Templates) Bootstrap(ctx context.Context, req api.BootstrapTemplateRequest, events func(api.BuildEvent)) (api.Template, error) {
+	return t.s.bootstrapTemplate(ctx, req, events)
+}
+
 // Tag gives a template a second name.
 func (t Templates) Tag(ctx context.Context, name, tag string) (api.Template, error) {
 	return t.s.tagTemplate(ctx, name, tag)

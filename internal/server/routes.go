@@ -66,6 +66,7 @@ func (s *Server) routes() []route {
 		{"GET", templatePath, true, s.getTemplate},
 		{"DELETE", templatePath, true, s.deleteTemplate},
 		{"POST", templatePath + "/tag", true, s.tagTemplate},
+		{"POST", "/v1/templates/bootstrap", true, s.bootstrapTemplate},
 	}
 	for _, ar := range agentRoutes {
 		rts = append(rts, route{ar.method, sandboxPath + ar.path, true, s.forward(strings.Contains(ar.path, "{pid}"), ar.jsonBody)})

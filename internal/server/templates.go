@@ -33,7 +33,9 @@ type Templates interface {
 	Get(ctx context.Context, name string) (api.Template, error)
 	Delete(ctx context.Context, name string) error
 	// Tag gives template name the second name tag.
-	Tag(ctx context.Context, name, tag string) (api.Template, error) // errdefs.ErrConflict while sandboxes use it
+	Tag(ctx context.Context, name, tag string) (api.Template, error)
+	// Bootstrap makes a base template with debootstrap; events carries its log.
+	Bootstrap(ctx context.Context, req api.BootstrapTemplateRequest, events func(api.BuildEvent)) (api.Template, error) // errdefs.ErrConflict while sandboxes use it
 }
 
 // templateNamePattern is the shape of template names: 1-63 characters, lower
@@ -126,6 +128,34 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) bootstrapTemplate(w http.ResponseWriter, r *http.Request) {
+	ts := s.templateStore(w)
+	if ts == nil {
+		return
+	}
+	var req api.BootstrapTemplateRequest
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := validTemplateName(req.Name); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	st := startStream[api.BuildEvent](w)
+	t, err := ts.Bootstrap(r.Context(), req, func(ev api.BuildEvent) {
+		ev.Type, ev.Template, ev.Code, ev.Message = "log", nil, "", ""
+		st.event(ev)
+	})
+	if err != nil {
+		_, body := s.errorBody(r, err)
+		st.finish(api.BuildEvent{Type: "error", Code: body.Code, Message: body.Message})
+		return
+	}
+	t = normalizeTemplate(t)
+	st.finish(api.BuildEvent{Type: "done", Template: &t})
 }
 
 func (s *Server) tagTemplate(w http.ResponseWriter, r *http.Request) {

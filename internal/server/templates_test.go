@@ -656,3 +656,15 @@ func (m *memTemplates) Tag(ctx context.Context, name, tag string) (api.Template,
 	m.tpls[tag] = t
 	return t, nil
 }
+
+func (m *memTemplates) Bootstrap(ctx context.Context, req api.BootstrapTemplateRequest, events func(api.BuildEvent)) (api.Template, error) {
+	if req.Distro != "debian" {
+		return api.Template{}, fmt.Errorf("%w: distro must be debian", errdefs.ErrInvalid)
+	}
+	events(api.BuildEvent{Type: "log", Data: []byte("I: Retrieving InRelease\n")})
+	t := api.Template{Name: req.Name, Source: "debootstrap " + req.Suite, Layers: []string{"l"}, CreatedAt: created}
+	m.mu.Lock()
+	m.tpls[req.Name] = t
+	m.mu.Unlock()
+	return t, nil
+}

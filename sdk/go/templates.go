@@ -145,6 +145,17 @@ func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
 	return c.do(ctx, request{method: "DELETE", path: templatePath(name)}, nil)
 }
 
+// BootstrapTemplate makes a base template with debootstrap on the server;
+// events receives its log.
+func (c *Client) BootstrapTemplate(ctx context.Context, req api.BootstrapTemplateRequest, events func(api.BuildEvent)) (api.Template, error) {
+	resp, err := c.send(ctx, request{method: "POST", path: "/v1/templates/bootstrap", json: req})
+	if err != nil {
+		return api.Template{}, err
+	}
+	defer resp.Body.Close()
+	return readBuild(resp.Body, events)
+}
+
 // TagTemplate gives template name the second name tag, sharing its layers.
 func (c *Client) TagTemplate(ctx context.Context, name, tag string) (api.Template, error) {
 	var t api.Template

@@ -1,0 +1,140 @@
+package control
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/layers"
+	"github.com/atoll-dev/atoll/internal/store"
+)
+
+var suiteName = regexp.MustCompile(`^[a-z][a-z0-9-]{1,31}$`)
+
+// bootstrapTemplate makes a base template with debootstrap from a Debian
+// mirror: a real Debian with apt, on hosts that cannot reach an image
+// registry. The root debootstrap writes becomes the template's one layer.
+func (s *Service) bootstrapTemplate(ctx context.Context, req api.BootstrapTemplateRequest, events func(api.BuildEvent)) (api.Template, error) {
+	if !templateName.MatchString(req.Name) || req.Name == layers.HostTemplate {
+		return api.Template{}, fmt.Errorf("%w: bad template name", errdefs.ErrInvalid)
+	}
+	if req.Distro != "debian" {
+		return api.Template{}, fmt.Errorf("%w: distro must be \"debian\"", errdefs.ErrInvalid)
+	}
+	if req.Suite == "" {
+		req.Suite = "bookworm"
+	}
+	if req.Mirror == "" {
+		req.Mirror = "http://deb.debian.org/debian"
+	}
+	if req.Variant == "" {
+		req.Variant = "minbase"
+	}
+	if !suiteName.MatchString(req.Suite) {
+		return api.Template{}, fmt.Errorf("%w: bad suite %q", errdefs.ErrInvalid, truncate(req.Suite, 32))
+	}
+	if u, err := url.Parse(req.Mirror); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return api.Template{}, fmt.Errorf("%w: the mirror must be an http(s) URL", errdefs.ErrInvalid)
+	}
+	if req.Variant != "minbase" && req.Variant != "buildd" {
+		return api.Template{}, fmt.Errorf("%w: variant must be minbase or buildd", errdefs.ErrInvalid)
+	}
+	if events == nil {
+		events = func(api.BuildEvent) {}
+	}
+	bin, err := exec.LookPath("debootstrap")
+	if err != nil {
+		return api.Template{}, fmt.Errorf("%w: debootstrap is not installed on the server (apt-get install debootstrap)", errdefs.ErrUnavailable)
+	}
+	s.tmplMu.Lock()
+	s.importing++
+	s.tmplMu.Unlock()
+	defer func() {
+		s.tmplMu.Lock()
+		s.importing--
+		s.tmplMu.Unlock()
+		s.collectLayers(context.WithoutCancel(ctx))
+	}()
+
+	dir, err := s.layers.NewLayerDir()
+	if err != nil {
+		return api.Template{}, err
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			os.RemoveAll(dir)
+		}
+	}()
+	root := filepath.Join(dir, "root")
+	cmd := exec.CommandContext(ctx, bin, "--variant="+req.Variant, req.Suite, root, req.Mirror)
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"}
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return api.Template{}, err
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		return api.Template{}, err
+	}
+	sc := bufio.NewScanner(out)
+	var last string
+	for sc.Scan() {
+		last = sc.Text()
+		events(api.BuildEvent{Type: "log", Data: append([]byte(last), '\n')})
+	}
+	if err := cmd.Wait(); err != nil {
+		return api.Template{}, fmt.Errorf("%w: debootstrap failed: %s", errdefs.ErrUnavailable, truncate(last, 200))
+	}
+	// Device nodes stay out of layers (sandboxes get their own /dev), and
+	// the downloaded packages out of the template.
+	filepath.WalkDir(filepath.Join(root, "dev"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type()&(fs.ModeDevice|fs.ModeCharDevice) != 0 {
+			os.Remove(p)
+		}
+		return nil
+	})
+	debs, _ := filepath.Glob(filepath.Join(root, "var/cache/apt/archives/*.deb"))
+	for _, d := range debs {
+		os.Remove(d)
+	}
+	h := sha256.Sum256([]byte(fmt.Sprintf("debootstrap\x00%s\x00%s\x00%s\x00%d", req.Suite, req.Mirror, req.Variant, time.Now().UnixNano())))
+	id := hex.EncodeToString(h[:])
+	if err := s.layers.CommitLayer(id, root); err != nil {
+		return api.Template{}, err
+	}
+	committed = true
+	os.RemoveAll(dir)
+	if _, err := s.layers.ImageTemplate(req.Name, []string{id}); err != nil {
+		return api.Template{}, err
+	}
+	t := store.Template{
+		Name: req.Name, Source: "debootstrap " + req.Suite + " " + req.Mirror, Layers: []string{id},
+		Config:    store.TemplateConfig{Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"}},
+		CreatedAt: time.Now().UTC(),
+	}
+	s.tmplMu.Lock()
+	defer s.tmplMu.Unlock()
+	if old, err := s.store.GetTemplate(ctx, req.Name); err == nil {
+		if err := s.store.DeleteTemplate(ctx, req.Name); err != nil {
+			return api.Template{}, err
+		}
+		_ = s.layers.RemoveImageTemplate(old.Name, old.Layers)
+	}
+	if err := s.store.PutTemplate(ctx, t); err != nil {
+		return api.Template{}, err
+	}
+	return apiTemplate(t, 0), nil
+}
