@@ -202,8 +202,11 @@ type Template struct {
 	// StartCmd is started in the background when a sandbox boots, and
 	// ReadyCmd must then exit 0 before create returns (Dockerfile LABELs
 	// atoll.start and atoll.ready).
-	StartCmd  string    `json:"start_cmd,omitempty"`
-	ReadyCmd  string    `json:"ready_cmd,omitempty"`
+	StartCmd string `json:"start_cmd,omitempty"`
+	ReadyCmd string `json:"ready_cmd,omitempty"`
+	// PoolSize sandboxes of it are kept started, past their ready command,
+	// ahead of demand (Dockerfile LABEL atoll.pool).
+	PoolSize  int       `json:"pool_size,omitempty"`
 	Sandboxes int       `json:"sandboxes"` // how many sandboxes use it
 	CreatedAt time.Time `json:"created_at"`
 }

@@ -125,15 +125,7 @@ func (s *Service) bootstrapTemplate(ctx context.Context, req api.BootstrapTempla
 		Config:    store.TemplateConfig{Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"}},
 		CreatedAt: time.Now().UTC(),
 	}
-	s.tmplMu.Lock()
-	defer s.tmplMu.Unlock()
-	if old, err := s.store.GetTemplate(ctx, req.Name); err == nil {
-		if err := s.store.DeleteTemplate(ctx, req.Name); err != nil {
-			return api.Template{}, err
-		}
-		_ = s.layers.RemoveImageTemplate(old.Name, old.Layers)
-	}
-	if err := s.store.PutTemplate(ctx, t); err != nil {
+	if err := s.replaceTemplate(ctx, t); err != nil {
 		return api.Template{}, err
 	}
 	return apiTemplate(t, 0), nil

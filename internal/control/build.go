@@ -45,6 +45,7 @@ type buildState struct {
 	entry   []string
 	start   string // LABEL atoll.start
 	ready   string // LABEL atoll.ready
+	pool    int    // LABEL atoll.pool
 }
 
 func (b *buildState) envMap() map[string]string {
@@ -145,7 +146,7 @@ func (s *Service) buildTemplate(ctx context.Context, name, dockerfilePath string
 		Name: name, Source: "build", Layers: st.layers, Size: size,
 		Config: store.TemplateConfig{
 			Base: st.base, Env: st.env, Workdir: st.workdir, User: st.user, Entrypoint: st.entry, Cmd: st.cmd,
-			StartCmd: st.start, ReadyCmd: st.ready,
+			StartCmd: st.start, ReadyCmd: st.ready, PoolSize: st.pool,
 		},
 		CreatedAt: time.Now().UTC(),
 	}
@@ -154,14 +155,7 @@ func (s *Service) buildTemplate(ctx context.Context, name, dockerfilePath string
 			return api.Template{}, err
 		}
 	}
-	s.tmplMu.Lock()
-	defer s.tmplMu.Unlock()
-	if _, err := s.store.GetTemplate(ctx, name); err == nil {
-		if err := s.store.DeleteTemplate(ctx, name); err != nil {
-			return api.Template{}, err
-		}
-	}
-	if err := s.store.PutTemplate(ctx, t); err != nil {
+	if err := s.replaceTemplate(ctx, t); err != nil {
 		return api.Template{}, err
 	}
 	return apiTemplate(t, 0), nil
@@ -233,6 +227,12 @@ func (s *Service) buildConfig(ctx context.Context, st *buildState, in dockerfile
 				st.start = v
 			case "atoll.ready":
 				st.ready = v
+			case "atoll.pool":
+				n, err := strconv.Atoi(v)
+				if err != nil || n < 0 || n > 64 {
+					return false, fmt.Errorf("%w: atoll.pool must be a number from 0 to 64", errdefs.ErrInvalid)
+				}
+				st.pool = n
 			}
 		}
 		return false, nil
@@ -289,7 +289,7 @@ func (s *Service) buildFrom(ctx context.Context, st *buildState, ref string) err
 		st.layers = append([]string(nil), t.Layers...)
 		st.env = append([]string(nil), t.Config.Env...)
 		st.workdir, st.user, st.cmd, st.entry = t.Config.Workdir, t.Config.User, t.Config.Cmd, t.Config.Entrypoint
-		st.start, st.ready = t.Config.StartCmd, t.Config.ReadyCmd
+		st.start, st.ready, st.pool = t.Config.StartCmd, t.Config.ReadyCmd, t.Config.PoolSize
 		st.chain(append([]string{"FROM", st.base}, st.layers...)...)
 		return nil
 	}

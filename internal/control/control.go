@@ -68,9 +68,10 @@ type Service struct {
 
 	poolSize int
 	poolWake chan struct{}
-	// poolMu guards pool, the IDs of pooled sandboxes ready to hand out.
+	// poolMu guards pool, the IDs of pooled sandboxes ready to hand out, by
+	// template.
 	poolMu sync.Mutex
-	pool   []string
+	pool   map[string][]string
 }
 
 // uidBase is the first host uid of sandbox ranges: far above the ids a host
@@ -113,6 +114,7 @@ func New(cfg Config) (*Service, error) {
 		log:       cfg.Logger,
 		locks:     map[string]*sync.Mutex{},
 		poolSize:  cfg.WarmPool,
+		pool:      map[string][]string{},
 		poolWake:  make(chan struct{}, 1),
 	}
 	for _, r := range cfg.Runtimes {

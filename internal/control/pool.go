@@ -14,11 +14,14 @@ import (
 	"github.com/atoll-dev/atoll/internal/store"
 )
 
-// The warm pool keeps a few sandboxes of the default template and runtime
-// started ahead of demand, so that a create which matches hands one out in a
-// few milliseconds: it gets its ID, limits, disk quota, environment and labels,
-// and becomes visible. Pooled sandboxes are in the store (so a crash can clean
-// them up) in a state the API never shows; a restart discards them.
+// The warm pool keeps sandboxes started ahead of demand, so that a create
+// which matches hands one out in a few milliseconds: it gets its ID, limits,
+// disk quota, environment and labels, and becomes visible. The default
+// template keeps --warm-pool of them; another template keeps as many as its
+// pool size says (LABEL atoll.pool in its Dockerfile), already past its start
+// and ready commands: such sandboxes start warm. Pooled sandboxes are in the
+// store (so a crash can clean them up) in a state the API never shows; a
+// restart discards them.
 const statePooled = "pooled"
 
 // poolWeight is the CPU weight of a pooled sandbox (default 100): filling the
@@ -29,36 +32,83 @@ const poolWeight = 5
 // starts a replacement.
 const refillDelay = 100 * time.Millisecond
 
-// fillPool tops the pool up to its size, one sandbox at a time.
+// poolTargets is how many pooled sandboxes each template should have.
+func (s *Service) poolTargets(ctx context.Context) map[string]int {
+	targets := map[string]int{}
+	if s.poolSize > 0 {
+		targets[s.defaults.Template] = s.poolSize
+	}
+	ts, err := s.store.ListTemplates(ctx)
+	if err != nil {
+		return targets
+	}
+	for _, t := range ts {
+		if t.Config.PoolSize > 0 {
+			targets[t.Name] = t.Config.PoolSize
+		}
+	}
+	return targets
+}
+
+// fillPool tops each template's pool up to its size, one sandbox at a time.
 func (s *Service) fillPool(ctx context.Context) {
-	for ctx.Err() == nil {
-		s.poolMu.Lock()
-		short := len(s.pool) < s.poolSize
-		s.poolMu.Unlock()
-		if !short {
-			return
+	for name, want := range s.poolTargets(ctx) {
+		for ctx.Err() == nil {
+			s.poolMu.Lock()
+			short := len(s.pool[name]) < want
+			s.poolMu.Unlock()
+			if !short {
+				break
+			}
+			id, err := s.createPooled(ctx, name)
+			if err != nil {
+				s.log.Warn("filling warm pool", "template", name, "err", err)
+				break
+			}
+			if s.poolTargets(ctx)[name] == 0 {
+				// The template went while its sandbox started.
+				s.drainPool(ctx, name)
+				break
+			}
+			s.poolMu.Lock()
+			s.pool[name] = append(s.pool[name], id)
+			s.poolMu.Unlock()
 		}
-		id, err := s.createPooled(ctx)
-		if err != nil {
-			s.log.Warn("filling warm pool", "err", err)
-			return
-		}
-		s.poolMu.Lock()
-		s.pool = append(s.pool, id)
-		s.poolMu.Unlock()
 	}
 }
 
-func (s *Service) createPooled(ctx context.Context) (string, error) {
+// drainPool discards the pooled sandboxes of template name, whose layers are
+// about to change or go, including any the filler is just finishing.
+func (s *Service) drainPool(ctx context.Context, name string) {
+	s.poolMu.Lock()
+	delete(s.pool, name)
+	s.poolMu.Unlock()
+	sbs, err := s.store.List(ctx)
+	if err != nil {
+		return
+	}
+	for _, sb := range sbs {
+		if sb.State != statePooled || sb.Template != name {
+			continue
+		}
+		unlock := s.lock(sb.ID)
+		if cur, err := s.store.Get(ctx, sb.ID); err == nil && cur.State == statePooled {
+			s.discard(ctx, cur)
+		}
+		unlock()
+	}
+}
+
+func (s *Service) createPooled(ctx context.Context, template string) (string, error) {
 	// Once begun, finish: a half-made sandbox is cleaned up only at restart.
 	ctx = context.WithoutCancel(ctx)
 	d := s.defaults
-	tmpl, err := s.template(ctx, d.Template)
+	tmpl, err := s.template(ctx, template)
 	if err != nil {
 		return "", err
 	}
 	sb := store.Sandbox{Sandbox: api.Sandbox{
-		ID: newID(), State: statePooled, Template: d.Template, Runtime: d.Runtime,
+		ID: newID(), State: statePooled, Template: template, Runtime: d.Runtime,
 		CPU: d.CPU, MemoryMiB: d.MemoryMiB, DiskGiB: d.DiskGiB, PIDs: d.PIDs, CreatedAt: time.Now().UTC(),
 	}}
 	unlock := s.lock(sb.ID)
@@ -82,17 +132,17 @@ func (s *Service) createPooled(ctx context.Context) (string, error) {
 
 // takePooled hands out a pooled sandbox for req if one fits, or returns ok false.
 func (s *Service) takePooled(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, bool) {
-	if s.poolSize == 0 || req.Template != s.defaults.Template || req.Runtime != s.defaults.Runtime {
+	if req.Runtime != s.defaults.Runtime {
 		return api.Sandbox{}, false
 	}
 	for {
 		s.poolMu.Lock()
-		if len(s.pool) == 0 {
+		if len(s.pool[req.Template]) == 0 {
 			s.poolMu.Unlock()
 			return api.Sandbox{}, false
 		}
-		id := s.pool[0]
-		s.pool = s.pool[1:]
+		id := s.pool[req.Template][0]
+		s.pool[req.Template] = s.pool[req.Template][1:]
 		s.poolMu.Unlock()
 		s.wakePool()
 		sb, err := s.adoptPooled(ctx, id, req)

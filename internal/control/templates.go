@@ -74,18 +74,7 @@ func (s *Service) importTemplate(ctx context.Context, req api.ImportTemplateRequ
 		},
 		CreatedAt: time.Now().UTC(),
 	}
-	s.tmplMu.Lock()
-	defer s.tmplMu.Unlock()
-	if old, err := s.store.GetTemplate(ctx, req.Name); err == nil {
-		// Replacing: only while nothing uses the old one.
-		if err := s.store.DeleteTemplate(ctx, req.Name); err != nil {
-			return api.Template{}, err
-		}
-		if strings.Join(old.Layers, ",") != strings.Join(t.Layers, ",") {
-			_ = s.layers.RemoveImageTemplate(old.Name, old.Layers)
-		}
-	}
-	if err := s.store.PutTemplate(ctx, t); err != nil {
+	if err := s.replaceTemplate(ctx, t); err != nil {
 		return api.Template{}, err
 	}
 	return apiTemplate(t, 0), nil
@@ -130,6 +119,7 @@ func (s *Service) deleteTemplate(ctx context.Context, name string) error {
 	if name == layers.HostTemplate {
 		return fmt.Errorf("%w: the built-in template cannot be deleted", errdefs.ErrConflict)
 	}
+	s.drainPool(ctx, name)
 	s.tmplMu.Lock()
 	t, err := s.store.GetTemplate(ctx, name)
 	if err == nil {
@@ -139,6 +129,8 @@ func (s *Service) deleteTemplate(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	// A pooled sandbox may have been finishing while the template went.
+	s.drainPool(ctx, name)
 	if err := s.layers.RemoveImageTemplate(t.Name, t.Layers); err != nil {
 		s.log.Warn("removing template layer", "template", name, "err", err)
 	}
@@ -220,6 +212,7 @@ func apiTemplate(t store.Template, users int) api.Template {
 		Name: t.Name, Source: t.Source, Digest: t.Digest, Layers: t.Layers, Size: t.Size,
 		Env: t.Config.Env, Workdir: t.Config.Workdir, User: t.Config.User,
 		Entrypoint: t.Config.Entrypoint, Cmd: t.Config.Cmd, StartCmd: t.Config.StartCmd, ReadyCmd: t.Config.ReadyCmd,
+		PoolSize:  t.Config.PoolSize,
 		Sandboxes: users, CreatedAt: t.CreatedAt,
 	}
 }
@@ -281,15 +274,36 @@ func (s *Service) tagTemplate(ctx context.Context, name, tag string) (api.Templa
 	if tag == name {
 		return apiTemplate(t, 0), nil
 	}
-	if old, err := s.store.GetTemplate(ctx, tag); err == nil {
-		if err := s.store.DeleteTemplate(ctx, tag); err != nil {
-			return api.Template{}, err
-		}
-		_ = s.layers.RemoveImageTemplate(old.Name, old.Layers)
-	}
+	s.tmplMu.Unlock()
 	t.Name, t.CreatedAt = tag, time.Now().UTC()
-	if err := s.store.PutTemplate(ctx, t); err != nil {
+	err = s.replaceTemplate(ctx, t)
+	s.tmplMu.Lock() // for the deferred unlock
+	if err != nil {
 		return api.Template{}, err
 	}
 	return apiTemplate(t, 0), nil
+}
+
+// replaceTemplate records t, replacing a template of its name that no sandbox
+// uses: that one's pooled sandboxes and top layer go. The pool then fills
+// for t if t asks for one.
+func (s *Service) replaceTemplate(ctx context.Context, t store.Template) error {
+	s.drainPool(ctx, t.Name)
+	s.tmplMu.Lock()
+	defer s.tmplMu.Unlock()
+	if old, err := s.store.GetTemplate(ctx, t.Name); err == nil {
+		if err := s.store.DeleteTemplate(ctx, t.Name); err != nil {
+			return err
+		}
+		if strings.Join(old.Layers, ",") != strings.Join(t.Layers, ",") {
+			_ = s.layers.RemoveImageTemplate(old.Name, old.Layers)
+		}
+	}
+	if err := s.store.PutTemplate(ctx, t); err != nil {
+		return err
+	}
+	if t.Config.PoolSize > 0 {
+		s.wakePool()
+	}
+	return nil
 }

@@ -383,6 +383,7 @@ type TemplateConfig struct {
 	Cmd        []string `json:"cmd,omitempty"`
 	StartCmd   string   `json:"start_cmd,omitempty"`
 	ReadyCmd   string   `json:"ready_cmd,omitempty"`
+	PoolSize   int      `json:"pool_size,omitempty"` // sandboxes kept started ahead of demand
 }
 
 // PutTemplate records a template, replacing one of the same name.
@@ -422,7 +423,8 @@ func (s *Store) DeleteTemplate(ctx context.Context, name string) error {
 	}
 	defer tx.Rollback()
 	var n int
-	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE template = ?`, name).Scan(&n); err != nil {
+	// Pooled sandboxes do not count: the caller discards them.
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE template = ? AND state != 'pooled'`, name).Scan(&n); err != nil {
 		return err
 	}
 	if n > 0 {
