@@ -189,16 +189,19 @@ type Health struct {
 
 // Template is a template as the API reports it: what sandboxes are made from.
 type Template struct {
-	Name       string   `json:"name"`
-	Source     string   `json:"source"`           // "builtin", or the image reference or archive it was imported from
-	Digest     string   `json:"digest,omitempty"` // image manifest digest
-	Layers     []string `json:"layers"`           // layer IDs (sha256 of the uncompressed layer), bottom first
-	Size       int64    `json:"size"`             // bytes of its layers, unpacked
-	Env        []string `json:"env,omitempty"`    // image Env: default environment of its processes
-	Workdir    string   `json:"workdir,omitempty"`
-	User       string   `json:"user,omitempty"`
-	Entrypoint []string `json:"entrypoint,omitempty"`
-	Cmd        []string `json:"cmd,omitempty"`
+	Name   string   `json:"name"`
+	Source string   `json:"source"`           // "builtin", or the image reference or archive it was imported from
+	Digest string   `json:"digest,omitempty"` // image manifest digest
+	Layers []string `json:"layers"`           // layer IDs (sha256 of the uncompressed layer), bottom first
+	Size   int64    `json:"size"`             // bytes of its layers, unpacked
+	// SharedLayers counts its layers that other templates use too: stored
+	// once, for all of them.
+	SharedLayers int      `json:"shared_layers"`
+	Env          []string `json:"env,omitempty"` // image Env: default environment of its processes
+	Workdir      string   `json:"workdir,omitempty"`
+	User         string   `json:"user,omitempty"`
+	Entrypoint   []string `json:"entrypoint,omitempty"`
+	Cmd          []string `json:"cmd,omitempty"`
 	// StartCmd is started in the background when a sandbox boots, and
 	// ReadyCmd must then exit 0 before create returns (Dockerfile LABELs
 	// atoll.start and atoll.ready).

@@ -2,9 +2,9 @@ package main
 
 import (
 	"archive/tar"
-	"compress/gzip"
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -778,6 +778,38 @@ func TestTemplateImport(t *testing.T) {
 	if out, code := d.cli("template", "import", ref.String(), "--name", "hello", "--insecure"); code != 0 {
 		t.Fatalf("template import: %s", out)
 	}
+
+	// A private registry: basic auth in front of the same registry.
+	private := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != "agent" || p != "s3cret" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		r2 := r.Clone(r.Context())
+		r2.URL.Scheme, r2.URL.Host = "http", strings.TrimPrefix(reg.URL, "http://")
+		resp, err := http.DefaultTransport.RoundTrip(r2)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		io.Copy(w, resp.Body)
+	}))
+	defer private.Close()
+	privRef := strings.TrimPrefix(private.URL, "http://") + "/test/hello:v1"
+	if _, err := c.ImportTemplate(ctx, api.ImportTemplateRequest{Name: "priv", Ref: privRef, Insecure: true}, nil); !errors.Is(err, atoll.ErrUnauthorized) {
+		t.Errorf("import from a private registry without credentials: %v, want unauthorized", err)
+	}
+	if _, err := c.ImportTemplate(ctx, api.ImportTemplateRequest{Name: "priv", Ref: privRef, Insecure: true, Username: "agent", Password: "s3cret"}, nil); err != nil {
+		t.Errorf("import from a private registry with credentials: %v", err)
+	} else if err := c.DeleteTemplate(ctx, "priv"); err != nil {
+		t.Error(err)
+	}
 	archive := filepath.Join(testenv.Dir(t), "hello.tar")
 	if err := tarball.WriteToFile(archive, ref, img); err != nil {
 		t.Fatal(err)
@@ -834,7 +866,7 @@ func TestTemplateImport(t *testing.T) {
 	if _, err := c.GetTemplate(ctx, "hello"); err != nil {
 		t.Errorf("template after deleting its tag: %v", err)
 	}
-	if len(t1.Layers) != 2 || t1.Workdir != "/app" || t1.User != "app" {
+	if len(t1.Layers) != 2 || t1.SharedLayers != 2 || t1.Workdir != "/app" || t1.User != "app" {
 		t.Errorf("template: %+v", t1)
 	}
 	for _, tmpl := range []string{"hello", "hello2"} {

@@ -126,10 +126,10 @@ func ago(t, now time.Time) string {
 // renderTemplates writes templates as a table for people.
 func renderTemplates(w io.Writer, ts []api.Template, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSOURCE\tLAYERS\tSIZE\tSANDBOXES\tCREATED")
+	fmt.Fprintln(tw, "NAME\tSOURCE\tLAYERS\tSHARED\tSIZE\tSANDBOXES\tCREATED")
 	for _, t := range ts {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", t.Name, orDash(t.Source), len(t.Layers),
-			formatSize(t.Size), t.Sandboxes, ago(t.CreatedAt, now))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%s\n", t.Name, orDash(t.Source), len(t.Layers),
+			t.SharedLayers, formatSize(t.Size), t.Sandboxes, ago(t.CreatedAt, now))
 	}
 	return tw.Flush()
 }

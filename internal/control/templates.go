@@ -91,8 +91,11 @@ func (s *Service) listTemplates(ctx context.Context) ([]api.Template, error) {
 		return nil, err
 	}
 	out := []api.Template{s.hostTemplate(users[layers.HostTemplate])}
+	owners := layerOwners(ts)
 	for _, t := range ts {
-		out = append(out, apiTemplate(t, users[t.Name]))
+		at := apiTemplate(t, users[t.Name])
+		at.SharedLayers = sharedLayers(t, owners)
+		out = append(out, at)
 	}
 	return out, nil
 }
@@ -110,7 +113,13 @@ func (s *Service) getTemplate(ctx context.Context, name string) (api.Template, e
 	if err != nil {
 		return api.Template{}, err
 	}
-	return apiTemplate(t, users[name]), nil
+	ts, err := s.store.ListTemplates(ctx)
+	if err != nil {
+		return api.Template{}, err
+	}
+	at := apiTemplate(t, users[name])
+	at.SharedLayers = sharedLayers(t, layerOwners(ts))
+	return at, nil
 }
 
 // deleteTemplate removes an imported template that no sandbox uses, and the
@@ -306,4 +315,32 @@ func (s *Service) replaceTemplate(ctx context.Context, t store.Template) error {
 		s.wakePool()
 	}
 	return nil
+}
+
+// layerOwners counts the templates that use each layer.
+func layerOwners(ts []store.Template) map[string]int {
+	owners := map[string]int{}
+	for _, t := range ts {
+		seen := map[string]bool{}
+		for _, l := range t.Layers {
+			if !seen[l] {
+				seen[l] = true
+				owners[l]++
+			}
+		}
+	}
+	return owners
+}
+
+// sharedLayers counts t's layers that other templates use too.
+func sharedLayers(t store.Template, owners map[string]int) int {
+	n := 0
+	seen := map[string]bool{}
+	for _, l := range t.Layers {
+		if !seen[l] && owners[l] > 1 {
+			n++
+		}
+		seen[l] = true
+	}
+	return n
 }
