@@ -12,6 +12,7 @@ const (
 	StateStarting = "starting"
 	StateRunning  = "running"
 	StateStopping = "stopping"
+	StatePaused   = "paused"
 	StateStopped  = "stopped"
 	StateDeleting = "deleting"
 	StateError    = "error"
@@ -39,6 +40,7 @@ type Sandbox struct {
 // server's defaults.
 type CreateSandboxRequest struct {
 	Template  string            `json:"template,omitempty"` // default "host"
+	Snapshot  string            `json:"snapshot,omitempty"` // start from this snapshot's files (and its template)
 	Runtime   string            `json:"runtime,omitempty"`  // default "ns"
 	CPU       float64           `json:"cpu,omitempty"`
 	MemoryMiB int64             `json:"memory_mib,omitempty"`
@@ -278,4 +280,36 @@ type BootstrapTemplateRequest struct {
 	Suite   string `json:"suite,omitempty"`   // default "bookworm"
 	Mirror  string `json:"mirror,omitempty"`  // default http://deb.debian.org/debian
 	Variant string `json:"variant,omitempty"` // debootstrap --variant: "minbase" (default) or "buildd"
+}
+
+// Snapshot is an immutable copy of a sandbox's files at one instant.
+type Snapshot struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name,omitempty"`
+	SandboxID string    `json:"sandbox_id"` // the sandbox it was taken of (which may be gone)
+	Template  string    `json:"template"`
+	Sandboxes int       `json:"sandboxes"` // sandboxes created from it
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// SnapshotList is the body of GET /v1/snapshots.
+type SnapshotList struct {
+	Snapshots []Snapshot `json:"snapshots"`
+}
+
+// CreateSnapshotRequest is the body of POST /v1/sandboxes/{id}/snapshots (may
+// be empty).
+type CreateSnapshotRequest struct {
+	Name string `json:"name,omitempty"`
+}
+
+// ForkRequest is the body of POST /v1/sandboxes/{id}/fork.
+type ForkRequest struct {
+	Count  int               `json:"count,omitempty"` // default 1, at most 100
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// RestoreRequest is the body of POST /v1/sandboxes/{id}/restore.
+type RestoreRequest struct {
+	Snapshot string `json:"snapshot"`
 }
