@@ -66,6 +66,8 @@ directory (--data).`,
   atoll exec $id -- uname -a
   atoll cp ./src $id:/work/src
   atoll shell $id
+  atoll snapshot create $id --name clean
+  atoll fork $id -n 4
   atoll rm $id
   atoll template import docker.io/library/python:3.12-slim --name python`,
 		SilenceUsage:      true,
@@ -78,8 +80,13 @@ directory (--data).`,
 	pf.StringVar(&g.data, "data", "/var/lib/atoll", "data directory of the local server")
 
 	root.AddGroup(&cobra.Group{ID: "sandboxes", Title: "Sandboxes:"}, &cobra.Group{ID: "inside", Title: "Inside a sandbox:"})
-	for _, c := range []*cobra.Command{newCreateCmd(g), newLsCmd(g), newInspectCmd(g), newStopCmd(g), newStartCmd(g), newRmCmd(g)} {
+	for _, c := range []*cobra.Command{newCreateCmd(g), newLsCmd(g), newInspectCmd(g), newStopCmd(g), newStartCmd(g), newPauseCmd(g), newResumeCmd(g), newRmCmd(g)} {
 		c.GroupID = "sandboxes"
+		root.AddCommand(c)
+	}
+	root.AddGroup(&cobra.Group{ID: "snapshots", Title: "Snapshots and forks:"})
+	for _, c := range []*cobra.Command{newSnapshotCmd(g), newForkCmd(g), newRestoreCmd(g)} {
+		c.GroupID = "snapshots"
 		root.AddCommand(c)
 	}
 	for _, c := range []*cobra.Command{newExecCmd(g), newShellCmd(g), newCpCmd(g)} {

@@ -40,6 +40,7 @@ func golden(t *testing.T, name, got string) {
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{
 		{}, {"create"}, {"ls"}, {"inspect"}, {"exec"}, {"shell"}, {"cp"}, {"stop"}, {"start"}, {"rm"},
+		{"pause"}, {"resume"}, {"fork"}, {"restore"}, {"snapshot"}, {"snapshot", "create"}, {"snapshot", "ls"}, {"snapshot", "rm"},
 		{"template"}, {"template", "import"}, {"template", "build"}, {"template", "ls"}, {"template", "inspect"}, {"template", "rm"},
 	} {
 		name := "help-" + strings.Join(append([]string{"atoll"}, args...), "-")
@@ -118,6 +119,35 @@ func TestRenderInspect(t *testing.T) {
 			t.Errorf("%s shows an environment value", name)
 		}
 		golden(t, name, b.String())
+	}
+}
+
+func TestRenderSnapshots(t *testing.T) {
+	snaps := []api.Snapshot{
+		{ID: "7h2k9x0q1w8e5r4t6y0u", Name: "deps-installed", SandboxID: "3k9x2m7q1w8e5r4t6y0u", Template: "python:3.12", Sandboxes: 2, CreatedAt: now.Add(-26 * time.Hour)},
+		{ID: "p0o9i8u7y6t5r4e3w2q1", SandboxID: "a0b1c2d3e4f5g6h7i8j9", Template: "host", CreatedAt: now.Add(-5 * time.Minute)},
+	}
+	var b bytes.Buffer
+	if err := renderSnapshots(&b, snaps, now); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "snapshot-ls", b.String())
+	b.Reset()
+	renderSnapshots(&b, nil, now)
+	golden(t, "snapshot-ls-empty", b.String())
+}
+
+func TestForkCount(t *testing.T) {
+	for _, n := range []string{"0", "-1", "101", "10000"} {
+		root := newRootCmd()
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(&out)
+		root.SetArgs([]string{"fork", "3k9x2m7q1w8e5r4t6y0u", "-n", n, "--url", "http://127.0.0.1:1"})
+		err := root.Execute()
+		if err == nil || !strings.Contains(err.Error(), "want 1 to 100") {
+			t.Errorf("fork -n %s: %v, want a count error", n, err)
+		}
 	}
 }
 

@@ -134,6 +134,17 @@ func renderTemplates(w io.Writer, ts []api.Template, now time.Time) error {
 	return tw.Flush()
 }
 
+// renderSnapshots writes snapshots as a table for people.
+func renderSnapshots(w io.Writer, snaps []api.Snapshot, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tSANDBOX\tTEMPLATE\tSANDBOXES\tCREATED")
+	for _, s := range snaps {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", s.ID, orDash(s.Name), orDash(s.SandboxID),
+			orDash(s.Template), s.Sandboxes, ago(s.CreatedAt, now))
+	}
+	return tw.Flush()
+}
+
 // renderTemplate writes one template as aligned "Key: value" lines, its
 // layers one per line.
 func renderTemplate(w io.Writer, t api.Template, now time.Time) error {

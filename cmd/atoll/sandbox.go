@@ -16,11 +16,13 @@ func newCreateCmd(g *globals) *cobra.Command {
 	var req api.CreateSandboxRequest
 	var env, labels []string
 	cmd := &cobra.Command{
-		Use:     "create [flags]",
-		Short:   "Create and start a sandbox",
-		Long:    `Create a sandbox, start it and print its ID. Unset limits take the server's defaults.`,
-		Example: `  atoll create --template host --cpu 2 --memory 2048 --env LANG=C.UTF-8 --label team=infra`,
-		Args:    cobra.NoArgs,
+		Use:   "create [flags]",
+		Short: "Create and start a sandbox",
+		Long: `Create a sandbox, start it and print its ID. Unset limits take the server's defaults.
+With --snapshot it starts from a snapshot's files and that snapshot's template.`,
+		Example: `  atoll create --template host --cpu 2 --memory 2048 --env LANG=C.UTF-8 --label team=infra
+  atoll create --snapshot 7h2k9x0q1w8e5r4t6y0u`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
 			if req.Env, err = keyValues("--env", env); err != nil {
@@ -43,6 +45,7 @@ func newCreateCmd(g *globals) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&req.Template, "template", "", `template to start from (server default "host")`)
+	f.StringVar(&req.Snapshot, "snapshot", "", "snapshot to start from (see \"atoll snapshot ls\")")
 	f.StringVar(&req.Runtime, "runtime", "", `runtime: ns, gvisor or vm (server default "ns")`)
 	f.Float64Var(&req.CPU, "cpu", 0, "CPU cores")
 	f.Int64Var(&req.MemoryMiB, "memory", 0, "memory in MiB, without swap")
@@ -111,7 +114,7 @@ func newLsCmd(g *globals) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.State, "state", "", "only sandboxes in this state (creating, running, stopping, stopped, deleting, error)")
+	f.StringVar(&opts.State, "state", "", "only sandboxes in this state (creating, starting, running, stopping, paused, stopped, deleting, error)")
 	f.StringArrayVar(&labels, "label", nil, "only sandboxes with label k=v (repeatable; all must match)")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	f.BoolVarP(&quiet, "quiet", "q", false, "print IDs only")

@@ -295,6 +295,26 @@ func (noSandboxes) Start(context.Context, string) (api.Sandbox, error) {
 	return api.Sandbox{}, errdefs.ErrNotFound
 }
 func (noSandboxes) Delete(context.Context, string) error { return errdefs.ErrNotFound }
+func (noSandboxes) Pause(context.Context, string) (api.Sandbox, error) {
+	return api.Sandbox{}, errdefs.ErrNotFound
+}
+func (noSandboxes) Resume(context.Context, string) (api.Sandbox, error) {
+	return api.Sandbox{}, errdefs.ErrNotFound
+}
+func (noSandboxes) Fork(context.Context, string, api.ForkRequest) ([]api.Sandbox, error) {
+	return nil, errdefs.ErrNotFound
+}
+func (noSandboxes) Restore(context.Context, string, api.RestoreRequest) (api.Sandbox, error) {
+	return api.Sandbox{}, errdefs.ErrNotFound
+}
+func (noSandboxes) CreateSnapshot(context.Context, string, api.CreateSnapshotRequest) (api.Snapshot, error) {
+	return api.Snapshot{}, errdefs.ErrNotFound
+}
+func (noSandboxes) ListSnapshots(context.Context, string) ([]api.Snapshot, error) { return nil, nil }
+func (noSandboxes) GetSnapshot(context.Context, string) (api.Snapshot, error) {
+	return api.Snapshot{}, errdefs.ErrNotFound
+}
+func (noSandboxes) DeleteSnapshot(context.Context, string) error { return errdefs.ErrNotFound }
 func (noSandboxes) AgentDialer(context.Context, string) (func(context.Context) (net.Conn, error), error) {
 	return nil, errdefs.ErrNotFound
 }

@@ -171,7 +171,7 @@ func (s *Service) reapDead(ctx context.Context) {
 		return
 	}
 	for _, sb := range sbs {
-		if sb.State != api.StateRunning {
+		if sb.State != api.StateRunning && sb.State != api.StatePaused {
 			continue
 		}
 		rt := s.runtimes[sb.Runtime]
@@ -180,7 +180,7 @@ func (s *Service) reapDead(ctx context.Context) {
 		}
 		unlock := s.lock(sb.ID)
 		cur, err := s.store.Get(ctx, sb.ID)
-		if err == nil && cur.State == api.StateRunning && !rt.Alive(instance(cur)) {
+		if err == nil && (cur.State == api.StateRunning || cur.State == api.StatePaused) && !rt.Alive(instance(cur)) {
 			s.log.Warn("sandbox init exited; marking stopped", "sandbox", cur.ID)
 			_ = s.stopLocked(ctx, &cur, "init exited")
 		}
@@ -273,6 +273,20 @@ func validLabelKey(k string) bool {
 
 // Create makes a sandbox and returns once its agent answers.
 func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	var snap store.Snapshot
+	if req.Snapshot != "" {
+		if err := checkID(req.Snapshot); err != nil {
+			return api.Sandbox{}, err
+		}
+		var err error
+		if snap, err = s.store.GetSnapshot(ctx, req.Snapshot); err != nil {
+			return api.Sandbox{}, err
+		}
+		if req.Template != "" && req.Template != snap.Template {
+			return api.Sandbox{}, fmt.Errorf("%w: snapshot %s is of template %s, not %s", errdefs.ErrInvalid, snap.ID, snap.Template, req.Template)
+		}
+		req.Template = snap.Template
+	}
 	if err := s.validate(&req); err != nil {
 		return api.Sandbox{}, err
 	}
@@ -280,8 +294,10 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	if sb, ok := s.takePooled(context.WithoutCancel(ctx), req); ok {
-		return sb, nil
+	if req.Snapshot == "" {
+		if sb, ok := s.takePooled(context.WithoutCancel(ctx), req); ok {
+			return sb, nil
+		}
 	}
 	// The work goes on if the client hangs up: a half-made sandbox would be
 	// worse than an unwanted whole one, which the client can delete.
@@ -298,6 +314,12 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 		return api.Sandbox{}, err
 	}
 	s.log.Debug("recorded", "sandbox", sb.ID, "op", "create", "ms", ms(t0))
+	if req.Snapshot != "" {
+		if _, err := s.layers.WritableFromSnapshot(snap.ID, sb.ID, sb.DiskGiB<<30); err != nil {
+			s.discard(ctx, sb)
+			return api.Sandbox{}, err
+		}
+	}
 	if err := s.startLocked(ctx, &sb, tmpl, api.StateCreating, api.StateRunning, 0); err != nil {
 		s.discard(ctx, sb)
 		return api.Sandbox{}, err
@@ -463,11 +485,14 @@ func (s *Service) acquire(ctx context.Context, id, want string) (sb store.Sandbo
 // Stop ends a running sandbox's processes and keeps its files.
 func (s *Service) Stop(ctx context.Context, id string) (api.Sandbox, error) {
 	ctx = context.WithoutCancel(ctx)
-	sb, unlock, err := s.acquire(ctx, id, api.StateRunning)
+	sb, unlock, err := s.acquire(ctx, id, "")
 	if err != nil {
 		return api.Sandbox{}, err
 	}
 	defer unlock()
+	if sb.State != api.StateRunning && sb.State != api.StatePaused {
+		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s, not running", errdefs.ErrConflict, id, sb.State)
+	}
 	if err := s.stopLocked(ctx, &sb, ""); err != nil {
 		return api.Sandbox{}, err
 	}
@@ -603,7 +628,7 @@ func (s *Service) Recover(ctx context.Context) error {
 		case api.StateStarting, api.StateStopping:
 			s.log.Info("finishing interrupted start/stop as stopped", "sandbox", sb.ID)
 			_ = s.stopLocked(ctx, &sb, "")
-		case api.StateRunning:
+		case api.StateRunning, api.StatePaused:
 			if rt.Alive(instance(sb)) {
 				s.log.Info("re-adopted running sandbox", "sandbox", sb.ID, "pid", sb.PID)
 				continue
@@ -613,6 +638,17 @@ func (s *Service) Recover(ctx context.Context) error {
 		case api.StateStopped, api.StateError:
 			// Nothing runs; make sure nothing is left from a crash.
 			_ = rt.Cleanup(ctx, sb.ID)
+		}
+	}
+	// Snapshots taken just before a crash, never recorded.
+	snaps, err := s.layers.SnapshotIDs()
+	if err != nil {
+		return err
+	}
+	for _, id := range snaps {
+		if _, err := s.store.GetSnapshot(ctx, id); errors.Is(err, errdefs.ErrNotFound) {
+			s.log.Info("removing snapshot no record names", "snapshot", id)
+			_ = s.layers.RemoveSnapshot(id)
 		}
 	}
 	ids, err := s.layers.WritableIDs()

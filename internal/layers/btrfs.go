@@ -136,3 +136,45 @@ func limitSubvolume(path string, bytes uint64) error {
 	}
 	return nil
 }
+
+const (
+	btrfsIocSnapCreateV2 = 0x50009417 // _IOW(0x94, 23, struct btrfs_ioctl_vol_args_v2)
+	btrfsSubvolRdonly    = 1 << 1
+)
+
+// btrfsVolArgsV2 is struct btrfs_ioctl_vol_args_v2 (4096 bytes).
+type btrfsVolArgsV2 struct {
+	Fd      int64
+	Transid uint64
+	Flags   uint64
+	Unused  [4]uint64
+	Name    [4040]byte
+}
+
+// snapshotSubvolume makes dst a snapshot of the subvolume src: no data is
+// copied, whatever src holds. A read-only snapshot cannot change afterwards.
+func snapshotSubvolume(src, dst string, readOnly bool) error {
+	s, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	parent, err := os.Open(filepath.Dir(dst))
+	if err != nil {
+		return err
+	}
+	defer parent.Close()
+	a := &btrfsVolArgsV2{Fd: int64(s.Fd())}
+	name := filepath.Base(dst)
+	if len(name) >= len(a.Name) {
+		return fmt.Errorf("bad snapshot name %q", name)
+	}
+	copy(a.Name[:], name)
+	if readOnly {
+		a.Flags = btrfsSubvolRdonly
+	}
+	if err := ioctl(parent.Fd(), btrfsIocSnapCreateV2, unsafe.Pointer(a)); err != nil {
+		return fmt.Errorf("snapshotting %s: %w", filepath.Base(src), err)
+	}
+	return nil
+}

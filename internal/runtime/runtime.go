@@ -80,6 +80,10 @@ type Runtime interface {
 	// (cgroups, namespaces, mounts), but not the writable layer. Stopping a
 	// sandbox that is not running is not an error.
 	Stop(ctx context.Context, id string, inst Instance) error
+	// Pause freezes every process of a running sandbox (memory kept, CPU
+	// released); Resume thaws them.
+	Pause(ctx context.Context, id string) error
+	Resume(ctx context.Context, id string) error
 	// Update changes the limits of a running sandbox.
 	Update(ctx context.Context, id string, l Limits) error
 	// Alive reports whether inst still runs.

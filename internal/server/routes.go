@@ -18,6 +18,7 @@ func (rt route) pattern() string { return rt.method + " " + rt.path }
 
 const (
 	sandboxPath  = "/v1/sandboxes/{id}"
+	snapshotPath = "/v1/snapshots/{snap}"
 	templatePath = "/v1/templates/{name}"
 )
 
@@ -60,6 +61,15 @@ func (s *Server) routes() []route {
 		{"DELETE", sandboxPath, true, s.deleteSandbox},
 		{"POST", sandboxPath + "/stop", true, s.stopSandbox},
 		{"POST", sandboxPath + "/start", true, s.startSandbox},
+		{"POST", sandboxPath + "/pause", true, s.pauseSandbox},
+		{"POST", sandboxPath + "/resume", true, s.resumeSandbox},
+		{"POST", sandboxPath + "/fork", true, s.forkSandbox},
+		{"POST", sandboxPath + "/restore", true, s.restoreSandbox},
+		{"POST", sandboxPath + "/snapshots", true, s.createSnapshot},
+		{"GET", sandboxPath + "/snapshots", true, s.listSandboxSnapshots},
+		{"GET", "/v1/snapshots", true, s.listSnapshots},
+		{"GET", snapshotPath, true, s.getSnapshot},
+		{"DELETE", snapshotPath, true, s.deleteSnapshot},
 		{"POST", "/v1/templates/import", true, s.importTemplate},
 		{"POST", "/v1/templates/build", true, s.buildTemplate},
 		{"GET", "/v1/templates", true, s.listTemplates},

@@ -47,12 +47,19 @@ func validateCreate(req api.CreateSandboxRequest) error {
 	case req.PIDs < 0:
 		return fmt.Errorf("%w: pids must not be negative", errdefs.ErrInvalid)
 	}
+	if req.Snapshot != "" && !idPattern.MatchString(req.Snapshot) {
+		return fmt.Errorf("%w: malformed snapshot ID %q: want 20 characters of [a-z0-9]", errdefs.ErrInvalid, truncate(req.Snapshot))
+	}
 	for k, v := range req.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
 			return fmt.Errorf("%w: env: malformed variable %q", errdefs.ErrInvalid, truncate(k))
 		}
 	}
-	for k, v := range req.Labels {
+	return validateLabels(req.Labels)
+}
+
+func validateLabels(labels map[string]string) error {
+	for k, v := range labels {
 		if k == "" || strings.ContainsAny(k, "=,\x00") || strings.ContainsRune(v, 0) {
 			return fmt.Errorf("%w: labels: malformed label %q", errdefs.ErrInvalid, truncate(k))
 		}
@@ -68,7 +75,7 @@ func truncate(s string) string {
 }
 
 var states = map[string]bool{
-	api.StateCreating: true, api.StateRunning: true, api.StateStopping: true,
+	api.StateCreating: true, api.StateStarting: true, api.StateRunning: true, api.StateStopping: true, api.StatePaused: true,
 	api.StateStopped: true, api.StateDeleting: true, api.StateError: true,
 }
 
@@ -112,6 +119,14 @@ func (s *Server) stopSandbox(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) startSandbox(w http.ResponseWriter, r *http.Request) {
 	s.sandboxOp(w, r, s.cfg.Sandboxes.Start)
+}
+
+func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
+	s.sandboxOp(w, r, s.cfg.Sandboxes.Pause)
+}
+
+func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) {
+	s.sandboxOp(w, r, s.cfg.Sandboxes.Resume)
 }
 
 func (s *Server) sandboxOp(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, id string) (api.Sandbox, error)) {

@@ -28,6 +28,20 @@ type Sandboxes interface {
 	Stop(ctx context.Context, id string) (api.Sandbox, error)
 	Start(ctx context.Context, id string) (api.Sandbox, error)
 	Delete(ctx context.Context, id string) error
+	// Pause freezes a running sandbox's processes; errdefs.ErrConflict in any other state.
+	Pause(ctx context.Context, id string) (api.Sandbox, error)
+	// Resume thaws a paused sandbox; errdefs.ErrConflict in any other state.
+	Resume(ctx context.Context, id string) (api.Sandbox, error)
+	// Fork creates req.Count (1-100, already checked) sandboxes from the files of id.
+	Fork(ctx context.Context, id string, req api.ForkRequest) ([]api.Sandbox, error)
+	// Restore puts the files of snapshot req.Snapshot back into sandbox id.
+	Restore(ctx context.Context, id string, req api.RestoreRequest) (api.Sandbox, error)
+	CreateSnapshot(ctx context.Context, id string, req api.CreateSnapshotRequest) (api.Snapshot, error)
+	// ListSnapshots lists the snapshots of sandboxID, or all when it is "".
+	ListSnapshots(ctx context.Context, sandboxID string) ([]api.Snapshot, error)
+	GetSnapshot(ctx context.Context, snapID string) (api.Snapshot, error)
+	// DeleteSnapshot deletes a snapshot; errdefs.ErrConflict while sandboxes created from it exist.
+	DeleteSnapshot(ctx context.Context, snapID string) error
 	// AgentDialer returns how to reach the sandbox's agent; errdefs.ErrConflict if it is not running.
 	AgentDialer(ctx context.Context, id string) (func(ctx context.Context) (net.Conn, error), error)
 }
@@ -271,7 +285,7 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 	})
 }
 
-// idPattern is the shape of sandbox IDs: 20 characters of [a-z0-9].
+// idPattern is the shape of sandbox and snapshot IDs: 20 characters of [a-z0-9].
 var idPattern = regexp.MustCompile(`^[a-z0-9]{20}$`)
 
 // sandboxID returns the {id} of r, or writes 400 and returns false.
@@ -279,6 +293,16 @@ func sandboxID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := r.PathValue("id")
 	if !idPattern.MatchString(id) {
 		writeJSONError(w, http.StatusBadRequest, "invalid", "malformed sandbox ID: want 20 characters of [a-z0-9]")
+		return "", false
+	}
+	return id, true
+}
+
+// snapshotID returns the {snap} of r, or writes 400 and returns false.
+func snapshotID(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("snap")
+	if !idPattern.MatchString(id) {
+		writeJSONError(w, http.StatusBadRequest, "invalid", "malformed snapshot ID: want 20 characters of [a-z0-9]")
 		return "", false
 	}
 	return id, true

@@ -34,9 +34,11 @@ const testKey = "test-key-0123456789"
 type memSandboxes struct {
 	agentSock string
 
-	mu  sync.Mutex
-	sbs map[string]api.Sandbox
-	n   int
+	mu    sync.Mutex
+	sbs   map[string]api.Sandbox
+	snaps map[string]api.Snapshot
+	from  map[string]string // sandbox ID → the snapshot it was created from
+	n     int
 }
 
 func (m *memSandboxes) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
@@ -51,6 +53,18 @@ func (m *memSandboxes) Create(ctx context.Context, req api.CreateSandboxRequest)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if req.Snapshot != "" {
+		snap, ok := m.snaps[req.Snapshot]
+		if !ok {
+			return api.Sandbox{}, fmt.Errorf("snapshot %s: %w", req.Snapshot, errdefs.ErrNotFound)
+		}
+		req.Template = snap.Template
+	}
+	return m.create(req), nil
+}
+
+// create adds a running sandbox; m.mu must be held.
+func (m *memSandboxes) create(req api.CreateSandboxRequest) api.Sandbox {
 	m.n++
 	if req.Template == "" {
 		req.Template = "host"
@@ -61,7 +75,13 @@ func (m *memSandboxes) Create(ctx context.Context, req api.CreateSandboxRequest)
 		CreatedAt: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC),
 	}
 	m.sbs[sb.ID] = sb
-	return sb, nil
+	if req.Snapshot != "" {
+		if m.from == nil {
+			m.from = make(map[string]string)
+		}
+		m.from[sb.ID] = req.Snapshot
+	}
+	return sb
 }
 
 func (m *memSandboxes) Get(ctx context.Context, id string) (api.Sandbox, error) {
@@ -126,6 +146,122 @@ func (m *memSandboxes) Delete(ctx context.Context, id string) error {
 		return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
 	delete(m.sbs, id)
+	delete(m.from, id)
+	return nil
+}
+
+func (m *memSandboxes) Pause(ctx context.Context, id string) (api.Sandbox, error) {
+	return m.setState(id, api.StateRunning, api.StatePaused)
+}
+
+func (m *memSandboxes) Resume(ctx context.Context, id string) (api.Sandbox, error) {
+	return m.setState(id, api.StatePaused, api.StateRunning)
+}
+
+func (m *memSandboxes) Fork(ctx context.Context, id string, req api.ForkRequest) ([]api.Sandbox, error) {
+	if req.Count < 1 || req.Count > MaxForks {
+		return nil, fmt.Errorf("fork count %d reached the backend", req.Count)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	parent, ok := m.sbs[id]
+	if !ok {
+		return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	if parent.State != api.StateRunning && parent.State != api.StatePaused && parent.State != api.StateStopped {
+		return nil, fmt.Errorf("sandbox %s is %s: %w", id, parent.State, errdefs.ErrConflict)
+	}
+	var out []api.Sandbox
+	for range req.Count {
+		out = append(out, m.create(api.CreateSandboxRequest{Template: parent.Template, Env: parent.Env, Labels: req.Labels}))
+	}
+	return out, nil
+}
+
+func (m *memSandboxes) Restore(ctx context.Context, id string, req api.RestoreRequest) (api.Sandbox, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sb, ok := m.sbs[id]
+	if !ok {
+		return api.Sandbox{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	if _, ok := m.snaps[req.Snapshot]; !ok {
+		return api.Sandbox{}, fmt.Errorf("snapshot %s: %w", req.Snapshot, errdefs.ErrNotFound)
+	}
+	if sb.State == api.StatePaused {
+		return api.Sandbox{}, fmt.Errorf("sandbox %s is %s: %w", id, sb.State, errdefs.ErrConflict)
+	}
+	return sb, nil
+}
+
+func (m *memSandboxes) CreateSnapshot(ctx context.Context, id string, req api.CreateSnapshotRequest) (api.Snapshot, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sb, ok := m.sbs[id]
+	if !ok {
+		return api.Snapshot{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	if sb.State == api.StateError {
+		return api.Snapshot{}, fmt.Errorf("sandbox %s is %s: %w", id, sb.State, errdefs.ErrConflict)
+	}
+	m.n++
+	snap := api.Snapshot{
+		ID: fmt.Sprintf("sn%018d", m.n), Name: req.Name, SandboxID: id, Template: sb.Template,
+		CreatedAt: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC),
+	}
+	if m.snaps == nil {
+		m.snaps = make(map[string]api.Snapshot)
+	}
+	m.snaps[snap.ID] = snap
+	return snap, nil
+}
+
+// snapshot is snap with its count of sandboxes; m.mu must be held.
+func (m *memSandboxes) snapshot(snap api.Snapshot) api.Snapshot {
+	for _, from := range m.from {
+		if from == snap.ID {
+			snap.Sandboxes++
+		}
+	}
+	return snap
+}
+
+func (m *memSandboxes) ListSnapshots(ctx context.Context, sandboxID string) ([]api.Snapshot, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.sbs[sandboxID]; sandboxID != "" && !ok {
+		return nil, fmt.Errorf("sandbox %s: %w", sandboxID, errdefs.ErrNotFound)
+	}
+	var out []api.Snapshot
+	for _, snap := range m.snaps {
+		if sandboxID == "" || snap.SandboxID == sandboxID {
+			out = append(out, m.snapshot(snap))
+		}
+	}
+	return out, nil
+}
+
+func (m *memSandboxes) GetSnapshot(ctx context.Context, snapID string) (api.Snapshot, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	snap, ok := m.snaps[snapID]
+	if !ok {
+		return api.Snapshot{}, fmt.Errorf("snapshot %s: %w", snapID, errdefs.ErrNotFound)
+	}
+	return m.snapshot(snap), nil
+}
+
+func (m *memSandboxes) DeleteSnapshot(ctx context.Context, snapID string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	snap, ok := m.snaps[snapID]
+	if !ok {
+		return fmt.Errorf("snapshot %s: %w", snapID, errdefs.ErrNotFound)
+	}
+	if n := m.snapshot(snap).Sandboxes; n > 0 {
+		return fmt.Errorf("snapshot %s: %d sandboxes were created from it: %w", snapID, n, errdefs.ErrConflict)
+	}
+	delete(m.snaps, snapID)
 	return nil
 }
 

@@ -74,6 +74,13 @@ CREATE TABLE IF NOT EXISTS templates (
 	config TEXT NOT NULL,
 	created_at INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS snapshots (
+	id TEXT PRIMARY KEY,
+	name TEXT NOT NULL,
+	sandbox_id TEXT NOT NULL,
+	template TEXT NOT NULL,
+	created_at INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS api_keys (
 	hash TEXT PRIMARY KEY,
 	created_at INTEGER NOT NULL
@@ -430,6 +437,12 @@ func (s *Store) DeleteTemplate(ctx context.Context, name string) error {
 	if n > 0 {
 		return fmt.Errorf("%w: template %s is used by %d sandboxes; delete them first", errdefs.ErrConflict, name, n)
 	}
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM snapshots WHERE template = ?`, name).Scan(&n); err != nil {
+		return err
+	}
+	if n > 0 {
+		return fmt.Errorf("%w: template %s is used by %d snapshots; delete them first", errdefs.ErrConflict, name, n)
+	}
 	res, err := tx.ExecContext(ctx, `DELETE FROM templates WHERE name = ?`, name)
 	if err != nil {
 		return err
@@ -481,6 +494,70 @@ func (s *Store) templates(ctx context.Context, where string, args ...any) ([]Tem
 		}
 		t.CreatedAt = time.Unix(0, created).UTC()
 		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// Snapshot is a snapshot's row.
+type Snapshot struct {
+	ID, Name, SandboxID, Template string
+	CreatedAt                     time.Time
+}
+
+// PutSnapshot records a snapshot.
+func (s *Store) PutSnapshot(ctx context.Context, sn Snapshot) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (id, name, sandbox_id, template, created_at) VALUES (?,?,?,?,?)`,
+		sn.ID, sn.Name, sn.SandboxID, sn.Template, sn.CreatedAt.UnixNano())
+	return err
+}
+
+// GetSnapshot returns one snapshot.
+func (s *Store) GetSnapshot(ctx context.Context, id string) (Snapshot, error) {
+	sns, err := s.snapshots(ctx, `WHERE id = ?`, id)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	if len(sns) == 0 {
+		return Snapshot{}, fmt.Errorf("snapshot %s: %w", id, errdefs.ErrNotFound)
+	}
+	return sns[0], nil
+}
+
+// ListSnapshots returns the snapshots of sandboxID, or all if it is empty.
+func (s *Store) ListSnapshots(ctx context.Context, sandboxID string) ([]Snapshot, error) {
+	if sandboxID == "" {
+		return s.snapshots(ctx, `ORDER BY created_at, id`)
+	}
+	return s.snapshots(ctx, `WHERE sandbox_id = ? ORDER BY created_at, id`, sandboxID)
+}
+
+// DeleteSnapshot removes a snapshot's row.
+func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?`, id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("snapshot %s: %w", id, errdefs.ErrNotFound)
+	}
+	return nil
+}
+
+func (s *Store) snapshots(ctx context.Context, where string, args ...any) ([]Snapshot, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, name, sandbox_id, template, created_at FROM snapshots `+where, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Snapshot
+	for rows.Next() {
+		var sn Snapshot
+		var created int64
+		if err := rows.Scan(&sn.ID, &sn.Name, &sn.SandboxID, &sn.Template, &created); err != nil {
+			return nil, err
+		}
+		sn.CreatedAt = time.Unix(0, created).UTC()
+		out = append(out, sn)
 	}
 	return out, rows.Err()
 }

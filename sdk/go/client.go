@@ -1,5 +1,5 @@
 // Package atoll is the Go client of atoll's HTTP API: sandboxes, commands,
-// processes, terminals, files and templates.
+// processes, terminals, files, snapshots and templates.
 //
 //	c := atoll.New("http://localhost:7070", os.Getenv("ATOLL_API_KEY"))
 //	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "host"})

@@ -31,9 +31,10 @@ const key = "sdk-test-key"
 
 // sandboxes holds sandboxes in memory; all reach one test agent.
 type sandboxes struct {
-	sock string
-	mu   sync.Mutex
-	m    map[string]api.Sandbox
+	sock  string
+	mu    sync.Mutex
+	m     map[string]api.Sandbox
+	snaps map[string]api.Snapshot
 }
 
 func (s *sandboxes) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {

@@ -59,3 +59,70 @@ func (c *Client) StartSandbox(ctx context.Context, id string) (api.Sandbox, erro
 func (c *Client) DeleteSandbox(ctx context.Context, id string) error {
 	return c.do(ctx, request{method: "DELETE", path: sandboxPath(id)}, nil)
 }
+
+// PauseSandbox freezes a running sandbox's processes, keeping their memory.
+// Commands and files of a paused sandbox answer ErrConflict until ResumeSandbox.
+func (c *Client) PauseSandbox(ctx context.Context, id string) (api.Sandbox, error) {
+	var sb api.Sandbox
+	err := c.do(ctx, request{method: "POST", path: sandboxPath(id, "/pause")}, &sb)
+	return sb, err
+}
+
+// ResumeSandbox thaws a paused sandbox.
+func (c *Client) ResumeSandbox(ctx context.Context, id string) (api.Sandbox, error) {
+	var sb api.Sandbox
+	err := c.do(ctx, request{method: "POST", path: sandboxPath(id, "/resume")}, &sb)
+	return sb, err
+}
+
+// ForkSandbox creates req.Count sandboxes (1 when 0, at most 100) from the
+// current files of sandbox id and returns them.
+func (c *Client) ForkSandbox(ctx context.Context, id string, req api.ForkRequest) ([]api.Sandbox, error) {
+	var l api.SandboxList
+	err := c.do(ctx, request{method: "POST", path: sandboxPath(id, "/fork"), json: req}, &l)
+	return l.Sandboxes, err
+}
+
+// RestoreSandbox puts the files of req.Snapshot back into sandbox id; what was
+// written since is lost.
+func (c *Client) RestoreSandbox(ctx context.Context, id string, req api.RestoreRequest) (api.Sandbox, error) {
+	var sb api.Sandbox
+	err := c.do(ctx, request{method: "POST", path: sandboxPath(id, "/restore"), json: req}, &sb)
+	return sb, err
+}
+
+// CreateSnapshot takes a snapshot of sandbox id's files.
+func (c *Client) CreateSnapshot(ctx context.Context, id string, req api.CreateSnapshotRequest) (api.Snapshot, error) {
+	var s api.Snapshot
+	err := c.do(ctx, request{method: "POST", path: sandboxPath(id, "/snapshots"), json: req}, &s)
+	return s, err
+}
+
+// ListSnapshots returns the snapshots taken of sandboxID, or all snapshots
+// when sandboxID is "".
+func (c *Client) ListSnapshots(ctx context.Context, sandboxID string) ([]api.Snapshot, error) {
+	q := url.Values{}
+	if sandboxID != "" {
+		q.Set("sandbox", sandboxID)
+	}
+	var l api.SnapshotList
+	err := c.do(ctx, request{method: "GET", path: "/v1/snapshots", query: q}, &l)
+	return l.Snapshots, err
+}
+
+// GetSnapshot returns the snapshot id.
+func (c *Client) GetSnapshot(ctx context.Context, id string) (api.Snapshot, error) {
+	var s api.Snapshot
+	err := c.do(ctx, request{method: "GET", path: snapshotPath(id)}, &s)
+	return s, err
+}
+
+// DeleteSnapshot deletes a snapshot. It fails with ErrConflict while
+// sandboxes created from it exist.
+func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
+	return c.do(ctx, request{method: "DELETE", path: snapshotPath(id)}, nil)
+}
+
+func snapshotPath(id string) string {
+	return "/v1/snapshots/" + url.PathEscape(id)
+}

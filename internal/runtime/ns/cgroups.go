@@ -239,3 +239,17 @@ func (c *cgroup) delete() error {
 	}
 	return c.v1.Delete()
 }
+
+func (c *cgroup) freeze() error {
+	if c.v2 != nil {
+		return c.v2.Freeze()
+	}
+	return c.v1.Freeze()
+}
+
+func (c *cgroup) thaw() error {
+	if c.v2 != nil {
+		return c.v2.Thaw()
+	}
+	return c.v1.Thaw()
+}

@@ -316,6 +316,10 @@ func (r *Runtime) unmountStaging(dir string) {
 
 // Stop implements runtime.Runtime.
 func (r *Runtime) Stop(ctx context.Context, id string, inst runtime.Instance) error {
+	if cg, err := loadCgroup(id); err == nil {
+		// Frozen processes cannot die: thaw a paused sandbox first.
+		_ = cg.thaw()
+	}
 	if r.Alive(inst) {
 		// PID 1 of the sandbox's PID namespace: when it is gone, the kernel
 		// has killed the rest.
@@ -328,6 +332,7 @@ func (r *Runtime) Stop(ctx context.Context, id string, inst runtime.Instance) er
 func (r *Runtime) Cleanup(ctx context.Context, id string) error {
 	var errs []error
 	if cg, err := loadCgroup(id); err == nil {
+		_ = cg.thaw()
 		if err := cg.killAll(10 * time.Second); err != nil {
 			errs = append(errs, err)
 		} else if err := cg.delete(); err != nil {
@@ -344,6 +349,24 @@ func (r *Runtime) Cleanup(ctx context.Context, id string) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// Pause implements runtime.Runtime with the cgroup freezer.
+func (r *Runtime) Pause(ctx context.Context, id string) error {
+	cg, err := loadCgroup(id)
+	if err != nil {
+		return fmt.Errorf("loading cgroup: %w", err)
+	}
+	return cg.freeze()
+}
+
+// Resume implements runtime.Runtime.
+func (r *Runtime) Resume(ctx context.Context, id string) error {
+	cg, err := loadCgroup(id)
+	if err != nil {
+		return fmt.Errorf("loading cgroup: %w", err)
+	}
+	return cg.thaw()
 }
 
 // Update implements runtime.Runtime.

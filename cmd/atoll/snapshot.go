@@ -1,0 +1,234 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/atoll-dev/atoll/api"
+	atoll "github.com/atoll-dev/atoll/sdk/go"
+)
+
+// maxForks is the server's limit on children per fork, checked here too for a
+// clearer message before any request.
+const maxForks = 100
+
+func newPauseCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "pause ID...",
+		Short: "Freeze sandboxes' processes, keeping their memory",
+		Long: `Pause running sandboxes: their processes stop being scheduled but keep their
+memory, open files and network state. Commands and file access answer "conflict"
+until "atoll resume" thaws them.`,
+		Example: `  atoll pause 3k9x2m7q1w8e5r4t6y0u
+  atoll ls -q --label team=infra | xargs atoll pause`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
+				_, err := c.PauseSandbox(ctx, id)
+				return err
+			})
+		},
+	}
+}
+
+func newResumeCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "resume ID...",
+		Short: "Thaw paused sandboxes",
+		Long:  `Resume paused sandboxes: their processes carry on where they were frozen.`,
+		Example: `  atoll resume 3k9x2m7q1w8e5r4t6y0u
+  atoll ls -q --state paused | xargs atoll resume`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
+				_, err := c.ResumeSandbox(ctx, id)
+				return err
+			})
+		},
+	}
+}
+
+func newForkCmd(g *globals) *cobra.Command {
+	var req api.ForkRequest
+	var labels []string
+	cmd := &cobra.Command{
+		Use:   "fork ID [flags]",
+		Short: "Create sandboxes from a sandbox's current files",
+		Long: fmt.Sprintf(`Fork a sandbox: create new sandboxes, each starting from a copy of its files as
+they are now, with its template and limits, and print their IDs one per line.
+The sandbox itself carries on unchanged. At most %d children per fork.`, maxForks),
+		Example: `  atoll fork 3k9x2m7q1w8e5r4t6y0u
+  for id in $(atoll fork 3k9x2m7q1w8e5r4t6y0u -n 8 --label run=42); do
+    atoll exec $id -- ./try.sh &
+  done; wait`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if req.Count < 1 || req.Count > maxForks {
+				return fmt.Errorf("-n %d: want 1 to %d", req.Count, maxForks)
+			}
+			var err error
+			if req.Labels, err = keyValues("--label", labels); err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			sbs, err := c.ForkSandbox(cmd.Context(), args[0], req)
+			if err != nil {
+				return err
+			}
+			for _, sb := range sbs {
+				fmt.Fprintln(cmd.OutOrStdout(), sb.ID)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVarP(&req.Count, "count", "n", 1, fmt.Sprintf("how many sandboxes to create (1-%d)", maxForks))
+	f.StringArrayVar(&labels, "label", nil, "label k=v of the new sandboxes (repeatable)")
+	return cmd
+}
+
+func newRestoreCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "restore ID SNAPSHOT",
+		Short: "Put a snapshot's files back into a sandbox",
+		Long: `Restore a sandbox to a snapshot: its files become the snapshot's, and whatever
+was written since is lost. The snapshot may be of another sandbox.`,
+		Example: `  snap=$(atoll snapshot create 3k9x2m7q1w8e5r4t6y0u --name clean)
+  atoll exec 3k9x2m7q1w8e5r4t6y0u -- make test
+  atoll restore 3k9x2m7q1w8e5r4t6y0u $snap`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			sb, err := c.RestoreSandbox(cmd.Context(), args[0], api.RestoreRequest{Snapshot: args[1]})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), sb.ID)
+			return nil
+		},
+	}
+}
+
+func newSnapshotCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "snapshot COMMAND",
+		Aliases: []string{"snapshots"},
+		Short:   "Manage snapshots: saved copies of sandboxes' files",
+		Long: `Manage snapshots, immutable copies of a sandbox's files at one instant.
+"atoll create --snapshot SNAP" starts a new sandbox from one, "atoll restore"
+puts one back into an existing sandbox.`,
+		Example: `  snap=$(atoll snapshot create 3k9x2m7q1w8e5r4t6y0u --name deps-installed)
+  atoll create --snapshot $snap
+  atoll snapshot ls
+  atoll snapshot rm $snap`,
+		Args: cobra.NoArgs,
+	}
+	cmd.AddCommand(newSnapshotCreateCmd(g), newSnapshotLsCmd(g), newSnapshotRmCmd(g))
+	return cmd
+}
+
+func newSnapshotCreateCmd(g *globals) *cobra.Command {
+	var req api.CreateSnapshotRequest
+	cmd := &cobra.Command{
+		Use:   "create ID [flags]",
+		Short: "Take a snapshot of a sandbox's files",
+		Long: `Take a snapshot of a sandbox's files and print the snapshot's ID. The name is
+optional: at most 63 characters of letters, digits, ".", "_" and "-".`,
+		Example: `  atoll snapshot create 3k9x2m7q1w8e5r4t6y0u --name deps-installed`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			snap, err := c.CreateSnapshot(cmd.Context(), args[0], req)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), snap.ID)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&req.Name, "name", "", "name of the snapshot")
+	return cmd
+}
+
+func newSnapshotLsCmd(g *globals) *cobra.Command {
+	var asJSON, quiet bool
+	cmd := &cobra.Command{
+		Use:     "ls [ID] [flags]",
+		Aliases: []string{"list"},
+		Short:   "List snapshots",
+		Long: `List snapshots, all or those taken of sandbox ID, as a table or as JSON with
+--json. SANDBOX is the sandbox each was taken of, which may be gone; SANDBOXES
+counts the sandboxes created from it.`,
+		Example: `  atoll snapshot ls
+  atoll snapshot ls 3k9x2m7q1w8e5r4t6y0u
+  atoll snapshot ls --json | jq -r '.snapshots[] | select(.sandboxes == 0) | .id'`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var sandbox string
+			if len(args) == 1 {
+				sandbox = args[0]
+			}
+			snaps, err := c.ListSnapshots(cmd.Context(), sandbox)
+			if err != nil {
+				return err
+			}
+			slices.SortFunc(snaps, func(a, b api.Snapshot) int {
+				return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
+			})
+			w := cmd.OutOrStdout()
+			switch {
+			case asJSON:
+				if snaps == nil {
+					snaps = []api.Snapshot{}
+				}
+				return renderJSON(w, api.SnapshotList{Snapshots: snaps})
+			case quiet:
+				for _, s := range snaps {
+					fmt.Fprintln(w, s.ID)
+				}
+				return nil
+			}
+			return renderSnapshots(w, snaps, time.Now())
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print IDs only")
+	return cmd
+}
+
+func newSnapshotRmCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "rm SNAPSHOT...",
+		Aliases: []string{"delete"},
+		Short:   "Delete snapshots",
+		Long: `Delete snapshots. A snapshot that sandboxes were created from cannot be
+deleted while those sandboxes exist; delete them first.`,
+		Example: `  atoll snapshot rm 7h2k9x0q1w8e5r4t6y0u
+  atoll snapshot ls -q 3k9x2m7q1w8e5r4t6y0u | xargs atoll snapshot rm`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
+				return c.DeleteSnapshot(ctx, id)
+			})
+		},
+	}
+}

@@ -1,0 +1,302 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/store"
+)
+
+// maxFork bounds the children one fork makes.
+const maxFork = 100
+
+var snapshotName = regexp.MustCompile(`^[A-Za-z0-9._-]{0,63}$`)
+
+// Pause freezes a running sandbox's processes.
+func (s *Service) Pause(ctx context.Context, id string) (api.Sandbox, error) {
+	ctx = context.WithoutCancel(ctx)
+	sb, unlock, err := s.acquire(ctx, id, api.StateRunning)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	defer unlock()
+	if err := s.runtimes[sb.Runtime].Pause(ctx, id); err != nil {
+		s.log.Error("pausing sandbox", "sandbox", id, "err", err)
+		return api.Sandbox{}, fmt.Errorf("%w: pausing failed", errdefs.ErrUnavailable)
+	}
+	sb.State = api.StatePaused
+	if err := s.store.Update(ctx, &sb, api.StateRunning); err != nil {
+		_ = s.runtimes[sb.Runtime].Resume(ctx, id)
+		return api.Sandbox{}, err
+	}
+	return sb.Sandbox, nil
+}
+
+// Resume thaws a paused sandbox.
+func (s *Service) Resume(ctx context.Context, id string) (api.Sandbox, error) {
+	ctx = context.WithoutCancel(ctx)
+	sb, unlock, err := s.acquire(ctx, id, api.StatePaused)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	defer unlock()
+	if err := s.runtimes[sb.Runtime].Resume(ctx, id); err != nil {
+		s.log.Error("resuming sandbox", "sandbox", id, "err", err)
+		return api.Sandbox{}, fmt.Errorf("%w: resuming failed", errdefs.ErrUnavailable)
+	}
+	sb.State = api.StateRunning
+	if err := s.store.Update(ctx, &sb, api.StatePaused); err != nil {
+		return api.Sandbox{}, err
+	}
+	return sb.Sandbox, nil
+}
+
+// frozen runs f with sb's processes frozen when it runs, so that its files
+// hold still: the instant a snapshot or fork captures.
+func (s *Service) frozen(ctx context.Context, sb store.Sandbox, f func() error) error {
+	if sb.State != api.StateRunning {
+		return f()
+	}
+	rt := s.runtimes[sb.Runtime]
+	if err := rt.Pause(ctx, sb.ID); err != nil {
+		return fmt.Errorf("%w: freezing the sandbox failed", errdefs.ErrUnavailable)
+	}
+	defer rt.Resume(context.WithoutCancel(ctx), sb.ID)
+	return f()
+}
+
+func snapshotable(sb store.Sandbox) error {
+	switch sb.State {
+	case api.StateRunning, api.StatePaused, api.StateStopped:
+		return nil
+	}
+	return fmt.Errorf("%w: sandbox %s is %s", errdefs.ErrConflict, sb.ID, sb.State)
+}
+
+// CreateSnapshot turns a sandbox's files into an immutable snapshot.
+func (s *Service) CreateSnapshot(ctx context.Context, id string, req api.CreateSnapshotRequest) (api.Snapshot, error) {
+	if !snapshotName.MatchString(req.Name) {
+		return api.Snapshot{}, fmt.Errorf("%w: snapshot names are at most 63 of [A-Za-z0-9._-]", errdefs.ErrInvalid)
+	}
+	ctx = context.WithoutCancel(ctx)
+	sb, unlock, err := s.acquire(ctx, id, "")
+	if err != nil {
+		return api.Snapshot{}, err
+	}
+	defer unlock()
+	if err := snapshotable(sb); err != nil {
+		return api.Snapshot{}, err
+	}
+	sn := store.Snapshot{ID: newID(), Name: req.Name, SandboxID: id, Template: sb.Template, CreatedAt: time.Now().UTC()}
+	// The subvolume first, then the record: a crash in between leaves a
+	// snapshot no record names, which the next start removes.
+	if err := s.frozen(ctx, sb, func() error { return s.layers.SnapshotWritable(id, sn.ID) }); err != nil {
+		return api.Snapshot{}, err
+	}
+	if err := s.store.PutSnapshot(ctx, sn); err != nil {
+		_ = s.layers.RemoveSnapshot(sn.ID)
+		return api.Snapshot{}, err
+	}
+	return apiSnapshot(sn), nil
+}
+
+// ListSnapshots returns the snapshots of a sandbox, or all.
+func (s *Service) ListSnapshots(ctx context.Context, sandboxID string) ([]api.Snapshot, error) {
+	if sandboxID != "" {
+		if err := checkID(sandboxID); err != nil {
+			return nil, err
+		}
+	}
+	sns, err := s.store.ListSnapshots(ctx, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	out := []api.Snapshot{}
+	for _, sn := range sns {
+		out = append(out, apiSnapshot(sn))
+	}
+	return out, nil
+}
+
+// GetSnapshot returns one snapshot.
+func (s *Service) GetSnapshot(ctx context.Context, id string) (api.Snapshot, error) {
+	if err := checkID(id); err != nil {
+		return api.Snapshot{}, err
+	}
+	sn, err := s.store.GetSnapshot(ctx, id)
+	return apiSnapshot(sn), err
+}
+
+// DeleteSnapshot removes a snapshot. Sandboxes made from it keep their files:
+// each has its own copy-on-write copy.
+func (s *Service) DeleteSnapshot(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	ctx = context.WithoutCancel(ctx)
+	if _, err := s.store.GetSnapshot(ctx, id); err != nil {
+		return err
+	}
+	if err := s.store.DeleteSnapshot(ctx, id); err != nil {
+		return err
+	}
+	if err := s.layers.RemoveSnapshot(id); err != nil {
+		s.log.Error("removing snapshot", "snapshot", id, "err", err)
+	}
+	return nil
+}
+
+// Fork makes count children of a sandbox, each with the parent's files at one
+// instant and a writable layer of its own, and starts them.
+func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]api.Sandbox, error) {
+	if req.Count == 0 {
+		req.Count = 1
+	}
+	if req.Count < 0 || req.Count > maxFork {
+		return nil, fmt.Errorf("%w: fork count must be between 1 and %d", errdefs.ErrInvalid, maxFork)
+	}
+	ctx = context.WithoutCancel(ctx)
+	parent, unlock, err := s.acquire(ctx, id, "")
+	if err != nil {
+		return nil, err
+	}
+	if err := snapshotable(parent); err != nil {
+		unlock()
+		return nil, err
+	}
+	labels := map[string]string{}
+	for k, v := range parent.Labels {
+		labels[k] = v
+	}
+	for k, v := range req.Labels {
+		labels[k] = v
+	}
+	check := api.CreateSandboxRequest{Template: parent.Template, Runtime: parent.Runtime, CPU: parent.CPU,
+		MemoryMiB: parent.MemoryMiB, DiskGiB: parent.DiskGiB, PIDs: parent.PIDs, Env: parent.Env, Labels: labels}
+	if err := s.validate(&check); err != nil {
+		unlock()
+		return nil, err
+	}
+	tmpl, err := s.template(ctx, parent.Template)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	children := make([]store.Sandbox, 0, req.Count)
+	fail := func(err error) ([]api.Sandbox, error) {
+		for _, c := range children {
+			s.discard(ctx, c)
+		}
+		return nil, err
+	}
+	for i := 0; i < req.Count; i++ {
+		c := store.Sandbox{Sandbox: api.Sandbox{
+			ID: newID(), State: api.StateCreating, Template: parent.Template, Runtime: parent.Runtime,
+			CPU: parent.CPU, MemoryMiB: parent.MemoryMiB, DiskGiB: parent.DiskGiB, PIDs: parent.PIDs,
+			Env: parent.Env, Labels: labels, CreatedAt: time.Now().UTC(),
+		}}
+		if err := s.store.Create(ctx, &c); err != nil {
+			unlock()
+			return fail(err)
+		}
+		children = append(children, c)
+	}
+	// The parent is frozen only while its writable layer is copied, which
+	// costs the same whatever it holds.
+	err = s.frozen(ctx, parent, func() error {
+		for _, c := range children {
+			if _, err := s.layers.ForkWritable(parent.ID, c.ID, c.DiskGiB<<30); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	unlock()
+	if err != nil {
+		return fail(err)
+	}
+	// Children start concurrently.
+	errs := make(chan error, len(children))
+	for i := range children {
+		go func(c *store.Sandbox) {
+			unlock := s.lock(c.ID)
+			defer unlock()
+			errs <- s.startLocked(ctx, c, tmpl, api.StateCreating, api.StateRunning, 0)
+		}(&children[i])
+	}
+	var firstErr error
+	for range children {
+		if err := <-errs; err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	if firstErr != nil {
+		return fail(firstErr)
+	}
+	out := make([]api.Sandbox, len(children))
+	for i, c := range children {
+		out[i] = c.Sandbox
+	}
+	return out, nil
+}
+
+// Restore rolls a sandbox's files back to a snapshot of the same template;
+// a running sandbox is restarted over them.
+func (s *Service) Restore(ctx context.Context, id string, req api.RestoreRequest) (api.Sandbox, error) {
+	if err := checkID(req.Snapshot); err != nil {
+		return api.Sandbox{}, err
+	}
+	ctx = context.WithoutCancel(ctx)
+	sn, err := s.store.GetSnapshot(ctx, req.Snapshot)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	sb, unlock, err := s.acquire(ctx, id, "")
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	defer unlock()
+	if sn.Template != sb.Template {
+		return api.Sandbox{}, fmt.Errorf("%w: snapshot %s is of template %s; sandbox %s is of %s", errdefs.ErrInvalid, sn.ID, sn.Template, id, sb.Template)
+	}
+	wasRunning := sb.State == api.StateRunning || sb.State == api.StatePaused
+	if wasRunning {
+		if err := s.stopLocked(ctx, &sb, ""); err != nil {
+			return api.Sandbox{}, err
+		}
+	} else if sb.State != api.StateStopped {
+		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s", errdefs.ErrConflict, id, sb.State)
+	}
+	if err := s.layers.RemoveWritable(id); err != nil {
+		return api.Sandbox{}, err
+	}
+	if _, err := s.layers.WritableFromSnapshot(sn.ID, id, sb.DiskGiB<<30); err != nil {
+		return api.Sandbox{}, err
+	}
+	if !wasRunning {
+		return sb.Sandbox, nil
+	}
+	tmpl, err := s.template(ctx, sb.Template)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	sb.State = api.StateStarting
+	if err := s.store.Update(ctx, &sb, api.StateStopped); err != nil {
+		return api.Sandbox{}, err
+	}
+	if err := s.startLocked(ctx, &sb, tmpl, api.StateStarting, api.StateRunning, 0); err != nil {
+		_ = s.runtimes[sb.Runtime].Cleanup(ctx, sb.ID)
+		sb.State = api.StateStopped
+		_ = s.store.Update(ctx, &sb, api.StateStarting)
+		return api.Sandbox{}, err
+	}
+	return sb.Sandbox, nil
+}
+
+func apiSnapshot(sn store.Snapshot) api.Snapshot {
+	return api.Snapshot{ID: sn.ID, Name: sn.Name, SandboxID: sn.SandboxID, Template: sn.Template, CreatedAt: sn.CreatedAt}
+}
