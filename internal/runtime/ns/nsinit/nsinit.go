@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -106,9 +107,18 @@ func setup(ctl *os.File) error {
 	if err != nil {
 		return err
 	}
-	// TSYNC puts the filter, and no_new_privs, on every thread of the process.
+	// Capabilities are gone, so loading a filter needs no_new_privs on the
+	// loading thread: set it on every thread, and keep this goroutine on one
+	// thread while the filter loads. TSYNC then puts the filter on every
+	// thread of the process.
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
+		return fmt.Errorf("setting no_new_privs: %w", e)
+	}
 	filter.Flag = seccomp.FilterFlagTSync
-	if err := seccomp.LoadFilter(filter); err != nil {
+	goruntime.LockOSThread()
+	err = seccomp.LoadFilter(filter)
+	goruntime.UnlockOSThread()
+	if err != nil {
 		return fmt.Errorf("loading seccomp filter: %w", err)
 	}
 	// The agent reads its defaults from its environment, then clears it.
