@@ -118,6 +118,7 @@ func main() {
 	r.add("atoll delete (API)", conc, cdel)
 
 	templates(r, srv, min(*n, 30))
+	state(r, srv, min(*n, 20))
 	warm(r, work, *n, *clients)
 	peers(r, work, filepath.Join(srv.data, "layers", "templates", "host-v2"), *n)
 	r.print(os.Stdout, *n, *clients)
