@@ -1136,6 +1136,25 @@ func TestSnapshotsAndForks(t *testing.T) {
 		t.Errorf("ticks after resume did not advance")
 	}
 
+	// ?resume=true on an agent route wakes a paused sandbox first.
+	if _, err := c.PauseSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", d.url+"/v1/sandboxes/"+sb.ID+"/exec?resume=true", strings.NewReader(`{"cmd":["echo","awake"]}`))
+	req.Header.Set("Authorization", "Bearer "+d.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"exit_code":0`) {
+		t.Errorf("exec with ?resume=true on a paused sandbox: %d %s", resp.StatusCode, body)
+	}
+	if got, _ := c.GetSandbox(ctx, sb.ID); got.State != api.StateRunning {
+		t.Errorf("state after ?resume=true: %s", got.State)
+	}
+
 	// Bad input.
 	for _, n := range []int{-1, 101, 10000} {
 		if _, err := c.ForkSandbox(ctx, sb.ID, api.ForkRequest{Count: n}); !errors.Is(err, atoll.ErrInvalid) {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 )
 
@@ -37,6 +38,14 @@ func (s *Server) forward(hasPID, jsonBody bool) http.HandlerFunc {
 			r.Body = http.MaxBytesReader(w, r.Body, MaxJSONBody)
 		}
 		dial, err := s.cfg.Sandboxes.AgentDialer(r.Context(), id)
+		if errors.Is(err, errdefs.ErrConflict) && r.URL.Query().Get("resume") == "true" {
+			// ?resume=true wakes a paused sandbox first, as E2B's connect does.
+			if sb, gerr := s.cfg.Sandboxes.Get(r.Context(), id); gerr == nil && sb.State == api.StatePaused {
+				if _, rerr := s.cfg.Sandboxes.Resume(r.Context(), id); rerr == nil || errors.Is(rerr, errdefs.ErrConflict) {
+					dial, err = s.cfg.Sandboxes.AgentDialer(r.Context(), id)
+				}
+			}
+		}
 		if err != nil {
 			s.writeError(w, r, err)
 			return
