@@ -34,6 +34,10 @@ type Sandbox struct {
 	CreatedAt time.Time         `json:"created_at"`
 	StartedAt *time.Time        `json:"started_at,omitempty"`
 	StoppedAt *time.Time        `json:"stopped_at,omitempty"`
+	// Lifecycle policies; see CreateSandboxRequest.
+	ExpiresAt     *time.Time `json:"expires_at,omitempty"` // when the timeout stops it
+	Ephemeral     bool       `json:"ephemeral,omitempty"`
+	AutoDeleteSec int64      `json:"auto_delete_sec,omitempty"`
 }
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes. Zero values take the
@@ -48,6 +52,19 @@ type CreateSandboxRequest struct {
 	PIDs      int64             `json:"pids,omitempty"`
 	Env       map[string]string `json:"env,omitempty"` // default env of every process
 	Labels    map[string]string `json:"labels,omitempty"`
+	// TimeoutSec stops the sandbox this long after it starts (a hard TTL,
+	// extendable with POST .../timeout); 0 means none.
+	TimeoutSec int64 `json:"timeout_sec,omitempty"`
+	// Ephemeral sandboxes are deleted, not kept, when they stop.
+	Ephemeral bool `json:"ephemeral,omitempty"`
+	// AutoDeleteSec deletes the sandbox this long after it stops; 0 means never.
+	AutoDeleteSec int64 `json:"auto_delete_sec,omitempty"`
+}
+
+// TimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout: the sandbox
+// now stops TimeoutSec from now (0 removes the timeout).
+type TimeoutRequest struct {
+	TimeoutSec int64 `json:"timeout_sec"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.
