@@ -15,6 +15,7 @@ const (
 	StatePaused   = "paused"
 	StateStopped  = "stopped"
 	StateDeleting = "deleting"
+	StateDeleted  = "deleted" // only in the answer to a stop of an ephemeral sandbox
 	StateError    = "error"
 )
 

@@ -1196,3 +1196,77 @@ func TestSnapshotsAndForks(t *testing.T) {
 		t.Errorf("snapshot subvolumes left: %d", len(ents))
 	}
 }
+
+// TestLifecyclePolicies: a timeout stops a sandbox and can be extended; an
+// ephemeral sandbox is deleted when it stops; auto-delete removes a stopped one.
+func TestLifecyclePolicies(t *testing.T) {
+	testenv.RequireRoot(t)
+	data := filepath.Join(testenv.Dir(t), "data")
+	d := startDaemon(t, data)
+	c := d.client()
+	ctx := context.Background()
+	waitState := func(id, want string, within time.Duration) string {
+		deadline := time.Now().Add(within)
+		for {
+			sb, err := c.GetSandbox(ctx, id)
+			state := sb.State
+			if errors.Is(err, atoll.ErrNotFound) {
+				state = "gone"
+			}
+			if state == want || time.Now().After(deadline) {
+				return state
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+
+	timed, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{TimeoutSec: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if timed.ExpiresAt == nil {
+		t.Errorf("no expires_at: %+v", timed)
+	}
+	extended, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{TimeoutSec: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SetTimeout(ctx, extended.ID, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitState(timed.ID, api.StateStopped, 10*time.Second); got != api.StateStopped {
+		t.Errorf("timed sandbox is %s, want stopped", got)
+	}
+	if got, _ := c.GetSandbox(ctx, extended.ID); got.State != api.StateRunning {
+		t.Errorf("extended sandbox is %s", got.State)
+	}
+
+	eph, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Ephemeral: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb, err := c.StopSandbox(ctx, eph.ID); err != nil || sb.State != api.StateDeleted {
+		t.Errorf("stop of an ephemeral sandbox: %+v %v", sb, err)
+	}
+	if _, err := c.GetSandbox(ctx, eph.ID); !errors.Is(err, atoll.ErrNotFound) {
+		t.Errorf("ephemeral sandbox after stop: %v", err)
+	}
+	auto, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{AutoDeleteSec: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.StopSandbox(ctx, auto.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitState(auto.ID, "gone", 10*time.Second); got != "gone" {
+		t.Errorf("auto-delete sandbox is %s, want gone", got)
+	}
+	if _, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{TimeoutSec: -1}); !errors.Is(err, atoll.ErrInvalid) {
+		t.Errorf("negative timeout: %v", err)
+	}
+	if left := leftovers(data, eph.ID, auto.ID); len(left) > 0 {
+		t.Errorf("left after policy deletes: %v", left)
+	}
+	c.DeleteSandbox(ctx, timed.ID)
+	c.DeleteSandbox(ctx, extended.ID)
+}

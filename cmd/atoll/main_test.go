@@ -40,7 +40,7 @@ func golden(t *testing.T, name, got string) {
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{
 		{}, {"create"}, {"ls"}, {"inspect"}, {"exec"}, {"shell"}, {"cp"}, {"stop"}, {"start"}, {"rm"},
-		{"pause"}, {"resume"}, {"fork"}, {"restore"}, {"snapshot"}, {"snapshot", "create"}, {"snapshot", "ls"}, {"snapshot", "rm"},
+		{"pause"}, {"resume"}, {"timeout"}, {"fork"}, {"restore"}, {"snapshot"}, {"snapshot", "create"}, {"snapshot", "ls"}, {"snapshot", "rm"},
 		{"template"}, {"template", "import"}, {"template", "build"}, {"template", "ls"}, {"template", "inspect"}, {"template", "rm"},
 	} {
 		name := "help-" + strings.Join(append([]string{"atoll"}, args...), "-")
@@ -78,6 +78,7 @@ var (
 	now     = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	started = now.Add(-90 * time.Minute)
 	stopped = now.Add(-10 * time.Minute)
+	expires = now.Add(25 * time.Minute)
 	fixture = []api.Sandbox{
 		{
 			ID: "3k9x2m7q1w8e5r4t6y0u", State: api.StateRunning, Template: "host", Runtime: "ns",
@@ -85,11 +86,13 @@ var (
 			Labels:    map[string]string{"team": "infra", "project": "demo"},
 			Env:       map[string]string{"TOKEN": "secret", "LANG": "C.UTF-8"},
 			CreatedAt: now.Add(-2 * time.Hour), StartedAt: &started,
+			ExpiresAt: &expires, Ephemeral: true,
 		},
 		{
 			ID: "a0b1c2d3e4f5g6h7i8j9", State: api.StateStopped, Template: "python:3.12", Runtime: "gvisor",
 			CPU: 0.5, MemoryMiB: 512, DiskGiB: 1, PIDs: 256,
 			CreatedAt: now.Add(-72 * time.Hour), StoppedAt: &stopped,
+			AutoDeleteSec: 86400,
 		},
 		{
 			ID: "zzzzzzzzzzzzzzzzzzzz", State: api.StateError, Template: "broken", Runtime: "vm",

@@ -52,6 +52,15 @@ func renderInspect(w io.Writer, sb api.Sandbox, now time.Time) error {
 	if sb.StoppedAt != nil {
 		line("Stopped", formatTime(*sb.StoppedAt, now))
 	}
+	if sb.ExpiresAt != nil {
+		line("Expires", sb.ExpiresAt.UTC().Format(time.RFC3339)+" ("+until(*sb.ExpiresAt, now)+")")
+	}
+	if sb.Ephemeral {
+		line("Ephemeral", "yes (deleted when it stops)")
+	}
+	if sb.AutoDeleteSec > 0 {
+		line("Auto-delete", formatSeconds(sb.AutoDeleteSec)+" after it stops")
+	}
 	line("Labels", formatMap(sb.Labels, ", "))
 	if len(sb.Env) > 0 {
 		line("Env", strings.Join(slices.Sorted(maps.Keys(sb.Env)), ", ")+" (values hidden; see --json)")
@@ -102,6 +111,34 @@ func formatMap(m map[string]string, sep string) string {
 
 func formatTime(t, now time.Time) string {
 	return t.UTC().Format(time.RFC3339) + " (" + ago(t, now) + ")"
+}
+
+// until is how long after now t is, roughly, as people say it.
+func until(t, now time.Time) string {
+	d := t.Sub(now)
+	switch {
+	case d <= 0:
+		return "due"
+	case d < time.Minute:
+		return fmt.Sprintf("in %ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("in %dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("in %dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("in %dd", int(d.Hours()/24))
+}
+
+// formatSeconds writes sec as a duration without zero tails: 24h, 1h30m, 90s → 1m30s.
+func formatSeconds(sec int64) string {
+	s := (time.Duration(sec) * time.Second).String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // ago is how long before now t was, roughly, as people say it.

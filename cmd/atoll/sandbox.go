@@ -15,16 +15,28 @@ import (
 func newCreateCmd(g *globals) *cobra.Command {
 	var req api.CreateSandboxRequest
 	var env, labels []string
+	var timeout, autoDelete time.Duration
 	cmd := &cobra.Command{
 		Use:   "create [flags]",
 		Short: "Create and start a sandbox",
 		Long: `Create a sandbox, start it and print its ID. Unset limits take the server's defaults.
-With --snapshot it starts from a snapshot's files and that snapshot's template.`,
+With --snapshot it starts from a snapshot's files and that snapshot's template.
+
+--timeout stops the sandbox that long after it starts ("atoll timeout" moves it);
+--ephemeral deletes it when it stops; --auto-delete deletes it that long after
+it stops. Durations are at most a year.`,
 		Example: `  atoll create --template host --cpu 2 --memory 2048 --env LANG=C.UTF-8 --label team=infra
-  atoll create --snapshot 7h2k9x0q1w8e5r4t6y0u`,
+  atoll create --snapshot 7h2k9x0q1w8e5r4t6y0u
+  atoll create --timeout 30m --ephemeral`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
+			if req.TimeoutSec, err = seconds("--timeout", timeout); err != nil {
+				return err
+			}
+			if req.AutoDeleteSec, err = seconds("--auto-delete", autoDelete); err != nil {
+				return err
+			}
 			if req.Env, err = keyValues("--env", env); err != nil {
 				return err
 			}
@@ -53,7 +65,54 @@ With --snapshot it starts from a snapshot's files and that snapshot's template.`
 	f.Int64Var(&req.PIDs, "pids", 0, "maximum number of processes")
 	f.StringArrayVar(&env, "env", nil, "default environment variable K=V of every process (repeatable)")
 	f.StringArrayVar(&labels, "label", nil, "label k=v (repeatable)")
+	f.DurationVar(&timeout, "timeout", 0, "stop the sandbox this long after it starts, e.g. 30m (default never)")
+	f.BoolVar(&req.Ephemeral, "ephemeral", false, "delete the sandbox when it stops")
+	f.DurationVar(&autoDelete, "auto-delete", 0, "delete the sandbox this long after it stops, e.g. 24h (default never)")
 	return cmd
+}
+
+// seconds converts the duration of flag to whole seconds for the API, rounding
+// up so that a fraction of a second does not become 0, which means never.
+func seconds(flag string, d time.Duration) (int64, error) {
+	if d < 0 {
+		return 0, fmt.Errorf("%s %v: must not be negative", flag, d)
+	}
+	sec := int64(d / time.Second)
+	if d%time.Second > 0 {
+		sec++
+	}
+	return sec, nil
+}
+
+func newTimeoutCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "timeout ID DURATION",
+		Short: "Set when a sandbox stops",
+		Long: `Make a running or paused sandbox stop DURATION from now (e.g. 30m, 2h),
+replacing any earlier timeout; 0 removes the timeout. At most a year.`,
+		Example: `  atoll timeout 3k9x2m7q1w8e5r4t6y0u 1h
+  atoll timeout 3k9x2m7q1w8e5r4t6y0u 0`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, err := time.ParseDuration(args[1])
+			if err != nil {
+				return fmt.Errorf("duration %q: want e.g. 30m or 0", args[1])
+			}
+			if d < 0 {
+				return fmt.Errorf("duration %v: must not be negative", d)
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			sb, err := c.SetTimeout(cmd.Context(), args[0], d)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), sb.ID)
+			return nil
+		},
+	}
 }
 
 // keyValues parses K=V arguments of flag.

@@ -301,6 +301,9 @@ func (noSandboxes) Pause(context.Context, string) (api.Sandbox, error) {
 func (noSandboxes) Resume(context.Context, string) (api.Sandbox, error) {
 	return api.Sandbox{}, errdefs.ErrNotFound
 }
+func (noSandboxes) SetTimeout(context.Context, string, api.TimeoutRequest) (api.Sandbox, error) {
+	return api.Sandbox{}, errdefs.ErrNotFound
+}
 func (noSandboxes) Fork(context.Context, string, api.ForkRequest) ([]api.Sandbox, error) {
 	return nil, errdefs.ErrNotFound
 }

@@ -161,6 +161,7 @@ func (s *Service) Run(ctx context.Context) {
 			return
 		case <-t.C:
 			s.reapDead(ctx)
+			s.applyPolicies(ctx)
 		}
 	}
 }
@@ -245,6 +246,10 @@ func (s *Service) validate(req *api.CreateSandboxRequest) error {
 		return bad("at most 1024 environment variables")
 	case len(req.Labels) > 64:
 		return bad("at most 64 labels")
+	case req.TimeoutSec < 0 || req.TimeoutSec > maxPolicySec:
+		return bad("timeout_sec must be between 0 and %d", maxPolicySec)
+	case req.AutoDeleteSec < 0 || req.AutoDeleteSec > maxPolicySec:
+		return bad("auto_delete_sec must be between 0 and %d", maxPolicySec)
 	}
 	for k, v := range req.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) || len(k)+len(v) > 128<<10 {
@@ -306,7 +311,8 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 		ID: newID(), State: api.StateCreating, Template: req.Template, Runtime: req.Runtime,
 		CPU: req.CPU, MemoryMiB: req.MemoryMiB, DiskGiB: req.DiskGiB, PIDs: req.PIDs,
 		Env: req.Env, Labels: req.Labels, CreatedAt: time.Now().UTC(),
-	}}
+		Ephemeral: req.Ephemeral, AutoDeleteSec: req.AutoDeleteSec,
+	}, TimeoutSec: req.TimeoutSec}
 	unlock := s.lock(sb.ID)
 	defer unlock()
 	t0 := time.Now()
@@ -369,6 +375,11 @@ func (s *Service) startLocked(ctx context.Context, sb *store.Sandbox, tmpl layer
 	now := time.Now().UTC()
 	sb.State, sb.Error = to, ""
 	sb.StartedAt, sb.StoppedAt = &now, nil
+	sb.ExpiresAt = nil
+	if sb.TimeoutSec > 0 {
+		exp := now.Add(time.Duration(sb.TimeoutSec) * time.Second)
+		sb.ExpiresAt = &exp
+	}
 	sb.PID, sb.StartTime, sb.Socket = inst.PID, inst.StartTime, inst.Socket
 	if err := s.store.Update(ctx, sb, from); err != nil {
 		_ = rt.Stop(ctx, sb.ID, inst)
@@ -496,6 +507,12 @@ func (s *Service) Stop(ctx context.Context, id string) (api.Sandbox, error) {
 	if err := s.stopLocked(ctx, &sb, ""); err != nil {
 		return api.Sandbox{}, err
 	}
+	if sb.Ephemeral {
+		if err := s.deleteLocked(ctx, sb); err != nil {
+			return api.Sandbox{}, err
+		}
+		sb.State = api.StateDeleted
+	}
 	return sb.Sandbox, nil
 }
 
@@ -514,6 +531,7 @@ func (s *Service) stopLocked(ctx context.Context, sb *store.Sandbox, reason stri
 	now := time.Now().UTC()
 	sb.State, sb.Error, sb.StoppedAt = api.StateStopped, reason, &now
 	sb.PID, sb.StartTime, sb.Socket = 0, 0, ""
+	sb.ExpiresAt = nil
 	return s.store.Update(ctx, sb, api.StateStopping)
 }
 

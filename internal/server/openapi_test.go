@@ -171,6 +171,7 @@ func TestOpenAPISchemas(t *testing.T) {
 		"CreateSnapshotRequest": reflect.TypeFor[api.CreateSnapshotRequest](),
 		"ForkRequest":           reflect.TypeFor[api.ForkRequest](),
 		"RestoreRequest":        reflect.TypeFor[api.RestoreRequest](),
+		"TimeoutRequest":        reflect.TypeFor[api.TimeoutRequest](),
 		"PTYSize":               reflect.TypeFor[api.PTYSize](),
 		"ExecRequest":           reflect.TypeFor[api.ExecRequest](),
 		"ExecEvent":             reflect.TypeFor[api.ExecEvent](),

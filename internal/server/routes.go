@@ -63,6 +63,7 @@ func (s *Server) routes() []route {
 		{"POST", sandboxPath + "/start", true, s.startSandbox},
 		{"POST", sandboxPath + "/pause", true, s.pauseSandbox},
 		{"POST", sandboxPath + "/resume", true, s.resumeSandbox},
+		{"POST", sandboxPath + "/timeout", true, s.setTimeout},
 		{"POST", sandboxPath + "/fork", true, s.forkSandbox},
 		{"POST", sandboxPath + "/restore", true, s.restoreSandbox},
 		{"POST", sandboxPath + "/snapshots", true, s.createSnapshot},

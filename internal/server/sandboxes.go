@@ -47,6 +47,12 @@ func validateCreate(req api.CreateSandboxRequest) error {
 	case req.PIDs < 0:
 		return fmt.Errorf("%w: pids must not be negative", errdefs.ErrInvalid)
 	}
+	if err := validateSeconds("timeout_sec", req.TimeoutSec); err != nil {
+		return err
+	}
+	if err := validateSeconds("auto_delete_sec", req.AutoDeleteSec); err != nil {
+		return err
+	}
 	if req.Snapshot != "" && !idPattern.MatchString(req.Snapshot) {
 		return fmt.Errorf("%w: malformed snapshot ID %q: want 20 characters of [a-z0-9]", errdefs.ErrInvalid, truncate(req.Snapshot))
 	}
@@ -56,6 +62,16 @@ func validateCreate(req api.CreateSandboxRequest) error {
 		}
 	}
 	return validateLabels(req.Labels)
+}
+
+// MaxLifetimeSec bounds timeout_sec and auto_delete_sec: one year.
+const MaxLifetimeSec = 365 * 24 * 60 * 60
+
+func validateSeconds(field string, sec int64) error {
+	if sec < 0 || sec > MaxLifetimeSec {
+		return fmt.Errorf("%w: %s %d: want 0 to %d", errdefs.ErrInvalid, field, sec, MaxLifetimeSec)
+	}
+	return nil
 }
 
 func validateLabels(labels map[string]string) error {
@@ -127,6 +143,28 @@ func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) {
 	s.sandboxOp(w, r, s.cfg.Sandboxes.Resume)
+}
+
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
+	id, ok := sandboxID(w, r)
+	if !ok {
+		return
+	}
+	var req api.TimeoutRequest
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := validateSeconds("timeout_sec", req.TimeoutSec); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sb, err := s.cfg.Sandboxes.SetTimeout(r.Context(), id, req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sb)
 }
 
 func (s *Server) sandboxOp(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, id string) (api.Sandbox, error)) {

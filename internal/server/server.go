@@ -32,6 +32,10 @@ type Sandboxes interface {
 	Pause(ctx context.Context, id string) (api.Sandbox, error)
 	// Resume thaws a paused sandbox; errdefs.ErrConflict in any other state.
 	Resume(ctx context.Context, id string) (api.Sandbox, error)
+	// SetTimeout makes a running or paused sandbox stop req.TimeoutSec (0 to
+	// MaxLifetimeSec, already checked) from now; 0 removes the timeout.
+	// errdefs.ErrConflict in any other state.
+	SetTimeout(ctx context.Context, id string, req api.TimeoutRequest) (api.Sandbox, error)
 	// Fork creates req.Count (1-100, already checked) sandboxes from the files of id.
 	Fork(ctx context.Context, id string, req api.ForkRequest) ([]api.Sandbox, error)
 	// Restore puts the files of snapshot req.Snapshot back into sandbox id.

@@ -73,6 +73,11 @@ func (m *memSandboxes) create(req api.CreateSandboxRequest) api.Sandbox {
 		ID: fmt.Sprintf("sb%018d", m.n), State: api.StateRunning, Template: req.Template, Runtime: "ns",
 		CPU: 1, MemoryMiB: 512, DiskGiB: 1, PIDs: 1024, Env: req.Env, Labels: req.Labels,
 		CreatedAt: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC),
+		Ephemeral: req.Ephemeral, AutoDeleteSec: req.AutoDeleteSec,
+	}
+	if req.TimeoutSec > 0 {
+		exp := sb.CreatedAt.Add(time.Duration(req.TimeoutSec) * time.Second)
+		sb.ExpiresAt = &exp
 	}
 	m.sbs[sb.ID] = sb
 	if req.Snapshot != "" {
@@ -156,6 +161,28 @@ func (m *memSandboxes) Pause(ctx context.Context, id string) (api.Sandbox, error
 
 func (m *memSandboxes) Resume(ctx context.Context, id string) (api.Sandbox, error) {
 	return m.setState(id, api.StatePaused, api.StateRunning)
+}
+
+func (m *memSandboxes) SetTimeout(ctx context.Context, id string, req api.TimeoutRequest) (api.Sandbox, error) {
+	if req.TimeoutSec < 0 || req.TimeoutSec > MaxLifetimeSec {
+		return api.Sandbox{}, fmt.Errorf("timeout %d reached the backend", req.TimeoutSec)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sb, ok := m.sbs[id]
+	if !ok {
+		return api.Sandbox{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	if sb.State != api.StateRunning && sb.State != api.StatePaused {
+		return api.Sandbox{}, fmt.Errorf("sandbox %s is %s: %w", id, sb.State, errdefs.ErrConflict)
+	}
+	sb.ExpiresAt = nil
+	if req.TimeoutSec > 0 {
+		exp := time.Now().UTC().Add(time.Duration(req.TimeoutSec) * time.Second)
+		sb.ExpiresAt = &exp
+	}
+	m.sbs[id] = sb
+	return sb, nil
 }
 
 func (m *memSandboxes) Fork(ctx context.Context, id string, req api.ForkRequest) ([]api.Sandbox, error) {
@@ -578,6 +605,51 @@ func TestSandboxLifecycle(t *testing.T) {
 	wantError(t, resp, body, http.StatusNotFound, "not_found")
 }
 
+func TestLifecyclePolicies(t *testing.T) {
+	f := newFixture(t)
+	resp, body := f.do("POST", "/v1/sandboxes", api.CreateSandboxRequest{TimeoutSec: 3600, Ephemeral: true, AutoDeleteSec: 31536000})
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create: status %d: %s", resp.StatusCode, body)
+	}
+	sb := decode[api.Sandbox](t, body)
+	if want := sb.CreatedAt.Add(time.Hour); sb.ExpiresAt == nil || !sb.ExpiresAt.Equal(want) {
+		t.Errorf("create: expires_at %v, want %v", sb.ExpiresAt, want)
+	}
+	if !sb.Ephemeral || sb.AutoDeleteSec != 31536000 {
+		t.Errorf("create: ephemeral %v, auto_delete_sec %d; want true, 31536000", sb.Ephemeral, sb.AutoDeleteSec)
+	}
+
+	before := time.Now()
+	resp, body = f.do("POST", "/v1/sandboxes/"+sb.ID+"/timeout", api.TimeoutRequest{TimeoutSec: 60})
+	if resp.StatusCode != 200 {
+		t.Fatalf("timeout 60: status %d: %s", resp.StatusCode, body)
+	}
+	got := decode[api.Sandbox](t, body)
+	if got.ExpiresAt == nil || got.ExpiresAt.Before(before.Add(time.Minute-time.Second)) || got.ExpiresAt.After(time.Now().Add(time.Minute)) {
+		t.Errorf("timeout 60: expires_at %v, want about a minute from %v", got.ExpiresAt, before)
+	}
+
+	// Paused sandboxes take a timeout too; 0 removes it.
+	if resp, body := f.do("POST", "/v1/sandboxes/"+sb.ID+"/pause", nil); resp.StatusCode != 200 {
+		t.Fatalf("pause: status %d: %s", resp.StatusCode, body)
+	}
+	resp, body = f.do("POST", "/v1/sandboxes/"+sb.ID+"/timeout", `{"timeout_sec":0}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("timeout 0: status %d: %s", resp.StatusCode, body)
+	}
+	if got := decode[api.Sandbox](t, body); got.ExpiresAt != nil || bytes.Contains(body, []byte("expires_at")) {
+		t.Errorf("timeout 0: body %s: want no expires_at", body)
+	}
+
+	// A stopped sandbox has nothing to time out.
+	f.do("POST", "/v1/sandboxes/"+sb.ID+"/resume", nil)
+	if resp, body := f.do("POST", "/v1/sandboxes/"+sb.ID+"/stop", nil); resp.StatusCode != 200 {
+		t.Fatalf("stop: status %d: %s", resp.StatusCode, body)
+	}
+	resp, body = f.do("POST", "/v1/sandboxes/"+sb.ID+"/timeout", api.TimeoutRequest{TimeoutSec: 60})
+	wantError(t, resp, body, http.StatusConflict, "conflict")
+}
+
 func TestBadInput(t *testing.T) {
 	f := newFixture(t)
 	_, body := f.do("POST", "/v1/sandboxes", api.CreateSandboxRequest{})
@@ -623,6 +695,19 @@ func TestBadInput(t *testing.T) {
 		{"unknown route", "GET", "/v1/nothing", nil, nil, 404, "not_found"},
 		{"wrong method", "PATCH", "/v1/sandboxes/" + id, nil, nil, 405, "invalid"},
 		{"quota", "POST", "/v1/sandboxes", `{"template":"big"}`, nil, 429, "quota_exceeded"},
+		{"negative timeout", "POST", "/v1/sandboxes", `{"timeout_sec":-1}`, nil, 400, "invalid"},
+		{"timeout over a year", "POST", "/v1/sandboxes", `{"timeout_sec":31536001}`, nil, 400, "invalid"},
+		{"negative auto-delete", "POST", "/v1/sandboxes", `{"auto_delete_sec":-1}`, nil, 400, "invalid"},
+		{"auto-delete over a year", "POST", "/v1/sandboxes", `{"auto_delete_sec":31536001}`, nil, 400, "invalid"},
+		{"huge timeout", "POST", "/v1/sandboxes", `{"timeout_sec":9223372036854775807}`, nil, 400, "invalid"},
+		{"ephemeral not a bool", "POST", "/v1/sandboxes", `{"ephemeral":"yes"}`, nil, 400, "invalid"},
+		{"set timeout negative", "POST", "/v1/sandboxes/" + id + "/timeout", `{"timeout_sec":-5}`, nil, 400, "invalid"},
+		{"set timeout over a year", "POST", "/v1/sandboxes/" + id + "/timeout", `{"timeout_sec":31536001}`, nil, 400, "invalid"},
+		{"set timeout overflow", "POST", "/v1/sandboxes/" + id + "/timeout", `{"timeout_sec":1e30}`, nil, 400, "invalid"},
+		{"set timeout unknown field", "POST", "/v1/sandboxes/" + id + "/timeout", `{"timeout_sec":60,"ephemeral":true}`, nil, 400, "invalid"},
+		{"set timeout empty body", "POST", "/v1/sandboxes/" + id + "/timeout", nil, nil, 400, "invalid"},
+		{"set timeout malformed ID", "POST", "/v1/sandboxes/x/timeout", `{"timeout_sec":60}`, nil, 400, "invalid"},
+		{"set timeout unknown ID", "POST", "/v1/sandboxes/abcdefghij0123456789/timeout", `{"timeout_sec":60}`, nil, 404, "not_found"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, body := f.with(t).do(tc.method, tc.path, tc.body, tc.headers...)

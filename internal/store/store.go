@@ -33,6 +33,8 @@ type Sandbox struct {
 	PID       int    // of its init process while running
 	StartTime uint64 // of PID
 	Socket    string // agent socket while running
+	// TimeoutSec is the hard TTL a start sets ExpiresAt from.
+	TimeoutSec int64
 }
 
 const schema = `
@@ -114,14 +116,43 @@ func Open(path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("creating schema: %w", err)
 	}
+	if err := migrate(db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("migrating schema: %w", err)
+	}
 	return &Store{db: db}, nil
 }
 
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
 
+// added are columns later versions added to tables, with their definitions.
+var added = []struct{ table, column, def string }{
+	{"sandboxes", "timeout_sec", "INTEGER NOT NULL DEFAULT 0"},
+	{"sandboxes", "expires_at", "INTEGER"},
+	{"sandboxes", "ephemeral", "INTEGER NOT NULL DEFAULT 0"},
+	{"sandboxes", "auto_delete_sec", "INTEGER NOT NULL DEFAULT 0"},
+}
+
+// migrate adds the columns a database made by an older version lacks.
+func migrate(db *sql.DB) error {
+	for _, a := range added {
+		var n int
+		if err := db.QueryRow(`SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?`, a.table, a.column).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			if _, err := db.Exec(`ALTER TABLE ` + a.table + ` ADD COLUMN ` + a.column + ` ` + a.def); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 const columns = `id, state, template, runtime, cpu, memory_mib, disk_gib, pids, env, labels, error,
-	slot, created_at, started_at, stopped_at, pid, start_time, socket`
+	slot, created_at, started_at, stopped_at, pid, start_time, socket,
+	timeout_sec, expires_at, ephemeral, auto_delete_sec`
 
 // Create inserts a new sandbox, choosing its slot (the lowest one free), and
 // records its first state.
@@ -151,10 +182,11 @@ func (s *Store) Create(ctx context.Context, sb *Sandbox) error {
 	sb.Slot = slot
 	env, _ := json.Marshal(orEmpty(sb.Env))
 	labels, _ := json.Marshal(orEmpty(sb.Labels))
-	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		sb.ID, sb.State, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
 		string(env), string(labels), sb.Error, sb.Slot, sb.CreatedAt.UnixNano(),
-		nanos(sb.StartedAt), nanos(sb.StoppedAt), sb.PID, int64(sb.StartTime), sb.Socket)
+		nanos(sb.StartedAt), nanos(sb.StoppedAt), sb.PID, int64(sb.StartTime), sb.Socket,
+		sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec)
 	if err != nil {
 		return fmt.Errorf("inserting sandbox: %w", err)
 	}
@@ -185,11 +217,12 @@ func (s *Store) Update(ctx context.Context, sb *Sandbox, from ...string) error {
 	env, _ := json.Marshal(orEmpty(sb.Env))
 	labels, _ := json.Marshal(orEmpty(sb.Labels))
 	_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET state=?, error=?, template=?, runtime=?, cpu=?, memory_mib=?,
-		disk_gib=?, pids=?, env=?, labels=?, created_at=?, started_at=?, stopped_at=?, pid=?, start_time=?, socket=?
+		disk_gib=?, pids=?, env=?, labels=?, created_at=?, started_at=?, stopped_at=?, pid=?, start_time=?, socket=?,
+		timeout_sec=?, expires_at=?, ephemeral=?, auto_delete_sec=?
 		WHERE id=?`,
 		sb.State, sb.Error, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
 		string(env), string(labels), sb.CreatedAt.UnixNano(), nanos(sb.StartedAt), nanos(sb.StoppedAt),
-		sb.PID, int64(sb.StartTime), sb.Socket, sb.ID)
+		sb.PID, int64(sb.StartTime), sb.Socket, sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.ID)
 	if err != nil {
 		return err
 	}
@@ -308,12 +341,14 @@ func scan(rows *sql.Rows) ([]Sandbox, error) {
 		var sb Sandbox
 		var env, labels string
 		var created int64
-		var started, stopped sql.NullInt64
+		var started, stopped, expires sql.NullInt64
 		var startTime int64
 		if err := rows.Scan(&sb.ID, &sb.State, &sb.Template, &sb.Runtime, &sb.CPU, &sb.MemoryMiB, &sb.DiskGiB,
-			&sb.PIDs, &env, &labels, &sb.Error, &sb.Slot, &created, &started, &stopped, &sb.PID, &startTime, &sb.Socket); err != nil {
+			&sb.PIDs, &env, &labels, &sb.Error, &sb.Slot, &created, &started, &stopped, &sb.PID, &startTime, &sb.Socket,
+			&sb.TimeoutSec, &expires, &sb.Ephemeral, &sb.AutoDeleteSec); err != nil {
 			return nil, err
 		}
+		sb.ExpiresAt = fromNanos(expires)
 		sb.StartTime = uint64(startTime)
 		if err := json.Unmarshal([]byte(env), &sb.Env); err != nil {
 			return nil, err

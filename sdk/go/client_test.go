@@ -90,6 +90,25 @@ func (s *sandboxes) Start(ctx context.Context, id string) (api.Sandbox, error) {
 	return s.set(id, api.StateStopped, api.StateRunning)
 }
 
+func (s *sandboxes) SetTimeout(ctx context.Context, id string, req api.TimeoutRequest) (api.Sandbox, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.m[id]
+	if !ok {
+		return sb, errdefs.ErrNotFound
+	}
+	if sb.State != api.StateRunning && sb.State != api.StatePaused {
+		return sb, fmt.Errorf("sandbox is %s: %w", sb.State, errdefs.ErrConflict)
+	}
+	sb.ExpiresAt = nil
+	if req.TimeoutSec > 0 {
+		exp := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC).Add(time.Duration(req.TimeoutSec) * time.Second)
+		sb.ExpiresAt = &exp
+	}
+	s.m[id] = sb
+	return sb, nil
+}
+
 func (s *sandboxes) Delete(ctx context.Context, id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -273,6 +292,41 @@ func TestSandboxes(t *testing.T) {
 	_, err = c.GetSandbox(ctx, "NOT-AN-ID")
 	if !errors.Is(err, atoll.ErrInvalid) {
 		t.Errorf("GetSandbox of malformed ID: %v, want ErrInvalid", err)
+	}
+}
+
+func TestSetTimeout(t *testing.T) {
+	c, id := newClient(t, key)
+	ctx := context.Background()
+	base := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		timeout time.Duration
+		want    time.Duration // from base; 0: no expires_at
+	}{
+		{30 * time.Minute, 30 * time.Minute},
+		{1500 * time.Millisecond, 2 * time.Second}, // rounded up, never to 0
+		{0, 0},
+	} {
+		sb, err := c.SetTimeout(ctx, id, tc.timeout)
+		switch {
+		case err != nil:
+			t.Errorf("SetTimeout(%v): %v", tc.timeout, err)
+		case tc.want == 0 && sb.ExpiresAt != nil:
+			t.Errorf("SetTimeout(%v): expires_at %v, want none", tc.timeout, sb.ExpiresAt)
+		case tc.want != 0 && (sb.ExpiresAt == nil || !sb.ExpiresAt.Equal(base.Add(tc.want))):
+			t.Errorf("SetTimeout(%v): expires_at %v, want %v", tc.timeout, sb.ExpiresAt, base.Add(tc.want))
+		}
+	}
+	for _, d := range []time.Duration{-time.Second, 366 * 24 * time.Hour} {
+		if _, err := c.SetTimeout(ctx, id, d); !errors.Is(err, atoll.ErrInvalid) {
+			t.Errorf("SetTimeout(%v): %v, want ErrInvalid", d, err)
+		}
+	}
+	if _, err := c.StopSandbox(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SetTimeout(ctx, id, time.Minute); !errors.Is(err, atoll.ErrConflict) {
+		t.Errorf("SetTimeout of a stopped sandbox: %v, want ErrConflict", err)
 	}
 }
 

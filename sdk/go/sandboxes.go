@@ -3,6 +3,7 @@ package atoll
 import (
 	"context"
 	"net/url"
+	"time"
 
 	"github.com/atoll-dev/atoll/api"
 )
@@ -72,6 +73,19 @@ func (c *Client) PauseSandbox(ctx context.Context, id string) (api.Sandbox, erro
 func (c *Client) ResumeSandbox(ctx context.Context, id string) (api.Sandbox, error) {
 	var sb api.Sandbox
 	err := c.do(ctx, request{method: "POST", path: sandboxPath(id, "/resume")}, &sb)
+	return sb, err
+}
+
+// SetTimeout makes a running or paused sandbox stop timeout from now, replacing
+// any earlier timeout; 0 removes it. The server counts whole seconds, so a
+// fraction of a second is rounded up rather than down to "no timeout".
+func (c *Client) SetTimeout(ctx context.Context, id string, timeout time.Duration) (api.Sandbox, error) {
+	sec := int64(timeout / time.Second)
+	if timeout%time.Second > 0 {
+		sec++
+	}
+	var sb api.Sandbox
+	err := c.do(ctx, request{method: "POST", path: sandboxPath(id, "/timeout"), json: api.TimeoutRequest{TimeoutSec: sec}}, &sb)
 	return sb, err
 }
 

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/server"
+)
+
+// policySandboxes records what create and timeout send through the real server.
+type policySandboxes struct {
+	noSandboxes
+	create  *api.CreateSandboxRequest
+	timeout *api.TimeoutRequest
+}
+
+func (p policySandboxes) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	*p.create = req
+	return api.Sandbox{ID: "3k9x2m7q1w8e5r4t6y0u", State: api.StateRunning}, nil
+}
+
+func (p policySandboxes) SetTimeout(ctx context.Context, id string, req api.TimeoutRequest) (api.Sandbox, error) {
+	*p.timeout = req
+	return api.Sandbox{ID: id, State: api.StateRunning}, nil
+}
+
+func TestLifecycleFlags(t *testing.T) {
+	var create api.CreateSandboxRequest
+	var timeout api.TimeoutRequest
+	s, err := server.New(server.Config{
+		Sandboxes: policySandboxes{create: &create, timeout: &timeout},
+		Auth:      oneKey("k"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	run := func(args ...string) (string, error) {
+		root := newRootCmd()
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(io.Discard)
+		root.SetArgs(append(args, "--url", ts.URL, "--api-key", "k"))
+		err := root.Execute()
+		return out.String(), err
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want api.CreateSandboxRequest
+	}{
+		{nil, api.CreateSandboxRequest{}},
+		{[]string{"--timeout", "30m", "--ephemeral", "--auto-delete", "24h"}, api.CreateSandboxRequest{TimeoutSec: 1800, Ephemeral: true, AutoDeleteSec: 86400}},
+		{[]string{"--timeout", "1500ms"}, api.CreateSandboxRequest{TimeoutSec: 2}}, // never rounded to 0, "none"
+	} {
+		create = api.CreateSandboxRequest{}
+		if out, err := run(append([]string{"create"}, tc.args...)...); err != nil || out != "3k9x2m7q1w8e5r4t6y0u\n" {
+			t.Errorf("create %v: %q, %v", tc.args, out, err)
+		}
+		if diff := cmp.Diff(tc.want, create); diff != "" {
+			t.Errorf("create %v sent (-want +got):\n%s", tc.args, diff)
+		}
+	}
+	for _, args := range [][]string{
+		{"create", "--timeout", "-1s"},
+		{"create", "--auto-delete", "-5m"},
+		{"create", "--timeout", "9000h"}, // over a year: the server says no
+		{"create", "--timeout", "5"},     // no unit
+		{"timeout", "3k9x2m7q1w8e5r4t6y0u", "-1m"},
+		{"timeout", "3k9x2m7q1w8e5r4t6y0u", "soon"},
+		{"timeout", "3k9x2m7q1w8e5r4t6y0u", "9000h"},
+	} {
+		if _, err := run(args...); err == nil {
+			t.Errorf("%s: no error", strings.Join(args, " "))
+		}
+	}
+
+	for in, want := range map[string]int64{"90m": 5400, "0": 0, "1h30m": 5400} {
+		timeout = api.TimeoutRequest{TimeoutSec: -1}
+		if out, err := run("timeout", "3k9x2m7q1w8e5r4t6y0u", in); err != nil || out != "3k9x2m7q1w8e5r4t6y0u\n" {
+			t.Errorf("timeout %s: %q, %v", in, out, err)
+		}
+		if timeout.TimeoutSec != want {
+			t.Errorf("timeout %s sent %d seconds, want %d", in, timeout.TimeoutSec, want)
+		}
+	}
+}
+
+func TestFormatSeconds(t *testing.T) {
+	for sec, want := range map[int64]string{1: "1s", 90: "1m30s", 3600: "1h", 5400: "1h30m", 86400: "24h", 86401: "24h0m1s"} {
+		if got := formatSeconds(sec); got != want {
+			t.Errorf("formatSeconds(%d) = %q, want %q", sec, got, want)
+		}
+	}
+}

@@ -1,0 +1,105 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/store"
+)
+
+// maxPolicySec bounds timeouts and auto-delete delays: one year.
+const maxPolicySec = 365 * 24 * 3600
+
+// Lifecycle policies, applied once a second by Run:
+//   - timeout: a running or paused sandbox past ExpiresAt is stopped (an
+//     ephemeral one deleted). A start sets ExpiresAt to now + the timeout;
+//     SetTimeout moves it.
+//   - ephemeral: stopping deletes the sandbox, whatever stopped it.
+//   - auto-delete: a stopped sandbox is deleted that long after it stopped.
+//
+// Each change goes through the same recorded transitions as an API call, with
+// the policy as the reason.
+
+// SetTimeout makes a running or paused sandbox stop req.TimeoutSec from now,
+// or never for 0.
+func (s *Service) SetTimeout(ctx context.Context, id string, req api.TimeoutRequest) (api.Sandbox, error) {
+	if req.TimeoutSec < 0 || req.TimeoutSec > maxPolicySec {
+		return api.Sandbox{}, fmt.Errorf("%w: timeout_sec must be between 0 and %d", errdefs.ErrInvalid, maxPolicySec)
+	}
+	ctx = context.WithoutCancel(ctx)
+	sb, unlock, err := s.acquire(ctx, id, "")
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	defer unlock()
+	if sb.State != api.StateRunning && sb.State != api.StatePaused {
+		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s; a timeout applies to running sandboxes", errdefs.ErrConflict, id, sb.State)
+	}
+	sb.TimeoutSec, sb.ExpiresAt = req.TimeoutSec, nil
+	if req.TimeoutSec > 0 {
+		exp := time.Now().UTC().Add(time.Duration(req.TimeoutSec) * time.Second)
+		sb.ExpiresAt = &exp
+	}
+	if err := s.store.Update(ctx, &sb, sb.State); err != nil {
+		return api.Sandbox{}, err
+	}
+	return sb.Sandbox, nil
+}
+
+func (s *Service) applyPolicies(ctx context.Context) {
+	sbs, err := s.store.List(ctx)
+	if err != nil {
+		return
+	}
+	now := time.Now()
+	for _, sb := range sbs {
+		switch {
+		case (sb.State == api.StateRunning || sb.State == api.StatePaused) && sb.ExpiresAt != nil && now.After(*sb.ExpiresAt):
+			s.policy(ctx, sb.ID, "timeout")
+		case sb.State == api.StateStopped && (sb.Ephemeral ||
+			sb.AutoDeleteSec > 0 && sb.StoppedAt != nil && now.After(sb.StoppedAt.Add(time.Duration(sb.AutoDeleteSec)*time.Second))):
+			s.policy(ctx, sb.ID, "auto-delete")
+		}
+	}
+}
+
+// policy applies one policy decision to sandbox id, after checking under its
+// lock that it still holds.
+func (s *Service) policy(ctx context.Context, id, reason string) {
+	unlock := s.lock(id)
+	defer unlock()
+	sb, err := s.store.Get(ctx, id)
+	if err != nil {
+		return
+	}
+	now := time.Now()
+	switch reason {
+	case "timeout":
+		if (sb.State != api.StateRunning && sb.State != api.StatePaused) || sb.ExpiresAt == nil || !now.After(*sb.ExpiresAt) {
+			return
+		}
+		s.log.Info("stopping sandbox at its timeout", "sandbox", id)
+		if err := s.stopLocked(ctx, &sb, "timeout"); err != nil {
+			s.log.Error("stopping at timeout", "sandbox", id, "err", err)
+			return
+		}
+		if sb.Ephemeral {
+			s.deleteByPolicy(ctx, sb)
+		}
+	case "auto-delete":
+		if sb.State != api.StateStopped {
+			return
+		}
+		s.deleteByPolicy(ctx, sb)
+	}
+}
+
+func (s *Service) deleteByPolicy(ctx context.Context, sb store.Sandbox) {
+	s.log.Info("deleting sandbox by its policy", "sandbox", sb.ID, "ephemeral", sb.Ephemeral)
+	if err := s.deleteLocked(ctx, sb); err != nil {
+		s.log.Error("deleting by policy", "sandbox", sb.ID, "err", err)
+	}
+}
