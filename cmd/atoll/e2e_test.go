@@ -1270,3 +1270,125 @@ func TestLifecyclePolicies(t *testing.T) {
 	c.DeleteSandbox(ctx, timed.ID)
 	c.DeleteSandbox(ctx, extended.ID)
 }
+
+// TestStateRaces runs snapshots, forks, pauses and deletes of one sandbox at
+// once, and kills the daemon in the middle of a fork: every snapshot is whole,
+// a deleted sandbox never runs again, and nothing is left behind.
+func TestStateRaces(t *testing.T) {
+	testenv.RequireRoot(t)
+	data := filepath.Join(testenv.Dir(t), "data")
+	d := startDaemon(t, data)
+	c := d.client()
+	ctx := context.Background()
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh(t, c, sb.ID, "seq 1 100000 > /root/n")
+
+	// Two snapshots at once: both whole.
+	var wg sync.WaitGroup
+	snaps := make([]api.Snapshot, 2)
+	errs := make([]error, 2)
+	for i := range snaps {
+		wg.Add(1)
+		go func() { defer wg.Done(); snaps[i], errs[i] = c.CreateSnapshot(ctx, sb.ID, api.CreateSnapshotRequest{}) }()
+	}
+	wg.Wait()
+	for i, sn := range snaps {
+		if errs[i] != nil {
+			t.Fatalf("concurrent snapshot %d: %v", i, errs[i])
+		}
+		from, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Snapshot: sn.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, _ := sh(t, c, from.ID, "wc -l < /root/n"); out != "100000\n" {
+			t.Errorf("snapshot %d is not whole: %q", i, out)
+		}
+		c.DeleteSandbox(ctx, from.ID)
+	}
+
+	// Restore across templates is refused.
+	dir := testenv.Dir(t)
+	os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM host\nRUN touch /root/other\n"), 0o644)
+	if out, code := d.cli("template", "build", "--name", "other", dir); code != 0 {
+		t.Fatal(out)
+	}
+	other, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherSnap, err := c.CreateSnapshot(ctx, other.ID, api.CreateSnapshotRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RestoreSandbox(ctx, sb.ID, api.RestoreRequest{Snapshot: otherSnap.ID}); !errors.Is(err, atoll.ErrInvalid) {
+		t.Errorf("restore across templates: %v, want invalid", err)
+	}
+
+	// Delete racing a fork, a snapshot, a pause and a resume: once delete
+	// returns, the sandbox is gone for good.
+	for _, op := range []func() error{
+		func() error { _, err := c.ForkSandbox(ctx, sb.ID, api.ForkRequest{Count: 2}); return err },
+		func() error { _, err := c.CreateSnapshot(ctx, sb.ID, api.CreateSnapshotRequest{}); return err },
+		func() error { _, err := c.PauseSandbox(ctx, sb.ID); return err },
+		func() error { _, err := c.ResumeSandbox(ctx, sb.ID); return err },
+	} {
+		wg.Add(1)
+		go func() { defer wg.Done(); op() }()
+	}
+	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if _, err := c.GetSandbox(ctx, sb.ID); !errors.Is(err, atoll.ErrNotFound) {
+		t.Errorf("deleted sandbox: %v", err)
+	}
+	if left := leftovers(data, sb.ID); len(left) > 0 {
+		t.Errorf("left after delete: %v", left)
+	}
+
+	// kill -9 in the middle of a fork: after a restart every listed sandbox
+	// works and every writable layer and snapshot on disk has a record.
+	parent, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go c.ForkSandbox(ctx, parent.ID, api.ForkRequest{Count: 5})
+	time.Sleep(40 * time.Millisecond)
+	d.kill()
+	d.args = []string{"--warm-pool", "0"}
+	d.start()
+	c = d.client()
+	list, err := c.ListSandboxes(ctx, atoll.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, s := range list {
+		listed[s.ID] = true
+		if s.State != api.StateRunning {
+			t.Errorf("sandbox %s is %s after the restart", s.ID, s.State)
+		} else if out, _ := sh(t, c, s.ID, "echo ok"); out != "ok\n" {
+			t.Errorf("sandbox %s does not work: %q", s.ID, out)
+		}
+	}
+	ents, _ := os.ReadDir(filepath.Join(data, "layers", "sandboxes"))
+	for _, e := range ents {
+		if !listed[e.Name()] {
+			t.Errorf("writable layer %s has no sandbox", e.Name())
+		}
+	}
+	recorded := map[string]bool{}
+	sns, _ := c.ListSnapshots(ctx, "")
+	for _, sn := range sns {
+		recorded[sn.ID] = true
+	}
+	ents, _ = os.ReadDir(filepath.Join(data, "layers", "snapshots"))
+	for _, e := range ents {
+		if !recorded[e.Name()] {
+			t.Errorf("snapshot %s on disk has no record", e.Name())
+		}
+	}
+}
