@@ -543,21 +543,30 @@ func (s *Service) Start(ctx context.Context, id string) (api.Sandbox, error) {
 		return api.Sandbox{}, err
 	}
 	defer unlock()
-	tmpl, err := s.template(ctx, sb.Template)
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	sb.State = api.StateStarting
-	if err := s.store.Update(ctx, &sb, api.StateStopped); err != nil {
-		return api.Sandbox{}, err
-	}
-	if err := s.startLocked(ctx, &sb, tmpl, api.StateStarting, api.StateRunning, 0); err != nil {
-		_ = s.runtimes[sb.Runtime].Cleanup(ctx, sb.ID)
-		sb.State = api.StateStopped
-		_ = s.store.Update(ctx, &sb, api.StateStarting)
+	if err := s.restartLocked(ctx, &sb); err != nil {
 		return api.Sandbox{}, err
 	}
 	return sb.Sandbox, nil
+}
+
+// restartLocked starts stopped sb over its files, through starting; if that
+// fails, it is stopped again. The caller holds its lock.
+func (s *Service) restartLocked(ctx context.Context, sb *store.Sandbox) error {
+	tmpl, err := s.template(ctx, sb.Template)
+	if err != nil {
+		return err
+	}
+	sb.State = api.StateStarting
+	if err := s.store.Update(ctx, sb, api.StateStopped); err != nil {
+		return err
+	}
+	if err := s.startLocked(ctx, sb, tmpl, api.StateStarting, api.StateRunning, 0); err != nil {
+		_ = s.runtimes[sb.Runtime].Cleanup(ctx, sb.ID)
+		sb.State = api.StateStopped
+		_ = s.store.Update(ctx, sb, api.StateStarting)
+		return err
+	}
+	return nil
 }
 
 // Delete removes a sandbox and everything it holds.

@@ -277,22 +277,10 @@ func (s *Service) Restore(ctx context.Context, id string, req api.RestoreRequest
 	if _, err := s.layers.WritableFromSnapshot(sn.ID, id, sb.DiskGiB<<30); err != nil {
 		return api.Sandbox{}, err
 	}
-	if !wasRunning {
-		return sb.Sandbox, nil
-	}
-	tmpl, err := s.template(ctx, sb.Template)
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	sb.State = api.StateStarting
-	if err := s.store.Update(ctx, &sb, api.StateStopped); err != nil {
-		return api.Sandbox{}, err
-	}
-	if err := s.startLocked(ctx, &sb, tmpl, api.StateStarting, api.StateRunning, 0); err != nil {
-		_ = s.runtimes[sb.Runtime].Cleanup(ctx, sb.ID)
-		sb.State = api.StateStopped
-		_ = s.store.Update(ctx, &sb, api.StateStarting)
-		return api.Sandbox{}, err
+	if wasRunning {
+		if err := s.restartLocked(ctx, &sb); err != nil {
+			return api.Sandbox{}, err
+		}
 	}
 	return sb.Sandbox, nil
 }
