@@ -39,6 +39,7 @@ type Sandbox struct {
 	ExpiresAt     *time.Time `json:"expires_at,omitempty"` // when the timeout stops it
 	Ephemeral     bool       `json:"ephemeral,omitempty"`
 	AutoDeleteSec int64      `json:"auto_delete_sec,omitempty"`
+	AutoStopSec   int64      `json:"auto_stop_sec,omitempty"`
 }
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes. Zero values take the
@@ -60,6 +61,10 @@ type CreateSandboxRequest struct {
 	Ephemeral bool `json:"ephemeral,omitempty"`
 	// AutoDeleteSec deletes the sandbox this long after it stops; 0 means never.
 	AutoDeleteSec int64 `json:"auto_delete_sec,omitempty"`
+	// AutoStopSec stops the sandbox after this long without activity: no API
+	// call about it, no agent traffic, and no process of its own running
+	// besides the agent. 0 means never.
+	AutoStopSec int64 `json:"auto_stop_sec,omitempty"`
 }
 
 // TimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout: the sandbox

@@ -1261,6 +1261,39 @@ func TestLifecyclePolicies(t *testing.T) {
 	if got := waitState(auto.ID, "gone", 10*time.Second); got != "gone" {
 		t.Errorf("auto-delete sandbox is %s, want gone", got)
 	}
+	// Auto-stop: an idle sandbox stops; one running a process of its own does not.
+	idle, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{AutoStopSec: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{AutoStopSec: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.StartProcess(ctx, busy.ID, api.ExecRequest{Cmd: []string{"sleep", "60"}, Background: true}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		sb, _ := c.ListSandboxes(ctx, atoll.ListOptions{State: api.StateStopped})
+		stopped := map[string]bool{}
+		for _, x := range sb {
+			stopped[x.ID] = true
+		}
+		if stopped[idle.ID] || time.Now().After(deadline) {
+			if !stopped[idle.ID] {
+				t.Errorf("idle sandbox with auto_stop_sec=1 did not stop")
+			}
+			if stopped[busy.ID] {
+				t.Errorf("sandbox running its own process was auto-stopped")
+			}
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	c.DeleteSandbox(ctx, idle.ID)
+	c.DeleteSandbox(ctx, busy.ID)
+
 	if _, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{TimeoutSec: -1}); !errors.Is(err, atoll.ErrInvalid) {
 		t.Errorf("negative timeout: %v", err)
 	}

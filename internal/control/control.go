@@ -66,6 +66,11 @@ type Service struct {
 	tmplMu    sync.Mutex
 	importing int
 
+	// activityMu guards activity: when each sandbox was last used, for
+	// auto-stop. It is not durable: a restart counts as activity.
+	activityMu sync.Mutex
+	activity   map[string]time.Time
+
 	poolSize int
 	poolWake chan struct{}
 	// poolMu guards pool, the IDs of pooled sandboxes ready to hand out, by
@@ -115,6 +120,7 @@ func New(cfg Config) (*Service, error) {
 		locks:     map[string]*sync.Mutex{},
 		poolSize:  cfg.WarmPool,
 		pool:      map[string][]string{},
+		activity:  map[string]time.Time{},
 		poolWake:  make(chan struct{}, 1),
 	}
 	for _, r := range cfg.Runtimes {
@@ -250,6 +256,8 @@ func (s *Service) validate(req *api.CreateSandboxRequest) error {
 		return bad("timeout_sec must be between 0 and %d", maxPolicySec)
 	case req.AutoDeleteSec < 0 || req.AutoDeleteSec > maxPolicySec:
 		return bad("auto_delete_sec must be between 0 and %d", maxPolicySec)
+	case req.AutoStopSec < 0 || req.AutoStopSec > maxPolicySec:
+		return bad("auto_stop_sec must be between 0 and %d", maxPolicySec)
 	}
 	for k, v := range req.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) || len(k)+len(v) > 128<<10 {
@@ -311,7 +319,7 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 		ID: newID(), State: api.StateCreating, Template: req.Template, Runtime: req.Runtime,
 		CPU: req.CPU, MemoryMiB: req.MemoryMiB, DiskGiB: req.DiskGiB, PIDs: req.PIDs,
 		Env: req.Env, Labels: req.Labels, CreatedAt: time.Now().UTC(),
-		Ephemeral: req.Ephemeral, AutoDeleteSec: req.AutoDeleteSec,
+		Ephemeral: req.Ephemeral, AutoDeleteSec: req.AutoDeleteSec, AutoStopSec: req.AutoStopSec,
 	}, TimeoutSec: req.TimeoutSec}
 	unlock := s.lock(sb.ID)
 	defer unlock()
@@ -376,6 +384,7 @@ func (s *Service) startLocked(ctx context.Context, sb *store.Sandbox, tmpl layer
 	sb.State, sb.Error = to, ""
 	sb.StartedAt, sb.StoppedAt = &now, nil
 	sb.ExpiresAt = nil
+	s.touch(sb.ID)
 	if sb.TimeoutSec > 0 {
 		exp := now.Add(time.Duration(sb.TimeoutSec) * time.Second)
 		sb.ExpiresAt = &exp
@@ -440,6 +449,9 @@ func (s *Service) Get(ctx context.Context, id string) (api.Sandbox, error) {
 		return api.Sandbox{}, err
 	}
 	sb, err := s.get(ctx, id)
+	if err == nil {
+		s.touch(id)
+	}
 	return sb.Sandbox, err
 }
 
@@ -583,6 +595,9 @@ func (s *Service) Delete(ctx context.Context, id string) error {
 	s.mu.Lock()
 	delete(s.locks, id)
 	s.mu.Unlock()
+	s.activityMu.Lock()
+	delete(s.activity, id)
+	s.activityMu.Unlock()
 	return nil
 }
 
@@ -617,6 +632,7 @@ func (s *Service) AgentDialer(ctx context.Context, id string) (func(ctx context.
 	if sb.State != api.StateRunning {
 		return nil, fmt.Errorf("%w: sandbox %s is %s, not running", errdefs.ErrConflict, id, sb.State)
 	}
+	s.touch(id)
 	sock := sb.Socket
 	return func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer

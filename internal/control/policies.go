@@ -19,6 +19,10 @@ const maxPolicySec = 365 * 24 * 3600
 //     SetTimeout moves it.
 //   - ephemeral: stopping deletes the sandbox, whatever stopped it.
 //   - auto-delete: a stopped sandbox is deleted that long after it stopped.
+//   - auto-stop: a running sandbox is stopped after auto_stop_sec without
+//     activity. Activity is an API call about it (get, exec, files, any
+//     agent route), its start, or any process of its own running besides
+//     the agent; a paused sandbox is never auto-stopped.
 //
 // Each change goes through the same recorded transitions as an API call, with
 // the policy as the reason.
@@ -59,6 +63,12 @@ func (s *Service) applyPolicies(ctx context.Context) {
 		switch {
 		case (sb.State == api.StateRunning || sb.State == api.StatePaused) && sb.ExpiresAt != nil && now.After(*sb.ExpiresAt):
 			s.policy(ctx, sb.ID, "timeout")
+		case sb.State == api.StateRunning && sb.AutoStopSec > 0 && now.Sub(s.lastActive(sb.ID)) > time.Duration(sb.AutoStopSec)*time.Second:
+			if n, err := s.runtimes[sb.Runtime].Processes(ctx, sb.ID); err == nil && n > 1 {
+				s.touch(sb.ID) // its own processes are activity
+				continue
+			}
+			s.policy(ctx, sb.ID, "auto-stop")
 		case sb.State == api.StateStopped && (sb.Ephemeral ||
 			sb.AutoDeleteSec > 0 && sb.StoppedAt != nil && now.After(sb.StoppedAt.Add(time.Duration(sb.AutoDeleteSec)*time.Second))):
 			s.policy(ctx, sb.ID, "auto-delete")
@@ -89,6 +99,18 @@ func (s *Service) policy(ctx context.Context, id, reason string) {
 		if sb.Ephemeral {
 			s.deleteByPolicy(ctx, sb)
 		}
+	case "auto-stop":
+		if sb.State != api.StateRunning || sb.AutoStopSec == 0 || now.Sub(s.lastActive(id)) <= time.Duration(sb.AutoStopSec)*time.Second {
+			return
+		}
+		s.log.Info("stopping idle sandbox", "sandbox", id)
+		if err := s.stopLocked(ctx, &sb, "auto-stop"); err != nil {
+			s.log.Error("auto-stop", "sandbox", id, "err", err)
+			return
+		}
+		if sb.Ephemeral {
+			s.deleteByPolicy(ctx, sb)
+		}
 	case "auto-delete":
 		if sb.State != api.StateStopped {
 			return
@@ -102,4 +124,24 @@ func (s *Service) deleteByPolicy(ctx context.Context, sb store.Sandbox) {
 	if err := s.deleteLocked(ctx, sb); err != nil {
 		s.log.Error("deleting by policy", "sandbox", sb.ID, "err", err)
 	}
+}
+
+// touch records activity of sandbox id now.
+func (s *Service) touch(id string) {
+	s.activityMu.Lock()
+	s.activity[id] = time.Now()
+	s.activityMu.Unlock()
+}
+
+// lastActive is when sandbox id was last used; a sandbox the service has not
+// seen since it started counts as used now.
+func (s *Service) lastActive(id string) time.Time {
+	s.activityMu.Lock()
+	defer s.activityMu.Unlock()
+	t, ok := s.activity[id]
+	if !ok {
+		t = time.Now()
+		s.activity[id] = t
+	}
+	return t
 }

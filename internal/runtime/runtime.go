@@ -84,6 +84,8 @@ type Runtime interface {
 	// released); Resume thaws them.
 	Pause(ctx context.Context, id string) error
 	Resume(ctx context.Context, id string) error
+	// Processes counts the processes of a running sandbox, its init included.
+	Processes(ctx context.Context, id string) (int, error)
 	// Update changes the limits of a running sandbox.
 	Update(ctx context.Context, id string, l Limits) error
 	// Alive reports whether inst still runs.

@@ -132,6 +132,7 @@ var added = []struct{ table, column, def string }{
 	{"sandboxes", "expires_at", "INTEGER"},
 	{"sandboxes", "ephemeral", "INTEGER NOT NULL DEFAULT 0"},
 	{"sandboxes", "auto_delete_sec", "INTEGER NOT NULL DEFAULT 0"},
+	{"sandboxes", "auto_stop_sec", "INTEGER NOT NULL DEFAULT 0"},
 }
 
 // migrate adds the columns a database made by an older version lacks.
@@ -152,7 +153,7 @@ func migrate(db *sql.DB) error {
 
 const columns = `id, state, template, runtime, cpu, memory_mib, disk_gib, pids, env, labels, error,
 	slot, created_at, started_at, stopped_at, pid, start_time, socket,
-	timeout_sec, expires_at, ephemeral, auto_delete_sec`
+	timeout_sec, expires_at, ephemeral, auto_delete_sec, auto_stop_sec`
 
 // Create inserts a new sandbox, choosing its slot (the lowest one free), and
 // records its first state.
@@ -182,11 +183,11 @@ func (s *Store) Create(ctx context.Context, sb *Sandbox) error {
 	sb.Slot = slot
 	env, _ := json.Marshal(orEmpty(sb.Env))
 	labels, _ := json.Marshal(orEmpty(sb.Labels))
-	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		sb.ID, sb.State, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
 		string(env), string(labels), sb.Error, sb.Slot, sb.CreatedAt.UnixNano(),
 		nanos(sb.StartedAt), nanos(sb.StoppedAt), sb.PID, int64(sb.StartTime), sb.Socket,
-		sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec)
+		sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec)
 	if err != nil {
 		return fmt.Errorf("inserting sandbox: %w", err)
 	}
@@ -218,11 +219,11 @@ func (s *Store) Update(ctx context.Context, sb *Sandbox, from ...string) error {
 	labels, _ := json.Marshal(orEmpty(sb.Labels))
 	_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET state=?, error=?, template=?, runtime=?, cpu=?, memory_mib=?,
 		disk_gib=?, pids=?, env=?, labels=?, created_at=?, started_at=?, stopped_at=?, pid=?, start_time=?, socket=?,
-		timeout_sec=?, expires_at=?, ephemeral=?, auto_delete_sec=?
+		timeout_sec=?, expires_at=?, ephemeral=?, auto_delete_sec=?, auto_stop_sec=?
 		WHERE id=?`,
 		sb.State, sb.Error, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
 		string(env), string(labels), sb.CreatedAt.UnixNano(), nanos(sb.StartedAt), nanos(sb.StoppedAt),
-		sb.PID, int64(sb.StartTime), sb.Socket, sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.ID)
+		sb.PID, int64(sb.StartTime), sb.Socket, sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec, sb.ID)
 	if err != nil {
 		return err
 	}
@@ -345,7 +346,7 @@ func scan(rows *sql.Rows) ([]Sandbox, error) {
 		var startTime int64
 		if err := rows.Scan(&sb.ID, &sb.State, &sb.Template, &sb.Runtime, &sb.CPU, &sb.MemoryMiB, &sb.DiskGiB,
 			&sb.PIDs, &env, &labels, &sb.Error, &sb.Slot, &created, &started, &stopped, &sb.PID, &startTime, &sb.Socket,
-			&sb.TimeoutSec, &expires, &sb.Ephemeral, &sb.AutoDeleteSec); err != nil {
+			&sb.TimeoutSec, &expires, &sb.Ephemeral, &sb.AutoDeleteSec, &sb.AutoStopSec); err != nil {
 			return nil, err
 		}
 		sb.ExpiresAt = fromNanos(expires)

@@ -369,6 +369,16 @@ func (r *Runtime) Resume(ctx context.Context, id string) error {
 	return cg.thaw()
 }
 
+// Processes implements runtime.Runtime from the sandbox's cgroup.
+func (r *Runtime) Processes(ctx context.Context, id string) (int, error) {
+	cg, err := loadCgroup(id)
+	if err != nil {
+		return 0, err
+	}
+	pids, err := cg.pids()
+	return len(pids), err
+}
+
 // Update implements runtime.Runtime.
 func (r *Runtime) Update(ctx context.Context, id string, l runtime.Limits) error {
 	cg, err := loadCgroup(id)
