@@ -8,15 +8,17 @@ import "time"
 
 // Sandbox states.
 const (
-	StateCreating = "creating"
-	StateStarting = "starting"
-	StateRunning  = "running"
-	StateStopping = "stopping"
-	StatePaused   = "paused"
-	StateStopped  = "stopped"
-	StateDeleting = "deleting"
-	StateDeleted  = "deleted" // only in the answer to a stop of an ephemeral sandbox
-	StateError    = "error"
+	StateCreating  = "creating"
+	StateStarting  = "starting"
+	StateRunning   = "running"
+	StateStopping  = "stopping"
+	StatePaused    = "paused"
+	StateStopped   = "stopped"
+	StateArchiving = "archiving"
+	StateArchived  = "archived" // files in object storage, local disk freed
+	StateDeleting  = "deleting"
+	StateDeleted   = "deleted" // only in the answer to a stop of an ephemeral sandbox
+	StateError     = "error"
 )
 
 // Sandbox is a sandbox as the API reports it.

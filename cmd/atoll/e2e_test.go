@@ -1425,3 +1425,62 @@ func TestStateRaces(t *testing.T) {
 		}
 	}
 }
+
+// TestArchive moves a stopped sandbox's files to the archive store, frees the
+// local disk, and brings them back on start, whiteouts and all.
+func TestArchive(t *testing.T) {
+	testenv.RequireRoot(t)
+	data := filepath.Join(testenv.Dir(t), "data")
+	d := startDaemon(t, data)
+	c := d.client()
+	ctx := context.Background()
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, _ := sh(t, c, sb.ID, "dd if=/dev/urandom of=/root/data bs=1M count=5 2>/dev/null; rm /etc/hostname; rm -rf /var/log && mkdir /var/log && touch /var/log/new; md5sum /root/data")
+	if _, err := c.ArchiveSandbox(ctx, sb.ID); !errors.Is(err, atoll.ErrConflict) {
+		t.Errorf("archive of a running sandbox: %v, want conflict", err)
+	}
+	if _, err := c.StopSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.ArchiveSandbox(ctx, sb.ID)
+	if err != nil || got.State != api.StateArchived {
+		t.Fatalf("archive: %+v %v", got, err)
+	}
+	if _, err := os.Stat(filepath.Join(data, "layers", "sandboxes", sb.ID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("local writable layer still there: %v", err)
+	}
+	object := filepath.Join(data, "archive", "sandboxes", sb.ID+".tar")
+	if fi, err := os.Stat(object); err != nil || fi.Size() < 5<<20 {
+		t.Errorf("archive object: %v %v", fi, err)
+	}
+	if _, err := c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard); !errors.Is(err, atoll.ErrConflict) {
+		t.Errorf("exec on an archived sandbox: %v", err)
+	}
+	if _, err := c.StartSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := sh(t, c, sb.ID, "md5sum /root/data; test -e /etc/hostname && echo hostname-back; ls /var/log")
+	if out != sum+"new\n" {
+		t.Errorf("after restore from the archive: %q, want %q", out, sum+"new\n")
+	}
+	if _, err := os.Stat(object); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("archive object after restore: %v", err)
+	}
+	// Archive again, then delete: the object goes too.
+	c.StopSandbox(ctx, sb.ID)
+	if _, err := c.ArchiveSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(object); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("archive object after delete: %v", err)
+	}
+	if left := leftovers(data, sb.ID); len(left) > 0 {
+		t.Errorf("left: %v", left)
+	}
+}

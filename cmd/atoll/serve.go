@@ -21,6 +21,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/atoll-dev/atoll/internal/blob"
 	"github.com/atoll-dev/atoll/internal/control"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/layers"
@@ -39,6 +40,7 @@ type serveConfig struct {
 	agent     string
 	imageSize int64
 	warmPool  int
+	archive   string
 	debug     bool
 	out       io.Writer
 }
@@ -73,6 +75,7 @@ re-adopts them.`,
 	f.StringVar(&cfg.agent, "agent", "", "atoll-agent binary to run in sandboxes (default: atoll-agent beside this binary, else this binary)")
 	f.Int64Var(&cfg.imageSize, "layer-image-size", 0, "size in bytes of the layer image, when one is created (default: 90% of free space, at most 1 TiB)")
 	f.IntVar(&cfg.warmPool, "warm-pool", 2, "default sandboxes to keep started ahead of demand (0: none)")
+	f.StringVar(&cfg.archive, "archive", "", "object storage URL for archived sandboxes (default file://<data>/archive)")
 	f.BoolVar(&cfg.debug, "debug", false, "log debug messages")
 	return cmd
 }
@@ -124,9 +127,18 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if err != nil {
 		return err
 	}
+	archiveURL := cfg.archive
+	if archiveURL == "" {
+		archiveURL = "file://" + filepath.Join(data, "archive")
+	}
+	bucket, err := blob.Open(ctx, archiveURL)
+	if err != nil {
+		return err
+	}
+	defer bucket.Close()
 	svc, err := control.New(control.Config{
 		Store: st, Layers: ls, Runtimes: []runtime.Runtime{nsrt}, AgentPath: agentPath, Logger: log,
-		WarmPool: cfg.warmPool,
+		WarmPool: cfg.warmPool, Archive: bucket,
 	})
 	if err != nil {
 		return err

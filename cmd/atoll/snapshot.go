@@ -232,3 +232,21 @@ deleted while those sandboxes exist; delete them first.`,
 		},
 	}
 }
+
+func newArchiveCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "archive ID...",
+		Short: "Move stopped sandboxes' files to object storage",
+		Long: `Archive stopped sandboxes: their files move to the server's archive store and
+their local disk is freed. "atoll start" brings them back, exactly as they were.`,
+		Example: `  atoll stop 3k9x2m7q1w8e5r4t6y0u && atoll archive 3k9x2m7q1w8e5r4t6y0u
+  atoll ls -q --state stopped | xargs atoll archive`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
+				_, err := c.ArchiveSandbox(ctx, id)
+				return err
+			})
+		},
+	}
+}

@@ -298,6 +298,9 @@ func (noSandboxes) Delete(context.Context, string) error { return errdefs.ErrNot
 func (noSandboxes) Pause(context.Context, string) (api.Sandbox, error) {
 	return api.Sandbox{}, errdefs.ErrNotFound
 }
+func (noSandboxes) Archive(context.Context, string) (api.Sandbox, error) {
+	return api.Sandbox{}, errdefs.ErrNotFound
+}
 func (noSandboxes) Resume(context.Context, string) (api.Sandbox, error) {
 	return api.Sandbox{}, errdefs.ErrNotFound
 }

@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/blob"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/layers"
 	"github.com/atoll-dev/atoll/internal/runtime"
@@ -44,7 +45,9 @@ type Config struct {
 	// WarmPool is how many default sandboxes to keep started ahead of
 	// demand; 0 disables the pool.
 	WarmPool int
-	Logger   *slog.Logger
+	// Archive is where archived sandboxes' files go; nil disables archiving.
+	Archive *blob.Bucket
+	Logger  *slog.Logger
 }
 
 // Service manages sandboxes.
@@ -70,6 +73,8 @@ type Service struct {
 	// auto-stop. It is not durable: a restart counts as activity.
 	activityMu sync.Mutex
 	activity   map[string]time.Time
+
+	archive *blob.Bucket
 
 	poolSize int
 	poolWake chan struct{}
@@ -119,6 +124,7 @@ func New(cfg Config) (*Service, error) {
 		log:       cfg.Logger,
 		locks:     map[string]*sync.Mutex{},
 		poolSize:  cfg.WarmPool,
+		archive:   cfg.Archive,
 		pool:      map[string][]string{},
 		activity:  map[string]time.Time{},
 		poolWake:  make(chan struct{}, 1),
@@ -550,11 +556,19 @@ func (s *Service) stopLocked(ctx context.Context, sb *store.Sandbox, reason stri
 // Start runs a stopped sandbox again over the files it left.
 func (s *Service) Start(ctx context.Context, id string) (api.Sandbox, error) {
 	ctx = context.WithoutCancel(ctx)
-	sb, unlock, err := s.acquire(ctx, id, api.StateStopped)
+	sb, unlock, err := s.acquire(ctx, id, "")
 	if err != nil {
 		return api.Sandbox{}, err
 	}
 	defer unlock()
+	if sb.State == api.StateArchived {
+		if err := s.unarchiveLocked(ctx, &sb); err != nil {
+			return api.Sandbox{}, err
+		}
+	}
+	if sb.State != api.StateStopped {
+		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s, not stopped", errdefs.ErrConflict, id, sb.State)
+	}
 	if err := s.restartLocked(ctx, &sb); err != nil {
 		return api.Sandbox{}, err
 	}
@@ -616,6 +630,12 @@ func (s *Service) deleteLocked(ctx context.Context, sb store.Sandbox) error {
 	if err := s.layers.RemoveWritable(sb.ID); err != nil {
 		s.log.Error("removing writable layer", "sandbox", sb.ID, "err", err)
 		return fmt.Errorf("%w: deleting sandbox failed; try again", errdefs.ErrUnavailable)
+	}
+	if s.archive != nil {
+		if err := s.archive.Delete(ctx, archiveKey(sb.ID)); err != nil && !isNotExist(err) {
+			s.log.Error("removing archive", "sandbox", sb.ID, "err", err)
+			return fmt.Errorf("%w: deleting sandbox failed; try again", errdefs.ErrUnavailable)
+		}
 	}
 	return s.store.Delete(ctx, sb.ID)
 }
@@ -681,6 +701,13 @@ func (s *Service) Recover(ctx context.Context) error {
 		case api.StateStopped, api.StateError:
 			// Nothing runs; make sure nothing is left from a crash.
 			_ = rt.Cleanup(ctx, sb.ID)
+		case api.StateArchiving:
+			s.recoverArchiving(ctx, sb)
+		case api.StateArchived:
+			// A restore from the archive that a crash cut short.
+			if s.layers.WritableExists(sb.ID) {
+				_ = s.layers.RemoveWritable(sb.ID)
+			}
 		}
 	}
 	// Snapshots taken just before a crash, never recorded.

@@ -62,6 +62,7 @@ func (s *Server) routes() []route {
 		{"POST", sandboxPath + "/stop", true, s.stopSandbox},
 		{"POST", sandboxPath + "/start", true, s.startSandbox},
 		{"POST", sandboxPath + "/pause", true, s.pauseSandbox},
+		{"POST", sandboxPath + "/archive", true, s.archiveSandbox},
 		{"POST", sandboxPath + "/resume", true, s.resumeSandbox},
 		{"POST", sandboxPath + "/timeout", true, s.setTimeout},
 		{"POST", sandboxPath + "/fork", true, s.forkSandbox},

@@ -141,6 +141,10 @@ func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
 	s.sandboxOp(w, r, s.cfg.Sandboxes.Pause)
 }
 
+func (s *Server) archiveSandbox(w http.ResponseWriter, r *http.Request) {
+	s.sandboxOp(w, r, s.cfg.Sandboxes.Archive)
+}
+
 func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) {
 	s.sandboxOp(w, r, s.cfg.Sandboxes.Resume)
 }

@@ -159,6 +159,10 @@ func (m *memSandboxes) Pause(ctx context.Context, id string) (api.Sandbox, error
 	return m.setState(id, api.StateRunning, api.StatePaused)
 }
 
+func (m *memSandboxes) Archive(ctx context.Context, id string) (api.Sandbox, error) {
+	return m.setState(id, api.StateStopped, api.StateArchived)
+}
+
 func (m *memSandboxes) Resume(ctx context.Context, id string) (api.Sandbox, error) {
 	return m.setState(id, api.StatePaused, api.StateRunning)
 }

@@ -61,6 +61,14 @@ func (c *Client) DeleteSandbox(ctx context.Context, id string) error {
 	return c.do(ctx, request{method: "DELETE", path: sandboxPath(id)}, nil)
 }
 
+// ArchiveSandbox moves a stopped sandbox's files to object storage;
+// StartSandbox brings them back.
+func (c *Client) ArchiveSandbox(ctx context.Context, id string) (api.Sandbox, error) {
+	var sb api.Sandbox
+	err := c.do(ctx, request{method: "POST", path: sandboxPath(id, "/archive")}, &sb)
+	return sb, err
+}
+
 // PauseSandbox freezes a running sandbox's processes, keeping their memory.
 // Commands and files of a paused sandbox answer ErrConflict until ResumeSandbox.
 func (c *Client) PauseSandbox(ctx context.Context, id string) (api.Sandbox, error) {
