@@ -62,6 +62,22 @@ func state(r *report, srv *server, n int) {
 		}
 		r.add("pause (API), "+size, "sequential", pause)
 		r.add("resume (API), "+size, "sequential", resume)
+
+		// Archive to the local blob store and back.
+		_, err = c.StopSandbox(ctx, sb.ID)
+		check(err)
+		t0 := time.Now()
+		_, err = c.ArchiveSandbox(ctx, sb.ID)
+		check(err)
+		arch := time.Since(t0)
+		t0 = time.Now()
+		_, err = c.StartSandbox(ctx, sb.ID)
+		check(err)
+		restore := time.Since(t0)
+		r.add("archive to the local blob store, "+size, "once", []time.Duration{arch})
+		r.add("start from the archive (restore + start), "+size, "once", []time.Duration{restore})
+		r.notes = append(r.notes, fmt.Sprintf("Archive throughput, %s: %.0f MB/s out, %.0f MB/s back (including the sandbox's start).",
+			size, float64(mb)/arch.Seconds(), float64(mb)/restore.Seconds()))
 		check(c.DeleteSandbox(ctx, sb.ID))
 	}
 }
