@@ -181,6 +181,8 @@ func warm(r *report, work string, n, clients int) {
 }
 
 type server struct {
+	stopped   bool
+	bin       string
 	cmd       *exec.Cmd
 	data, url string
 	key       string
@@ -214,12 +216,42 @@ func startServer(work, name string, pool int) *server {
 	check(err)
 	key, err := os.ReadFile(filepath.Join(data, "api-key"))
 	check(err)
-	return &server{cmd: cmd, data: data, url: strings.TrimSpace(string(url)), key: strings.TrimSpace(string(key))}
+	srv := &server{bin: bin, cmd: cmd, data: data, url: strings.TrimSpace(string(url)), key: strings.TrimSpace(string(key))}
+	servers = append(servers, srv)
+	return srv
 }
 
+// servers are the servers started, stopped by fatal too.
+var servers []*server
+
+// stop ends the server and every sandbox it left: sandboxes outlive their
+// server by design, so a last start without a warm pool discards pooled ones
+// and the remaining ones are deleted through the API.
 func (s *server) stop() {
+	if s.stopped {
+		return
+	}
+	s.stopped = true
 	s.cmd.Process.Signal(os.Interrupt)
 	s.cmd.Wait()
+	last := exec.Command(s.bin, "serve", "--listen", "127.0.0.1:0", "--data", s.data, "--warm-pool", "0")
+	if out, err := last.StdoutPipe(); err == nil && last.Start() == nil {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() && !strings.HasPrefix(sc.Text(), "Try:") {
+		}
+		go io.Copy(io.Discard, out)
+		c := atoll.New(s.url, s.key)
+		if url, err := os.ReadFile(filepath.Join(s.data, "url")); err == nil {
+			c = atoll.New(strings.TrimSpace(string(url)), s.key)
+		}
+		if sbs, err := c.ListSandboxes(context.Background(), atoll.ListOptions{}); err == nil {
+			for _, sb := range sbs {
+				c.DeleteSandbox(context.Background(), sb.ID)
+			}
+		}
+		last.Process.Signal(os.Interrupt)
+		last.Wait()
+	}
 	exec.Command("umount", "-l", filepath.Join(s.data, "layers")).Run()
 	exec.Command("umount", "-l", filepath.Join(s.data, "run")).Run()
 }
@@ -439,5 +471,8 @@ func check(err error) {
 
 func fatal(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+	for _, s := range servers {
+		s.stop()
+	}
 	os.Exit(1)
 }
