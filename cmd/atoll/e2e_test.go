@@ -1097,6 +1097,9 @@ func TestSnapshotsAndForks(t *testing.T) {
 	if out, _ := sh(t, c, from.ID, "cat /root/a"); out != "1\n" {
 		t.Errorf("sandbox from snapshot sees %q", out)
 	}
+	if got, err := c.GetSnapshot(ctx, s1.ID); err != nil || got.Sandboxes != 1 {
+		t.Errorf("snapshot users: %+v %v, want 1 sandbox", got, err)
+	}
 	if _, err := c.RestoreSandbox(ctx, sb.ID, api.RestoreRequest{Snapshot: s1.ID}); err != nil {
 		t.Fatal(err)
 	}

@@ -326,7 +326,7 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 		CPU: req.CPU, MemoryMiB: req.MemoryMiB, DiskGiB: req.DiskGiB, PIDs: req.PIDs,
 		Env: req.Env, Labels: req.Labels, CreatedAt: time.Now().UTC(),
 		Ephemeral: req.Ephemeral, AutoDeleteSec: req.AutoDeleteSec, AutoStopSec: req.AutoStopSec,
-	}, TimeoutSec: req.TimeoutSec}
+	}, TimeoutSec: req.TimeoutSec, FromSnapshot: req.Snapshot}
 	unlock := s.lock(sb.ID)
 	defer unlock()
 	t0 := time.Now()

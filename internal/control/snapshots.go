@@ -115,9 +115,15 @@ func (s *Service) ListSnapshots(ctx context.Context, sandboxID string) ([]api.Sn
 	if err != nil {
 		return nil, err
 	}
+	users, err := s.store.SnapshotUsers(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := []api.Snapshot{}
 	for _, sn := range sns {
-		out = append(out, apiSnapshot(sn))
+		a := apiSnapshot(sn)
+		a.Sandboxes = users[sn.ID]
+		out = append(out, a)
 	}
 	return out, nil
 }
@@ -128,7 +134,16 @@ func (s *Service) GetSnapshot(ctx context.Context, id string) (api.Snapshot, err
 		return api.Snapshot{}, err
 	}
 	sn, err := s.store.GetSnapshot(ctx, id)
-	return apiSnapshot(sn), err
+	if err != nil {
+		return api.Snapshot{}, err
+	}
+	users, err := s.store.SnapshotUsers(ctx)
+	if err != nil {
+		return api.Snapshot{}, err
+	}
+	a := apiSnapshot(sn)
+	a.Sandboxes = users[id]
+	return a, nil
 }
 
 // DeleteSnapshot removes a snapshot. Sandboxes made from it keep their files:

@@ -46,7 +46,8 @@ type Sandboxes interface {
 	// ListSnapshots lists the snapshots of sandboxID, or all when it is "".
 	ListSnapshots(ctx context.Context, sandboxID string) ([]api.Snapshot, error)
 	GetSnapshot(ctx context.Context, snapID string) (api.Snapshot, error)
-	// DeleteSnapshot deletes a snapshot; errdefs.ErrConflict while sandboxes created from it exist.
+	// DeleteSnapshot deletes a snapshot; sandboxes created from it keep their
+	// own copy-on-write copies of its files.
 	DeleteSnapshot(ctx context.Context, snapID string) error
 	// AgentDialer returns how to reach the sandbox's agent; errdefs.ErrConflict if it is not running.
 	AgentDialer(ctx context.Context, id string) (func(ctx context.Context) (net.Conn, error), error)

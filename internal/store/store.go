@@ -35,6 +35,8 @@ type Sandbox struct {
 	Socket    string // agent socket while running
 	// TimeoutSec is the hard TTL a start sets ExpiresAt from.
 	TimeoutSec int64
+	// FromSnapshot is the snapshot it was created from, if any.
+	FromSnapshot string
 }
 
 const schema = `
@@ -133,6 +135,7 @@ var added = []struct{ table, column, def string }{
 	{"sandboxes", "ephemeral", "INTEGER NOT NULL DEFAULT 0"},
 	{"sandboxes", "auto_delete_sec", "INTEGER NOT NULL DEFAULT 0"},
 	{"sandboxes", "auto_stop_sec", "INTEGER NOT NULL DEFAULT 0"},
+	{"sandboxes", "from_snapshot", "TEXT NOT NULL DEFAULT ''"},
 }
 
 // migrate adds the columns a database made by an older version lacks.
@@ -153,7 +156,7 @@ func migrate(db *sql.DB) error {
 
 const columns = `id, state, template, runtime, cpu, memory_mib, disk_gib, pids, env, labels, error,
 	slot, created_at, started_at, stopped_at, pid, start_time, socket,
-	timeout_sec, expires_at, ephemeral, auto_delete_sec, auto_stop_sec`
+	timeout_sec, expires_at, ephemeral, auto_delete_sec, auto_stop_sec, from_snapshot`
 
 // Create inserts a new sandbox, choosing its slot (the lowest one free), and
 // records its first state.
@@ -183,11 +186,11 @@ func (s *Store) Create(ctx context.Context, sb *Sandbox) error {
 	sb.Slot = slot
 	env, _ := json.Marshal(orEmpty(sb.Env))
 	labels, _ := json.Marshal(orEmpty(sb.Labels))
-	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		sb.ID, sb.State, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
 		string(env), string(labels), sb.Error, sb.Slot, sb.CreatedAt.UnixNano(),
 		nanos(sb.StartedAt), nanos(sb.StoppedAt), sb.PID, int64(sb.StartTime), sb.Socket,
-		sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec)
+		sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec, sb.FromSnapshot)
 	if err != nil {
 		return fmt.Errorf("inserting sandbox: %w", err)
 	}
@@ -346,7 +349,7 @@ func scan(rows *sql.Rows) ([]Sandbox, error) {
 		var startTime int64
 		if err := rows.Scan(&sb.ID, &sb.State, &sb.Template, &sb.Runtime, &sb.CPU, &sb.MemoryMiB, &sb.DiskGiB,
 			&sb.PIDs, &env, &labels, &sb.Error, &sb.Slot, &created, &started, &stopped, &sb.PID, &startTime, &sb.Socket,
-			&sb.TimeoutSec, &expires, &sb.Ephemeral, &sb.AutoDeleteSec, &sb.AutoStopSec); err != nil {
+			&sb.TimeoutSec, &expires, &sb.Ephemeral, &sb.AutoDeleteSec, &sb.AutoStopSec, &sb.FromSnapshot); err != nil {
 			return nil, err
 		}
 		sb.ExpiresAt = fromNanos(expires)
@@ -594,6 +597,25 @@ func (s *Store) snapshots(ctx context.Context, where string, args ...any) ([]Sna
 		}
 		sn.CreatedAt = time.Unix(0, created).UTC()
 		out = append(out, sn)
+	}
+	return out, rows.Err()
+}
+
+// SnapshotUsers counts the sandboxes created from each snapshot.
+func (s *Store) SnapshotUsers(ctx context.Context) (map[string]int, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT from_snapshot, COUNT(*) FROM sandboxes WHERE from_snapshot != '' GROUP BY from_snapshot`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var id string
+		var n int
+		if err := rows.Scan(&id, &n); err != nil {
+			return nil, err
+		}
+		out[id] = n
 	}
 	return out, rows.Err()
 }
