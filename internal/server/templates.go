@@ -149,13 +149,7 @@ func (s *Server) bootstrapTemplate(w http.ResponseWriter, r *http.Request) {
 		ev.Type, ev.Template, ev.Code, ev.Message = "log", nil, "", ""
 		st.event(ev)
 	})
-	if err != nil {
-		_, body := s.errorBody(r, err)
-		st.finish(api.BuildEvent{Type: "error", Code: body.Code, Message: body.Message})
-		return
-	}
-	t = normalizeTemplate(t)
-	st.finish(api.BuildEvent{Type: "done", Template: &t})
+	s.finishBuild(st, r, t, err)
 }
 
 func (s *Server) tagTemplate(w http.ResponseWriter, r *http.Request) {
@@ -382,6 +376,11 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 		st.event(ev)
 	}
 	t, err := ts.Build(r.Context(), name, dockerfile, args, r.Body, events)
+	s.finishBuild(st, r, t, err)
+}
+
+// finishBuild ends a build or bootstrap stream with its one final event.
+func (s *Server) finishBuild(st *eventStream[api.BuildEvent], r *http.Request, t api.Template, err error) {
 	if err != nil {
 		_, body := s.errorBody(r, err)
 		st.finish(api.BuildEvent{Type: "error", Code: body.Code, Message: body.Message})
