@@ -38,10 +38,11 @@ type Sandbox struct {
 	StartedAt *time.Time        `json:"started_at,omitempty"`
 	StoppedAt *time.Time        `json:"stopped_at,omitempty"`
 	// Lifecycle policies; see CreateSandboxRequest.
-	ExpiresAt     *time.Time `json:"expires_at,omitempty"` // when the timeout stops it
-	Ephemeral     bool       `json:"ephemeral,omitempty"`
-	AutoDeleteSec int64      `json:"auto_delete_sec,omitempty"`
-	AutoStopSec   int64      `json:"auto_stop_sec,omitempty"`
+	ExpiresAt      *time.Time `json:"expires_at,omitempty"` // when the timeout stops it
+	Ephemeral      bool       `json:"ephemeral,omitempty"`
+	AutoDeleteSec  int64      `json:"auto_delete_sec,omitempty"`
+	AutoStopSec    int64      `json:"auto_stop_sec,omitempty"`
+	AutoArchiveSec int64      `json:"auto_archive_sec,omitempty"`
 }
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes. Zero values take the
@@ -67,6 +68,9 @@ type CreateSandboxRequest struct {
 	// call about it, no agent traffic, and no process of its own running
 	// besides the agent. 0 means never.
 	AutoStopSec int64 `json:"auto_stop_sec,omitempty"`
+	// AutoArchiveSec archives the sandbox this long after it stops, freeing
+	// its local disk; starting it brings its files back. 0 means never.
+	AutoArchiveSec int64 `json:"auto_archive_sec,omitempty"`
 }
 
 // TimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout: the sandbox

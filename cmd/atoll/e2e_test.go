@@ -1264,6 +1264,35 @@ func TestLifecyclePolicies(t *testing.T) {
 	if got := waitState(auto.ID, "gone", 10*time.Second); got != "gone" {
 		t.Errorf("auto-delete sandbox is %s, want gone", got)
 	}
+	// Auto-archive: a stopped sandbox goes to the archive store, and a start
+	// brings its files back.
+	arch, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{AutoArchiveSec: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if arch.AutoArchiveSec != 1 {
+		t.Errorf("auto_archive_sec not kept: %+v", arch)
+	}
+	if _, err := c.Exec(ctx, arch.ID, api.ExecRequest{Cmd: []string{"sh", "-c", "echo kept > /root/f"}}, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.StopSandbox(ctx, arch.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitState(arch.ID, api.StateArchived, 10*time.Second); got != api.StateArchived {
+		t.Errorf("auto-archive sandbox is %s, want archived", got)
+	}
+	if _, err := c.StartSandbox(ctx, arch.ID); err != nil {
+		t.Fatal(err)
+	}
+	var kept strings.Builder
+	if _, err := c.Exec(ctx, arch.ID, api.ExecRequest{Cmd: []string{"cat", "/root/f"}}, &kept, &kept); err != nil || kept.String() != "kept\n" {
+		t.Errorf("after auto-archive and start: %q %v", kept.String(), err)
+	}
+	c.DeleteSandbox(ctx, arch.ID)
+	if _, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{AutoArchiveSec: -1}); !errors.Is(err, atoll.ErrInvalid) {
+		t.Errorf("negative auto_archive_sec: %v", err)
+	}
 	// Auto-stop: an idle sandbox stops; one running a process of its own does not.
 	idle, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{AutoStopSec: 1})
 	if err != nil {

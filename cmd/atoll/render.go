@@ -61,6 +61,12 @@ func renderInspect(w io.Writer, sb api.Sandbox, now time.Time) error {
 	if sb.AutoDeleteSec > 0 {
 		line("Auto-delete", formatSeconds(sb.AutoDeleteSec)+" after it stops")
 	}
+	if sb.AutoStopSec > 0 {
+		line("Auto-stop", "after "+formatSeconds(sb.AutoStopSec)+" idle")
+	}
+	if sb.AutoArchiveSec > 0 {
+		line("Auto-archive", formatSeconds(sb.AutoArchiveSec)+" after it stops")
+	}
 	line("Labels", formatMap(sb.Labels, ", "))
 	if len(sb.Env) > 0 {
 		line("Env", strings.Join(slices.Sorted(maps.Keys(sb.Env)), ", ")+" (values hidden; see --json)")

@@ -15,7 +15,7 @@ import (
 func newCreateCmd(g *globals) *cobra.Command {
 	var req api.CreateSandboxRequest
 	var env, labels []string
-	var timeout, autoDelete, autoStop time.Duration
+	var timeout, autoDelete, autoStop, autoArchive time.Duration
 	cmd := &cobra.Command{
 		Use:   "create [flags]",
 		Short: "Create and start a sandbox",
@@ -25,7 +25,9 @@ With --snapshot it starts from a snapshot's files and that snapshot's template.
 --timeout stops the sandbox that long after it starts ("atoll timeout" moves it);
 --ephemeral deletes it when it stops; --auto-delete deletes it that long after
 it stops; --auto-stop stops it after that long without activity (no API call
-about it and no process of its own running). Durations are at most a year.`,
+about it and no process of its own running); --auto-archive moves its files to
+the archive store that long after it stops (a start brings them back).
+Durations are at most a year.`,
 		Example: `  atoll create --template host --cpu 2 --memory 2048 --env LANG=C.UTF-8 --label team=infra
   atoll create --snapshot 7h2k9x0q1w8e5r4t6y0u
   atoll create --timeout 30m --ephemeral`,
@@ -39,6 +41,9 @@ about it and no process of its own running). Durations are at most a year.`,
 				return err
 			}
 			if req.AutoStopSec, err = seconds("--auto-stop", autoStop); err != nil {
+				return err
+			}
+			if req.AutoArchiveSec, err = seconds("--auto-archive", autoArchive); err != nil {
 				return err
 			}
 			if req.Env, err = keyValues("--env", env); err != nil {
@@ -73,6 +78,7 @@ about it and no process of its own running). Durations are at most a year.`,
 	f.BoolVar(&req.Ephemeral, "ephemeral", false, "delete the sandbox when it stops")
 	f.DurationVar(&autoDelete, "auto-delete", 0, "delete the sandbox this long after it stops, e.g. 24h (default never)")
 	f.DurationVar(&autoStop, "auto-stop", 0, "stop the sandbox after this long without activity, e.g. 15m (default never)")
+	f.DurationVar(&autoArchive, "auto-archive", 0, "archive the sandbox this long after it stops, e.g. 1h (default never)")
 	return cmd
 }
 

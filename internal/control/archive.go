@@ -33,16 +33,26 @@ func (s *Service) Archive(ctx context.Context, id string) (api.Sandbox, error) {
 		return api.Sandbox{}, err
 	}
 	defer unlock()
-	sb.State = api.StateArchiving
-	if err := s.store.Update(ctx, &sb, api.StateStopped); err != nil {
+	if err := s.archiveLocked(ctx, &sb, ""); err != nil {
 		return api.Sandbox{}, err
 	}
-	back := func(err error) (api.Sandbox, error) {
+	return sb.Sandbox, nil
+}
+
+// archiveLocked archives stopped sandbox sb, recording reason with the change
+// (as stopLocked does).
+func (s *Service) archiveLocked(ctx context.Context, sb *store.Sandbox, reason string) error {
+	id := sb.ID
+	sb.State = api.StateArchiving
+	if err := s.store.Update(ctx, sb, api.StateStopped); err != nil {
+		return err
+	}
+	back := func(err error) error {
 		s.log.Error("archiving sandbox", "sandbox", id, "err", err)
 		_ = s.archive.Delete(ctx, archiveKey(id))
 		sb.State = api.StateStopped
-		_ = s.store.Update(ctx, &sb, api.StateArchiving)
-		return api.Sandbox{}, fmt.Errorf("%w: archiving failed", errdefs.ErrUnavailable)
+		_ = s.store.Update(ctx, sb, api.StateArchiving)
+		return fmt.Errorf("%w: archiving failed", errdefs.ErrUnavailable)
 	}
 	w, err := s.archive.NewWriter(ctx, archiveKey(id), nil)
 	if err != nil {
@@ -58,11 +68,8 @@ func (s *Service) Archive(ctx context.Context, id string) (api.Sandbox, error) {
 	if err := s.layers.RemoveWritable(id); err != nil {
 		return back(err)
 	}
-	sb.State = api.StateArchived
-	if err := s.store.Update(ctx, &sb, api.StateArchiving); err != nil {
-		return api.Sandbox{}, err
-	}
-	return sb.Sandbox, nil
+	sb.State, sb.Error = api.StateArchived, reason
+	return s.store.Update(ctx, sb, api.StateArchiving)
 }
 
 // unarchiveLocked brings an archived sandbox's files back and records it

@@ -264,6 +264,10 @@ func (s *Service) validate(req *api.CreateSandboxRequest) error {
 		return bad("auto_delete_sec must be between 0 and %d", maxPolicySec)
 	case req.AutoStopSec < 0 || req.AutoStopSec > maxPolicySec:
 		return bad("auto_stop_sec must be between 0 and %d", maxPolicySec)
+	case req.AutoArchiveSec < 0 || req.AutoArchiveSec > maxPolicySec:
+		return bad("auto_archive_sec must be between 0 and %d", maxPolicySec)
+	case req.AutoArchiveSec > 0 && s.archive == nil:
+		return fmt.Errorf("%w: this server has no archive store for auto_archive_sec", errdefs.ErrUnavailable)
 	}
 	for k, v := range req.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) || len(k)+len(v) > 128<<10 {
@@ -326,6 +330,7 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 		CPU: req.CPU, MemoryMiB: req.MemoryMiB, DiskGiB: req.DiskGiB, PIDs: req.PIDs,
 		Env: req.Env, Labels: req.Labels, CreatedAt: time.Now().UTC(),
 		Ephemeral: req.Ephemeral, AutoDeleteSec: req.AutoDeleteSec, AutoStopSec: req.AutoStopSec,
+		AutoArchiveSec: req.AutoArchiveSec,
 	}, TimeoutSec: req.TimeoutSec, FromSnapshot: req.Snapshot}
 	unlock := s.lock(sb.ID)
 	defer unlock()

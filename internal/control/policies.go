@@ -19,6 +19,8 @@ const maxPolicySec = 365 * 24 * 3600
 //     SetTimeout moves it.
 //   - ephemeral: stopping deletes the sandbox, whatever stopped it.
 //   - auto-delete: a stopped sandbox is deleted that long after it stopped.
+//   - auto-archive: a stopped sandbox is archived that long after it stopped
+//     (if auto-delete is due first, it is deleted instead).
 //   - auto-stop: a running sandbox is stopped after auto_stop_sec without
 //     activity. Activity is an API call about it (get, exec, files, any
 //     agent route), its start, or any process of its own running besides
@@ -72,6 +74,9 @@ func (s *Service) applyPolicies(ctx context.Context) {
 		case sb.State == api.StateStopped && (sb.Ephemeral ||
 			sb.AutoDeleteSec > 0 && sb.StoppedAt != nil && now.After(sb.StoppedAt.Add(time.Duration(sb.AutoDeleteSec)*time.Second))):
 			s.policy(ctx, sb.ID, "auto-delete")
+		case sb.State == api.StateStopped && s.archive != nil && sb.AutoArchiveSec > 0 && sb.StoppedAt != nil &&
+			now.After(sb.StoppedAt.Add(time.Duration(sb.AutoArchiveSec)*time.Second)):
+			s.policy(ctx, sb.ID, "auto-archive")
 		}
 	}
 }
@@ -116,6 +121,14 @@ func (s *Service) policy(ctx context.Context, id, reason string) {
 			return
 		}
 		s.deleteByPolicy(ctx, sb)
+	case "auto-archive":
+		if sb.State != api.StateStopped {
+			return
+		}
+		s.log.Info("archiving sandbox by its policy", "sandbox", id)
+		if err := s.archiveLocked(ctx, &sb, "auto-archive"); err != nil {
+			s.log.Error("auto-archive", "sandbox", id, "err", err)
+		}
 	}
 }
 

@@ -185,7 +185,7 @@ func (s *Service) adoptPooled(ctx context.Context, id string, req api.CreateSand
 	sb.State, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs = api.StateRunning, req.CPU, req.MemoryMiB, req.DiskGiB, req.PIDs
 	sb.Env, sb.Labels, sb.CreatedAt, sb.StartedAt = req.Env, req.Labels, now, &now
 	sb.TimeoutSec, sb.Ephemeral, sb.AutoDeleteSec, sb.ExpiresAt = req.TimeoutSec, req.Ephemeral, req.AutoDeleteSec, nil
-	sb.AutoStopSec = req.AutoStopSec
+	sb.AutoStopSec, sb.AutoArchiveSec = req.AutoStopSec, req.AutoArchiveSec
 	s.touch(id)
 	if req.TimeoutSec > 0 {
 		exp := now.Add(time.Duration(req.TimeoutSec) * time.Second)

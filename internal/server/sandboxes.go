@@ -53,6 +53,12 @@ func validateCreate(req api.CreateSandboxRequest) error {
 	if err := validateSeconds("auto_delete_sec", req.AutoDeleteSec); err != nil {
 		return err
 	}
+	if err := validateSeconds("auto_stop_sec", req.AutoStopSec); err != nil {
+		return err
+	}
+	if err := validateSeconds("auto_archive_sec", req.AutoArchiveSec); err != nil {
+		return err
+	}
 	if req.Snapshot != "" && !idPattern.MatchString(req.Snapshot) {
 		return fmt.Errorf("%w: malformed snapshot ID %q: want 20 characters of [a-z0-9]", errdefs.ErrInvalid, truncate(req.Snapshot))
 	}
@@ -64,7 +70,7 @@ func validateCreate(req api.CreateSandboxRequest) error {
 	return validateLabels(req.Labels)
 }
 
-// MaxLifetimeSec bounds timeout_sec and auto_delete_sec: one year.
+// MaxLifetimeSec bounds timeout_sec and the auto_* delays: one year.
 const MaxLifetimeSec = 365 * 24 * 60 * 60
 
 func validateSeconds(field string, sec int64) error {

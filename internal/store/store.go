@@ -136,6 +136,7 @@ var added = []struct{ table, column, def string }{
 	{"sandboxes", "auto_delete_sec", "INTEGER NOT NULL DEFAULT 0"},
 	{"sandboxes", "auto_stop_sec", "INTEGER NOT NULL DEFAULT 0"},
 	{"sandboxes", "from_snapshot", "TEXT NOT NULL DEFAULT ''"},
+	{"sandboxes", "auto_archive_sec", "INTEGER NOT NULL DEFAULT 0"},
 }
 
 // migrate adds the columns a database made by an older version lacks.
@@ -156,7 +157,8 @@ func migrate(db *sql.DB) error {
 
 const columns = `id, state, template, runtime, cpu, memory_mib, disk_gib, pids, env, labels, error,
 	slot, created_at, started_at, stopped_at, pid, start_time, socket,
-	timeout_sec, expires_at, ephemeral, auto_delete_sec, auto_stop_sec, from_snapshot`
+	timeout_sec, expires_at, ephemeral, auto_delete_sec, auto_stop_sec, from_snapshot,
+	auto_archive_sec`
 
 // Create inserts a new sandbox, choosing its slot (the lowest one free), and
 // records its first state.
@@ -186,11 +188,12 @@ func (s *Store) Create(ctx context.Context, sb *Sandbox) error {
 	sb.Slot = slot
 	env, _ := json.Marshal(orEmpty(sb.Env))
 	labels, _ := json.Marshal(orEmpty(sb.Labels))
-	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		sb.ID, sb.State, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
 		string(env), string(labels), sb.Error, sb.Slot, sb.CreatedAt.UnixNano(),
 		nanos(sb.StartedAt), nanos(sb.StoppedAt), sb.PID, int64(sb.StartTime), sb.Socket,
-		sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec, sb.FromSnapshot)
+		sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec, sb.FromSnapshot,
+		sb.AutoArchiveSec)
 	if err != nil {
 		return fmt.Errorf("inserting sandbox: %w", err)
 	}
@@ -222,11 +225,12 @@ func (s *Store) Update(ctx context.Context, sb *Sandbox, from ...string) error {
 	labels, _ := json.Marshal(orEmpty(sb.Labels))
 	_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET state=?, error=?, template=?, runtime=?, cpu=?, memory_mib=?,
 		disk_gib=?, pids=?, env=?, labels=?, created_at=?, started_at=?, stopped_at=?, pid=?, start_time=?, socket=?,
-		timeout_sec=?, expires_at=?, ephemeral=?, auto_delete_sec=?, auto_stop_sec=?
-		WHERE id=?`,
+		timeout_sec=?, expires_at=?, ephemeral=?, auto_delete_sec=?, auto_stop_sec=?,
+		auto_archive_sec=? WHERE id=?`,
 		sb.State, sb.Error, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
 		string(env), string(labels), sb.CreatedAt.UnixNano(), nanos(sb.StartedAt), nanos(sb.StoppedAt),
-		sb.PID, int64(sb.StartTime), sb.Socket, sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec, sb.ID)
+		sb.PID, int64(sb.StartTime), sb.Socket, sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec,
+		sb.AutoArchiveSec, sb.ID)
 	if err != nil {
 		return err
 	}
@@ -349,7 +353,8 @@ func scan(rows *sql.Rows) ([]Sandbox, error) {
 		var startTime int64
 		if err := rows.Scan(&sb.ID, &sb.State, &sb.Template, &sb.Runtime, &sb.CPU, &sb.MemoryMiB, &sb.DiskGiB,
 			&sb.PIDs, &env, &labels, &sb.Error, &sb.Slot, &created, &started, &stopped, &sb.PID, &startTime, &sb.Socket,
-			&sb.TimeoutSec, &expires, &sb.Ephemeral, &sb.AutoDeleteSec, &sb.AutoStopSec, &sb.FromSnapshot); err != nil {
+			&sb.TimeoutSec, &expires, &sb.Ephemeral, &sb.AutoDeleteSec, &sb.AutoStopSec, &sb.FromSnapshot,
+			&sb.AutoArchiveSec); err != nil {
 			return nil, err
 		}
 		sb.ExpiresAt = fromNanos(expires)
