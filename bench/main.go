@@ -33,14 +33,22 @@ import (
 func main() {
 	n := flag.Int("n", 100, "iterations per measurement")
 	clients := flag.Int("clients", 8, "concurrent clients for the concurrent run")
+	only := flag.String("only", "", "comma-separated parts to run (core,templates,state,forks,prestarted,warm,peers); default all")
 	flag.Parse()
+	parts := map[string]bool{}
+	for _, p := range strings.Split(*only, ",") {
+		if p != "" {
+			parts[p] = true
+		}
+	}
+	want := func(part string) bool { return len(parts) == 0 || parts[part] }
 	if os.Geteuid() != 0 {
 		fatal("bench needs root")
 	}
 	work, err := os.MkdirTemp("", "atoll-bench-")
 	check(err)
 	os.Chmod(work, 0o711)
-	srv := startServer(work, "cold", 0)
+	srv := startServer(work, "cold", 0, 0)
 	defer srv.stop()
 
 	r := &report{}
@@ -53,8 +61,36 @@ func main() {
 	check(err)
 	check(c.DeleteSandbox(ctx, sb.ID))
 
+	if want("core") {
+		core(r, c, *n, *clients)
+	}
+	if want("templates") {
+		templates(r, srv, min(*n, 30))
+	}
+	if want("state") {
+		state(r, srv, min(*n, 20))
+	}
+	if want("forks") {
+		forks(r, srv, "no prestarted processes", min(*n, 20))
+	}
+	if want("prestarted") {
+		prestarted(r, work, *n)
+	}
+	if want("warm") {
+		warm(r, work, *n, *clients)
+	}
+	if want("peers") {
+		peers(r, work, filepath.Join(srv.data, "layers", "templates", "host-v2"), *n)
+	}
+	r.print(os.Stdout, *n, *clients)
+}
+
+// core measures create, exec and delete one at a time and from concurrent
+// clients, on the cold server.
+func core(r *report, c *atoll.Client, n, clients int) {
+	ctx := context.Background()
 	var create, exec1, del []time.Duration
-	for i := 0; i < *n; i++ {
+	for i := 0; i < n; i++ {
 		t0 := time.Now()
 		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
 		check(err)
@@ -71,10 +107,10 @@ func main() {
 	r.add("atoll first exec `true` (API)", "sequential", exec1)
 	r.add("atoll delete (API)", "sequential", del)
 
-	sb, err = c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
 	check(err)
 	var execs []time.Duration
-	for i := 0; i < *n*5; i++ {
+	for i := 0; i < n*5; i++ {
 		t0 := time.Now()
 		code, err := c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard)
 		check(err)
@@ -90,8 +126,8 @@ func main() {
 	var mu sync.Mutex
 	var ccreate, cexec, cdel []time.Duration
 	var wg sync.WaitGroup
-	per := max(*n / *clients, 1)
-	for w := 0; w < *clients; w++ {
+	per := max(n/clients, 1)
+	for w := 0; w < clients; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -112,22 +148,17 @@ func main() {
 		}()
 	}
 	wg.Wait()
-	conc := fmt.Sprintf("%d clients", *clients)
+	conc := fmt.Sprintf("%d clients", clients)
 	r.add("atoll create → ready (API), cold", conc, ccreate)
 	r.add("atoll first exec `true` (API)", conc, cexec)
 	r.add("atoll delete (API)", conc, cdel)
 
-	templates(r, srv, min(*n, 30))
-	state(r, srv, min(*n, 20))
-	warm(r, work, *n, *clients)
-	peers(r, work, filepath.Join(srv.data, "layers", "templates", "host-v2"), *n)
-	r.print(os.Stdout, *n, *clients)
 }
 
 // warm measures creates served by the warm pool: one at a time with a pause
 // that lets the pool refill, and a burst of concurrent clients that drains it.
 func warm(r *report, work string, n, clients int) {
-	srv := startServer(work, "warm", clients)
+	srv := startServer(work, "warm", clients, 0)
 	defer srv.stop()
 	c := atoll.New(srv.url, srv.key)
 	ctx := context.Background()
@@ -188,7 +219,7 @@ type server struct {
 	key       string
 }
 
-func startServer(work, name string, pool int) *server {
+func startServer(work, name string, pool, prestart int) *server {
 	bin := filepath.Join(work, "atoll")
 	if _, err := os.Stat(bin); err != nil {
 		// Both binaries, as `go install ./cmd/...` would put them: the server
@@ -200,7 +231,7 @@ func startServer(work, name string, pool int) *server {
 	}
 	data := filepath.Join(work, name)
 	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--data", data,
-		"--layer-image-size", fmt.Sprint(int64(16<<30)), "--warm-pool", fmt.Sprint(pool))
+		"--layer-image-size", fmt.Sprint(int64(16<<30)), "--warm-pool", fmt.Sprint(pool), "--prestart", fmt.Sprint(prestart))
 	out, err := cmd.StdoutPipe()
 	check(err)
 	cmd.Stderr = io.Discard

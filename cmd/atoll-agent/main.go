@@ -11,8 +11,9 @@ import (
 )
 
 func main() {
+	var ready func()
 	if len(os.Args) > 1 && os.Args[1] == nsinit.Arg {
-		nsinit.Setup()
+		ready = nsinit.Setup()
 	}
-	agent.Main()
+	agent.Main(ready)
 }

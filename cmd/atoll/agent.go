@@ -16,9 +16,10 @@ func runAsAgent() bool {
 	if !strings.HasPrefix(filepath.Base(os.Args[0]), "atoll-agent") {
 		return false
 	}
+	var ready func()
 	if len(os.Args) > 1 && os.Args[1] == nsinit.Arg {
-		nsinit.Setup()
+		ready = nsinit.Setup()
 	}
-	agent.Main()
+	agent.Main(ready)
 	return true
 }

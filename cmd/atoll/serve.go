@@ -40,6 +40,7 @@ type serveConfig struct {
 	agent     string
 	imageSize int64
 	warmPool  int
+	prestart  int
 	archive   string
 	debug     bool
 	out       io.Writer
@@ -75,6 +76,7 @@ re-adopts them.`,
 	f.StringVar(&cfg.agent, "agent", "", "atoll-agent binary to run in sandboxes (default: atoll-agent beside this binary, else this binary)")
 	f.Int64Var(&cfg.imageSize, "layer-image-size", 0, "size in bytes of the layer image, when one is created (default: 90% of free space, at most 1 TiB)")
 	f.IntVar(&cfg.warmPool, "warm-pool", 2, "default sandboxes to keep started ahead of demand (0: none)")
+	f.IntVar(&cfg.prestart, "prestart", 4, "sandbox processes to keep started ahead of demand for forks and other creates (0: none)")
 	f.StringVar(&cfg.archive, "archive", "", "object storage URL for archived sandboxes (default file://<data>/archive)")
 	f.BoolVar(&cfg.debug, "debug", false, "log debug messages")
 	return cmd
@@ -138,7 +140,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	defer bucket.Close()
 	svc, err := control.New(control.Config{
 		Store: st, Layers: ls, Runtimes: []runtime.Runtime{nsrt}, AgentPath: agentPath, Logger: log,
-		WarmPool: cfg.warmPool, Archive: bucket,
+		WarmPool: cfg.warmPool, Prestart: cfg.prestart, Archive: bucket,
 	})
 	if err != nil {
 		return err

@@ -22,7 +22,7 @@ const helperEnv = "ATOLL_AGENT_TEST_MAIN"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "1" {
-		Main()
+		Main(nil)
 		os.Exit(0)
 	}
 	os.Exit(m.Run())

@@ -23,16 +23,17 @@ const (
 )
 
 // Main is atoll-agent's main: it serves the listener inherited as fd 3 until
-// SIGTERM, reaping every child.
-func Main() {
+// SIGTERM, reaping every child. It calls ready, if not nil, just before it
+// serves.
+func Main(ready func()) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(log); err != nil {
+	if err := run(log, ready); err != nil {
 		log.Error("atoll-agent", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(log *slog.Logger) error {
+func run(log *slog.Logger, ready func()) error {
 	var env map[string]string
 	if s := os.Getenv(EnvVar); s != "" {
 		if err := json.Unmarshal([]byte(s), &env); err != nil {
@@ -66,6 +67,9 @@ func run(log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), unix.SIGTERM, unix.SIGINT)
 	defer stop()
 	log.Info("atoll-agent serving", "pid", os.Getpid())
+	if ready != nil {
+		ready()
+	}
 	err = a.Run(ctx)
 	a.Close()
 	return err

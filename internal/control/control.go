@@ -45,6 +45,9 @@ type Config struct {
 	// WarmPool is how many default sandboxes to keep started ahead of
 	// demand; 0 disables the pool.
 	WarmPool int
+	// Prestart is how many sandbox processes to keep started ahead of
+	// demand, not yet bound to files (see prestart.go); 0 disables them.
+	Prestart int
 	// Archive is where archived sandboxes' files go; nil disables archiving.
 	Archive *blob.Bucket
 	Logger  *slog.Logger
@@ -82,6 +85,10 @@ type Service struct {
 	// template.
 	poolMu sync.Mutex
 	pool   map[string][]string
+	// prestarted are the prestarted sandboxes ready to take, also under
+	// poolMu.
+	prestartSize int
+	prestarted   []store.Sandbox
 }
 
 // uidBase is the first host uid of sandbox ranges: far above the ids a host
@@ -116,18 +123,19 @@ func New(cfg Config) (*Service, error) {
 		d.PIDs = 1024
 	}
 	s := &Service{
-		store:     cfg.Store,
-		layers:    cfg.Layers,
-		runtimes:  map[string]runtime.Runtime{},
-		agentPath: cfg.AgentPath,
-		defaults:  cfg.Defaults,
-		log:       cfg.Logger,
-		locks:     map[string]*sync.Mutex{},
-		poolSize:  cfg.WarmPool,
-		archive:   cfg.Archive,
-		pool:      map[string][]string{},
-		activity:  map[string]time.Time{},
-		poolWake:  make(chan struct{}, 1),
+		store:        cfg.Store,
+		layers:       cfg.Layers,
+		runtimes:     map[string]runtime.Runtime{},
+		agentPath:    cfg.AgentPath,
+		defaults:     cfg.Defaults,
+		log:          cfg.Logger,
+		locks:        map[string]*sync.Mutex{},
+		poolSize:     cfg.WarmPool,
+		prestartSize: cfg.Prestart,
+		archive:      cfg.Archive,
+		pool:         map[string][]string{},
+		activity:     map[string]time.Time{},
+		poolWake:     make(chan struct{}, 1),
 	}
 	for _, r := range cfg.Runtimes {
 		s.runtimes[r.Name()] = r
@@ -147,8 +155,10 @@ func (s *Service) Run(ctx context.Context) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		defer s.discardPrestarted(context.WithoutCancel(ctx))
 		for {
 			s.fillPool(ctx)
+			s.fillPrestarted(ctx)
 			select {
 			case <-ctx.Done():
 				return
@@ -326,18 +336,18 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	// worse than an unwanted whole one, which the client can delete.
 	ctx = context.WithoutCancel(ctx)
 	sb := store.Sandbox{Sandbox: api.Sandbox{
-		ID: newID(), State: api.StateCreating, Template: req.Template, Runtime: req.Runtime,
+		State: api.StateCreating, Template: req.Template, Runtime: req.Runtime,
 		CPU: req.CPU, MemoryMiB: req.MemoryMiB, DiskGiB: req.DiskGiB, PIDs: req.PIDs,
 		Env: req.Env, Labels: req.Labels, CreatedAt: time.Now().UTC(),
 		Ephemeral: req.Ephemeral, AutoDeleteSec: req.AutoDeleteSec, AutoStopSec: req.AutoStopSec,
 		AutoArchiveSec: req.AutoArchiveSec,
 	}, TimeoutSec: req.TimeoutSec, FromSnapshot: req.Snapshot}
-	unlock := s.lock(sb.ID)
-	defer unlock()
 	t0 := time.Now()
-	if err := s.store.Create(ctx, &sb); err != nil {
+	unlock, err := s.newSandbox(ctx, &sb)
+	if err != nil {
 		return api.Sandbox{}, err
 	}
+	defer unlock()
 	s.log.Debug("recorded", "sandbox", sb.ID, "op", "create", "ms", ms(t0))
 	if req.Snapshot != "" {
 		if _, err := s.layers.WritableFromSnapshot(snap.ID, sb.ID, sb.DiskGiB<<30); err != nil {
@@ -374,7 +384,7 @@ func (s *Service) startLocked(ctx context.Context, sb *store.Sandbox, tmpl layer
 		Hostname:  sb.ID,
 		Rootfs:    runtime.Rootfs{Layers: tmpl.Layers, Writable: writable, Binds: tmpl.Binds},
 		Limits:    runtime.Limits{CPU: sb.CPU, MemoryBytes: sb.MemoryMiB << 20, PIDs: sb.PIDs, CPUWeight: weight},
-		IDMap:     runtime.IDMap{HostID: uint32(uidBase + sb.Slot*uidRange), Size: uidRange},
+		IDMap:     idMap(sb.Slot),
 		Env:       env,
 		User:      tmpl.User,
 		Workdir:   tmpl.Workdir,
@@ -684,7 +694,7 @@ func (s *Service) Recover(ctx context.Context) error {
 			continue
 		}
 		switch sb.State {
-		case api.StateCreating, statePooled, stateBuilding:
+		case api.StateCreating, statePooled, stateBuilding, statePrestarted:
 			// Never acknowledged: undo it completely.
 			s.log.Info("removing sandbox whose creation was interrupted", "sandbox", sb.ID)
 			s.discard(ctx, sb)

@@ -212,6 +212,8 @@ func (s *Service) agentClient(sock string) *agent.Client {
 }
 
 // hidden reports whether sb is one the API must not show.
-func hidden(sb store.Sandbox) bool { return sb.State == statePooled || sb.State == stateBuilding }
+func hidden(sb store.Sandbox) bool {
+	return sb.State == statePooled || sb.State == stateBuilding || sb.State == statePrestarted
+}
 
 func notFound(id string) error { return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound) }

@@ -210,14 +210,16 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 	}
 	for i := 0; i < req.Count; i++ {
 		c := store.Sandbox{Sandbox: api.Sandbox{
-			ID: newID(), State: api.StateCreating, Template: parent.Template, Runtime: parent.Runtime,
+			State: api.StateCreating, Template: parent.Template, Runtime: parent.Runtime,
 			CPU: parent.CPU, MemoryMiB: parent.MemoryMiB, DiskGiB: parent.DiskGiB, PIDs: parent.PIDs,
 			Env: parent.Env, Labels: labels, CreatedAt: time.Now().UTC(),
 		}}
-		if err := s.store.Create(ctx, &c); err != nil {
+		unlockChild, err := s.newSandbox(ctx, &c)
+		if err != nil {
 			unlock()
 			return fail(err)
 		}
+		unlockChild()
 		children = append(children, c)
 	}
 	// The parent is frozen only while its writable layer is copied, which

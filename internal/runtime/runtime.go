@@ -94,5 +94,14 @@ type Runtime interface {
 	Cleanup(ctx context.Context, id string) error
 }
 
+// Preparer is a Runtime that can do the part of a start that does not depend
+// on the sandbox's files ahead of time, so that a later Start of the same ID
+// is quicker. Prepare uses spec's ID, IDMap, Limits and AgentPath only; Start
+// may change the limits. Cleanup releases a prepared sandbox that is never
+// started. Prepared sandboxes do not survive the node.
+type Preparer interface {
+	Prepare(ctx context.Context, spec Spec) error
+}
+
 // AgentTimeout bounds how long Start waits for the agent to answer.
 const AgentTimeout = 10 * time.Second

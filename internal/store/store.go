@@ -226,11 +226,11 @@ func (s *Store) Update(ctx context.Context, sb *Sandbox, from ...string) error {
 	_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET state=?, error=?, template=?, runtime=?, cpu=?, memory_mib=?,
 		disk_gib=?, pids=?, env=?, labels=?, created_at=?, started_at=?, stopped_at=?, pid=?, start_time=?, socket=?,
 		timeout_sec=?, expires_at=?, ephemeral=?, auto_delete_sec=?, auto_stop_sec=?,
-		auto_archive_sec=? WHERE id=?`,
+		auto_archive_sec=?, from_snapshot=? WHERE id=?`,
 		sb.State, sb.Error, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
 		string(env), string(labels), sb.CreatedAt.UnixNano(), nanos(sb.StartedAt), nanos(sb.StoppedAt),
 		sb.PID, int64(sb.StartTime), sb.Socket, sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec,
-		sb.AutoArchiveSec, sb.ID)
+		sb.AutoArchiveSec, sb.FromSnapshot, sb.ID)
 	if err != nil {
 		return err
 	}

@@ -161,10 +161,17 @@ func (c *cgroup) start(cmd *exec.Cmd) error {
 			errc <- fmt.Errorf("joining cgroup: %w", err)
 			return
 		}
-		errc <- cmd.Start()
-		if home.AddTask(cgroup1.Process{Pid: tid}) == nil {
-			goruntime.UnlockOSThread()
+		err = cmd.Start()
+		// Back home before answering, so that nothing acting on the
+		// sandbox's cgroup (a kill of all it holds) ever meets this thread.
+		// A thread that cannot leave stays locked and ends with this
+		// goroutine, taking the child with it (Pdeathsig).
+		if herr := home.AddTask(cgroup1.Process{Pid: tid}); herr != nil {
+			errc <- errors.Join(err, fmt.Errorf("leaving the sandbox's cgroup: %w", herr))
+			return
 		}
+		goruntime.UnlockOSThread()
+		errc <- err
 	}()
 	return <-errc
 }

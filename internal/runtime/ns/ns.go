@@ -17,13 +17,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -46,9 +46,15 @@ type Config struct {
 type Runtime struct {
 	runRoot string
 	log     *slog.Logger
+
+	mu       sync.Mutex
+	prepared map[string]*prepared // by sandbox ID
 }
 
-var _ runtime.Runtime = (*Runtime)(nil)
+var (
+	_ runtime.Runtime  = (*Runtime)(nil)
+	_ runtime.Preparer = (*Runtime)(nil)
+)
 
 // New checks that the host can run namespace sandboxes and prepares RunRoot.
 func New(cfg Config) (*Runtime, error) {
@@ -67,7 +73,7 @@ func New(cfg Config) (*Runtime, error) {
 	if err := privateMount(cfg.RunRoot); err != nil {
 		return nil, err
 	}
-	return &Runtime{runRoot: cfg.RunRoot, log: cfg.Logger}, nil
+	return &Runtime{runRoot: cfg.RunRoot, log: cfg.Logger, prepared: map[string]*prepared{}}, nil
 }
 
 // privateMount makes dir a mount of its own with private propagation, so the
@@ -97,78 +103,136 @@ func (r *Runtime) runDir(id string) string { return filepath.Join(r.runRoot, id)
 // SocketPath is where the agent of sandbox id listens.
 func (r *Runtime) SocketPath(id string) string { return filepath.Join(r.runDir(id), "agent.sock") }
 
-// Start implements runtime.Runtime.
-func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (inst runtime.Instance, err error) {
-	start := time.Now()
+// prepared is a sandbox process started ahead of its files: namespaces,
+// cgroup and agent socket exist, and the init stage waits on ctl for its
+// configuration.
+type prepared struct {
+	dir    string
+	cg     *cgroup
+	cmd    *exec.Cmd
+	ctl    *os.File
+	limits runtime.Limits
+}
+
+// kill ends p's process and releases what it holds.
+func (r *Runtime) kill(id string, p *prepared) {
+	if p.cmd.Process != nil {
+		_ = p.cmd.Process.Kill()
+	}
+	p.ctl.Close()
+	_ = p.cg.killAll(5 * time.Second)
+	_ = p.cg.delete()
+	_ = r.cleanupDir(id)
+}
+
+// Prepare implements runtime.Preparer: it does the part of a start that does
+// not depend on the sandbox's files (cgroup, namespaces, the agent process
+// and its runtime start-up, about two thirds of a start), so that a Start of
+// spec.ID later only mounts and goes. Until then the process dies with the
+// node.
+func (r *Runtime) Prepare(ctx context.Context, spec runtime.Spec) error {
+	p, err := r.prepare(spec)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old := r.prepared[spec.ID]; old != nil {
+		r.kill(spec.ID, old)
+	}
+	r.prepared[spec.ID] = p
+	return nil
+}
+
+// takePrepared returns the process prepared for id, if any.
+func (r *Runtime) takePrepared(id string) *prepared {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.prepared[id]
+	delete(r.prepared, id)
+	return p
+}
+
+func (r *Runtime) prepare(spec runtime.Spec) (_ *prepared, err error) {
 	dir := r.runDir(spec.ID)
 	if err := os.MkdirAll(dir, 0o711); err != nil {
-		return inst, err
+		return nil, err
 	}
-	var cg *cgroup
-	var cmd *exec.Cmd
+	p := &prepared{dir: dir, limits: spec.Limits}
+	var childCtl *os.File
 	defer func() {
+		if childCtl != nil {
+			childCtl.Close()
+		}
 		if err == nil {
 			return
 		}
-		if cmd != nil && cmd.Process != nil {
-			_ = cmd.Process.Kill()
+		if p.cmd != nil && p.cmd.Process != nil {
+			_ = p.cmd.Process.Kill()
 		}
-		if cg != nil {
-			_ = cg.killAll(5 * time.Second)
-			_ = cg.delete()
+		if p.ctl != nil {
+			p.ctl.Close()
 		}
-		_ = r.Cleanup(context.WithoutCancel(ctx), spec.ID)
+		if p.cg != nil {
+			_ = p.cg.killAll(5 * time.Second)
+			_ = p.cg.delete()
+		}
+		_ = r.cleanupDir(spec.ID)
 	}()
 
 	sock := r.SocketPath(spec.ID)
 	_ = os.Remove(sock)
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
-		return inst, fmt.Errorf("agent socket: %w", err)
+		return nil, fmt.Errorf("agent socket: %w", err)
 	}
 	ln.SetUnlinkOnClose(false)
 	lnFile, err := ln.File()
 	ln.Close()
 	if err != nil {
-		return inst, err
+		return nil, err
 	}
 	defer lnFile.Close()
 
-	cg, err = newCgroup(spec.ID, spec.Limits)
+	p.cg, err = newCgroup(spec.ID, spec.Limits)
 	if err != nil {
-		return inst, err
+		return nil, err
 	}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return inst, err
+		return nil, err
 	}
-	ctl := os.NewFile(uintptr(pair[0]), "control")
-	defer ctl.Close()
-	childCtl := os.NewFile(uintptr(pair[1]), "control-child")
-	defer childCtl.Close()
+	// The node's end is non-blocking, so that reads from it can time out.
+	if err := unix.SetNonblock(pair[0], true); err != nil {
+		unix.Close(pair[0])
+		unix.Close(pair[1])
+		return nil, err
+	}
+	p.ctl = os.NewFile(uintptr(pair[0]), "control")
+	childCtl = os.NewFile(uintptr(pair[1]), "control-child")
 	logFile, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return inst, err
+		return nil, err
 	}
 	defer logFile.Close()
 
 	// The staging directory is a shared mount, so that the id-mapped layers
 	// mounted there after the sandbox's mount namespace exists still appear
-	// in it (as a slave, nothing flows back).
+	// in it (as a slave, nothing flows back). It stays until the sandbox is
+	// configured.
 	mnt := filepath.Join(dir, "mnt")
 	if err := os.MkdirAll(mnt, 0o711); err != nil {
-		return inst, err
+		return nil, err
 	}
 	if err := unix.Mount(mnt, mnt, "", unix.MS_BIND, ""); err != nil {
-		return inst, fmt.Errorf("staging mount: %w", err)
+		return nil, fmt.Errorf("staging mount: %w", err)
 	}
-	defer r.unmountStaging(dir)
 	if err := unix.Mount("", mnt, "", unix.MS_SHARED, ""); err != nil {
-		return inst, fmt.Errorf("staging mount: %w", err)
+		return nil, fmt.Errorf("staging mount: %w", err)
 	}
 
 	idmap := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(spec.IDMap.HostID), Size: int(spec.IDMap.Size)}}
-	cmd = exec.Command(spec.AgentPath, nsinit.Arg)
+	cmd := exec.Command(spec.AgentPath, nsinit.Arg)
 	// argv[0] is what the sandbox sees in /proc/1/cmdline: not a host path.
 	cmd.Args[0] = "atoll-agent"
 	cmd.Env = []string{}
@@ -193,43 +257,79 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (inst runtime.In
 		// clears this once configured.
 		Pdeathsig: syscall.SIGKILL,
 	}
-	if err := cg.start(cmd); err != nil {
-		return inst, fmt.Errorf("starting sandbox init: %w", err)
+	if err := p.cg.start(cmd); err != nil {
+		return nil, fmt.Errorf("starting sandbox init: %w", err)
 	}
-	childCtl.Close()
-	pid := cmd.Process.Pid
+	p.cmd = cmd
 	// Reap our child when it ends; after a node restart the host's init does.
 	go func() { _ = cmd.Wait() }()
+	return p, nil
+}
 
-	cfg, err := r.stageMounts(spec, dir, pid)
-	if err != nil {
+// Start implements runtime.Runtime, finishing a prepared process if there is
+// one for spec.ID.
+func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (inst runtime.Instance, err error) {
+	start := time.Now()
+	p := r.takePrepared(spec.ID)
+	if p != nil {
+		if p.limits != spec.Limits {
+			if err := p.cg.update(spec.Limits); err != nil {
+				r.kill(spec.ID, p)
+				return inst, fmt.Errorf("setting limits: %w", err)
+			}
+		}
+		inst, err = r.finish(ctx, spec, p, start)
+		if !errors.Is(err, errNotConfigured) {
+			return inst, err
+		}
+		// The prepared process died before it was used: start afresh.
+		r.log.Warn("prepared sandbox process was gone", "sandbox", spec.ID, "err", err)
+	}
+	if p, err = r.prepare(spec); err != nil {
 		return inst, err
 	}
-	if err := json.NewEncoder(ctl).Encode(cfg); err != nil {
-		return inst, fmt.Errorf("configuring sandbox init: %w", err)
+	return r.finish(ctx, spec, p, start)
+}
+
+// errNotConfigured marks a failure before the init stage got its
+// configuration, after which a fresh start may succeed.
+var errNotConfigured = errors.New("sandbox init not configured")
+
+// finish configures prepared process p as sandbox spec and waits for its agent.
+func (r *Runtime) finish(ctx context.Context, spec runtime.Spec, p *prepared, start time.Time) (inst runtime.Instance, err error) {
+	defer func() {
+		if err != nil {
+			r.kill(spec.ID, p)
+		}
+	}()
+	defer p.ctl.Close()
+	defer r.unmountStaging(p.dir)
+	pid := p.cmd.Process.Pid
+	cfg, err := r.stageMounts(spec, p.dir, pid)
+	if err != nil {
+		return inst, fmt.Errorf("%w: %v", errNotConfigured, err)
 	}
+	if err := json.NewEncoder(p.ctl).Encode(cfg); err != nil {
+		return inst, fmt.Errorf("%w: %v", errNotConfigured, err)
+	}
+	// The answer comes once the agent is about to serve on its socket.
 	var st nsinit.Status
-	if err := json.NewDecoder(ctl).Decode(&st); err != nil {
+	if err := p.ctl.SetReadDeadline(time.Now().Add(runtime.AgentTimeout)); err != nil {
+		return inst, err
+	}
+	if err := json.NewDecoder(p.ctl).Decode(&st); err != nil {
 		return inst, fmt.Errorf("sandbox init: %w", err)
 	}
 	if st.Error != "" {
 		return inst, fmt.Errorf("sandbox init: %s", st.Error)
-	}
-	r.unmountStaging(dir)
-	initMs := float64(time.Since(start).Microseconds()) / 1000
-
-	waitCtx, cancel := context.WithTimeout(ctx, runtime.AgentTimeout)
-	defer cancel()
-	if err := waitAgent(waitCtx, sock); err != nil {
-		return inst, fmt.Errorf("waiting for agent: %w", err)
 	}
 	st0, err := startTime(pid)
 	if err != nil {
 		return inst, err
 	}
 	r.log.Debug("sandbox started", "sandbox", spec.ID, "pid", pid, "op", "start",
-		"ms", float64(time.Since(start).Microseconds())/1000, "init_ms", initMs)
-	return runtime.Instance{PID: pid, StartTime: st0, Socket: sock}, nil
+		"ms", float64(time.Since(start).Microseconds())/1000)
+	return runtime.Instance{PID: pid, StartTime: st0, Socket: r.SocketPath(spec.ID)}, nil
 }
 
 // stageMounts makes id-mapped views of the layers under dir/mnt, mapped through
@@ -330,6 +430,9 @@ func (r *Runtime) Stop(ctx context.Context, id string, inst runtime.Instance) er
 
 // Cleanup implements runtime.Runtime.
 func (r *Runtime) Cleanup(ctx context.Context, id string) error {
+	if p := r.takePrepared(id); p != nil {
+		p.ctl.Close()
+	}
 	var errs []error
 	if cg, err := loadCgroup(id); err == nil {
 		_ = cg.thaw()
@@ -339,6 +442,13 @@ func (r *Runtime) Cleanup(ctx context.Context, id string) error {
 			errs = append(errs, fmt.Errorf("deleting cgroup: %w", err))
 		}
 	}
+	return errors.Join(append(errs, r.cleanupDir(id))...)
+}
+
+// cleanupDir unmounts what is left under sandbox id's run directory and
+// removes it.
+func (r *Runtime) cleanupDir(id string) error {
+	var errs []error
 	dir := r.runDir(id)
 	for _, m := range mountsUnder(dir) {
 		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
@@ -499,34 +609,4 @@ func unescapeMountinfo(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
-}
-
-// waitAgent polls the agent's health endpoint. The socket exists before the
-// agent runs, so a connection queues until the agent accepts it.
-func waitAgent(ctx context.Context, sock string) error {
-	c := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
-		},
-		DisableKeepAlives: true,
-	}}
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/health", nil)
-		resp, err := c.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			if err == nil {
-				err = fmt.Errorf("status %d", resp.StatusCode)
-			}
-			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
-		case <-time.After(time.Millisecond):
-		}
-	}
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -27,6 +28,7 @@ func TestConformance(t *testing.T) {
 		Layers:    ls,
 		AgentPath: testenv.AgentBinary(t),
 		Leftovers: func(id string) []string { return leftovers(runRoot, id) },
+		Processes: processes,
 	})
 }
 
@@ -51,6 +53,24 @@ func leftovers(runRoot, id string) []string {
 		out = append(out, "dir: "+filepath.Join(runRoot, id))
 	}
 	return out
+}
+
+// processes lists the PIDs in sandbox id's cgroup.
+func processes(id string) []int {
+	var pids []int
+	for _, f := range []string{"/sys/fs/cgroup/pids/atoll/" + id + "/cgroup.procs", "/sys/fs/cgroup/atoll/" + id + "/cgroup.procs"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(l); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+		break
+	}
+	return pids
 }
 
 func unmountAll(dir string) {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,6 +29,8 @@ type Env struct {
 	// Leftovers lists host resources (mounts, cgroups, directories, processes)
 	// that belong to sandbox id; the suite checks it is empty after Stop.
 	Leftovers func(id string) []string
+	// Processes lists the host PIDs of sandbox id's processes.
+	Processes func(id string) []int
 }
 
 var seq atomic.Int64
@@ -43,6 +46,15 @@ type Sandbox struct {
 
 // Start starts a sandbox from the host template with limits l.
 func Start(t testing.TB, rt runtime.Runtime, env Env, l runtime.Limits, diskBytes int64) *Sandbox {
+	t.Helper()
+	sb := newSandbox(t, rt, env, l, diskBytes)
+	sb.start(t, rt)
+	return sb
+}
+
+// newSandbox makes the writable layer and spec of a sandbox and arranges its
+// removal, without starting it.
+func newSandbox(t testing.TB, rt runtime.Runtime, env Env, l runtime.Limits, diskBytes int64) *Sandbox {
 	t.Helper()
 	n := int(seq.Add(1))
 	id := fmt.Sprintf("rt%018d", n)
@@ -64,7 +76,6 @@ func Start(t testing.TB, rt runtime.Runtime, env Env, l runtime.Limits, diskByte
 		AgentPath: env.AgentPath,
 	}
 	sb := &Sandbox{ID: id, Spec: spec, slot: slot}
-	sb.start(t, rt)
 	t.Cleanup(func() {
 		_ = rt.Stop(context.Background(), id, sb.Inst)
 		_ = env.Layers.RemoveWritable(id)
@@ -120,6 +131,64 @@ func Run(t *testing.T, rt runtime.Runtime, env Env) {
 	t.Run("Isolation", func(t *testing.T) { testIsolation(t, rt, env) })
 	t.Run("Limits", func(t *testing.T) { testLimits(t, rt, env) })
 	t.Run("DiskQuota", func(t *testing.T) { testDiskQuota(t, rt, env) })
+	if p, ok := rt.(runtime.Preparer); ok {
+		t.Run("Prepare", func(t *testing.T) { testPrepare(t, rt, p, env) })
+	}
+}
+
+// testPrepare checks that a prepared sandbox starts with the limits Start
+// gives, that one never started leaves nothing behind, and that one whose
+// process died is started afresh.
+func testPrepare(t *testing.T, rt runtime.Runtime, p runtime.Preparer, env Env) {
+	ctx := context.Background()
+	sb := newSandbox(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 512 << 20, PIDs: 64}, 1<<30)
+	prep := sb.Spec
+	prep.Limits = runtime.Limits{CPU: 2, MemoryBytes: 1 << 30, PIDs: 1024, CPUWeight: 5}
+	if err := p.Prepare(ctx, prep); err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	sb.start(t, rt)
+	if got := sb.MustSh(t, "hostname; echo $ATOLL_TEST"); got != sb.ID+"\n1\n" {
+		t.Errorf("prepared sandbox: %q", got)
+	}
+	out, _, _ := sb.Sh(t, pidsScript)
+	var n int
+	fmt.Sscan(out, &n)
+	if n == 0 || n >= 100 {
+		t.Errorf("started %d sleeps: the pids limit Start gave (64) does not hold", n)
+	}
+
+	unused := newSandbox(t, rt, env, runtime.Limits{PIDs: 64}, 1<<30)
+	if err := p.Prepare(ctx, unused.Spec); err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	if err := rt.Cleanup(ctx, unused.ID); err != nil {
+		t.Fatalf("cleanup of a prepared sandbox: %v", err)
+	}
+	if env.Leftovers != nil {
+		if left := env.Leftovers(unused.ID); len(left) > 0 {
+			t.Errorf("left after cleanup of a prepared sandbox: %v", left)
+		}
+	}
+
+	dead := newSandbox(t, rt, env, runtime.Limits{PIDs: 64}, 1<<30)
+	if err := p.Prepare(ctx, dead.Spec); err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	pids := env.Processes(dead.ID)
+	if len(pids) == 0 {
+		t.Fatal("a prepared sandbox has no process")
+	}
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	for deadline := time.Now().Add(5 * time.Second); len(env.Processes(dead.ID)) > 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	dead.start(t, rt)
+	if got := dead.MustSh(t, "echo up"); got != "up\n" {
+		t.Errorf("sandbox whose prepared process died: %q", got)
+	}
 }
 
 func testLifecycle(t *testing.T, rt runtime.Runtime, env Env) {

@@ -54,24 +54,36 @@ type Bind struct {
 }
 
 // Status is the init stage's one-line answer to the node; an empty Error means
-// the sandbox is set up and the agent is starting.
+// the sandbox is set up and the agent is about to serve on its socket.
 type Status struct {
 	Error string `json:"error,omitempty"`
 }
 
-// Setup sets the sandbox up and returns, so the caller can run the agent. On
-// failure it tells the node why and exits.
-func Setup() {
+// Setup sets the sandbox up and returns ready, which the agent calls once it
+// is about to serve: that tells the node the sandbox is up. On failure Setup
+// tells the node why and exits.
+func Setup() (ready func()) {
 	ctl := os.NewFile(ControlFD, "control")
 	if err := setup(ctl); err != nil {
 		json.NewEncoder(ctl).Encode(Status{Error: err.Error()})
 		os.Exit(1)
 	}
-	json.NewEncoder(ctl).Encode(Status{})
-	ctl.Close()
+	return func() {
+		json.NewEncoder(ctl).Encode(Status{})
+		ctl.Close()
+	}
 }
 
 func setup(ctl *os.File) error {
+	// What does not depend on the configuration is done before waiting for
+	// it: the node may have started this process ahead of demand.
+	if err := setupLoopback(); err != nil {
+		return err
+	}
+	filter, err := seccompFilter()
+	if err != nil {
+		return err
+	}
 	var cfg Config
 	if err := json.NewDecoder(ctl).Decode(&cfg); err != nil {
 		return fmt.Errorf("reading config: %w", err)
@@ -97,14 +109,7 @@ func setup(ctl *os.File) error {
 	if err := maskPaths(); err != nil {
 		return err
 	}
-	if err := setupLoopback(); err != nil {
-		return err
-	}
 	if err := dropCapabilities(); err != nil {
-		return err
-	}
-	filter, err := seccompFilter()
-	if err != nil {
 		return err
 	}
 	// Capabilities are gone, so loading a filter needs no_new_privs on the

@@ -1,0 +1,126 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/runtime"
+	"github.com/atoll-dev/atoll/internal/store"
+)
+
+// Prestarted sandboxes are sandbox processes started ahead of demand
+// (runtime.Preparer) and not yet bound to a template or files: namespaces,
+// cgroup and a started agent process waiting for its root. A create that the
+// warm pool cannot serve, a fork child and a create from a snapshot each take
+// one and get its ID and uid range, which saves the process start, about two
+// thirds of a cold start. They are store rows in a state the API never shows,
+// so that their slots stay reserved; their processes die with the server, and
+// a restart discards the rows.
+const statePrestarted = "prestarted"
+
+// fillPrestarted tops the prestarted sandboxes up to their target, one at a
+// time.
+func (s *Service) fillPrestarted(ctx context.Context) {
+	rt, ok := s.runtimes[s.defaults.Runtime].(runtime.Preparer)
+	if !ok {
+		return
+	}
+	for ctx.Err() == nil {
+		s.poolMu.Lock()
+		short := len(s.prestarted) < s.prestartSize
+		s.poolMu.Unlock()
+		if !short {
+			return
+		}
+		sb, err := s.createPrestarted(ctx, rt)
+		if err != nil {
+			s.log.Warn("prestarting a sandbox", "err", err)
+			return
+		}
+		s.poolMu.Lock()
+		s.prestarted = append(s.prestarted, sb)
+		s.poolMu.Unlock()
+	}
+}
+
+func (s *Service) createPrestarted(ctx context.Context, rt runtime.Preparer) (store.Sandbox, error) {
+	ctx = context.WithoutCancel(ctx)
+	d := s.defaults
+	sb := store.Sandbox{Sandbox: api.Sandbox{
+		ID: newID(), State: statePrestarted, Runtime: d.Runtime,
+		CPU: d.CPU, MemoryMiB: d.MemoryMiB, DiskGiB: d.DiskGiB, PIDs: d.PIDs, CreatedAt: time.Now().UTC(),
+	}}
+	unlock := s.lock(sb.ID)
+	defer unlock()
+	if err := s.store.Create(ctx, &sb); err != nil {
+		return sb, err
+	}
+	spec := runtime.Spec{
+		ID:     sb.ID,
+		Limits: runtime.Limits{CPU: sb.CPU, MemoryBytes: sb.MemoryMiB << 20, PIDs: sb.PIDs, CPUWeight: poolWeight},
+		IDMap:  idMap(sb.Slot), AgentPath: s.agentPath,
+	}
+	if err := rt.Prepare(ctx, spec); err != nil {
+		s.discard(ctx, sb)
+		return sb, err
+	}
+	return sb, nil
+}
+
+// newSandbox records sb, in the state it carries, under the ID and slot of a
+// prestarted sandbox of its runtime if there is one, otherwise under a new
+// ID. It returns with sb locked.
+func (s *Service) newSandbox(ctx context.Context, sb *store.Sandbox) (unlock func(), err error) {
+	for {
+		s.poolMu.Lock()
+		if len(s.prestarted) == 0 || s.prestarted[0].Runtime != sb.Runtime {
+			s.poolMu.Unlock()
+			break
+		}
+		pre := s.prestarted[0]
+		s.prestarted = s.prestarted[1:]
+		s.poolMu.Unlock()
+		s.wakePool()
+		sb.ID, sb.Slot = pre.ID, pre.Slot
+		unlock := s.lock(sb.ID)
+		err := s.store.Update(ctx, sb, statePrestarted)
+		if err == nil {
+			return unlock, nil
+		}
+		unlock()
+		if !errors.Is(err, errdefs.ErrConflict) && !errors.Is(err, errdefs.ErrNotFound) {
+			return nil, err
+		}
+	}
+	sb.ID = newID()
+	unlock = s.lock(sb.ID)
+	if err := s.store.Create(ctx, sb); err != nil {
+		unlock()
+		return nil, err
+	}
+	return unlock, nil
+}
+
+// discardPrestarted removes the prestarted sandboxes, whose processes end
+// with the server anyway.
+func (s *Service) discardPrestarted(ctx context.Context) {
+	s.poolMu.Lock()
+	pre := s.prestarted
+	s.prestarted = nil
+	s.poolMu.Unlock()
+	for _, sb := range pre {
+		unlock := s.lock(sb.ID)
+		if cur, err := s.store.Get(ctx, sb.ID); err == nil && cur.State == statePrestarted {
+			s.discard(ctx, cur)
+		}
+		unlock()
+	}
+}
+
+// idMap is the host uid range of the sandbox in slot.
+func idMap(slot int) runtime.IDMap {
+	return runtime.IDMap{HostID: uint32(uidBase + slot*uidRange), Size: uidRange}
+}
