@@ -317,9 +317,18 @@ type Snapshot struct {
 	Name      string    `json:"name,omitempty"`
 	SandboxID string    `json:"sandbox_id"` // the sandbox it was taken of (which may be gone)
 	Template  string    `json:"template"`
+	State     string    `json:"state"`     // SnapshotReady, SnapshotArchiving or SnapshotArchived
 	Sandboxes int       `json:"sandboxes"` // sandboxes created from it
 	CreatedAt time.Time `json:"created_at"`
 }
+
+// Snapshot states. An archived snapshot's files are in the archive store;
+// creating a sandbox from it or restoring to it brings them back first.
+const (
+	SnapshotReady     = "ready"
+	SnapshotArchiving = "archiving"
+	SnapshotArchived  = "archived"
+)
 
 // SnapshotList is the body of GET /v1/snapshots.
 type SnapshotList struct {

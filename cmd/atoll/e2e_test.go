@@ -1516,3 +1516,81 @@ func TestArchive(t *testing.T) {
 		t.Errorf("left: %v", left)
 	}
 }
+
+// TestArchiveSnapshot archives a snapshot and brings it back by creating a
+// sandbox from it and by restoring a sandbox to it.
+func TestArchiveSnapshot(t *testing.T) {
+	testenv.RequireRoot(t)
+	data := filepath.Join(testenv.Dir(t), "data")
+	d := startDaemon(t, data)
+	c := d.client()
+	ctx := context.Background()
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, _ := sh(t, c, sb.ID, "dd if=/dev/urandom of=/root/data bs=1M count=3 2>/dev/null; rm /etc/hostname; md5sum /root/data")
+	sn, err := c.CreateSnapshot(ctx, sb.ID, api.CreateSnapshotRequest{})
+	if err != nil || sn.State != api.SnapshotReady {
+		t.Fatalf("snapshot: %+v %v", sn, err)
+	}
+	local := filepath.Join(data, "layers", "snapshots", sn.ID)
+	object := filepath.Join(data, "archive", "snapshots", sn.ID+".tar")
+	archive := func() {
+		t.Helper()
+		got, err := c.ArchiveSnapshot(ctx, sn.ID)
+		if err != nil || got.State != api.SnapshotArchived {
+			t.Fatalf("archive snapshot: %+v %v", got, err)
+		}
+		if _, err := os.Stat(local); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("local snapshot still there: %v", err)
+		}
+		if fi, err := os.Stat(object); err != nil || fi.Size() < 3<<20 {
+			t.Errorf("archive object: %v %v", fi, err)
+		}
+	}
+	archive()
+	if _, err := c.ArchiveSnapshot(ctx, sn.ID); !errors.Is(err, atoll.ErrConflict) {
+		t.Errorf("archive of an archived snapshot: %v, want conflict", err)
+	}
+	if _, err := c.ArchiveSnapshot(ctx, "aaaaaaaaaaaaaaaaaaaa"); !errors.Is(err, atoll.ErrNotFound) {
+		t.Errorf("archive of an unknown snapshot: %v, want not found", err)
+	}
+
+	// Creating from it brings it back.
+	child, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Snapshot: sn.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sum + "gone\n"
+	if out, _ := sh(t, c, child.ID, "md5sum /root/data; test -e /etc/hostname || echo gone"); out != want {
+		t.Errorf("sandbox from an archived snapshot: %q, want %q", out, want)
+	}
+	if got, _ := c.GetSnapshot(ctx, sn.ID); got.State != api.SnapshotReady {
+		t.Errorf("snapshot after use: %+v", got)
+	}
+	if _, err := os.Stat(object); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("archive object after the snapshot came back: %v", err)
+	}
+
+	// Restoring to it brings it back too.
+	archive()
+	sh(t, c, sb.ID, "rm /root/data")
+	if _, err := c.RestoreSandbox(ctx, sb.ID, api.RestoreRequest{Snapshot: sn.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := sh(t, c, sb.ID, "md5sum /root/data; test -e /etc/hostname || echo gone"); out != want {
+		t.Errorf("sandbox restored to an archived snapshot: %q, want %q", out, want)
+	}
+
+	// Deleting an archived snapshot removes its object.
+	archive()
+	if err := c.DeleteSnapshot(ctx, sn.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(object); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("archive object after delete: %v", err)
+	}
+	c.DeleteSandbox(ctx, sb.ID)
+	c.DeleteSandbox(ctx, child.ID)
+}

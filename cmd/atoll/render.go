@@ -180,10 +180,10 @@ func renderTemplates(w io.Writer, ts []api.Template, now time.Time) error {
 // renderSnapshots writes snapshots as a table for people.
 func renderSnapshots(w io.Writer, snaps []api.Snapshot, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tSANDBOX\tTEMPLATE\tSANDBOXES\tCREATED")
+	fmt.Fprintln(tw, "ID\tNAME\tSANDBOX\tTEMPLATE\tSTATE\tSANDBOXES\tCREATED")
 	for _, s := range snaps {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", s.ID, orDash(s.Name), orDash(s.SandboxID),
-			orDash(s.Template), s.Sandboxes, ago(s.CreatedAt, now))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", s.ID, orDash(s.Name), orDash(s.SandboxID),
+			orDash(s.Template), orDash(s.State), s.Sandboxes, ago(s.CreatedAt, now))
 	}
 	return tw.Flush()
 }

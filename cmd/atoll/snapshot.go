@@ -135,7 +135,7 @@ puts one back into an existing sandbox.`,
   atoll snapshot rm $snap`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newSnapshotCreateCmd(g), newSnapshotLsCmd(g), newSnapshotRmCmd(g))
+	cmd.AddCommand(newSnapshotCreateCmd(g), newSnapshotLsCmd(g), newSnapshotRmCmd(g), newSnapshotArchiveCmd(g))
 	return cmd
 }
 
@@ -220,14 +220,33 @@ func newSnapshotRmCmd(g *globals) *cobra.Command {
 		Use:     "rm SNAPSHOT...",
 		Aliases: []string{"delete"},
 		Short:   "Delete snapshots",
-		Long: `Delete snapshots. A snapshot that sandboxes were created from cannot be
-deleted while those sandboxes exist; delete them first.`,
+		Long: `Delete snapshots. Sandboxes created from a snapshot keep their files: each
+has its own copy.`,
 		Example: `  atoll snapshot rm 7h2k9x0q1w8e5r4t6y0u
   atoll snapshot ls -q 3k9x2m7q1w8e5r4t6y0u | xargs atoll snapshot rm`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
 				return c.DeleteSnapshot(ctx, id)
+			})
+		},
+	}
+}
+
+func newSnapshotArchiveCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "archive SNAPSHOT...",
+		Short: "Move snapshots' files to object storage",
+		Long: `Archive snapshots: their files move to the server's archive store and their
+local disk is freed. Creating a sandbox from an archived snapshot, or
+restoring a sandbox to one, brings it back first.`,
+		Example: `  atoll snapshot archive 7h2k9x0q1w8e5r4t6y0u
+  atoll snapshot ls -q | xargs atoll snapshot archive`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
+				_, err := c.ArchiveSnapshot(ctx, id)
+				return err
 			})
 		},
 	}

@@ -321,6 +321,9 @@ func (noSandboxes) GetSnapshot(context.Context, string) (api.Snapshot, error) {
 	return api.Snapshot{}, errdefs.ErrNotFound
 }
 func (noSandboxes) DeleteSnapshot(context.Context, string) error { return errdefs.ErrNotFound }
+func (noSandboxes) ArchiveSnapshot(context.Context, string) (api.Snapshot, error) {
+	return api.Snapshot{}, errdefs.ErrNotFound
+}
 func (noSandboxes) AgentDialer(context.Context, string) (func(context.Context) (net.Conn, error), error) {
 	return nil, errdefs.ErrNotFound
 }

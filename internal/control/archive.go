@@ -113,3 +113,131 @@ func (s *Service) recoverArchiving(ctx context.Context, sb store.Sandbox) {
 	}
 	_ = s.store.Update(ctx, &sb, api.StateArchiving)
 }
+
+// Snapshots are archived the same way: the object is written whole before the
+// local subvolume goes, and bringing one back leaves the object until the
+// snapshot is recorded ready again.
+
+func snapshotKey(id string) string { return "snapshots/" + id + ".tar" }
+
+// snapshotLock names the lock that serialises archiving, bringing back and
+// deleting snapshot id (in the same map as sandbox locks).
+func snapshotLock(id string) string { return "snapshot/" + id }
+
+// ArchiveSnapshot moves a snapshot's files to the archive store.
+func (s *Service) ArchiveSnapshot(ctx context.Context, id string) (api.Snapshot, error) {
+	if err := checkID(id); err != nil {
+		return api.Snapshot{}, err
+	}
+	if s.archive == nil {
+		return api.Snapshot{}, fmt.Errorf("%w: this server has no archive store", errdefs.ErrUnavailable)
+	}
+	ctx = context.WithoutCancel(ctx)
+	unlock := s.lock(snapshotLock(id))
+	defer unlock()
+	sn, err := s.store.GetSnapshot(ctx, id)
+	if err != nil {
+		return api.Snapshot{}, err
+	}
+	if sn.State != api.SnapshotReady {
+		return api.Snapshot{}, fmt.Errorf("%w: snapshot %s is %s", errdefs.ErrConflict, id, sn.State)
+	}
+	if err := s.store.SetSnapshotState(ctx, id, api.SnapshotReady, api.SnapshotArchiving); err != nil {
+		return api.Snapshot{}, err
+	}
+	back := func(err error) (api.Snapshot, error) {
+		s.log.Error("archiving snapshot", "snapshot", id, "err", err)
+		_ = s.archive.Delete(ctx, snapshotKey(id))
+		_ = s.store.SetSnapshotState(ctx, id, api.SnapshotArchiving, api.SnapshotReady)
+		return api.Snapshot{}, fmt.Errorf("%w: archiving failed", errdefs.ErrUnavailable)
+	}
+	w, err := s.archive.NewWriter(ctx, snapshotKey(id), nil)
+	if err != nil {
+		return back(err)
+	}
+	if err := s.layers.PackSnapshot(id, w); err != nil {
+		w.Close()
+		return back(err)
+	}
+	if err := w.Close(); err != nil {
+		return back(err)
+	}
+	if err := s.layers.RemoveSnapshot(id); err != nil {
+		return back(err)
+	}
+	if err := s.store.SetSnapshotState(ctx, id, api.SnapshotArchiving, api.SnapshotArchived); err != nil {
+		return api.Snapshot{}, err
+	}
+	return s.GetSnapshot(ctx, id)
+}
+
+// withSnapshot runs f while snapshot id is on local disk and cannot be
+// archived or deleted, bringing it back from the archive store first if it
+// is archived.
+func (s *Service) withSnapshot(ctx context.Context, id string, f func() error) error {
+	unlock := s.lock(snapshotLock(id))
+	defer unlock()
+	sn, err := s.store.GetSnapshot(ctx, id)
+	if err != nil {
+		return err
+	}
+	if sn.State == api.SnapshotArchived {
+		if err := s.unarchiveSnapshot(ctx, id); err != nil {
+			return err
+		}
+	}
+	return f()
+}
+
+// unarchiveSnapshot brings archived snapshot id back; its lock is held.
+func (s *Service) unarchiveSnapshot(ctx context.Context, id string) error {
+	if s.archive == nil {
+		return fmt.Errorf("%w: this server has no archive store", errdefs.ErrUnavailable)
+	}
+	r, err := s.archive.NewReader(ctx, snapshotKey(id), nil)
+	if err != nil {
+		return fmt.Errorf("%w: reading the archived snapshot failed", errdefs.ErrUnavailable)
+	}
+	err = s.layers.UnpackSnapshot(id, r)
+	r.Close()
+	if err != nil {
+		s.log.Error("restoring snapshot from archive", "snapshot", id, "err", err)
+		_ = s.layers.RemoveSnapshot(id)
+		return fmt.Errorf("%w: restoring the snapshot from the archive failed", errdefs.ErrUnavailable)
+	}
+	if err := s.store.SetSnapshotState(ctx, id, api.SnapshotArchived, api.SnapshotReady); err != nil {
+		return err
+	}
+	if err := s.archive.Delete(ctx, snapshotKey(id)); err != nil {
+		s.log.Warn("removing restored snapshot archive", "snapshot", id, "err", err)
+	}
+	return nil
+}
+
+// recoverSnapshots settles snapshot archives and restores a crash cut short,
+// as recoverArchiving does for sandboxes.
+func (s *Service) recoverSnapshots(ctx context.Context) error {
+	sns, err := s.store.ListSnapshots(ctx, "")
+	if err != nil {
+		return err
+	}
+	for _, sn := range sns {
+		local := s.layers.SnapshotExists(sn.ID)
+		switch {
+		case sn.State == api.SnapshotArchiving && local:
+			if s.archive != nil {
+				_ = s.archive.Delete(ctx, snapshotKey(sn.ID))
+			}
+			err = s.store.SetSnapshotState(ctx, sn.ID, api.SnapshotArchiving, api.SnapshotReady)
+		case sn.State == api.SnapshotArchiving:
+			err = s.store.SetSnapshotState(ctx, sn.ID, api.SnapshotArchiving, api.SnapshotArchived)
+		case sn.State == api.SnapshotArchived && local:
+			// A restore from the archive that a crash cut short.
+			err = s.layers.RemoveSnapshot(sn.ID)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

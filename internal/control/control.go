@@ -350,7 +350,11 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	defer unlock()
 	s.log.Debug("recorded", "sandbox", sb.ID, "op", "create", "ms", ms(t0))
 	if req.Snapshot != "" {
-		if _, err := s.layers.WritableFromSnapshot(snap.ID, sb.ID, sb.DiskGiB<<30); err != nil {
+		err := s.withSnapshot(ctx, snap.ID, func() error {
+			_, err := s.layers.WritableFromSnapshot(snap.ID, sb.ID, sb.DiskGiB<<30)
+			return err
+		})
+		if err != nil {
 			s.discard(ctx, sb)
 			return api.Sandbox{}, err
 		}
@@ -724,6 +728,9 @@ func (s *Service) Recover(ctx context.Context) error {
 				_ = s.layers.RemoveWritable(sb.ID)
 			}
 		}
+	}
+	if err := s.recoverSnapshots(ctx); err != nil {
+		return err
 	}
 	// Snapshots taken just before a crash, never recorded.
 	snaps, err := s.layers.SnapshotIDs()

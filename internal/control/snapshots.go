@@ -91,7 +91,7 @@ func (s *Service) CreateSnapshot(ctx context.Context, id string, req api.CreateS
 	if err := snapshotable(sb); err != nil {
 		return api.Snapshot{}, err
 	}
-	sn := store.Snapshot{ID: newID(), Name: req.Name, SandboxID: id, Template: sb.Template, CreatedAt: time.Now().UTC()}
+	sn := store.Snapshot{ID: newID(), Name: req.Name, SandboxID: id, Template: sb.Template, State: api.SnapshotReady, CreatedAt: time.Now().UTC()}
 	// The subvolume first, then the record: a crash in between leaves a
 	// snapshot no record names, which the next start removes.
 	if err := s.frozen(ctx, sb, func() error { return s.layers.SnapshotWritable(id, sn.ID) }); err != nil {
@@ -153,7 +153,10 @@ func (s *Service) DeleteSnapshot(ctx context.Context, id string) error {
 		return err
 	}
 	ctx = context.WithoutCancel(ctx)
-	if _, err := s.store.GetSnapshot(ctx, id); err != nil {
+	unlock := s.lock(snapshotLock(id))
+	defer unlock()
+	sn, err := s.store.GetSnapshot(ctx, id)
+	if err != nil {
 		return err
 	}
 	if err := s.store.DeleteSnapshot(ctx, id); err != nil {
@@ -161,6 +164,11 @@ func (s *Service) DeleteSnapshot(ctx context.Context, id string) error {
 	}
 	if err := s.layers.RemoveSnapshot(id); err != nil {
 		s.log.Error("removing snapshot", "snapshot", id, "err", err)
+	}
+	if sn.State != api.SnapshotReady && s.archive != nil {
+		if err := s.archive.Delete(ctx, snapshotKey(id)); err != nil && !isNotExist(err) {
+			s.log.Error("removing archived snapshot", "snapshot", id, "err", err)
+		}
 	}
 	return nil
 }
@@ -288,10 +296,14 @@ func (s *Service) Restore(ctx context.Context, id string, req api.RestoreRequest
 	} else if sb.State != api.StateStopped {
 		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s", errdefs.ErrConflict, id, sb.State)
 	}
-	if err := s.layers.RemoveWritable(id); err != nil {
-		return api.Sandbox{}, err
-	}
-	if _, err := s.layers.WritableFromSnapshot(sn.ID, id, sb.DiskGiB<<30); err != nil {
+	err = s.withSnapshot(ctx, sn.ID, func() error {
+		if err := s.layers.RemoveWritable(id); err != nil {
+			return err
+		}
+		_, err := s.layers.WritableFromSnapshot(sn.ID, id, sb.DiskGiB<<30)
+		return err
+	})
+	if err != nil {
 		return api.Sandbox{}, err
 	}
 	if wasRunning {
@@ -303,5 +315,5 @@ func (s *Service) Restore(ctx context.Context, id string, req api.RestoreRequest
 }
 
 func apiSnapshot(sn store.Snapshot) api.Snapshot {
-	return api.Snapshot{ID: sn.ID, Name: sn.Name, SandboxID: sn.SandboxID, Template: sn.Template, CreatedAt: sn.CreatedAt}
+	return api.Snapshot{ID: sn.ID, Name: sn.Name, SandboxID: sn.SandboxID, Template: sn.Template, State: sn.State, CreatedAt: sn.CreatedAt}
 }

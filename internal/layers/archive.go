@@ -9,23 +9,19 @@ import (
 	"path/filepath"
 )
 
-// PackWritable writes sandbox id's writable layer to w as a tar stream that
-// keeps what overlay needs: owners, modes, device-node whiteouts and
-// extended attributes (opaque directories).
-func (s *Store) PackWritable(id string, w io.Writer) error {
-	cmd := exec.Command("tar", "--xattrs", "--xattrs-include=*", "--numeric-owner", "-C", s.WritableDir(id), "-cf", "-", ".")
-	cmd.Stdout = w
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("packing writable layer: %v: %s", err, bytes.TrimSpace(stderr.Bytes()))
-	}
-	return nil
-}
+// Archives are tar streams of a writable layer or snapshot that keep what
+// overlay needs: owners, modes, device-node whiteouts and extended attributes
+// (opaque directories). They are atoll's own, from its archive store; GNU tar
+// still refuses member names that leave the directory.
 
-// UnpackWritable makes sandbox id's writable layer from a PackWritable stream,
-// capped at quota bytes. The stream is atoll's own, from its archive store;
-// GNU tar still refuses member names that leave the directory.
+// PackWritable writes sandbox id's writable layer to w.
+func (s *Store) PackWritable(id string, w io.Writer) error { return pack(s.WritableDir(id), w) }
+
+// PackSnapshot writes snapshot id to w.
+func (s *Store) PackSnapshot(id string, w io.Writer) error { return pack(s.snapshotDir(id), w) }
+
+// UnpackWritable makes sandbox id's writable layer from a PackWritable
+// stream, capped at quota bytes.
 func (s *Store) UnpackWritable(id string, r io.Reader, quota int64) error {
 	dir := s.WritableDir(id)
 	if err := createSubvolume(dir); err != nil {
@@ -34,12 +30,50 @@ func (s *Store) UnpackWritable(id string, r io.Reader, quota int64) error {
 	if err := limitSubvolume(dir, uint64(quota)); err != nil {
 		return err
 	}
+	return unpack(dir, r)
+}
+
+// UnpackSnapshot makes snapshot id from a PackSnapshot stream, read-only as
+// snapshots are. On failure the caller removes what was made with
+// RemoveSnapshot.
+func (s *Store) UnpackSnapshot(id string, r io.Reader) error {
+	if err := os.MkdirAll(filepath.Join(s.dir, "snapshots"), 0o700); err != nil {
+		return err
+	}
+	dir := s.snapshotDir(id)
+	if err := createSubvolume(dir); err != nil {
+		return err
+	}
+	if err := unpack(dir, r); err != nil {
+		return err
+	}
+	return setReadOnly(dir)
+}
+
+// SnapshotExists reports whether snapshot id is on local disk.
+func (s *Store) SnapshotExists(id string) bool {
+	_, err := os.Stat(s.snapshotDir(id))
+	return err == nil
+}
+
+func pack(dir string, w io.Writer) error {
+	cmd := exec.Command("tar", "--xattrs", "--xattrs-include=*", "--numeric-owner", "-C", dir, "-cf", "-", ".")
+	cmd.Stdout = w
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("packing %s: %v: %s", filepath.Base(dir), err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return nil
+}
+
+func unpack(dir string, r io.Reader) error {
 	cmd := exec.Command("tar", "--xattrs", "--xattrs-include=*", "--numeric-owner", "-p", "-C", dir, "-xf", "-")
 	cmd.Stdin = r
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("unpacking writable layer: %v: %s", err, bytes.TrimSpace(stderr.Bytes()))
+		return fmt.Errorf("unpacking %s: %v: %s", filepath.Base(dir), err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	if _, err := os.Stat(filepath.Join(dir, "upper")); err != nil {
 		return fmt.Errorf("unpacked archive has no upper layer")

@@ -138,9 +138,24 @@ func limitSubvolume(path string, bytes uint64) error {
 }
 
 const (
-	btrfsIocSnapCreateV2 = 0x50009417 // _IOW(0x94, 23, struct btrfs_ioctl_vol_args_v2)
-	btrfsSubvolRdonly    = 1 << 1
+	btrfsIocSnapCreateV2  = 0x50009417 // _IOW(0x94, 23, struct btrfs_ioctl_vol_args_v2)
+	btrfsIocSubvolSetflag = 0x4008941a // _IOW(0x94, 26, __u64)
+	btrfsSubvolRdonly     = 1 << 1
 )
+
+// setReadOnly makes the subvolume at path read-only.
+func setReadOnly(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	flags := uint64(btrfsSubvolRdonly)
+	if err := ioctl(f.Fd(), btrfsIocSubvolSetflag, unsafe.Pointer(&flags)); err != nil {
+		return fmt.Errorf("making %s read-only: %w", filepath.Base(path), err)
+	}
+	return nil
+}
 
 // btrfsVolArgsV2 is struct btrfs_ioctl_vol_args_v2 (4096 bytes).
 type btrfsVolArgsV2 struct {

@@ -72,6 +72,7 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/snapshots", true, s.listSnapshots},
 		{"GET", snapshotPath, true, s.getSnapshot},
 		{"DELETE", snapshotPath, true, s.deleteSnapshot},
+		{"POST", snapshotPath + "/archive", true, s.archiveSnapshot},
 		{"POST", "/v1/templates/import", true, s.importTemplate},
 		{"POST", "/v1/templates/build", true, s.buildTemplate},
 		{"GET", "/v1/templates", true, s.listTemplates},

@@ -49,6 +49,9 @@ type Sandboxes interface {
 	// DeleteSnapshot deletes a snapshot; sandboxes created from it keep their
 	// own copy-on-write copies of its files.
 	DeleteSnapshot(ctx context.Context, snapID string) error
+	// ArchiveSnapshot moves a snapshot's files to object storage;
+	// errdefs.ErrConflict unless it is ready.
+	ArchiveSnapshot(ctx context.Context, snapID string) (api.Snapshot, error)
 	// AgentDialer returns how to reach the sandbox's agent; errdefs.ErrConflict if it is not running.
 	AgentDialer(ctx context.Context, id string) (func(ctx context.Context) (net.Conn, error), error)
 }

@@ -238,7 +238,7 @@ func (m *memSandboxes) CreateSnapshot(ctx context.Context, id string, req api.Cr
 	m.n++
 	snap := api.Snapshot{
 		ID: fmt.Sprintf("sn%018d", m.n), Name: req.Name, SandboxID: id, Template: sb.Template,
-		CreatedAt: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC),
+		State: api.SnapshotReady, CreatedAt: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC),
 	}
 	if m.snaps == nil {
 		m.snaps = make(map[string]api.Snapshot)
@@ -294,6 +294,21 @@ func (m *memSandboxes) DeleteSnapshot(ctx context.Context, snapID string) error 
 	}
 	delete(m.snaps, snapID)
 	return nil
+}
+
+func (m *memSandboxes) ArchiveSnapshot(ctx context.Context, snapID string) (api.Snapshot, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	snap, ok := m.snaps[snapID]
+	if !ok {
+		return api.Snapshot{}, fmt.Errorf("snapshot %s: %w", snapID, errdefs.ErrNotFound)
+	}
+	if snap.State != api.SnapshotReady {
+		return api.Snapshot{}, fmt.Errorf("snapshot %s is %s: %w", snapID, snap.State, errdefs.ErrConflict)
+	}
+	snap.State = api.SnapshotArchived
+	m.snaps[snapID] = snap
+	return m.snapshot(snap), nil
 }
 
 func (m *memSandboxes) AgentDialer(ctx context.Context, id string) (func(ctx context.Context) (net.Conn, error), error) {

@@ -145,3 +145,16 @@ func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
+
+func (s *Server) archiveSnapshot(w http.ResponseWriter, r *http.Request) {
+	id, ok := snapshotID(w, r)
+	if !ok {
+		return
+	}
+	snap, err := s.cfg.Sandboxes.ArchiveSnapshot(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, snap)
+}

@@ -137,6 +137,7 @@ var added = []struct{ table, column, def string }{
 	{"sandboxes", "auto_stop_sec", "INTEGER NOT NULL DEFAULT 0"},
 	{"sandboxes", "from_snapshot", "TEXT NOT NULL DEFAULT ''"},
 	{"sandboxes", "auto_archive_sec", "INTEGER NOT NULL DEFAULT 0"},
+	{"snapshots", "state", "TEXT NOT NULL DEFAULT 'ready'"},
 }
 
 // migrate adds the columns a database made by an older version lacks.
@@ -545,14 +546,31 @@ func (s *Store) templates(ctx context.Context, where string, args ...any) ([]Tem
 // Snapshot is a snapshot's row.
 type Snapshot struct {
 	ID, Name, SandboxID, Template string
+	State                         string // api.SnapshotReady, ...
 	CreatedAt                     time.Time
 }
 
 // PutSnapshot records a snapshot.
 func (s *Store) PutSnapshot(ctx context.Context, sn Snapshot) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (id, name, sandbox_id, template, created_at) VALUES (?,?,?,?,?)`,
-		sn.ID, sn.Name, sn.SandboxID, sn.Template, sn.CreatedAt.UnixNano())
+	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (id, name, sandbox_id, template, created_at, state) VALUES (?,?,?,?,?,?)`,
+		sn.ID, sn.Name, sn.SandboxID, sn.Template, sn.CreatedAt.UnixNano(), sn.State)
 	return err
+}
+
+// SetSnapshotState moves snapshot id from state from to state to; if it is
+// not in state from it changes nothing and returns errdefs.ErrConflict.
+func (s *Store) SetSnapshotState(ctx context.Context, id, from, to string) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE snapshots SET state = ? WHERE id = ? AND state = ?`, to, id, from)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		if _, err := s.GetSnapshot(ctx, id); err != nil {
+			return err
+		}
+		return fmt.Errorf("snapshot %s is not %s: %w", id, from, errdefs.ErrConflict)
+	}
+	return nil
 }
 
 // GetSnapshot returns one snapshot.
@@ -588,7 +606,7 @@ func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
 }
 
 func (s *Store) snapshots(ctx context.Context, where string, args ...any) ([]Snapshot, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, name, sandbox_id, template, created_at FROM snapshots `+where, args...)
+	rows, err := s.db.QueryContext(ctx, `SELECT id, name, sandbox_id, template, created_at, state FROM snapshots `+where, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -597,7 +615,7 @@ func (s *Store) snapshots(ctx context.Context, where string, args ...any) ([]Sna
 	for rows.Next() {
 		var sn Snapshot
 		var created int64
-		if err := rows.Scan(&sn.ID, &sn.Name, &sn.SandboxID, &sn.Template, &created); err != nil {
+		if err := rows.Scan(&sn.ID, &sn.Name, &sn.SandboxID, &sn.Template, &created, &sn.State); err != nil {
 			return nil, err
 		}
 		sn.CreatedAt = time.Unix(0, created).UTC()

@@ -145,6 +145,15 @@ func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
 	return c.do(ctx, request{method: "DELETE", path: snapshotPath(id)}, nil)
 }
 
+// ArchiveSnapshot moves a snapshot's files to the server's archive store,
+// freeing local disk. Creating a sandbox from it, or restoring to it, brings
+// them back.
+func (c *Client) ArchiveSnapshot(ctx context.Context, id string) (api.Snapshot, error) {
+	var sn api.Snapshot
+	err := c.do(ctx, request{method: "POST", path: snapshotPath(id) + "/archive"}, &sn)
+	return sn, err
+}
+
 func snapshotPath(id string) string {
 	return "/v1/snapshots/" + url.PathEscape(id)
 }

@@ -53,7 +53,7 @@ func (s *sandboxes) CreateSnapshot(ctx context.Context, id string, req api.Creat
 	if s.snaps == nil {
 		s.snaps = make(map[string]api.Snapshot)
 	}
-	snap := api.Snapshot{ID: fmt.Sprintf("snap%016d", len(s.snaps)), Name: req.Name, SandboxID: id, Template: sb.Template}
+	snap := api.Snapshot{ID: fmt.Sprintf("snap%016d", len(s.snaps)), Name: req.Name, SandboxID: id, Template: sb.Template, State: api.SnapshotReady}
 	s.snaps[snap.ID] = snap
 	return snap, nil
 }
@@ -77,6 +77,18 @@ func (s *sandboxes) GetSnapshot(ctx context.Context, id string) (api.Snapshot, e
 	if !ok {
 		return snap, fmt.Errorf("snapshot %s: %w", id, errdefs.ErrNotFound)
 	}
+	return snap, nil
+}
+
+func (s *sandboxes) ArchiveSnapshot(ctx context.Context, id string) (api.Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	snap, ok := s.snaps[id]
+	if !ok {
+		return api.Snapshot{}, fmt.Errorf("snapshot %s: %w", id, errdefs.ErrNotFound)
+	}
+	snap.State = api.SnapshotArchived
+	s.snaps[id] = snap
 	return snap, nil
 }
 
@@ -143,6 +155,12 @@ func TestSnapshots(t *testing.T) {
 	}
 	if sb, err := c.RestoreSandbox(ctx, id, api.RestoreRequest{Snapshot: snap.ID}); err != nil || sb.ID != id {
 		t.Errorf("RestoreSandbox = %+v, %v", sb, err)
+	}
+	if got, err := c.ArchiveSnapshot(ctx, snap.ID); err != nil || got.State != api.SnapshotArchived {
+		t.Errorf("ArchiveSnapshot = %+v, %v", got, err)
+	}
+	if _, err := c.ArchiveSnapshot(ctx, "nope"); !errors.Is(err, atoll.ErrInvalid) {
+		t.Errorf("ArchiveSnapshot of a malformed ID: %v, want ErrInvalid", err)
 	}
 	if err := c.DeleteSnapshot(ctx, snap.ID); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,66 @@
+package layers_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestSnapshotArchiveRoundTrip packs a snapshot, removes it and unpacks it:
+// contents, a whiteout and an opaque directory come back, read-only, and a
+// writable layer can be made from it again.
+func TestSnapshotArchiveRoundTrip(t *testing.T) {
+	ls := newStore(t)
+	w, err := ls.CreateWritable("sb1", 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upper := filepath.Join(w, "upper")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(upper, "root", "opaque"), 0o755))
+	must(os.WriteFile(filepath.Join(upper, "root", "file"), []byte("kept"), 0o640))
+	must(os.Chown(filepath.Join(upper, "root", "file"), 1000, 1000))
+	must(unix.Mknod(filepath.Join(upper, "root", "gone"), unix.S_IFCHR, 0))
+	must(unix.Setxattr(filepath.Join(upper, "root", "opaque"), "user.overlay.opaque", []byte("y"), 0))
+	must(ls.SnapshotWritable("sb1", "snap1"))
+
+	var buf bytes.Buffer
+	must(ls.PackSnapshot("snap1", &buf))
+	must(ls.RemoveSnapshot("snap1"))
+	if ls.SnapshotExists("snap1") {
+		t.Fatal("snapshot still there after RemoveSnapshot")
+	}
+	must(ls.UnpackSnapshot("snap1", &buf))
+	t.Cleanup(func() { ls.RemoveSnapshot("snap1"); ls.RemoveWritable("sb1"); ls.RemoveWritable("sb2") })
+
+	w2, err := ls.WritableFromSnapshot("snap1", "sb2", 1<<30)
+	must(err)
+	up2 := filepath.Join(w2, "upper", "root")
+	if b, err := os.ReadFile(filepath.Join(up2, "file")); err != nil || string(b) != "kept" {
+		t.Errorf("file: %q %v", b, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(up2, "file"), &st); err != nil || st.Uid != 1000 || st.Mode&0o777 != 0o640 {
+		t.Errorf("owner/mode of file: uid %d mode %o %v", st.Uid, st.Mode&0o777, err)
+	}
+	if err := unix.Lstat(filepath.Join(up2, "gone"), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != 0 {
+		t.Errorf("whiteout: mode %o rdev %d %v", st.Mode, st.Rdev, err)
+	}
+	val := make([]byte, 8)
+	if n, err := unix.Getxattr(filepath.Join(up2, "opaque"), "user.overlay.opaque", val); err != nil || string(val[:n]) != "y" {
+		t.Errorf("opaque xattr: %q %v", val[:n], err)
+	}
+	err = os.WriteFile(filepath.Join(ls.SnapshotDirForTest("snap1"), "upper", "new"), nil, 0o644)
+	if !errors.Is(err, unix.EROFS) {
+		t.Errorf("writing into an unpacked snapshot: %v, want EROFS", err)
+	}
+}

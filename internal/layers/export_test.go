@@ -1,0 +1,4 @@
+package layers
+
+// SnapshotDirForTest exposes where snapshot id lives to the external tests.
+func (s *Store) SnapshotDirForTest(id string) string { return s.snapshotDir(id) }
