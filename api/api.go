@@ -43,6 +43,16 @@ type Sandbox struct {
 	AutoDeleteSec  int64      `json:"auto_delete_sec,omitempty"`
 	AutoStopSec    int64      `json:"auto_stop_sec,omitempty"`
 	AutoArchiveSec int64      `json:"auto_archive_sec,omitempty"`
+	// Progress is set while the sandbox's files move to or from the archive
+	// store.
+	Progress *Progress `json:"progress,omitempty"`
+}
+
+// Progress tells how far a long operation on a sandbox has got.
+type Progress struct {
+	Op         string `json:"op"`                    // "archiving" or "restoring"
+	DoneBytes  int64  `json:"done_bytes"`            // bytes moved so far
+	TotalBytes int64  `json:"total_bytes,omitempty"` // 0 if not known
 }
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes. Zero values take the

@@ -1470,7 +1470,7 @@ func TestArchive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum, _ := sh(t, c, sb.ID, "dd if=/dev/urandom of=/root/data bs=1M count=5 2>/dev/null; rm /etc/hostname; rm -rf /var/log && mkdir /var/log && touch /var/log/new; md5sum /root/data")
+	sum, _ := sh(t, c, sb.ID, "dd if=/dev/urandom of=/root/data bs=1M count=64 2>/dev/null; rm /etc/hostname; rm -rf /var/log && mkdir /var/log && touch /var/log/new; md5sum /root/data")
 	if _, err := c.ArchiveSandbox(ctx, sb.ID); !errors.Is(err, atoll.ErrConflict) {
 		t.Errorf("archive of a running sandbox: %v, want conflict", err)
 	}
@@ -1485,14 +1485,36 @@ func TestArchive(t *testing.T) {
 		t.Errorf("local writable layer still there: %v", err)
 	}
 	object := filepath.Join(data, "archive", "sandboxes", sb.ID+".tar")
-	if fi, err := os.Stat(object); err != nil || fi.Size() < 5<<20 {
+	if fi, err := os.Stat(object); err != nil || fi.Size() < 64<<20 {
 		t.Errorf("archive object: %v %v", fi, err)
 	}
 	if _, err := c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard); !errors.Is(err, atoll.ErrConflict) {
 		t.Errorf("exec on an archived sandbox: %v", err)
 	}
-	if _, err := c.StartSandbox(ctx, sb.ID); err != nil {
-		t.Fatal(err)
+	// While the files come back, the sandbox shows how far they have got.
+	started := make(chan error, 1)
+	go func() { _, err := c.StartSandbox(ctx, sb.ID); started <- err }()
+	var seen *api.Progress
+poll:
+	for {
+		select {
+		case err := <-started:
+			if err != nil {
+				t.Fatal(err)
+			}
+			break poll
+		default:
+		}
+		if got, err := c.GetSandbox(ctx, sb.ID); err == nil && got.Progress != nil && seen == nil {
+			seen = got.Progress
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if seen == nil || seen.Op != "restoring" || seen.TotalBytes < 64<<20 || seen.DoneBytes > seen.TotalBytes {
+		t.Errorf("progress during the restore: %+v", seen)
+	}
+	if got, _ := c.GetSandbox(ctx, sb.ID); got.Progress != nil {
+		t.Errorf("progress after the restore: %+v", got.Progress)
 	}
 	out, _ := sh(t, c, sb.ID, "md5sum /root/data; test -e /etc/hostname && echo hostname-back; ls /var/log")
 	if out != sum+"new\n" {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -257,13 +258,17 @@ func newStopCmd(g *globals) *cobra.Command {
 
 func newStartCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
-		Use:     "start ID...",
-		Short:   "Start stopped sandboxes",
-		Long:    `Start stopped sandboxes with the files they had.`,
+		Use:   "start ID...",
+		Short: "Start stopped sandboxes",
+		Long: `Start stopped sandboxes with the files they had. An archived sandbox's files
+come back from the archive store first; on a terminal its progress is shown.`,
 		Example: `  atoll start 3k9x2m7q1w8e5r4t6y0u`,
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
+				if isTerminal(cmd.ErrOrStderr()) {
+					defer showProgress(ctx, c, id, cmd.ErrOrStderr())()
+				}
 				_, err := c.StartSandbox(ctx, id)
 				return err
 			})
@@ -286,4 +291,45 @@ func newRmCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
+}
+
+// showProgress redraws sandbox id's progress on w, a terminal, every half
+// second until the returned function is called.
+func showProgress(ctx context.Context, c *atoll.Client, id string, w io.Writer) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		shown := false
+		defer func() {
+			if shown {
+				fmt.Fprint(w, "\r\033[K")
+			}
+		}()
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			sb, err := c.GetSandbox(ctx, id)
+			if err != nil || sb.Progress == nil {
+				continue
+			}
+			fmt.Fprintf(w, "\r\033[K%s: %s", sb.Progress.Op, progressText(*sb.Progress))
+			shown = true
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// progressText is p as "120 MiB of 1.0 GiB (12%)", or the bytes alone when
+// the total is not known.
+func progressText(p api.Progress) string {
+	if p.TotalBytes <= 0 {
+		return formatBytes(p.DoneBytes)
+	}
+	return fmt.Sprintf("%s of %s (%d%%)", formatBytes(p.DoneBytes), formatBytes(p.TotalBytes), p.DoneBytes*100/p.TotalBytes)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"gocloud.dev/gcerrors"
 
@@ -58,7 +59,9 @@ func (s *Service) archiveLocked(ctx context.Context, sb *store.Sandbox, reason s
 	if err != nil {
 		return back(err)
 	}
-	if err := s.layers.PackWritable(id, w); err != nil {
+	c, stop := s.track(id, "archiving", 0)
+	defer stop()
+	if err := s.layers.PackWritable(id, io.MultiWriter(w, c)); err != nil {
 		w.Close()
 		return back(err)
 	}
@@ -82,7 +85,9 @@ func (s *Service) unarchiveLocked(ctx context.Context, sb *store.Sandbox) error 
 	if err != nil {
 		return fmt.Errorf("%w: reading the archive failed", errdefs.ErrUnavailable)
 	}
-	err = s.layers.UnpackWritable(sb.ID, io.Reader(r), sb.DiskGiB<<30)
+	c, stop := s.track(sb.ID, "restoring", r.Size())
+	defer stop()
+	err = s.layers.UnpackWritable(sb.ID, io.TeeReader(r, c), sb.DiskGiB<<30)
 	r.Close()
 	if err != nil {
 		s.log.Error("restoring from archive", "sandbox", sb.ID, "err", err)
@@ -240,4 +245,41 @@ func (s *Service) recoverSnapshots(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// counter counts the bytes of an archive or restore in flight.
+type counter struct {
+	op    string
+	total int64
+	done  atomic.Int64
+}
+
+func (c *counter) Write(p []byte) (int, error) {
+	c.done.Add(int64(len(p)))
+	return len(p), nil
+}
+
+// track records that sandbox id's files are moving (op), total bytes if
+// known; the API shows the counter's progress until stop.
+func (s *Service) track(id, op string, total int64) (c *counter, stop func()) {
+	c = &counter{op: op, total: total}
+	s.activityMu.Lock()
+	s.moving[id] = c
+	s.activityMu.Unlock()
+	return c, func() {
+		s.activityMu.Lock()
+		delete(s.moving, id)
+		s.activityMu.Unlock()
+	}
+}
+
+// progress is how far the files of sandbox id have moved, or nil.
+func (s *Service) progress(id string) *api.Progress {
+	s.activityMu.Lock()
+	c := s.moving[id]
+	s.activityMu.Unlock()
+	if c == nil {
+		return nil
+	}
+	return &api.Progress{Op: c.op, DoneBytes: c.done.Load(), TotalBytes: c.total}
 }

@@ -78,6 +78,9 @@ type Service struct {
 	activity   map[string]time.Time
 
 	archive *blob.Bucket
+	// moving holds the progress of archives and restores in flight, by
+	// sandbox ID, under activityMu.
+	moving map[string]*counter
 
 	poolSize int
 	poolWake chan struct{}
@@ -135,6 +138,7 @@ func New(cfg Config) (*Service, error) {
 		archive:      cfg.Archive,
 		pool:         map[string][]string{},
 		activity:     map[string]time.Time{},
+		moving:       map[string]*counter{},
 		poolWake:     make(chan struct{}, 1),
 	}
 	for _, r := range cfg.Runtimes {
@@ -476,6 +480,7 @@ func (s *Service) Get(ctx context.Context, id string) (api.Sandbox, error) {
 	sb, err := s.get(ctx, id)
 	if err == nil {
 		s.touch(id)
+		sb.Progress = s.progress(id)
 	}
 	return sb.Sandbox, err
 }
@@ -506,6 +511,7 @@ next:
 				continue next
 			}
 		}
+		sb.Progress = s.progress(sb.ID)
 		out = append(out, sb.Sandbox)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
