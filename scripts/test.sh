@@ -1,7 +1,8 @@
 #!/bin/sh
 # Runs atoll's tests on a Debian machine with Go, as root: installs the Debian
-# packages the tests use, then vets and tests every package. CI runs it with
-# ATOLL_TEST_STRICT=1, which turns "skipped: needs X" into a failure.
+# packages the tests use and an S3 server (gofakes3, from the Go module proxy),
+# then vets and tests every package. CI runs it with ATOLL_TEST_STRICT=1, which
+# turns "skipped: needs X" into a failure.
 set -eu
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" -ne 0 ]; then
@@ -20,4 +21,35 @@ fi
 # atoll and its agent are static Go binaries: the agent runs inside sandboxes.
 export CGO_ENABLED=0
 go vet ./...
+
+# An S3-compatible server for the archive tests, unless ATOLL_TEST_S3_URL
+# already names a bucket: gofakes3 on a port the kernel picks (it logs it),
+# its data in a temporary directory; it stops when this script ends.
+if [ -z "${ATOLL_TEST_S3_URL:-}" ]; then
+	gobin="$(go env GOPATH)/bin"
+	GOBIN="$gobin" go install github.com/johannesboyne/gofakes3/cmd/gofakes3@v1.2.0
+	s3dir=$(mktemp -d)
+	s3pid=""
+	trap 'if [ -n "$s3pid" ]; then kill "$s3pid" 2>/dev/null || :; fi; rm -rf "$s3dir"' EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+	"$gobin/gofakes3" -host 127.0.0.1:0 -backend bolt -bolt.db "$s3dir/s3.db" \
+		-initialbucket atoll-test -quiet 2>"$s3dir/log" &
+	s3pid=$!
+	port=""
+	tries=0
+	while [ -z "$port" ]; do
+		if ! kill -0 "$s3pid" 2>/dev/null || [ "$tries" -ge 100 ]; then
+			echo "test.sh: gofakes3 did not start:" >&2
+			cat "$s3dir/log" >&2
+			exit 1
+		fi
+		sleep 0.1
+		tries=$((tries + 1))
+		port=$(sed -n 's/.*using port: \([0-9][0-9]*\)$/\1/p' "$s3dir/log")
+	done
+	export ATOLL_TEST_S3_URL="s3://atoll-test?endpoint=http://127.0.0.1:$port&region=us-east-1&use_path_style=true&disable_https=true"
+	export AWS_ACCESS_KEY_ID=atoll-test AWS_SECRET_ACCESS_KEY=atoll-test
+fi
+
 go test -count=1 -timeout 40m "$@" ./...

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -29,8 +30,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"gocloud.dev/gcerrors"
 
 	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/blob"
 	"github.com/atoll-dev/atoll/internal/testenv"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
@@ -77,15 +80,16 @@ type daemon struct {
 	out  bytes.Buffer
 }
 
-func startDaemon(t *testing.T, data string) *daemon {
+// startDaemon starts `atoll serve` on data, with args as extra serve flags.
+func startDaemon(t *testing.T, data string, args ...string) *daemon {
 	t.Helper()
-	d := &daemon{t: t, bin: atollBinary(t), data: data}
+	d := &daemon{t: t, bin: atollBinary(t), data: data, args: args}
 	d.start()
 	t.Cleanup(func() {
 		d.kill()
 		// Sandboxes outlive the daemon by design; the test removes them.
 		// Without a pool: its start discards pooled ones and makes none.
-		d2 := &daemon{t: t, bin: d.bin, data: data, args: []string{"--warm-pool", "0"}}
+		d2 := &daemon{t: t, bin: d.bin, data: data, args: slices.Concat(args, []string{"--warm-pool", "0"})}
 		d2.start()
 		c := d2.client()
 		sbs, _ := c.ListSandboxes(context.Background(), atoll.ListOptions{})
@@ -1459,16 +1463,41 @@ func TestStateRaces(t *testing.T) {
 }
 
 // TestArchive moves a stopped sandbox's files to the archive store, frees the
-// local disk, and brings them back on start, whiteouts and all.
+// local disk, and brings them back on start, whiteouts and all: with the
+// default file:// store and with an S3 server.
 func TestArchive(t *testing.T) {
+	t.Run("file", func(t *testing.T) { testArchive(t, "") })
+	t.Run("s3", func(t *testing.T) { testArchive(t, testenv.S3URL(t)) })
+}
+
+// testArchive runs TestArchive with the store at url, "" for the default.
+func testArchive(t *testing.T, url string) {
 	testenv.RequireRoot(t)
 	data := filepath.Join(testenv.Dir(t), "data")
-	d := startDaemon(t, data)
+	var args []string
+	if url != "" {
+		args = []string{"--archive", url}
+	} else {
+		url = "file://" + filepath.Join(data, "archive")
+	}
+	d := startDaemon(t, data, args...)
 	c := d.client()
 	ctx := context.Background()
+	bucket, err := blob.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bucket.Close()
 	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	object := "sandboxes/" + sb.ID + ".tar"
+	gone := func(when string) {
+		t.Helper()
+		if _, err := bucket.Attributes(ctx, object); gcerrors.Code(err) != gcerrors.NotFound {
+			t.Errorf("archive object %s: %v, want NotFound", when, err)
+		}
 	}
 	sum, _ := sh(t, c, sb.ID, "dd if=/dev/urandom of=/root/data bs=1M count=64 2>/dev/null; rm /etc/hostname; rm -rf /var/log && mkdir /var/log && touch /var/log/new; md5sum /root/data")
 	if _, err := c.ArchiveSandbox(ctx, sb.ID); !errors.Is(err, atoll.ErrConflict) {
@@ -1484,9 +1513,8 @@ func TestArchive(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(data, "layers", "sandboxes", sb.ID)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("local writable layer still there: %v", err)
 	}
-	object := filepath.Join(data, "archive", "sandboxes", sb.ID+".tar")
-	if fi, err := os.Stat(object); err != nil || fi.Size() < 64<<20 {
-		t.Errorf("archive object: %v %v", fi, err)
+	if a, err := bucket.Attributes(ctx, object); err != nil || a.Size < 64<<20 {
+		t.Errorf("archive object: %+v %v", a, err)
 	}
 	if _, err := c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard); !errors.Is(err, atoll.ErrConflict) {
 		t.Errorf("exec on an archived sandbox: %v", err)
@@ -1520,9 +1548,7 @@ poll:
 	if out != sum+"new\n" {
 		t.Errorf("after restore from the archive: %q, want %q", out, sum+"new\n")
 	}
-	if _, err := os.Stat(object); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("archive object after restore: %v", err)
-	}
+	gone("after restore")
 	// Archive again, then delete: the object goes too.
 	c.StopSandbox(ctx, sb.ID)
 	if _, err := c.ArchiveSandbox(ctx, sb.ID); err != nil {
@@ -1531,9 +1557,7 @@ poll:
 	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(object); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("archive object after delete: %v", err)
-	}
+	gone("after delete")
 	if left := leftovers(data, sb.ID); len(left) > 0 {
 		t.Errorf("left: %v", left)
 	}
@@ -1615,4 +1639,23 @@ func TestArchiveSnapshot(t *testing.T) {
 	}
 	c.DeleteSandbox(ctx, sb.ID)
 	c.DeleteSandbox(ctx, child.ID)
+}
+
+// TestServeBadArchive checks that an archive URL atoll cannot use stops
+// `atoll serve` at startup, before it makes a layer image, saying why.
+func TestServeBadArchive(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, tc := range []struct{ url, want string }{
+		{"gs://bucket", `unsupported scheme "gs"`},
+		{"s3://bucket?endpoint=http://127.0.0.1:1&use_path_style=yes", `invalid value for "use_path_style"`},
+	} {
+		data := filepath.Join(testenv.Dir(t), "data")
+		out, err := exec.Command(atollBinary(t), "serve", "--data", data, "--archive", tc.url).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "--archive: ") || !strings.Contains(string(out), tc.want) {
+			t.Errorf("atoll serve --archive %s: %v: %s, want it to say %s", tc.url, err, out, tc.want)
+		}
+		if _, err := os.Stat(filepath.Join(data, "layers")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("atoll serve --archive %s made a layer store: %v", tc.url, err)
+		}
+	}
 }

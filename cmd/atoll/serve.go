@@ -61,7 +61,8 @@ XFS with project quotas), and the API key, created on first start.
 Stopping the server (Ctrl-C, SIGTERM) leaves sandboxes running; the next start
 re-adopts them.`,
 		Example: `  sudo atoll serve
-  sudo atoll serve --listen 0.0.0.0:7400 --data /srv/atoll`,
+  sudo atoll serve --listen 0.0.0.0:7400 --data /srv/atoll
+  sudo atoll serve --archive 's3://atoll-archive?region=eu-west-1'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg.out = cmd.OutOrStdout()
@@ -77,7 +78,7 @@ re-adopts them.`,
 	f.Int64Var(&cfg.imageSize, "layer-image-size", 0, "size in bytes of the layer image, when one is created (default: 90% of free space, at most 1 TiB)")
 	f.IntVar(&cfg.warmPool, "warm-pool", 2, "default sandboxes to keep started ahead of demand (0: none)")
 	f.IntVar(&cfg.prestart, "prestart", 4, "sandbox processes to keep started ahead of demand for forks and other creates (0: none)")
-	f.StringVar(&cfg.archive, "archive", "", "object storage URL for archived sandboxes (default file://<data>/archive)")
+	f.StringVar(&cfg.archive, "archive", "", "object storage URL for archived sandboxes: file:///dir, or s3://bucket?region=R (S3-compatible: &endpoint=URL&use_path_style=true) with credentials from AWS_* variables or ~/.aws (default file://<data>/archive)")
 	f.BoolVar(&cfg.debug, "debug", false, "log debug messages")
 	return cmd
 }
@@ -103,6 +104,16 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if err := os.Chmod(data, 0o711); err != nil {
 		return err
 	}
+	// The archive URL first: a wrong one fails before the layer image is made.
+	archiveURL := cfg.archive
+	if archiveURL == "" {
+		archiveURL = "file://" + filepath.Join(data, "archive")
+	}
+	bucket, err := blob.Open(ctx, archiveURL)
+	if err != nil {
+		return fmt.Errorf("--archive: %w", err)
+	}
+	defer bucket.Close()
 
 	st, err := store.Open(filepath.Join(data, "atoll.db"))
 	if err != nil {
@@ -129,15 +140,6 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if err != nil {
 		return err
 	}
-	archiveURL := cfg.archive
-	if archiveURL == "" {
-		archiveURL = "file://" + filepath.Join(data, "archive")
-	}
-	bucket, err := blob.Open(ctx, archiveURL)
-	if err != nil {
-		return err
-	}
-	defer bucket.Close()
 	svc, err := control.New(control.Config{
 		Store: st, Layers: ls, Runtimes: []runtime.Runtime{nsrt}, AgentPath: agentPath, Logger: log,
 		WarmPool: cfg.warmPool, Prestart: cfg.prestart, Archive: bucket,

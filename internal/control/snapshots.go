@@ -209,6 +209,7 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 		unlock()
 		return nil, err
 	}
+	t0 := time.Now()
 	children := make([]store.Sandbox, 0, req.Count)
 	fail := func(err error) ([]api.Sandbox, error) {
 		for _, c := range children {
@@ -244,6 +245,7 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 	if err != nil {
 		return fail(err)
 	}
+	s.log.Debug("children recorded and copied", "sandbox", id, "op", "fork", "ms", ms(t0))
 	// Children start concurrently.
 	errs := make(chan error, len(children))
 	for i := range children {

@@ -1,6 +1,6 @@
 // Package testenv holds what atoll's tests share: the strict-mode rule for
-// skipping, and helpers that build the agent binary and a layer store on a
-// loop-mounted XFS image.
+// skipping, the S3 server's URL, and helpers that build the agent binary and a
+// layer store on a loop-mounted btrfs image.
 package testenv
 
 import (
@@ -41,6 +41,18 @@ func RequireCommand(t testing.TB, name string) {
 	if _, err := exec.LookPath(name); err != nil {
 		Skip(t, name+" is not installed")
 	}
+}
+
+// S3URL returns ATOLL_TEST_S3_URL, the s3:// URL of a bucket on an
+// S3-compatible server that scripts/test.sh starts, or skips (in strict mode
+// fails) t when it is not set.
+func S3URL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv("ATOLL_TEST_S3_URL")
+	if u == "" {
+		Skip(t, "ATOLL_TEST_S3_URL is not set (scripts/test.sh starts an S3 server and sets it)")
+	}
+	return u
 }
 
 var (
