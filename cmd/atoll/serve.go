@@ -55,8 +55,9 @@ func newServeCmd() *cobra.Command {
 
 It needs root, because sandboxes are made of namespaces, cgroups and mounts.
 Everything it keeps lives in the data directory: an embedded SQLite database,
-the layer store (an XFS image loop-mounted there unless the directory is already
-XFS with project quotas), and the API key, created on first start.
+the layer store (a btrfs image loop-mounted there unless the directory is already
+on btrfs: snapshots, forks and disk quotas need it), and the API key, created
+on first start.
 
 Stopping the server (Ctrl-C, SIGTERM) leaves sandboxes running; the next start
 re-adopts them.`,
