@@ -73,6 +73,12 @@ func New(cfg Config) (*Runtime, error) {
 	if err := privateMount(cfg.RunRoot); err != nil {
 		return nil, err
 	}
+	// Descriptors this process inherited are not close-on-exec, so every
+	// sandbox would inherit them too; a directory among them is a way out of
+	// the sandbox's root (CVE-2024-21626). Go opens its own close-on-exec.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return nil, fmt.Errorf("marking inherited descriptors close-on-exec: %w", err)
+	}
 	return &Runtime{runRoot: cfg.RunRoot, log: cfg.Logger, prepared: map[string]*prepared{}}, nil
 }
 

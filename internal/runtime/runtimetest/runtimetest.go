@@ -131,6 +131,7 @@ func Run(t *testing.T, rt runtime.Runtime, env Env) {
 	t.Run("Isolation", func(t *testing.T) { testIsolation(t, rt, env) })
 	t.Run("Limits", func(t *testing.T) { testLimits(t, rt, env) })
 	t.Run("DiskQuota", func(t *testing.T) { testDiskQuota(t, rt, env) })
+	t.Run("Escapes", func(t *testing.T) { testEscapes(t, rt, env) })
 	if p, ok := rt.(runtime.Preparer); ok {
 		t.Run("Prepare", func(t *testing.T) { testPrepare(t, rt, p, env) })
 	}

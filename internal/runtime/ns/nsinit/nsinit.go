@@ -75,6 +75,12 @@ func Setup() (ready func()) {
 }
 
 func setup(ctl *os.File) error {
+	// Only the listener and the control socket are meant to reach the
+	// sandbox; anything else the node let through must not pass to the
+	// processes the agent starts.
+	if err := unix.CloseRange(ControlFD+1, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fmt.Errorf("marking descriptors close-on-exec: %w", err)
+	}
 	// What does not depend on the configuration is done before waiting for
 	// it: the node may have started this process ahead of demand.
 	if err := setupLoopback(); err != nil {
