@@ -1,0 +1,834 @@
+package network
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/nftables"
+	mdnetlink "github.com/mdlayher/netlink"
+	"github.com/ti-mo/conntrack"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/atoll-dev/atoll/internal/errdefs"
+)
+
+// Attachment is what a sandbox's runtime needs to know about its network.
+type Attachment struct {
+	Slot int
+	// Netns is the path of the sandbox's network namespace: start the
+	// sandbox's first process inside it (InNetns) instead of giving it a
+	// network namespace of its own.
+	Netns string
+	// HostLink is the host end of the veth, a port of the bridge; Link is
+	// the sandbox's end, inside Netns.
+	HostLink, Link string
+	// Addr4 and Addr6 are the sandbox's addresses, with the subnets'
+	// prefix lengths.
+	Addr4, Addr6 netip.Prefix
+	// Gateway4 and Gateway6 are the host's addresses on the bridge: the
+	// default routes, and where the resolver and egress proxy listen.
+	Gateway4, Gateway6 netip.Addr
+	// Resolvers go into the sandbox's /etc/resolv.conf.
+	Resolvers []netip.Addr
+	MTU       int
+}
+
+// Manager owns the host side of sandbox networking: the bridge, the
+// nftables table, and one namespace and veth per attached slot. Its methods
+// are safe for concurrent use, for different slots.
+type Manager struct {
+	cfg Config
+	log *slog.Logger
+	mtu int
+	// hostNS is the host namespace's fd when Config.HostNetns is set, else -1.
+	hostNS   int
+	nl       *netlink.Handle
+	bridgeIx int
+	rs       *ruleset
+
+	// nftMu serialises batches on nft, whose queued messages are per Conn.
+	nftMu sync.Mutex
+	nft   *nftables.Conn
+
+	ctMu sync.Mutex
+	ct   *conntrack.Conn // dialled on first use, dropped after an error
+
+	// mu is held shared by everything that creates or removes a slot's or a
+	// warm entry's objects, and exclusively by Sweep, so that Sweep never
+	// sees something half made.
+	mu sync.RWMutex
+
+	warmMu sync.Mutex
+	// warm holds the names of warm pool entries that this Manager's pools
+	// own; Sweep leaves them alone.
+	warm    map[string]bool
+	warmSeq int
+}
+
+// New checks that the kernel can enforce the network model (Probe), then
+// makes or adopts the bridge, sets the host's forwarding sysctls and
+// installs the nftables table, keeping the sandboxes that are already
+// attached (after a daemon restart) reachable.
+func New(cfg Config) (*Manager, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := Probe(); err != nil {
+		return nil, err
+	}
+	m := &Manager{cfg: cfg, log: cfg.Logger, hostNS: -1, warm: map[string]bool{}}
+	ok := false
+	defer func() {
+		if !ok {
+			m.Close()
+		}
+	}()
+	if cfg.HostNetns != "" {
+		m.hostNS, err = unix.Open(cfg.HostNetns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("opening host network namespace: %w", err)
+		}
+		m.nl, err = netlink.NewHandleAt(netns.NsHandle(m.hostNS))
+	} else {
+		m.nl, err = netlink.NewHandle()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening netlink: %w", err)
+	}
+	if err := prepareNetnsDir(cfg.NetnsDir); err != nil {
+		return nil, err
+	}
+	m.mtu = cfg.MTU
+	if m.mtu == 0 {
+		m.mtu = m.uplinkMTU()
+	}
+	if err := m.setupBridge(); err != nil {
+		return nil, err
+	}
+	if err := m.inHost(enableForwarding); err != nil {
+		return nil, err
+	}
+
+	nftOpts := []nftables.ConnOption{nftables.AsLasting()}
+	if m.hostNS >= 0 {
+		nftOpts = append(nftOpts, nftables.WithNetNSFd(m.hostNS))
+	}
+	if m.nft, err = nftables.New(nftOpts...); err != nil {
+		return nil, fmt.Errorf("opening nftables: %w", err)
+	}
+	m.rs = newRuleset(cfg.Table)
+	attached, err := m.attachedSlots()
+	if err != nil {
+		return nil, err
+	}
+	m.nftMu.Lock()
+	err = m.rs.install(m.nft, cfg, attached)
+	if err == nil {
+		err = m.nft.Flush()
+	}
+	m.nftMu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("installing nftables table %s: %w", cfg.Table, err)
+	}
+	ok = true
+	m.log.Info("network ready", "bridge", cfg.Bridge, "subnet4", cfg.Subnet4, "subnet6", cfg.Subnet6,
+		"mtu", m.mtu, "attached", len(attached))
+	return m, nil
+}
+
+// Config returns the configuration in effect, defaults filled in.
+func (m *Manager) Config() Config { c := m.cfg; c.MTU = m.mtu; return c }
+
+// Close releases the Manager's handles and leaves the network as it is, so
+// that sandboxes keep working while the daemon restarts; see Teardown.
+func (m *Manager) Close() error {
+	m.ctMu.Lock()
+	if m.ct != nil {
+		m.ct.Close()
+		m.ct = nil
+	}
+	m.ctMu.Unlock()
+	if m.nft != nil {
+		m.nft.CloseLasting()
+	}
+	if m.nl != nil {
+		m.nl.Close()
+	}
+	if m.hostNS >= 0 {
+		unix.Close(m.hostNS)
+		m.hostNS = -1
+	}
+	return nil
+}
+
+// Teardown removes everything the Manager made: every attached slot, the
+// nftables table and the bridge. Pools must be stopped first.
+func (m *Manager) Teardown(ctx context.Context) error {
+	err := m.Sweep(ctx, nil)
+	m.nftMu.Lock()
+	m.nft.DelTable(m.rs.table)
+	if ferr := m.nft.Flush(); ferr != nil && !errors.Is(ferr, unix.ENOENT) {
+		err = errors.Join(err, fmt.Errorf("deleting nftables table: %w", ferr))
+	}
+	m.nftMu.Unlock()
+	if br, lerr := m.nl.LinkByName(m.cfg.Bridge); lerr == nil {
+		if derr := m.nl.LinkDel(br); derr != nil {
+			err = errors.Join(err, fmt.Errorf("deleting bridge: %w", derr))
+		}
+	}
+	return err
+}
+
+// inHost runs fn in the host namespace.
+func (m *Manager) inHost(fn func() error) error {
+	if m.hostNS < 0 {
+		return fn()
+	}
+	return inNetnsFd(m.hostNS, fn)
+}
+
+// uplinkMTU is the MTU of the IPv4 default route's interface, or 1500.
+func (m *Manager) uplinkMTU() int {
+	routes, err := m.nl.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return 1500
+	}
+	for _, r := range routes {
+		if r.Dst != nil {
+			if ones, _ := r.Dst.Mask.Size(); ones != 0 {
+				continue
+			}
+		}
+		ix := r.LinkIndex
+		if ix == 0 && len(r.MultiPath) > 0 {
+			ix = r.MultiPath[0].LinkIndex
+		}
+		if l, err := m.nl.LinkByIndex(ix); err == nil && l.Attrs().MTU >= 1280 {
+			return l.Attrs().MTU
+		}
+	}
+	return 1500
+}
+
+func (m *Manager) setupBridge() error {
+	name := m.cfg.Bridge
+	link, err := m.nl.LinkByName(name)
+	var nf netlink.LinkNotFoundError
+	switch {
+	case errors.As(err, &nf):
+		link = nil
+	case err != nil:
+		return fmt.Errorf("looking up bridge %s: %w", name, err)
+	case link.Type() != "bridge":
+		return fmt.Errorf("%w: %s exists and is a %s, not a bridge", errdefs.ErrConflict, name, link.Type())
+	default:
+		m.bridgeIx = link.Attrs().Index
+	}
+	if err := m.checkSubnets(); err != nil {
+		return err
+	}
+	if link == nil {
+		attrs := netlink.NewLinkAttrs()
+		attrs.Name, attrs.MTU, attrs.HardwareAddr = name, m.mtu, bridgeMAC(name)
+		if err := m.nl.LinkAdd(&netlink.Bridge{LinkAttrs: attrs}); err != nil {
+			return fmt.Errorf("creating bridge %s: %w", name, err)
+		}
+		if link, err = m.nl.LinkByName(name); err != nil {
+			return fmt.Errorf("looking up bridge %s: %w", name, err)
+		}
+		m.bridgeIx = link.Attrs().Index
+	}
+	if link.Attrs().MTU != m.mtu {
+		if err := m.nl.LinkSetMTU(link, m.mtu); err != nil {
+			return fmt.Errorf("setting bridge MTU: %w", err)
+		}
+	}
+	if mac := bridgeMAC(name); link.Attrs().HardwareAddr.String() != mac.String() {
+		if err := m.nl.LinkSetHardwareAddr(link, mac); err != nil {
+			return fmt.Errorf("setting bridge address: %w", err)
+		}
+	}
+	// The host must not take router advertisements or redirects from
+	// sandboxes, nor tell them about each other.
+	err = m.inHost(func() error {
+		for _, kv := range [][2]string{
+			{"net.ipv6.conf." + name + ".disable_ipv6", "0"},
+			{"net.ipv6.conf." + name + ".accept_ra", "0"},
+			{"net.ipv6.conf." + name + ".accept_redirects", "0"},
+			{"net.ipv4.conf." + name + ".accept_redirects", "0"},
+			{"net.ipv4.conf." + name + ".send_redirects", "0"},
+		} {
+			if err := writeSysctl(kv[0], kv[1]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, a := range []netip.Prefix{
+		netip.PrefixFrom(m.cfg.gateway4(), m.cfg.Subnet4.Bits()),
+		netip.PrefixFrom(m.cfg.gateway6(), m.cfg.Subnet6.Bits()),
+	} {
+		// No duplicate address detection: the address is ours by
+		// construction, and DAD would hold it tentative for a second.
+		if err := m.nl.AddrReplace(link, &netlink.Addr{IPNet: ipNet(a), Flags: unix.IFA_F_NODAD}); err != nil {
+			return fmt.Errorf("adding gateway address %s: %w", a, err)
+		}
+	}
+	if err := m.nl.LinkSetUp(link); err != nil {
+		return fmt.Errorf("bringing bridge up: %w", err)
+	}
+	return nil
+}
+
+// checkSubnets refuses subnets that overlap a route the host already has
+// through another interface: sandboxes would shadow that network.
+func (m *Manager) checkSubnets() error {
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		routes, err := m.nl.RouteList(nil, fam)
+		if err != nil {
+			return fmt.Errorf("listing routes: %w", err)
+		}
+		for _, r := range routes {
+			if r.Dst == nil || m.bridgeIx != 0 && r.LinkIndex == m.bridgeIx {
+				continue
+			}
+			p, ok := prefixOf(r.Dst)
+			if !ok || p.Bits() == 0 || p.Addr().IsLinkLocalUnicast() || p.Addr().IsMulticast() {
+				continue
+			}
+			for _, s := range []netip.Prefix{m.cfg.Subnet4, m.cfg.Subnet6} {
+				if s.Overlaps(p) {
+					return fmt.Errorf("%w: sandbox subnet %s overlaps the host's route to %s", errdefs.ErrConflict, s, p)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// enableForwarding turns the host into a router for both families. With
+// IPv6 forwarding on, the kernel ignores router advertisements on
+// interfaces with accept_ra=1, so those that take them now are set to 2
+// first, which keeps them taking them.
+func enableForwarding() error {
+	if v, err := readSysctl("net.ipv6.conf.all.forwarding"); err != nil {
+		return fmt.Errorf("reading IPv6 forwarding (is IPv6 disabled?): %w", err)
+	} else if v != "1" {
+		ents, err := os.ReadDir("/proc/sys/net/ipv6/conf")
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			switch e.Name() {
+			case "all", "default", "lo":
+				continue
+			}
+			key := "net.ipv6.conf." + e.Name() + ".accept_ra"
+			if v, err := readSysctl(key); err == nil && v == "1" {
+				if err := writeSysctl(key, "2"); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if err := writeSysctl("net.ipv4.ip_forward", "1"); err != nil {
+		return err
+	}
+	return writeSysctl("net.ipv6.conf.all.forwarding", "1")
+}
+
+// attachedSlots lists the slots whose host veths exist.
+func (m *Manager) attachedSlots() ([]int, error) {
+	links, err := m.nl.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("listing links: %w", err)
+	}
+	var slots []int
+	for _, l := range links {
+		if slot, ok := m.cfg.parseSlotName(l.Attrs().Name); ok {
+			slots = append(slots, slot)
+		}
+	}
+	slices.Sort(slots)
+	return slots, nil
+}
+
+func (m *Manager) attachment(slot int) *Attachment {
+	a4, a6 := m.cfg.slotAddrs(slot)
+	name := m.cfg.slotName(slot)
+	return &Attachment{
+		Slot: slot, Netns: filepath.Join(m.cfg.NetnsDir, name),
+		HostLink: name, Link: sandboxLink,
+		Addr4: a4, Addr6: a6,
+		Gateway4: m.cfg.gateway4(), Gateway6: m.cfg.gateway6(),
+		Resolvers: []netip.Addr{m.cfg.gateway4(), m.cfg.gateway6()},
+		MTU:       m.mtu,
+	}
+}
+
+// Lookup returns slot's attachment if its namespace exists, as after a
+// daemon restart; ErrNotFound otherwise.
+func (m *Manager) Lookup(slot int) (*Attachment, error) {
+	if err := m.cfg.checkSlot(slot); err != nil {
+		return nil, err
+	}
+	a := m.attachment(slot)
+	if !isNetns(a.Netns) {
+		return nil, fmt.Errorf("%w: network of slot %d", errdefs.ErrNotFound, slot)
+	}
+	return a, nil
+}
+
+// entry is a namespace with its veth, before or while it is given a slot.
+type entry struct {
+	name   string
+	nsPath string
+	ns     *netlink.Handle // inside the namespace
+	eth0   int             // index of the sandbox's link, inside
+	host   int             // index of the host's link
+}
+
+func (e *entry) close() {
+	if e.ns != nil {
+		e.ns.Close()
+		e.ns = nil
+	}
+}
+
+// Attach makes slot's namespace and veth and opens the firewall for its
+// addresses. A Pool does the same faster. Attaching a slot that is attached
+// is ErrConflict.
+func (m *Manager) Attach(ctx context.Context, slot int) (*Attachment, error) {
+	if err := m.cfg.checkSlot(slot); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	start := time.Now()
+	e, err := m.create(m.cfg.slotName(slot))
+	if err != nil {
+		return nil, err
+	}
+	a, err := m.assign(e, slot)
+	if err != nil {
+		return nil, err
+	}
+	m.log.Debug("network attached", "slot", slot, "op", "attach", "ms", msSince(start))
+	return a, nil
+}
+
+// create makes a namespace and a veth named name, the host end a down
+// isolated port of the bridge, the sandbox end up as eth0 inside.
+func (m *Manager) create(name string) (e *entry, err error) {
+	e = &entry{name: name, nsPath: filepath.Join(m.cfg.NetnsDir, name)}
+	if _, err := os.Lstat(e.nsPath); err == nil {
+		return nil, fmt.Errorf("%w: network namespace %s exists", errdefs.ErrConflict, name)
+	}
+	ours := false // whether the namespace file is this call's to remove
+	defer func() {
+		if err != nil {
+			e.close()
+			if ours {
+				m.destroy(e)
+			}
+			e = nil
+		}
+	}()
+	err = newNetns(e.nsPath, func() error {
+		for _, kv := range [][2]string{
+			// Static addresses: no router advertisements, no DAD delay.
+			{"net.ipv6.conf.all.accept_ra", "0"},
+			{"net.ipv6.conf.default.accept_ra", "0"},
+			{"net.ipv6.conf.all.accept_dad", "0"},
+			{"net.ipv6.conf.default.accept_dad", "0"},
+			// The sandbox's root is not root of this namespace's
+			// owner: let it bind low ports and ping all the same.
+			{"net.ipv4.ip_unprivileged_port_start", "0"},
+			{"net.ipv4.ping_group_range", "0 2147483647"},
+		} {
+			if err := writeSysctl(kv[0], kv[1]); err != nil {
+				return err
+			}
+		}
+		h, err := netlink.NewHandle()
+		if err != nil {
+			return err
+		}
+		e.ns = h
+		lo, err := h.LinkByName("lo")
+		if err == nil {
+			err = h.LinkSetUp(lo)
+		}
+		return err
+	})
+	// newNetns makes the file exclusively: of two creates of one name, the
+	// loser stops here and removes nothing.
+	if errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("%w: network namespace %s exists", errdefs.ErrConflict, name)
+	}
+	ours = true
+	if err != nil {
+		return e, fmt.Errorf("creating network namespace: %w", err)
+	}
+	nsfd, err := unix.Open(e.nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return e, fmt.Errorf("opening network namespace: %w", err)
+	}
+	defer unix.Close(nsfd)
+	attrs := netlink.NewLinkAttrs()
+	attrs.Name, attrs.MTU = name, m.mtu
+	veth := &netlink.Veth{LinkAttrs: attrs, PeerName: sandboxLink, PeerNamespace: netlink.NsFd(nsfd)}
+	err = m.nl.LinkAdd(veth)
+	if errors.Is(err, unix.EEXIST) {
+		// This call made the namespace file, so a link of that name is
+		// left from a crash between the two: replace it.
+		if old, lerr := m.nl.LinkByName(name); lerr == nil && m.nl.LinkDel(old) == nil {
+			err = m.nl.LinkAdd(veth)
+		}
+	}
+	if err != nil {
+		return e, fmt.Errorf("creating veth: %w", err)
+	}
+	e.host = veth.Index
+	if err := m.nl.LinkSetMasterByIndex(veth, m.bridgeIx); err != nil {
+		return e, fmt.Errorf("adding veth to bridge: %w", err)
+	}
+	if err := m.nl.LinkSetIsolated(veth, true); err != nil {
+		return e, fmt.Errorf("isolating bridge port: %w", err)
+	}
+	eth0, err := e.ns.LinkByName(sandboxLink)
+	if err == nil {
+		e.eth0 = eth0.Attrs().Index
+		err = e.ns.LinkSetUp(eth0)
+	}
+	if err != nil {
+		return e, fmt.Errorf("bringing up sandbox link: %w", err)
+	}
+	return e, nil
+}
+
+// assign gives e to slot: names, addresses, routes, firewall elements, and
+// finally the host end up. On error e is destroyed.
+func (m *Manager) assign(e *entry, slot int) (a *Attachment, err error) {
+	added := false
+	defer func() {
+		if err != nil {
+			m.destroy(e)
+			if added {
+				m.deleteElements(slot)
+			}
+		}
+		e.close()
+	}()
+	name := m.cfg.slotName(slot)
+	host := &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: e.host, Name: e.name}}
+	if e.name != name {
+		newPath := filepath.Join(m.cfg.NetnsDir, name)
+		if err := renameNetns(e.nsPath, newPath); err != nil {
+			if errors.Is(err, os.ErrExist) {
+				err = fmt.Errorf("%w: network slot %d is attached", errdefs.ErrConflict, slot)
+			}
+			return nil, err
+		}
+		e.nsPath = newPath
+		if err := m.nl.LinkSetName(host, name); err != nil {
+			return nil, fmt.Errorf("renaming veth: %w", err)
+		}
+		e.name = name
+	}
+	a = m.attachment(slot)
+	eth0 := &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: e.eth0, Name: sandboxLink}}
+	if err := e.ns.AddrAdd(eth0, &netlink.Addr{IPNet: ipNet(a.Addr4)}); err != nil {
+		return nil, fmt.Errorf("adding address %s: %w", a.Addr4, err)
+	}
+	if err := e.ns.AddrAdd(eth0, &netlink.Addr{IPNet: ipNet(a.Addr6), Flags: unix.IFA_F_NODAD}); err != nil {
+		return nil, fmt.Errorf("adding address %s: %w", a.Addr6, err)
+	}
+	for _, gw := range []netip.Addr{a.Gateway4, a.Gateway6} {
+		r := &netlink.Route{LinkIndex: e.eth0, Gw: net.IP(gw.AsSlice())}
+		if err := e.ns.RouteAdd(r); err != nil {
+			return nil, fmt.Errorf("adding default route via %s: %w", gw, err)
+		}
+	}
+	if err := m.addElements(slot); err != nil {
+		return nil, err
+	}
+	added = true
+	if err := m.nl.LinkSetUp(host); err != nil {
+		return nil, fmt.Errorf("bringing up veth: %w", err)
+	}
+	return a, nil
+}
+
+// destroy removes e's veth and namespace.
+func (m *Manager) destroy(e *entry) error {
+	e.close()
+	var err error
+	if l, lerr := m.nl.LinkByName(e.name); lerr == nil {
+		if derr := m.nl.LinkDel(l); derr != nil {
+			err = fmt.Errorf("deleting veth %s: %w", e.name, derr)
+		}
+	}
+	return errors.Join(err, removeNetns(e.nsPath))
+}
+
+func (m *Manager) addElements(slot int) error {
+	a4, a6 := m.cfg.slotAddrs(slot)
+	m.nftMu.Lock()
+	defer m.nftMu.Unlock()
+	if err := m.nft.SetAddElements(m.rs.sandbox4, sandboxElems(a4.Addr())); err != nil {
+		return err
+	}
+	if err := m.nft.SetAddElements(m.rs.sandbox6, sandboxElems(a6.Addr())); err != nil {
+		return err
+	}
+	if err := m.nft.Flush(); err != nil {
+		return fmt.Errorf("adding firewall elements: %w", err)
+	}
+	return nil
+}
+
+// deleteElements removes slot's elements; missing ones are not an error.
+func (m *Manager) deleteElements(slot int) error {
+	a4, a6 := m.cfg.slotAddrs(slot)
+	return m.deleteAddrElements([]netip.Addr{a4.Addr(), a6.Addr()})
+}
+
+func (m *Manager) deleteAddrElements(addrs []netip.Addr) error {
+	m.nftMu.Lock()
+	defer m.nftMu.Unlock()
+	del := func(a netip.Addr) error {
+		s := m.rs.sandbox6
+		if a.Is4() {
+			s = m.rs.sandbox4
+		}
+		return m.nft.SetDeleteElements(s, []nftables.SetElement{{Key: a.AsSlice()}})
+	}
+	// One batch in the common case; one per element when some are missing,
+	// since a missing element fails its whole batch.
+	for _, a := range addrs {
+		if err := del(a); err != nil {
+			return err
+		}
+	}
+	if err := m.nft.Flush(); err == nil || !errors.Is(err, unix.ENOENT) {
+		if err != nil {
+			return fmt.Errorf("deleting firewall elements: %w", err)
+		}
+		return nil
+	}
+	for _, a := range addrs {
+		if err := del(a); err != nil {
+			return err
+		}
+		if err := m.nft.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("deleting firewall element %s: %w", a, err)
+		}
+	}
+	return nil
+}
+
+// Release removes slot's network: firewall elements first (no new traffic),
+// then the veth, the conntrack entries of its addresses, and the namespace.
+// Releasing a slot that is not attached is not an error.
+func (m *Manager) Release(ctx context.Context, slot int) error {
+	if err := m.cfg.checkSlot(slot); err != nil {
+		return err
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	start := time.Now()
+	a4, a6 := m.cfg.slotAddrs(slot)
+	err := m.deleteElements(slot)
+	name := m.cfg.slotName(slot)
+	if derr := m.destroy(&entry{name: name, nsPath: filepath.Join(m.cfg.NetnsDir, name)}); derr != nil {
+		err = errors.Join(err, derr)
+	}
+	if _, cerr := m.flushConntrack(func(a netip.Addr) bool { return a == a4.Addr() || a == a6.Addr() }); cerr != nil {
+		err = errors.Join(err, cerr)
+	}
+	if err != nil {
+		return fmt.Errorf("releasing network slot %d: %w", slot, err)
+	}
+	m.log.Debug("network released", "slot", slot, "op", "release", "ms", msSince(start))
+	return nil
+}
+
+func (m *Manager) dialConntrack() (*conntrack.Conn, error) {
+	var cfg *mdnetlink.Config
+	if m.hostNS >= 0 {
+		cfg = &mdnetlink.Config{NetNS: m.hostNS}
+	}
+	c, err := conntrack.Dial(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("opening conntrack: %w", err)
+	}
+	return c, nil
+}
+
+// flushConntrack deletes the host's conntrack entries that have an address
+// for which match is true in either direction, and says how many.
+func (m *Manager) flushConntrack(match func(netip.Addr) bool) (n int, err error) {
+	m.ctMu.Lock()
+	defer m.ctMu.Unlock()
+	if m.ct == nil {
+		if m.ct, err = m.dialConntrack(); err != nil {
+			return 0, err
+		}
+	}
+	defer func() {
+		if err != nil {
+			m.ct.Close()
+			m.ct = nil
+		}
+	}()
+	flows, err := m.ct.Dump(nil)
+	if err != nil {
+		return 0, fmt.Errorf("listing conntrack entries: %w", err)
+	}
+	for _, f := range flows {
+		if !flowMatches(f, match) {
+			continue
+		}
+		if err := m.ct.Delete(f); err != nil && !errors.Is(err, unix.ENOENT) {
+			return n, fmt.Errorf("deleting conntrack entry: %w", err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+func flowMatches(f conntrack.Flow, match func(netip.Addr) bool) bool {
+	for _, a := range []netip.Addr{
+		f.TupleOrig.IP.SourceAddress, f.TupleOrig.IP.DestinationAddress,
+		f.TupleReply.IP.SourceAddress, f.TupleReply.IP.DestinationAddress,
+	} {
+		if a.IsValid() && match(a.Unmap()) {
+			return true
+		}
+	}
+	return false
+}
+
+// Sweep removes every namespace, veth, firewall element and conntrack entry
+// of this Manager's that belongs to a slot not in inUse, and every warm
+// entry that no live Pool of this Manager owns: what a crash left behind.
+// Run it at start-up with the slots the store says have a network.
+func (m *Manager) Sweep(ctx context.Context, inUse []int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	keep := map[int]bool{}
+	for _, s := range inUse {
+		keep[s] = true
+	}
+	m.warmMu.Lock()
+	owned := maps.Clone(m.warm)
+	m.warmMu.Unlock()
+	stale := func(name string) bool {
+		if slot, ok := m.cfg.parseSlotName(name); ok {
+			return !keep[slot]
+		}
+		return m.cfg.isWarmName(name) && !owned[name]
+	}
+
+	var errs []error
+	removed := 0
+	links, err := m.nl.LinkList()
+	if err != nil {
+		return fmt.Errorf("listing links: %w", err)
+	}
+	for _, l := range links {
+		if name := l.Attrs().Name; stale(name) {
+			if err := m.nl.LinkDel(l); err != nil {
+				errs = append(errs, fmt.Errorf("deleting veth %s: %w", name, err))
+			}
+			removed++
+		}
+	}
+	ents, err := os.ReadDir(m.cfg.NetnsDir)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, e := range ents {
+		if stale(e.Name()) {
+			if err := removeNetns(filepath.Join(m.cfg.NetnsDir, e.Name())); err != nil {
+				errs = append(errs, err)
+			}
+			removed++
+		}
+	}
+	var addrs []netip.Addr
+	m.nftMu.Lock()
+	for _, s := range []*nftables.Set{m.rs.sandbox4, m.rs.sandbox6} {
+		elems, err := m.nft.GetSetElements(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("listing firewall elements: %w", err))
+			continue
+		}
+		for _, el := range elems {
+			a, ok := netip.AddrFromSlice(el.Key)
+			if !ok {
+				continue
+			}
+			if slot, ok := m.cfg.slotOf(a); !ok || !keep[slot] {
+				addrs = append(addrs, a)
+			}
+		}
+	}
+	m.nftMu.Unlock()
+	if len(addrs) > 0 {
+		if err := m.deleteAddrElements(addrs); err != nil {
+			errs = append(errs, err)
+		}
+		removed += len(addrs)
+	}
+	// Only sandbox addresses: the host's own traffic from the gateway
+	// (IGMP reports, say) is not ours to cut.
+	n, err := m.flushConntrack(func(a netip.Addr) bool {
+		slot, ok := m.cfg.slotOf(a)
+		return ok && !keep[slot]
+	})
+	if err != nil {
+		errs = append(errs, err)
+	}
+	removed += n
+	if removed > 0 {
+		m.log.Info("network swept", "op", "sweep", "removed", removed, "kept", len(keep))
+	}
+	return errors.Join(errs...)
+}
+
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+func prefixOf(n *net.IPNet) (netip.Prefix, bool) {
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ones, _ := n.Mask.Size()
+	a = a.Unmap()
+	return netip.PrefixFrom(a, ones), true
+}
+
+func msSince(t time.Time) float64 { return float64(time.Since(t).Microseconds()) / 1000 }
