@@ -45,7 +45,10 @@ func resources(l runtime.Limits) *specs.LinuxResources {
 	shares := max(weight*1024/100, 2)
 	r.CPU = &specs.LinuxCPU{Shares: &shares}
 	if l.CPU > 0 {
-		period := uint64(100000)
+		// A short period bounds how long a sandbox spinning on every core
+		// can hold them all before it is throttled: at 100 ms (the usual
+		// default) its neighbours wait up to tens of milliseconds.
+		period := uint64(10000)
 		quota := int64(l.CPU * float64(period))
 		r.CPU.Period, r.CPU.Quota = &period, &quota
 	}

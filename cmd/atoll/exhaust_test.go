@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/testenv"
+	atoll "github.com/atoll-dev/atoll/sdk/go"
+)
+
+// exhaustions are attacks on a machine's shared resources from inside one
+// sandbox. Each runs in the background of its own sandbox for a few seconds;
+// check, run in the sandbox before it is deleted, and proof show that the
+// attack did reach the limit that contains it (or really ran).
+var exhaustions = []struct {
+	name, script, check string
+	proof               func(a attack) string // what is wrong, or ""
+}{
+	{name: "fork bomb", script: `b() { b | b & }; b`,
+		proof: func(a attack) string { return want(a.pidsMax > 0, "the pids limit was never reached") }},
+	{name: "memory bomb", script: `python3 -c 'x = []
+while True: x.append(bytearray(16 << 20))'`,
+		proof: func(a attack) string { return want(a.oomKills > 0, "no OOM kill") }},
+	{name: "shm bomb", script: `dd if=/dev/zero of=/dev/shm/fill bs=1M count=4096`,
+		proof: func(a attack) string {
+			return want(a.oomKills > 0 || strings.Contains(a.out, "No space left"), "neither an OOM kill nor a full /dev/shm")
+		}},
+	{name: "disk fill", script: `dd if=/dev/zero of=/root/fill bs=1M count=4096`, check: `while pgrep -x dd >/dev/null; do sleep 0.2; done`,
+		proof: func(a attack) string {
+			return want(strings.Contains(a.out, "quota"), "the disk quota was never reached")
+		}},
+	{name: "inode fill", script: `mkdir -p /root/many && cd /root/many && python3 -c '
+import os
+i = 0
+while True:
+    open(str(i), "w").close()
+    i += 1'`, check: `ls /root/many | wc -l`,
+		proof: func(a attack) string { return want(atoiOr0(a.checked) > 5000, "few files made: "+a.checked) }},
+	{name: "fd exhaustion", script: `python3 -c '
+import resource, os, sys, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+fds = []
+try:
+    while True:
+        fds.append(os.open("/dev/null", os.O_RDONLY))
+except OSError as e:
+    print("open failed after", len(fds), e, flush=True)
+time.sleep(60)'`,
+		proof: func(a attack) string {
+			return want(strings.Contains(a.out, "open failed after"), "never ran out of descriptors")
+		}},
+	{name: "cpu spin", script: `for i in 1 2 3 4; do (while :; do :; done) & done; wait`,
+		proof: func(a attack) string {
+			return want(a.cores > 0.2 && a.cores < 1.3, fmt.Sprintf("used %.2f cores under a limit of 1", a.cores))
+		}},
+	{name: "output flood", script: `yes atollatollatollatollatollatollatollatoll | head -c 8G`,
+		proof: func(a attack) string { return want(a.bytes > 50<<20, fmt.Sprintf("only %d bytes of output", a.bytes)) }},
+	{name: "zombie flood", script: `python3 -c '
+import os, time
+for i in range(2000):
+    if os.fork() == 0:
+        if os.fork() == 0:
+            time.sleep(0.01)
+            os._exit(0)
+        os._exit(0)
+    os.wait()
+time.sleep(60)'`, check: `sleep 1; ps -eo stat= | grep -c Z`,
+		proof: func(a attack) string { return want(a.checked == "0", "zombies left: "+a.checked) }},
+}
+
+// attack is what an exhaustion did.
+type attack struct {
+	out      string  // start of its output
+	bytes    int64   // all of its output
+	checked  string  // output of its check, trimmed
+	pidsMax  int     // times its cgroup hit the pids limit
+	oomKills int     // OOM kills in its cgroup
+	cores    float64 // CPU used while it ran, in cores
+}
+
+func want(ok bool, why string) string {
+	if ok {
+		return ""
+	}
+	return why
+}
+
+func atoiOr0(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}
+
+// capture keeps the first 64 KiB written to it and counts the rest.
+type capture struct {
+	head  []byte
+	bytes int64
+}
+
+func (c *capture) Write(p []byte) (int, error) {
+	if room := 64<<10 - len(c.head); room > 0 {
+		c.head = append(c.head, p[:min(room, len(p))]...)
+	}
+	c.bytes += int64(len(p))
+	return len(p), nil
+}
+
+// cgroupValue reads the value of key in a v1 or v2 cgroup file of sandbox id
+// ("max 3" in pids.events, say), or 0.
+func cgroupValue(id, v1, v2, key string) int64 {
+	for _, p := range []string{v1, v2} {
+		b, err := os.ReadFile(strings.ReplaceAll(p, "ID", id))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if key == "" && len(f) == 1 || len(f) == 2 && f[0] == key {
+				n, _ := strconv.ParseInt(f[len(f)-1], 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// cpuNanos is the CPU time sandbox id's processes have used.
+func cpuNanos(id string) int64 {
+	if n := cgroupValue(id, "/sys/fs/cgroup/cpuacct/atoll/ID/cpuacct.usage", "", ""); n > 0 {
+		return n
+	}
+	return cgroupValue(id, "", "/sys/fs/cgroup/atoll/ID/cpu.stat", "usage_usec") * 1000
+}
+
+// TestResourceExhaustion runs each attack in a sandbox under small limits
+// beside an idle neighbour. Each must be contained: the attacking sandbox
+// stays deletable, the neighbour's exec latency stays within twice its idle
+// figure, and the server's memory and descriptors stay flat.
+func TestResourceExhaustion(t *testing.T) {
+	testenv.RequireRoot(t)
+	data := filepath.Join(testenv.Dir(t), "data")
+	d := startDaemon(t, data, "--warm-pool", "0", "--prestart", "0")
+	c := d.client()
+	ctx := context.Background()
+	neighbour, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{CPU: 1, MemoryMiB: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	execLatency := func() time.Duration {
+		var ds []time.Duration
+		for i := 0; i < 15; i++ {
+			t0 := time.Now()
+			if _, err := c.Exec(ctx, neighbour.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard); err != nil {
+				t.Fatalf("neighbour exec: %v", err)
+			}
+			ds = append(ds, time.Since(t0))
+		}
+		slices.Sort(ds)
+		return ds[len(ds)/2]
+	}
+	pid := d.cmd.Process.Pid
+	// Warm the server up before taking its baseline.
+	execLatency()
+	rss0, fds0 := processRSS(t, pid), processFDs(t, pid)
+	idle := execLatency()
+	t.Logf("server: %d KiB, %d fds; neighbour exec p50 idle: %v", rss0, fds0, idle)
+
+	for _, e := range exhaustions {
+		t.Run(strings.ReplaceAll(e.name, " ", "_"), func(t *testing.T) {
+			sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{CPU: 1, MemoryMiB: 128, PIDs: 128, DiskGiB: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The output flood goes to this client, which reads it all.
+			out := &capture{}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				c.Exec(ctx, sb.ID, api.ExecRequest{Shell: e.script, TimeoutMs: 8000}, out, out)
+			}()
+			cpu0, t0 := cpuNanos(sb.ID), time.Now()
+			time.Sleep(2 * time.Second)
+			busy := execLatency()
+			var a attack
+			a.cores = float64(cpuNanos(sb.ID)-cpu0) / float64(time.Since(t0).Nanoseconds())
+			t.Logf("neighbour exec p50 under %s: %v (%.1f× idle)", e.name, busy, float64(busy)/float64(idle))
+			// Twice idle, with a floor of a few milliseconds that timer and
+			// scheduler noise alone can reach on a small machine.
+			if limit := max(2*idle, idle+5*time.Millisecond); busy > limit {
+				t.Errorf("neighbour exec p50 %v under %s, over %v", busy, e.name, limit)
+			}
+			if e.check != "" {
+				var b strings.Builder
+				c.Exec(ctx, sb.ID, api.ExecRequest{Shell: e.check, TimeoutMs: 60000}, &b, io.Discard)
+				a.checked = strings.TrimSpace(b.String())
+			}
+			a.pidsMax = int(cgroupValue(sb.ID, "/sys/fs/cgroup/pids/atoll/ID/pids.events", "/sys/fs/cgroup/atoll/ID/pids.events", "max"))
+			a.oomKills = int(cgroupValue(sb.ID, "/sys/fs/cgroup/memory/atoll/ID/memory.oom_control", "/sys/fs/cgroup/atoll/ID/memory.events", "oom_kill"))
+			if got, err := c.GetSandbox(ctx, sb.ID); err != nil || got.State != api.StateRunning {
+				t.Logf("attacking sandbox during %s: %s %v", e.name, got.State, err)
+			}
+			t1 := time.Now()
+			if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+				t.Fatalf("delete after %s: %v", e.name, err)
+			}
+			t.Logf("deleted in %v", time.Since(t1))
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Errorf("the attack's exec did not end after its sandbox was deleted")
+			}
+			a.out, a.bytes = string(out.head), out.bytes
+			if why := e.proof(a); why != "" {
+				t.Errorf("the attack did not show: %s (%+v)", why, a)
+			}
+			if _, err := c.GetSandbox(ctx, sb.ID); !errors.Is(err, atoll.ErrNotFound) {
+				t.Errorf("sandbox after delete: %v", err)
+			}
+			if left := leftovers(data, sb.ID); len(left) > 0 {
+				t.Errorf("left: %v", left)
+			}
+		})
+	}
+	// Give the server a moment to let go of the finished connections.
+	time.Sleep(time.Second)
+	rss1, fds1 := processRSS(t, pid), processFDs(t, pid)
+	t.Logf("server after: %d KiB, %d fds", rss1, fds1)
+	if rss1 > rss0+64<<10 {
+		t.Errorf("server memory grew from %d to %d KiB", rss0, rss1)
+	}
+	if fds1 > fds0+8 {
+		t.Errorf("server descriptors grew from %d to %d", fds0, fds1)
+	}
+	if got, _ := sh(t, c, neighbour.ID, "echo ok"); got != "ok\n" {
+		t.Errorf("neighbour after the attacks: %q", got)
+	}
+}
+
+// processRSS is pid's resident memory in KiB.
+func processRSS(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, _ := strconv.Atoi(strings.Fields(rest)[0])
+			return n
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+// processFDs counts pid's open descriptors.
+func processFDs(t *testing.T, pid int) int {
+	t.Helper()
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
