@@ -18,9 +18,21 @@ type Bucket = gblob.Bucket
 
 // Open opens the bucket at url, creating a file:// bucket's directory.
 func Open(ctx context.Context, url string) (*Bucket, error) {
-	if dir, ok := strings.CutPrefix(url, "file://"); ok {
+	if rest, ok := strings.CutPrefix(url, "file://"); ok {
+		dir, query, _ := strings.Cut(rest, "?")
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, err
+		}
+		// A file bucket writes each object to a temporary file beside it,
+		// not in $TMPDIR: the rename that commits the object then never
+		// crosses file systems, and what a crash leaves stays in the
+		// bucket, under the object's key, where start-up finds it.
+		if !strings.Contains(query, "no_tmp_dir=") {
+			if query == "" {
+				url += "?no_tmp_dir=1"
+			} else {
+				url += "&no_tmp_dir=1"
+			}
 		}
 	}
 	b, err := gblob.OpenBucket(ctx, url)

@@ -2,9 +2,14 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strings"
 
+	gblob "gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 
 	"github.com/atoll-dev/atoll/api"
@@ -44,7 +49,14 @@ func (s *Service) Archive(ctx context.Context, id string) (api.Sandbox, error) {
 		_ = s.store.Update(ctx, &sb, api.StateArchiving)
 		return api.Sandbox{}, fmt.Errorf("%w: archiving failed", errdefs.ErrUnavailable)
 	}
-	w, err := s.archive.NewWriter(ctx, archiveKey(id), nil)
+	// In a file bucket, the object is synced before the rename that
+	// commits it and its directory after, before the local files go: a
+	// power cut leaves one of them whole. (Object stores' writes are
+	// durable when Close returns.)
+	var f *os.File
+	w, err := s.archive.NewWriter(ctx, archiveKey(id), &gblob.WriterOptions{
+		BeforeWrite: func(as func(any) bool) error { as(&f); return nil },
+	})
 	if err != nil {
 		return back(err)
 	}
@@ -52,8 +64,19 @@ func (s *Service) Archive(ctx context.Context, id string) (api.Sandbox, error) {
 		w.Close()
 		return back(err)
 	}
+	if f != nil {
+		if err := f.Sync(); err != nil {
+			w.Close()
+			return back(err)
+		}
+	}
 	if err := w.Close(); err != nil {
 		return back(err)
+	}
+	if f != nil {
+		if err := syncDir(filepath.Dir(f.Name())); err != nil {
+			return back(err)
+		}
 	}
 	if err := s.layers.RemoveWritable(id); err != nil {
 		return back(err)
@@ -94,8 +117,12 @@ func (s *Service) unarchiveLocked(ctx context.Context, sb *store.Sandbox) error 
 
 // recoverArchiving settles an archive a crash cut short: with the local files
 // still there it is undone; without them the object is whole (they go only
-// after it is written), so the sandbox is archived.
+// after it is written), so the sandbox is archived. Either way, the
+// temporary file of a write the crash cut short goes.
 func (s *Service) recoverArchiving(ctx context.Context, sb store.Sandbox) {
+	if s.archive != nil {
+		s.removeArchiveTemps(ctx, sb.ID)
+	}
 	if s.layers.WritableExists(sb.ID) {
 		if s.archive != nil {
 			_ = s.archive.Delete(ctx, archiveKey(sb.ID))
@@ -104,5 +131,26 @@ func (s *Service) recoverArchiving(ctx context.Context, sb store.Sandbox) {
 	} else {
 		sb.State = api.StateArchived
 	}
+	s.log.Info("settling interrupted archive", "sandbox", sb.ID, "state", sb.State)
 	_ = s.store.Update(ctx, &sb, api.StateArchiving)
+}
+
+// removeArchiveTemps removes the temporary files that a file bucket keeps
+// beside sandbox id's object while writing it (see blob.Open).
+func (s *Service) removeArchiveTemps(ctx context.Context, id string) {
+	it := s.archive.List(&gblob.ListOptions{Prefix: archiveKey(id) + "."})
+	for {
+		obj, err := it.Next(ctx)
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				s.log.Error("listing archive temporary files", "sandbox", id, "err", err)
+			}
+			return
+		}
+		if strings.HasSuffix(obj.Key, ".tmp") {
+			if err := s.archive.Delete(ctx, obj.Key); err != nil {
+				s.log.Error("removing archive temporary file", "sandbox", id, "err", err)
+			}
+		}
+	}
 }

@@ -234,13 +234,15 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 	if err != nil {
 		return fail(err)
 	}
-	// Children start concurrently.
+	// Children start concurrently, and stay recorded as creating until all
+	// run: then one transaction records them running, so that a crash
+	// leaves all of them or (see Recover) none.
 	errs := make(chan error, len(children))
 	for i := range children {
 		go func(c *store.Sandbox) {
 			unlock := s.lock(c.ID)
 			defer unlock()
-			errs <- s.startLocked(ctx, c, tmpl, api.StateCreating, api.StateRunning, 0)
+			errs <- s.startLocked(ctx, c, tmpl, api.StateCreating, api.StateCreating, 0)
 		}(&children[i])
 	}
 	var firstErr error
@@ -251,6 +253,14 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 	}
 	if firstErr != nil {
 		return fail(firstErr)
+	}
+	running := make([]*store.Sandbox, len(children))
+	for i := range children {
+		children[i].State = api.StateRunning
+		running[i] = &children[i]
+	}
+	if err := s.store.UpdateAll(ctx, running, api.StateCreating); err != nil {
+		return fail(err)
 	}
 	out := make([]api.Sandbox, len(children))
 	for i, c := range children {

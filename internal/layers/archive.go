@@ -44,5 +44,6 @@ func (s *Store) UnpackWritable(id string, r io.Reader, quota int64) error {
 	if _, err := os.Stat(filepath.Join(dir, "upper")); err != nil {
 		return fmt.Errorf("unpacked archive has no upper layer")
 	}
-	return nil
+	// On disk before the caller deletes the archive.
+	return syncFS(dir)
 }
