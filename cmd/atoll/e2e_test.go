@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,6 +34,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"gocloud.dev/gcerrors"
+	_ "modernc.org/sqlite" // reads the store's transitions, see recordedIDs
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/blob"
@@ -77,10 +81,29 @@ type daemon struct {
 	cmd  *exec.Cmd
 	url  string
 	key  string
-	out  bytes.Buffer
+	out  syncBuffer // the daemon's log, over all its starts
 }
 
-// startDaemon starts `atoll serve` on data, with args as extra serve flags.
+// syncBuffer is a bytes.Buffer that a daemon's log can be read from while
+// the daemon writes it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startDaemon starts `atoll serve` on data with the extra flags args.
 func startDaemon(t *testing.T, data string, args ...string) *daemon {
 	t.Helper()
 	d := &daemon{t: t, bin: atollBinary(t), data: data, args: args}
@@ -187,15 +210,177 @@ func leftovers(data string, ids ...string) []string {
 		if bytes.Contains(mi, []byte(id)) {
 			out = append(out, "mount of "+id)
 		}
-		for _, p := range []string{
-			"/sys/fs/cgroup/memory/atoll/" + id, "/sys/fs/cgroup/pids/atoll/" + id,
-			"/sys/fs/cgroup/cpu/atoll/" + id, "/sys/fs/cgroup/freezer/atoll/" + id,
-			"/sys/fs/cgroup/atoll/" + id,
-			filepath.Join(data, "run", id), filepath.Join(data, "layers", "sandboxes", id),
-		} {
+		for _, p := range append(cgroupDirs(id), filepath.Join(data, "run", id), filepath.Join(data, "layers", "sandboxes", id)) {
 			if _, err := os.Stat(p); err == nil {
 				out = append(out, p)
 			}
+		}
+		for _, pid := range inCgroup(id) {
+			out = append(out, fmt.Sprintf("process %d in the cgroup of %s", pid, id))
+		}
+	}
+	return out
+}
+
+// cgroupDirs are where the ns runtime makes sandbox id's cgroups: one per v1
+// controller it uses, or one on a unified (v2) host.
+func cgroupDirs(id string) []string {
+	var out []string
+	for _, h := range []string{"memory", "pids", "cpu", "cpuacct", "freezer", ""} {
+		out = append(out, filepath.Join("/sys/fs/cgroup", h, "atoll", id))
+	}
+	return out
+}
+
+// inCgroup lists the processes in a cgroup of sandbox id, on any hierarchy.
+func inCgroup(id string) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
+		if bytes.Contains(b, []byte("/atoll/"+id+"\n")) || bytes.Contains(b, []byte("/atoll/"+id+"/")) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// hostState lists, one line each, what the server on data holds on the
+// host: mounts under data or naming one of its sandboxes, loop devices backed
+// by files in data, the cgroups of its sandboxes and the processes in them,
+// processes running from or in data (agents, tar), writable layers,
+// snapshots, btrfs subvolumes, run directories, archive objects and the
+// archive's temporary files. Its sandboxes are all those its store ever
+// recorded. A difference between two calls is a leak (or a sandbox made in
+// between).
+func hostState(t *testing.T, data string) []string {
+	t.Helper()
+	ids := recordedIDs(t, data)
+	var out []string
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(mi), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		if f[4] == data || strings.HasPrefix(f[4], data+"/") {
+			out = append(out, "mount "+f[4])
+			continue
+		}
+		for _, id := range ids {
+			if strings.Contains(line, id) {
+				out = append(out, "mount "+f[4]+" of "+id)
+			}
+		}
+	}
+	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, p := range loops {
+		b, _ := os.ReadFile(p)
+		if f := strings.TrimSpace(string(b)); strings.HasPrefix(f, data+"/") || strings.HasPrefix(f, data+".") {
+			out = append(out, "loop device "+filepath.Base(filepath.Dir(filepath.Dir(p)))+" on "+f)
+		}
+	}
+	known := map[string]bool{}
+	for _, id := range ids {
+		known[id] = true
+		for _, p := range cgroupDirs(id) {
+			if _, err := os.Stat(p); err == nil {
+				out = append(out, "cgroup "+p)
+			}
+		}
+	}
+	// Where a file bucket used to keep its temporary files.
+	tmps, _ := filepath.Glob(filepath.Join(os.TempDir(), "*.tar.*.tmp"))
+	for _, p := range tmps {
+		if id, _, _ := strings.Cut(filepath.Base(p), "."); known[id] {
+			out = append(out, "archive temp file "+p)
+		}
+	}
+	procs, _ := os.ReadDir("/proc")
+	for _, e := range procs {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		for _, link := range []string{"exe", "cwd"} {
+			p, _ := os.Readlink(filepath.Join("/proc", e.Name(), link))
+			if strings.HasPrefix(p, data+"/") {
+				out = append(out, "process "+e.Name()+" "+link+" "+p)
+			}
+		}
+		cg, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
+		for _, line := range strings.Split(string(cg), "\n") {
+			_, rest, ok := strings.Cut(line, "/atoll/")
+			if id, _, _ := strings.Cut(rest, "/"); ok && known[id] {
+				out = append(out, "process "+e.Name()+" in the cgroup of "+id)
+				break
+			}
+		}
+	}
+	for _, dir := range []string{"layers/sandboxes", "layers/snapshots", "run"} {
+		ents, _ := os.ReadDir(filepath.Join(data, dir))
+		for _, e := range ents {
+			out = append(out, filepath.Join(dir, e.Name()))
+		}
+	}
+	if b, err := exec.Command("btrfs", "subvolume", "list", filepath.Join(data, "layers")).Output(); err == nil {
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			if _, path, ok := strings.Cut(line, " path "); ok {
+				out = append(out, "subvolume "+path)
+			}
+		}
+	}
+	filepath.WalkDir(filepath.Join(data, "archive"), func(p string, e os.DirEntry, err error) error {
+		if err == nil && !e.IsDir() {
+			out = append(out, "archive file "+strings.TrimPrefix(p, data+"/"))
+		}
+		return nil
+	})
+	sort.Strings(out)
+	return out
+}
+
+// recordedIDs lists every sandbox the store in data ever recorded: every one
+// has a first transition, and transitions outlive deletes.
+func recordedIDs(t *testing.T, data string) []string {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(data, "atoll.db")+"?mode=ro&_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.Query(`SELECT DISTINCT sandbox_id FROM transitions`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// leaks is what after holds that before did not.
+func leaks(before, after []string) []string {
+	had := map[string]bool{}
+	for _, s := range before {
+		had[s] = true
+	}
+	var out []string
+	for _, s := range after {
+		if !had[s] {
+			out = append(out, s)
 		}
 	}
 	return out
@@ -329,15 +514,21 @@ func TestServeNeedsRoot(t *testing.T) {
 func TestKillDuringCreate(t *testing.T) {
 	testenv.RequireRoot(t)
 	data := filepath.Join(testenv.Dir(t), "data")
-	d := startDaemon(t, data)
+	d := startDaemon(t, data, "--warm-pool", "0")
 	c := d.client()
 	ctx := context.Background()
-	// Warm the template so creates are in their interesting part.
+	// Warm the template so creates are in their interesting part; what is
+	// on the host then is the baseline.
 	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.DeleteSandbox(ctx, sb.ID)
+	before := hostState(t, data)
+	d.kill()
+	d.args = nil
+	d.start()
+	c = d.client()
 
 	for round, delay := range []time.Duration{5 * time.Millisecond, 20 * time.Millisecond, 45 * time.Millisecond} {
 		var wg sync.WaitGroup
@@ -390,14 +581,6 @@ func TestKillDuringCreate(t *testing.T) {
 				t.Errorf("round %d: writable layer %s has no sandbox", round, e.Name())
 			}
 		}
-		ents, _ = os.ReadDir("/sys/fs/cgroup/memory/atoll")
-		for _, e := range ents {
-			if e.IsDir() && len(e.Name()) == 20 && !listed[e.Name()] && strings.Contains(d.out.String()+"", "") {
-				if _, err := os.Stat(filepath.Join(data, "layers", "sandboxes", e.Name())); err == nil {
-					t.Errorf("round %d: cgroup %s has no sandbox", round, e.Name())
-				}
-			}
-		}
 		for _, sb := range sbs {
 			if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
 				t.Errorf("delete %s: %v", sb.ID, err)
@@ -406,11 +589,375 @@ func TestKillDuringCreate(t *testing.T) {
 				t.Errorf("left after delete: %v", left)
 			}
 		}
+		// Nothing of the creates the kill cut short either.
+		if l := leaks(before, hostState(t, data)); len(l) > 0 {
+			t.Errorf("round %d: left on the host after deleting everything: %v", round, l)
+		}
 		d.kill()
 		d.args = nil
 		d.start()
 		c = d.client()
 	}
+}
+
+// TestKillDuringStateOps kills the daemon while snapshots, forks, archives
+// or deletes of three sandboxes are in flight, at a few delays, and restarts
+// it on the same data directory: every acknowledged operation is there and
+// whole, every other one is whole or absent, no sandbox is left in a
+// transient state, an acknowledged delete never comes back, and once
+// everything is deleted the host holds what it held before.
+func TestKillDuringStateOps(t *testing.T) {
+	testenv.RequireRoot(t)
+	data := filepath.Join(testenv.Dir(t), "data")
+	// No warm pool: everything on the host belongs to the test's sandboxes.
+	d := startDaemon(t, data, "--warm-pool", "0")
+	ctx := context.Background()
+	// The first sandbox prepares the template; what it leaves is the baseline.
+	c := d.client()
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	before := hostState(t, data)
+
+	// run is sh with a deadline and no Fatal: a sandbox left frozen fails
+	// the test instead of hanging it.
+	run := func(c *atoll.Client, id, script string) (string, error) {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		var out bytes.Buffer
+		code, err := c.Exec(ctx, id, api.ExecRequest{Shell: script}, &out, &out)
+		if err == nil && code != 0 {
+			err = fmt.Errorf("exit code %d", code)
+		}
+		return out.String(), err
+	}
+	// hasMarker checks that running sandbox id holds what sandbox src wrote.
+	hasMarker := func(c *atoll.Client, round, id, src string) {
+		t.Helper()
+		want := "m-" + src + "\n4194304\n"
+		if out, err := run(c, id, "cat /root/marker; wc -c < /root/bulk"); err != nil || out != want {
+			t.Errorf("%s: sandbox %s has %q (%v), want %q", round, id, out, err, want)
+		}
+	}
+
+	const n = 3 // operations at once
+	count := func(sbs []api.Sandbox, err error) int { return len(sbs) }
+	var deleted []string // acknowledged deletes of every round
+	for _, op := range []struct {
+		name string
+		// A round kills the daemon after each of delays, which land in
+		// the middle of the operations (the log says where), and a last
+		// one as soon as done sees one operation reach the step named by
+		// when, while the others may not have.
+		delays []time.Duration
+		when   string
+		done   func(c *atoll.Client, srcs []string) bool
+	}{
+		{"snapshot", []time.Duration{10 * time.Millisecond, 30 * time.Millisecond}, "one is listed", func(c *atoll.Client, _ []string) bool {
+			sns, _ := c.ListSnapshots(ctx, "")
+			return len(sns) > 0
+		}},
+		{"fork", []time.Duration{30 * time.Millisecond, 300 * time.Millisecond}, "one's children run", func(c *atoll.Client, _ []string) bool {
+			return count(c.ListSandboxes(ctx, atoll.ListOptions{State: api.StateRunning, Labels: map[string]string{"forked": "yes"}})) > 0
+		}},
+		{"archive", []time.Duration{15 * time.Millisecond, 50 * time.Millisecond}, "one's local files are gone", func(_ *atoll.Client, srcs []string) bool {
+			for _, id := range srcs {
+				if _, err := os.Stat(filepath.Join(data, "layers", "sandboxes", id)); errors.Is(err, os.ErrNotExist) {
+					return true
+				}
+			}
+			return false
+		}},
+		{"delete", []time.Duration{10 * time.Millisecond, 30 * time.Millisecond}, "one is gone", func(c *atoll.Client, _ []string) bool {
+			return count(c.ListSandboxes(ctx, atoll.ListOptions{})) < n
+		}},
+	} {
+		for r := 0; r <= len(op.delays); r++ {
+			round := op.name + ", killed once " + op.when
+			if r < len(op.delays) {
+				round = fmt.Sprintf("%s, killed after %v", op.name, op.delays[r])
+			}
+			c := d.client()
+			srcs := make([]string, n)
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			for i := range srcs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+					if err == nil {
+						srcs[i] = sb.ID
+						_, err = run(c, sb.ID, "echo m-"+sb.ID+" > /root/marker && head -c 4194304 /dev/urandom > /root/bulk")
+					}
+					if err == nil && op.name == "archive" {
+						_, err = c.StopSandbox(ctx, sb.ID)
+					}
+					errs[i] = err
+				}()
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+
+			// One operation on each at once, then kill -9.
+			snaps := make([]api.Snapshot, n)
+			kids := make([][]api.Sandbox, n)
+			took := make([]time.Duration, n) // till the answer, if any
+			t0 := time.Now()
+			for i, id := range srcs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer func() { took[i] = time.Since(t0) }()
+					switch op.name {
+					case "snapshot":
+						snaps[i], errs[i] = c.CreateSnapshot(ctx, id, api.CreateSnapshotRequest{})
+					case "fork":
+						kids[i], errs[i] = c.ForkSandbox(ctx, id, api.ForkRequest{Count: 3, Labels: map[string]string{"forked": "yes"}})
+					case "archive":
+						_, errs[i] = c.ArchiveSandbox(ctx, id)
+					case "delete":
+						errs[i] = c.DeleteSandbox(ctx, id)
+					}
+				}()
+			}
+			if r < len(op.delays) {
+				time.Sleep(op.delays[r])
+			} else {
+				for deadline := time.Now().Add(10 * time.Second); !op.done(c, srcs) && time.Now().Before(deadline); {
+					time.Sleep(time.Millisecond)
+				}
+			}
+			d.kill()
+			wg.Wait()
+			logFrom := len(d.out.String())
+			d.start()
+			c = d.client()
+			for i, err := range errs {
+				var ae *atoll.Error
+				if errors.As(err, &ae) {
+					t.Errorf("%s: %s of %s refused: %v", round, op.name, srcs[i], err)
+				}
+			}
+
+			// Nothing in a transient state; acknowledged deletes stay deleted.
+			sbs, err := c.ListSandboxes(ctx, atoll.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			state := map[string]string{}
+			for _, sb := range sbs {
+				state[sb.ID] = sb.State
+				if sb.State != api.StateRunning && sb.State != api.StateStopped && sb.State != api.StateArchived {
+					t.Errorf("%s: sandbox %s is %s after the restart", round, sb.ID, sb.State)
+				}
+			}
+			for _, id := range deleted {
+				if _, err := c.GetSandbox(ctx, id); !errors.Is(err, atoll.ErrNotFound) {
+					t.Errorf("%s: sandbox %s, deleted in an earlier round, is back: %v", round, id, err)
+				}
+			}
+			sns, err := c.ListSnapshots(ctx, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			// Each operation: acknowledged and whole, or not acknowledged
+			// and whole or absent.
+			var nAcked, nWhole, nAbsent int
+			tally := func(i int, whole bool) {
+				switch {
+				case errs[i] == nil:
+					nAcked++
+				case whole:
+					nWhole++
+				default:
+					nAbsent++
+				}
+			}
+			switch op.name {
+			case "snapshot":
+				listed := map[string]bool{}
+				for _, sn := range sns {
+					listed[sn.ID] = true
+					from, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Snapshot: sn.ID})
+					if err != nil {
+						t.Errorf("%s: create from snapshot %s: %v", round, sn.ID, err)
+						continue
+					}
+					hasMarker(c, round, from.ID, sn.SandboxID)
+				}
+				for i, src := range srcs {
+					if errs[i] == nil && !listed[snaps[i].ID] {
+						t.Errorf("%s: acknowledged snapshot %s is gone", round, snaps[i].ID)
+					}
+					taken := false
+					for _, sn := range sns {
+						taken = taken || sn.SandboxID == src
+					}
+					tally(i, taken)
+					// The source was frozen for the snapshot: it runs again.
+					if state[src] != api.StateRunning {
+						t.Errorf("%s: source %s is %q", round, src, state[src])
+					} else {
+						hasMarker(c, round, src, src)
+					}
+				}
+			case "fork":
+				children := map[string][]string{} // by parent, from their markers
+				for _, sb := range sbs {
+					if sb.Labels["forked"] != "yes" {
+						continue
+					}
+					if sb.State != api.StateRunning {
+						t.Errorf("%s: child %s is %s", round, sb.ID, sb.State)
+						continue
+					}
+					out, err := run(c, sb.ID, "cat /root/marker")
+					parent := strings.TrimPrefix(strings.TrimSpace(out), "m-")
+					if err != nil || len(parent) != 20 {
+						t.Errorf("%s: child %s has no marker: %q %v", round, sb.ID, out, err)
+						continue
+					}
+					children[parent] = append(children[parent], sb.ID)
+					hasMarker(c, round, sb.ID, parent)
+				}
+				for i, src := range srcs {
+					for _, k := range kids[i] {
+						if state[k.ID] != api.StateRunning {
+							t.Errorf("%s: acknowledged child %s is %q", round, k.ID, state[k.ID])
+						}
+					}
+					// A fork is whole with all its children, absent with none.
+					if got := len(children[src]); got != 0 && got != 3 || errs[i] == nil && got != 3 {
+						t.Errorf("%s: fork of %s (acknowledged: %v) left %d of 3 children", round, src, errs[i] == nil, got)
+					}
+					tally(i, len(children[src]) == 3)
+					if state[src] != api.StateRunning {
+						t.Errorf("%s: parent %s is %q", round, src, state[src])
+					} else {
+						hasMarker(c, round, src, src)
+					}
+				}
+			case "archive":
+				archived := 0
+				for _, sb := range sbs {
+					if sb.State == api.StateArchived {
+						archived++
+					}
+				}
+				if got, err := c.ListSandboxes(ctx, atoll.ListOptions{State: api.StateArchived}); err != nil || len(got) != archived {
+					t.Errorf("%s: list of archived sandboxes: %d %v, want %d", round, len(got), err, archived)
+				}
+				for i, src := range srcs {
+					switch st := state[src]; {
+					case st == api.StateArchived:
+					case st == api.StateStopped && errs[i] != nil:
+					default:
+						t.Errorf("%s: sandbox %s (archive acknowledged: %v) is %q", round, src, errs[i] == nil, st)
+					}
+					tally(i, state[src] == api.StateArchived)
+					if _, err := c.StartSandbox(ctx, src); err != nil {
+						t.Errorf("%s: start %s (%s): %v", round, src, state[src], err)
+						continue
+					}
+					hasMarker(c, round, src, src)
+				}
+			case "delete":
+				for i, src := range srcs {
+					_, err := c.GetSandbox(ctx, src)
+					gone := errors.Is(err, atoll.ErrNotFound)
+					if errs[i] == nil {
+						deleted = append(deleted, src)
+						if !gone {
+							t.Errorf("%s: acknowledged delete of %s: sandbox is %q (%v)", round, src, state[src], err)
+						}
+					} else if !gone {
+						if state[src] != api.StateRunning {
+							t.Errorf("%s: sandbox %s, not deleted, is %q", round, src, state[src])
+						} else {
+							hasMarker(c, round, src, src)
+						}
+					}
+					tally(i, gone)
+					if gone {
+						if left := leftovers(data, src); len(left) > 0 {
+							t.Errorf("%s: left of deleted %s: %v", round, src, left)
+						}
+					}
+				}
+			}
+
+			// Delete everything: the host holds what it did before.
+			sns, _ = c.ListSnapshots(ctx, "")
+			for _, sn := range sns {
+				if err := c.DeleteSnapshot(ctx, sn.ID); err != nil {
+					t.Errorf("%s: delete snapshot %s: %v", round, sn.ID, err)
+				}
+			}
+			sbs, _ = c.ListSandboxes(ctx, atoll.ListOptions{})
+			derrs := make([]error, len(sbs))
+			for i, sb := range sbs {
+				wg.Add(1)
+				go func() { defer wg.Done(); derrs[i] = c.DeleteSandbox(ctx, sb.ID) }()
+			}
+			wg.Wait()
+			if err := errors.Join(derrs...); err != nil {
+				t.Errorf("%s: deleting everything: %v", round, err)
+			}
+			if l := leaks(before, hostState(t, data)); len(l) > 0 {
+				t.Errorf("%s: left on the host after deleting everything: %v", round, l)
+			}
+			var answered []time.Duration
+			for i, err := range errs {
+				if err == nil {
+					answered = append(answered, took[i].Round(time.Millisecond))
+				}
+			}
+			t.Logf("%s: %d acknowledged (after %v), %d whole but not acknowledged, %d absent; recovery: %v",
+				round, nAcked, answered, nWhole, nAbsent, logMessages(d.out.String()[logFrom:]))
+		}
+	}
+	// And with the server stopped.
+	d.kill()
+	if l := leaks(before, hostState(t, data)); len(l) > 0 {
+		t.Errorf("left on the host with the server stopped: %v", l)
+	}
+	d.start()
+	for _, id := range deleted {
+		if _, err := d.client().GetSandbox(ctx, id); !errors.Is(err, atoll.ErrNotFound) {
+			t.Errorf("deleted sandbox %s is back: %v", id, err)
+		}
+	}
+}
+
+// logMessages counts the messages of a daemon's log, for the record of what
+// a start-up did.
+func logMessages(log string) map[string]int {
+	out := map[string]int{}
+	for _, line := range strings.Split(log, "\n") {
+		_, msg, ok := strings.Cut(line, " msg=")
+		if !ok {
+			continue
+		}
+		if strings.HasPrefix(msg, `"`) {
+			msg, _, _ = strings.Cut(msg[1:], `"`)
+		} else {
+			msg, _, _ = strings.Cut(msg, " ")
+		}
+		if _, state, ok := strings.Cut(line, " state="); ok {
+			state, _, _ = strings.Cut(state, " ")
+			msg += " (" + state + ")"
+		}
+		out[msg]++
+	}
+	return out
 }
 
 // TestHostileInput sends bad input through the real server: every answer is
@@ -1355,7 +1902,8 @@ func TestStateRaces(t *testing.T) {
 	}
 	sh(t, c, sb.ID, "seq 1 100000 > /root/n")
 
-	// Two snapshots at once: both whole.
+	// Two snapshots at once: both whole, or one whole and the other
+	// cleanly refused.
 	var wg sync.WaitGroup
 	snaps := make([]api.Snapshot, 2)
 	errs := make([]error, 2)
@@ -1364,7 +1912,13 @@ func TestStateRaces(t *testing.T) {
 		go func() { defer wg.Done(); snaps[i], errs[i] = c.CreateSnapshot(ctx, sb.ID, api.CreateSnapshotRequest{}) }()
 	}
 	wg.Wait()
+	if errors.Is(errs[0], atoll.ErrConflict) && errors.Is(errs[1], atoll.ErrConflict) {
+		t.Fatalf("both concurrent snapshots refused: %v", errs)
+	}
 	for i, sn := range snaps {
+		if errors.Is(errs[i], atoll.ErrConflict) {
+			continue
+		}
 		if errs[i] != nil {
 			t.Fatalf("concurrent snapshot %d: %v", i, errs[i])
 		}
@@ -1396,26 +1950,51 @@ func TestStateRaces(t *testing.T) {
 		t.Errorf("restore across templates: %v, want invalid", err)
 	}
 
-	// Delete racing a fork, a snapshot, a pause and a resume: once delete
-	// returns, the sandbox is gone for good.
-	for _, op := range []func() error{
-		func() error { _, err := c.ForkSandbox(ctx, sb.ID, api.ForkRequest{Count: 2}); return err },
-		func() error { _, err := c.CreateSnapshot(ctx, sb.ID, api.CreateSnapshotRequest{}); return err },
-		func() error { _, err := c.PauseSandbox(ctx, sb.ID); return err },
-		func() error { _, err := c.ResumeSandbox(ctx, sb.ID); return err },
-	} {
-		wg.Add(1)
-		go func() { defer wg.Done(); op() }()
-	}
-	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
-	if _, err := c.GetSandbox(ctx, sb.ID); !errors.Is(err, atoll.ErrNotFound) {
-		t.Errorf("deleted sandbox: %v", err)
-	}
-	if left := leftovers(data, sb.ID); len(left) > 0 {
-		t.Errorf("left after delete: %v", left)
+	// Delete racing a fork, a snapshot, a pause and a resume, of a running
+	// and of a paused sandbox, the others started a little before and a
+	// little after it: once delete returns, the sandbox is gone for good.
+	// Its ID gives 404 to all of them, and nothing runs in its cgroup, then
+	// or a moment later.
+	c.DeleteSandbox(ctx, sb.ID)
+	for _, paused := range []bool{false, true} {
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if paused {
+			if _, err := c.PauseSandbox(ctx, sb.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ops := []func() error{
+			func() error { _, err := c.ForkSandbox(ctx, sb.ID, api.ForkRequest{Count: 2}); return err },
+			func() error { _, err := c.CreateSnapshot(ctx, sb.ID, api.CreateSnapshotRequest{}); return err },
+			func() error { _, err := c.PauseSandbox(ctx, sb.ID); return err },
+			func() error { _, err := c.ResumeSandbox(ctx, sb.ID); return err },
+		}
+		for i, op := range ops {
+			wg.Add(1)
+			go func() { defer wg.Done(); time.Sleep(time.Duration(i) * 5 * time.Millisecond); op() }()
+		}
+		time.Sleep(7 * time.Millisecond)
+		if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		for i, op := range ops {
+			if err := op(); !errors.Is(err, atoll.ErrNotFound) {
+				t.Errorf("operation %d after delete (paused: %v): %v, want not found", i, paused, err)
+			}
+		}
+		for range 2 {
+			if _, err := c.GetSandbox(ctx, sb.ID); !errors.Is(err, atoll.ErrNotFound) {
+				t.Errorf("deleted sandbox (paused: %v): %v", paused, err)
+			}
+			if left := leftovers(data, sb.ID); len(left) > 0 {
+				t.Errorf("left after delete (paused: %v): %v", paused, left)
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
 	}
 
 	// kill -9 in the middle of a fork: after a restart every listed sandbox

@@ -44,6 +44,14 @@ func Open(ctx context.Context, rawURL string) (*Bucket, error) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, err
 		}
+		// A file bucket writes each object to a temporary file beside it,
+		// not in $TMPDIR: the rename that commits the object then never
+		// crosses file systems, and what a crash leaves stays in the
+		// bucket, under the object's key, where start-up finds it.
+		if q := u.Query(); !q.Has("no_tmp_dir") {
+			q.Set("no_tmp_dir", "1")
+			u.RawQuery = q.Encode()
+		}
 	case "s3":
 		if u.Host == "" {
 			return nil, fmt.Errorf("bucket URL %s: no bucket name (want s3://bucket?...)", rawURL)

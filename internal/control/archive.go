@@ -2,10 +2,15 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 
+	gblob "gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 
 	"github.com/atoll-dev/atoll/api"
@@ -55,17 +60,12 @@ func (s *Service) archiveLocked(ctx context.Context, sb *store.Sandbox, reason s
 		_ = s.store.Update(ctx, sb, api.StateArchiving)
 		return fmt.Errorf("%w: archiving failed", errdefs.ErrUnavailable)
 	}
-	w, err := s.archive.NewWriter(ctx, archiveKey(id), nil)
-	if err != nil {
-		return back(err)
-	}
 	c, stop := s.track(id, "archiving", 0)
 	defer stop()
-	if err := s.layers.PackWritable(id, io.MultiWriter(w, c)); err != nil {
-		w.Close()
-		return back(err)
-	}
-	if err := w.Close(); err != nil {
+	err := s.writeObject(ctx, archiveKey(id), func(w io.Writer) error {
+		return s.layers.PackWritable(id, io.MultiWriter(w, c))
+	})
+	if err != nil {
 		return back(err)
 	}
 	if err := s.layers.RemoveWritable(id); err != nil {
@@ -73,6 +73,38 @@ func (s *Service) archiveLocked(ctx context.Context, sb *store.Sandbox, reason s
 	}
 	sb.State, sb.Error = api.StateArchived, reason
 	return s.store.Update(ctx, sb, api.StateArchiving)
+}
+
+// writeObject writes the object key with pack, durably by the time it
+// returns: in a file bucket the file is synced before the rename that
+// commits it and its directory after, so that a power cut after the local
+// files go still leaves the object whole. (Object stores' writes are durable
+// when Close returns.)
+func (s *Service) writeObject(ctx context.Context, key string, pack func(io.Writer) error) error {
+	var f *os.File
+	w, err := s.archive.NewWriter(ctx, key, &gblob.WriterOptions{
+		BeforeWrite: func(as func(any) bool) error { as(&f); return nil },
+	})
+	if err != nil {
+		return err
+	}
+	if err := pack(w); err != nil {
+		w.Close()
+		return err
+	}
+	if f != nil {
+		if err := f.Sync(); err != nil {
+			w.Close()
+			return err
+		}
+	}
+	if err := w.Close(); err != nil {
+		return err
+	}
+	if f != nil {
+		return syncDir(filepath.Dir(f.Name()))
+	}
+	return nil
 }
 
 // unarchiveLocked brings an archived sandbox's files back and records it
@@ -106,8 +138,12 @@ func (s *Service) unarchiveLocked(ctx context.Context, sb *store.Sandbox) error 
 
 // recoverArchiving settles an archive a crash cut short: with the local files
 // still there it is undone; without them the object is whole (they go only
-// after it is written), so the sandbox is archived.
+// after it is written), so the sandbox is archived. Either way, the
+// temporary file of a write the crash cut short goes.
 func (s *Service) recoverArchiving(ctx context.Context, sb store.Sandbox) {
+	if s.archive != nil {
+		s.removeObjectTemps(ctx, archiveKey(sb.ID))
+	}
 	if s.layers.WritableExists(sb.ID) {
 		if s.archive != nil {
 			_ = s.archive.Delete(ctx, archiveKey(sb.ID))
@@ -116,6 +152,7 @@ func (s *Service) recoverArchiving(ctx context.Context, sb store.Sandbox) {
 	} else {
 		sb.State = api.StateArchived
 	}
+	s.log.Info("settling interrupted archive", "sandbox", sb.ID, "state", sb.State)
 	_ = s.store.Update(ctx, &sb, api.StateArchiving)
 }
 
@@ -156,15 +193,8 @@ func (s *Service) ArchiveSnapshot(ctx context.Context, id string) (api.Snapshot,
 		_ = s.store.SetSnapshotState(ctx, id, api.SnapshotArchiving, api.SnapshotReady)
 		return api.Snapshot{}, fmt.Errorf("%w: archiving failed", errdefs.ErrUnavailable)
 	}
-	w, err := s.archive.NewWriter(ctx, snapshotKey(id), nil)
+	err = s.writeObject(ctx, snapshotKey(id), func(w io.Writer) error { return s.layers.PackSnapshot(id, w) })
 	if err != nil {
-		return back(err)
-	}
-	if err := s.layers.PackSnapshot(id, w); err != nil {
-		w.Close()
-		return back(err)
-	}
-	if err := w.Close(); err != nil {
 		return back(err)
 	}
 	if err := s.layers.RemoveSnapshot(id); err != nil {
@@ -232,6 +262,7 @@ func (s *Service) recoverSnapshots(ctx context.Context) error {
 		case sn.State == api.SnapshotArchiving && local:
 			if s.archive != nil {
 				_ = s.archive.Delete(ctx, snapshotKey(sn.ID))
+				s.removeObjectTemps(ctx, snapshotKey(sn.ID))
 			}
 			err = s.store.SetSnapshotState(ctx, sn.ID, api.SnapshotArchiving, api.SnapshotReady)
 		case sn.State == api.SnapshotArchiving:
@@ -282,4 +313,24 @@ func (s *Service) progress(id string) *api.Progress {
 		return nil
 	}
 	return &api.Progress{Op: c.op, DoneBytes: c.done.Load(), TotalBytes: c.total}
+}
+
+// removeObjectTemps removes the temporary files that a file bucket keeps
+// beside object key while writing it (see blob.Open).
+func (s *Service) removeObjectTemps(ctx context.Context, key string) {
+	it := s.archive.List(&gblob.ListOptions{Prefix: key + "."})
+	for {
+		obj, err := it.Next(ctx)
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				s.log.Error("listing archive temporary files", "object", key, "err", err)
+			}
+			return
+		}
+		if strings.HasSuffix(obj.Key, ".tmp") {
+			if err := s.archive.Delete(ctx, obj.Key); err != nil {
+				s.log.Error("removing archive temporary file", "object", key, "err", err)
+			}
+		}
+	}
 }

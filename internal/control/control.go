@@ -718,6 +718,16 @@ func (s *Service) Recover(ctx context.Context) error {
 			_ = s.stopLocked(ctx, &sb, "")
 		case api.StateRunning, api.StatePaused:
 			if rt.Alive(instance(sb)) {
+				// The record says whether it is frozen: a snapshot or fork
+				// that the crash cut short left it frozen, and a pause or
+				// resume may have reached the freezer but not the record.
+				settle := rt.Resume
+				if sb.State == api.StatePaused {
+					settle = rt.Pause
+				}
+				if err := settle(ctx, sb.ID); err != nil {
+					s.log.Error("setting the freezer of a re-adopted sandbox", "sandbox", sb.ID, "state", sb.State, "err", err)
+				}
 				s.log.Info("re-adopted running sandbox", "sandbox", sb.ID, "pid", sb.PID)
 				continue
 			}

@@ -246,13 +246,15 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 		return fail(err)
 	}
 	s.log.Debug("children recorded and copied", "sandbox", id, "op", "fork", "ms", ms(t0))
-	// Children start concurrently.
+	// Children start concurrently, and stay recorded as creating until all
+	// run: then one transaction records them running, so that a crash
+	// leaves all of them or (see Recover) none.
 	errs := make(chan error, len(children))
 	for i := range children {
 		go func(c *store.Sandbox) {
 			unlock := s.lock(c.ID)
 			defer unlock()
-			errs <- s.startLocked(ctx, c, tmpl, api.StateCreating, api.StateRunning, 0)
+			errs <- s.startLocked(ctx, c, tmpl, api.StateCreating, api.StateCreating, 0)
 		}(&children[i])
 	}
 	var firstErr error
@@ -263,6 +265,14 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 	}
 	if firstErr != nil {
 		return fail(firstErr)
+	}
+	running := make([]*store.Sandbox, len(children))
+	for i := range children {
+		children[i].State = api.StateRunning
+		running[i] = &children[i]
+	}
+	if err := s.store.UpdateAll(ctx, running, api.StateCreating); err != nil {
+		return fail(err)
 	}
 	out := make([]api.Sandbox, len(children))
 	for i, c := range children {
@@ -299,11 +309,7 @@ func (s *Service) Restore(ctx context.Context, id string, req api.RestoreRequest
 		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s", errdefs.ErrConflict, id, sb.State)
 	}
 	err = s.withSnapshot(ctx, sn.ID, func() error {
-		if err := s.layers.RemoveWritable(id); err != nil {
-			return err
-		}
-		_, err := s.layers.WritableFromSnapshot(sn.ID, id, sb.DiskGiB<<30)
-		return err
+		return s.layers.RestoreWritable(sn.ID, id, sb.DiskGiB<<30)
 	})
 	if err != nil {
 		return api.Sandbox{}, err

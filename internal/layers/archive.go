@@ -78,5 +78,6 @@ func unpack(dir string, r io.Reader) error {
 	if _, err := os.Stat(filepath.Join(dir, "upper")); err != nil {
 		return fmt.Errorf("unpacked archive has no upper layer")
 	}
-	return nil
+	// On disk before the caller deletes the archive.
+	return syncFS(dir)
 }

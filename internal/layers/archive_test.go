@@ -64,3 +64,34 @@ func TestSnapshotArchiveRoundTrip(t *testing.T) {
 		t.Errorf("writing into an unpacked snapshot: %v, want EROFS", err)
 	}
 }
+
+// TestRestoreWritable swaps a writable layer for a copy of a snapshot and
+// leaves no spare behind.
+func TestRestoreWritable(t *testing.T) {
+	ls := newStore(t)
+	w, err := ls.CreateWritable("sbr", 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ls.RemoveSnapshot("snapr"); ls.RemoveWritable("sbr") })
+	if err := os.WriteFile(filepath.Join(w, "upper", "old"), []byte("1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := ls.SnapshotWritable("sbr", "snapr"); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(w, "upper", "old"))
+	os.WriteFile(filepath.Join(w, "upper", "new"), []byte("2"), 0o644)
+	if err := ls.RestoreWritable("snapr", "sbr", 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(w, "upper", "old")); err != nil {
+		t.Errorf("restored layer lacks the snapshot's file: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(w, "upper", "new")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("restored layer keeps a file written after the snapshot: %v", err)
+	}
+	if ids, _ := ls.WritableIDs(); len(ids) != 1 || ids[0] != "sbr" {
+		t.Errorf("writable layers after the restore: %v", ids)
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"golang.org/x/sys/unix"
 )
 
 // Snapshots are read-only btrfs snapshots of writable layers. Taking one,
@@ -27,6 +29,27 @@ func (s *Store) SnapshotWritable(sandboxID, snapID string) error {
 // copy of snapshot snapID, capped at quota bytes.
 func (s *Store) WritableFromSnapshot(snapID, sandboxID string, quota int64) (string, error) {
 	return s.cloneWritable(s.snapshotDir(snapID), sandboxID, quota)
+}
+
+// RestoreWritable replaces sandbox sandboxID's writable layer with a writable
+// copy of snapshot snapID in one step: the copy is made beside it and the two
+// are exchanged atomically, so a crash leaves the old layer or the new one,
+// and a spare (".restore") that the start-up sweep removes.
+func (s *Store) RestoreWritable(snapID, sandboxID string, quota int64) error {
+	spare := sandboxID + ".restore"
+	_ = deleteSubvolume(s.WritableDir(spare))
+	if _, err := s.cloneWritable(s.snapshotDir(snapID), spare, quota); err != nil {
+		return err
+	}
+	err := unix.Renameat2(unix.AT_FDCWD, s.WritableDir(spare), unix.AT_FDCWD, s.WritableDir(sandboxID), unix.RENAME_EXCHANGE)
+	if errors.Is(err, unix.ENOENT) {
+		err = os.Rename(s.WritableDir(spare), s.WritableDir(sandboxID))
+	}
+	if err != nil {
+		_ = deleteSubvolume(s.WritableDir(spare))
+		return fmt.Errorf("swapping in the restored layer: %w", err)
+	}
+	return deleteSubvolume(s.WritableDir(spare))
 }
 
 // ForkWritable makes child's writable layer a copy of parent's.

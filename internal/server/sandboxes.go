@@ -98,7 +98,7 @@ func truncate(s string) string {
 
 var states = map[string]bool{
 	api.StateCreating: true, api.StateStarting: true, api.StateRunning: true, api.StateStopping: true, api.StatePaused: true,
-	api.StateStopped: true, api.StateDeleting: true, api.StateError: true,
+	api.StateStopped: true, api.StateArchiving: true, api.StateArchived: true, api.StateDeleting: true, api.StateError: true,
 }
 
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {

@@ -588,6 +588,7 @@ func TestSandboxLifecycle(t *testing.T) {
 		{"", 2},
 		{"?state=running", 2},
 		{"?state=stopped", 0},
+		{"?state=archived", 0},
 		{"?label=team=a", 1},
 		{"?label=team=a&label=x=y", 0},
 		{"?state=running&label=team=a", 1},

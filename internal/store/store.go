@@ -207,11 +207,26 @@ func (s *Store) Create(ctx context.Context, sb *Sandbox) error {
 // Update writes sb if its stored state is one of from, and records the
 // transition; otherwise it changes nothing and returns errdefs.ErrConflict.
 func (s *Store) Update(ctx context.Context, sb *Sandbox, from ...string) error {
+	return s.UpdateAll(ctx, []*Sandbox{sb}, from...)
+}
+
+// UpdateAll is Update of every sandbox of sbs, in one transaction: all are
+// written, or none.
+func (s *Store) UpdateAll(ctx context.Context, sbs []*Sandbox, from ...string) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
+	for _, sb := range sbs {
+		if err := update(ctx, tx, sb, from); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+func update(ctx context.Context, tx *sql.Tx, sb *Sandbox, from []string) error {
 	var cur string
 	if err := tx.QueryRowContext(ctx, `SELECT state FROM sandboxes WHERE id = ?`, sb.ID).Scan(&cur); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
@@ -224,7 +239,7 @@ func (s *Store) Update(ctx context.Context, sb *Sandbox, from ...string) error {
 	}
 	env, _ := json.Marshal(orEmpty(sb.Env))
 	labels, _ := json.Marshal(orEmpty(sb.Labels))
-	_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET state=?, error=?, template=?, runtime=?, cpu=?, memory_mib=?,
+	_, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state=?, error=?, template=?, runtime=?, cpu=?, memory_mib=?,
 		disk_gib=?, pids=?, env=?, labels=?, created_at=?, started_at=?, stopped_at=?, pid=?, start_time=?, socket=?,
 		timeout_sec=?, expires_at=?, ephemeral=?, auto_delete_sec=?, auto_stop_sec=?,
 		auto_archive_sec=?, from_snapshot=? WHERE id=?`,
@@ -236,11 +251,9 @@ func (s *Store) Update(ctx context.Context, sb *Sandbox, from ...string) error {
 		return err
 	}
 	if cur != sb.State {
-		if err := transition(ctx, tx, sb.ID, cur, sb.State, sb.Error); err != nil {
-			return err
-		}
+		return transition(ctx, tx, sb.ID, cur, sb.State, sb.Error)
 	}
-	return tx.Commit()
+	return nil
 }
 
 // Delete removes a sandbox's row.

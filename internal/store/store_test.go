@@ -117,6 +117,43 @@ func TestUpdateIsCompareAndSet(t *testing.T) {
 	}
 }
 
+// TestUpdateAllIsAllOrNothing: one sandbox in the wrong state and none is
+// written, as a fork's children are recorded running together.
+func TestUpdateAllIsAllOrNothing(t *testing.T) {
+	ctx := context.Background()
+	s := open(t)
+	a, b := newSandbox("a"), newSandbox("b")
+	for _, sb := range []*Sandbox{a, b} {
+		if err := s.Create(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.State = api.StateDeleting
+	if err := s.Update(ctx, b, api.StateCreating); err != nil {
+		t.Fatal(err)
+	}
+	a.State, b.State = api.StateRunning, api.StateRunning
+	if err := s.UpdateAll(ctx, []*Sandbox{a, b}, api.StateCreating); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("update of a sandbox in the wrong state: %v", err)
+	}
+	if got, _ := s.Get(ctx, "a"); got.State != api.StateCreating {
+		t.Errorf("a is %s after the refused update, want creating", got.State)
+	}
+	b.State = api.StateCreating
+	if err := s.Update(ctx, b, api.StateDeleting); err != nil {
+		t.Fatal(err)
+	}
+	b.State = api.StateRunning
+	if err := s.UpdateAll(ctx, []*Sandbox{a, b}, api.StateCreating); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b"} {
+		if got, _ := s.Get(ctx, id); got.State != api.StateRunning {
+			t.Errorf("%s is %s, want running", id, got.State)
+		}
+	}
+}
+
 func TestKeysAndReopen(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "atoll.db")

@@ -213,7 +213,13 @@ func (c *cgroup) pids() ([]int, error) {
 		}
 		return out, err
 	}
-	ps, err := c.v1.Processes(cgroup1.Pids, true)
+	// Any controller will do: a process is in all of them. The cgroup may
+	// lack some, if a crash came while it was being made.
+	subs := c.v1.Subsystems()
+	if len(subs) == 0 {
+		return nil, nil
+	}
+	ps, err := c.v1.Processes(subs[0].Name(), true)
 	out := make([]int, len(ps))
 	for i, p := range ps {
 		out[i] = p.Pid

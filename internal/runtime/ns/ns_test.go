@@ -2,6 +2,8 @@ package ns_test
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
@@ -30,6 +32,34 @@ func TestConformance(t *testing.T) {
 		Leftovers: func(id string) []string { return leftovers(runRoot, id) },
 		Processes: processes,
 	})
+}
+
+// TestCleanupHalfMadeCgroup: a crash while a sandbox's v1 cgroup is being
+// made leaves it in some controllers only (the freezer comes first); Cleanup
+// removes it all the same.
+func TestCleanupHalfMadeCgroup(t *testing.T) {
+	testenv.RequireRoot(t)
+	if _, err := os.Stat("/sys/fs/cgroup/freezer"); err != nil {
+		t.Skip("no v1 freezer hierarchy: cgroups are made whole on v2")
+	}
+	runRoot := filepath.Join(testenv.Dir(t), "run")
+	rt, err := ns.New(ns.Config{RunRoot: runRoot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unmountAll(runRoot) })
+	const id = "halfmadecgroup000000"
+	dir := "/sys/fs/cgroup/freezer/atoll/" + id
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(dir) })
+	if err := rt.Cleanup(context.Background(), id); err != nil {
+		t.Errorf("cleanup: %v", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("half-made cgroup left: %v", err)
+	}
 }
 
 // leftovers lists what a stopped sandbox might have left on the host.
