@@ -374,6 +374,19 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 // startLocked starts sb (in state from) and records it in state to. The
 // caller holds its lock.
 func (s *Service) startLocked(ctx context.Context, sb *store.Sandbox, tmpl layers.Template, from, to string, weight uint64) error {
+	if err := s.run(ctx, sb, tmpl, to, weight); err != nil {
+		return err
+	}
+	if err := s.store.Update(ctx, sb, from); err != nil {
+		_ = s.runtimes[sb.Runtime].Stop(ctx, sb.ID, instance(*sb))
+		return err
+	}
+	return nil
+}
+
+// run starts sb and sets its fields for state to, without recording them:
+// the caller does, and stops it if that fails.
+func (s *Service) run(ctx context.Context, sb *store.Sandbox, tmpl layers.Template, to string, weight uint64) error {
 	rt := s.runtimes[sb.Runtime]
 	t0 := time.Now()
 	writable, err := s.layers.CreateWritable(sb.ID, sb.DiskGiB<<30)
@@ -419,10 +432,6 @@ func (s *Service) startLocked(ctx context.Context, sb *store.Sandbox, tmpl layer
 		sb.ExpiresAt = &exp
 	}
 	sb.PID, sb.StartTime, sb.Socket = inst.PID, inst.StartTime, inst.Socket
-	if err := s.store.Update(ctx, sb, from); err != nil {
-		_ = rt.Stop(ctx, sb.ID, inst)
-		return err
-	}
 	return nil
 }
 

@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
@@ -104,6 +105,46 @@ func (s *Service) newSandbox(ctx context.Context, sb *store.Sandbox) (unlock fun
 	return unlock, nil
 }
 
+// newSandboxes records sbs as newSandbox does, those that take prestarted
+// sandboxes in one transaction.
+func (s *Service) newSandboxes(ctx context.Context, sbs []store.Sandbox) error {
+	s.poolMu.Lock()
+	n := 0
+	for n < len(sbs) && n < len(s.prestarted) && s.prestarted[n].Runtime == sbs[n].Runtime {
+		n++
+	}
+	pre := slices.Clone(s.prestarted[:n])
+	s.prestarted = s.prestarted[n:]
+	s.poolMu.Unlock()
+	if n > 0 {
+		s.wakePool()
+		adopt := make([]*store.Sandbox, n)
+		for i := range pre {
+			sbs[i].ID, sbs[i].Slot = pre[i].ID, pre[i].Slot
+			adopt[i] = &sbs[i]
+		}
+		if err := s.store.UpdateAll(ctx, adopt, statePrestarted); err != nil {
+			// One went meanwhile: give up these and record anew.
+			for i := range pre {
+				s.discardIfPrestarted(ctx, pre[i].ID)
+				sbs[i].ID = ""
+			}
+			n = 0
+		}
+	}
+	for i := n; i < len(sbs); i++ {
+		unlock, err := s.newSandbox(ctx, &sbs[i])
+		if err != nil {
+			for _, sb := range sbs[:i] {
+				s.discard(ctx, sb)
+			}
+			return err
+		}
+		unlock()
+	}
+	return nil
+}
+
 // discardPrestarted removes the prestarted sandboxes, whose processes end
 // with the server anyway.
 func (s *Service) discardPrestarted(ctx context.Context) {
@@ -112,11 +153,16 @@ func (s *Service) discardPrestarted(ctx context.Context) {
 	s.prestarted = nil
 	s.poolMu.Unlock()
 	for _, sb := range pre {
-		unlock := s.lock(sb.ID)
-		if cur, err := s.store.Get(ctx, sb.ID); err == nil && cur.State == statePrestarted {
-			s.discard(ctx, cur)
-		}
-		unlock()
+		s.discardIfPrestarted(ctx, sb.ID)
+	}
+}
+
+// discardIfPrestarted removes sandbox id if it is still prestarted.
+func (s *Service) discardIfPrestarted(ctx context.Context, id string) {
+	unlock := s.lock(id)
+	defer unlock()
+	if cur, err := s.store.Get(ctx, id); err == nil && cur.State == statePrestarted {
+		s.discard(ctx, cur)
 	}
 }
 

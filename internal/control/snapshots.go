@@ -218,18 +218,15 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 		return nil, err
 	}
 	for i := 0; i < req.Count; i++ {
-		c := store.Sandbox{Sandbox: api.Sandbox{
+		children = append(children, store.Sandbox{Sandbox: api.Sandbox{
 			State: api.StateCreating, Template: parent.Template, Runtime: parent.Runtime,
 			CPU: parent.CPU, MemoryMiB: parent.MemoryMiB, DiskGiB: parent.DiskGiB, PIDs: parent.PIDs,
 			Env: parent.Env, Labels: labels, CreatedAt: time.Now().UTC(),
-		}}
-		unlockChild, err := s.newSandbox(ctx, &c)
-		if err != nil {
-			unlock()
-			return fail(err)
-		}
-		unlockChild()
-		children = append(children, c)
+		}})
+	}
+	if err := s.newSandboxes(ctx, children); err != nil {
+		unlock()
+		return nil, err
 	}
 	// The parent is frozen only while its writable layer is copied, which
 	// costs the same whatever it holds.
@@ -254,7 +251,7 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 		go func(c *store.Sandbox) {
 			unlock := s.lock(c.ID)
 			defer unlock()
-			errs <- s.startLocked(ctx, c, tmpl, api.StateCreating, api.StateCreating, 0)
+			errs <- s.run(ctx, c, tmpl, api.StateRunning, 0)
 		}(&children[i])
 	}
 	var firstErr error
@@ -268,7 +265,6 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 	}
 	running := make([]*store.Sandbox, len(children))
 	for i := range children {
-		children[i].State = api.StateRunning
 		running[i] = &children[i]
 	}
 	if err := s.store.UpdateAll(ctx, running, api.StateCreating); err != nil {
