@@ -11,7 +11,8 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 export PATH="$PATH:/usr/local/go/bin"
 need=""
-for p in btrfs-progs python3 git iproute2 util-linux procps debootstrap; do
+# runsc is gVisor, for the gvisor runtime.
+for p in btrfs-progs python3 git iproute2 util-linux procps debootstrap runsc; do
 	dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 if [ -n "$need" ]; then

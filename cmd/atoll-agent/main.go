@@ -1,6 +1,7 @@
 // Command atoll-agent is the PID 1 of every atoll sandbox; see
 // docs/agent-protocol.md. Started as "atoll-agent init" it first sets up the
-// ns runtime's sandbox from the inside, then goes on as the agent.
+// ns runtime's sandbox from the inside, then goes on as the agent; under
+// gvisor it starts bare and binds the socket $ATOLL_AGENT_LISTEN names.
 package main
 
 import (

@@ -123,6 +123,7 @@ func startDaemon(t *testing.T, data string, args ...string) *daemon {
 		d2.kill()
 		exec.Command("umount", "-l", filepath.Join(data, "layers")).Run()
 		exec.Command("umount", "-l", filepath.Join(data, "run")).Run()
+		exec.Command("umount", "-l", filepath.Join(data, "run-gvisor")).Run()
 	})
 	return d
 }
@@ -539,6 +540,71 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 	if left := leftovers(data, id); len(left) > 0 {
 		t.Errorf("left after rm: %v", left)
+	}
+}
+
+// TestGvisorEndToEnd runs a sandbox under runsc through the API: python3,
+// a file kept across stop and start, a daemon restart that re-adopts it, and
+// nothing left after delete.
+func TestGvisorEndToEnd(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommand(t, "runsc")
+	data := filepath.Join(testenv.Dir(t), "data")
+	d := startDaemon(t, data)
+	out, code := d.cli("create", "--runtime", "gvisor", "--memory", "512")
+	if code != 0 {
+		t.Fatalf("atoll create --runtime gvisor: %s\n%s", out, d.out.String())
+	}
+	id := strings.TrimSpace(out)
+	c := d.client()
+	ctx := context.Background()
+	sb, err := c.GetSandbox(ctx, id)
+	if err != nil || sb.Runtime != "gvisor" {
+		t.Fatalf("sandbox: %+v, %v", sb, err)
+	}
+	if out, code := sh(t, c, id, "python3 -c 'print(6*7)'"); code != 0 || out != "42\n" {
+		t.Fatalf("python3: %q %d", out, code)
+	}
+	// The kernel answering is gVisor's, not the host's.
+	if out, _ := sh(t, c, id, "dmesg | head -1"); !strings.Contains(out, "gVisor") {
+		t.Errorf("dmesg is not gVisor's: %q", out)
+	}
+	if out, code := sh(t, c, id, "echo kept > /root/state && mkdir -p /home/user/p && echo x > /home/user/p/f"); code != 0 {
+		t.Fatal(out)
+	}
+	if _, err := c.StopSandbox(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.StartSandbox(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := sh(t, c, id, "cat /root/state /home/user/p/f"); out != "kept\nx\n" {
+		t.Errorf("after stop/start: %q", out)
+	}
+
+	// A crash of the daemon leaves the sandbox running; the next one
+	// re-adopts it.
+	d.kill()
+	d.start()
+	c = d.client()
+	if sb, err := c.GetSandbox(ctx, id); err != nil || sb.State != api.StateRunning {
+		t.Fatalf("after daemon restart: %+v, %v", sb, err)
+	}
+	if out, _ := sh(t, c, id, "cat /root/state"); out != "kept\n" {
+		t.Errorf("after daemon restart: %q", out)
+	}
+	if err := c.DeleteSandbox(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	left := leftovers(data, id)
+	if m, _ := filepath.Glob("/sys/fs/cgroup/*/atoll-gvisor/" + id); len(m) > 0 {
+		left = append(left, m...)
+	}
+	if _, err := os.Stat(filepath.Join(data, "run-gvisor", id)); err == nil {
+		left = append(left, "run-gvisor/"+id)
+	}
+	if len(left) > 0 {
+		t.Errorf("left after delete: %v", left)
 	}
 }
 

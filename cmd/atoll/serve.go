@@ -26,6 +26,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/layers"
 	"github.com/atoll-dev/atoll/internal/runtime"
+	"github.com/atoll-dev/atoll/internal/runtime/gvisor"
 	"github.com/atoll-dev/atoll/internal/runtime/ns"
 	"github.com/atoll-dev/atoll/internal/server"
 	"github.com/atoll-dev/atoll/internal/store"
@@ -141,8 +142,20 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if err != nil {
 		return err
 	}
+	runtimes := []runtime.Runtime{nsrt}
+	unavailable := map[string]string{}
+	// gvisor is offered where runsc is installed and runs a probe sandbox.
+	if gv, err := gvisor.New(gvisor.Config{RunRoot: filepath.Join(data, "run-gvisor"), Logger: log}); err != nil {
+		log.Info("runtime gvisor not offered", "err", err)
+		unavailable["gvisor"] = "runsc does not run sandboxes on this host"
+		if errors.Is(err, gvisor.ErrNoRunsc) {
+			unavailable["gvisor"] = "runsc is not installed"
+		}
+	} else {
+		runtimes = append(runtimes, gv)
+	}
 	svc, err := control.New(control.Config{
-		Store: st, Layers: ls, Runtimes: []runtime.Runtime{nsrt}, AgentPath: agentPath, Logger: log,
+		Store: st, Layers: ls, Runtimes: runtimes, Unavailable: unavailable, AgentPath: agentPath, Logger: log,
 		WarmPool: cfg.warmPool, Prestart: cfg.prestart, Archive: bucket,
 	})
 	if err != nil {

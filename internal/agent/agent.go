@@ -123,6 +123,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.Listener == nil {
 		return errors.New("agent: no listener")
 	}
+	return a.Serve(ctx, a.cfg.Listener)
+}
+
+// Serve serves the protocol on ln until ctx is done, then shuts the server
+// down and closes ln; the agent's processes keep running.
+func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           a.Handler(),
 		ReadHeaderTimeout: 30 * time.Second,
@@ -130,7 +136,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(a.cfg.Listener) }()
+	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serving: %w", err)

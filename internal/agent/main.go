@@ -22,9 +22,15 @@ const (
 	CwdVar  = "ATOLL_AGENT_CWD"
 )
 
-// Main is atoll-agent's main: it serves the listener inherited as fd 3 until
-// SIGTERM, reaping every child. It calls ready, if not nil, just before it
-// serves.
+// ListenVar, when set, is a unix socket path Main listens on instead of the
+// listener inherited as fd 3: runtimes that cannot hand a listening socket
+// into the sandbox (gvisor's sentry cannot accept on a host socket it did not
+// bind) let the agent bind one in a directory the host also sees.
+const ListenVar = "ATOLL_AGENT_LISTEN"
+
+// Main is atoll-agent's main: it serves the listener inherited as fd 3 (or
+// the socket at $ATOLL_AGENT_LISTEN) until SIGTERM, reaping every child. It
+// calls ready, if not nil, just before it serves.
 func Main(ready func()) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if err := run(log, ready); err != nil {
@@ -41,17 +47,13 @@ func run(log *slog.Logger, ready func()) error {
 		}
 	}
 	defaultUser, defaultCwd := os.Getenv(UserVar), os.Getenv(CwdVar)
+	listenPath := os.Getenv(ListenVar)
 	// Children get their environment from the request, never the agent's.
 	os.Clearenv()
 
-	f := os.NewFile(3, "listener")
-	if f == nil {
-		return errors.New("no listener on fd 3")
-	}
-	ln, err := net.FileListener(f)
-	f.Close() // FileListener holds its own copy
+	ln, err := listener(listenPath)
 	if err != nil {
-		return fmt.Errorf("listener on fd 3: %w", err)
+		return err
 	}
 
 	// As PID 1 the agent inherits every orphan; otherwise ask to.
@@ -70,7 +72,88 @@ func run(log *slog.Logger, ready func()) error {
 	if ready != nil {
 		ready()
 	}
-	err = a.Run(ctx)
+	if listenPath != "" {
+		err = a.serveReleasable(ctx, log, ln, listenPath)
+	} else {
+		err = a.Run(ctx)
+	}
 	a.Close()
 	return err
+}
+
+// Signals that make an agent listening on a path let go of its socket and
+// take it up again. gvisor cannot checkpoint a sandbox holding a socket bound
+// on the host, so its runtime sends ReleaseSignal, waits for the socket file
+// to go, checkpoints, and after a restore sends ListenSignal. Processes keep
+// running throughout; only connections to the agent end.
+const (
+	ReleaseSignal = unix.SIGUSR1
+	ListenSignal  = unix.SIGUSR2
+)
+
+// serveReleasable serves ln until ctx is done, closing it (and every
+// connection) on ReleaseSignal and listening on path again on ListenSignal.
+func (a *Agent) serveReleasable(ctx context.Context, log *slog.Logger, ln net.Listener, path string) error {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, ReleaseSignal, ListenSignal)
+	defer signal.Stop(sigs)
+	for {
+		sctx, cancel := context.WithCancel(ctx)
+		errc := make(chan error, 1)
+		go func() { errc <- a.Serve(sctx, ln) }()
+		var err error
+	serving:
+		for {
+			select {
+			case err = <-errc:
+				break serving
+			case sig := <-sigs:
+				if sig == ReleaseSignal {
+					cancel()
+				}
+			}
+		}
+		cancel()
+		if ctx.Err() != nil || err != nil {
+			return err
+		}
+		// Serve closed ln, which removed the socket file: the node
+		// watches for that.
+		log.Info("atoll-agent released its socket")
+		for released := true; released; {
+			select {
+			case <-ctx.Done():
+				return nil
+			case sig := <-sigs:
+				released = sig != ListenSignal
+			}
+		}
+		if ln, err = listener(path); err != nil {
+			return err
+		}
+		log.Info("atoll-agent listening again")
+	}
+}
+
+// listener is the socket at path if path is set, else the one inherited as fd 3.
+func listener(path string) (net.Listener, error) {
+	if path != "" {
+		// A socket left by an earlier run of the same sandbox is stale.
+		_ = os.Remove(path)
+		ln, err := net.Listen("unix", path)
+		if err != nil {
+			return nil, fmt.Errorf("listening on %s: %w", path, err)
+		}
+		return ln, nil
+	}
+	f := os.NewFile(3, "listener")
+	if f == nil {
+		return nil, errors.New("no listener on fd 3")
+	}
+	ln, err := net.FileListener(f)
+	f.Close() // FileListener holds its own copy
+	if err != nil {
+		return nil, fmt.Errorf("listener on fd 3: %w", err)
+	}
+	return ln, nil
 }

@@ -597,3 +597,65 @@ func zombieChildren(t *testing.T, pid int) []string {
 	}
 	return zombies
 }
+
+// TestAgentProcessListenPath checks the agent that binds its own socket
+// ($ATOLL_AGENT_LISTEN): it serves there, lets go of the socket (file and
+// connections) on ReleaseSignal while its processes run on, and takes it up
+// again on ListenSignal.
+func TestAgentProcessListenPath(t *testing.T) {
+	needRoot(t)
+	sock := filepath.Join(shortTempDir(t), "agent.sock")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=1", ListenVar+"="+sock)
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("agent log:\n%s", logs.String())
+		}
+	})
+	c := NewClient(func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	})
+	ctx := context.Background()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	waitFor("the agent", func() bool { return c.Health(ctx) == nil })
+	p, err := c.Start(ctx, api.ExecRequest{Cmd: []string{"sleep", "30"}, Background: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := cmd.Process.Signal(ReleaseSignal); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the socket to go", func() bool {
+		_, err := os.Stat(sock)
+		return errors.Is(err, os.ErrNotExist)
+	})
+	if err := syscall.Kill(p.PID, 0); err != nil {
+		t.Errorf("the background process ended with the socket: %v", err)
+	}
+
+	if err := cmd.Process.Signal(ListenSignal); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the agent again", func() bool { return c.Health(ctx) == nil })
+	got, err := c.Process(ctx, p.PID)
+	if err != nil || !got.Running {
+		t.Errorf("background process after the socket came back: %+v, %v", got, err)
+	}
+}

@@ -51,6 +51,10 @@ type Config struct {
 	// Archive is where archived sandboxes' files go; nil disables archiving.
 	Archive *blob.Bucket
 	Logger  *slog.Logger
+	// Unavailable names runtimes this node knows but cannot offer, with
+	// why (for clients: no host paths), so that asking for one is a clear
+	// 503 rather than an unknown runtime's 400.
+	Unavailable map[string]string
 }
 
 // Service manages sandboxes.
@@ -61,6 +65,8 @@ type Service struct {
 	agentPath string
 	defaults  Defaults
 	log       *slog.Logger
+	// unavailable is Config.Unavailable.
+	unavailable map[string]string
 
 	// locks serialise operations on one sandbox; mu guards the map.
 	mu    sync.Mutex
@@ -129,6 +135,7 @@ func New(cfg Config) (*Service, error) {
 		store:        cfg.Store,
 		layers:       cfg.Layers,
 		runtimes:     map[string]runtime.Runtime{},
+		unavailable:  cfg.Unavailable,
 		agentPath:    cfg.AgentPath,
 		defaults:     cfg.Defaults,
 		log:          cfg.Logger,
@@ -256,6 +263,9 @@ func (s *Service) validate(req *api.CreateSandboxRequest) error {
 	}
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{errdefs.ErrInvalid}, args...)...)
+	}
+	if why, ok := s.unavailable[req.Runtime]; ok && s.runtimes[req.Runtime] == nil {
+		return fmt.Errorf("%w: runtime %s is not available on this server: %s", errdefs.ErrUnavailable, req.Runtime, why)
 	}
 	switch {
 	case s.runtimes[req.Runtime] == nil:

@@ -56,6 +56,22 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestUnavailableRuntime checks that asking for a runtime the node knows
+// but cannot offer (runsc missing) is a 503 saying why, not an unknown one.
+func TestUnavailableRuntime(t *testing.T) {
+	s, err := New(Config{Runtimes: []runtime.Runtime{nopRuntime{}}, Unavailable: map[string]string{"gvisor": "runsc is not installed"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.validate(&api.CreateSandboxRequest{Runtime: "gvisor"})
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "runsc is not installed") {
+		t.Errorf("validate: %v, want unavailable saying why", err)
+	}
+	if err := s.validate(&api.CreateSandboxRequest{Runtime: "qemu"}); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("validate of an unknown runtime: %v, want invalid", err)
+	}
+}
+
 func TestIDs(t *testing.T) {
 	seen := map[string]bool{}
 	for i := 0; i < 1000; i++ {

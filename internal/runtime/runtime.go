@@ -1,5 +1,5 @@
 // Package runtime is the contract between the node and the backends that run
-// sandboxes (ns today; gvisor and vm later). A backend turns a Spec (layers, limits,
+// sandboxes (ns and gvisor; vm later). A backend turns a Spec (layers, limits,
 // identity) into a running sandbox whose PID 1 is atoll-agent, reachable on a unix
 // socket, and tears it down again. Storage belongs to the layer store and lifecycle
 // bookkeeping to the control plane; a runtime only runs things.
@@ -101,6 +101,55 @@ type Runtime interface {
 // started. Prepared sandboxes do not survive the node.
 type Preparer interface {
 	Prepare(ctx context.Context, spec Spec) error
+}
+
+// Caps says what a backend can do beyond the Runtime contract's minimum, so
+// that the API can report it and the conformance suite skips, by name, what a
+// backend does not claim. The zero value claims nothing.
+type Caps struct {
+	// Pause: Pause and Resume freeze and thaw a sandbox in memory.
+	Pause bool `json:"pause"`
+	// MemorySnapshot: the Runtime is a Checkpointer, saving a sandbox's
+	// memory to disk and restoring it with its processes running on.
+	MemorySnapshot bool `json:"memory_snapshot"`
+	// MemoryFork: a fork's children start from the parent's memory, not
+	// only its files. No backend claims it yet.
+	MemoryFork bool `json:"memory_fork"`
+	// ProcessOOM: a process that exceeds the memory limit is killed alone
+	// and the sandbox lives on. Without it the whole sandbox stops (its
+	// files are kept), as gVisor's does when its host cgroup runs out.
+	ProcessOOM bool `json:"process_oom"`
+	// SharedKernel: the sandbox's processes call the host kernel directly,
+	// confined by namespaces, a seccomp filter, dropped capabilities and
+	// masked paths. Without it a user-space kernel or a VM stands between
+	// them and the host, and those host-kernel confinements are not what
+	// isolates the sandbox.
+	SharedKernel bool `json:"shared_kernel"`
+}
+
+// Capabler is a Runtime that reports its Caps. A Runtime that is not one
+// claims nothing beyond the contract.
+type Capabler interface {
+	Capabilities() Caps
+}
+
+// CapsOf returns rt's Caps, the zero value for a Runtime that reports none.
+func CapsOf(rt Runtime) Caps {
+	if c, ok := rt.(Capabler); ok {
+		return c.Capabilities()
+	}
+	return Caps{}
+}
+
+// Checkpointer is a Runtime that can pause a sandbox to disk: Checkpoint
+// saves its memory and processes into dir and stops it (what Stop releases is
+// released; the files stay in the writable layer), and Restore starts it from
+// dir again over the same files, its processes going on where they were. dir
+// belongs to the caller, who keeps it across node restarts and removes it
+// once restored.
+type Checkpointer interface {
+	Checkpoint(ctx context.Context, id string, inst Instance, dir string) error
+	Restore(ctx context.Context, spec Spec, dir string) (Instance, error)
 }
 
 // AgentTimeout bounds how long Start waits for the agent to answer.

@@ -54,6 +54,7 @@ type Runtime struct {
 var (
 	_ runtime.Runtime  = (*Runtime)(nil)
 	_ runtime.Preparer = (*Runtime)(nil)
+	_ runtime.Capabler = (*Runtime)(nil)
 )
 
 // New checks that the host can run namespace sandboxes and prepares RunRoot.
@@ -103,6 +104,13 @@ func privateMount(dir string) error {
 
 // Name implements runtime.Runtime.
 func (r *Runtime) Name() string { return "ns" }
+
+// Capabilities implements runtime.Capabler: the cgroup freezer pauses, the
+// memory cgroup's OOM killer picks single processes, and the sandbox runs on
+// the host kernel.
+func (r *Runtime) Capabilities() runtime.Caps {
+	return runtime.Caps{Pause: true, ProcessOOM: true, SharedKernel: true}
+}
 
 func (r *Runtime) runDir(id string) string { return filepath.Join(r.runRoot, id) }
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/runtime/ns"
 	"github.com/atoll-dev/atoll/internal/runtime/runtimetest"
 	"github.com/atoll-dev/atoll/internal/testenv"
@@ -31,6 +32,13 @@ func TestConformance(t *testing.T) {
 		AgentPath: testenv.AgentBinary(t),
 		Leftovers: func(id string) []string { return leftovers(runRoot, id) },
 		Processes: processes,
+		Reopen: func(t testing.TB) runtime.Runtime {
+			rt, err := ns.New(ns.Config{RunRoot: runRoot})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rt
+		},
 	})
 }
 

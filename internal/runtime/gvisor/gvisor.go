@@ -1,0 +1,721 @@
+// Package gvisor runs sandboxes under gVisor's runsc, a user-space kernel
+// between the sandbox's processes and the host: a second wall for code nobody
+// reviewed. Each sandbox is an OCI bundle whose root is the same overlay of
+// template layers and writable layer the ns runtime builds, and whose one
+// process is atoll-agent, found at /dev/.atoll/atoll-agent through a read-only
+// bind of the host's binary.
+//
+// The agent cannot be handed a listening socket (the sentry accepts only on
+// sockets it bound itself), so it binds one in a small host tmpfs that the
+// sandbox sees at /dev/.atoll/sock, with runsc's --host-uds; the node
+// connects to the same file from the host. Limits go through the OCI spec:
+// cpu and memory to the host cgroup runsc makes, the process count as
+// RLIMIT_NPROC inside the sentry (the host cgroup counts the sentry's own
+// threads and ptrace stubs, so it only gets a generous backstop).
+//
+// runsc keeps its state under RunRoot/state and the sandbox's processes are
+// not children of the node, so sandboxes outlive a node restart and are
+// re-adopted by PID and start time like ns's.
+package gvisor
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/atoll-dev/atoll/internal/agent"
+	"github.com/atoll-dev/atoll/internal/runtime"
+)
+
+// Config configures the gvisor runtime.
+type Config struct {
+	// RunRoot holds runsc's state (state/) and one directory per sandbox:
+	// its bundle, root mount, agent socket and log.
+	RunRoot string
+	// Runsc is the runsc binary; empty means "runsc" on PATH.
+	Runsc string
+	// Platform is runsc's --platform; empty means the first of systrap,
+	// kvm and ptrace that this runsc offers and that runs a probe sandbox.
+	Platform string
+	Logger   *slog.Logger
+}
+
+// ErrNoRunsc is New's error when runsc is not installed.
+var ErrNoRunsc = errors.New("runsc is not installed")
+
+// Runtime is the gvisor backend.
+type Runtime struct {
+	runRoot  string
+	runsc    string
+	platform string
+	version  string
+	// flags go before every runsc subcommand.
+	flags []string
+	log   *slog.Logger
+}
+
+var (
+	_ runtime.Runtime      = (*Runtime)(nil)
+	_ runtime.Capabler     = (*Runtime)(nil)
+	_ runtime.Checkpointer = (*Runtime)(nil)
+)
+
+// Where the sandbox sees what the node puts there. /dev is the sentry's own
+// tmpfs, so nothing here shows in the sandbox's root directory, and the
+// mountpoints runsc's gofer creates for them in the writable layer (an empty
+// dev/.atoll/) stay hidden under it.
+const (
+	agentDir    = "/dev/.atoll"
+	agentInside = agentDir + "/atoll-agent"
+	sockInside  = agentDir + "/sock"
+	sockName    = "agent.sock"
+)
+
+// New finds runsc, checks what it supports and picks a platform. It fails
+// when runsc is missing or cannot run a sandbox here; the node then does not
+// offer this runtime.
+func New(cfg Config) (*Runtime, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the gvisor runtime needs root")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	bin := cfg.Runsc
+	if bin == "" {
+		bin = "runsc"
+	}
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoRunsc, err)
+	}
+	r := &Runtime{runRoot: cfg.RunRoot, runsc: path, log: cfg.Logger}
+	if out, err := exec.Command(path, "--version").Output(); err == nil {
+		r.version = strings.TrimPrefix(strings.SplitN(string(out), "\n", 2)[0], "runsc version ")
+	}
+	help, _ := exec.Command(path, "flags").CombinedOutput()
+	flags := string(help)
+	if err := os.MkdirAll(filepath.Join(cfg.RunRoot, "state"), 0o700); err != nil {
+		return nil, err
+	}
+	if err := privateMount(cfg.RunRoot); err != nil {
+		return nil, err
+	}
+	r.flags = []string{"--root", filepath.Join(cfg.RunRoot, "state"), "--network=none"}
+	// The agent binds its socket on the host (create). Open too: runsc
+	// 2022 cannot even unlink a host socket file without it, so a program
+	// that removes a stale socket before binding again would fail. Open
+	// lets the sandbox connect to host sockets only inside its own mounts:
+	// its root, read-only template directories such as /usr, and the
+	// agent's directory.
+	switch {
+	case strings.Contains(flags, "-host-uds"):
+		r.flags = append(r.flags, "--host-uds=all")
+	case strings.Contains(flags, "-fsgofer-host-uds"):
+		r.flags = append(r.flags, "--fsgofer-host-uds")
+	default:
+		return nil, fmt.Errorf("runsc %s cannot bind host unix sockets (no --host-uds)", r.version)
+	}
+	if strings.Contains(flags, "-overlay2") {
+		// Writes must reach the writable layer, never a sentry-memory
+		// overlay (newer runsc default to one).
+		r.flags = append(r.flags, "--overlay2=none")
+	}
+	r.platform = cfg.Platform
+	if r.platform == "" {
+		if r.platform, err = r.probePlatform(flags); err != nil {
+			return nil, err
+		}
+	}
+	r.flags = append(r.flags, "--platform="+r.platform)
+	r.log.Info("gvisor runtime", "runsc", path, "version", r.version, "platform", r.platform)
+	return r, nil
+}
+
+// probePlatform returns the fastest platform that runs `true` in a throwaway
+// sandbox: systrap (runsc from mid-2023 on), kvm where /dev/kvm opens (it
+// may still fail in a nested guest), and ptrace, which works wherever
+// ptrace does.
+func (r *Runtime) probePlatform(flags string) (string, error) {
+	var candidates []string
+	if strings.Contains(flags, "systrap") {
+		candidates = append(candidates, "systrap")
+	}
+	if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
+		f.Close()
+		candidates = append(candidates, "kvm")
+	}
+	candidates = append(candidates, "ptrace")
+	if len(candidates) == 1 {
+		// Nothing to choose: spare every node start a probe sandbox (a
+		// second); a runsc that cannot run one fails each Start clearly.
+		return candidates[0], nil
+	}
+	root, err := os.MkdirTemp(r.runRoot, "probe-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(root)
+	var errs []error
+	for _, p := range candidates {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		cmd := exec.CommandContext(ctx, r.runsc, "--root", root, "--network=none", "--platform="+p, "do", "true")
+		cmd.Dir = root
+		out, err := cmd.CombinedOutput()
+		cancel()
+		if err == nil {
+			return p, nil
+		}
+		errs = append(errs, fmt.Errorf("platform %s: %v: %s", p, err, lastLine(out)))
+	}
+	return "", fmt.Errorf("runsc runs no sandbox here: %w", errors.Join(errs...))
+}
+
+// Name implements runtime.Runtime.
+func (r *Runtime) Name() string { return "gvisor" }
+
+// Platform is the runsc platform in use.
+func (r *Runtime) Platform() string { return r.platform }
+
+// Capabilities implements runtime.Capabler. runsc pauses in memory and
+// checkpoints to disk; the host cgroup's OOM killer ends the whole sandbox;
+// the sentry, not the host kernel, serves the sandbox's system calls.
+func (r *Runtime) Capabilities() runtime.Caps {
+	return runtime.Caps{Pause: true, MemorySnapshot: true}
+}
+
+func (r *Runtime) runDir(id string) string { return filepath.Join(r.runRoot, id) }
+
+// SocketPath is the host path of sandbox id's agent socket.
+func (r *Runtime) SocketPath(id string) string {
+	return filepath.Join(r.runDir(id), "sock", sockName)
+}
+
+// Start implements runtime.Runtime.
+func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Instance, error) {
+	return r.start(ctx, spec, "")
+}
+
+// Restore implements runtime.Checkpointer: runsc restore from the image in
+// dir, over the same files, then the agent takes its socket up again.
+func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, dir string) (runtime.Instance, error) {
+	if _, err := os.Stat(filepath.Join(dir, "checkpoint.img")); err != nil {
+		return runtime.Instance{}, fmt.Errorf("no checkpoint image: %w", err)
+	}
+	return r.start(ctx, spec, dir)
+}
+
+// start runs spec afresh, or from the checkpoint image in image if set.
+func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (inst runtime.Instance, err error) {
+	t0 := time.Now()
+	// What a crashed start or an unclean node exit left goes first: runsc
+	// refuses an ID it still knows.
+	if err := r.Cleanup(ctx, spec.ID); err != nil {
+		return inst, fmt.Errorf("cleaning up before start: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = r.Cleanup(context.WithoutCancel(ctx), spec.ID)
+		}
+	}()
+	dir := r.runDir(spec.ID)
+	if err := r.prepareBundle(spec, dir); err != nil {
+		return inst, err
+	}
+	logFile, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return inst, err
+	}
+	defer logFile.Close()
+	pidFile := filepath.Join(dir, "sandbox.pid")
+	var args []string
+	if image == "" {
+		args = []string{"run", "--detach"}
+	} else {
+		args = []string{"restore", "--detach", "--image-path", image}
+	}
+	args = append(args, "--bundle", dir, "--pid-file", pidFile, spec.ID)
+	// The sandbox inherits runsc's stdio as its agent's: the log file, never
+	// a pipe of ours, which would stay open as long as the sandbox runs.
+	if err := r.run(ctx, logFile, args...); err != nil {
+		return inst, err
+	}
+	pid, err := readPID(pidFile)
+	if err != nil {
+		return inst, err
+	}
+	st, err := startTime(pid)
+	if err != nil {
+		return inst, fmt.Errorf("sandbox process: %w", err)
+	}
+	if image != "" {
+		// The restored agent let go of its socket before the checkpoint.
+		if err := r.run(ctx, nil, "kill", spec.ID, strconv.Itoa(int(agent.ListenSignal))); err != nil {
+			return inst, err
+		}
+	}
+	sock := r.SocketPath(spec.ID)
+	if err := waitForAgent(ctx, sock, pid); err != nil {
+		return inst, fmt.Errorf("%w (log: %s)", err, lastLine([]byte(tail(filepath.Join(dir, "agent.log")))))
+	}
+	if err := setSocketDirReadOnly(dir, true); err != nil {
+		return inst, err
+	}
+	r.log.Debug("sandbox started", "sandbox", spec.ID, "pid", pid, "op", "start",
+		"restored", image != "", "ms", float64(time.Since(t0).Microseconds())/1000)
+	return runtime.Instance{PID: pid, StartTime: st, Socket: sock}, nil
+}
+
+// prepareBundle mounts the sandbox's root and agent socket directory under
+// dir and writes its OCI config.
+func (r *Runtime) prepareBundle(spec runtime.Spec, dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	rootfs := filepath.Join(dir, "rootfs")
+	sock := filepath.Join(dir, "sock")
+	for _, d := range []string{rootfs, sock} {
+		if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+	}
+	// The same overlay, with the same user.overlay.* whiteouts, that the ns
+	// runtime mounts inside its user namespace: a writable layer or a
+	// snapshot means the same under both.
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr",
+		strings.Join(spec.Rootfs.Layers, ":"),
+		filepath.Join(spec.Rootfs.Writable, "upper"), filepath.Join(spec.Rootfs.Writable, "work"))
+	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
+		return fmt.Errorf("mounting overlay root: %w", err)
+	}
+	// A tmpfs of its own for the socket, made read-only once the agent
+	// listens (setSocketDirReadOnly): until then the sandbox could write
+	// here, and it must not fill a host file system doing so.
+	if err := unix.Mount("tmpfs", sock, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOEXEC, "size=64k,nr_inodes=16,mode=0700"); err != nil {
+		return fmt.Errorf("mounting socket directory: %w", err)
+	}
+	cfg, err := r.ociSpec(spec, rootfs, sock)
+	if err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(cfg, "", "\t")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600)
+}
+
+// run runs one runsc subcommand; out, if not nil, gets its stdout and stderr
+// (and, for run and restore, the sandbox's).
+func (r *Runtime) run(ctx context.Context, out *os.File, args ...string) error {
+	cmd := exec.CommandContext(ctx, r.runsc, append(append([]string{}, r.flags...), args...)...)
+	cmd.Cancel = func() error { return cmd.Process.Kill() }
+	cmd.WaitDelay = 5 * time.Second
+	var buf bytes.Buffer
+	if out != nil {
+		cmd.Stdout, cmd.Stderr = out, out
+	} else {
+		cmd.Stdout, cmd.Stderr = &buf, &buf
+	}
+	if err := cmd.Run(); err != nil {
+		msg := buf.String()
+		if out != nil {
+			msg = tail(out.Name())
+		}
+		return fmt.Errorf("runsc %s: %w: %s", args[0], err, lastLine([]byte(msg)))
+	}
+	return nil
+}
+
+// output runs one runsc subcommand and returns its stdout.
+func (r *Runtime) output(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, r.runsc, append(append([]string{}, r.flags...), args...)...)
+	cmd.Cancel = func() error { return cmd.Process.Kill() }
+	cmd.WaitDelay = 5 * time.Second
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("runsc %s: %w: %s", args[0], err, lastLine(append(stderr.Bytes(), out...)))
+	}
+	return out, nil
+}
+
+// waitForAgent waits until the agent accepts on sock, giving up early if
+// the sandbox process pid dies.
+func waitForAgent(ctx context.Context, sock string, pid int) error {
+	ctx, cancel := context.WithTimeout(ctx, runtime.AgentTimeout)
+	defer cancel()
+	for {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "unix", sock)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if _, serr := startTime(pid); serr != nil {
+			return errors.New("sandbox exited before its agent listened")
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("agent did not listen within %v: %v", runtime.AgentTimeout, err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// Stop implements runtime.Runtime.
+func (r *Runtime) Stop(ctx context.Context, id string, inst runtime.Instance) error {
+	// runsc delete --force kills a running or paused sandbox and forgets it.
+	_ = r.run(ctx, nil, "delete", "--force", id)
+	if r.Alive(inst) {
+		// runsc has lost track of it (its state is gone): kill it by PID.
+		_ = killAndWait(inst.PID, 5*time.Second)
+	}
+	return r.Cleanup(ctx, id)
+}
+
+// Cleanup implements runtime.Runtime: whatever runsc still knows of id, the
+// processes and cgroups it left, and the bundle's mounts and directory.
+func (r *Runtime) Cleanup(ctx context.Context, id string) error {
+	var errs []error
+	if r.known(id) {
+		if err := r.run(ctx, nil, "delete", "--force", id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := removeCgroups(id); err != nil {
+		errs = append(errs, err)
+	}
+	dir := r.runDir(id)
+	for _, m := range mountsUnder(dir) {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			errs = append(errs, fmt.Errorf("unmounting %s: %w", m, err))
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// known reports whether runsc has state for container id.
+func (r *Runtime) known(id string) bool {
+	ents, err := os.ReadDir(filepath.Join(r.runRoot, "state"))
+	if err != nil {
+		return false
+	}
+	for _, e := range ents {
+		// runsc names its files after the container ID (id_sandbox:id.state
+		// and lock files), or a directory id in older versions.
+		if e.Name() == id || strings.HasPrefix(e.Name(), id+"_") {
+			return true
+		}
+	}
+	return false
+}
+
+// Pause implements runtime.Runtime with runsc pause: the sentry stops every
+// task, memory stays.
+func (r *Runtime) Pause(ctx context.Context, id string) error {
+	return r.run(ctx, nil, "pause", id)
+}
+
+// Resume implements runtime.Runtime.
+func (r *Runtime) Resume(ctx context.Context, id string) error {
+	return r.run(ctx, nil, "resume", id)
+}
+
+// Processes implements runtime.Runtime from the sentry's process table.
+func (r *Runtime) Processes(ctx context.Context, id string) (int, error) {
+	out, err := r.output(ctx, "ps", "--format", "json", id)
+	if err != nil {
+		return 0, err
+	}
+	var ps []json.RawMessage
+	if err := json.Unmarshal(out, &ps); err != nil {
+		return 0, fmt.Errorf("parsing runsc ps: %w", err)
+	}
+	return len(ps), nil
+}
+
+// Alive implements runtime.Runtime: inst.PID is runsc's sandbox process,
+// which lives exactly as long as the sandbox.
+func (r *Runtime) Alive(inst runtime.Instance) bool {
+	if inst.PID <= 0 {
+		return false
+	}
+	st, err := startTime(inst.PID)
+	return err == nil && st == inst.StartTime
+}
+
+// Checkpoint implements runtime.Checkpointer with runsc checkpoint. The
+// sentry cannot save a socket bound on the host, so the agent first lets go
+// of its own; a sandbox whose processes bound other unix sockets on its
+// file system (which --host-uds=create also puts on the host) is refused
+// rather than lost, since a failed runsc checkpoint ends the sandbox.
+func (r *Runtime) Checkpoint(ctx context.Context, id string, inst runtime.Instance, imageDir string) error {
+	if !r.Alive(inst) {
+		return errors.New("sandbox is not running")
+	}
+	if bound := r.hostSockets(inst.PID, id); len(bound) > 0 {
+		return fmt.Errorf("%d unix sockets bound on the sandbox's file system (first %s) cannot be checkpointed", len(bound), bound[0])
+	}
+	dir := r.runDir(id)
+	sig := func(s syscall.Signal) error { return r.run(ctx, nil, "kill", id, strconv.Itoa(int(s))) }
+	// relisten undoes the release when the checkpoint does not happen: the
+	// agent binds again, and only then is its directory read-only again.
+	relisten := func() {
+		if sig(agent.ListenSignal) == nil && waitForAgent(ctx, r.SocketPath(id), inst.PID) == nil {
+			_ = setSocketDirReadOnly(dir, true)
+		}
+	}
+	if err := setSocketDirReadOnly(dir, false); err != nil {
+		return err
+	}
+	if err := sig(agent.ReleaseSignal); err != nil {
+		_ = setSocketDirReadOnly(dir, true)
+		return err
+	}
+	if err := waitGone(ctx, r.SocketPath(id), inst.PID); err != nil {
+		relisten()
+		return fmt.Errorf("agent did not release its socket: %w", err)
+	}
+	if err := os.MkdirAll(imageDir, 0o700); err != nil {
+		relisten()
+		return err
+	}
+	if err := r.run(ctx, nil, "checkpoint", "--image-path", imageDir, id); err != nil {
+		if r.Alive(inst) {
+			relisten()
+		}
+		return err
+	}
+	// The sandbox has exited; release what it held.
+	return r.Stop(ctx, id, inst)
+}
+
+// setSocketDirReadOnly makes the tmpfs holding the agent's socket read-only
+// or writable again. Read-only, no process in the sandbox can remove the
+// agent's socket or bind one of its own in its place, posing as the agent to
+// the node; the bound socket still accepts. The remount changes the tmpfs
+// itself, so the gofer's view of it follows.
+func setSocketDirReadOnly(dir string, ro bool) error {
+	flags := uintptr(unix.MS_REMOUNT | unix.MS_NODEV | unix.MS_NOSUID | unix.MS_NOEXEC)
+	if ro {
+		flags |= unix.MS_RDONLY
+	}
+	if err := unix.Mount("", filepath.Join(dir, "sock"), "", flags, ""); err != nil {
+		return fmt.Errorf("remounting the agent's socket directory: %w", err)
+	}
+	return nil
+}
+
+// hostSockets lists the paths of the unix sockets bound on the host that
+// sandbox process pid holds, other than its agent's.
+func (r *Runtime) hostSockets(pid int, id string) []string {
+	inodes := map[string]bool{}
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	for _, fd := range fds {
+		l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if err == nil && strings.HasPrefix(l, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
+		}
+	}
+	var out []string
+	own := filepath.Join("/", sockInside, sockName)
+	// The gofer binds them in its own network namespace: look in those of
+	// every process of the sandbox, once each.
+	seen := map[string]bool{}
+	for _, p := range append([]int{pid}, cgroupPIDs(id)...) {
+		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", p))
+		if err != nil || seen[ns] {
+			continue
+		}
+		seen[ns] = true
+		f, err := os.Open(fmt.Sprintf("/proc/%d/net/unix", p))
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			// Num RefCount Protocol Flags Type St Inode Path
+			fields := strings.Fields(sc.Text())
+			if len(fields) < 8 || !inodes[fields[6]] || strings.HasPrefix(fields[7], "@") {
+				continue
+			}
+			inodes[fields[6]] = false // once, though in both tables
+			if !strings.HasSuffix(fields[7], own) {
+				out = append(out, fields[7])
+			}
+		}
+		f.Close()
+	}
+	return out
+}
+
+// waitGone waits until path no longer exists.
+func waitGone(ctx context.Context, path string, pid int) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if _, err := startTime(pid); err != nil {
+			return errors.New("sandbox exited")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func readPID(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("reading sandbox pid: %w", err)
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+// tail returns the last few KiB of the file at path.
+func tail(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > 4096 {
+		f.Seek(-4096, 0)
+	}
+	b := make([]byte, 4096)
+	n, _ := f.Read(b)
+	return string(b[:n])
+}
+
+// lastLine is the last non-empty line of out, for error messages.
+func lastLine(out []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// privateMount makes dir a mount of its own with private propagation, so the
+// sandboxes' root mounts made under it propagate to no other namespace.
+func privateMount(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	isMount := false
+	for _, m := range mountsUnder(abs) {
+		isMount = isMount || m == abs
+	}
+	if !isMount {
+		if err := unix.Mount(abs, abs, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind-mounting %s: %w", abs, err)
+		}
+	}
+	if err := unix.Mount("", abs, "", unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making %s private: %w", abs, err)
+	}
+	return nil
+}
+
+// killAndWait kills pid and waits until it has exited.
+func killAndWait(pid int, timeout time.Duration) error {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil {
+		return err
+	}
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		_, err := unix.Poll(fds, int(timeout.Milliseconds()))
+		if !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
+}
+
+// startTime reads field 22 of /proc/pid/stat; a zombie counts as gone.
+func startTime(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, errors.New("malformed stat")
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0, errors.New("malformed stat")
+	}
+	if f[0] == "Z" || f[0] == "X" {
+		return 0, errors.New("process exited")
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// mountsUnder lists mountpoints at or below dir, deepest first.
+func mountsUnder(dir string) []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMountinfo(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
+}
+
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
