@@ -11,7 +11,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 export PATH="$PATH:/usr/local/go/bin"
 need=""
-for p in btrfs-progs python3 git iproute2 util-linux procps debootstrap; do
+for p in btrfs-progs python3 git iproute2 util-linux procps debootstrap curl; do
 	dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 if [ -n "$need" ]; then

@@ -21,6 +21,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/blob"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/layers"
+	"github.com/atoll-dev/atoll/internal/network"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/store"
 )
@@ -50,7 +51,11 @@ type Config struct {
 	Prestart int
 	// Archive is where archived sandboxes' files go; nil disables archiving.
 	Archive *blob.Bucket
-	Logger  *slog.Logger
+	// Network gives sandboxes networks, taken from NetworkPool if set; nil
+	// runs them with loopback only and refuses network policies.
+	Network     *network.Manager
+	NetworkPool *network.Pool
+	Logger      *slog.Logger
 }
 
 // Service manages sandboxes.
@@ -92,6 +97,9 @@ type Service struct {
 	// poolMu.
 	prestartSize int
 	prestarted   []store.Sandbox
+
+	net     *network.Manager
+	netPool *network.Pool
 }
 
 // uidBase is the first host uid of sandbox ranges: far above the ids a host
@@ -140,6 +148,8 @@ func New(cfg Config) (*Service, error) {
 		activity:     map[string]time.Time{},
 		moving:       map[string]*counter{},
 		poolWake:     make(chan struct{}, 1),
+		net:          cfg.Network,
+		netPool:      cfg.NetworkPool,
 	}
 	for _, r := range cfg.Runtimes {
 		s.runtimes[r.Name()] = r
@@ -283,6 +293,9 @@ func (s *Service) validate(req *api.CreateSandboxRequest) error {
 	case req.AutoArchiveSec > 0 && s.archive == nil:
 		return fmt.Errorf("%w: this server has no archive store for auto_archive_sec", errdefs.ErrUnavailable)
 	}
+	if _, err := s.checkPolicy(req.Network); err != nil {
+		return err
+	}
 	for k, v := range req.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) || len(k)+len(v) > 128<<10 {
 			return bad("invalid environment variable %q", truncate(k, 64))
@@ -331,8 +344,12 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	if err != nil {
 		return api.Sandbox{}, err
 	}
+	policy, err := s.checkPolicy(req.Network)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
 	if req.Snapshot == "" {
-		if sb, ok := s.takePooled(context.WithoutCancel(ctx), req); ok {
+		if sb, ok := s.takePooled(context.WithoutCancel(ctx), req, policy); ok {
 			return sb, nil
 		}
 	}
@@ -345,7 +362,7 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 		Env: req.Env, Labels: req.Labels, CreatedAt: time.Now().UTC(),
 		Ephemeral: req.Ephemeral, AutoDeleteSec: req.AutoDeleteSec, AutoStopSec: req.AutoStopSec,
 		AutoArchiveSec: req.AutoArchiveSec,
-	}, TimeoutSec: req.TimeoutSec, FromSnapshot: req.Snapshot}
+	}, TimeoutSec: req.TimeoutSec, FromSnapshot: req.Snapshot, Policy: policy}
 	t0 := time.Now()
 	unlock, err := s.newSandbox(ctx, &sb)
 	if err != nil {
@@ -368,14 +385,24 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 		return api.Sandbox{}, err
 	}
 	s.log.Debug("created", "sandbox", sb.ID, "op", "create", "ms", ms(t0))
-	return sb.Sandbox, nil
+	return s.view(sb), nil
 }
 
 // startLocked starts sb (in state from) and records it in state to. The
 // caller holds its lock.
-func (s *Service) startLocked(ctx context.Context, sb *store.Sandbox, tmpl layers.Template, from, to string, weight uint64) error {
+func (s *Service) startLocked(ctx context.Context, sb *store.Sandbox, tmpl layers.Template, from, to string, weight uint64) (err error) {
 	rt := s.runtimes[sb.Runtime]
 	t0 := time.Now()
+	netw, err := s.attachNetwork(ctx, *sb)
+	if err != nil {
+		s.log.Error("attaching network", "sandbox", sb.ID, "err", err)
+		return fmt.Errorf("%w: giving the sandbox its network failed", errdefs.ErrUnavailable)
+	}
+	defer func() {
+		if err != nil {
+			s.releaseNetwork(ctx, *sb)
+		}
+	}()
 	writable, err := s.layers.CreateWritable(sb.ID, sb.DiskGiB<<30)
 	if err != nil {
 		return fmt.Errorf("preparing writable layer: %w", err)
@@ -397,6 +424,7 @@ func (s *Service) startLocked(ctx context.Context, sb *store.Sandbox, tmpl layer
 		User:      tmpl.User,
 		Workdir:   tmpl.Workdir,
 		AgentPath: s.agentPath,
+		Network:   netw,
 	}
 	s.log.Debug("writable layer ready", "sandbox", sb.ID, "op", "start", "ms", ms(t0))
 	inst, err := rt.Start(ctx, spec)
@@ -464,6 +492,7 @@ func (s *Service) discard(ctx context.Context, sb store.Sandbox) {
 			s.log.Error("cleaning up sandbox", "sandbox", sb.ID, "err", err)
 		}
 	}
+	s.releaseNetwork(ctx, sb)
 	if err := s.layers.RemoveWritable(sb.ID); err != nil {
 		s.log.Error("removing writable layer", "sandbox", sb.ID, "err", err)
 	}
@@ -478,11 +507,12 @@ func (s *Service) Get(ctx context.Context, id string) (api.Sandbox, error) {
 		return api.Sandbox{}, err
 	}
 	sb, err := s.get(ctx, id)
-	if err == nil {
-		s.touch(id)
-		sb.Progress = s.progress(id)
+	if err != nil {
+		return api.Sandbox{}, err
 	}
-	return sb.Sandbox, err
+	s.touch(id)
+	sb.Progress = s.progress(id)
+	return s.view(sb), nil
 }
 
 // get reads a sandbox the API may show.
@@ -512,7 +542,7 @@ next:
 			}
 		}
 		sb.Progress = s.progress(sb.ID)
-		out = append(out, sb.Sandbox)
+		out = append(out, s.view(sb))
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out, nil
@@ -556,7 +586,7 @@ func (s *Service) Stop(ctx context.Context, id string) (api.Sandbox, error) {
 		}
 		sb.State = api.StateDeleted
 	}
-	return sb.Sandbox, nil
+	return s.view(sb), nil
 }
 
 func (s *Service) stopLocked(ctx context.Context, sb *store.Sandbox, reason string) error {
@@ -571,6 +601,7 @@ func (s *Service) stopLocked(ctx context.Context, sb *store.Sandbox, reason stri
 		_ = s.store.Update(ctx, sb, api.StateStopping)
 		return fmt.Errorf("%w: stopping sandbox failed", errdefs.ErrUnavailable)
 	}
+	s.releaseNetwork(ctx, *sb)
 	now := time.Now().UTC()
 	sb.State, sb.Error, sb.StoppedAt = api.StateStopped, reason, &now
 	sb.PID, sb.StartTime, sb.Socket = 0, 0, ""
@@ -597,7 +628,7 @@ func (s *Service) Start(ctx context.Context, id string) (api.Sandbox, error) {
 	if err := s.restartLocked(ctx, &sb); err != nil {
 		return api.Sandbox{}, err
 	}
-	return sb.Sandbox, nil
+	return s.view(sb), nil
 }
 
 // restartLocked starts stopped sb over its files, through starting; if that
@@ -652,6 +683,7 @@ func (s *Service) deleteLocked(ctx context.Context, sb store.Sandbox) error {
 			return fmt.Errorf("%w: deleting sandbox failed; try again", errdefs.ErrUnavailable)
 		}
 	}
+	s.releaseNetwork(ctx, sb)
 	if err := s.layers.RemoveWritable(sb.ID); err != nil {
 		s.log.Error("removing writable layer", "sandbox", sb.ID, "err", err)
 		return fmt.Errorf("%w: deleting sandbox failed; try again", errdefs.ErrUnavailable)
@@ -734,6 +766,9 @@ func (s *Service) Recover(ctx context.Context) error {
 				_ = s.layers.RemoveWritable(sb.ID)
 			}
 		}
+	}
+	if err := s.recoverNetworks(ctx); err != nil {
+		return err
 	}
 	if err := s.recoverSnapshots(ctx); err != nil {
 		return err
