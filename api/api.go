@@ -46,6 +46,35 @@ type Sandbox struct {
 	// Progress is set while the sandbox's files move to or from the archive
 	// store.
 	Progress *Progress `json:"progress,omitempty"`
+	// Network is the sandbox's network: its addresses and egress policy.
+	// Absent when the server runs sandboxes without networking (loopback
+	// only).
+	Network *SandboxNetwork `json:"network,omitempty"`
+}
+
+// SandboxNetwork is a sandbox's network, the body of GET and PUT
+// /v1/sandboxes/{id}/network. A sandbox keeps its addresses for its whole
+// life; it has them on its eth0 while it runs.
+type SandboxNetwork struct {
+	IPv4   string        `json:"ipv4"`
+	IPv6   string        `json:"ipv6"`
+	Policy NetworkPolicy `json:"policy"`
+}
+
+// NetworkPolicy is a sandbox's egress policy: where it may connect. Egress
+// is the default, "allow-all" or "deny-all" (the default when Allow is not
+// empty). Under deny-all the sandbox reaches only what Allow lists: IP
+// addresses, CIDR prefixes and domain names, "*.example.com" for every name
+// below example.com (a name's addresses are allowed once the sandbox's
+// resolver has answered for it; other names do not resolve, and HTTP Host
+// and TLS SNI on ports 80 and 443 must name an allowed name). Deny lists
+// addresses and prefixes that are refused either way. At most 256 entries in
+// all. What the server blocks for every sandbox (private and metadata
+// addresses) stays blocked.
+type NetworkPolicy struct {
+	Egress string   `json:"egress,omitempty"`
+	Allow  []string `json:"allow,omitempty"`
+	Deny   []string `json:"deny,omitempty"`
 }
 
 // Progress tells how far a long operation on a sandbox has got.
@@ -81,6 +110,9 @@ type CreateSandboxRequest struct {
 	// AutoArchiveSec archives the sandbox this long after it stops, freeing
 	// its local disk; starting it brings its files back. 0 means never.
 	AutoArchiveSec int64 `json:"auto_archive_sec,omitempty"`
+	// Network is the egress policy; absent means allow-all. A server
+	// without networking refuses any (503 unavailable).
+	Network *NetworkPolicy `json:"network,omitempty"`
 }
 
 // TimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout: the sandbox

@@ -230,7 +230,9 @@ func startServer(work, name string, pool, prestart int) *server {
 		check(build.Run())
 	}
 	data := filepath.Join(work, name)
-	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--data", data,
+	// Networking stays off: it would turn the machine running the benchmark
+	// into a router (and the figures here predate it).
+	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--data", data, "--network", "off",
 		"--layer-image-size", fmt.Sprint(int64(16<<30)), "--warm-pool", fmt.Sprint(pool), "--prestart", fmt.Sprint(prestart))
 	out, err := cmd.StdoutPipe()
 	check(err)
@@ -265,7 +267,7 @@ func (s *server) stop() {
 	s.stopped = true
 	s.cmd.Process.Signal(os.Interrupt)
 	s.cmd.Wait()
-	last := exec.Command(s.bin, "serve", "--listen", "127.0.0.1:0", "--data", s.data, "--warm-pool", "0")
+	last := exec.Command(s.bin, "serve", "--listen", "127.0.0.1:0", "--data", s.data, "--warm-pool", "0", "--network", "off")
 	if out, err := last.StdoutPipe(); err == nil && last.Start() == nil {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() && !strings.HasPrefix(sc.Text(), "Try:") {

@@ -12,7 +12,7 @@ fi
 export PATH="$PATH:/usr/local/go/bin"
 need=""
 # runsc is gVisor, for the gvisor runtime.
-for p in btrfs-progs python3 git iproute2 util-linux procps debootstrap runsc; do
+for p in btrfs-progs python3 git iproute2 util-linux procps debootstrap runsc curl; do
 	dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 if [ -n "$need" ]; then

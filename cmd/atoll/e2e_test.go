@@ -12,6 +12,7 @@ import (
 	"io"
 	"log"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -39,6 +40,7 @@ import (
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/blob"
+	"github.com/atoll-dev/atoll/internal/network/nettest"
 	"github.com/atoll-dev/atoll/internal/testenv"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
@@ -79,10 +81,15 @@ type daemon struct {
 	args []string // extra serve flags
 	bin  string
 	data string
-	cmd  *exec.Cmd
-	url  string
-	key  string
-	out  syncBuffer // the daemon's log, over all its starts
+	// netns, if set, is the network namespace the daemon runs in (and its
+	// clients connect from); without it the daemon runs with --network off
+	// unless args say otherwise, so that tests never touch the real host's
+	// network.
+	netns string
+	cmd   *exec.Cmd
+	url   string
+	key   string
+	out   syncBuffer // the daemon's log, over all its starts
 }
 
 // syncBuffer is a bytes.Buffer that a daemon's log can be read from while
@@ -107,13 +114,20 @@ func (b *syncBuffer) String() string {
 // startDaemon starts `atoll serve` on data with the extra flags args.
 func startDaemon(t *testing.T, data string, args ...string) *daemon {
 	t.Helper()
-	d := &daemon{t: t, bin: atollBinary(t), data: data, args: args}
+	return startDaemonIn(t, data, "", args...)
+}
+
+// startDaemonIn starts `atoll serve` inside the network namespace at netns.
+func startDaemonIn(t *testing.T, data, netns string, args ...string) *daemon {
+	t.Helper()
+	d := &daemon{t: t, bin: atollBinary(t), data: data, args: args, netns: netns}
 	d.start()
 	t.Cleanup(func() {
 		d.kill()
 		// Sandboxes outlive the daemon by design; the test removes them.
 		// Without a pool: its start discards pooled ones and makes none.
-		d2 := &daemon{t: t, bin: d.bin, data: data, args: slices.Concat(args, []string{"--warm-pool", "0"})}
+		d2 := &daemon{t: t, bin: d.bin, data: data, netns: netns,
+			args: slices.Concat(args, []string{"--warm-pool", "0", "--prestart", "0", "--network-pool", "0"})}
 		d2.start()
 		c := d2.client()
 		sbs, _ := c.ListSandboxes(context.Background(), atoll.ListOptions{})
@@ -131,6 +145,9 @@ func startDaemon(t *testing.T, data string, args ...string) *daemon {
 func (d *daemon) start() {
 	d.t.Helper()
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data", d.data, "--layer-image-size", fmt.Sprint(int64(8 << 30))}, d.args...)
+	if !slices.Contains(d.args, "--network") {
+		args = append(args, "--network", "off")
+	}
 	d.cmd = exec.Command(d.bin, args...)
 	// Wait must not hang on output pipes that a killed daemon's children hold.
 	d.cmd.WaitDelay = 2 * time.Second
@@ -139,7 +156,7 @@ func (d *daemon) start() {
 		d.t.Fatal(err)
 	}
 	d.cmd.Stderr = &d.out
-	if err := d.cmd.Start(); err != nil {
+	if err := d.startCmd(d.cmd); err != nil {
 		d.t.Fatal(err)
 	}
 	sc := bufio.NewScanner(stdout)
@@ -182,15 +199,41 @@ func (d *daemon) kill() {
 	}
 }
 
-func (d *daemon) client() *atoll.Client { return atoll.New(d.url, d.key) }
+// startCmd starts cmd in the daemon's network namespace.
+func (d *daemon) startCmd(cmd *exec.Cmd) error {
+	if d.netns == "" {
+		return cmd.Start()
+	}
+	return nettest.In(d.netns, cmd.Start)
+}
+
+func (d *daemon) client() *atoll.Client {
+	if d.netns == "" {
+		return atoll.New(d.url, d.key)
+	}
+	hc := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (c net.Conn, err error) {
+			err = nettest.In(d.netns, func() (err error) {
+				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		},
+	}}
+	return atoll.New(d.url, d.key, atoll.WithHTTPClient(hc))
+}
 
 // cli runs the atoll CLI against the daemon and returns stdout and exit code.
 func (d *daemon) cli(args ...string) (string, int) {
 	cmd := exec.Command(d.bin, args...)
 	cmd.Env = append(os.Environ(), "ATOLL_URL="+d.url, "ATOLL_API_KEY="+d.key)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := d.startCmd(cmd)
+	if err == nil {
+		err = cmd.Wait()
+	}
+	out := stdout.Bytes()
 	code := 0
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
@@ -1115,6 +1158,12 @@ func TestHostileInput(t *testing.T) {
 		{"NUL path", "GET", "/v1/sandboxes/" + id + "/files?path=/etc%00", "", 400},
 		{"exec unknown field", "POST", "/v1/sandboxes/" + id + "/exec", `{"command":"x"}`, 400},
 		{"unknown pid", "GET", "/v1/sandboxes/" + id + "/processes/999999", "", 404},
+		{"bad egress CIDR", "POST", "/v1/sandboxes", `{"network":{"allow":["10.0.0.0/33"]}}`, 400},
+		{"bad wildcard", "PUT", "/v1/sandboxes/" + id + "/network", `{"allow":["a.*.example"]}`, 400},
+		// This daemon runs with --network off: a policy fails closed.
+		{"policy without networking", "POST", "/v1/sandboxes", `{"network":{"egress":"deny-all"}}`, 503},
+		{"network without networking", "GET", "/v1/sandboxes/" + id + "/network", "", 503},
+		{"set policy without networking", "PUT", "/v1/sandboxes/" + id + "/network", `{"egress":"deny-all"}`, 503},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -40,7 +40,7 @@ func golden(t *testing.T, name, got string) {
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{
 		{}, {"create"}, {"ls"}, {"inspect"}, {"exec"}, {"shell"}, {"cp"}, {"stop"}, {"start"}, {"rm"},
-		{"pause"}, {"resume"}, {"archive"}, {"timeout"}, {"fork"}, {"restore"}, {"snapshot"}, {"snapshot", "create"}, {"snapshot", "ls"}, {"snapshot", "rm"}, {"snapshot", "archive"},
+		{"pause"}, {"resume"}, {"archive"}, {"timeout"}, {"network"}, {"fork"}, {"restore"}, {"snapshot"}, {"snapshot", "create"}, {"snapshot", "ls"}, {"snapshot", "rm"}, {"snapshot", "archive"},
 		{"template"}, {"template", "import"}, {"template", "build"}, {"template", "ls"}, {"template", "inspect"}, {"template", "rm"},
 	} {
 		name := "help-" + strings.Join(append([]string{"atoll"}, args...), "-")
@@ -87,6 +87,8 @@ var (
 			Env:       map[string]string{"TOKEN": "secret", "LANG": "C.UTF-8"},
 			CreatedAt: now.Add(-2 * time.Hour), StartedAt: &started,
 			ExpiresAt: &expires, Ephemeral: true,
+			Network: &api.SandboxNetwork{IPv4: "10.213.0.3", IPv6: "fd4c:1d6e:95aa::3",
+				Policy: api.NetworkPolicy{Egress: "deny-all", Allow: []string{"10.0.0.0/8", "*.pypi.org"}, Deny: []string{"10.1.0.0/16"}}},
 		},
 		{
 			ID: "a0b1c2d3e4f5g6h7i8j9", State: api.StateStopped, Template: "python:3.12", Runtime: "gvisor",

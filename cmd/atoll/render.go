@@ -67,6 +67,17 @@ func renderInspect(w io.Writer, sb api.Sandbox, now time.Time) error {
 	if sb.AutoArchiveSec > 0 {
 		line("Auto-archive", formatSeconds(sb.AutoArchiveSec)+" after it stops")
 	}
+	if n := sb.Network; n != nil {
+		line("Network", n.IPv4+", "+n.IPv6)
+		egress := n.Policy.Egress
+		if len(n.Policy.Allow) > 0 {
+			egress += "; allow " + strings.Join(n.Policy.Allow, ", ")
+		}
+		if len(n.Policy.Deny) > 0 {
+			egress += "; deny " + strings.Join(n.Policy.Deny, ", ")
+		}
+		line("Egress", egress)
+	}
 	line("Labels", formatMap(sb.Labels, ", "))
 	if len(sb.Env) > 0 {
 		line("Env", strings.Join(slices.Sorted(maps.Keys(sb.Env)), ", ")+" (values hidden; see --json)")

@@ -17,6 +17,7 @@ func newCreateCmd(g *globals) *cobra.Command {
 	var req api.CreateSandboxRequest
 	var env, labels []string
 	var timeout, autoDelete, autoStop, autoArchive time.Duration
+	var pol policyFlags
 	cmd := &cobra.Command{
 		Use:   "create [flags]",
 		Short: "Create and start a sandbox",
@@ -28,10 +29,14 @@ With --snapshot it starts from a snapshot's files and that snapshot's template.
 it stops; --auto-stop stops it after that long without activity (no API call
 about it and no process of its own running); --auto-archive moves its files to
 the archive store that long after it stops (a start brings them back).
-Durations are at most a year.`,
+Durations are at most a year.
+
+--egress, --allow and --deny set its egress policy (default allow-all; see
+"atoll network").`,
 		Example: `  atoll create --template host --cpu 2 --memory 2048 --env LANG=C.UTF-8 --label team=infra
   atoll create --snapshot 7h2k9x0q1w8e5r4t6y0u
-  atoll create --timeout 30m --ephemeral`,
+  atoll create --timeout 30m --ephemeral
+  atoll create --egress deny-all --allow pypi.org --allow '*.pythonhosted.org' --allow 10.0.0.0/8`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
@@ -53,6 +58,7 @@ Durations are at most a year.`,
 			if req.Labels, err = keyValues("--label", labels); err != nil {
 				return err
 			}
+			req.Network = pol.policy()
 			c, err := g.client()
 			if err != nil {
 				return err
@@ -80,6 +86,7 @@ Durations are at most a year.`,
 	f.DurationVar(&autoDelete, "auto-delete", 0, "delete the sandbox this long after it stops, e.g. 24h (default never)")
 	f.DurationVar(&autoStop, "auto-stop", 0, "stop the sandbox after this long without activity, e.g. 15m (default never)")
 	f.DurationVar(&autoArchive, "auto-archive", 0, "archive the sandbox this long after it stops, e.g. 1h (default never)")
+	pol.register(f)
 	return cmd
 }
 

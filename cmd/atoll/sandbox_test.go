@@ -20,6 +20,16 @@ type policySandboxes struct {
 	noSandboxes
 	create  *api.CreateSandboxRequest
 	timeout *api.TimeoutRequest
+	network *api.NetworkPolicy
+}
+
+func (p policySandboxes) GetNetwork(ctx context.Context, id string) (api.SandboxNetwork, error) {
+	return api.SandboxNetwork{IPv4: "10.213.0.3", IPv6: "fd00::3", Policy: api.NetworkPolicy{Egress: "allow-all"}}, nil
+}
+
+func (p policySandboxes) SetNetwork(ctx context.Context, id string, req api.NetworkPolicy) (api.SandboxNetwork, error) {
+	*p.network = req
+	return api.SandboxNetwork{IPv4: "10.213.0.3", IPv6: "fd00::3", Policy: req}, nil
 }
 
 func (p policySandboxes) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
@@ -35,8 +45,9 @@ func (p policySandboxes) SetTimeout(ctx context.Context, id string, req api.Time
 func TestLifecycleFlags(t *testing.T) {
 	var create api.CreateSandboxRequest
 	var timeout api.TimeoutRequest
+	var network api.NetworkPolicy
 	s, err := server.New(server.Config{
-		Sandboxes: policySandboxes{create: &create, timeout: &timeout},
+		Sandboxes: policySandboxes{create: &create, timeout: &timeout, network: &network},
 		Auth:      oneKey("k"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
@@ -61,6 +72,9 @@ func TestLifecycleFlags(t *testing.T) {
 		{nil, api.CreateSandboxRequest{}},
 		{[]string{"--timeout", "30m", "--ephemeral", "--auto-delete", "24h"}, api.CreateSandboxRequest{TimeoutSec: 1800, Ephemeral: true, AutoDeleteSec: 86400}},
 		{[]string{"--timeout", "1500ms"}, api.CreateSandboxRequest{TimeoutSec: 2}}, // never rounded to 0, "none"
+		{[]string{"--egress", "deny-all", "--allow", "example.com", "--allow", "10.0.0.0/8", "--deny", "10.1.0.0/16"},
+			api.CreateSandboxRequest{Network: &api.NetworkPolicy{Egress: "deny-all", Allow: []string{"example.com", "10.0.0.0/8"}, Deny: []string{"10.1.0.0/16"}}}},
+		{[]string{"--allow", "*.pypi.org"}, api.CreateSandboxRequest{Network: &api.NetworkPolicy{Allow: []string{"*.pypi.org"}}}},
 	} {
 		create = api.CreateSandboxRequest{}
 		if out, err := run(append([]string{"create"}, tc.args...)...); err != nil || out != "3k9x2m7q1w8e5r4t6y0u\n" {
@@ -92,6 +106,24 @@ func TestLifecycleFlags(t *testing.T) {
 		if timeout.TimeoutSec != want {
 			t.Errorf("timeout %s sent %d seconds, want %d", in, timeout.TimeoutSec, want)
 		}
+	}
+
+	// atoll network shows, or with flags replaces, the policy.
+	if out, err := run("network", "3k9x2m7q1w8e5r4t6y0u"); err != nil || !strings.Contains(out, "Egress: allow-all") || !strings.Contains(out, "10.213.0.3") {
+		t.Errorf("network: %q, %v", out, err)
+	}
+	out, err := run("network", "3k9x2m7q1w8e5r4t6y0u", "--allow", "example.com", "--deny", "192.0.2.0/24")
+	if err != nil || !strings.Contains(out, "Allow:  example.com") {
+		t.Errorf("network --allow: %q, %v", out, err)
+	}
+	if diff := cmp.Diff(api.NetworkPolicy{Allow: []string{"example.com"}, Deny: []string{"192.0.2.0/24"}}, network); diff != "" {
+		t.Errorf("network --allow sent (-want +got):\n%s", diff)
+	}
+	if _, err := run("network", "3k9x2m7q1w8e5r4t6y0u", "--allow", "a.*.example"); err == nil || !strings.Contains(err.Error(), "wildcard") {
+		t.Errorf("network with a bad wildcard: %v", err)
+	}
+	if _, err := run("create", "--egress", "allow-all", "--allow", "example.com"); err == nil {
+		t.Error("create --egress allow-all --allow: no error")
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/control"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/layers"
+	"github.com/atoll-dev/atoll/internal/network"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/runtime/gvisor"
 	"github.com/atoll-dev/atoll/internal/runtime/ns"
@@ -45,6 +47,14 @@ type serveConfig struct {
 	archive   string
 	debug     bool
 	out       io.Writer
+
+	network     string // auto, on or off
+	bridge      string
+	subnet4     string
+	subnet6     string
+	netAllow    []string
+	dnsUpstream []string
+	netPool     int
 }
 
 func newServeCmd() *cobra.Command {
@@ -59,6 +69,14 @@ Everything it keeps lives in the data directory: an embedded SQLite database,
 the layer store (a btrfs image loop-mounted there unless the directory is already
 on btrfs: snapshots, forks and disk quotas need it), and the API key, created
 on first start.
+
+Each sandbox gets a network namespace of its own on a bridge (--network-bridge,
+default atoll0) with an IPv4 and an IPv6 address, NAT to the host's uplink, a
+resolver on its gateway and an egress policy (docs/network.md). This turns on
+IP forwarding on the host. --network auto (the default) turns networking off,
+with a warning, if the kernel cannot enforce it; sandboxes then have loopback
+only and creates that ask for an egress policy are refused. --network on
+refuses to start instead; --network off never tries.
 
 Stopping the server (Ctrl-C, SIGTERM) leaves sandboxes running; the next start
 re-adopts them.`,
@@ -82,7 +100,84 @@ re-adopts them.`,
 	f.IntVar(&cfg.prestart, "prestart", 4, "sandbox processes to keep started ahead of demand for forks and other creates (0: none)")
 	f.StringVar(&cfg.archive, "archive", "", "object storage URL for archived sandboxes: file:///dir, or s3://bucket?region=R (S3-compatible: &endpoint=URL&use_path_style=true) with credentials from AWS_* variables or ~/.aws (default file://<data>/archive)")
 	f.BoolVar(&cfg.debug, "debug", false, "log debug messages")
+	f.StringVar(&cfg.network, "network", "auto", "sandbox networking: auto (on if the kernel can enforce it), on or off")
+	f.StringVar(&cfg.bridge, "network-bridge", "", `bridge for sandboxes; also names their namespaces and veths (default "atoll0")`)
+	f.StringVar(&cfg.subnet4, "network-subnet4", "", "sandboxes' IPv4 subnet (default 10.213.0.0/16)")
+	f.StringVar(&cfg.subnet6, "network-subnet6", "", "sandboxes' IPv6 /64 (default a unique local prefix derived from the bridge name)")
+	f.StringArrayVar(&cfg.netAllow, "network-allow", nil, "private or special prefix that sandboxes may reach all the same, e.g. an internal mirror's 10.1.2.0/24 (repeatable)")
+	f.StringArrayVar(&cfg.dnsUpstream, "dns-upstream", nil, "DNS server the sandboxes' resolver asks, ADDR or ADDR:PORT (repeatable; default the nameservers of /etc/resolv.conf)")
+	f.IntVar(&cfg.netPool, "network-pool", 4, "network namespaces to keep made ahead of demand (0: none)")
 	return cmd
+}
+
+// networkConfig turns the network flags into a network.Config.
+func networkConfig(cfg serveConfig, log *slog.Logger) (network.Config, error) {
+	nc := network.Config{Bridge: cfg.bridge, Logger: log}
+	var err error
+	if cfg.subnet4 != "" {
+		if nc.Subnet4, err = netip.ParsePrefix(cfg.subnet4); err != nil {
+			return nc, fmt.Errorf("--network-subnet4: %w", err)
+		}
+	}
+	if cfg.subnet6 != "" {
+		if nc.Subnet6, err = netip.ParsePrefix(cfg.subnet6); err != nil {
+			return nc, fmt.Errorf("--network-subnet6: %w", err)
+		}
+	}
+	for _, a := range cfg.netAllow {
+		p, err := netip.ParsePrefix(a)
+		if err != nil {
+			addr, aerr := netip.ParseAddr(a)
+			if aerr != nil {
+				return nc, fmt.Errorf("--network-allow %q: want a CIDR prefix or an address", a)
+			}
+			p = netip.PrefixFrom(addr, addr.BitLen())
+		}
+		nc.Allow = append(nc.Allow, p)
+	}
+	for _, u := range cfg.dnsUpstream {
+		ap, err := netip.ParseAddrPort(u)
+		if err != nil {
+			addr, aerr := netip.ParseAddr(u)
+			if aerr != nil {
+				return nc, fmt.Errorf("--dns-upstream %q: want ADDR or ADDR:PORT", u)
+			}
+			ap = netip.AddrPortFrom(addr, 53)
+		}
+		nc.Upstream = append(nc.Upstream, ap)
+	}
+	return nc, nil
+}
+
+// startNetwork makes the sandboxes' network as --network says: nil when it
+// is off.
+func startNetwork(cfg serveConfig, log *slog.Logger) (*network.Manager, error) {
+	switch cfg.network {
+	case "off":
+		return nil, nil
+	case "on", "auto":
+	default:
+		return nil, fmt.Errorf("--network %q: want auto, on or off", cfg.network)
+	}
+	nc, err := networkConfig(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	m, err := network.New(nc)
+	if err == nil {
+		if err = m.Listen(); err != nil {
+			m.Close()
+			m = nil
+		}
+	}
+	if err != nil {
+		if cfg.network == "on" {
+			return nil, fmt.Errorf("sandbox networking: %w", err)
+		}
+		log.Warn("sandbox networking is off: sandboxes get loopback only, and creates that ask for an egress policy are refused", "err", err)
+		return nil, nil
+	}
+	return m, nil
 }
 
 func serve(ctx context.Context, cfg serveConfig) error {
@@ -154,9 +249,21 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	} else {
 		runtimes = append(runtimes, gv)
 	}
+	netm, err := startNetwork(cfg, log)
+	if err != nil {
+		return err
+	}
+	var netPool *network.Pool
+	if netm != nil {
+		defer netm.Close()
+		if cfg.netPool > 0 {
+			netPool = network.NewPool(netm, cfg.netPool)
+		}
+	}
 	svc, err := control.New(control.Config{
 		Store: st, Layers: ls, Runtimes: runtimes, Unavailable: unavailable, AgentPath: agentPath, Logger: log,
 		WarmPool: cfg.warmPool, Prestart: cfg.prestart, Archive: bucket,
+		Network: netm, NetworkPool: netPool,
 	})
 	if err != nil {
 		return err
@@ -189,6 +296,19 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	var wg sync.WaitGroup
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if netm != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := netm.Run(runCtx); err != nil {
+				log.Error("sandbox resolver and egress proxy stopped", "err", err)
+			}
+		}()
+	}
+	if netPool != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); netPool.Run(runCtx) }()
+	}
 	wg.Add(1)
 	go func() { defer wg.Done(); svc.Run(runCtx) }()
 	errc := make(chan error, 1)

@@ -324,6 +324,12 @@ func (noSandboxes) DeleteSnapshot(context.Context, string) error { return errdef
 func (noSandboxes) ArchiveSnapshot(context.Context, string) (api.Snapshot, error) {
 	return api.Snapshot{}, errdefs.ErrNotFound
 }
+func (noSandboxes) GetNetwork(context.Context, string) (api.SandboxNetwork, error) {
+	return api.SandboxNetwork{}, errdefs.ErrUnavailable
+}
+func (noSandboxes) SetNetwork(context.Context, string, api.NetworkPolicy) (api.SandboxNetwork, error) {
+	return api.SandboxNetwork{}, errdefs.ErrUnavailable
+}
 func (noSandboxes) AgentDialer(context.Context, string) (func(context.Context) (net.Conn, error), error) {
 	return nil, errdefs.ErrNotFound
 }

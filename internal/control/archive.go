@@ -42,7 +42,7 @@ func (s *Service) Archive(ctx context.Context, id string) (api.Sandbox, error) {
 	if err := s.archiveLocked(ctx, &sb, ""); err != nil {
 		return api.Sandbox{}, err
 	}
-	return sb.Sandbox, nil
+	return s.view(sb), nil
 }
 
 // archiveLocked archives stopped sandbox sb, recording reason with the change

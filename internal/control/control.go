@@ -21,6 +21,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/blob"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/layers"
+	"github.com/atoll-dev/atoll/internal/network"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/store"
 )
@@ -50,11 +51,15 @@ type Config struct {
 	Prestart int
 	// Archive is where archived sandboxes' files go; nil disables archiving.
 	Archive *blob.Bucket
-	Logger  *slog.Logger
 	// Unavailable names runtimes this node knows but cannot offer, with
 	// why (for clients: no host paths), so that asking for one is a clear
 	// 503 rather than an unknown runtime's 400.
 	Unavailable map[string]string
+	// Network gives sandboxes networks, taken from NetworkPool if set; nil
+	// runs them with loopback only and refuses network policies.
+	Network     *network.Manager
+	NetworkPool *network.Pool
+	Logger      *slog.Logger
 }
 
 // Service manages sandboxes.
@@ -98,6 +103,9 @@ type Service struct {
 	// poolMu.
 	prestartSize int
 	prestarted   []store.Sandbox
+
+	net     *network.Manager
+	netPool *network.Pool
 }
 
 // uidBase is the first host uid of sandbox ranges: far above the ids a host
@@ -147,6 +155,8 @@ func New(cfg Config) (*Service, error) {
 		activity:     map[string]time.Time{},
 		moving:       map[string]*counter{},
 		poolWake:     make(chan struct{}, 1),
+		net:          cfg.Network,
+		netPool:      cfg.NetworkPool,
 	}
 	for _, r := range cfg.Runtimes {
 		s.runtimes[r.Name()] = r
@@ -293,6 +303,9 @@ func (s *Service) validate(req *api.CreateSandboxRequest) error {
 	case req.AutoArchiveSec > 0 && s.archive == nil:
 		return fmt.Errorf("%w: this server has no archive store for auto_archive_sec", errdefs.ErrUnavailable)
 	}
+	if _, err := s.checkPolicy(req.Network); err != nil {
+		return err
+	}
 	for k, v := range req.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) || len(k)+len(v) > 128<<10 {
 			return bad("invalid environment variable %q", truncate(k, 64))
@@ -341,8 +354,12 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	if err != nil {
 		return api.Sandbox{}, err
 	}
+	policy, err := s.checkPolicy(req.Network)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
 	if req.Snapshot == "" {
-		if sb, ok := s.takePooled(context.WithoutCancel(ctx), req); ok {
+		if sb, ok := s.takePooled(context.WithoutCancel(ctx), req, policy); ok {
 			return sb, nil
 		}
 	}
@@ -355,7 +372,7 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 		Env: req.Env, Labels: req.Labels, CreatedAt: time.Now().UTC(),
 		Ephemeral: req.Ephemeral, AutoDeleteSec: req.AutoDeleteSec, AutoStopSec: req.AutoStopSec,
 		AutoArchiveSec: req.AutoArchiveSec,
-	}, TimeoutSec: req.TimeoutSec, FromSnapshot: req.Snapshot}
+	}, TimeoutSec: req.TimeoutSec, FromSnapshot: req.Snapshot, Policy: policy}
 	t0 := time.Now()
 	unlock, err := s.newSandbox(ctx, &sb)
 	if err != nil {
@@ -378,7 +395,7 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 		return api.Sandbox{}, err
 	}
 	s.log.Debug("created", "sandbox", sb.ID, "op", "create", "ms", ms(t0))
-	return sb.Sandbox, nil
+	return s.view(sb), nil
 }
 
 // startLocked starts sb (in state from) and records it in state to. The
@@ -389,16 +406,27 @@ func (s *Service) startLocked(ctx context.Context, sb *store.Sandbox, tmpl layer
 	}
 	if err := s.store.Update(ctx, sb, from); err != nil {
 		_ = s.runtimes[sb.Runtime].Stop(ctx, sb.ID, instance(*sb))
+		s.releaseNetwork(ctx, *sb)
 		return err
 	}
 	return nil
 }
 
 // run starts sb and sets its fields for state to, without recording them:
-// the caller does, and stops it if that fails.
-func (s *Service) run(ctx context.Context, sb *store.Sandbox, tmpl layers.Template, to string, weight uint64) error {
+// the caller does, and stops it (and releases its network) if that fails.
+func (s *Service) run(ctx context.Context, sb *store.Sandbox, tmpl layers.Template, to string, weight uint64) (err error) {
 	rt := s.runtimes[sb.Runtime]
 	t0 := time.Now()
+	netw, err := s.attachNetwork(ctx, *sb)
+	if err != nil {
+		s.log.Error("attaching network", "sandbox", sb.ID, "err", err)
+		return fmt.Errorf("%w: giving the sandbox its network failed", errdefs.ErrUnavailable)
+	}
+	defer func() {
+		if err != nil {
+			s.releaseNetwork(ctx, *sb)
+		}
+	}()
 	writable, err := s.layers.CreateWritable(sb.ID, sb.DiskGiB<<30)
 	if err != nil {
 		return fmt.Errorf("preparing writable layer: %w", err)
@@ -420,6 +448,7 @@ func (s *Service) run(ctx context.Context, sb *store.Sandbox, tmpl layers.Templa
 		User:      tmpl.User,
 		Workdir:   tmpl.Workdir,
 		AgentPath: s.agentPath,
+		Network:   netw,
 	}
 	s.log.Debug("writable layer ready", "sandbox", sb.ID, "op", "start", "ms", ms(t0))
 	inst, err := rt.Start(ctx, spec)
@@ -483,6 +512,7 @@ func (s *Service) discard(ctx context.Context, sb store.Sandbox) {
 			s.log.Error("cleaning up sandbox", "sandbox", sb.ID, "err", err)
 		}
 	}
+	s.releaseNetwork(ctx, sb)
 	if err := s.layers.RemoveWritable(sb.ID); err != nil {
 		s.log.Error("removing writable layer", "sandbox", sb.ID, "err", err)
 	}
@@ -497,11 +527,12 @@ func (s *Service) Get(ctx context.Context, id string) (api.Sandbox, error) {
 		return api.Sandbox{}, err
 	}
 	sb, err := s.get(ctx, id)
-	if err == nil {
-		s.touch(id)
-		sb.Progress = s.progress(id)
+	if err != nil {
+		return api.Sandbox{}, err
 	}
-	return sb.Sandbox, err
+	s.touch(id)
+	sb.Progress = s.progress(id)
+	return s.view(sb), nil
 }
 
 // get reads a sandbox the API may show.
@@ -531,7 +562,7 @@ next:
 			}
 		}
 		sb.Progress = s.progress(sb.ID)
-		out = append(out, sb.Sandbox)
+		out = append(out, s.view(sb))
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out, nil
@@ -575,7 +606,7 @@ func (s *Service) Stop(ctx context.Context, id string) (api.Sandbox, error) {
 		}
 		sb.State = api.StateDeleted
 	}
-	return sb.Sandbox, nil
+	return s.view(sb), nil
 }
 
 func (s *Service) stopLocked(ctx context.Context, sb *store.Sandbox, reason string) error {
@@ -590,6 +621,7 @@ func (s *Service) stopLocked(ctx context.Context, sb *store.Sandbox, reason stri
 		_ = s.store.Update(ctx, sb, api.StateStopping)
 		return fmt.Errorf("%w: stopping sandbox failed", errdefs.ErrUnavailable)
 	}
+	s.releaseNetwork(ctx, *sb)
 	now := time.Now().UTC()
 	sb.State, sb.Error, sb.StoppedAt = api.StateStopped, reason, &now
 	sb.PID, sb.StartTime, sb.Socket = 0, 0, ""
@@ -616,7 +648,7 @@ func (s *Service) Start(ctx context.Context, id string) (api.Sandbox, error) {
 	if err := s.restartLocked(ctx, &sb); err != nil {
 		return api.Sandbox{}, err
 	}
-	return sb.Sandbox, nil
+	return s.view(sb), nil
 }
 
 // restartLocked starts stopped sb over its files, through starting; if that
@@ -671,6 +703,7 @@ func (s *Service) deleteLocked(ctx context.Context, sb store.Sandbox) error {
 			return fmt.Errorf("%w: deleting sandbox failed; try again", errdefs.ErrUnavailable)
 		}
 	}
+	s.releaseNetwork(ctx, sb)
 	if err := s.layers.RemoveWritable(sb.ID); err != nil {
 		s.log.Error("removing writable layer", "sandbox", sb.ID, "err", err)
 		return fmt.Errorf("%w: deleting sandbox failed; try again", errdefs.ErrUnavailable)
@@ -763,6 +796,9 @@ func (s *Service) Recover(ctx context.Context) error {
 				_ = s.layers.RemoveWritable(sb.ID)
 			}
 		}
+	}
+	if err := s.recoverNetworks(ctx); err != nil {
+		return err
 	}
 	if err := s.recoverSnapshots(ctx); err != nil {
 		return err

@@ -52,7 +52,7 @@ func (s *Service) SetTimeout(ctx context.Context, id string, req api.TimeoutRequ
 	if err := s.store.Update(ctx, &sb, sb.State); err != nil {
 		return api.Sandbox{}, err
 	}
-	return sb.Sandbox, nil
+	return s.view(sb), nil
 }
 
 func (s *Service) applyPolicies(ctx context.Context) {

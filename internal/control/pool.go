@@ -130,8 +130,9 @@ func (s *Service) createPooled(ctx context.Context, template string) (string, er
 	return sb.ID, nil
 }
 
-// takePooled hands out a pooled sandbox for req if one fits, or returns ok false.
-func (s *Service) takePooled(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, bool) {
+// takePooled hands out a pooled sandbox for req, with egress policy policy,
+// if one fits, or returns ok false.
+func (s *Service) takePooled(ctx context.Context, req api.CreateSandboxRequest, policy api.NetworkPolicy) (api.Sandbox, bool) {
 	if req.Runtime != s.defaults.Runtime {
 		return api.Sandbox{}, false
 	}
@@ -145,7 +146,7 @@ func (s *Service) takePooled(ctx context.Context, req api.CreateSandboxRequest) 
 		s.pool[req.Template] = s.pool[req.Template][1:]
 		s.poolMu.Unlock()
 		s.wakePool()
-		sb, err := s.adoptPooled(ctx, id, req)
+		sb, err := s.adoptPooled(ctx, id, req, policy)
 		if err == nil {
 			return sb, true
 		}
@@ -153,7 +154,7 @@ func (s *Service) takePooled(ctx context.Context, req api.CreateSandboxRequest) 
 	}
 }
 
-func (s *Service) adoptPooled(ctx context.Context, id string, req api.CreateSandboxRequest) (api.Sandbox, error) {
+func (s *Service) adoptPooled(ctx context.Context, id string, req api.CreateSandboxRequest, policy api.NetworkPolicy) (api.Sandbox, error) {
 	unlock := s.lock(id)
 	defer unlock()
 	sb, err := s.store.Get(ctx, id)
@@ -181,6 +182,14 @@ func (s *Service) adoptPooled(ctx context.Context, id string, req api.CreateSand
 			return fail(err)
 		}
 	}
+	// The pooled sandbox ran under allow-all; what it opened that the new
+	// policy forbids is cut.
+	sb.Policy = policy
+	if s.net != nil {
+		if err := s.net.SetPolicy(ctx, sb.Slot, s.policyOf(sb)); err != nil {
+			return fail(err)
+		}
+	}
 	now := time.Now().UTC()
 	sb.State, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs = api.StateRunning, req.CPU, req.MemoryMiB, req.DiskGiB, req.PIDs
 	sb.Env, sb.Labels, sb.CreatedAt, sb.StartedAt = req.Env, req.Labels, now, &now
@@ -194,7 +203,7 @@ func (s *Service) adoptPooled(ctx context.Context, id string, req api.CreateSand
 	if err := s.store.Update(ctx, &sb, statePooled); err != nil {
 		return fail(err)
 	}
-	return sb.Sandbox, nil
+	return s.view(sb), nil
 }
 
 func (s *Service) wakePool() {

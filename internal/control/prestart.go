@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/egress"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/store"
@@ -63,6 +64,16 @@ func (s *Service) createPrestarted(ctx context.Context, rt runtime.Preparer) (st
 		ID:     sb.ID,
 		Limits: runtime.Limits{CPU: sb.CPU, MemoryBytes: sb.MemoryMiB << 20, PIDs: sb.PIDs, CPUWeight: poolWeight},
 		IDMap:  idMap(sb.Slot), AgentPath: s.agentPath,
+	}
+	// Its process is born in the network its slot will have: denying all
+	// until a sandbox takes it and its policy is set.
+	if s.net != nil {
+		att, err := s.attach(ctx, sb.Slot, egress.Policy{DenyByDefault: true})
+		if err != nil {
+			s.discard(ctx, sb)
+			return sb, err
+		}
+		spec.Network = runtimeNetwork(att)
 	}
 	if err := rt.Prepare(ctx, spec); err != nil {
 		s.discard(ctx, sb)

@@ -33,7 +33,7 @@ func (s *Service) Pause(ctx context.Context, id string) (api.Sandbox, error) {
 		_ = s.runtimes[sb.Runtime].Resume(ctx, id)
 		return api.Sandbox{}, err
 	}
-	return sb.Sandbox, nil
+	return s.view(sb), nil
 }
 
 // Resume thaws a paused sandbox.
@@ -52,7 +52,7 @@ func (s *Service) Resume(ctx context.Context, id string) (api.Sandbox, error) {
 	if err := s.store.Update(ctx, &sb, api.StatePaused); err != nil {
 		return api.Sandbox{}, err
 	}
-	return sb.Sandbox, nil
+	return s.view(sb), nil
 }
 
 // frozen runs f with sb's processes frozen when it runs, so that its files
@@ -222,7 +222,7 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 			State: api.StateCreating, Template: parent.Template, Runtime: parent.Runtime,
 			CPU: parent.CPU, MemoryMiB: parent.MemoryMiB, DiskGiB: parent.DiskGiB, PIDs: parent.PIDs,
 			Env: parent.Env, Labels: labels, CreatedAt: time.Now().UTC(),
-		}})
+		}, Policy: parent.Policy})
 	}
 	if err := s.newSandboxes(ctx, children); err != nil {
 		unlock()
@@ -272,7 +272,7 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 	}
 	out := make([]api.Sandbox, len(children))
 	for i, c := range children {
-		out[i] = c.Sandbox
+		out[i] = s.view(c)
 	}
 	return out, nil
 }
@@ -315,7 +315,7 @@ func (s *Service) Restore(ctx context.Context, id string, req api.RestoreRequest
 			return api.Sandbox{}, err
 		}
 	}
-	return sb.Sandbox, nil
+	return s.view(sb), nil
 }
 
 func apiSnapshot(sn store.Snapshot) api.Snapshot {

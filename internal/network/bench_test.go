@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/atoll-dev/atoll/internal/egress"
 )
 
 // reportPercentiles reports the median and 99th percentile of ds in ms.
@@ -28,7 +30,7 @@ func BenchmarkAttach(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
-		if _, err := tp.m.Attach(ctx, i%1000); err != nil {
+		if _, err := tp.m.Attach(ctx, i%1000, egress.Policy{}); err != nil {
 			b.Fatal(err)
 		}
 		attach = append(attach, time.Since(start))
@@ -65,7 +67,7 @@ func BenchmarkPoolGet(b *testing.B) {
 		pool.mu.Unlock()
 		b.StartTimer()
 		start = time.Now()
-		if _, err := pool.Get(ctx, i%1000); err != nil {
+		if _, err := pool.Get(ctx, i%1000, egress.Policy{}); err != nil {
 			b.Fatal(err)
 		}
 		get = append(get, time.Since(start))

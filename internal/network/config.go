@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -30,10 +31,20 @@ type Config struct {
 	// default-route interface (the uplink), or 1500 without one.
 	MTU int
 	// GatewayTCPPorts and GatewayUDPPorts are the host ports on the gateway
-	// addresses that sandboxes may connect to: the resolver and the egress
-	// proxy. Default: 53 for each. Everything else on the host is refused.
+	// addresses that sandboxes may connect to: the resolver's. Default: 53
+	// for each. Everything else on the host is refused, but for ProxyPort
+	// to which the firewall itself sends connections.
 	GatewayTCPPorts []uint16
 	GatewayUDPPorts []uint16
+	// ProxyPort is the egress proxy's port on the gateway addresses,
+	// default 4380. Sandboxes whose policy allows names have their
+	// connections to ports 80 and 443 sent there; connecting to it directly
+	// is refused.
+	ProxyPort uint16
+	// Upstream are the DNS servers the sandboxes' resolver asks. Default:
+	// the nameservers of /etc/resolv.conf, port 53, asked from the host
+	// namespace (HostNetns).
+	Upstream []netip.AddrPort
 	// Allow lists destination prefixes that are blocked by default
 	// (BlockedPrefixes: private, link-local, metadata, multicast...) that
 	// the operator lets sandboxes reach, such as an internal package mirror.
@@ -93,9 +104,20 @@ func (c Config) withDefaults() (Config, error) {
 	if c.GatewayUDPPorts == nil {
 		c.GatewayUDPPorts = []uint16{53}
 	}
+	if c.ProxyPort == 0 {
+		c.ProxyPort = 4380
+	}
 	for _, p := range append(append([]uint16(nil), c.GatewayTCPPorts...), c.GatewayUDPPorts...) {
 		if p == 0 {
 			return c, fmt.Errorf("%w: gateway port 0", errdefs.ErrInvalid)
+		}
+	}
+	if slices.Contains(c.GatewayTCPPorts, c.ProxyPort) {
+		return c, fmt.Errorf("%w: proxy port %d is also a gateway TCP port", errdefs.ErrInvalid, c.ProxyPort)
+	}
+	for _, u := range c.Upstream {
+		if !u.IsValid() || u.Port() == 0 {
+			return c, fmt.Errorf("%w: upstream resolver %s", errdefs.ErrInvalid, u)
 		}
 	}
 	for _, p := range c.Allow {

@@ -1,6 +1,8 @@
 // Package network gives each sandbox its own network namespace on a host
 // bridge and holds the firewall that keeps sandboxes apart from each other,
-// from the host and from private networks.
+// from the host and from private networks, and that enforces each sandbox's
+// egress policy (package egress) with a resolver and an egress proxy on the
+// gateway.
 //
 // # Model
 //
@@ -24,7 +26,36 @@
 //
 // Inside, the sandbox has lo and eth0 with its two addresses, default routes
 // via the gateways and the bridge's MTU (default the uplink's). The
-// resolver and the egress proxy listen on the gateway addresses.
+// resolver and the egress proxy listen on the gateway addresses (Listen,
+// Run).
+//
+// # Egress policies
+//
+// Each attached slot has a chain of its own, s<slot>, that the verdict maps
+// send its new connections to, and six sets: denied, allowed and resolved
+// destinations of each family. The chain refuses the denied; lets through,
+// to the shared egress checks, slots in the open sets (allow-all), the
+// allowed prefixes and the resolved addresses; and refuses the rest. A
+// policy change refills the sets in one batch (atomic for new connections)
+// and deletes the conntrack entries of the slot's connections the new
+// policy forbids, so that their next packet is judged anew and refused.
+//
+// The resolver knows a sandbox by its source address. It forwards a
+// question to the upstream servers only if the policy allows the name (all
+// names under allow-all), answers NXDOMAIN otherwise, and puts the
+// addresses of an allowed name's answer into the slot's resolved sets, with
+// a timeout of the answer's TTL (at least a minute) plus a grace period,
+// before it answers. For slots whose policy allows names, prerouting sends
+// TCP to ports 80 and 443 to the egress proxy on the gateway, which reads
+// the TLS ClientHello's server name or each HTTP request's Host and connects
+// to the original destination only if the name is allowed and resolves to
+// it; destinations allowed by address pass through unread. So an address
+// that an allowed name shares with a denied one (a CDN's) cannot front the
+// denied name. Encrypted ClientHellos, which hide the name, are refused.
+//
+// The kernel keeps a slot's sets across a daemon restart: New reads them
+// back and installs them again, and SetPolicy later tells the resolver and
+// the proxy the policy again.
 //
 // Manager.Attach makes all this for a slot from nothing; a Pool keeps
 // namespaces with their veths made ahead of time, so that Pool.Get only
@@ -57,7 +88,13 @@
 //   - Only the addresses of attached sandboxes are forwarded: the per-sandbox
 //     state is one element per address in a verdict map, so attaching is a
 //     set insert, never a ruleset rebuild.
-//   - Release leaves nothing: no element, veth, conntrack entry or namespace.
+//   - A sandbox's new connections follow its egress policy: denied
+//     prefixes are refused; under deny-all only allowed prefixes and the
+//     addresses its resolver gave it for allowed names are reached, and
+//     names not allowed do not resolve. Changing the policy cuts the
+//     connections the new one forbids.
+//   - Release leaves nothing: no element, chain, set, veth, conntrack entry
+//     or namespace.
 //   - Probe checks that the kernel can enforce all this, and New refuses to
 //     start when it cannot.
 //

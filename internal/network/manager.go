@@ -16,11 +16,13 @@ import (
 
 	"github.com/google/nftables"
 	mdnetlink "github.com/mdlayher/netlink"
+	"github.com/miekg/dns"
 	"github.com/ti-mo/conntrack"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/atoll-dev/atoll/internal/egress"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 )
 
@@ -75,6 +77,17 @@ type Manager struct {
 	// own; Sweep leaves them alone.
 	warm    map[string]bool
 	warmSeq int
+
+	// slotsMu guards slots, the attached slots' policies and what the
+	// resolver gave them; it is taken before nftMu.
+	slotsMu sync.Mutex
+	slots   map[int]*slotState
+
+	// The resolver and the egress proxy, once Listen has opened them.
+	dns    []*dns.Server
+	proxyL []net.Listener
+	// upstream are the resolver's upstream servers.
+	upstream []netip.AddrPort
 }
 
 // New checks that the kernel can enforce the network model (Probe), then
@@ -89,7 +102,7 @@ func New(cfg Config) (*Manager, error) {
 	if err := Probe(); err != nil {
 		return nil, err
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger, hostNS: -1, warm: map[string]bool{}}
+	m := &Manager{cfg: cfg, log: cfg.Logger, hostNS: -1, warm: map[string]bool{}, slots: map[int]*slotState{}}
 	ok := false
 	defer func() {
 		if !ok {
@@ -122,7 +135,11 @@ func New(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 
-	nftOpts := []nftables.ConnOption{nftables.AsLasting()}
+	// A batch goes in one sendmsg, and every message of it is
+	// acknowledged, the kernel queueing all the acknowledgements before the
+	// library reads one: installing the table with many attached slots
+	// (about 30 messages each) needs buffers far above the defaults.
+	nftOpts := []nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(bigBuffers)}
 	if m.hostNS >= 0 {
 		nftOpts = append(nftOpts, nftables.WithNetNSFd(m.hostNS))
 	}
@@ -134,8 +151,21 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Attached slots keep what the kernel holds for them, resolved
+	// addresses included, until their policy is set again (SetPolicy).
+	kernels := map[int]*slotKernel{}
+	carried := m.readSlotKernels(attached)
+	for _, slot := range attached {
+		k := carried[slot]
+		kernels[slot] = k
+		st := &slotState{kernel: *k, resolved: map[netip.Addr]*resolvedAddr{}, conns: map[*proxyConn]struct{}{}}
+		for _, r := range k.resolved {
+			st.resolved[r.addr] = &resolvedAddr{names: map[string]bool{}, until: time.Now().Add(r.timeout)}
+		}
+		m.slots[slot] = st
+	}
 	m.nftMu.Lock()
-	err = m.rs.install(m.nft, cfg, attached)
+	err = m.rs.install(m.nft, cfg, kernels)
 	if err == nil {
 		err = m.nft.Flush()
 	}
@@ -149,12 +179,35 @@ func New(cfg Config) (*Manager, error) {
 	return m, nil
 }
 
+// bigBuffers gives a netlink socket send and receive buffers of 64 MiB,
+// past net.core.[rw]mem_max (SO_*BUFFORCE, for root); memory is used only
+// while a batch or its acknowledgements are in them.
+func bigBuffers(c *mdnetlink.Conn) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	err = raw.Control(func(fd uintptr) {
+		serr = errors.Join(unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20),
+			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 64<<20))
+	})
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("netlink buffers: %w", err)
+	}
+	return nil
+}
+
 // Config returns the configuration in effect, defaults filled in.
 func (m *Manager) Config() Config { c := m.cfg; c.MTU = m.mtu; return c }
 
 // Close releases the Manager's handles and leaves the network as it is, so
 // that sandboxes keep working while the daemon restarts; see Teardown.
 func (m *Manager) Close() error {
+	m.closeListeners()
 	m.ctMu.Lock()
 	if m.ct != nil {
 		m.ct.Close()
@@ -382,6 +435,12 @@ func (m *Manager) attachment(slot int) *Attachment {
 	}
 }
 
+// Addrs are slot's addresses, whether attached or not.
+func (m *Manager) Addrs(slot int) (netip.Addr, netip.Addr) {
+	a4, a6 := m.cfg.slotAddrs(slot)
+	return a4.Addr(), a6.Addr()
+}
+
 // Lookup returns slot's attachment if its namespace exists, as after a
 // daemon restart; ErrNotFound otherwise.
 func (m *Manager) Lookup(slot int) (*Attachment, error) {
@@ -412,9 +471,9 @@ func (e *entry) close() {
 }
 
 // Attach makes slot's namespace and veth and opens the firewall for its
-// addresses. A Pool does the same faster. Attaching a slot that is attached
-// is ErrConflict.
-func (m *Manager) Attach(ctx context.Context, slot int) (*Attachment, error) {
+// addresses as pol allows. A Pool does the same faster. Attaching a slot
+// that is attached is ErrConflict.
+func (m *Manager) Attach(ctx context.Context, slot int, pol egress.Policy) (*Attachment, error) {
 	if err := m.cfg.checkSlot(slot); err != nil {
 		return nil, err
 	}
@@ -428,7 +487,7 @@ func (m *Manager) Attach(ctx context.Context, slot int) (*Attachment, error) {
 	if err != nil {
 		return nil, err
 	}
-	a, err := m.assign(e, slot)
+	a, err := m.assign(e, slot, pol)
 	if err != nil {
 		return nil, err
 	}
@@ -528,7 +587,7 @@ func (m *Manager) create(name string) (e *entry, err error) {
 
 // assign gives e to slot: names, addresses, routes, firewall elements, and
 // finally the host end up. On error e is destroyed.
-func (m *Manager) assign(e *entry, slot int) (a *Attachment, err error) {
+func (m *Manager) assign(e *entry, slot int, pol egress.Policy) (a *Attachment, err error) {
 	added := false
 	defer func() {
 		if err != nil {
@@ -569,7 +628,7 @@ func (m *Manager) assign(e *entry, slot int) (a *Attachment, err error) {
 			return nil, fmt.Errorf("adding default route via %s: %w", gw, err)
 		}
 	}
-	if err := m.addElements(slot); err != nil {
+	if err := m.addElements(slot, pol); err != nil {
 		return nil, err
 	}
 	added = true
@@ -591,60 +650,106 @@ func (m *Manager) destroy(e *entry) error {
 	return errors.Join(err, removeNetns(e.nsPath))
 }
 
-func (m *Manager) addElements(slot int) error {
-	a4, a6 := m.cfg.slotAddrs(slot)
+func (m *Manager) addElements(slot int, pol egress.Policy) error {
+	m.slotsMu.Lock()
+	defer m.slotsMu.Unlock()
+	if m.slots[slot] != nil {
+		return fmt.Errorf("%w: network slot %d is attached", errdefs.ErrConflict, slot)
+	}
+	k := kernelOf(pol, nil)
 	m.nftMu.Lock()
 	defer m.nftMu.Unlock()
-	if err := m.nft.SetAddElements(m.rs.sandbox4, sandboxElems(a4.Addr())); err != nil {
-		return err
-	}
-	if err := m.nft.SetAddElements(m.rs.sandbox6, sandboxElems(a6.Addr())); err != nil {
+	if err := m.rs.addSlot(m.nft, m.cfg, slot, &k); err != nil {
 		return err
 	}
 	if err := m.nft.Flush(); err != nil {
 		return fmt.Errorf("adding firewall elements: %w", err)
 	}
+	m.slots[slot] = &slotState{pol: pol, known: true, kernel: k,
+		resolved: map[netip.Addr]*resolvedAddr{}, conns: map[*proxyConn]struct{}{}}
 	return nil
 }
 
-// deleteElements removes slot's elements; missing ones are not an error.
+// deleteElements removes slot's firewall objects and state; missing ones
+// are not an error.
 func (m *Manager) deleteElements(slot int) error {
-	a4, a6 := m.cfg.slotAddrs(slot)
-	return m.deleteAddrElements([]netip.Addr{a4.Addr(), a6.Addr()})
-}
-
-func (m *Manager) deleteAddrElements(addrs []netip.Addr) error {
+	m.slotsMu.Lock()
+	st := m.slots[slot]
+	delete(m.slots, slot)
+	m.slotsMu.Unlock()
+	if st != nil {
+		st.closeConns()
+	}
 	m.nftMu.Lock()
 	defer m.nftMu.Unlock()
-	del := func(a netip.Addr) error {
-		s := m.rs.sandbox6
-		if a.Is4() {
-			s = m.rs.sandbox4
-		}
-		return m.nft.SetDeleteElements(s, []nftables.SetElement{{Key: a.AsSlice()}})
+	had := &slotKernel{open: true, proxied: true}
+	if st != nil {
+		had = &st.kernel
 	}
-	// One batch in the common case; one per element when some are missing,
-	// since a missing element fails its whole batch.
-	for _, a := range addrs {
-		if err := del(a); err != nil {
-			return err
-		}
+	// One batch in the common case; one per object when some are missing,
+	// since a missing object fails its whole batch.
+	if err := m.rs.delSlot(m.nft, m.cfg, slot, had); err != nil {
+		return err
 	}
-	if err := m.nft.Flush(); err == nil || !errors.Is(err, unix.ENOENT) {
-		if err != nil {
-			return fmt.Errorf("deleting firewall elements: %w", err)
-		}
+	err := m.nft.Flush()
+	if err == nil {
 		return nil
 	}
-	for _, a := range addrs {
-		if err := del(a); err != nil {
+	if !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("deleting firewall elements: %w", err)
+	}
+	return m.deleteSlotPiecewise(slot)
+}
+
+// deleteSlotPiecewise removes whatever exists of slot's firewall objects,
+// one batch each. The caller holds nftMu.
+func (m *Manager) deleteSlotPiecewise(slot int) error {
+	a4, a6 := m.cfg.slotAddrs(slot)
+	try := func(queue func() error) error {
+		if err := queue(); err != nil {
 			return err
 		}
 		if err := m.nft.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("deleting firewall element %s: %w", a, err)
+			return fmt.Errorf("deleting firewall objects of slot %d: %w", slot, err)
+		}
+		return nil
+	}
+	var errs []error
+	for _, s := range []*nftables.Set{m.rs.sandbox4, m.rs.open4, m.rs.proxied4} {
+		errs = append(errs, try(func() error { return m.nft.SetDeleteElements(s, addrElems(a4.Addr())) }))
+	}
+	for _, s := range []*nftables.Set{m.rs.sandbox6, m.rs.open6, m.rs.proxied6} {
+		errs = append(errs, try(func() error { return m.nft.SetDeleteElements(s, addrElems(a6.Addr())) }))
+	}
+	errs = append(errs, try(func() error {
+		m.nft.DelChain(&nftables.Chain{Name: slotChain(slot), Table: m.rs.table})
+		return nil
+	}))
+	for kind := range slotSetKinds {
+		errs = append(errs, try(func() error { m.nft.DelSet(m.rs.slotSet(slot, kind)); return nil }))
+	}
+	return errors.Join(errs...)
+}
+
+// deleteAddrElements removes stale verdict map, open and proxied elements
+// of addrs; missing ones are not an error. The caller holds nftMu.
+func (m *Manager) deleteAddrElements(addrs []netip.Addr) error {
+	var errs []error
+	for _, a := range addrs {
+		sets := []*nftables.Set{m.rs.sandbox6, m.rs.open6, m.rs.proxied6}
+		if a.Is4() {
+			sets = []*nftables.Set{m.rs.sandbox4, m.rs.open4, m.rs.proxied4}
+		}
+		for _, s := range sets {
+			if err := m.nft.SetDeleteElements(s, addrElems(a)); err != nil {
+				return err
+			}
+			if err := m.nft.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+				errs = append(errs, fmt.Errorf("deleting firewall element %s: %w", a, err))
+			}
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Release removes slot's network: firewall elements first (no new traffic),
@@ -663,7 +768,7 @@ func (m *Manager) Release(ctx context.Context, slot int) error {
 	if derr := m.destroy(&entry{name: name, nsPath: filepath.Join(m.cfg.NetnsDir, name)}); derr != nil {
 		err = errors.Join(err, derr)
 	}
-	if _, cerr := m.flushConntrack(func(a netip.Addr) bool { return a == a4.Addr() || a == a6.Addr() }); cerr != nil {
+	if _, cerr := m.flushConntrack(anyAddr(func(a netip.Addr) bool { return a == a4.Addr() || a == a6.Addr() })); cerr != nil {
 		err = errors.Join(err, cerr)
 	}
 	if err != nil {
@@ -685,9 +790,9 @@ func (m *Manager) dialConntrack() (*conntrack.Conn, error) {
 	return c, nil
 }
 
-// flushConntrack deletes the host's conntrack entries that have an address
-// for which match is true in either direction, and says how many.
-func (m *Manager) flushConntrack(match func(netip.Addr) bool) (n int, err error) {
+// flushConntrack deletes the host's conntrack entries for which match is
+// true, and says how many.
+func (m *Manager) flushConntrack(match func(conntrack.Flow) bool) (n int, err error) {
 	m.ctMu.Lock()
 	defer m.ctMu.Unlock()
 	if m.ct == nil {
@@ -706,7 +811,7 @@ func (m *Manager) flushConntrack(match func(netip.Addr) bool) (n int, err error)
 		return 0, fmt.Errorf("listing conntrack entries: %w", err)
 	}
 	for _, f := range flows {
-		if !flowMatches(f, match) {
+		if !match(f) {
 			continue
 		}
 		if err := m.ct.Delete(f); err != nil && !errors.Is(err, unix.ENOENT) {
@@ -715,6 +820,12 @@ func (m *Manager) flushConntrack(match func(netip.Addr) bool) (n int, err error)
 		n++
 	}
 	return n, nil
+}
+
+// anyAddr matches flows with an address for which match is true in either
+// direction.
+func anyAddr(match func(netip.Addr) bool) func(conntrack.Flow) bool {
+	return func(f conntrack.Flow) bool { return flowMatches(f, match) }
 }
 
 func flowMatches(f conntrack.Flow, match func(netip.Addr) bool) bool {
@@ -778,7 +889,7 @@ func (m *Manager) Sweep(ctx context.Context, inUse []int) error {
 	}
 	var addrs []netip.Addr
 	m.nftMu.Lock()
-	for _, s := range []*nftables.Set{m.rs.sandbox4, m.rs.sandbox6} {
+	for _, s := range []*nftables.Set{m.rs.sandbox4, m.rs.sandbox6, m.rs.open4, m.rs.open6, m.rs.proxied4, m.rs.proxied6} {
 		elems, err := m.nft.GetSetElements(s)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("listing firewall elements: %w", err))
@@ -789,24 +900,62 @@ func (m *Manager) Sweep(ctx context.Context, inUse []int) error {
 			if !ok {
 				continue
 			}
-			if slot, ok := m.cfg.slotOf(a); !ok || !keep[slot] {
+			if slot, ok := m.cfg.slotOf(a); (!ok || !keep[slot]) && !slices.Contains(addrs, a) {
 				addrs = append(addrs, a)
 			}
 		}
 	}
-	m.nftMu.Unlock()
 	if len(addrs) > 0 {
 		if err := m.deleteAddrElements(addrs); err != nil {
 			errs = append(errs, err)
 		}
 		removed += len(addrs)
 	}
+	// Slot chains and sets of slots not kept.
+	staleSlots := map[int]bool{}
+	if chains, err := m.nft.ListChainsOfTableFamily(nftables.TableFamilyINet); err != nil {
+		errs = append(errs, fmt.Errorf("listing chains: %w", err))
+	} else {
+		for _, c := range chains {
+			if slot, ok := parseSlotObject(c.Name); ok && c.Table.Name == m.rs.table.Name && !keep[slot] {
+				staleSlots[slot] = true
+			}
+		}
+	}
+	if sets, err := m.nft.GetSets(m.rs.table); err != nil {
+		errs = append(errs, fmt.Errorf("listing sets: %w", err))
+	} else {
+		for _, s := range sets {
+			if slot, ok := parseSlotObject(s.Name); ok && !keep[slot] {
+				staleSlots[slot] = true
+			}
+		}
+	}
+	for slot := range staleSlots {
+		if err := m.deleteSlotPiecewise(slot); err != nil {
+			errs = append(errs, err)
+		}
+		removed++
+	}
+	m.nftMu.Unlock()
+	m.slotsMu.Lock()
+	var gone []*slotState
+	for slot, st := range m.slots {
+		if !keep[slot] {
+			gone = append(gone, st)
+			delete(m.slots, slot)
+		}
+	}
+	m.slotsMu.Unlock()
+	for _, st := range gone {
+		st.closeConns()
+	}
 	// Only sandbox addresses: the host's own traffic from the gateway
 	// (IGMP reports, say) is not ours to cut.
-	n, err := m.flushConntrack(func(a netip.Addr) bool {
+	n, err := m.flushConntrack(anyAddr(func(a netip.Addr) bool {
 		slot, ok := m.cfg.slotOf(a)
 		return ok && !keep[slot]
-	})
+	}))
 	if err != nil {
 		errs = append(errs, err)
 	}

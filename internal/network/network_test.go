@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/atoll-dev/atoll/internal/egress"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/testenv"
 )
@@ -39,14 +41,14 @@ func TestNetwork(t *testing.T) {
 	})
 	m := tp.m
 	ctx := context.Background()
-	a, err := m.Attach(ctx, 1)
+	a, err := m.Attach(ctx, 1, egress.Policy{})
 	if err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
 	pool := NewPool(m, 1)
 	runPool(t, pool)
 	waitLen(t, pool, 1)
-	b, err := pool.Get(ctx, 2)
+	b, err := pool.Get(ctx, 2, egress.Policy{})
 	if err != nil {
 		t.Fatalf("Pool.Get: %v", err)
 	}
@@ -409,7 +411,7 @@ func runIn(path string, sandbox bool, args ...string) ([]byte, error) {
 
 func TestChildJoinsNetns(t *testing.T) {
 	tp := newTopology(t, Config{})
-	a, err := tp.m.Attach(context.Background(), 0)
+	a, err := tp.m.Attach(context.Background(), 0, egress.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -455,8 +457,9 @@ func waitLen(t testing.TB, p *Pool, n int) {
 }
 
 // census counts what the Manager has in the host namespace for the given
-// slots: namespace files, host links, firewall elements, conntrack entries.
-type census struct{ netns, links, elements, conntrack int }
+// slots: namespace files, host links, firewall elements (verdict map, open
+// and proxied sets), slot chains and sets, conntrack entries.
+type census struct{ netns, links, elements, objects, conntrack int }
 
 func takeCensus(t testing.TB, tp *topology, slots ...int) census {
 	t.Helper()
@@ -485,7 +488,7 @@ func takeCensus(t testing.TB, tp *topology, slots ...int) census {
 		}
 	}
 	m.nftMu.Lock()
-	for _, s := range []*nftables.Set{m.rs.sandbox4, m.rs.sandbox6} {
+	for _, s := range []*nftables.Set{m.rs.sandbox4, m.rs.sandbox6, m.rs.open4, m.rs.open6, m.rs.proxied4, m.rs.proxied6} {
 		elems, err := m.nft.GetSetElements(s)
 		if err != nil {
 			m.nftMu.Unlock()
@@ -495,6 +498,30 @@ func takeCensus(t testing.TB, tp *topology, slots ...int) census {
 			if a, ok := netip.AddrFromSlice(e.Key); ok && addrs[a] {
 				c.elements++
 			}
+		}
+	}
+	inSlots := func(name string) bool {
+		slot, ok := parseSlotObject(name)
+		return ok && slices.Contains(slots, slot)
+	}
+	chains, err := m.nft.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		m.nftMu.Unlock()
+		t.Fatal(err)
+	}
+	for _, ch := range chains {
+		if ch.Table.Name == m.rs.table.Name && inSlots(ch.Name) {
+			c.objects++
+		}
+	}
+	sets, err := m.nft.GetSets(m.rs.table)
+	if err != nil {
+		m.nftMu.Unlock()
+		t.Fatal(err)
+	}
+	for _, s := range sets {
+		if inSlots(s.Name) {
+			c.objects++
 		}
 	}
 	m.nftMu.Unlock()
@@ -540,11 +567,11 @@ func TestReleaseLeavesNothing(t *testing.T) {
 	pool := NewPool(m, 1)
 	runPool(t, pool)
 	waitLen(t, pool, 1)
-	cold, err := m.Attach(ctx, 5)
+	cold, err := m.Attach(ctx, 5, egress.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	warm, err := pool.Get(ctx, 6)
+	warm, err := pool.Get(ctx, 6, egress.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -553,8 +580,8 @@ func TestReleaseLeavesNothing(t *testing.T) {
 		traffic(t, tp, att)
 	}
 	before := takeCensus(t, tp, 5, 6)
-	if want := (census{netns: 2, links: 2, elements: 4}); before.netns != want.netns || before.links != want.links ||
-		before.elements != want.elements || before.conntrack < 8 {
+	if want := (census{netns: 2, links: 2, elements: 8, objects: 14}); before.netns != want.netns || before.links != want.links ||
+		before.elements != want.elements || before.objects != want.objects || before.conntrack < 8 {
 		t.Fatalf("before release: %+v, want %+v and at least 8 conntrack entries", before, want)
 	}
 	for _, slot := range []int{5, 6} {
@@ -572,7 +599,7 @@ func TestReleaseLeavesNothing(t *testing.T) {
 	if err := m.Release(ctx, 5); err != nil {
 		t.Errorf("second Release: %v", err)
 	}
-	again, err := m.Attach(ctx, 5)
+	again, err := m.Attach(ctx, 5, egress.Policy{})
 	if err != nil {
 		t.Fatalf("Attach after Release: %v", err)
 	}
@@ -590,7 +617,7 @@ func TestSweep(t *testing.T) {
 	serveUDP(t, tp.host, hostport("10.213.0.1", 53))
 	var atts []*Attachment
 	for _, slot := range []int{1, 2, 3} {
-		a, err := m.Attach(ctx, slot)
+		a, err := m.Attach(ctx, slot, egress.Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -622,7 +649,7 @@ func TestSweep(t *testing.T) {
 	if c := takeCensus(t, tp, 1, 3, 9); c != (census{}) {
 		t.Errorf("after sweep, slots 1, 3, 9: %+v, want nothing", c)
 	}
-	if c := takeCensus(t, tp, 2); c.netns != 1 || c.links != 1 || c.elements != 2 || c.conntrack == 0 {
+	if c := takeCensus(t, tp, 2); c.netns != 1 || c.links != 1 || c.elements != 4 || c.objects != 7 || c.conntrack == 0 {
 		t.Errorf("after sweep, kept slot 2: %+v", c)
 	}
 	ents, _ := os.ReadDir(m.cfg.NetnsDir)
@@ -649,7 +676,7 @@ func TestSweep(t *testing.T) {
 	if n := pool.Len(); n != 2 {
 		t.Fatalf("pool has %d entries after sweep", n)
 	}
-	b, err := pool.Get(ctx, 4)
+	b, err := pool.Get(ctx, 4, egress.Policy{})
 	if err != nil {
 		t.Fatalf("Get after sweep: %v", err)
 	}
@@ -667,17 +694,17 @@ func TestPool(t *testing.T) {
 	runPool(t, pool)
 	waitLen(t, pool, 3)
 	for slot := 10; slot < 15; slot++ { // more than the pool holds
-		a, err := pool.Get(ctx, slot)
+		a, err := pool.Get(ctx, slot, egress.Policy{})
 		if err != nil {
 			t.Fatalf("Get(%d): %v", slot, err)
 		}
 		body, err := get(a.Netns, url(inet4, 80))
 		wantBody(t, "pool sandbox to the internet", body, err, "inet "+uplink4)
 	}
-	if _, err := pool.Get(ctx, 10); err == nil {
+	if _, err := pool.Get(ctx, 10, egress.Policy{}); err == nil {
 		t.Error("Get of an attached slot: no error")
 	}
-	if _, err := pool.Get(ctx, -1); err == nil {
+	if _, err := pool.Get(ctx, -1, egress.Policy{}); err == nil {
 		t.Error("Get of slot -1: no error")
 	}
 	waitLen(t, pool, 3)
@@ -716,13 +743,13 @@ func TestAttachOverCrashLeftovers(t *testing.T) {
 	if err := tp.hostHandle.LinkAdd(stale); err != nil {
 		t.Fatal(err)
 	}
-	a, err := m.Attach(ctx, 12)
+	a, err := m.Attach(ctx, 12, egress.Policy{})
 	if err != nil {
 		t.Fatalf("Attach over a stale link: %v", err)
 	}
 	body, err := get(a.Netns, url(inet4, 80))
 	wantBody(t, "sandbox to the internet", body, err, "inet "+uplink4)
-	if _, err := m.Attach(ctx, 12); !errors.Is(err, errdefs.ErrConflict) {
+	if _, err := m.Attach(ctx, 12, egress.Policy{}); !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("second Attach: %v, want ErrConflict", err)
 	}
 	body, err = get(a.Netns, url(inet4, 80))
@@ -790,9 +817,9 @@ func TestConcurrentAttach(t *testing.T) {
 		go func() {
 			var r result
 			if i%2 == 0 {
-				r.a, r.err = pool.Get(ctx, slot)
+				r.a, r.err = pool.Get(ctx, slot, egress.Policy{})
 			} else {
-				r.a, r.err = m.Attach(ctx, slot)
+				r.a, r.err = m.Attach(ctx, slot, egress.Policy{})
 			}
 			if r.err != nil {
 				r.a = &Attachment{Slot: slot}

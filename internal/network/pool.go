@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/atoll-dev/atoll/internal/egress"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 )
 
@@ -37,9 +38,9 @@ func (p *Pool) Len() int {
 	return len(p.warm)
 }
 
-// Get gives slot its network: a warm entry if there is one, else a cold
-// Attach.
-func (p *Pool) Get(ctx context.Context, slot int) (*Attachment, error) {
+// Get gives slot its network, with egress policy pol: a warm entry if there
+// is one, else a cold Attach.
+func (p *Pool) Get(ctx context.Context, slot int, pol egress.Policy) (*Attachment, error) {
 	if err := p.m.cfg.checkSlot(slot); err != nil {
 		return nil, err
 	}
@@ -57,14 +58,14 @@ func (p *Pool) Get(ctx context.Context, slot int) (*Attachment, error) {
 	default:
 	}
 	if e == nil {
-		return p.m.Attach(ctx, slot)
+		return p.m.Attach(ctx, slot, pol)
 	}
 	start := time.Now()
 	m := p.m
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	defer m.disown(e.name)
-	a, err := m.assign(e, slot)
+	a, err := m.assign(e, slot, pol)
 	if err != nil {
 		return nil, err
 	}

@@ -3,8 +3,10 @@ package network
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -68,9 +70,14 @@ func Probe() error {
 	if len(missing) == 0 {
 		// Everything together, as the Manager installs it: sets, verdict
 		// maps, intervals and all.
-		nft("nftables sets and verdict maps (nft_set_hash, nft_set_rbtree)", func(c *nftables.Conn, t *nftables.Table) {
+		nft("nftables sets, verdict maps, element timeouts and destination NAT (nft_set_hash, nft_set_rbtree, nft_nat)", func(c *nftables.Conn, t *nftables.Table) {
 			cfg, _ := Config{Table: "probe"}.withDefaults()
-			if err := newRuleset("probe").install(c, cfg, []int{0}); err != nil {
+			slot := &slotKernel{
+				spans:    [4][]span{kindDeny4: spansOf([]netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")})},
+				resolved: []resolvedElem{{addr: netip.MustParseAddr("192.0.2.1"), timeout: time.Minute}},
+				open:     true, proxied: true,
+			}
+			if err := newRuleset("probe").install(c, cfg, map[int]*slotKernel{0: slot}); err != nil {
 				missing = append(missing, err.Error())
 			}
 		})

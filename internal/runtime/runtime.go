@@ -8,6 +8,7 @@ package runtime
 
 import (
 	"context"
+	"net/netip"
 	"time"
 )
 
@@ -26,6 +27,26 @@ type Spec struct {
 	// AgentPath is the host path of the atoll-agent binary. It runs as the
 	// sandbox's PID 1 and is neither copied nor mounted into the sandbox.
 	AgentPath string
+	// Network, if set, is the sandbox's network, made by package network.
+	// Without it the sandbox has a network namespace of its own with only
+	// loopback.
+	Network *Network
+}
+
+// Network is a network namespace made for the sandbox outside it, owned by
+// the host: the sandbox's first process starts in it rather than in one of
+// its own, so that root in the sandbox's user namespace has no power over
+// it (its interfaces, routes and firewall). The runtime writes
+// /etc/resolv.conf and /etc/hosts for it and mounts them read-only over the
+// sandbox's own.
+type Network struct {
+	// Netns is the path of the namespace (a bind mount of its nsfs file).
+	Netns string
+	// Addrs are the sandbox's addresses, which /etc/hosts gives its
+	// hostname.
+	Addrs []netip.Addr
+	// Nameservers go into /etc/resolv.conf.
+	Nameservers []netip.Addr
 }
 
 // Rootfs describes the sandbox's file system.
@@ -96,8 +117,9 @@ type Runtime interface {
 
 // Preparer is a Runtime that can do the part of a start that does not depend
 // on the sandbox's files ahead of time, so that a later Start of the same ID
-// is quicker. Prepare uses spec's ID, IDMap, Limits and AgentPath only; Start
-// may change the limits. Cleanup releases a prepared sandbox that is never
+// is quicker. Prepare uses spec's ID, IDMap, Limits, AgentPath and
+// Network.Netns only; Start may change the limits. (A Start whose network
+// namespace differs starts afresh.) Cleanup releases a prepared sandbox that is never
 // started. Prepared sandboxes do not survive the node.
 type Preparer interface {
 	Prepare(ctx context.Context, spec Spec) error

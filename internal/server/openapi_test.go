@@ -172,6 +172,8 @@ func TestOpenAPISchemas(t *testing.T) {
 		"ForkRequest":           reflect.TypeFor[api.ForkRequest](),
 		"RestoreRequest":        reflect.TypeFor[api.RestoreRequest](),
 		"TimeoutRequest":        reflect.TypeFor[api.TimeoutRequest](),
+		"SandboxNetwork":        reflect.TypeFor[api.SandboxNetwork](),
+		"NetworkPolicy":         reflect.TypeFor[api.NetworkPolicy](),
 		"PTYSize":               reflect.TypeFor[api.PTYSize](),
 		"ExecRequest":           reflect.TypeFor[api.ExecRequest](),
 		"ExecEvent":             reflect.TypeFor[api.ExecEvent](),

@@ -65,6 +65,8 @@ func (s *Server) routes() []route {
 		{"POST", sandboxPath + "/archive", true, s.archiveSandbox},
 		{"POST", sandboxPath + "/resume", true, s.resumeSandbox},
 		{"POST", sandboxPath + "/timeout", true, s.setTimeout},
+		{"GET", sandboxPath + "/network", true, s.getNetwork},
+		{"PUT", sandboxPath + "/network", true, s.setNetwork},
 		{"POST", sandboxPath + "/fork", true, s.forkSandbox},
 		{"POST", sandboxPath + "/restore", true, s.restoreSandbox},
 		{"POST", sandboxPath + "/snapshots", true, s.createSnapshot},

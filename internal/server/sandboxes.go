@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/egress"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 )
 
@@ -58,6 +59,11 @@ func validateCreate(req api.CreateSandboxRequest) error {
 	}
 	if err := validateSeconds("auto_archive_sec", req.AutoArchiveSec); err != nil {
 		return err
+	}
+	if req.Network != nil {
+		if _, err := egress.Parse(req.Network); err != nil {
+			return err
+		}
 	}
 	if req.Snapshot != "" && !idPattern.MatchString(req.Snapshot) {
 		return fmt.Errorf("%w: malformed snapshot ID %q: want 20 characters of [a-z0-9]", errdefs.ErrInvalid, truncate(req.Snapshot))
@@ -175,6 +181,41 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, sb)
+}
+
+func (s *Server) getNetwork(w http.ResponseWriter, r *http.Request) {
+	id, ok := sandboxID(w, r)
+	if !ok {
+		return
+	}
+	n, err := s.cfg.Sandboxes.GetNetwork(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, n)
+}
+
+func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request) {
+	id, ok := sandboxID(w, r)
+	if !ok {
+		return
+	}
+	var req api.NetworkPolicy
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if _, err := egress.Parse(&req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	n, err := s.cfg.Sandboxes.SetNetwork(r.Context(), id, req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, n)
 }
 
 func (s *Server) sandboxOp(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, id string) (api.Sandbox, error)) {

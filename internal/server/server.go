@@ -52,6 +52,12 @@ type Sandboxes interface {
 	// ArchiveSnapshot moves a snapshot's files to object storage;
 	// errdefs.ErrConflict unless it is ready.
 	ArchiveSnapshot(ctx context.Context, snapID string) (api.Snapshot, error)
+	// GetNetwork returns a sandbox's network; errdefs.ErrUnavailable if the
+	// server runs sandboxes without networking.
+	GetNetwork(ctx context.Context, id string) (api.SandboxNetwork, error)
+	// SetNetwork replaces a sandbox's egress policy (already checked); a
+	// running sandbox's connections that the new policy forbids are cut.
+	SetNetwork(ctx context.Context, id string, req api.NetworkPolicy) (api.SandboxNetwork, error)
 	// AgentDialer returns how to reach the sandbox's agent; errdefs.ErrConflict if it is not running.
 	AgentDialer(ctx context.Context, id string) (func(ctx context.Context) (net.Conn, error), error)
 }

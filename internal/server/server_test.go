@@ -39,6 +39,8 @@ type memSandboxes struct {
 	snaps map[string]api.Snapshot
 	from  map[string]string // sandbox ID → the snapshot it was created from
 	n     int
+	// policies are the egress policies SetNetwork set, by sandbox ID.
+	policies map[string]api.NetworkPolicy
 }
 
 func (m *memSandboxes) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
@@ -309,6 +311,38 @@ func (m *memSandboxes) ArchiveSnapshot(ctx context.Context, snapID string) (api.
 	snap.State = api.SnapshotArchived
 	m.snaps[snapID] = snap
 	return m.snapshot(snap), nil
+}
+
+// GetNetwork answers like a server with networking, unless the sandbox is
+// labelled nonet=1.
+func (m *memSandboxes) GetNetwork(ctx context.Context, id string) (api.SandboxNetwork, error) {
+	sb, err := m.Get(ctx, id)
+	if err != nil {
+		return api.SandboxNetwork{}, err
+	}
+	if sb.Labels["nonet"] == "1" {
+		return api.SandboxNetwork{}, fmt.Errorf("%w: no networking", errdefs.ErrUnavailable)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := api.SandboxNetwork{IPv4: "10.213.0.2", IPv6: "fd00:1::2", Policy: api.NetworkPolicy{Egress: "allow-all"}}
+	if p, ok := m.policies[id]; ok {
+		n.Policy = p
+	}
+	return n, nil
+}
+
+func (m *memSandboxes) SetNetwork(ctx context.Context, id string, req api.NetworkPolicy) (api.SandboxNetwork, error) {
+	if _, err := m.GetNetwork(ctx, id); err != nil {
+		return api.SandboxNetwork{}, err
+	}
+	m.mu.Lock()
+	if m.policies == nil {
+		m.policies = make(map[string]api.NetworkPolicy)
+	}
+	m.policies[id] = req
+	m.mu.Unlock()
+	return m.GetNetwork(ctx, id)
 }
 
 func (m *memSandboxes) AgentDialer(ctx context.Context, id string) (func(ctx context.Context) (net.Conn, error), error) {

@@ -37,6 +37,9 @@ type Sandbox struct {
 	TimeoutSec int64
 	// FromSnapshot is the snapshot it was created from, if any.
 	FromSnapshot string
+	// Policy is its egress policy as the API shows it (egress.Policy.API);
+	// empty is allow-all.
+	Policy api.NetworkPolicy
 }
 
 const schema = `
@@ -138,6 +141,7 @@ var added = []struct{ table, column, def string }{
 	{"sandboxes", "from_snapshot", "TEXT NOT NULL DEFAULT ''"},
 	{"sandboxes", "auto_archive_sec", "INTEGER NOT NULL DEFAULT 0"},
 	{"snapshots", "state", "TEXT NOT NULL DEFAULT 'ready'"},
+	{"sandboxes", "egress", "TEXT NOT NULL DEFAULT ''"},
 }
 
 // migrate adds the columns a database made by an older version lacks.
@@ -159,7 +163,7 @@ func migrate(db *sql.DB) error {
 const columns = `id, state, template, runtime, cpu, memory_mib, disk_gib, pids, env, labels, error,
 	slot, created_at, started_at, stopped_at, pid, start_time, socket,
 	timeout_sec, expires_at, ephemeral, auto_delete_sec, auto_stop_sec, from_snapshot,
-	auto_archive_sec`
+	auto_archive_sec, egress`
 
 // Create inserts a new sandbox, choosing its slot (the lowest one free), and
 // records its first state.
@@ -189,12 +193,12 @@ func (s *Store) Create(ctx context.Context, sb *Sandbox) error {
 	sb.Slot = slot
 	env, _ := json.Marshal(orEmpty(sb.Env))
 	labels, _ := json.Marshal(orEmpty(sb.Labels))
-	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		sb.ID, sb.State, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
 		string(env), string(labels), sb.Error, sb.Slot, sb.CreatedAt.UnixNano(),
 		nanos(sb.StartedAt), nanos(sb.StoppedAt), sb.PID, int64(sb.StartTime), sb.Socket,
 		sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec, sb.FromSnapshot,
-		sb.AutoArchiveSec)
+		sb.AutoArchiveSec, policyJSON(sb.Policy))
 	if err != nil {
 		return fmt.Errorf("inserting sandbox: %w", err)
 	}
@@ -242,11 +246,11 @@ func update(ctx context.Context, tx *sql.Tx, sb *Sandbox, from []string) error {
 	_, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state=?, error=?, template=?, runtime=?, cpu=?, memory_mib=?,
 		disk_gib=?, pids=?, env=?, labels=?, created_at=?, started_at=?, stopped_at=?, pid=?, start_time=?, socket=?,
 		timeout_sec=?, expires_at=?, ephemeral=?, auto_delete_sec=?, auto_stop_sec=?,
-		auto_archive_sec=?, from_snapshot=? WHERE id=?`,
+		auto_archive_sec=?, from_snapshot=?, egress=? WHERE id=?`,
 		sb.State, sb.Error, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
 		string(env), string(labels), sb.CreatedAt.UnixNano(), nanos(sb.StartedAt), nanos(sb.StoppedAt),
 		sb.PID, int64(sb.StartTime), sb.Socket, sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec,
-		sb.AutoArchiveSec, sb.FromSnapshot, sb.ID)
+		sb.AutoArchiveSec, sb.FromSnapshot, policyJSON(sb.Policy), sb.ID)
 	if err != nil {
 		return err
 	}
@@ -365,11 +369,17 @@ func scan(rows *sql.Rows) ([]Sandbox, error) {
 		var created int64
 		var started, stopped, expires sql.NullInt64
 		var startTime int64
+		var policy string
 		if err := rows.Scan(&sb.ID, &sb.State, &sb.Template, &sb.Runtime, &sb.CPU, &sb.MemoryMiB, &sb.DiskGiB,
 			&sb.PIDs, &env, &labels, &sb.Error, &sb.Slot, &created, &started, &stopped, &sb.PID, &startTime, &sb.Socket,
 			&sb.TimeoutSec, &expires, &sb.Ephemeral, &sb.AutoDeleteSec, &sb.AutoStopSec, &sb.FromSnapshot,
-			&sb.AutoArchiveSec); err != nil {
+			&sb.AutoArchiveSec, &policy); err != nil {
 			return nil, err
+		}
+		if policy != "" {
+			if err := json.Unmarshal([]byte(policy), &sb.Policy); err != nil {
+				return nil, err
+			}
 		}
 		sb.ExpiresAt = fromNanos(expires)
 		sb.StartTime = uint64(startTime)
@@ -391,6 +401,15 @@ func scan(rows *sql.Rows) ([]Sandbox, error) {
 		out = append(out, sb)
 	}
 	return out, rows.Err()
+}
+
+// policyJSON is the egress column: empty for allow-all.
+func policyJSON(p api.NetworkPolicy) string {
+	if p.Egress == "" && len(p.Allow) == 0 && len(p.Deny) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(p)
+	return string(b)
 }
 
 func nanos(t *time.Time) any {

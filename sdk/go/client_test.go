@@ -35,6 +35,33 @@ type sandboxes struct {
 	mu    sync.Mutex
 	m     map[string]api.Sandbox
 	snaps map[string]api.Snapshot
+	pols  map[string]api.NetworkPolicy
+}
+
+func (s *sandboxes) GetNetwork(ctx context.Context, id string) (api.SandboxNetwork, error) {
+	if _, err := s.Get(ctx, id); err != nil {
+		return api.SandboxNetwork{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.pols[id]
+	if !ok {
+		p = api.NetworkPolicy{Egress: "allow-all"}
+	}
+	return api.SandboxNetwork{IPv4: "10.213.0.2", IPv6: "fd00::2", Policy: p}, nil
+}
+
+func (s *sandboxes) SetNetwork(ctx context.Context, id string, p api.NetworkPolicy) (api.SandboxNetwork, error) {
+	if _, err := s.Get(ctx, id); err != nil {
+		return api.SandboxNetwork{}, err
+	}
+	s.mu.Lock()
+	if s.pols == nil {
+		s.pols = map[string]api.NetworkPolicy{}
+	}
+	s.pols[id] = p
+	s.mu.Unlock()
+	return s.GetNetwork(ctx, id)
 }
 
 func (s *sandboxes) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
@@ -292,6 +319,25 @@ func TestSandboxes(t *testing.T) {
 	_, err = c.GetSandbox(ctx, "NOT-AN-ID")
 	if !errors.Is(err, atoll.ErrInvalid) {
 		t.Errorf("GetSandbox of malformed ID: %v, want ErrInvalid", err)
+	}
+}
+
+func TestNetwork(t *testing.T) {
+	c, id := newClient(t, key)
+	ctx := context.Background()
+	n, err := c.GetNetwork(ctx, id)
+	if err != nil || n.IPv4 == "" || n.Policy.Egress != "allow-all" {
+		t.Fatalf("GetNetwork = %+v, %v", n, err)
+	}
+	want := api.NetworkPolicy{Egress: "deny-all", Allow: []string{"example.com", "10.0.0.0/8"}, Deny: []string{"10.1.0.0/16"}}
+	if n, err := c.SetNetwork(ctx, id, want); err != nil || n.Policy.Egress != "deny-all" || len(n.Policy.Allow) != 2 {
+		t.Fatalf("SetNetwork = %+v, %v", n, err)
+	}
+	if _, err := c.SetNetwork(ctx, id, api.NetworkPolicy{Allow: []string{"*.*.example"}}); !errors.Is(err, atoll.ErrInvalid) {
+		t.Errorf("SetNetwork with a bad wildcard: %v, want ErrInvalid", err)
+	}
+	if _, err := c.GetNetwork(ctx, "zzzzzzzzzzzzzzzzzzzz"); !errors.Is(err, atoll.ErrNotFound) {
+		t.Errorf("GetNetwork of an unknown sandbox: %v", err)
 	}
 }
 

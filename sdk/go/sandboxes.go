@@ -157,3 +157,20 @@ func (c *Client) ArchiveSnapshot(ctx context.Context, id string) (api.Snapshot, 
 func snapshotPath(id string) string {
 	return "/v1/snapshots/" + url.PathEscape(id)
 }
+
+// GetNetwork returns sandbox id's addresses and egress policy. A server that
+// runs sandboxes without networking answers with ErrUnavailable.
+func (c *Client) GetNetwork(ctx context.Context, id string) (api.SandboxNetwork, error) {
+	var n api.SandboxNetwork
+	err := c.do(ctx, request{method: "GET", path: sandboxPath(id, "/network")}, &n)
+	return n, err
+}
+
+// SetNetwork replaces sandbox id's egress policy. A running sandbox gets it
+// at once, and its connections the policy forbids are cut; a stopped one at
+// its next start.
+func (c *Client) SetNetwork(ctx context.Context, id string, p api.NetworkPolicy) (api.SandboxNetwork, error) {
+	var n api.SandboxNetwork
+	err := c.do(ctx, request{method: "PUT", path: sandboxPath(id, "/network"), json: p}, &n)
+	return n, err
+}

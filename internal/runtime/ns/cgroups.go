@@ -134,12 +134,17 @@ func (c *cgroup) update(l runtime.Limits) error {
 }
 
 // start starts cmd as a process born inside the cgroup, so that a cgroup
-// namespace it creates at clone is rooted there. On v2 the kernel does it
-// (CLONE_INTO_CGROUP). On v1 the forking thread joins the cgroup for the clone
-// (v1 places threads, not only processes) and then goes back where it was. If
-// it cannot go back, its goroutine ends still locked to it, so the Go runtime
-// retires the thread rather than run other work in the sandbox's cgroup.
-func (c *cgroup) start(cmd *exec.Cmd) error {
+// namespace it creates at clone is rooted there, and, if netns is not
+// empty, inside the network namespace at that path (see runtime.Network).
+// On v2 the kernel does the cgroup part (CLONE_INTO_CGROUP). On v1 the
+// forking thread joins the cgroup for the clone (v1 places threads, not
+// only processes) and then goes back where it was. The network namespace is
+// joined the same way, by the forking thread for the clone only. A thread
+// that cannot go back ends, its goroutine still locked to it, so the Go
+// runtime retires the thread rather than run other work in the sandbox's
+// cgroup or namespace; the child goes with it (Pdeathsig is per thread).
+// A thread that went back lives on, and so does the child.
+func (c *cgroup) start(cmd *exec.Cmd, netns string) error {
 	if c.v2 != nil {
 		dir, err := os.Open(filepath.Join("/sys/fs/cgroup", c.path))
 		if err != nil {
@@ -148,35 +153,83 @@ func (c *cgroup) start(cmd *exec.Cmd) error {
 		defer dir.Close()
 		cmd.SysProcAttr.UseCgroupFD = true
 		cmd.SysProcAttr.CgroupFD = int(dir.Fd())
-		return cmd.Start()
+		if netns == "" {
+			return cmd.Start()
+		}
 	}
 	errc := make(chan error, 1)
 	go func() {
 		goruntime.LockOSThread()
 		tid := unix.Gettid()
-		home, err := cgroup1.Load(threadPath(tid), cgroup1.WithHierarchy(v1Hierarchy))
-		if err != nil {
-			goruntime.UnlockOSThread()
-			errc <- fmt.Errorf("finding the node's cgroup: %w", err)
-			return
+		var home cgroup1.Cgroup
+		if c.v1 != nil {
+			var err error
+			home, err = cgroup1.Load(threadPath(tid), cgroup1.WithHierarchy(v1Hierarchy))
+			if err != nil {
+				goruntime.UnlockOSThread()
+				errc <- fmt.Errorf("finding the node's cgroup: %w", err)
+				return
+			}
 		}
-		if err := c.v1.AddTask(cgroup1.Process{Pid: tid}); err != nil {
-			errc <- fmt.Errorf("joining cgroup: %w", err)
-			return
+		back := func() error { return nil }
+		if netns != "" {
+			var err error
+			if back, err = joinNetns(netns); err != nil {
+				goruntime.UnlockOSThread()
+				errc <- err
+				return
+			}
 		}
-		err = cmd.Start()
+		if c.v1 != nil {
+			if err := c.v1.AddTask(cgroup1.Process{Pid: tid}); err != nil {
+				// Perhaps in some of the controllers: the thread ends.
+				errc <- fmt.Errorf("joining cgroup: %w", err)
+				return
+			}
+		}
+		err := cmd.Start()
 		// Back home before answering, so that nothing acting on the
 		// sandbox's cgroup (a kill of all it holds) ever meets this thread.
-		// A thread that cannot leave stays locked and ends with this
-		// goroutine, taking the child with it (Pdeathsig).
-		if herr := home.AddTask(cgroup1.Process{Pid: tid}); herr != nil {
-			errc <- errors.Join(err, fmt.Errorf("leaving the sandbox's cgroup: %w", herr))
+		if home != nil {
+			if herr := home.AddTask(cgroup1.Process{Pid: tid}); herr != nil {
+				errc <- errors.Join(err, fmt.Errorf("leaving the sandbox's cgroup: %w", herr))
+				return
+			}
+		}
+		if nerr := back(); nerr != nil {
+			errc <- errors.Join(err, nerr)
 			return
 		}
 		goruntime.UnlockOSThread()
 		errc <- err
 	}()
 	return <-errc
+}
+
+// joinNetns moves the calling thread, which must be locked to its
+// goroutine, into the network namespace at path, and returns how to move it
+// back.
+func joinNetns(path string) (back func() error, err error) {
+	target, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening network namespace: %w", err)
+	}
+	defer unix.Close(target)
+	orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening own network namespace: %w", err)
+	}
+	if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+		unix.Close(orig)
+		return nil, fmt.Errorf("joining network namespace: %w", err)
+	}
+	return func() error {
+		defer unix.Close(orig)
+		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("returning to own network namespace: %w", err)
+		}
+		return nil
+	}, nil
 }
 
 // threadPath is the v1 cgroup path of thread tid, per subsystem.

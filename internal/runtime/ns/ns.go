@@ -1,5 +1,6 @@
 // Package ns runs sandboxes in Linux namespaces: user (root inside maps to an
-// unprivileged host range), pid, mount, uts, ipc, net and cgroup, on an overlay
+// unprivileged host range), pid, mount, uts, ipc, net (its own, or one made
+// for it by package network, which the sandbox does not own) and cgroup, on an overlay
 // of id-mapped template layers and a writable layer, under cgroup limits, with a
 // reduced capability set, no_new_privs and a seccomp filter.
 //
@@ -20,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -126,6 +128,15 @@ type prepared struct {
 	cmd    *exec.Cmd
 	ctl    *os.File
 	limits runtime.Limits
+	netns  string // the network namespace it was started in; "" for its own
+}
+
+// netnsOf is the path of spec's network namespace, "" for one of its own.
+func netnsOf(spec runtime.Spec) string {
+	if spec.Network == nil {
+		return ""
+	}
+	return spec.Network.Netns
 }
 
 // kill ends p's process and releases what it holds.
@@ -172,7 +183,7 @@ func (r *Runtime) prepare(spec runtime.Spec) (_ *prepared, err error) {
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return nil, err
 	}
-	p := &prepared{dir: dir, limits: spec.Limits}
+	p := &prepared{dir: dir, limits: spec.Limits, netns: netnsOf(spec)}
 	var childCtl *os.File
 	defer func() {
 		if childCtl != nil {
@@ -253,12 +264,17 @@ func (r *Runtime) prepare(spec runtime.Spec) (_ *prepared, err error) {
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.ExtraFiles = []*os.File{lnFile, childCtl} // fds 3 and 4, see nsinit
+	// Every namespace at once, so that all threads of the agent share
+	// them; the cgroup namespace is rooted where the process is born, in
+	// the sandbox's cgroup, and a network made for the sandbox is joined
+	// the same way (see cgroup.start).
+	clone := uintptr(syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
+		syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWCGROUP)
+	if p.netns == "" {
+		clone |= syscall.CLONE_NEWNET
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
-		// Every namespace at once, so that all threads of the agent share
-		// them; the cgroup namespace is rooted where the process is born,
-		// in the sandbox's cgroup (see cgroup.start).
-		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
-			syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET | syscall.CLONE_NEWCGROUP,
+		Cloneflags:                 clone,
 		UidMappings:                idmap,
 		GidMappings:                idmap,
 		GidMappingsEnableSetgroups: true,
@@ -271,7 +287,7 @@ func (r *Runtime) prepare(spec runtime.Spec) (_ *prepared, err error) {
 		// clears this once configured.
 		Pdeathsig: syscall.SIGKILL,
 	}
-	if err := p.cg.start(cmd); err != nil {
+	if err := p.cg.start(cmd, p.netns); err != nil {
 		return nil, fmt.Errorf("starting sandbox init: %w", err)
 	}
 	p.cmd = cmd
@@ -285,6 +301,11 @@ func (r *Runtime) prepare(spec runtime.Spec) (_ *prepared, err error) {
 func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (inst runtime.Instance, err error) {
 	start := time.Now()
 	p := r.takePrepared(spec.ID)
+	if p != nil && p.netns != netnsOf(spec) {
+		r.log.Warn("prepared sandbox process is in another network namespace; starting afresh", "sandbox", spec.ID)
+		r.kill(spec.ID, p)
+		p = nil
+	}
 	if p != nil {
 		if p.limits != spec.Limits {
 			if err := p.cg.update(spec.Limits); err != nil {
@@ -397,7 +418,79 @@ func (r *Runtime) stageMounts(spec runtime.Spec, dir string, pid int) (nsinit.Co
 		}
 		cfg.Binds = append(cfg.Binds, nsinit.Bind{Source: p, Target: b.Target})
 	}
+	if spec.Network != nil {
+		netDir := filepath.Join(dir, "net")
+		if err := writeNetworkFiles(netDir, spec); err != nil {
+			return cfg, err
+		}
+		staged, err := stage(netDir, "net", ro)
+		if err != nil {
+			return cfg, err
+		}
+		// sysfs shows the network devices of the namespace its mounter is
+		// in, and only the namespace's owner may mount it: the sandbox's
+		// root is not, so the node mounts it here, from inside.
+		sys := filepath.Join(mnt, "sys")
+		if err := os.Mkdir(sys, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return cfg, err
+		}
+		err = inNetns(spec.Network.Netns, func() error {
+			return unix.Mount("sysfs", sys, "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+		})
+		if err != nil {
+			return cfg, fmt.Errorf("mounting sysfs of the sandbox's network: %w", err)
+		}
+		cfg.Net = &nsinit.Net{Files: staged, Sys: sys}
+	}
 	return cfg, nil
+}
+
+// writeNetworkFiles writes the resolv.conf and hosts that are mounted over
+// the sandbox's own.
+func writeNetworkFiles(dir string, spec runtime.Spec) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var rc strings.Builder
+	rc.WriteString("# Written by atoll: the resolver on the sandbox's gateway.\n")
+	for _, a := range spec.Network.Nameservers {
+		fmt.Fprintf(&rc, "nameserver %s\n", a)
+	}
+	rc.WriteString("options edns0\n")
+	var hosts strings.Builder
+	hosts.WriteString("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+	for _, a := range spec.Network.Addrs {
+		fmt.Fprintf(&hosts, "%s\t%s\n", a, spec.Hostname)
+	}
+	for name, content := range map[string]string{"resolv.conf": rc.String(), "hosts": hosts.String()} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// inNetns runs fn on a thread in the network namespace at path, then
+// brings the thread back (or retires it).
+func inNetns(path string, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread()
+		back, err := joinNetns(path)
+		if err != nil {
+			goruntime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		err = fn()
+		if berr := back(); berr != nil {
+			errc <- errors.Join(err, berr)
+			return
+		}
+		goruntime.UnlockOSThread()
+		errc <- err
+	}()
+	return <-errc
 }
 
 // idmapMount mounts a clone of src at dst, id-mapped through userns and with

@@ -36,6 +36,9 @@ type Env struct {
 	// Reopen, if set, returns a new Runtime over the same host state, as a
 	// restarted node makes: the suite checks it re-adopts running sandboxes.
 	Reopen func(t testing.TB) runtime.Runtime
+	// Network, if set, gives the sandbox in slot a network (made by package
+	// network) until t ends; the suite then checks sandboxes with one.
+	Network func(t testing.TB, slot int) *runtime.Network
 }
 
 var seq atomic.Int64
@@ -171,6 +174,77 @@ func Run(t *testing.T, rt runtime.Runtime, env Env) {
 		}
 		testPrepare(t, rt, p, env)
 	})
+	if env.Network != nil {
+		t.Run("Network", func(t *testing.T) { testNetwork(t, rt, env) })
+	}
+}
+
+// testNetwork checks a sandbox started in a network namespace made for it:
+// it sees its interfaces and addresses, its resolv.conf and hosts, and can
+// change none of them; a prepared one gets the same.
+func testNetwork(t *testing.T, rt runtime.Runtime, env Env) {
+	check := func(t *testing.T, sb *Sandbox) {
+		n := sb.Spec.Network
+		if got := sb.MustSh(t, "ls /sys/class/net"); got != "eth0\nlo\n" {
+			t.Errorf("interfaces: %q, want eth0 and lo", got)
+		}
+		for _, a := range n.Addrs {
+			fam := "AF_INET"
+			if a.Is6() {
+				fam = "AF_INET6"
+			}
+			script := fmt.Sprintf("python3 -c 'import socket; s = socket.socket(socket.%s); s.bind((\"%s\", 0)); print(\"bound\")'", fam, a)
+			if out, errOut, code := sb.Sh(t, script); code != 0 || out != "bound\n" {
+				t.Errorf("binding its address %s: %q %q", a, out, errOut)
+			}
+		}
+		rc := sb.MustSh(t, "cat /etc/resolv.conf")
+		for _, ns := range n.Nameservers {
+			if !strings.Contains(rc, "nameserver "+ns.String()+"\n") {
+				t.Errorf("resolv.conf lacks %s: %q", ns, rc)
+			}
+		}
+		if hosts := sb.MustSh(t, "cat /etc/hosts"); !strings.Contains(hosts, n.Addrs[0].String()+"\t"+sb.ID+"\n") ||
+			!strings.Contains(hosts, "localhost") {
+			t.Errorf("hosts: %q", hosts)
+		}
+		for _, f := range []string{"/etc/resolv.conf", "/etc/hosts"} {
+			if out, _, _ := sb.Sh(t, "echo x >> "+f+" 2>/dev/null && echo wrote || echo denied"); out != "denied\n" {
+				t.Errorf("writing %s: %q", f, out)
+			}
+		}
+		if out, _, _ := sb.Sh(t, "touch /sys/x 2>&1 >/dev/null | grep -c 'Read-only'"); out != "1\n" {
+			t.Errorf("/sys is not read-only: %q", out)
+		}
+		const ip = "/usr/sbin/ip"
+		if _, err := os.Stat(ip); err == nil {
+			for _, args := range []string{"link set dev lo down", "link set dev eth0 mtu 1280", "addr add 192.0.2.7/32 dev eth0", "route add 192.0.2.0/24 dev eth0"} {
+				out, errOut, code := sb.Sh(t, ip+" "+args)
+				if code == 0 || !strings.Contains(errOut, "Operation not permitted") {
+					t.Errorf("ip %s as sandbox root: exit %d %q %q, want EPERM", args, code, out, errOut)
+				}
+			}
+		}
+	}
+	sb := newSandbox(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 512 << 20, PIDs: 256}, 1<<30)
+	sb.Spec.Network = env.Network(t, sb.slot)
+	sb.start(t, rt)
+	check(t, sb)
+	if err := rt.Stop(context.Background(), sb.ID, sb.Inst); err != nil {
+		t.Fatal(err)
+	}
+	if left := env.Leftovers(sb.ID); len(left) > 0 {
+		t.Errorf("left after stop: %v", left)
+	}
+	if p, ok := rt.(runtime.Preparer); ok {
+		pre := newSandbox(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 512 << 20, PIDs: 256}, 1<<30)
+		pre.Spec.Network = env.Network(t, pre.slot)
+		if err := p.Prepare(context.Background(), pre.Spec); err != nil {
+			t.Fatalf("prepare: %v", err)
+		}
+		pre.start(t, rt)
+		check(t, pre)
+	}
 }
 
 // testPrepare checks that a prepared sandbox starts with the limits Start
@@ -306,8 +380,8 @@ func testIsolation(t *testing.T, rt runtime.Runtime, env Env, caps runtime.Caps)
 		{"usr read-only", "touch /usr/bin/x 2>/dev/null && echo wrote || echo denied", "denied\n", false},
 		{"agent binary not in the root", "lsA / | grep -c atoll", "0\n", false},
 		{"proc exe of init", "cat /proc/1/exe > /dev/null 2>&1; echo x >> /proc/1/exe 2>/dev/null && echo wrote || echo denied", "denied\n", false},
-		{"only loopback", "ls1 /sys/class/net", "lo\n", false},
-		{"dev nodes", "lsA /dev | tr '\\n' ' '", "", false}, // checked below
+		{"only loopback", "ls1 /sys/class/net", "lo\n", false}, // eth0 too with a network (below)
+		{"dev nodes", "lsA /dev | tr '\\n' ' '", "", false},    // checked below
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {
@@ -325,6 +399,14 @@ func testIsolation(t *testing.T, rt runtime.Runtime, env Env, caps runtime.Caps)
 					if !strings.Contains(" "+out, " "+d+" ") {
 						t.Errorf("/dev lacks %s: %q", d, out)
 					}
+				}
+			case "only loopback":
+				want := c.want
+				if sb.Spec.Network != nil {
+					want = "eth0\nlo\n"
+				}
+				if out != want {
+					t.Errorf("got %q (stderr %q), want %q", out, errOut, want)
 				}
 			default:
 				if out != c.want {

@@ -1,6 +1,7 @@
 // Package nsinit sets a namespace sandbox up from the inside. The node starts
 // the agent binary as "atoll-agent init", already in its own user, mount, PID,
-// UTS, IPC, network and cgroup namespaces and its cgroups; Setup waits for the
+// UTS, IPC, network (or one the node made for it) and cgroup namespaces and
+// its cgroups; Setup waits for the
 // node to prepare id-mapped layers, builds the sandbox's mount namespace (overlay
 // root, /proc, /dev, /sys, masked paths), pivots into it and drops privileges
 // (capability bounding set, no_new_privs, seccomp) on every thread of the
@@ -45,6 +46,19 @@ type Config struct {
 	AgentEnv string   `json:"agent_env"`
 	User     string   `json:"user,omitempty"`    // default user of processes
 	Workdir  string   `json:"workdir,omitempty"` // default working directory
+	// Net is set when the sandbox runs in a network namespace the node made
+	// (see runtime.Network).
+	Net *Net `json:"net,omitempty"`
+}
+
+// Net is what the node prepared for a sandbox with a network.
+type Net struct {
+	// Files is an id-mapped read-only directory holding resolv.conf and
+	// hosts, mounted over /etc's.
+	Files string `json:"files"`
+	// Sys is a read-only sysfs the node mounted from inside the sandbox's
+	// network namespace (only the namespace's owner may), mounted at /sys.
+	Sys string `json:"sys"`
 }
 
 // Bind is a read-only directory mounted at Target inside the root.
@@ -164,11 +178,13 @@ func buildRoot(cfg Config) error {
 	const common = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
 	mounts := []mnt{
 		{"/proc", "proc", "", common},
-		{"/sys", "sysfs", "", common | unix.MS_RDONLY},
 		{"/dev", "tmpfs", "mode=755,size=65536k", unix.MS_NOSUID | unix.MS_STRICTATIME},
 		{"/dev/pts", "devpts", "newinstance,ptmxmode=0666,mode=0620,gid=5", unix.MS_NOSUID | unix.MS_NOEXEC},
 		{"/dev/shm", "tmpfs", "mode=1777,size=65536k", common},
 		{"/dev/mqueue", "mqueue", "", common},
+	}
+	if cfg.Net == nil {
+		mounts = append(mounts, mnt{"/sys", "sysfs", "", common | unix.MS_RDONLY})
 	}
 	for _, m := range mounts {
 		dst, err := mountpoint(root, m.target, true)
@@ -177,6 +193,11 @@ func buildRoot(cfg Config) error {
 		}
 		if err := unix.Mount(m.fstype, dst, m.fstype, m.flags, m.data); err != nil {
 			return fmt.Errorf("mounting %s: %w", m.target, err)
+		}
+	}
+	if cfg.Net != nil {
+		if err := mountNet(root, cfg.Net); err != nil {
+			return err
 		}
 	}
 	// Device nodes cannot be made in a user namespace; bind the host's.
@@ -196,6 +217,39 @@ func buildRoot(cfg Config) error {
 	for name, target := range links {
 		if err := os.Symlink(target, filepath.Join(root, "dev", name)); err != nil {
 			return fmt.Errorf("linking /dev/%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// mountNet mounts what the node prepared for a sandbox with a network: its
+// sysfs, and its resolv.conf and hosts over the image's.
+func mountNet(root string, n *Net) error {
+	dst, err := mountpoint(root, "/sys", true)
+	if err != nil {
+		return err
+	}
+	if err := unix.Mount(n.Sys, dst, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("binding /sys: %w", err)
+	}
+	for _, name := range []string{"resolv.conf", "hosts"} {
+		target := "/etc/" + name
+		// An image's symlink here (to a systemd-resolved stub, say) is
+		// replaced by a file to mount on: the sandbox's resolver is
+		// atoll's.
+		if fi, err := os.Lstat(filepath.Join(root, target)); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			if err := os.Remove(filepath.Join(root, target)); err != nil {
+				return fmt.Errorf("replacing the symlink %s: %w", target, err)
+			}
+		}
+		dst, err := mountpoint(root, target, false)
+		if err != nil {
+			return err
+		}
+		// Read-only as the staged directory is, which the sandbox cannot
+		// change (its flags are locked).
+		if err := unix.Mount(filepath.Join(n.Files, name), dst, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("binding %s: %w", target, err)
 		}
 	}
 	return nil
@@ -286,7 +340,8 @@ func maskPaths() error {
 	return nil
 }
 
-// setupLoopback brings up lo in the new network namespace.
+// setupLoopback brings up lo in the new network namespace. In a namespace
+// the node made, lo is up already and the sandbox could not change it.
 func setupLoopback() error {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -299,6 +354,9 @@ func setupLoopback() error {
 	}
 	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
 		return fmt.Errorf("loopback flags: %w", err)
+	}
+	if ifr.Uint16()&unix.IFF_UP != 0 {
+		return nil
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
 	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {

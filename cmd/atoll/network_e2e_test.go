@@ -1,0 +1,443 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/nftables"
+	mdnetlink "github.com/mdlayher/netlink"
+	"github.com/ti-mo/conntrack"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/network"
+	"github.com/atoll-dev/atoll/internal/network/nettest"
+	"github.com/atoll-dev/atoll/internal/testenv"
+	atoll "github.com/atoll-dev/atoll/sdk/go"
+)
+
+// netWorld is the private network TestNetworkEndToEnd runs atoll serve in:
+//
+//	host  the daemon's namespace: its bridge, firewall and resolver live
+//	      here; "up0" (198.51.100.2, 2001:db8::2) carries its default
+//	      routes to inet, "lan0" leads to lan.
+//	inet  an internet host with several addresses, serving DNS on 53, HTTP
+//	      on 80 ("inet <client> <host>"), HTTPS on 443, TCP echo on 7.
+//	lan   metadata and private addresses: 169.254.169.254, fd00:ec2::254,
+//	      10.99.0.1, serving HTTP on 80.
+//
+// Nothing is sent anywhere else.
+type netWorld struct {
+	id              string
+	host, inet, lan string
+	dns             *nettest.DNS
+}
+
+const (
+	wInet4, wInet6       = "198.51.100.1", "2001:db8::1"
+	wAllowed4, wAllowed6 = "198.51.100.11", "2001:db8::11" // allowed.example, secret.example
+	wOther4, wOther6     = "198.51.100.12", "2001:db8::12" // other.example
+	wListed4             = "198.51.100.13"                 // allowed by address
+)
+
+func newNetWorld(t *testing.T) *netWorld {
+	b := make([]byte, 3)
+	rand.Read(b)
+	w := &netWorld{id: "e" + hex.EncodeToString(b)}
+	w.host = nettest.NewNetns(t, "atollt-"+w.id+"-host")
+	w.inet = nettest.NewNetns(t, "atollt-"+w.id+"-inet")
+	w.lan = nettest.NewNetns(t, "atollt-"+w.id+"-lan")
+	nettest.Link(t, w.host, "up0", []string{"198.51.100.2/24", "2001:db8::2/64"},
+		w.inet, "eth0", []string{wInet4 + "/24", wAllowed4 + "/24", wOther4 + "/24", wListed4 + "/24",
+			wInet6 + "/64", wAllowed6 + "/64", wOther6 + "/64"}, 1500)
+	nettest.Link(t, w.host, "lan0", []string{"169.254.169.1/16", "fd00:ec2::1/64", "10.99.0.2/24"},
+		w.lan, "eth0", []string{"169.254.169.254/16", "fd00:ec2::254/64", "10.99.0.1/24"}, 1500)
+	nettest.DefaultRoutes(t, w.host, "up0", wInet4, wInet6)
+	w.dns = &nettest.DNS{TTL: 30, Records: map[string][]netip.Addr{
+		"allowed.example": {netip.MustParseAddr(wAllowed4), netip.MustParseAddr(wAllowed6)},
+		"secret.example":  {netip.MustParseAddr(wAllowed4), netip.MustParseAddr(wAllowed6)},
+		"other.example":   {netip.MustParseAddr(wOther4), netip.MustParseAddr(wOther6)},
+	}}
+	nettest.ServeDNS(t, w.inet, "[::]:53", w.dns)
+	nettest.ServeHTTP(t, w.inet, "inet", "[::]:80", false)
+	nettest.ServeHTTP(t, w.inet, "inet-tls", "[::]:443", true)
+	nettest.ServeEcho(t, w.inet, "[::]:7")
+	nettest.ServeHTTP(t, w.lan, "lan", "[::]:80", false)
+	// The daemon's namespaces and veths are named after the bridge; a
+	// daemon killed with SIGKILL leaves its warm namespaces' files.
+	t.Cleanup(func() {
+		ents, _ := os.ReadDir(nettest.Dir)
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), w.id) {
+				p := filepath.Join(nettest.Dir, e.Name())
+				unix.Unmount(p, unix.MNT_DETACH)
+				os.Remove(p)
+			}
+		}
+	})
+	return w
+}
+
+// fromHost fetches url from the host namespace: the positive controls.
+func (w *netWorld) fromHost(url string) (string, error) {
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (c net.Conn, err error) {
+			err = nettest.In(w.host, func() (err error) {
+				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		},
+	}}
+	resp, err := c.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// slotOf is the slot of a sandbox on the default 10.213.0.0/16 subnet.
+func slotOf(t *testing.T, sb api.Sandbox) int {
+	t.Helper()
+	if sb.Network == nil {
+		t.Fatalf("sandbox %s has no network", sb.ID)
+	}
+	a := netip.MustParseAddr(sb.Network.IPv4).As4()
+	return int(a[2])<<8 + int(a[3]) - 2
+}
+
+// traces lists what is left in the host namespace of the network of slot:
+// namespace file, veth, firewall chain, sets and elements, conntrack
+// entries.
+func (w *netWorld) traces(t *testing.T, slot int, addrs ...string) []string {
+	t.Helper()
+	var out []string
+	name := fmt.Sprintf("%s-%d", w.id, slot)
+	if _, err := os.Lstat(filepath.Join(nettest.Dir, name)); err == nil {
+		out = append(out, "namespace "+name)
+	}
+	nettest.In(w.host, func() error {
+		if _, err := netlink.LinkByName(name); err == nil {
+			out = append(out, "veth "+name)
+		}
+		return nil
+	})
+	fd, err := unix.Open(w.host, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	nft, err := nftables.New(nftables.WithNetNSFd(fd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := &nftables.Table{Name: "atoll", Family: nftables.TableFamilyINet}
+	chains, err := nft.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range chains {
+		if c.Table.Name == "atoll" && c.Name == fmt.Sprintf("s%d", slot) {
+			out = append(out, "chain "+c.Name)
+		}
+	}
+	sets, err := nft.GetSets(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[netip.Addr]bool{}
+	for _, a := range addrs {
+		want[netip.MustParseAddr(a)] = true
+	}
+	for _, s := range sets {
+		if strings.HasPrefix(s.Name, fmt.Sprintf("s%d_", slot)) {
+			out = append(out, "set "+s.Name)
+			continue
+		}
+		if s.Interval {
+			continue
+		}
+		elems, err := nft.GetSetElements(s)
+		if err != nil {
+			continue
+		}
+		for _, e := range elems {
+			if a, ok := netip.AddrFromSlice(e.Key); ok && want[a] {
+				out = append(out, "element "+a.String()+" of "+s.Name)
+			}
+		}
+	}
+	ct, err := conntrack.Dial(&mdnetlink.Config{NetNS: fd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ct.Close()
+	flows, err := ct.Dump(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range flows {
+		for _, a := range []netip.Addr{f.TupleOrig.IP.SourceAddress, f.TupleOrig.IP.DestinationAddress,
+			f.TupleReply.IP.SourceAddress, f.TupleReply.IP.DestinationAddress} {
+			if want[a.Unmap()] {
+				out = append(out, "conntrack entry "+f.TupleOrig.IP.SourceAddress.String()+" -> "+f.TupleOrig.IP.DestinationAddress.String())
+				break
+			}
+		}
+	}
+	return out
+}
+
+// TestNetworkEndToEnd runs the real `atoll serve` in a namespace of its own
+// with networking on, and checks from inside sandboxes what the issue asks:
+// isolation, deny-all, allow-lists by name and address, DNS, Host and SNI
+// fronting, IPv6, blocked metadata and private ranges, a policy change that
+// cuts a connection, and a delete that leaves nothing.
+func TestNetworkEndToEnd(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommand(t, "curl")
+	if err := network.Probe(); err != nil {
+		testenv.Skip(t, err.Error())
+	}
+	w := newNetWorld(t)
+	d := startDaemonIn(t, testenv.Dir(t), w.host, "--network", "on", "--network-bridge", w.id,
+		"--dns-upstream", wInet4, "--warm-pool", "1", "--prestart", "1", "--network-pool", "2")
+	c := d.client()
+	ctx := context.Background()
+	create := func(req api.CreateSandboxRequest) api.Sandbox {
+		t.Helper()
+		sb, err := c.CreateSandbox(ctx, req)
+		if err != nil {
+			t.Fatalf("create: %v\n%s", err, d.out.String())
+		}
+		return sb
+	}
+	// run runs a shell script in sandbox id and returns its output and
+	// whether it exited 0.
+	run := func(id, script string) (string, bool) {
+		t.Helper()
+		out, code := sh(t, c, id, script)
+		return out, code == 0
+	}
+	// curl fails on HTTP errors too: the egress proxy refuses with 403.
+	curl := func(id string, args ...string) (string, bool) {
+		t.Helper()
+		return run(id, "curl -fsS --max-time 5 "+strings.Join(args, " ")+" 2>&1")
+	}
+	// connect opens a TCP connection to the echo port, which the egress
+	// proxy does not see: the firewall alone decides.
+	connect := func(id, addr string) bool {
+		t.Helper()
+		_, ok := run(id, "python3 -c 'import socket; socket.create_connection((\""+addr+"\", 7), timeout=3)' 2>&1")
+		return ok
+	}
+	mustCurl := func(what, id string, args ...string) string {
+		t.Helper()
+		out, ok := curl(id, args...)
+		if !ok {
+			t.Errorf("%s: curl %s failed: %s", what, strings.Join(args, " "), out)
+		}
+		return out
+	}
+	mustNotCurl := func(what, id string, args ...string) {
+		t.Helper()
+		if out, ok := curl(id, args...); ok {
+			t.Errorf("%s: curl %s worked, want refused: %s", what, strings.Join(args, " "), out)
+		}
+	}
+
+	a := create(api.CreateSandboxRequest{})
+	b := create(api.CreateSandboxRequest{})
+	if a.Network == nil || a.Network.Policy.Egress != "allow-all" || a.Network.IPv4 == b.Network.IPv4 {
+		t.Fatalf("networks: %+v %+v", a.Network, b.Network)
+	}
+
+	t.Run("sandboxes cannot reach each other", func(t *testing.T) {
+		if _, code := sh(t, c, a.ID, "cd /tmp && (python3 -m http.server --bind :: 8080 >/dev/null 2>&1 &) ; sleep 1"); code != 0 {
+			t.Fatal("starting a server")
+		}
+		for _, addr := range []string{a.Network.IPv4, "[" + a.Network.IPv6 + "]"} {
+			u := "http://" + addr + ":8080/"
+			if _, err := w.fromHost(u); err != nil {
+				t.Errorf("positive control: the host to %s: %v", u, err)
+			}
+			mustCurl("positive control: the sandbox to itself", a.ID, "-g", u)
+			mustNotCurl("another sandbox", b.ID, "-g", u)
+		}
+	})
+
+	t.Run("allow-all reaches the internet by address and by name", func(t *testing.T) {
+		out := mustCurl("by name", a.ID, "http://allowed.example/")
+		if !strings.HasPrefix(out, "inet 198.51.100.2 allowed.example") {
+			t.Errorf("by name: %q (want the host's uplink address: NAT)", out)
+		}
+		mustCurl("by IPv6 name", a.ID, "-6", "http://allowed.example/")
+		mustCurl("by address", a.ID, "http://"+wOther4+"/")
+		out, _ = run(a.ID, "cat /etc/resolv.conf /etc/hosts")
+		if !strings.Contains(out, "nameserver 10.213.0.1") || !strings.Contains(out, a.Network.IPv4+"\t"+a.ID) {
+			t.Errorf("resolv.conf and hosts: %q", out)
+		}
+	})
+
+	t.Run("metadata and private ranges are blocked", func(t *testing.T) {
+		for _, u := range []string{"http://169.254.169.254/", "http://[fd00:ec2::254]/", "http://10.99.0.1/"} {
+			if body, err := w.fromHost(u); err != nil || !strings.HasPrefix(body, "lan ") {
+				t.Errorf("positive control: the host to %s: %q %v", u, body, err)
+			}
+			mustNotCurl("allow-all sandbox", a.ID, "-g", u)
+		}
+	})
+
+	t.Run("deny-all", func(t *testing.T) {
+		out, code := d.cli("create", "--egress", "deny-all")
+		if code != 0 {
+			t.Fatalf("create --egress deny-all: %s", out)
+		}
+		id := strings.TrimSpace(out)
+		mustCurl("positive control: allow-all", a.ID, "http://"+wInet4+"/")
+		mustNotCurl("deny-all by address", id, "http://"+wInet4+"/")
+		if connect(id, wInet4) || connect(id, wInet6) {
+			t.Error("deny-all reaches an echo port")
+		}
+		mustNotCurl("deny-all by IPv6 address", id, "-g", "http://["+wInet6+"]/")
+		mustNotCurl("deny-all by name", id, "http://allowed.example/")
+		if out, ok := run(id, "getent hosts allowed.example"); ok {
+			t.Errorf("deny-all resolves a name: %s", out)
+		}
+	})
+
+	l := create(api.CreateSandboxRequest{Network: &api.NetworkPolicy{Allow: []string{"allowed.example", wListed4}}})
+	t.Run("allow list", func(t *testing.T) {
+		if l.Network.Policy.Egress != "deny-all" {
+			t.Errorf("policy shown: %+v", l.Network.Policy)
+		}
+		out := mustCurl("listed name", l.ID, "http://allowed.example/")
+		if !strings.Contains(out, "allowed.example") {
+			t.Errorf("listed name: %q", out)
+		}
+		mustCurl("listed name over IPv6", l.ID, "-6", "http://allowed.example/")
+		mustCurl("listed address", l.ID, "http://"+wListed4+"/")
+		mustCurl("positive control: other.example from allow-all", a.ID, "http://other.example/")
+		mustNotCurl("unlisted name", l.ID, "http://other.example/")
+		if !connect(a.ID, wOther4) || !connect(l.ID, wAllowed4) || !connect(l.ID, wAllowed6) {
+			t.Error("positive control: echo port from allow-all, or of a resolved listed name")
+		}
+		if connect(l.ID, wOther4) || connect(l.ID, wOther6) || connect(l.ID, wInet4) {
+			t.Error("an unlisted address's echo port answers")
+		}
+		mustNotCurl("unlisted address", l.ID, "http://"+wOther4+"/")
+		mustNotCurl("unlisted IPv6 address", l.ID, "-g", "http://["+wOther6+"]/")
+		if out, ok := run(l.ID, "getent hosts other.example"); ok {
+			t.Errorf("an unlisted name resolves: %s", out)
+		}
+		leak := "leak-" + w.id + ".example"
+		run(l.ID, "getent hosts "+leak)
+		if w.dns.WasAsked(leak) {
+			t.Error("the resolver asked upstream about an unlisted name")
+		}
+	})
+
+	t.Run("Host and SNI fronting fail", func(t *testing.T) {
+		mustCurl("positive control: HTTPS with a listed name", l.ID, "-k", "https://allowed.example/")
+		mustCurl("positive control: secret.example from allow-all", a.ID, "-k", "--resolve", "secret.example:443:"+wAllowed4, "https://secret.example/")
+		out, _ := run(l.ID, "curl -sS --max-time 5 -o /dev/null -w '%{http_code}' -H 'Host: secret.example' http://allowed.example/")
+		if out != "403" {
+			t.Errorf("Host secret.example on an allowed address: %q, want 403", out)
+		}
+		mustNotCurl("SNI secret.example on an allowed address", l.ID, "-k", "--resolve", "secret.example:443:"+wAllowed4, "https://secret.example/")
+		mustNotCurl("SNI secret.example on an allowed IPv6 address", l.ID, "-k", "--resolve", "secret.example:443:["+wAllowed6+"]", "https://secret.example/")
+	})
+
+	t.Run("a policy change cuts a forbidden connection", func(t *testing.T) {
+		script := `import socket, sys, time
+s = socket.create_connection(("` + wInet4 + `", 7), timeout=3)
+for i in range(200):
+    try:
+        s.sendall(b"x\n")
+        if s.recv(16) != b"x\n":
+            raise Exception("bad echo")
+        print("ok", flush=True)
+    except Exception as e:
+        print("cut", e, flush=True)
+        sys.exit(0)
+    time.sleep(0.1)
+`
+		if _, err := c.StartProcess(ctx, b.ID, api.ExecRequest{Cmd: []string{"sh", "-c", "python3 -c '" + script + "' > /tmp/echo.log 2>&1"}, Background: true}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor := func(what, pattern string) {
+			t.Helper()
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				out, _ := run(b.ID, "cat /tmp/echo.log")
+				if strings.Contains(out, pattern) {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: log %q", what, out)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+		waitFor("positive control: the connection works", "ok")
+		out, code := d.cli("network", b.ID, "--egress", "deny-all", "--allow", "allowed.example")
+		if code != 0 || !strings.Contains(out, "deny-all") {
+			t.Fatalf("atoll network: %s", out)
+		}
+		waitFor("the forbidden connection is cut", "cut")
+		mustCurl("what the new policy allows", b.ID, "http://allowed.example/")
+		n, err := c.GetNetwork(ctx, b.ID)
+		if err != nil || n.Policy.Egress != "deny-all" || len(n.Policy.Allow) != 1 {
+			t.Errorf("GetNetwork: %+v %v", n, err)
+		}
+	})
+
+	t.Run("the policy survives stop and start and a daemon restart", func(t *testing.T) {
+		if _, err := c.StopSandbox(ctx, l.ID); err != nil {
+			t.Fatal(err)
+		}
+		if left := w.traces(t, slotOf(t, l), l.Network.IPv4, l.Network.IPv6); len(left) > 0 {
+			t.Errorf("a stopped sandbox's network is left: %v", left)
+		}
+		if _, err := c.StartSandbox(ctx, l.ID); err != nil {
+			t.Fatal(err)
+		}
+		mustCurl("listed name after a restart", l.ID, "http://allowed.example/")
+		mustNotCurl("unlisted address after a restart", l.ID, "http://"+wOther4+"/")
+		d.kill()
+		d.start()
+		c = d.client()
+		mustCurl("listed name after a daemon restart", l.ID, "http://allowed.example/")
+		mustNotCurl("unlisted address after a daemon restart", l.ID, "http://"+wOther4+"/")
+		mustCurl("allow-all after a daemon restart", a.ID, "http://"+wOther4+"/")
+	})
+
+	t.Run("delete leaves no trace", func(t *testing.T) {
+		slot := slotOf(t, l)
+		mustCurl("traffic to leave conntrack entries", l.ID, "http://allowed.example/")
+		if left := w.traces(t, slot, l.Network.IPv4, l.Network.IPv6); len(left) < 4 {
+			t.Errorf("positive control: a running sandbox's network: %v", left)
+		}
+		if err := c.DeleteSandbox(ctx, l.ID); err != nil {
+			t.Fatal(err)
+		}
+		if left := w.traces(t, slot, l.Network.IPv4, l.Network.IPv6); len(left) > 0 {
+			t.Errorf("left after delete: %v", left)
+		}
+	})
+	_ = atoll.ErrNotFound
+}
