@@ -158,7 +158,7 @@ func TestResourceExhaustion(t *testing.T) {
 	}
 	execLatency := func() time.Duration {
 		var ds []time.Duration
-		for i := 0; i < 15; i++ {
+		for i := 0; i < 25; i++ {
 			t0 := time.Now()
 			if _, err := c.Exec(ctx, neighbour.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard); err != nil {
 				t.Fatalf("neighbour exec: %v", err)
@@ -196,9 +196,10 @@ func TestResourceExhaustion(t *testing.T) {
 			var a attack
 			a.cores = float64(cpuNanos(sb.ID)-cpu0) / float64(time.Since(t0).Nanoseconds())
 			t.Logf("neighbour exec p50 under %s: %v (%.1f× idle)", e.name, busy, float64(busy)/float64(idle))
-			// Twice idle, with a floor of a few milliseconds that timer and
-			// scheduler noise alone can reach on a small machine.
-			if limit := max(2*idle, idle+5*time.Millisecond); busy > limit {
+			// Twice idle, or 10 ms more than idle when that is more: on a
+			// two-core machine a few scheduler slices of contention alone
+			// make that much difference to a 5 ms round trip.
+			if limit := max(2*idle, idle+10*time.Millisecond); busy > limit {
 				t.Errorf("neighbour exec p50 %v under %s, over %v", busy, e.name, limit)
 			}
 			if e.check != "" {
