@@ -53,4 +53,10 @@ if [ -z "${ATOLL_TEST_S3_URL:-}" ]; then
 	export AWS_ACCESS_KEY_ID=atoll-test AWS_SECRET_ACCESS_KEY=atoll-test
 fi
 
-go test -count=1 -timeout 40m "$@" ./...
+if [ $# -gt 0 ]; then
+	exec go test -count=1 -timeout 40m "$@" ./...
+fi
+# The exhaustion test measures a neighbour's latency under attack: it runs
+# alone, after the rest, so that other packages' tests do not weigh on it.
+go test -count=1 -timeout 40m -skip 'TestResourceExhaustion' ./...
+go test -count=1 -timeout 10m -run 'TestResourceExhaustion' ./cmd/atoll
