@@ -50,6 +50,35 @@ type Sandbox struct {
 	// Absent when the server runs sandboxes without networking (loopback
 	// only).
 	Network *SandboxNetwork `json:"network,omitempty"`
+	// Ports says who may open the sandbox's ports through the server's port
+	// proxy.
+	Ports PortAccess `json:"ports"`
+}
+
+// PortAccess says who may open a sandbox's ports through the port proxy
+// (http://{port}-{id}.{domain}): anyone who can reach the proxy if Public,
+// otherwise only requests carrying the sandbox's access token (header
+// Atoll-Access-Token) or a signed URL that has not expired. Not public is
+// the default. It is the body of PUT /v1/sandboxes/{id}/ports.
+type PortAccess struct {
+	Public bool `json:"public"`
+}
+
+// PortURL is the body of GET /v1/sandboxes/{id}/ports/{port}: where the
+// port proxy serves that port of the sandbox.
+type PortURL struct {
+	Port int `json:"port"`
+	// URL reaches the port; unless the sandbox's ports are public, a
+	// request to it must carry Token in the Atoll-Access-Token header.
+	URL    string `json:"url"`
+	Public bool   `json:"public"`
+	// Token opens every port of the sandbox; absent when its ports are
+	// public. It stays valid as long as the server's port key.
+	Token string `json:"token,omitempty"`
+	// SignedURL is URL with a signature that opens it, with no header,
+	// until ExpiresAt (asked for with ?ttl_sec=N).
+	SignedURL string     `json:"signed_url,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
 // SandboxNetwork is a sandbox's network, the body of GET and PUT
@@ -113,6 +142,9 @@ type CreateSandboxRequest struct {
 	// Network is the egress policy; absent means allow-all. A server
 	// without networking refuses any (503 unavailable).
 	Network *NetworkPolicy `json:"network,omitempty"`
+	// Ports says who may open its ports through the port proxy; absent
+	// means a token or signed URL is needed.
+	Ports *PortAccess `json:"ports,omitempty"`
 }
 
 // TimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout: the sandbox

@@ -18,6 +18,7 @@ func newCreateCmd(g *globals) *cobra.Command {
 	var env, labels []string
 	var timeout, autoDelete, autoStop, autoArchive time.Duration
 	var pol policyFlags
+	var publicPorts bool
 	cmd := &cobra.Command{
 		Use:   "create [flags]",
 		Short: "Create and start a sandbox",
@@ -59,6 +60,9 @@ Durations are at most a year.
 				return err
 			}
 			req.Network = pol.policy()
+			if publicPorts {
+				req.Ports = &api.PortAccess{Public: true}
+			}
 			c, err := g.client()
 			if err != nil {
 				return err
@@ -86,6 +90,7 @@ Durations are at most a year.
 	f.DurationVar(&autoDelete, "auto-delete", 0, "delete the sandbox this long after it stops, e.g. 24h (default never)")
 	f.DurationVar(&autoStop, "auto-stop", 0, "stop the sandbox after this long without activity, e.g. 15m (default never)")
 	f.DurationVar(&autoArchive, "auto-archive", 0, "archive the sandbox this long after it stops, e.g. 1h (default never)")
+	f.BoolVar(&publicPorts, "public-ports", false, "let anyone who can reach the port proxy open the sandbox's ports, without a token (see \"atoll port\")")
 	pol.register(f)
 	return cmd
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/layers"
 	"github.com/atoll-dev/atoll/internal/network"
+	"github.com/atoll-dev/atoll/internal/portproxy"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/runtime/gvisor"
 	"github.com/atoll-dev/atoll/internal/runtime/ns"
@@ -55,6 +56,9 @@ type serveConfig struct {
 	netAllow    []string
 	dnsUpstream []string
 	netPool     int
+
+	proxyListen string
+	proxyDomain string
 }
 
 func newServeCmd() *cobra.Command {
@@ -79,7 +83,13 @@ only and creates that ask for an egress policy are refused. --network on
 refuses to start instead; --network off never tries.
 
 Stopping the server (Ctrl-C, SIGTERM) leaves sandboxes running; the next start
-re-adopts them.`,
+re-adopts them.
+
+With networking on, the port proxy (--proxy-listen, default 127.0.0.1:7401)
+serves sandboxes' ports at http://{port}-{id}.{domain}/ (--proxy-domain,
+default localhost). A sandbox's ports need its access token or a signed URL
+unless it was created with public ports; the key that signs them is kept in
+the data directory (port-key).`,
 		Example: `  sudo atoll serve
   sudo atoll serve --listen 0.0.0.0:7400 --data /srv/atoll
   sudo atoll serve --archive 's3://atoll-archive?region=eu-west-1'`,
@@ -107,6 +117,8 @@ re-adopts them.`,
 	f.StringArrayVar(&cfg.netAllow, "network-allow", nil, "private or special prefix that sandboxes may reach all the same, e.g. an internal mirror's 10.1.2.0/24 (repeatable)")
 	f.StringArrayVar(&cfg.dnsUpstream, "dns-upstream", nil, "DNS server the sandboxes' resolver asks, ADDR or ADDR:PORT (repeatable; default the nameservers of /etc/resolv.conf)")
 	f.IntVar(&cfg.netPool, "network-pool", 4, "network namespaces to keep made ahead of demand (0: none)")
+	f.StringVar(&cfg.proxyListen, "proxy-listen", "127.0.0.1:7401", `address of the port proxy, which serves sandboxes' ports at http://{port}-{id}.{domain}/ ("": none)`)
+	f.StringVar(&cfg.proxyDomain, "proxy-domain", "localhost", "domain under which the port proxy serves sandboxes' ports (its names must resolve to the proxy)")
 	return cmd
 }
 
@@ -271,7 +283,30 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if err := svc.Recover(ctx); err != nil {
 		return fmt.Errorf("recovering sandboxes: %w", err)
 	}
-	srv, err := server.New(server.Config{Sandboxes: svc, Templates: svc.Templates(), Auth: newKeyAuth(st), Logger: log, Version: version})
+	var proxy *portproxy.Proxy
+	var proxyLn net.Listener
+	if netm != nil && cfg.proxyListen != "" {
+		if proxyLn, err = net.Listen("tcp", cfg.proxyListen); err != nil {
+			return fmt.Errorf("--proxy-listen: %w", err)
+		}
+		defer proxyLn.Close()
+		key, err := portproxy.LoadKey(filepath.Join(data, "port-key"))
+		if err != nil {
+			return err
+		}
+		proxy, err = portproxy.New(portproxy.Config{
+			Sandboxes: svc, Key: key, Domain: cfg.proxyDomain,
+			URLPort: proxyLn.Addr().(*net.TCPAddr).Port, Logger: log,
+		})
+		if err != nil {
+			return err
+		}
+	}
+	scfg := server.Config{Sandboxes: svc, Templates: svc.Templates(), Auth: newKeyAuth(st), Logger: log, Version: version}
+	if proxy != nil {
+		scfg.Ports = proxy
+	}
+	srv, err := server.New(scfg)
 	if err != nil {
 		return err
 	}
@@ -290,6 +325,9 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		fmt.Fprintf(cfg.out, "API key (shown once, saved in %s): %s\n", keyPath, key)
 	} else {
 		fmt.Fprintf(cfg.out, "API key in %s\n", keyPath)
+	}
+	if proxy != nil {
+		fmt.Fprintf(cfg.out, "port proxy listening on %s for *.%s\n", proxyLn.Addr(), cfg.proxyDomain)
 	}
 	fmt.Fprintf(cfg.out, "Try: atoll exec $(atoll create) -- python3 -c 'print(1)'\n")
 
@@ -311,13 +349,24 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); svc.Run(runCtx) }()
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- hs.Serve(ln) }()
+	var ps *http.Server
+	if proxy != nil {
+		// The proxy's requests stream for as long as sandboxes' servers
+		// answer (websockets, downloads): no write timeout.
+		ps = &http.Server{Handler: proxy, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+			MaxHeaderBytes: 4 * server.MaxHeaderBytes, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+		go func() { errc <- ps.Serve(proxyLn) }()
+	}
 	select {
 	case err = <-errc:
 	case <-ctx.Done():
 		log.Info("shutting down; sandboxes keep running")
 		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if ps != nil {
+			ps.Shutdown(sctx)
+		}
 		err = hs.Shutdown(sctx)
 		scancel()
 	}

@@ -330,6 +330,9 @@ func (noSandboxes) GetNetwork(context.Context, string) (api.SandboxNetwork, erro
 func (noSandboxes) SetNetwork(context.Context, string, api.NetworkPolicy) (api.SandboxNetwork, error) {
 	return api.SandboxNetwork{}, errdefs.ErrUnavailable
 }
+func (noSandboxes) SetPorts(context.Context, string, api.PortAccess) (api.Sandbox, error) {
+	return api.Sandbox{}, errdefs.ErrNotFound
+}
 func (noSandboxes) AgentDialer(context.Context, string) (func(context.Context) (net.Conn, error), error) {
 	return nil, errdefs.ErrNotFound
 }

@@ -371,7 +371,7 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 		CPU: req.CPU, MemoryMiB: req.MemoryMiB, DiskGiB: req.DiskGiB, PIDs: req.PIDs,
 		Env: req.Env, Labels: req.Labels, CreatedAt: time.Now().UTC(),
 		Ephemeral: req.Ephemeral, AutoDeleteSec: req.AutoDeleteSec, AutoStopSec: req.AutoStopSec,
-		AutoArchiveSec: req.AutoArchiveSec,
+		AutoArchiveSec: req.AutoArchiveSec, Ports: portAccess(req.Ports),
 	}, TimeoutSec: req.TimeoutSec, FromSnapshot: req.Snapshot, Policy: policy}
 	t0 := time.Now()
 	unlock, err := s.newSandbox(ctx, &sb)

@@ -195,6 +195,7 @@ func (s *Service) adoptPooled(ctx context.Context, id string, req api.CreateSand
 	sb.Env, sb.Labels, sb.CreatedAt, sb.StartedAt = req.Env, req.Labels, now, &now
 	sb.TimeoutSec, sb.Ephemeral, sb.AutoDeleteSec, sb.ExpiresAt = req.TimeoutSec, req.Ephemeral, req.AutoDeleteSec, nil
 	sb.AutoStopSec, sb.AutoArchiveSec = req.AutoStopSec, req.AutoArchiveSec
+	sb.Ports = portAccess(req.Ports)
 	s.touch(id)
 	if req.TimeoutSec > 0 {
 		exp := now.Add(time.Duration(req.TimeoutSec) * time.Second)

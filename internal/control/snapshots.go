@@ -221,7 +221,7 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 		children = append(children, store.Sandbox{Sandbox: api.Sandbox{
 			State: api.StateCreating, Template: parent.Template, Runtime: parent.Runtime,
 			CPU: parent.CPU, MemoryMiB: parent.MemoryMiB, DiskGiB: parent.DiskGiB, PIDs: parent.PIDs,
-			Env: parent.Env, Labels: labels, CreatedAt: time.Now().UTC(),
+			Env: parent.Env, Labels: labels, CreatedAt: time.Now().UTC(), Ports: parent.Ports,
 		}, Policy: parent.Policy})
 	}
 	if err := s.newSandboxes(ctx, children); err != nil {

@@ -67,6 +67,8 @@ func (s *Server) routes() []route {
 		{"POST", sandboxPath + "/timeout", true, s.setTimeout},
 		{"GET", sandboxPath + "/network", true, s.getNetwork},
 		{"PUT", sandboxPath + "/network", true, s.setNetwork},
+		{"PUT", sandboxPath + "/ports", true, s.setPorts},
+		{"GET", sandboxPath + "/ports/{port}", true, s.getPortURL},
 		{"POST", sandboxPath + "/fork", true, s.forkSandbox},
 		{"POST", sandboxPath + "/restore", true, s.restoreSandbox},
 		{"POST", sandboxPath + "/snapshots", true, s.createSnapshot},

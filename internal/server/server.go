@@ -58,8 +58,18 @@ type Sandboxes interface {
 	// SetNetwork replaces a sandbox's egress policy (already checked); a
 	// running sandbox's connections that the new policy forbids are cut.
 	SetNetwork(ctx context.Context, id string, req api.NetworkPolicy) (api.SandboxNetwork, error)
+	// SetPorts changes who may open the sandbox's ports through the port
+	// proxy.
+	SetPorts(ctx context.Context, id string, req api.PortAccess) (api.Sandbox, error)
 	// AgentDialer returns how to reach the sandbox's agent; errdefs.ErrConflict if it is not running.
 	AgentDialer(ctx context.Context, id string) (func(ctx context.Context) (net.Conn, error), error)
+}
+
+// Ports gives the URLs of sandboxes' ports on the port proxy.
+type Ports interface {
+	// URL is where port of sandbox id is served, with a signed URL valid
+	// for ttl if ttl > 0.
+	URL(id string, port int, public bool, ttl time.Duration) api.PortURL
 }
 
 // Authenticator checks an API key; it returns an error wrapping
@@ -72,6 +82,7 @@ type Authenticator interface {
 type Config struct {
 	Sandboxes Sandboxes
 	Templates Templates // nil: the template routes answer 503 unavailable
+	Ports     Ports     // nil: GET .../ports/{port} answers 503 unavailable
 	Auth      Authenticator
 	Logger    *slog.Logger // default slog.Default()
 	Version   string       // reported by GET /v1/health

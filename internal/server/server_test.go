@@ -25,6 +25,7 @@ import (
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/portproxy"
 )
 
 const testKey = "test-key-0123456789"
@@ -345,6 +346,18 @@ func (m *memSandboxes) SetNetwork(ctx context.Context, id string, req api.Networ
 	return m.GetNetwork(ctx, id)
 }
 
+func (m *memSandboxes) SetPorts(ctx context.Context, id string, req api.PortAccess) (api.Sandbox, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sb, ok := m.sbs[id]
+	if !ok {
+		return api.Sandbox{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	sb.Ports = req
+	m.sbs[id] = sb
+	return sb, nil
+}
+
 func (m *memSandboxes) AgentDialer(ctx context.Context, id string) (func(ctx context.Context) (net.Conn, error), error) {
 	sb, err := m.Get(ctx, id)
 	if err != nil {
@@ -470,9 +483,14 @@ func newFixture(t *testing.T) *fixture {
 
 	sbs := &memSandboxes{agentSock: sock, sbs: make(map[string]api.Sandbox)}
 	tpls := newMemTemplates()
+	ports, err := portproxy.New(portproxy.Config{Sandboxes: noTargets{}, Key: make([]byte, 32), URLPort: 7401})
+	if err != nil {
+		t.Fatal(err)
+	}
 	s, err := New(Config{
 		Sandboxes: sbs,
 		Templates: tpls,
+		Ports:     ports,
 		Auth:      keyAuth(testKey),
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Version:   "test",

@@ -142,6 +142,7 @@ var added = []struct{ table, column, def string }{
 	{"sandboxes", "auto_archive_sec", "INTEGER NOT NULL DEFAULT 0"},
 	{"snapshots", "state", "TEXT NOT NULL DEFAULT 'ready'"},
 	{"sandboxes", "egress", "TEXT NOT NULL DEFAULT ''"},
+	{"sandboxes", "public_ports", "INTEGER NOT NULL DEFAULT 0"},
 }
 
 // migrate adds the columns a database made by an older version lacks.
@@ -163,7 +164,7 @@ func migrate(db *sql.DB) error {
 const columns = `id, state, template, runtime, cpu, memory_mib, disk_gib, pids, env, labels, error,
 	slot, created_at, started_at, stopped_at, pid, start_time, socket,
 	timeout_sec, expires_at, ephemeral, auto_delete_sec, auto_stop_sec, from_snapshot,
-	auto_archive_sec, egress`
+	auto_archive_sec, egress, public_ports`
 
 // Create inserts a new sandbox, choosing its slot (the lowest one free), and
 // records its first state.
@@ -193,12 +194,12 @@ func (s *Store) Create(ctx context.Context, sb *Sandbox) error {
 	sb.Slot = slot
 	env, _ := json.Marshal(orEmpty(sb.Env))
 	labels, _ := json.Marshal(orEmpty(sb.Labels))
-	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		sb.ID, sb.State, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
 		string(env), string(labels), sb.Error, sb.Slot, sb.CreatedAt.UnixNano(),
 		nanos(sb.StartedAt), nanos(sb.StoppedAt), sb.PID, int64(sb.StartTime), sb.Socket,
 		sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec, sb.FromSnapshot,
-		sb.AutoArchiveSec, policyJSON(sb.Policy))
+		sb.AutoArchiveSec, policyJSON(sb.Policy), sb.Ports.Public)
 	if err != nil {
 		return fmt.Errorf("inserting sandbox: %w", err)
 	}
@@ -246,11 +247,11 @@ func update(ctx context.Context, tx *sql.Tx, sb *Sandbox, from []string) error {
 	_, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state=?, error=?, template=?, runtime=?, cpu=?, memory_mib=?,
 		disk_gib=?, pids=?, env=?, labels=?, created_at=?, started_at=?, stopped_at=?, pid=?, start_time=?, socket=?,
 		timeout_sec=?, expires_at=?, ephemeral=?, auto_delete_sec=?, auto_stop_sec=?,
-		auto_archive_sec=?, from_snapshot=?, egress=? WHERE id=?`,
+		auto_archive_sec=?, from_snapshot=?, egress=?, public_ports=? WHERE id=?`,
 		sb.State, sb.Error, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
 		string(env), string(labels), sb.CreatedAt.UnixNano(), nanos(sb.StartedAt), nanos(sb.StoppedAt),
 		sb.PID, int64(sb.StartTime), sb.Socket, sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec,
-		sb.AutoArchiveSec, sb.FromSnapshot, policyJSON(sb.Policy), sb.ID)
+		sb.AutoArchiveSec, sb.FromSnapshot, policyJSON(sb.Policy), sb.Ports.Public, sb.ID)
 	if err != nil {
 		return err
 	}
@@ -373,7 +374,7 @@ func scan(rows *sql.Rows) ([]Sandbox, error) {
 		if err := rows.Scan(&sb.ID, &sb.State, &sb.Template, &sb.Runtime, &sb.CPU, &sb.MemoryMiB, &sb.DiskGiB,
 			&sb.PIDs, &env, &labels, &sb.Error, &sb.Slot, &created, &started, &stopped, &sb.PID, &startTime, &sb.Socket,
 			&sb.TimeoutSec, &expires, &sb.Ephemeral, &sb.AutoDeleteSec, &sb.AutoStopSec, &sb.FromSnapshot,
-			&sb.AutoArchiveSec, &policy); err != nil {
+			&sb.AutoArchiveSec, &policy, &sb.Ports.Public); err != nil {
 			return nil, err
 		}
 		if policy != "" {

@@ -64,6 +64,18 @@ func (s *sandboxes) SetNetwork(ctx context.Context, id string, p api.NetworkPoli
 	return s.GetNetwork(ctx, id)
 }
 
+func (s *sandboxes) SetPorts(ctx context.Context, id string, p api.PortAccess) (api.Sandbox, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.m[id]
+	if !ok {
+		return api.Sandbox{}, errdefs.ErrNotFound
+	}
+	sb.Ports = p
+	s.m[id] = sb
+	return sb, nil
+}
+
 func (s *sandboxes) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
