@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,9 +25,11 @@ import (
 // attack did reach the limit that contains it (or really ran).
 var exhaustions = []struct {
 	name, script, check string
+	memoryMiB           int64 // the attacker's memory limit, if not 128 MiB
 	proof               func(a attack) string // what is wrong, or ""
 }{
-	{name: "fork bomb", script: `b() { b | b & }; b`,
+	// With room for 128 shells, so that it is the pids limit that holds it.
+	{name: "fork bomb", script: `b() { b | b & }; b`, memoryMiB: 1024,
 		proof: func(a attack) string { return want(a.pidsMax > 0, "the pids limit was never reached") }},
 	{name: "memory bomb", script: `python3 -c 'x = []
 while True: x.append(bytearray(16 << 20))'`,
@@ -181,7 +184,8 @@ func TestResourceExhaustion(t *testing.T) {
 			// Idle is measured just before each attack, so that what else
 			// the machine does at the time weighs on both figures alike.
 			idle := execLatency()
-			sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{CPU: 0.5, MemoryMiB: 128, PIDs: 128, DiskGiB: 1})
+			mem := cmp.Or(e.memoryMiB, 128)
+			sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{CPU: 0.5, MemoryMiB: mem, PIDs: 128, DiskGiB: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
