@@ -178,6 +178,10 @@ type ExecRequest struct {
 	Background bool              `json:"background,omitempty"` // answer with the Process at once instead of streaming
 	Tag        string            `json:"tag,omitempty"`        // free-form name to find the process by
 	PTY        *PTYSize          `json:"pty,omitempty"`        // run on a pseudo-terminal of this size
+	// Detach keeps a streamed process running when its client stops
+	// listening, and listed after it exits as a background one is: the
+	// stream only watches it (E2B's envd semantics).
+	Detach bool `json:"detach,omitempty"`
 }
 
 // PTYSize is a terminal size.
@@ -257,6 +261,8 @@ type FileList struct {
 type MkdirRequest struct {
 	Path string `json:"path"`
 	Mode uint32 `json:"mode,omitempty"` // default 0755
+	// User owns the directories the call creates; default root.
+	User string `json:"user,omitempty"`
 }
 
 // RenameRequest is the body of POST .../files/rename.

@@ -33,7 +33,7 @@ import (
 func main() {
 	n := flag.Int("n", 100, "iterations per measurement")
 	clients := flag.Int("clients", 8, "concurrent clients for the concurrent run")
-	only := flag.String("only", "", "comma-separated parts to run (core,templates,state,forks,prestarted,warm,peers); default all")
+	only := flag.String("only", "", "comma-separated parts to run (core,templates,state,forks,prestarted,warm,e2b,peers); default all")
 	flag.Parse()
 	parts := map[string]bool{}
 	for _, p := range strings.Split(*only, ",") {
@@ -79,10 +79,13 @@ func main() {
 	if want("warm") {
 		warm(r, work, *n, *clients)
 	}
+	if want("e2b") {
+		e2bSDK(r, srv, min(*n, 50))
+	}
 	if want("peers") {
 		peers(r, work, filepath.Join(srv.data, "layers", "templates", "host-v2"), *n)
 	}
-	r.print(os.Stdout, *n, *clients)
+	r.print(os.Stdout, *n, *clients, *only)
 }
 
 // core measures create, exec and delete one at a time and from concurrent
@@ -458,9 +461,12 @@ func hybridCgroups() bool {
 	return err == nil
 }
 
-func (r *report) print(w io.Writer, n, clients int) {
+func (r *report) print(w io.Writer, n, clients int, only string) {
 	fmt.Fprintf(w, "Machine: %s, %d cores, kernel %s, %s\n\n", r.cpu, runtime.NumCPU(), r.kernel, r.started.UTC().Format("2006-01-02"))
-	fmt.Fprintf(w, "Command: `go run ./bench -n %d -clients %d`\n\n", n, clients)
+	if only != "" {
+		only = " -only " + only
+	}
+	fmt.Fprintf(w, "Command: `go run ./bench -n %d -clients %d%s`\n\n", n, clients, only)
 	var runc time.Duration
 	for _, x := range r.rows {
 		if x.name == "runc run `true`" {

@@ -15,6 +15,10 @@ need=""
 for p in btrfs-progs python3 git iproute2 util-linux procps debootstrap runsc curl; do
 	dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
+# node and npm run the official e2b SDK against atoll (cmd/atoll/e2b_test.go,
+# which needs node 20.18 or later); any install of them will do.
+command -v node >/dev/null 2>&1 || need="$need nodejs"
+command -v npm >/dev/null 2>&1 || need="$need npm"
 if [ -n "$need" ]; then
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need

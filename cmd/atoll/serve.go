@@ -24,6 +24,7 @@ import (
 
 	"github.com/atoll-dev/atoll/internal/blob"
 	"github.com/atoll-dev/atoll/internal/control"
+	"github.com/atoll-dev/atoll/internal/e2b"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/layers"
 	"github.com/atoll-dev/atoll/internal/network"
@@ -46,6 +47,7 @@ type serveConfig struct {
 	warmPool  int
 	prestart  int
 	archive   string
+	e2b       bool
 	debug     bool
 	out       io.Writer
 
@@ -67,6 +69,9 @@ func newServeCmd() *cobra.Command {
 		Use:   "serve",
 		Short: "Run the atoll server (needs root)",
 		Long: `Run the atoll server: the REST API under /v1 and the sandboxes it starts.
+The same listener serves an E2B-compatible API, so code written for E2B's SDKs
+runs against it with E2B_API_URL and E2B_SANDBOX_URL set to its URL
+(docs/e2b.md; --e2b=false turns it off).
 
 It needs root, because sandboxes are made of namespaces, cgroups and mounts.
 Everything it keeps lives in the data directory: an embedded SQLite database,
@@ -109,6 +114,7 @@ the data directory (port-key).`,
 	f.IntVar(&cfg.warmPool, "warm-pool", 2, "default sandboxes to keep started ahead of demand (0: none)")
 	f.IntVar(&cfg.prestart, "prestart", 4, "sandbox processes to keep started ahead of demand for forks and other creates (0: none)")
 	f.StringVar(&cfg.archive, "archive", "", "object storage URL for archived sandboxes: file:///dir, or s3://bucket?region=R (S3-compatible: &endpoint=URL&use_path_style=true) with credentials from AWS_* variables or ~/.aws (default file://<data>/archive)")
+	f.BoolVar(&cfg.e2b, "e2b", true, "also serve the E2B-compatible API and sandbox traffic on the listener (see docs/e2b.md)")
 	f.BoolVar(&cfg.debug, "debug", false, "log debug messages")
 	f.StringVar(&cfg.network, "network", "auto", "sandbox networking: auto (on if the kernel can enforce it), on or off")
 	f.StringVar(&cfg.bridge, "network-bridge", "", `bridge for sandboxes; also names their namespaces and veths (default "atoll0")`)
@@ -302,13 +308,27 @@ func serve(ctx context.Context, cfg serveConfig) error {
 			return err
 		}
 	}
-	scfg := server.Config{Sandboxes: svc, Templates: svc.Templates(), Auth: newKeyAuth(st), Logger: log, Version: version}
+	auth := newKeyAuth(st)
+	scfg := server.Config{Sandboxes: svc, Templates: svc.Templates(), Auth: auth, Logger: log, Version: version}
 	if proxy != nil {
 		scfg.Ports = proxy
 	}
 	srv, err := server.New(scfg)
 	if err != nil {
 		return err
+	}
+	handler := srv.Handler()
+	if cfg.e2b {
+		tokenKey, err := ensureSecret(filepath.Join(data, "e2b-token-key"))
+		if err != nil {
+			return err
+		}
+		e, err := e2b.New(e2b.Config{Sandboxes: svc, Auth: auth, TokenKey: tokenKey, Logger: log})
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		handler = withE2B(handler, e)
 	}
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
@@ -318,7 +338,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if err := writeFileAtomic(filepath.Join(data, "url"), []byte(url+"\n"), 0o644); err != nil {
 		return err
 	}
-	hs := server.NewHTTPServer(cfg.listen, srv.Handler())
+	hs := server.NewHTTPServer(cfg.listen, handler)
 
 	fmt.Fprintf(cfg.out, "atoll %s listening on %s\n", version, url)
 	if key != "" {
@@ -330,6 +350,9 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		fmt.Fprintf(cfg.out, "port proxy listening on %s for *.%s\n", proxyLn.Addr(), cfg.proxyDomain)
 	}
 	fmt.Fprintf(cfg.out, "Try: atoll exec $(atoll create) -- python3 -c 'print(1)'\n")
+	if cfg.e2b {
+		fmt.Fprintf(cfg.out, "E2B SDKs: E2B_API_URL=%s E2B_SANDBOX_URL=%s (docs/e2b.md)\n", url, url)
+	}
 
 	var wg sync.WaitGroup
 	runCtx, cancel := context.WithCancel(ctx)
@@ -376,6 +399,40 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		err = nil
 	}
 	return err
+}
+
+// withE2B serves the E2B-compatible API beside atoll's: atoll's routes are
+// all under /v1, E2B's never are, and sandbox traffic is marked by its
+// headers or host whatever its path.
+func withE2B(atoll http.Handler, e *e2b.Server) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/") && !e2b.IsSandboxRequest(r) {
+			atoll.ServeHTTP(w, r)
+			return
+		}
+		e.ServeHTTP(w, r)
+	})
+}
+
+// ensureSecret returns the 32-byte secret kept at path, creating it (0600)
+// on first use.
+func ensureSecret(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if k, err := hex.DecodeString(strings.TrimSpace(string(b))); err == nil && len(k) >= 32 {
+			return k, nil
+		}
+		return nil, fmt.Errorf("%s: want 64 hex digits; delete it to make a new one (invalidates E2B access tokens)", path)
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	k := make([]byte, 32)
+	rand.Read(k)
+	if err := writeFileAtomic(path, []byte(hex.EncodeToString(k)+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	return k, nil
 }
 
 // agentSource picks the agent binary: the flag's, else an atoll-agent installed

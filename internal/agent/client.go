@@ -282,7 +282,16 @@ func (c *Client) ReadFile(ctx context.Context, path string) (io.ReadCloser, erro
 // WriteFile replaces a file with r's bytes, creating parents. A zero mode
 // keeps an existing file's mode, or is 0644 for a new one.
 func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode uint32) (api.FileInfo, error) {
+	return c.WriteFileAs(ctx, path, r, mode, "")
+}
+
+// WriteFileAs is WriteFile giving a new file, and the parents it creates, to
+// user ("" leaves them to root).
+func (c *Client) WriteFileAs(ctx context.Context, path string, r io.Reader, mode uint32, user string) (api.FileInfo, error) {
 	q := pathQuery(path)
+	if user != "" {
+		q.Set("user", user)
+	}
 	if mode != 0 {
 		q.Set("mode", strconv.FormatUint(uint64(mode), 8))
 	}
@@ -355,4 +364,45 @@ func (c *Client) UploadTar(ctx context.Context, path string, r io.Reader) error 
 		return err
 	}
 	return resp.Body.Close()
+}
+
+// OpenFile streams a file like ReadFile and also returns its length, -1 when
+// the agent streams it without one (files like those in /proc).
+func (c *Client) OpenFile(ctx context.Context, path string) (io.ReadCloser, int64, error) {
+	resp, err := c.do(ctx, http.MethodGet, "/files", pathQuery(path), nil, "")
+	if err != nil {
+		return nil, 0, err
+	}
+	return resp.Body, resp.ContentLength, nil
+}
+
+// WatchStream reads an NDJSON stream of watch events.
+type WatchStream struct {
+	body io.ReadCloser
+	dec  *json.Decoder
+}
+
+// Next returns the next event; io.EOF when the watch ended (the watched
+// path went).
+func (s *WatchStream) Next() (api.WatchEvent, error) {
+	var ev api.WatchEvent
+	err := s.dec.Decode(&ev)
+	return ev, err
+}
+
+// Close ends the watch.
+func (s *WatchStream) Close() error { return s.body.Close() }
+
+// Watch watches path, and with recursive the directories below it; it
+// returns once the watch is in place.
+func (c *Client) Watch(ctx context.Context, path string, recursive bool) (*WatchStream, error) {
+	q := pathQuery(path)
+	if recursive {
+		q.Set("recursive", "true")
+	}
+	resp, err := c.do(ctx, http.MethodGet, "/files/watch", q, nil, "")
+	if err != nil {
+		return nil, err
+	}
+	return &WatchStream{body: resp.Body, dec: json.NewDecoder(resp.Body)}, nil
 }

@@ -38,11 +38,14 @@ func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
 		err = stream.send(api.ExecEvent{Type: api.EventStart, PID: p.pid})
 	}
 	if err != nil {
-		p.kill()
+		if !s.detach {
+			p.kill()
+		}
 		return
 	}
-	// A foreground process lives as long as its client listens.
-	if !a.pump(r.Context(), sub, stream) {
+	// A foreground process lives as long as its client listens, unless it
+	// was started detached.
+	if !a.pump(r.Context(), sub, stream) && !s.detach {
 		p.kill()
 	}
 }

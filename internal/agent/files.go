@@ -218,7 +218,11 @@ func (a *Agent) writeFile(r *http.Request) (api.FileInfo, error) {
 			target = real
 		}
 	}
-	uid, gid := -1, -1
+	owner, err := a.owner(r.URL.Query().Get("user"))
+	if err != nil {
+		return api.FileInfo{}, err
+	}
+	uid, gid := owner.uid, owner.gid
 	if fi, err := os.Stat(target); err == nil {
 		if fi.IsDir() {
 			return api.FileInfo{}, errorf(errdefs.ErrInvalid, "%s is a directory", p)
@@ -233,7 +237,7 @@ func (a *Agent) writeFile(r *http.Request) (api.FileInfo, error) {
 		}
 	}
 	dir := filepath.Dir(target)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := mkdirAll(dir, 0o755, owner); err != nil {
 		return api.FileInfo{}, fsError(err)
 	}
 	tmp, err := os.CreateTemp(dir, ".atoll-write-*")
@@ -273,6 +277,45 @@ func (a *Agent) writeFile(r *http.Request) (api.FileInfo, error) {
 	}
 	ok = true
 	return lstat(target)
+}
+
+// fileOwner is who files and directories a call creates belong to; -1
+// leaves them to the agent (root).
+type fileOwner struct{ uid, gid int }
+
+// owner resolves the user query parameter or field of a file call.
+func (a *Agent) owner(user string) (fileOwner, error) {
+	if user == "" {
+		return fileOwner{-1, -1}, nil
+	}
+	acct, err := a.lookupUser(user)
+	if err != nil {
+		return fileOwner{}, err
+	}
+	return fileOwner{acct.uid, acct.gid}, nil
+}
+
+// mkdirAll is os.MkdirAll that gives the directories it creates to owner.
+func mkdirAll(p string, mode os.FileMode, owner fileOwner) error {
+	var created []string
+	if owner.uid >= 0 {
+		for d := p; ; d = filepath.Dir(d) {
+			if _, err := os.Lstat(d); err == nil || d == "/" {
+				break
+			}
+			created = append(created, d)
+		}
+	}
+	if err := os.MkdirAll(p, mode); err != nil {
+		return err
+	}
+	for _, d := range created {
+		// Lchown: a process of the sandbox may have swapped in a symlink.
+		if err := os.Lchown(d, owner.uid, owner.gid); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (a *Agent) handleRemove(w http.ResponseWriter, r *http.Request) {
@@ -366,7 +409,11 @@ func (a *Agent) handleMkdir(w http.ResponseWriter, r *http.Request) {
 		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
 			return api.FileInfo{}, errorf(errdefs.ErrConflict, "%s exists and is not a directory", p)
 		}
-		if err := os.MkdirAll(p, mode); err != nil {
+		owner, err := a.owner(req.User)
+		if err != nil {
+			return api.FileInfo{}, err
+		}
+		if err := mkdirAll(p, mode, owner); err != nil {
 			return api.FileInfo{}, fsError(err)
 		}
 		if req.Mode != 0 { // MkdirAll's mode is subject to the umask

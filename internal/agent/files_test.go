@@ -229,3 +229,35 @@ func TestWatch(t *testing.T) {
 	for range events {
 	}
 }
+
+// A user query parameter or field gives what a call creates to that user;
+// an existing file keeps its owner.
+func TestFileOwner(t *testing.T) {
+	e := startAgent(t, Config{})
+	ctx := context.Background()
+	d := e.dir
+	fi, err := e.c.WriteFileAs(ctx, d+"/o/p/q.txt", strings.NewReader("x"), 0, "user")
+	if err != nil || fi.UID != 1000 || fi.GID != 1000 {
+		t.Fatalf("write as user: %+v, %v", fi, err)
+	}
+	for _, p := range []string{d + "/o", d + "/o/p"} {
+		if st, err := e.c.Stat(ctx, p); err != nil || st.UID != 1000 {
+			t.Errorf("parent %s: %+v, %v", p, st, err)
+		}
+	}
+	if st, err := e.c.Stat(ctx, d); err != nil || st.UID != 0 {
+		t.Errorf("existing parent changed owner: %+v, %v", st, err)
+	}
+	if _, err := e.c.WriteFile(ctx, d+"/root.txt", strings.NewReader("x"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := e.c.WriteFileAs(ctx, d+"/root.txt", strings.NewReader("y"), 0, "user"); err != nil || fi.UID != 0 {
+		t.Errorf("rewrite kept owner: %+v, %v", fi, err)
+	}
+	fi, err = e.c.Mkdir(ctx, api.MkdirRequest{Path: d + "/m1/m2", User: "user"})
+	if err != nil || fi.UID != 1000 {
+		t.Errorf("mkdir as user: %+v, %v", fi, err)
+	}
+	_, err = e.c.WriteFileAs(ctx, d+"/nobody.txt", strings.NewReader("x"), 0, "nosuchuser")
+	wantStatus(t, err, 400, "invalid")
+}

@@ -43,7 +43,9 @@ type spec struct {
 	keep  bool
 	tmo   time.Duration
 	bg    bool
-	tag   string
+	// detach: streamed, but the process outlives its stream.
+	detach bool
+	tag    string
 }
 
 func checkEnv(k, v string) error {
@@ -140,10 +142,11 @@ func (a *Agent) prepare(req *api.ExecRequest) (*spec, error) {
 		pty:   req.PTY,
 		stdin: req.Stdin,
 		// A terminal's input stays open: ^D on it would end an interactive shell.
-		keep: req.KeepStdin || req.PTY != nil,
-		tmo:  time.Duration(req.TimeoutMs) * time.Millisecond,
-		bg:   req.Background,
-		tag:  req.Tag,
+		keep:   req.KeepStdin || req.PTY != nil,
+		tmo:    time.Duration(req.TimeoutMs) * time.Millisecond,
+		bg:     req.Background,
+		detach: req.Detach && !req.Background,
+		tag:    req.Tag,
 	}
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		s.env = append(s.env, k+"="+env[k])
@@ -383,7 +386,7 @@ func (a *Agent) start(s *spec, withSub bool) (*process, *subscriber, error) {
 		argv:       s.argv,
 		tag:        s.tag,
 		isPTY:      s.pty != nil,
-		background: s.bg,
+		background: s.bg || s.detach, // listed after it exits, to whoever reconnects
 		status:     make(chan unix.WaitStatus, 1),
 		closing:    a.closing,
 		subs:       make(map[*subscriber]struct{}),

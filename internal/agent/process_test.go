@@ -145,6 +145,44 @@ func TestExecDisconnectKills(t *testing.T) {
 	}
 }
 
+// A detached exec streams like a foreground one, but its process outlives
+// the stream and stays listed with its exit code, for whoever attaches next.
+func TestExecDetach(t *testing.T) {
+	e := startAgent(t, Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := e.c.ExecStream(ctx, api.ExecRequest{Shell: "echo first; read x; echo got $x; exit 3", KeepStdin: true, Detach: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, err := s.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	readUntil(t, s, "first")
+	cancel()
+	s.Close()
+	time.Sleep(100 * time.Millisecond)
+	if !alive(start.PID) {
+		t.Fatal("detached process died with its stream")
+	}
+	att, err := e.c.Attach(context.Background(), start.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer att.Close()
+	if err := e.c.WriteStdin(context.Background(), start.PID, strings.NewReader("x\n")); err != nil {
+		t.Fatal(err)
+	}
+	out, exit := collect(t, att)
+	if out != "got x\n" || exit.ExitCode == nil || *exit.ExitCode != 3 {
+		t.Errorf("after reattach: %q, %+v", out, exit)
+	}
+	p, err := e.c.Process(context.Background(), start.PID)
+	if err != nil || p.Running || p.ExitCode == nil || *p.ExitCode != 3 {
+		t.Errorf("exited detached process: %+v, %v", p, err)
+	}
+}
+
 func alive(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {

@@ -1,0 +1,320 @@
+// Runs the official e2b SDK against atoll the way agent code uses it.
+// cmd/atoll/e2b_test.go starts `atoll serve` and runs this with
+// E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY pointing at it; by hand:
+//   E2B_API_URL=http://127.0.0.1:7400 E2B_SANDBOX_URL=http://127.0.0.1:7400 \
+//   E2B_API_KEY=$(sudo cat /var/lib/atoll/api-key) node test.mjs
+import { test, after } from 'node:test'
+import assert from 'node:assert/strict'
+import {
+  Sandbox, CommandExitError, FileNotFoundError, SandboxNotFoundError,
+  AuthenticationError, NotFoundError, TemplateError, FilesystemEventType,
+} from 'e2b'
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+const run = Date.now().toString(36) // tells this run's sandboxes apart
+const created = []
+async function create(opts = {}) {
+  const sbx = await Sandbox.create({ timeoutMs: 300_000, ...opts, metadata: { run, ...opts.metadata } })
+  created.push(sbx)
+  return sbx
+}
+after(async () => {
+  for (const s of created) await s.kill().catch(() => {})
+})
+
+// waitFor polls f until it returns something truthy.
+async function waitFor(f, what, ms = 10_000) {
+  const end = Date.now() + ms
+  for (;;) {
+    const v = await f()
+    if (v) return v
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
+    await sleep(50)
+  }
+}
+
+let sbx
+test('create: template base, metadata, envs, info', async () => {
+  sbx = await create({ metadata: { role: 'main' }, envs: { FROM_CREATE: 'yes' } })
+  assert.match(sbx.sandboxId, /^[a-z0-9]{20}$/)
+  assert.equal(await sbx.isRunning(), true)
+  const info = await sbx.getInfo()
+  assert.equal(info.sandboxId, sbx.sandboxId)
+  assert.equal(info.state, 'running')
+  assert.equal(info.name, 'base')
+  assert.deepEqual(info.metadata, { run, role: 'main' })
+  assert.ok(info.endAt > info.startedAt)
+  assert.ok(info.cpuCount >= 1 && info.memoryMB > 0)
+})
+
+test('commands.run: stdout, stderr, exit codes, env, cwd, user', async () => {
+  const r = await sbx.commands.run('echo out; echo err >&2; echo $FROM_CREATE $MINE; pwd; whoami', { envs: { MINE: 'mine' } })
+  assert.equal(r.exitCode, 0)
+  assert.equal(r.stdout, 'out\nyes mine\n/home/user\nuser\n')
+  assert.equal(r.stderr, 'err\n')
+
+  await assert.rejects(sbx.commands.run('echo partial; echo bad >&2; exit 7'), (e) => {
+    assert.ok(e instanceof CommandExitError)
+    assert.equal(e.exitCode, 7)
+    assert.equal(e.stdout, 'partial\n')
+    assert.equal(e.stderr, 'bad\n')
+    assert.equal(e.error, 'exit status 7')
+    return true
+  })
+  assert.equal((await sbx.commands.run('pwd', { cwd: '/tmp' })).stdout, '/tmp\n')
+  assert.equal((await sbx.commands.run('whoami', { user: 'root' })).stdout, 'root\n')
+  await assert.rejects(sbx.commands.run('true', { cwd: '/no/such/dir' }))
+  const outs = []
+  await sbx.commands.run('for i in 1 2 3; do echo line$i; done', { onStdout: (d) => outs.push(d) })
+  assert.equal(outs.join(''), 'line1\nline2\nline3\n')
+  // python3 and git, which E2B's base template has, come from the host here.
+  assert.equal((await sbx.commands.run('python3 -c "print(6*7)"')).stdout, '42\n')
+  assert.match((await sbx.commands.run('git --version')).stdout, /^git version/)
+})
+
+test('commands: stdin', async () => {
+  const h = await sbx.commands.run('read a; read b; echo "$a+$b"; cat', { background: true, stdin: true })
+  await sbx.commands.sendStdin(h.pid, 'one\n')
+  await h.sendStdin('two\nrest')
+  await h.closeStdin()
+  const r = await h.wait()
+  assert.equal(r.stdout, 'one+two\nrest')
+  // Without stdin: true the command reads end of file at once.
+  assert.equal((await sbx.commands.run('cat; echo done')).stdout, 'done\n')
+})
+
+test('commands: background, list, connect, kill', async () => {
+  const h = await sbx.commands.run('echo started; sleep 600', { background: true, timeoutMs: 0 })
+  await waitFor(() => h.stdout.includes('started'), 'background output')
+  const procs = await sbx.commands.list()
+  const p = procs.find((p) => p.pid === h.pid)
+  assert.ok(p, `pid ${h.pid} not listed in ${JSON.stringify(procs)}`)
+  assert.equal(p.cmd, '/bin/bash')
+
+  await h.disconnect()
+  const again = await sbx.commands.connect(h.pid)
+  assert.equal(again.pid, h.pid)
+  assert.equal(await sbx.commands.kill(h.pid), true)
+  await assert.rejects(again.wait(), (e) => e instanceof CommandExitError && e.exitCode === -1)
+  assert.equal(await sbx.commands.kill(h.pid), false)
+  await assert.rejects(sbx.commands.connect(h.pid), NotFoundError)
+
+  // The handle's own kill, and a command's timeout.
+  const h2 = await sbx.commands.run('sleep 600', { background: true })
+  assert.equal(await h2.kill(), true)
+  await assert.rejects(sbx.commands.run('sleep 600', { timeoutMs: 500 }))
+})
+
+test('files: write, read, list, exists, getInfo', async () => {
+  const info = await sbx.files.write('/home/user/dir/hello.txt', 'hello world')
+  assert.equal(info.path, '/home/user/dir/hello.txt')
+  assert.equal(info.name, 'hello.txt')
+  assert.equal(await sbx.files.read('/home/user/dir/hello.txt'), 'hello world')
+  assert.equal(await sbx.files.read('dir/hello.txt'), 'hello world', 'relative to home')
+  const bytes = await sbx.files.read('/home/user/dir/hello.txt', { format: 'bytes' })
+  assert.equal(Buffer.from(bytes).toString(), 'hello world')
+  await sbx.files.write('/home/user/empty', '')
+  assert.equal(await sbx.files.read('/home/user/empty'), '')
+
+  const many = await sbx.files.write([
+    { path: '/home/user/dir/a.txt', data: 'A' },
+    { path: '/home/user/dir/sub/b.bin', data: new Uint8Array([0, 1, 2, 255]) },
+  ])
+  assert.equal(many.length, 2)
+  assert.deepEqual([...await sbx.files.read('/home/user/dir/sub/b.bin', { format: 'bytes' })], [0, 1, 2, 255])
+  // Files written as the default user are the user's, so its commands can change them.
+  assert.equal((await sbx.commands.run('echo more >> /home/user/dir/a.txt && stat -c %U /home/user/dir/sub')).stdout, 'user\n')
+
+  const names = (await sbx.files.list('/home/user/dir')).map((e) => `${e.name}:${e.type}`).sort()
+  assert.deepEqual(names, ['a.txt:file', 'hello.txt:file', 'sub:dir'])
+  const deep = (await sbx.files.list('/home/user/dir', { depth: 2 })).map((e) => e.path).sort()
+  assert.ok(deep.includes('/home/user/dir/sub/b.bin'), deep.join(' '))
+
+  assert.equal(await sbx.files.exists('/home/user/dir/hello.txt'), true)
+  assert.equal(await sbx.files.exists('/home/user/nope'), false)
+  const st = await sbx.files.getInfo('/home/user/dir/hello.txt')
+  assert.equal(st.type, 'file')
+  assert.equal(st.size, 11)
+  assert.equal(st.owner, 'user')
+  assert.equal(st.permissions, '-rw-r--r--')
+  assert.ok(st.modifiedTime instanceof Date)
+  assert.equal((await sbx.files.getInfo('/home/user/dir')).type, 'dir')
+  await assert.rejects(sbx.files.read('/home/user/nope.txt'), FileNotFoundError)
+  await assert.rejects(sbx.files.getInfo('/home/user/nope.txt'), FileNotFoundError)
+  // Metadata needs a newer envd than atoll reports: the SDK says so itself.
+  await assert.rejects(sbx.files.write('/home/user/m', 'x', { metadata: { a: 'b' } }), TemplateError)
+})
+
+test('files: signed upload and download URLs', async () => {
+  // With E2B_SANDBOX_URL the URLs carry no sandbox: send its headers, as a proxy would.
+  const headers = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983' }
+  await sbx.files.write('/home/user/signed.txt', 'signed')
+  const down = await sbx.downloadUrl('/home/user/signed.txt', { useSignatureExpiration: 60 })
+  const res = await fetch(down, { headers })
+  assert.equal(res.status, 200)
+  assert.equal(await res.text(), 'signed')
+  const forged = new URL(down)
+  forged.searchParams.set('path', '/etc/shadow')
+  assert.equal((await fetch(forged, { headers })).status, 401)
+  const up = await sbx.uploadUrl('/home/user/uploaded.txt')
+  const form = new FormData()
+  form.append('file', new Blob(['uploaded']), 'uploaded.txt')
+  assert.equal((await fetch(up, { method: 'POST', body: form, headers })).status, 200)
+  assert.equal(await sbx.files.read('/home/user/uploaded.txt'), 'uploaded')
+})
+
+test('files: gzip and streams', async () => {
+  await sbx.files.write('/home/user/gz.txt', 'zipped', { gzip: true })
+  assert.equal(await sbx.files.read('/home/user/gz.txt', { gzip: true }), 'zipped')
+  const enc = new TextEncoder()
+  const body = new ReadableStream({ start(c) { c.enqueue(enc.encode('stre')); c.enqueue(enc.encode('amed')); c.close() } })
+  await sbx.files.write('/home/user/stream.txt', body)
+  let text = ''
+  for await (const chunk of await sbx.files.read('/home/user/stream.txt', { format: 'stream' })) text += new TextDecoder().decode(chunk)
+  assert.equal(text, 'streamed')
+})
+
+test('files: makeDir, rename, remove', async () => {
+  assert.equal(await sbx.files.makeDir('/home/user/made/deep'), true)
+  assert.equal(await sbx.files.makeDir('/home/user/made/deep'), false)
+  assert.equal((await sbx.files.getInfo('/home/user/made')).owner, 'user')
+  await sbx.files.write('/home/user/made/f.txt', 'f')
+  const moved = await sbx.files.rename('/home/user/made/f.txt', '/home/user/moved/to/g.txt')
+  assert.equal(moved.path, '/home/user/moved/to/g.txt')
+  assert.equal(await sbx.files.read('/home/user/moved/to/g.txt'), 'f')
+  assert.equal(await sbx.files.exists('/home/user/made/f.txt'), false)
+  await assert.rejects(sbx.files.rename('/home/user/none', '/home/user/x'), FileNotFoundError)
+  await sbx.files.remove('/home/user/made')
+  assert.equal(await sbx.files.exists('/home/user/made'), false)
+  await sbx.files.remove('/home/user/made') // already gone: no error, as in E2B
+})
+
+test('files: watchDir', async () => {
+  await sbx.files.makeDir('/home/user/watched')
+  const events = []
+  const w = await sbx.files.watchDir('/home/user/watched', (e) => events.push(e), { recursive: true })
+  await sbx.files.write('/home/user/watched/new.txt', 'x')
+  await sbx.commands.run('mkdir -p /home/user/watched/sub && echo y > /home/user/watched/sub/inner.txt')
+  await waitFor(() => events.some((e) => e.name === 'new.txt' && e.type === FilesystemEventType.CREATE), 'create event')
+  await waitFor(() => events.some((e) => e.name === 'sub/inner.txt'), `recursive event in ${JSON.stringify(events)}`)
+  await w.stop()
+  await assert.rejects(sbx.files.watchDir('/home/user/not-there', () => {}), FileNotFoundError)
+})
+
+test('pty: create, input, resize, kill', async () => {
+  let out = ''
+  const td = new TextDecoder()
+  const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { out += td.decode(d, { stream: true }) } })
+  await sbx.pty.sendInput(term.pid, new TextEncoder().encode('stty size; echo pty-$((40+2))\n'))
+  await waitFor(() => out.includes('pty-42'), `pty output, got ${JSON.stringify(out)}`)
+  assert.ok(out.includes('24 80'), out)
+  await sbx.pty.resize(term.pid, { cols: 100, rows: 30 })
+  await sbx.pty.sendInput(term.pid, new TextEncoder().encode('stty size\n'))
+  await waitFor(() => out.includes('30 100'), 'resized')
+  await term.disconnect()
+  let out2 = ''
+  const again = await sbx.pty.connect(term.pid, { onData: (d) => { out2 += td.decode(d) } })
+  await sbx.pty.sendInput(term.pid, new TextEncoder().encode('echo again\n'))
+  await waitFor(() => out2.includes('again'), 'output after reconnecting')
+  assert.equal(await sbx.pty.kill(term.pid), true)
+  await assert.rejects(again.wait())
+  await assert.rejects(term.wait())
+})
+
+test('setTimeout', async () => {
+  const before = (await sbx.getInfo()).endAt
+  await sbx.setTimeout(3_600_000)
+  const after = (await sbx.getInfo()).endAt
+  assert.ok(after - before > 3_000_000, `endAt ${before} -> ${after}`)
+})
+
+test('pause, list paused, connect, resume', async () => {
+  const p = await create({ metadata: { role: 'pausing' } })
+  await p.files.write('/home/user/state.txt', 'kept')
+  const bg = await p.commands.run('sleep 600', { background: true, timeoutMs: 0 })
+  assert.equal(await p.pause(), true)
+  assert.equal(await p.pause(), false, 'already paused')
+  assert.equal(await p.isRunning(), false)
+  assert.equal((await p.getInfo()).state, 'paused')
+  const paused = await Sandbox.list({ query: { state: ['paused'], metadata: { run } } }).nextItems()
+  assert.deepEqual(paused.map((s) => s.sandboxId), [p.sandboxId])
+
+  const back = await Sandbox.connect(p.sandboxId, { timeoutMs: 120_000 })
+  assert.equal((await back.getInfo()).state, 'running')
+  assert.equal(await back.files.read('/home/user/state.txt'), 'kept')
+  assert.ok((await back.commands.list()).some((x) => x.pid === bg.pid), 'process survived the pause')
+  // Connecting to a running sandbox is fine too, and so is connect() on an instance.
+  await p.connect()
+  assert.equal(await p.isRunning(), true)
+})
+
+test('lifecycle: pause on timeout', async () => {
+  const p = await create({ timeoutMs: 2_000, lifecycle: { onTimeout: 'pause' } })
+  assert.equal((await p.getInfo()).lifecycle.onTimeout, 'pause')
+  await p.files.write('/home/user/kept.txt', 'kept')
+  await waitFor(async () => (await p.getInfo()).state === 'paused', 'auto-pause on timeout')
+  const back = await Sandbox.connect(p.sandboxId, { timeoutMs: 60_000 })
+  assert.equal(await back.files.read('/home/user/kept.txt'), 'kept')
+  // A killing sandbox is gone after its timeout.
+  const k = await create({ timeoutMs: 1_000 })
+  await waitFor(async () => !(await Sandbox.list({ query: { metadata: { run } } }).nextItems()).some((s) => s.sandboxId === k.sandboxId), 'kill on timeout')
+})
+
+test('list: metadata filter and pagination', async () => {
+  const other = await create({ metadata: { role: 'other' } })
+  const mine = await Sandbox.list({ query: { metadata: { run, role: 'other' } } }).nextItems()
+  assert.deepEqual(mine.map((s) => s.sandboxId), [other.sandboxId])
+  assert.equal(mine[0].metadata.role, 'other')
+  assert.equal(mine[0].state, 'running')
+
+  const pager = Sandbox.list({ query: { metadata: { run } }, limit: 1 })
+  const seen = []
+  for (let pages = 0; pager.hasNext; pages++) {
+    assert.ok(pages < 20, 'pagination does not end')
+    const page = await pager.nextItems()
+    assert.ok(page.length <= 1)
+    seen.push(...page.map((s) => s.sandboxId))
+  }
+  assert.equal(new Set(seen).size, seen.length, 'no sandbox twice')
+  assert.ok(seen.includes(sbx.sandboxId) && seen.includes(other.sandboxId), seen.join(' '))
+})
+
+test('snapshots and fork', async () => {
+  await sbx.files.write('/home/user/snap.txt', 'in snapshot')
+  const snap = await sbx.createSnapshot({ name: `snap-${run}` })
+  assert.match(snap.snapshotId, /^[a-z0-9]{20}$/)
+  assert.deepEqual(snap.names, [`snap-${run}`])
+  const listed = await Sandbox.listSnapshots({ sandboxId: sbx.sandboxId }).nextItems()
+  assert.ok(listed.some((s) => s.snapshotId === snap.snapshotId))
+
+  const fromSnap = await create({ template: snap.snapshotId })
+  assert.equal(await fromSnap.files.read('/home/user/snap.txt'), 'in snapshot')
+  await fromSnap.kill()
+  assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true)
+  assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false)
+
+  const [child] = await sbx.fork({ count: 1, timeoutMs: 120_000 })
+  assert.ok(child instanceof Sandbox, String(child))
+  created.push(child)
+  assert.equal(await child.files.read('/home/user/snap.txt'), 'in snapshot')
+  assert.notEqual(child.sandboxId, sbx.sandboxId)
+})
+
+test('errors: unknown template, wrong key, killed sandbox', async () => {
+  await assert.rejects(Sandbox.create('no-such-template'), (e) => /404/.test(e.message) || e instanceof NotFoundError)
+  await assert.rejects(Sandbox.create({ apiKey: 'e2b_0123456789abcdef' }), AuthenticationError)
+  await assert.rejects(Sandbox.list({ apiKey: 'atoll_nope' }).nextItems(), AuthenticationError)
+  // The same key in E2B's format (the Python SDK insists on it) works.
+  const e2bKey = 'e2b_' + process.env.E2B_API_KEY.replace(/^atoll_/, '')
+  await Sandbox.list({ apiKey: e2bKey }).nextItems()
+
+  const k = await create()
+  assert.equal(await k.kill(), true)
+  assert.equal(await k.kill(), false)
+  assert.equal(await Sandbox.kill('notasandbox'), false)
+  await assert.rejects(k.getInfo(), SandboxNotFoundError)
+  await assert.rejects(Sandbox.connect(k.sandboxId), SandboxNotFoundError)
+  assert.equal(await k.isRunning(), false)
+  await assert.rejects(k.commands.run('true'))
+  await assert.rejects(k.files.read('/etc/hostname'))
+})

@@ -1,0 +1,243 @@
+// Package e2b serves an E2B-compatible API over atoll, so that agent code
+// written for E2B's SDKs runs on atoll with two environment variables
+// changed. It has two halves on one handler: the control plane (E2B's REST
+// API: create, list, get, kill, timeout, pause, connect, fork, snapshots),
+// mapped onto atoll's sandbox service, and the sandbox traffic E2B SDKs
+// address to a sandbox's port 49983, which package envd serves on the host
+// by calling the sandbox's atoll agent. docs/e2b.md says what is supported.
+package e2b
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/e2b/envd"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+)
+
+// Sandboxes is the part of atoll's sandbox service (server.Sandboxes) the
+// E2B API uses. Errors carry errdefs kinds.
+type Sandboxes interface {
+	Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error)
+	Get(ctx context.Context, id string) (api.Sandbox, error)
+	List(ctx context.Context, state string, labels map[string]string) ([]api.Sandbox, error)
+	Start(ctx context.Context, id string) (api.Sandbox, error)
+	Delete(ctx context.Context, id string) error
+	Pause(ctx context.Context, id string) (api.Sandbox, error)
+	Resume(ctx context.Context, id string) (api.Sandbox, error)
+	SetTimeout(ctx context.Context, id string, req api.TimeoutRequest) (api.Sandbox, error)
+	Fork(ctx context.Context, id string, req api.ForkRequest) ([]api.Sandbox, error)
+	CreateSnapshot(ctx context.Context, id string, req api.CreateSnapshotRequest) (api.Snapshot, error)
+	ListSnapshots(ctx context.Context, sandboxID string) ([]api.Snapshot, error)
+	GetSnapshot(ctx context.Context, snapID string) (api.Snapshot, error)
+	DeleteSnapshot(ctx context.Context, snapID string) error
+	AgentDialer(ctx context.Context, id string) (func(ctx context.Context) (net.Conn, error), error)
+}
+
+// Authenticator checks an API key; it returns an error wrapping
+// errdefs.ErrUnauthorized when the key is not accepted.
+type Authenticator interface {
+	Authenticate(ctx context.Context, apiKey string) error
+}
+
+// Config configures a Server. Sandboxes, Auth and TokenKey are required.
+type Config struct {
+	Sandboxes Sandboxes
+	Auth      Authenticator
+	// TokenKey signs the sandboxes' envd access tokens; at least 32 bytes,
+	// kept secret and stable: changing it invalidates every token.
+	TokenKey []byte
+	// Aliases maps E2B template names to atoll templates; default
+	// {"base": "host"}.
+	Aliases map[string]string
+	Logger  *slog.Logger // default slog.Default()
+}
+
+// Server serves the E2B-compatible API.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	api     *http.ServeMux
+	envd    *envd.Server
+	reverse map[string]string // atoll template → E2B alias
+	handler http.Handler
+}
+
+// MaxJSONBody is the largest control-plane request body read.
+const MaxJSONBody = 1 << 20
+
+// New returns a Server for cfg.
+func New(cfg Config) (*Server, error) {
+	switch {
+	case cfg.Sandboxes == nil:
+		return nil, errors.New("e2b: Config.Sandboxes is required")
+	case cfg.Auth == nil:
+		return nil, errors.New("e2b: Config.Auth is required")
+	case len(cfg.TokenKey) < 32:
+		return nil, errors.New("e2b: Config.TokenKey must be at least 32 bytes")
+	}
+	if cfg.Aliases == nil {
+		cfg.Aliases = map[string]string{"base": "host"}
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, api: http.NewServeMux(), reverse: map[string]string{}}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	for alias, tmpl := range cfg.Aliases {
+		s.reverse[tmpl] = alias
+	}
+	s.envd = envd.New(envd.Config{Logger: s.log})
+	s.routes()
+	s.handler = s.recoverPanics(http.HandlerFunc(s.dispatch))
+	return s, nil
+}
+
+// ServeHTTP serves the control plane and sandbox traffic.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// Close stops what the server keeps between requests (polling watchers).
+func (s *Server) Close() { s.envd.Close() }
+
+func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
+	if t, ok := sandboxTarget(r); ok {
+		s.serveSandbox(w, r, t)
+		return
+	}
+	s.api.ServeHTTP(w, r)
+}
+
+func (s *Server) routes() {
+	auth := func(h http.HandlerFunc) http.Handler { return s.authenticate(h) }
+	m := s.api
+	m.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	m.Handle("POST /sandboxes", auth(s.create(15)))
+	m.Handle("POST /v2/sandboxes", auth(s.create(300)))
+	m.Handle("GET /sandboxes", auth(s.listV1))
+	m.Handle("GET /v2/sandboxes", auth(s.list))
+	m.Handle("GET /sandboxes/{sandboxID}", auth(s.get))
+	m.Handle("DELETE /sandboxes/{sandboxID}", auth(s.kill))
+	m.Handle("POST /sandboxes/{sandboxID}/timeout", auth(s.setTimeout))
+	m.Handle("POST /sandboxes/{sandboxID}/refreshes", auth(s.refresh))
+	m.Handle("POST /sandboxes/{sandboxID}/pause", auth(s.pause))
+	m.Handle("POST /sandboxes/{sandboxID}/resume", auth(s.resume))
+	m.Handle("POST /sandboxes/{sandboxID}/connect", auth(s.connect))
+	m.Handle("POST /v2/sandboxes/{sandboxID}/connect", auth(s.connect))
+	m.Handle("POST /sandboxes/{sandboxID}/fork", auth(s.fork))
+	m.Handle("POST /sandboxes/{sandboxID}/snapshots", auth(s.createSnapshot))
+	m.Handle("GET /snapshots", auth(s.listSnapshots))
+	m.Handle("DELETE /templates/{templateID}", auth(s.deleteSnapshot))
+	// Parts of E2B's API atoll does not offer answer so, not "not found".
+	for _, p := range []struct{ pattern, what string }{
+		{"GET /sandboxes/{sandboxID}/metrics", "sandbox metrics"},
+		{"GET /sandboxes/metrics", "sandbox metrics"},
+		{"PUT /sandboxes/{sandboxID}/network", "network configuration (sandboxes have no network yet)"},
+		{"GET /sandboxes/{sandboxID}/logs", "sandbox logs"},
+		{"GET /v2/sandboxes/{sandboxID}/logs", "sandbox logs"},
+		{"/templates/", "template management (use atoll template)"},
+		{"/templates", "template management (use atoll template)"},
+		{"/v2/templates/", "template management (use atoll template)"},
+		{"/v3/templates", "template management (use atoll template)"},
+		{"/volumes", "volumes"},
+		{"/volumes/", "volumes"},
+		{"/secrets", "secrets"},
+		{"/secrets/", "secrets"},
+	} {
+		m.Handle(p.pattern, auth(notImplemented(p.what)))
+	}
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+	})
+}
+
+func notImplemented(what string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotImplemented, what+" is not supported by atoll's E2B-compatible API")
+	}
+}
+
+// authenticate requires an atoll API key in X-API-Key, as E2B SDKs send
+// it. Keys are accepted in E2B's format too: "e2b_" and the hex part of an
+// atoll key, which E2B's Python SDK insists on.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("X-API-Key")
+		if key == "" {
+			writeError(w, http.StatusUnauthorized, "missing API key: send it in the X-API-Key header")
+			return
+		}
+		err := s.cfg.Auth.Authenticate(r.Context(), key)
+		if rest, ok := strings.CutPrefix(key, "e2b_"); ok && errors.Is(err, errdefs.ErrUnauthorized) {
+			err = s.cfg.Auth.Authenticate(r.Context(), "atoll_"+rest)
+		}
+		if err != nil {
+			if errors.Is(err, errdefs.ErrUnauthorized) {
+				writeError(w, http.StatusUnauthorized, "invalid API key")
+				return
+			}
+			s.writeErr(w, r, fmt.Errorf("authenticating: %w", err))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// recoverPanics turns a panic into a logged 500 in E2B's error shape.
+func (s *Server) recoverPanics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w}
+		start := time.Now()
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error("panic in E2B handler", "method", r.Method, "path", r.URL.Path,
+					"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+				if sw.status == 0 {
+					writeError(sw, http.StatusInternalServerError, "internal error")
+				}
+			}
+			s.log.LogAttrs(r.Context(), slog.LevelDebug, "e2b request", slog.String("method", r.Method),
+				slog.String("path", r.URL.Path), slog.Int("status", sw.status), slog.Int64("ms", time.Since(start).Milliseconds()))
+		}()
+		next.ServeHTTP(sw, r)
+	})
+}
+
+// statusWriter remembers the status written, for logs and the panic handler.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach Flush, which streams need.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Flush lets Connect streams flush event by event.
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}

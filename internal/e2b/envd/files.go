@@ -1,0 +1,198 @@
+package envd
+
+import (
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"path"
+	"strconv"
+	"strings"
+
+	"connectrpc.com/connect"
+)
+
+// fileEntry is an item of envd's upload answer.
+type fileEntry struct {
+	Path string `json:"path"`
+	Name string `json:"name"`
+	Type string `json:"type"`
+}
+
+// fileCall prepares a /files request: the signature, the user and the path.
+func (s *Server) fileCall(w http.ResponseWriter, r *http.Request, operation string) (*call, string, bool) {
+	c := callFrom(r.Context())
+	if err := checkSignature(r, c.sb, operation); err != nil {
+		writeError(w, http.StatusUnauthorized, err.Error())
+		return nil, "", false
+	}
+	q := r.URL.Query()
+	if u := q.Get("username"); u != "" {
+		c.user = u
+	}
+	if _, err := c.home(r.Context()); err != nil {
+		writeError(w, http.StatusUnauthorized, "error looking up user '"+c.user+"': unknown user")
+		return nil, "", false
+	}
+	return c, q.Get("path"), true
+}
+
+// resolveHTTP resolves p for an HTTP answer.
+func (c *call) resolveHTTP(ctx context.Context, w http.ResponseWriter, p string) (string, bool) {
+	abs, err := c.resolve(ctx, p)
+	if err != nil {
+		status := http.StatusBadRequest
+		var ce *connect.Error
+		if errors.As(err, &ce) && ce.Code() == connect.CodeUnauthenticated {
+			status = http.StatusUnauthorized
+		}
+		writeError(w, status, message(err))
+		return "", false
+	}
+	return abs, true
+}
+
+func (s *Server) download(w http.ResponseWriter, r *http.Request) {
+	c, p, ok := s.fileCall(w, r, "read")
+	if !ok {
+		return
+	}
+	if p == "" {
+		writeError(w, http.StatusBadRequest, "path is required")
+		return
+	}
+	abs, ok := c.resolveHTTP(r.Context(), w, p)
+	if !ok {
+		return
+	}
+	body, size, err := c.sb.Agent.OpenFile(r.Context(), abs)
+	if err != nil {
+		if isNotFound(err) {
+			writeError(w, http.StatusNotFound, "path '"+abs+"' does not exist")
+			return
+		}
+		writeError(w, httpStatus(err), message(err))
+		return
+	}
+	defer body.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": path.Base(abs)}))
+	if size >= 0 {
+		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	}
+	w.WriteHeader(http.StatusOK)
+	io.Copy(w, body)
+}
+
+func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
+	c, p, ok := s.fileCall(w, r, "write")
+	if !ok {
+		return
+	}
+	body := r.Body
+	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
+	case "", "identity":
+	case "gzip":
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "error decompressing request body: "+err.Error())
+			return
+		}
+		defer zr.Close()
+		body = zr
+	default:
+		writeError(w, http.StatusBadRequest, "unsupported Content-Encoding "+strconv.Quote(enc))
+		return
+	}
+	mediaType, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	var entries []fileEntry
+	switch {
+	case mediaType == "application/octet-stream":
+		if p == "" {
+			writeError(w, http.StatusBadRequest, "path query parameter is required for raw body upload")
+			return
+		}
+		e, status, err := c.writeFile(r.Context(), p, body)
+		if err != nil {
+			writeError(w, status, message(err))
+			return
+		}
+		entries = append(entries, e)
+	case strings.HasPrefix(mediaType, "multipart/") && params["boundary"] != "":
+		mr := multipart.NewReader(body, params["boundary"])
+		seen := map[string]bool{}
+		for {
+			part, err := mr.NextPart()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				writeError(w, http.StatusBadRequest, "error reading form: "+err.Error())
+				return
+			}
+			if part.FormName() != "file" {
+				part.Close()
+				continue
+			}
+			dest := p
+			if dest == "" {
+				// The file name with its directories, which Part.FileName drops.
+				_, dp, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+				dest = dp["filename"]
+			}
+			if dest == "" {
+				part.Close()
+				writeError(w, http.StatusBadRequest, "a file part has no path")
+				return
+			}
+			abs, err := c.resolve(r.Context(), dest)
+			if err == nil && seen[abs] {
+				err = invalid("you cannot upload multiple files to the same path '%s' in one upload request", abs)
+			}
+			if err != nil {
+				part.Close()
+				writeError(w, http.StatusBadRequest, message(err))
+				return
+			}
+			seen[abs] = true
+			e, status, err := c.writeFile(r.Context(), abs, part)
+			part.Close()
+			if err != nil {
+				writeError(w, status, message(err))
+				return
+			}
+			entries = append(entries, e)
+		}
+	default:
+		writeError(w, http.StatusBadRequest, "unsupported content type "+strconv.Quote(r.Header.Get("Content-Type"))+", expected multipart/form-data or application/octet-stream")
+		return
+	}
+	if entries == nil {
+		entries = []fileEntry{}
+	}
+	writeJSON(w, entries)
+}
+
+// writeFile writes one uploaded file, owned by the request's user when new.
+func (c *call) writeFile(ctx context.Context, p string, body io.Reader) (fileEntry, int, error) {
+	abs, err := c.resolve(ctx, p)
+	if err != nil {
+		return fileEntry{}, http.StatusBadRequest, err
+	}
+	fi, err := c.sb.Agent.WriteFileAs(ctx, abs, body, 0, c.user)
+	if err != nil {
+		return fileEntry{}, httpStatus(err), err
+	}
+	return fileEntry{Path: fi.Path, Name: fi.Name, Type: "file"}, 0, nil
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	w.Write(b)
+}

@@ -1,0 +1,296 @@
+package envd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/agent"
+	"github.com/atoll-dev/atoll/internal/e2b/envd/spec/filesystem"
+)
+
+// filesystemService is E2B's filesystem.Filesystem over the atoll agent.
+type filesystemService struct{ s *Server }
+
+// notFound is envd's answer for a missing path (SDKs turn it into
+// FileNotFoundError, and exists() into false).
+func notFound(p string) error {
+	return connect.NewError(connect.CodeNotFound, fmt.Errorf("path %s does not exist", p))
+}
+
+func fsError(p string, err error) error {
+	if isNotFound(err) {
+		return notFound(p)
+	}
+	return rpcError(err)
+}
+
+func (f *filesystemService) Stat(ctx context.Context, req *connect.Request[filesystem.StatRequest]) (*connect.Response[filesystem.StatResponse], error) {
+	c := callFrom(ctx)
+	p, err := c.resolve(ctx, req.Msg.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	fi, err := c.sb.Agent.Stat(ctx, p)
+	if err != nil {
+		return nil, fsError(p, err)
+	}
+	return connect.NewResponse(&filesystem.StatResponse{Entry: c.entry(ctx, fi, true)}), nil
+}
+
+func (f *filesystemService) MakeDir(ctx context.Context, req *connect.Request[filesystem.MakeDirRequest]) (*connect.Response[filesystem.MakeDirResponse], error) {
+	c := callFrom(ctx)
+	p, err := c.resolve(ctx, req.Msg.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := c.follow(ctx, p); err == nil {
+		if fi.Type == api.FileTypeDir {
+			return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("directory already exists: %s", p))
+		}
+		return nil, invalid("path already exists but it is not a directory: %s", p)
+	} else if !isNotFound(err) {
+		return nil, rpcError(err)
+	}
+	fi, err := c.sb.Agent.Mkdir(ctx, api.MkdirRequest{Path: p, User: c.user})
+	if err != nil {
+		return nil, fsError(p, err)
+	}
+	return connect.NewResponse(&filesystem.MakeDirResponse{Entry: c.entry(ctx, fi, false)}), nil
+}
+
+func (f *filesystemService) Move(ctx context.Context, req *connect.Request[filesystem.MoveRequest]) (*connect.Response[filesystem.MoveResponse], error) {
+	c := callFrom(ctx)
+	src, err := c.resolve(ctx, req.Msg.GetSource())
+	if err != nil {
+		return nil, err
+	}
+	dst, err := c.resolve(ctx, req.Msg.GetDestination())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.sb.Agent.Stat(ctx, src); err != nil {
+		return nil, fsError(src, err)
+	}
+	// envd creates the destination's parents, owned by the user.
+	if dir := path.Dir(dst); dir != "/" {
+		if _, err := c.sb.Agent.Mkdir(ctx, api.MkdirRequest{Path: dir, User: c.user}); err != nil {
+			return nil, fsError(dir, err)
+		}
+	}
+	fi, err := c.sb.Agent.Rename(ctx, src, dst)
+	if err != nil {
+		return nil, fsError(src, err)
+	}
+	return connect.NewResponse(&filesystem.MoveResponse{Entry: c.entry(ctx, fi, true)}), nil
+}
+
+// maxListEntries bounds one ListDir answer.
+const maxListEntries = 100000
+
+func (f *filesystemService) ListDir(ctx context.Context, req *connect.Request[filesystem.ListDirRequest]) (*connect.Response[filesystem.ListDirResponse], error) {
+	c := callFrom(ctx)
+	p, err := c.resolve(ctx, req.Msg.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	depth := int(min(req.Msg.GetDepth(), 1000))
+	if depth == 0 {
+		depth = 1
+	}
+	dir, err := c.follow(ctx, p)
+	if err != nil {
+		return nil, fsError(p, err)
+	}
+	if dir.Type != api.FileTypeDir {
+		return nil, invalid("path is not a directory: %s", p)
+	}
+	// Walk breadth first; like envd, links are listed, not followed.
+	entries := []*filesystem.EntryInfo{}
+	level := []string{dir.Path}
+	for d := 1; d <= depth && len(level) > 0; d++ {
+		var next []string
+		for _, l := range level {
+			fis, err := c.sb.Agent.List(ctx, l)
+			if err != nil {
+				if l != dir.Path && isNotFound(err) {
+					continue // removed while we walked
+				}
+				return nil, fsError(l, err)
+			}
+			for _, fi := range fis {
+				if len(entries) >= maxListEntries {
+					return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("more than %d entries; list with a smaller depth", maxListEntries))
+				}
+				entries = append(entries, c.entry(ctx, fi, false))
+				if fi.Type == api.FileTypeDir {
+					next = append(next, fi.Path)
+				}
+			}
+		}
+		level = next
+	}
+	return connect.NewResponse(&filesystem.ListDirResponse{Entries: entries}), nil
+}
+
+func (f *filesystemService) Remove(ctx context.Context, req *connect.Request[filesystem.RemoveRequest]) (*connect.Response[filesystem.RemoveResponse], error) {
+	c := callFrom(ctx)
+	p, err := c.resolve(ctx, req.Msg.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	// envd removes like rm -rf: a missing path is no error.
+	if err := c.sb.Agent.Remove(ctx, p, true); err != nil && !isNotFound(err) {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(&filesystem.RemoveResponse{}), nil
+}
+
+// watchDir checks a watch request and starts the agent's watch.
+func (c *call) watchDir(ctx, watchCtx context.Context, p string, recursive bool) (string, *agent.WatchStream, error) {
+	p, err := c.resolve(ctx, p)
+	if err != nil {
+		return "", nil, err
+	}
+	fi, err := c.follow(ctx, p)
+	if err != nil {
+		return "", nil, fsError(p, err)
+	}
+	if fi.Type != api.FileTypeDir {
+		return "", nil, invalid("path %s is not a directory", p)
+	}
+	ws, err := c.sb.Agent.Watch(watchCtx, fi.Path, recursive)
+	if err != nil {
+		return "", nil, fsError(p, err)
+	}
+	return fi.Path, ws, nil
+}
+
+func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[filesystem.WatchDirRequest], stream *connect.ServerStream[filesystem.WatchDirResponse]) error {
+	c := callFrom(ctx)
+	if req.Msg.GetIncludeEntry() {
+		return connect.NewError(connect.CodeUnimplemented, errors.New("entries in watch events are not supported"))
+	}
+	dir, ws, err := c.watchDir(ctx, ctx, req.Msg.GetPath(), req.Msg.GetRecursive())
+	if err != nil {
+		return err
+	}
+	defer ws.Close()
+	if err := stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Start{Start: &filesystem.WatchDirResponse_StartEvent{}}}); err != nil {
+		return err
+	}
+	events := make(chan api.WatchEvent)
+	stopped := make(chan error, 1)
+	go func() {
+		var err error
+		defer func() {
+			stopped <- err
+			close(events)
+		}()
+		for {
+			var ev api.WatchEvent
+			if ev, err = ws.Next(); err != nil {
+				return
+			}
+			select {
+			case events <- ev:
+			case <-ctx.Done():
+				err = ctx.Err()
+				return
+			}
+		}
+	}()
+	defer func() {
+		ws.Close()
+		for range events { // wait for the reader
+		}
+	}()
+	var tick <-chan time.Time
+	if k := keepaliveInterval(req.Header()); k > 0 {
+		t := time.NewTicker(k)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return rpcError(ctx.Err())
+		case <-tick:
+			if err := stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Keepalive{Keepalive: &filesystem.WatchDirResponse_KeepAlive{}}}); err != nil {
+				return err
+			}
+		case ev, ok := <-events:
+			if !ok {
+				// The watched directory went, or the sandbox did.
+				if err := <-stopped; ctx.Err() == nil && !errors.Is(err, io.EOF) {
+					return connect.NewError(connect.CodeUnavailable, errors.New("the watch ended: the sandbox stopped"))
+				}
+				return nil
+			}
+			if fe := fsEvent(dir, ev); fe != nil {
+				if err := stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: fe}}); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+// fsEvent converts an agent watch event; names are relative to the watched
+// directory, as envd sends them.
+func fsEvent(dir string, ev api.WatchEvent) *filesystem.FilesystemEvent {
+	var t filesystem.EventType
+	switch ev.Type {
+	case api.WatchCreate:
+		t = filesystem.EventType_EVENT_TYPE_CREATE
+	case api.WatchWrite:
+		t = filesystem.EventType_EVENT_TYPE_WRITE
+	case api.WatchRemove:
+		t = filesystem.EventType_EVENT_TYPE_REMOVE
+	case api.WatchRename:
+		t = filesystem.EventType_EVENT_TYPE_RENAME
+	case api.WatchChmod:
+		t = filesystem.EventType_EVENT_TYPE_CHMOD
+	default:
+		return nil
+	}
+	name := strings.TrimPrefix(strings.TrimPrefix(ev.Path, dir), "/")
+	if dir == "/" {
+		name = strings.TrimPrefix(ev.Path, "/")
+	}
+	return &filesystem.FilesystemEvent{Name: name, Type: t}
+}
+
+func (f *filesystemService) CreateWatcher(ctx context.Context, req *connect.Request[filesystem.CreateWatcherRequest]) (*connect.Response[filesystem.CreateWatcherResponse], error) {
+	c := callFrom(ctx)
+	if req.Msg.GetIncludeEntry() {
+		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("entries in watch events are not supported"))
+	}
+	id, err := f.s.watchers.create(ctx, c, req.Msg.GetPath(), req.Msg.GetRecursive())
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&filesystem.CreateWatcherResponse{WatcherId: id}), nil
+}
+
+func (f *filesystemService) GetWatcherEvents(ctx context.Context, req *connect.Request[filesystem.GetWatcherEventsRequest]) (*connect.Response[filesystem.GetWatcherEventsResponse], error) {
+	evs, err := f.s.watchers.events(callFrom(ctx).sb.ID, req.Msg.GetWatcherId())
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&filesystem.GetWatcherEventsResponse{Events: evs}), nil
+}
+
+func (f *filesystemService) RemoveWatcher(ctx context.Context, req *connect.Request[filesystem.RemoveWatcherRequest]) (*connect.Response[filesystem.RemoveWatcherResponse], error) {
+	if err := f.s.watchers.remove(callFrom(ctx).sb.ID, req.Msg.GetWatcherId()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&filesystem.RemoveWatcherResponse{}), nil
+}

@@ -1,0 +1,103 @@
+package e2b
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/atoll-dev/atoll/internal/agent"
+	"github.com/atoll-dev/atoll/internal/e2b/envd"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+)
+
+// target is the sandbox and port a request is for.
+type target struct {
+	id, port string
+}
+
+// sandboxTarget finds where E2B SDKs address sandbox traffic: with
+// E2B_SANDBOX_URL set, any path on that URL with the E2b-Sandbox-Id and
+// E2b-Sandbox-Port headers; otherwise the host {port}-{sandboxID}.{domain}.
+func sandboxTarget(r *http.Request) (target, bool) {
+	if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
+		return target{id: id, port: r.Header.Get("E2b-Sandbox-Port")}, true
+	}
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	label, _, ok := strings.Cut(host, ".")
+	if !ok {
+		return target{}, false
+	}
+	port, id, ok := strings.Cut(label, "-")
+	if !ok || id == "" || port == "" || len(port) > 5 || strings.Trim(port, "0123456789") != "" {
+		return target{}, false
+	}
+	return target{id: id, port: port}, true
+}
+
+// IsSandboxRequest reports whether r is sandbox traffic rather than a call
+// of the E2B control plane.
+func IsSandboxRequest(r *http.Request) bool {
+	_, ok := sandboxTarget(r)
+	return ok
+}
+
+// accessToken is sandbox id's envd access token: an HMAC of its ID under
+// the server's key, so no token is stored and tokens survive restarts. E2B
+// SDKs send it as X-Access-Token and sign file URLs with it.
+func (s *Server) accessToken(id string) string {
+	m := hmac.New(sha256.New, s.cfg.TokenKey)
+	m.Write([]byte("atoll e2b envd access token\x00" + id))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// badGateway is how E2B's proxy answers traffic for a sandbox it cannot
+// reach; SDKs take 502 as "the sandbox is not running".
+func badGateway(w http.ResponseWriter, id, msg string) {
+	writeJSON(w, http.StatusBadGateway, struct {
+		apiError
+		SandboxID string `json:"sandboxId"`
+	}{apiError{http.StatusBadGateway, msg}, id})
+}
+
+func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, t target) {
+	port, err := strconv.Atoi(t.port)
+	if err != nil || port < 1 || port > 65535 {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("bad sandbox port %q", truncate(t.port)))
+		return
+	}
+	id, _, _ := strings.Cut(t.id, "-") // a client suffix, as in the API
+	if !validID(id) {
+		badGateway(w, truncate(t.id), fmt.Sprintf("the sandbox %q was not found", truncate(t.id)))
+		return
+	}
+	dial, err := s.cfg.Sandboxes.AgentDialer(r.Context(), id)
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrInvalid):
+		badGateway(w, id, fmt.Sprintf("the sandbox %s was not found", id))
+		return
+	case errors.Is(err, errdefs.ErrConflict):
+		badGateway(w, id, fmt.Sprintf("the sandbox %s is not running; connect to it to resume it", id))
+		return
+	case err != nil:
+		s.writeErr(w, r, err)
+		return
+	}
+	if port != envd.Port {
+		// Ports are served by the network layer, which does not exist yet:
+		// sandboxes have only loopback.
+		badGateway(w, id, fmt.Sprintf("port %d of sandbox %s is not reachable: atoll does not expose sandbox ports yet", port, id))
+		return
+	}
+	c := agent.NewClient(dial)
+	defer c.HTTPClient().CloseIdleConnections()
+	s.envd.Serve(w, r, envd.Sandbox{ID: id, Agent: c, AccessToken: s.accessToken(id)})
+}

@@ -1,0 +1,667 @@
+package e2b
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+)
+
+// maxTimeoutSec bounds E2B timeouts, as atoll bounds its own: one year.
+const maxTimeoutSec = 365 * 24 * 60 * 60
+
+// sandboxID returns the {sandboxID} of r. E2B IDs once carried a client
+// suffix ("id-client"), which E2B still strips. A malformed ID cannot name
+// a sandbox: that is E2B's 404, not a 400, so kill() of one answers false.
+func sandboxID(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id, _, _ := strings.Cut(r.PathValue("sandboxID"), "-")
+	if !validID(id) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q not found", truncate(r.PathValue("sandboxID"))))
+		return "", false
+	}
+	return id, true
+}
+
+// validID reports whether id has the shape of an atoll ID: 20 of [a-z0-9].
+func validID(id string) bool {
+	if len(id) != 20 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		s = s[:64] + "…"
+	}
+	return strings.ToValidUTF8(s, "?")
+}
+
+// sandboxErr answers an error about sandbox id; not found in E2B's words.
+func (s *Server) sandboxErr(w http.ResponseWriter, r *http.Request, id string, err error) {
+	if errors.Is(err, errdefs.ErrNotFound) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q not found", id))
+		return
+	}
+	s.writeErr(w, r, err)
+}
+
+// visible gets a sandbox E2B can see: deleting and failed ones are gone.
+func (s *Server) visible(ctx context.Context, id string) (api.Sandbox, error) {
+	sb, err := s.cfg.Sandboxes.Get(ctx, id)
+	if err == nil {
+		if _, ok := e2bState(sb.State); !ok {
+			err = fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+		}
+	}
+	return sb, err
+}
+
+func timeoutSec(t *int64, def int64) (int64, error) {
+	if t == nil {
+		return def, nil
+	}
+	if *t < 0 || *t > maxTimeoutSec {
+		return 0, bad("timeout %d: want 0 to %d seconds", *t, maxTimeoutSec)
+	}
+	return *t, nil
+}
+
+// create answers POST /sandboxes (default timeout 15 s) and POST
+// /v2/sandboxes (300 s), E2B's defaults.
+func (s *Server) create(defaultTimeout int64) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var body newSandbox
+		if err := decode(w, r, &body, false); err != nil {
+			s.writeErr(w, r, err)
+			return
+		}
+		req, alias, err := s.createRequest(r.Context(), body, defaultTimeout)
+		if err != nil {
+			s.writeErr(w, r, err)
+			return
+		}
+		sb, err := s.cfg.Sandboxes.Create(r.Context(), req)
+		if err != nil {
+			if errors.Is(err, errdefs.ErrNotFound) {
+				writeError(w, http.StatusNotFound, fmt.Sprintf("template '%s' not found", truncate(body.TemplateID)))
+				return
+			}
+			s.writeErr(w, r, err)
+			return
+		}
+		out := s.sandbox(sb)
+		if alias != "" {
+			out.Alias = alias
+		}
+		writeJSON(w, http.StatusCreated, out)
+	}
+}
+
+// createRequest maps E2B's create body onto atoll's, refusing what atoll
+// cannot do rather than ignoring it.
+func (s *Server) createRequest(ctx context.Context, b newSandbox, defaultTimeout int64) (api.CreateSandboxRequest, string, error) {
+	var req api.CreateSandboxRequest
+	switch {
+	case b.TemplateID == "":
+		return req, "", bad("templateID is required")
+	case b.AllowInternetAccess != nil && *b.AllowInternetAccess:
+		return req, "", bad("allow_internet_access: atoll sandboxes have no network yet (loopback only); leave it unset or false")
+	case b.Network != nil && (len(b.Network.AllowOut) > 0 || !isNull(b.Network.EgressProxy) || !isNull(b.Network.Rules) && string(b.Network.Rules) != "{}"):
+		return req, "", bad("network: allowOut, egressProxy and rules are not supported: atoll sandboxes have no network yet")
+	case !isNull(b.MCP):
+		return req, "", bad("mcp: MCP gateways are not supported")
+	case !isNull(b.IAM) && string(b.IAM) != "{}":
+		return req, "", bad("iam: workload identity is not supported")
+	case len(b.VolumeMounts) > 0:
+		return req, "", bad("volumeMounts: volumes are not supported")
+	case b.AutoResume != nil && b.AutoResume.Enabled:
+		return req, "", bad("autoResume: resuming on traffic is not supported; connect to a paused sandbox instead")
+	}
+	t, err := timeoutSec(b.Timeout, defaultTimeout)
+	if err != nil {
+		return req, "", err
+	}
+	if err := checkMetadata(b.Metadata); err != nil {
+		return req, "", err
+	}
+	tmpl, snap, alias, err := s.source(ctx, b.TemplateID)
+	if err != nil {
+		return req, "", err
+	}
+	req = api.CreateSandboxRequest{
+		Template: tmpl, Snapshot: snap, Env: b.EnvVars, Labels: b.Metadata, TimeoutSec: t,
+		// E2B kills a sandbox on timeout unless it auto-pauses; atoll's
+		// timeout stops it, so a killing one is ephemeral. An auto-pausing
+		// one stops with its files kept and shows as paused.
+		Ephemeral: b.AutoPause == nil || !*b.AutoPause,
+	}
+	return req, alias, nil
+}
+
+func isNull(m []byte) bool { return len(m) == 0 || string(m) == "null" }
+
+// checkMetadata holds E2B metadata to atoll's label rules, with E2B's
+// words in the error.
+func checkMetadata(md map[string]string) error {
+	if len(md) > 64 {
+		return bad("metadata: at most 64 keys")
+	}
+	for k, v := range md {
+		if k == "" || len(k) > 63 || strings.Trim(k, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._/-") != "" {
+			return bad("metadata key %q: keys are 1-63 characters of [A-Za-z0-9._/-] on atoll", truncate(k))
+		}
+		if len(v) > 256 || !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+			return bad("metadata value of %q: values are at most 256 bytes of UTF-8 without NUL on atoll", truncate(k))
+		}
+	}
+	return nil
+}
+
+// source resolves E2B's templateID: an alias ("base"), a snapshot ID or
+// name (E2B creates sandboxes from snapshots by naming them as the
+// template), or an atoll template name. A ":tag" other than default is
+// unknown: atoll templates have no tags.
+func (s *Server) source(ctx context.Context, id string) (tmpl, snap, alias string, err error) {
+	name, tag, hasTag := strings.Cut(id, ":")
+	if hasTag && tag != "default" && tag != "latest" {
+		return "", "", "", fmt.Errorf("template '%s' not found: %w", truncate(id), errdefs.ErrNotFound)
+	}
+	if t, ok := s.cfg.Aliases[name]; ok {
+		return t, "", name, nil
+	}
+	if validID(name) {
+		if _, err := s.cfg.Sandboxes.GetSnapshot(ctx, name); err == nil {
+			return "", name, "", nil
+		} else if !errors.Is(err, errdefs.ErrNotFound) {
+			return "", "", "", err
+		}
+	}
+	snaps, err := s.cfg.Sandboxes.ListSnapshots(ctx, "")
+	if err != nil {
+		return "", "", "", err
+	}
+	for _, sn := range snaps {
+		if sn.Name != "" && sn.Name == name {
+			return "", sn.ID, "", nil
+		}
+	}
+	return name, "", "", nil
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	id, ok := sandboxID(w, r)
+	if !ok {
+		return
+	}
+	sb, err := s.visible(r.Context(), id)
+	if err != nil {
+		s.sandboxErr(w, r, id, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.detail(sb))
+}
+
+func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
+	id, ok := sandboxID(w, r)
+	if !ok {
+		return
+	}
+	if err := s.cfg.Sandboxes.Delete(r.Context(), id); err != nil {
+		s.sandboxErr(w, r, id, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// running gets a sandbox that must be running for E2B: others are not
+// found, as E2B's paused sandboxes are not in its running store.
+func (s *Server) running(w http.ResponseWriter, r *http.Request, id string) (api.Sandbox, bool) {
+	sb, err := s.cfg.Sandboxes.Get(r.Context(), id)
+	if err == nil && sb.State != api.StateRunning {
+		err = fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		s.sandboxErr(w, r, id, err)
+		return sb, false
+	}
+	return sb, true
+}
+
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
+	id, ok := sandboxID(w, r)
+	if !ok {
+		return
+	}
+	var body timeoutRequest
+	if err := decode(w, r, &body, false); err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	if body.Timeout == nil {
+		s.writeErr(w, r, bad("timeout is required"))
+		return
+	}
+	t, err := timeoutSec(body.Timeout, 0)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	if _, ok := s.running(w, r, id); !ok {
+		return
+	}
+	if _, err := s.cfg.Sandboxes.SetTimeout(r.Context(), id, api.TimeoutRequest{TimeoutSec: t}); err != nil {
+		s.sandboxErr(w, r, id, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// extend moves a running sandbox's end to sec from now if that is later:
+// E2B's connect and refresh only ever extend.
+func (s *Server) extend(ctx context.Context, sb api.Sandbox, sec int64) error {
+	if sb.ExpiresAt == nil || !time.Now().Add(time.Duration(sec)*time.Second).After(*sb.ExpiresAt) {
+		return nil // no timeout to extend, or it ends later already
+	}
+	_, err := s.cfg.Sandboxes.SetTimeout(ctx, sb.ID, api.TimeoutRequest{TimeoutSec: sec})
+	return err
+}
+
+func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
+	id, ok := sandboxID(w, r)
+	if !ok {
+		return
+	}
+	var body refreshRequest
+	if err := decode(w, r, &body, true); err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	if body.Duration < 0 || body.Duration > 3600 {
+		s.writeErr(w, r, bad("duration %d: want 0 to 3600 seconds", body.Duration))
+		return
+	}
+	sb, ok := s.running(w, r, id)
+	if !ok {
+		return
+	}
+	if err := s.extend(r.Context(), sb, body.Duration); err != nil {
+		s.sandboxErr(w, r, id, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// pause freezes a running sandbox, memory and all. E2B's paused sandboxes
+// never time out, so the timeout goes (connect sets a new one); otherwise a
+// killing sandbox would be deleted while paused. {"memory": false} is
+// served the same way: processes survive, which is more than asked.
+func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
+	id, ok := sandboxID(w, r)
+	if !ok {
+		return
+	}
+	sb, err := s.visible(r.Context(), id)
+	if err == nil && sb.State != api.StateRunning {
+		err = fmt.Errorf("%w: sandbox %s is already paused", errdefs.ErrConflict, id)
+	}
+	if err != nil {
+		s.sandboxErr(w, r, id, err)
+		return
+	}
+	if _, err := s.cfg.Sandboxes.SetTimeout(r.Context(), id, api.TimeoutRequest{}); err != nil {
+		s.sandboxErr(w, r, id, err)
+		return
+	}
+	if _, err := s.cfg.Sandboxes.Pause(r.Context(), id); err != nil {
+		if sb.ExpiresAt != nil { // put the timeout back, rounded up
+			left := max(1, int64(time.Until(*sb.ExpiresAt)/time.Second)+1)
+			s.cfg.Sandboxes.SetTimeout(context.WithoutCancel(r.Context()), id, api.TimeoutRequest{TimeoutSec: left})
+		}
+		s.sandboxErr(w, r, id, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// settleTimeout bounds how long connect waits for a sandbox that is
+// changing state (stopping on its timeout, archiving) to settle, as E2B's
+// connect waits for one.
+const settleTimeout = 30 * time.Second
+
+// settled gets sandbox id once it is not changing state.
+func (s *Server) settled(ctx context.Context, id string) (api.Sandbox, error) {
+	deadline := time.Now().Add(settleTimeout)
+	for {
+		sb, err := s.visible(ctx, id)
+		if err != nil {
+			return sb, err
+		}
+		switch sb.State {
+		case api.StateCreating, api.StateStarting, api.StateStopping, api.StateArchiving:
+		default:
+			return sb, nil
+		}
+		if time.Now().After(deadline) {
+			return sb, fmt.Errorf("%w: sandbox %s is still %s; try again", errdefs.ErrConflict, id, sb.State)
+		}
+		select {
+		case <-ctx.Done():
+			return sb, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// wake brings a sandbox E2B sees as paused back: thaws a paused one,
+// starts a stopped or archived one (its processes are gone then).
+func (s *Server) wake(ctx context.Context, sb api.Sandbox) (api.Sandbox, error) {
+	switch sb.State {
+	case api.StatePaused:
+		return s.cfg.Sandboxes.Resume(ctx, sb.ID)
+	case api.StateStopped, api.StateArchived:
+		return s.cfg.Sandboxes.Start(ctx, sb.ID)
+	}
+	return sb, fmt.Errorf("%w: sandbox %s is %s; try again", errdefs.ErrConflict, sb.ID, sb.State)
+}
+
+// resume is E2B's deprecated POST /sandboxes/{id}/resume: 409 unless paused.
+func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
+	id, ok := sandboxID(w, r)
+	if !ok {
+		return
+	}
+	var body connectRequest
+	if err := decode(w, r, &body, true); err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	t, err := timeoutSec(body.Timeout, 15)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	sb, err := s.settled(r.Context(), id)
+	if err == nil && sb.State == api.StateRunning {
+		err = fmt.Errorf("%w: sandbox %s is already running", errdefs.ErrConflict, id)
+	}
+	if err == nil {
+		sb, err = s.wake(r.Context(), sb)
+	}
+	if err == nil {
+		sb, err = s.cfg.Sandboxes.SetTimeout(r.Context(), id, api.TimeoutRequest{TimeoutSec: t})
+	}
+	if err != nil {
+		s.sandboxErr(w, r, id, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, s.sandbox(sb))
+}
+
+// connect answers both connect routes: a running sandbox's timeout is only
+// ever extended (200); a paused one is woken with the timeout (201).
+func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
+	id, ok := sandboxID(w, r)
+	if !ok {
+		return
+	}
+	var body connectRequest
+	if err := decode(w, r, &body, true); err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	t, err := timeoutSec(body.Timeout, 300)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	sb, err := s.settled(r.Context(), id)
+	if err != nil {
+		s.sandboxErr(w, r, id, err)
+		return
+	}
+	if sb.State == api.StateRunning {
+		if err := s.extend(r.Context(), sb, t); err != nil {
+			s.sandboxErr(w, r, id, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, s.sandbox(sb))
+		return
+	}
+	if sb, err = s.wake(r.Context(), sb); err == nil {
+		sb, err = s.cfg.Sandboxes.SetTimeout(r.Context(), id, api.TimeoutRequest{TimeoutSec: t})
+	}
+	if err != nil {
+		s.sandboxErr(w, r, id, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, s.sandbox(sb))
+}
+
+// fork creates count sandboxes from a sandbox's current files. atoll forks
+// copy files, not memory: the children start fresh processes.
+func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
+	id, ok := sandboxID(w, r)
+	if !ok {
+		return
+	}
+	var body forkRequest
+	if err := decode(w, r, &body, true); err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	t, err := timeoutSec(body.Timeout, 15)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	count := 1
+	if body.Count != nil {
+		count = *body.Count
+	}
+	if count < 1 || count > 100 {
+		s.writeErr(w, r, bad("count %d: want 1 to 100", count))
+		return
+	}
+	if _, err := s.visible(r.Context(), id); err != nil {
+		s.sandboxErr(w, r, id, err)
+		return
+	}
+	kids, err := s.cfg.Sandboxes.Fork(r.Context(), id, api.ForkRequest{Count: count})
+	if err != nil {
+		s.sandboxErr(w, r, id, err)
+		return
+	}
+	out := make([]forkResult, 0, len(kids))
+	for _, k := range kids {
+		if k, err = s.cfg.Sandboxes.SetTimeout(r.Context(), k.ID, api.TimeoutRequest{TimeoutSec: t}); err != nil {
+			status, msg := http.StatusInternalServerError, "setting the fork's timeout failed"
+			for _, e := range statusOf {
+				if errors.Is(err, e.kind) {
+					status, msg = e.status, clientMessage(err, e.kind)
+				}
+			}
+			out = append(out, forkResult{Error: &apiError{Code: status, Message: msg}})
+			continue
+		}
+		out = append(out, forkResult{Sandbox: s.sandbox(k)})
+	}
+	writeJSON(w, http.StatusCreated, out)
+}
+
+// listV1 is the deprecated GET /sandboxes: running sandboxes, one page.
+func (s *Server) listV1(w http.ResponseWriter, r *http.Request) {
+	md, err := metadataFilter(r.URL.Query().Get("metadata"))
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	sbs, err := s.cfg.Sandboxes.List(r.Context(), api.StateRunning, md)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	out := make([]listedSandbox, 0, len(sbs))
+	for _, sb := range sbs {
+		out = append(out, s.listed(sb))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// metadataFilter parses E2B's metadata query: a query string of its own
+// ("k=v&k2=v2"), each key and value URL-encoded once more by the SDKs.
+func metadataFilter(q string) (map[string]string, error) {
+	if q == "" {
+		return nil, nil
+	}
+	vals, err := url.ParseQuery(q)
+	if err != nil {
+		return nil, bad("metadata filter %q: %v", truncate(q), err)
+	}
+	md := map[string]string{}
+	for k, vs := range vals {
+		key, err1 := url.QueryUnescape(k)
+		val, err2 := url.QueryUnescape(vs[len(vs)-1])
+		if err1 != nil || err2 != nil {
+			return nil, bad("metadata filter %q: bad escape", truncate(q))
+		}
+		md[key] = val
+	}
+	return md, nil
+}
+
+// list is GET /v2/sandboxes: filtered by metadata, state, start time and
+// template, sorted by start time, paginated with X-Next-Token.
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	md, err := metadataFilter(q.Get("metadata"))
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	states := map[string]bool{}
+	for _, v := range q["state"] {
+		for _, st := range strings.Split(v, ",") {
+			if st != stateRunning && st != statePaused {
+				s.writeErr(w, r, bad("state %q: want running or paused", truncate(st)))
+				return
+			}
+			states[st] = true
+		}
+	}
+	if len(states) == 0 {
+		states[stateRunning], states[statePaused] = true, true
+	}
+	order := q.Get("order")
+	if order == "" {
+		order = "desc"
+	}
+	if order != "asc" && order != "desc" {
+		s.writeErr(w, r, bad("order %q: want asc or desc", truncate(order)))
+		return
+	}
+	var after time.Time
+	if v := q.Get("startedAfter"); v != "" {
+		if after, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			s.writeErr(w, r, bad("startedAfter %q: want an RFC 3339 time", truncate(v)))
+			return
+		}
+	}
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 100 {
+			s.writeErr(w, r, bad("limit %q: want 1 to 100", truncate(v)))
+			return
+		}
+	}
+	var cur *cursor
+	if v := q.Get("nextToken"); v != "" {
+		c, err := parseCursor(v)
+		if err != nil {
+			s.writeErr(w, r, err)
+			return
+		}
+		cur = &c
+	}
+	template := q.Get("template")
+	sbs, err := s.cfg.Sandboxes.List(r.Context(), "", md)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	var items []listedSandbox
+	running := 0
+	for _, sb := range sbs {
+		l := s.listed(sb)
+		if st, ok := e2bState(sb.State); !ok || !states[st] || l.StartedAt.Before(after) ||
+			template != "" && template != l.TemplateID && template != l.Alias {
+			continue
+		}
+		if l.State == stateRunning {
+			running++
+		}
+		items = append(items, l)
+	}
+	desc := order == "desc"
+	less := func(a, b cursor) bool { // strict: the cursor's own item is not after it
+		if !a.t.Equal(b.t) {
+			return a.t.Before(b.t) != desc
+		}
+		return a.id != b.id && a.id < b.id != desc
+	}
+	sort.Slice(items, func(i, j int) bool { return less(cursorOf(items[i]), cursorOf(items[j])) })
+	if cur != nil {
+		i := sort.Search(len(items), func(i int) bool { return less(*cur, cursorOf(items[i])) })
+		items = items[i:]
+	}
+	if len(items) > limit {
+		items = items[:limit]
+		w.Header().Set("X-Next-Token", cursorOf(items[limit-1]).String())
+	}
+	if states[stateRunning] {
+		w.Header().Set("X-Total-Running", strconv.Itoa(running))
+	}
+	if items == nil {
+		items = []listedSandbox{}
+	}
+	writeJSON(w, http.StatusOK, items)
+}
+
+// cursor is a position in a sorted listing: the last item's sort key.
+type cursor struct {
+	t  time.Time
+	id string
+}
+
+func cursorOf(l listedSandbox) cursor { return cursor{l.StartedAt, l.SandboxID} }
+
+func (c cursor) String() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.t.UnixNano(), 10) + "." + c.id))
+}
+
+func parseCursor(s string) (cursor, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err == nil {
+		ns, id, ok := strings.Cut(string(b), ".")
+		n, perr := strconv.ParseInt(ns, 10, 64)
+		if ok && perr == nil && len(id) <= 64 {
+			return cursor{time.Unix(0, n).UTC(), id}, nil
+		}
+	}
+	return cursor{}, bad("malformed nextToken")
+}
