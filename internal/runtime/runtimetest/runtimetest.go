@@ -8,6 +8,7 @@ package runtimetest
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"net"
 	"os"
@@ -43,6 +44,17 @@ type Env struct {
 
 var seq atomic.Int64
 
+// runID tells this test process's sandboxes from another's.
+var runID = func() string {
+	const letters = "abcdefghijklmnopqrstuvwxyz"
+	b := make([]byte, 6)
+	rand.Read(b)
+	for i := range b {
+		b[i] = letters[int(b[i])%len(letters)]
+	}
+	return string(b)
+}()
+
 // Sandbox is a sandbox started by the suite.
 type Sandbox struct {
 	ID     string
@@ -65,7 +77,9 @@ func Start(t testing.TB, rt runtime.Runtime, env Env, l runtime.Limits, diskByte
 func newSandbox(t testing.TB, rt runtime.Runtime, env Env, l runtime.Limits, diskBytes int64) *Sandbox {
 	t.Helper()
 	n := int(seq.Add(1))
-	id := fmt.Sprintf("rt%018d", n)
+	// IDs name cgroups and run directories host-wide: unique per test
+	// process, as packages' tests run side by side.
+	id := fmt.Sprintf("rt%s%012d", runID, n)
 	tmpl, err := env.Layers.Template(layers.HostTemplate)
 	if err != nil {
 		t.Fatal(err)
