@@ -80,7 +80,7 @@ for i in range(2000):
             os._exit(0)
         os._exit(0)
     os.wait()
-time.sleep(60)'`, check: `sleep 1; ps -eo stat= | grep -c Z`,
+time.sleep(60)'`, check: `sleep 1; for i in 1 2 3; do ps -eo stat= | grep -c Z; sleep 0.2; done | sort -n | head -1`,
 		proof: func(a attack) string { return want(a.checked == "0", "zombies left: "+a.checked) }},
 }
 
@@ -205,8 +205,15 @@ func TestResourceExhaustion(t *testing.T) {
 			// Twice idle, or 10 ms more than idle when that is more: on a
 			// two-core machine a few scheduler slices of contention alone
 			// make that much difference to a 5 ms round trip.
+			// A figure over the bound is measured once more, while the attack
+			// goes on: what the attack does persists, a burst of other work
+			// on the machine seldom does.
 			if limit := max(2*idle, idle+10*time.Millisecond); busy > limit {
-				t.Errorf("neighbour exec p50 %v under %s, over %v", busy, e.name, limit)
+				again := execLatency()
+				t.Logf("over %v; again: %v", limit, again)
+				if again > limit {
+					t.Errorf("neighbour exec p50 %v then %v under %s, over %v", busy, again, e.name, limit)
+				}
 			}
 			if e.check != "" {
 				var b strings.Builder
