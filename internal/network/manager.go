@@ -497,8 +497,10 @@ func (m *Manager) Attach(ctx context.Context, slot int, pol egress.Policy) (*Att
 
 // create makes a namespace and a veth named name, the host end a down
 // isolated port of the bridge, the sandbox end up as eth0 inside.
-func (m *Manager) create(name string) (e *entry, err error) {
-	e = &entry{name: name, nsPath: filepath.Join(m.cfg.NetnsDir, name)}
+func (m *Manager) create(name string) (_ *entry, err error) {
+	// e is not the named result: a return of nil must not hide it from the
+	// clean-up below.
+	e := &entry{name: name, nsPath: filepath.Join(m.cfg.NetnsDir, name)}
 	if _, err := os.Lstat(e.nsPath); err == nil {
 		return nil, fmt.Errorf("%w: network namespace %s exists", errdefs.ErrConflict, name)
 	}
@@ -509,7 +511,6 @@ func (m *Manager) create(name string) (e *entry, err error) {
 			if ours {
 				m.destroy(e)
 			}
-			e = nil
 		}
 	}()
 	err = newNetns(e.nsPath, func() error {
@@ -546,11 +547,11 @@ func (m *Manager) create(name string) (e *entry, err error) {
 	}
 	ours = true
 	if err != nil {
-		return e, fmt.Errorf("creating network namespace: %w", err)
+		return nil, fmt.Errorf("creating network namespace: %w", err)
 	}
 	nsfd, err := unix.Open(e.nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return e, fmt.Errorf("opening network namespace: %w", err)
+		return nil, fmt.Errorf("opening network namespace: %w", err)
 	}
 	defer unix.Close(nsfd)
 	attrs := netlink.NewLinkAttrs()
@@ -565,14 +566,14 @@ func (m *Manager) create(name string) (e *entry, err error) {
 		}
 	}
 	if err != nil {
-		return e, fmt.Errorf("creating veth: %w", err)
+		return nil, fmt.Errorf("creating veth: %w", err)
 	}
 	e.host = veth.Index
 	if err := m.nl.LinkSetMasterByIndex(veth, m.bridgeIx); err != nil {
-		return e, fmt.Errorf("adding veth to bridge: %w", err)
+		return nil, fmt.Errorf("adding veth to bridge: %w", err)
 	}
 	if err := m.nl.LinkSetIsolated(veth, true); err != nil {
-		return e, fmt.Errorf("isolating bridge port: %w", err)
+		return nil, fmt.Errorf("isolating bridge port: %w", err)
 	}
 	eth0, err := e.ns.LinkByName(sandboxLink)
 	if err == nil {
@@ -580,7 +581,7 @@ func (m *Manager) create(name string) (e *entry, err error) {
 		err = e.ns.LinkSetUp(eth0)
 	}
 	if err != nil {
-		return e, fmt.Errorf("bringing up sandbox link: %w", err)
+		return nil, fmt.Errorf("bringing up sandbox link: %w", err)
 	}
 	return e, nil
 }
