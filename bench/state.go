@@ -99,7 +99,9 @@ func forks(r *report, srv *server, label string, n int) {
 }
 
 // refillPause is how long a server needs to prestart count processes again.
-func refillPause(count int) time.Duration { return 200*time.Millisecond + time.Duration(count)*60*time.Millisecond }
+func refillPause(count int) time.Duration {
+	return 200*time.Millisecond + time.Duration(count)*60*time.Millisecond
+}
 
 // prestarted measures creates and forks on a server that keeps 10 sandbox
 // processes prestarted (--prestart 10) and no warm pool.

@@ -25,7 +25,7 @@ import (
 // attack did reach the limit that contains it (or really ran).
 var exhaustions = []struct {
 	name, script, check string
-	memoryMiB           int64 // the attacker's memory limit, if not 128 MiB
+	memoryMiB           int64                 // the attacker's memory limit, if not 128 MiB
 	proof               func(a attack) string // what is wrong, or ""
 }{
 	// With room for 128 shells, so that it is the pids limit that holds it.
