@@ -30,7 +30,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -40,6 +39,7 @@ import (
 
 	"github.com/atoll-dev/atoll/internal/agent"
 	"github.com/atoll-dev/atoll/internal/runtime"
+	"github.com/atoll-dev/atoll/internal/runtime/host"
 )
 
 // Config configures the gvisor runtime.
@@ -259,7 +259,7 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (i
 	if err != nil {
 		return inst, err
 	}
-	st, err := startTime(pid)
+	st, err := host.StartTime(pid)
 	if err != nil {
 		return inst, fmt.Errorf("sandbox process: %w", err)
 	}
@@ -368,7 +368,7 @@ func waitForAgent(ctx context.Context, sock string, pid int) error {
 			c.Close()
 			return nil
 		}
-		if _, serr := startTime(pid); serr != nil {
+		if _, serr := host.StartTime(pid); serr != nil {
 			return errors.New("sandbox exited before its agent listened")
 		}
 		select {
@@ -385,7 +385,7 @@ func (r *Runtime) Stop(ctx context.Context, id string, inst runtime.Instance) er
 	_ = r.run(ctx, nil, "delete", "--force", id)
 	if r.Alive(inst) {
 		// runsc has lost track of it (its state is gone): kill it by PID.
-		_ = killAndWait(inst.PID, 5*time.Second)
+		_ = host.KillAndWait(inst.PID, 5*time.Second)
 	}
 	return r.Cleanup(ctx, id)
 }
@@ -403,7 +403,7 @@ func (r *Runtime) Cleanup(ctx context.Context, id string) error {
 		errs = append(errs, err)
 	}
 	dir := r.runDir(id)
-	for _, m := range mountsUnder(dir) {
+	for _, m := range host.MountsUnder(dir) {
 		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
 			errs = append(errs, fmt.Errorf("unmounting %s: %w", m, err))
 		}
@@ -460,7 +460,7 @@ func (r *Runtime) Alive(inst runtime.Instance) bool {
 	if inst.PID <= 0 {
 		return false
 	}
-	st, err := startTime(inst.PID)
+	st, err := host.StartTime(inst.PID)
 	return err == nil && st == inst.StartTime
 }
 
@@ -577,7 +577,7 @@ func waitGone(ctx context.Context, path string, pid int) error {
 		if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
 			return nil
 		}
-		if _, err := startTime(pid); err != nil {
+		if _, err := host.StartTime(pid); err != nil {
 			return errors.New("sandbox exited")
 		}
 		select {
@@ -625,7 +625,7 @@ func privateMount(dir string) error {
 		return err
 	}
 	isMount := false
-	for _, m := range mountsUnder(abs) {
+	for _, m := range host.MountsUnder(abs) {
 		isMount = isMount || m == abs
 	}
 	if !isMount {
@@ -637,85 +637,4 @@ func privateMount(dir string) error {
 		return fmt.Errorf("making %s private: %w", abs, err)
 	}
 	return nil
-}
-
-// killAndWait kills pid and waits until it has exited.
-func killAndWait(pid int, timeout time.Duration) error {
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil {
-		return err
-	}
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	for {
-		_, err := unix.Poll(fds, int(timeout.Milliseconds()))
-		if !errors.Is(err, unix.EINTR) {
-			return err
-		}
-	}
-}
-
-// startTime reads field 22 of /proc/pid/stat; a zombie counts as gone.
-func startTime(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, errors.New("malformed stat")
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0, errors.New("malformed stat")
-	}
-	if f[0] == "Z" || f[0] == "X" {
-		return 0, errors.New("process exited")
-	}
-	return strconv.ParseUint(f[19], 10, 64)
-}
-
-// mountsUnder lists mountpoints at or below dir, deepest first.
-func mountsUnder(dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
-	return out
-}
-
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/atoll-dev/atoll/internal/agent"
 	"github.com/atoll-dev/atoll/internal/runtime"
+	"github.com/atoll-dev/atoll/internal/runtime/host"
 )
 
 // cgroupParent is where runsc makes each sandbox's host cgroup.
@@ -243,7 +244,7 @@ func removeCgroups(id string) error {
 			}
 			for _, p := range pids {
 				if pid, err := strconv.Atoi(p); err == nil {
-					_ = killAndWait(pid, time.Second)
+					_ = host.KillAndWait(pid, time.Second)
 				}
 			}
 		}

@@ -18,6 +18,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/atoll-dev/atoll/internal/runtime"
+	"github.com/atoll-dev/atoll/internal/runtime/host"
 )
 
 // cgroupParent is the cgroup under which every sandbox gets its own.
@@ -296,7 +297,7 @@ func (c *cgroup) killAll(timeout time.Duration) error {
 			return fmt.Errorf("cgroup still has %d processes", len(pids))
 		}
 		for _, p := range pids {
-			_ = killPID(p)
+			_ = host.KillPID(p)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

@@ -11,7 +11,6 @@
 package ns
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,7 +21,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +30,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/atoll-dev/atoll/internal/runtime"
+	"github.com/atoll-dev/atoll/internal/runtime/host"
 	"github.com/atoll-dev/atoll/internal/runtime/ns/nsinit"
 )
 
@@ -358,7 +357,7 @@ func (r *Runtime) finish(ctx context.Context, spec runtime.Spec, p *prepared, st
 	if st.Error != "" {
 		return inst, fmt.Errorf("sandbox init: %s", st.Error)
 	}
-	st0, err := startTime(pid)
+	st0, err := host.StartTime(pid)
 	if err != nil {
 		return inst, err
 	}
@@ -532,7 +531,7 @@ func (r *Runtime) Stop(ctx context.Context, id string, inst runtime.Instance) er
 	if r.Alive(inst) {
 		// PID 1 of the sandbox's PID namespace: when it is gone, the kernel
 		// has killed the rest.
-		_ = killAndWait(inst.PID, 5*time.Second)
+		_ = host.KillAndWait(inst.PID, 5*time.Second)
 	}
 	return r.Cleanup(ctx, id)
 }
@@ -559,7 +558,7 @@ func (r *Runtime) Cleanup(ctx context.Context, id string) error {
 func (r *Runtime) cleanupDir(id string) error {
 	var errs []error
 	dir := r.runDir(id)
-	for _, m := range mountsUnder(dir) {
+	for _, m := range host.MountsUnder(dir) {
 		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
 			errs = append(errs, fmt.Errorf("unmounting %s: %w", m, err))
 		}
@@ -612,81 +611,8 @@ func (r *Runtime) Alive(inst runtime.Instance) bool {
 	if inst.PID <= 0 {
 		return false
 	}
-	st, err := startTime(inst.PID)
+	st, err := host.StartTime(inst.PID)
 	return err == nil && st == inst.StartTime
-}
-
-func killPID(pid int) error {
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	return unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
-}
-
-// killAndWait kills pid and waits until it has exited.
-func killAndWait(pid int, timeout time.Duration) error {
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil {
-		return err
-	}
-	// A pidfd polls readable once the process has exited.
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	for {
-		_, err := unix.Poll(fds, int(timeout.Milliseconds()))
-		if !errors.Is(err, unix.EINTR) {
-			return err
-		}
-	}
-}
-
-// startTime reads field 22 of /proc/pid/stat; a zombie counts as gone.
-func startTime(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, errors.New("malformed stat")
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0, errors.New("malformed stat")
-	}
-	if f[0] == "Z" || f[0] == "X" {
-		return 0, errors.New("process exited")
-	}
-	return strconv.ParseUint(f[19], 10, 64)
-}
-
-// mountsUnder lists mountpoints at or below dir, deepest first.
-func mountsUnder(dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
-	return out
 }
 
 func isMountpoint(dir string) (bool, error) {
@@ -694,28 +620,10 @@ func isMountpoint(dir string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	for _, m := range mountsUnder(abs) {
+	for _, m := range host.MountsUnder(abs) {
 		if m == abs {
 			return true, nil
 		}
 	}
 	return false, nil
-}
-
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
