@@ -104,6 +104,17 @@ type NetworkPolicy struct {
 	Egress string   `json:"egress,omitempty"`
 	Allow  []string `json:"allow,omitempty"`
 	Deny   []string `json:"deny,omitempty"`
+	// Bandwidth caps the sandbox's traffic rates; absent means no caps.
+	Bandwidth *Bandwidth `json:"bandwidth,omitempty"`
+}
+
+// Bandwidth caps a sandbox's network traffic, in megabits per second
+// (10^6 bits), each direction on its own; 0 means no cap. Everything the
+// sandbox sends or receives counts: the internet, the resolver, the port
+// proxy. Values are 0.1 to 100000.
+type Bandwidth struct {
+	EgressMbit  float64 `json:"egress_mbit,omitempty"`  // from the sandbox
+	IngressMbit float64 `json:"ingress_mbit,omitempty"` // to the sandbox
 }
 
 // Progress tells how far a long operation on a sandbox has got.

@@ -74,6 +74,7 @@ func newNetWorld(t *testing.T) *netWorld {
 	nettest.ServeHTTP(t, w.inet, "inet", "[::]:80", false)
 	nettest.ServeHTTP(t, w.inet, "inet-tls", "[::]:443", true)
 	nettest.ServeEcho(t, w.inet, "[::]:7")
+	nettest.ServeBulk(t, w.inet, "[::]:9")
 	nettest.ServeHTTP(t, w.lan, "lan", "[::]:80", false)
 	// The daemon's namespaces and veths are named after the bridge; a
 	// daemon killed with SIGKILL leaves its warm namespaces' files.
@@ -108,6 +109,47 @@ func (w *netWorld) fromHost(url string) (string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return string(b), err
+}
+
+// bulkScript moves argv[3] bytes to ("up") or from ("down") the bulk port
+// of argv[1] and prints the rate in Mbit/s.
+const bulkScript = `import socket, sys, time
+host, mode, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+s = socket.create_connection((host, 9), timeout=30)
+t0 = time.monotonic()
+got = 0
+if mode == "up":
+    s.sendall(b"up\n")
+    buf = bytes(65536)
+    left = n
+    while left > 0:
+        k = min(left, len(buf))
+        s.sendall(buf[:k])
+        left -= k
+    s.shutdown(socket.SHUT_WR)
+    got = int(s.recv(64))
+else:
+    s.sendall(b"down %d\n" % n)
+    while True:
+        b = s.recv(1 << 20)
+        if not b:
+            break
+        got += len(b)
+dt = time.monotonic() - t0
+if got != n:
+    sys.exit("moved %d of %d bytes" % (got, n))
+print(n * 8 / dt / 1e6)
+`
+
+// bulkRate runs bulkScript in sandbox id against host.
+func bulkRate(t *testing.T, c *atoll.Client, id, host, mode string, n int) float64 {
+	t.Helper()
+	out, code := sh(t, c, id, fmt.Sprintf("python3 -c '%s' %s %s %d 2>&1", bulkScript, host, mode, n))
+	var mbit float64
+	if _, err := fmt.Sscan(out, &mbit); code != 0 || err != nil {
+		t.Fatalf("bulk %s in %s: %q (exit %d)", mode, id, out, code)
+	}
+	return mbit
 }
 
 // slotOf is the slot of a sandbox on the default 10.213.0.0/16 subnet.
@@ -406,6 +448,55 @@ for i in range(200):
 		}
 	})
 
+	var capped api.Sandbox
+	t.Run("bandwidth caps", func(t *testing.T) {
+		const egressCap, ingressCap = 8, 16 // Mbit/s
+		const up, down = 3 << 19, 3 << 20   // bytes: ~1.5 s each at the caps
+		// within checks a capped rate: not above the cap (a 64 KiB burst
+		// and timing aside), and not starved far below it.
+		within := func(what string, got, cap float64) {
+			t.Helper()
+			t.Logf("%s: %.1f Mbit/s (cap %v)", what, got, cap)
+			if got > 1.25*cap || got < 0.3*cap {
+				t.Errorf("%s: %.1f Mbit/s, want about %v", what, got, cap)
+			}
+		}
+		if r := bulkRate(t, c, a.ID, wInet4, "up", up); r < 3*egressCap {
+			t.Errorf("positive control: uncapped upload %.1f Mbit/s", r)
+		}
+		if r := bulkRate(t, c, a.ID, wInet4, "down", down); r < 3*ingressCap {
+			t.Errorf("positive control: uncapped download %.1f Mbit/s", r)
+		}
+		out, code := d.cli("create", "--egress-mbit", "8", "--ingress-mbit", "16")
+		if code != 0 {
+			t.Fatalf("create --egress-mbit: %s", out)
+		}
+		var err error
+		if capped, err = c.GetSandbox(ctx, strings.TrimSpace(out)); err != nil {
+			t.Fatal(err)
+		}
+		if bw := capped.Network.Policy.Bandwidth; bw == nil || *bw != (api.Bandwidth{EgressMbit: egressCap, IngressMbit: ingressCap}) {
+			t.Errorf("policy shown: %+v", capped.Network.Policy)
+		}
+		within("capped upload", bulkRate(t, c, capped.ID, wInet4, "up", up), egressCap)
+		within("capped download", bulkRate(t, c, capped.ID, wInet4, "down", down), ingressCap)
+		within("capped upload over IPv6", bulkRate(t, c, capped.ID, wInet6, "up", up), egressCap)
+		if out, ok := run(capped.ID, "tc qdisc del dev eth0 root 2>&1"); ok {
+			t.Errorf("root in the sandbox removed its cap: %s", out)
+		}
+		// Changed while running: the egress cap lifted, then set again.
+		if _, err := c.SetNetwork(ctx, capped.ID, api.NetworkPolicy{Bandwidth: &api.Bandwidth{IngressMbit: ingressCap}}); err != nil {
+			t.Fatal(err)
+		}
+		if r := bulkRate(t, c, capped.ID, wInet4, "up", up); r < 3*egressCap {
+			t.Errorf("upload with the cap lifted: %.1f Mbit/s", r)
+		}
+		if out, code := d.cli("network", capped.ID, "--egress-mbit", "8", "--ingress-mbit", "16"); code != 0 || !strings.Contains(out, "egress 8 Mbit/s, ingress 16 Mbit/s") {
+			t.Fatalf("atoll network --egress-mbit: %s", out)
+		}
+		within("upload capped again", bulkRate(t, c, capped.ID, wInet4, "up", up), egressCap)
+	})
+
 	t.Run("the policy survives stop and start and a daemon restart", func(t *testing.T) {
 		if _, err := c.StopSandbox(ctx, l.ID); err != nil {
 			t.Fatal(err)
@@ -424,6 +515,12 @@ for i in range(200):
 		mustCurl("listed name after a daemon restart", l.ID, "http://allowed.example/")
 		mustNotCurl("unlisted address after a daemon restart", l.ID, "http://"+wOther4+"/")
 		mustCurl("allow-all after a daemon restart", a.ID, "http://"+wOther4+"/")
+		if capped.ID != "" {
+			out, _ := run(capped.ID, "tc qdisc show dev eth0")
+			if !strings.Contains(out, "tbf") || !strings.Contains(out, "8Mbit") {
+				t.Errorf("egress cap after a daemon restart: %q", out)
+			}
+		}
 	})
 
 	t.Run("delete leaves no trace", func(t *testing.T) {

@@ -49,7 +49,7 @@ func (s *Service) checkPolicy(p *api.NetworkPolicy) (api.NetworkPolicy, error) {
 	if err != nil {
 		return api.NetworkPolicy{}, err
 	}
-	if pol.IsAllowAll() {
+	if pol.IsDefault() {
 		return api.NetworkPolicy{}, nil
 	}
 	return pol.API(), nil

@@ -8,10 +8,14 @@
 // the addresses that Allow names resolve to are allowed, and the Deny
 // prefixes never are. What the server's operator blocks for every sandbox
 // (private ranges, metadata addresses) stays blocked whatever a policy says.
+//
+// A policy also carries the sandbox's bandwidth caps, which travel with it
+// (set at create, changed while running, kept across restarts).
 package egress
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"slices"
 	"strings"
@@ -42,7 +46,16 @@ type Policy struct {
 	Allow, Deny []netip.Prefix
 	// Names are the allowed domain names, sorted and without duplicates.
 	Names []Name
+	// EgressRate and IngressRate cap the traffic from and to the sandbox,
+	// in bytes per second; 0 is no cap.
+	EgressRate, IngressRate uint64
 }
+
+// Bounds of a bandwidth cap, in Mbit/s.
+const (
+	MinMbit = 0.1
+	MaxMbit = 100000
+)
 
 // Name is an allowed domain name: Domain itself, or with Wildcard any name
 // below it (not Domain itself). Domain is lower case, without a trailing dot.
@@ -127,11 +140,31 @@ func Parse(p *api.NetworkPolicy) (Policy, error) {
 		}
 		out.Deny = append(out.Deny, pr)
 	}
+	if b := p.Bandwidth; b != nil {
+		var err error
+		if out.EgressRate, err = rateOf(b.EgressMbit); err != nil {
+			return bad("bandwidth egress_mbit: %v", err)
+		}
+		if out.IngressRate, err = rateOf(b.IngressMbit); err != nil {
+			return bad("bandwidth ingress_mbit: %v", err)
+		}
+	}
 	out.Allow = sortPrefixes(out.Allow)
 	out.Deny = sortPrefixes(out.Deny)
 	slices.SortFunc(out.Names, func(a, b Name) int { return strings.Compare(a.String(), b.String()) })
 	out.Names = slices.Compact(out.Names)
 	return out, nil
+}
+
+// rateOf turns a cap in Mbit/s into bytes per second; 0 is no cap.
+func rateOf(mbit float64) (uint64, error) {
+	if mbit == 0 {
+		return 0, nil
+	}
+	if math.IsNaN(mbit) || mbit < MinMbit || mbit > MaxMbit {
+		return 0, fmt.Errorf("%v: want 0 (no cap) or %v to %v Mbit/s", mbit, MinMbit, MaxMbit)
+	}
+	return uint64(math.Round(mbit * 1e6 / 8)), nil
 }
 
 // parseAddress parses an IP address or CIDR prefix. ok is false, with no
@@ -241,8 +274,13 @@ func (p Policy) API() api.NetworkPolicy {
 	for _, d := range p.Deny {
 		out.Deny = append(out.Deny, prefixString(d))
 	}
+	if p.EgressRate != 0 || p.IngressRate != 0 {
+		out.Bandwidth = &api.Bandwidth{EgressMbit: mbitOf(p.EgressRate), IngressMbit: mbitOf(p.IngressRate)}
+	}
 	return out
 }
+
+func mbitOf(rate uint64) float64 { return float64(rate) * 8 / 1e6 }
 
 // prefixString writes single addresses without their length.
 func prefixString(p netip.Prefix) string {
@@ -255,6 +293,9 @@ func prefixString(p netip.Prefix) string {
 // IsAllowAll reports whether p allows everything: allow-all with no deny
 // entries, the default.
 func (p Policy) IsAllowAll() bool { return !p.DenyByDefault && len(p.Deny) == 0 }
+
+// IsDefault reports whether p is the default policy: allow-all, no caps.
+func (p Policy) IsDefault() bool { return p.IsAllowAll() && p.EgressRate == 0 && p.IngressRate == 0 }
 
 // HasNames reports whether p allows some names, which the resolver and the
 // egress proxy then enforce.
@@ -301,5 +342,6 @@ func inAny(ps []netip.Prefix, a netip.Addr) bool {
 // Equal reports whether p and q are the same policy.
 func (p Policy) Equal(q Policy) bool {
 	return p.DenyByDefault == q.DenyByDefault && slices.Equal(p.Allow, q.Allow) &&
-		slices.Equal(p.Deny, q.Deny) && slices.Equal(p.Names, q.Names)
+		slices.Equal(p.Deny, q.Deny) && slices.Equal(p.Names, q.Names) &&
+		p.EgressRate == q.EgressRate && p.IngressRate == q.IngressRate
 }

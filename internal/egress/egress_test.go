@@ -25,6 +25,12 @@ func TestParse(t *testing.T) {
 			api.NetworkPolicy{Egress: DenyAll, Allow: []string{"1.2.3.4", "10.0.0.0/8", "2001:db8::1", "*.pypi.org", "example.com"}}},
 		{&api.NetworkPolicy{Deny: []string{"192.0.2.1", "192.0.2.0/24"}},
 			api.NetworkPolicy{Egress: AllowAll, Deny: []string{"192.0.2.0/24", "192.0.2.1"}}},
+		// Bandwidth caps, either direction alone; an empty one is none.
+		{&api.NetworkPolicy{Bandwidth: &api.Bandwidth{EgressMbit: 10, IngressMbit: 0.5}},
+			api.NetworkPolicy{Egress: AllowAll, Bandwidth: &api.Bandwidth{EgressMbit: 10, IngressMbit: 0.5}}},
+		{&api.NetworkPolicy{Egress: DenyAll, Bandwidth: &api.Bandwidth{IngressMbit: 100000}},
+			api.NetworkPolicy{Egress: DenyAll, Bandwidth: &api.Bandwidth{IngressMbit: 100000}}},
+		{&api.NetworkPolicy{Bandwidth: &api.Bandwidth{}}, api.NetworkPolicy{Egress: AllowAll}},
 	} {
 		p, err := Parse(tc.in)
 		if err != nil {
@@ -44,6 +50,8 @@ func TestParse(t *testing.T) {
 		{Egress: "none"}, {Egress: AllowAll, Allow: []string{"a.com"}}, {Allow: []string{"*"}},
 		{Allow: []string{"a.*.com"}}, {Allow: []string{"10.0.0.0/33"}}, {Deny: []string{"a.com"}},
 		{Allow: []string{"1.2.3"}}, {Allow: []string{"a..com"}}, {Allow: []string{"exa_mple.com/x"}},
+		{Bandwidth: &api.Bandwidth{EgressMbit: -1}}, {Bandwidth: &api.Bandwidth{IngressMbit: 0.01}},
+		{Bandwidth: &api.Bandwidth{EgressMbit: 1e6}}, {Bandwidth: &api.Bandwidth{IngressMbit: 1e300}},
 	} {
 		if _, err := Parse(&bad); !errors.Is(err, errdefs.ErrInvalid) {
 			t.Errorf("Parse(%+v): %v, want ErrInvalid", bad, err)

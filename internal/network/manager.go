@@ -633,6 +633,11 @@ func (m *Manager) assign(e *entry, slot int, pol egress.Policy) (a *Attachment, 
 		return nil, err
 	}
 	added = true
+	if r := ratesOf(pol); r != (rates{}) {
+		if err := m.shape(slot, e.ns, r); err != nil {
+			return nil, err
+		}
+	}
 	if err := m.nl.LinkSetUp(host); err != nil {
 		return nil, fmt.Errorf("bringing up veth: %w", err)
 	}
@@ -666,7 +671,7 @@ func (m *Manager) addElements(slot int, pol egress.Policy) error {
 	if err := m.nft.Flush(); err != nil {
 		return fmt.Errorf("adding firewall elements: %w", err)
 	}
-	m.slots[slot] = &slotState{pol: pol, known: true, kernel: k,
+	m.slots[slot] = &slotState{pol: pol, known: true, kernel: k, rates: ratesOf(pol),
 		resolved: map[netip.Addr]*resolvedAddr{}, conns: map[*proxyConn]struct{}{}}
 	return nil
 }

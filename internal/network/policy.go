@@ -28,6 +28,8 @@ type slotState struct {
 	resolved map[netip.Addr]*resolvedAddr
 	// conns are the egress proxy's connections from this slot.
 	conns map[*proxyConn]struct{}
+	// rates are the bandwidth caps the veth holds, if known.
+	rates rates
 }
 
 type resolvedAddr struct {
@@ -104,6 +106,15 @@ func (m *Manager) SetPolicy(ctx context.Context, slot int, pol egress.Policy) er
 	if st == nil {
 		m.slotsMu.Unlock()
 		return fmt.Errorf("%w: network slot %d is not attached", errdefs.ErrNotFound, slot)
+	}
+	// The caps first: a failure leaves the rest as it was.
+	if r := ratesOf(pol); !st.known || r != st.rates {
+		if err := m.shape(slot, nil, r); err != nil {
+			st.rates = rates{^uint64(0), ^uint64(0)} // half set, maybe: set both next time
+			m.slotsMu.Unlock()
+			return err
+		}
+		st.rates = r
 	}
 	now := time.Now()
 	k := kernelOf(pol, st.retained(pol, now))

@@ -53,6 +53,9 @@ func TestNetworkPolicyInput(t *testing.T) {
 		{"deny bad CIDR", api.NetworkPolicy{Deny: []string{"10.0.0.0/99"}}},
 		{"too many rules", api.NetworkPolicy{Egress: "deny-all", Allow: many}},
 		{"too many rules together", api.NetworkPolicy{Allow: many[:200], Deny: many[200:]}},
+		{"negative bandwidth", api.NetworkPolicy{Bandwidth: &api.Bandwidth{EgressMbit: -8}}},
+		{"bandwidth too small", api.NetworkPolicy{Bandwidth: &api.Bandwidth{IngressMbit: 0.001}}},
+		{"bandwidth too big", api.NetworkPolicy{Bandwidth: &api.Bandwidth{IngressMbit: 1e9}}},
 	}
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {
@@ -71,6 +74,9 @@ func TestNetworkPolicyInput(t *testing.T) {
 		"empty body":     ``,
 		"two values":     `{} {}`,
 		"number entries": `{"allow":[1,2]}`,
+		"string rate":    `{"bandwidth":{"egress_mbit":"10M"}}`,
+		"unknown rate":   `{"bandwidth":{"mbit":10}}`,
+		"huge rate":      `{"bandwidth":{"egress_mbit":1e999}}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			resp, body := f.with(t).do("PUT", "/v1/sandboxes/"+id+"/network", raw, "Content-Type", "application/json")

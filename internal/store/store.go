@@ -406,7 +406,7 @@ func scan(rows *sql.Rows) ([]Sandbox, error) {
 
 // policyJSON is the egress column: empty for allow-all.
 func policyJSON(p api.NetworkPolicy) string {
-	if p.Egress == "" && len(p.Allow) == 0 && len(p.Deny) == 0 {
+	if p.Egress == "" && len(p.Allow) == 0 && len(p.Deny) == 0 && p.Bandwidth == nil {
 		return ""
 	}
 	b, _ := json.Marshal(p)

@@ -5,6 +5,7 @@
 package nettest
 
 import (
+	"bufio"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -21,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -203,6 +205,42 @@ func ServeHTTP(t testing.TB, path, name, addr string, useTLS bool) {
 // ServeEcho echoes what each connection on addr inside path sends.
 func ServeEcho(t testing.TB, path, addr string) {
 	t.Helper()
+	serveTCP(t, path, addr, func(c net.Conn) { io.Copy(c, c) })
+}
+
+// ServeBulk moves bulk data on addr inside path, for throughput: a
+// connection that sends "down N\n" gets N bytes and EOF; one that sends
+// "up\n" and then data gets the number of bytes it sent, in decimal, once
+// it has shut down its side.
+func ServeBulk(t testing.TB, path, addr string) {
+	t.Helper()
+	serveTCP(t, path, addr, func(c net.Conn) {
+		r := bufio.NewReader(c)
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return
+		}
+		var n int64
+		switch {
+		case line == "up\n":
+			n, _ = io.Copy(io.Discard, r)
+			fmt.Fprint(c, n)
+		case strings.HasPrefix(line, "down "):
+			if n, err = strconv.ParseInt(strings.TrimSpace(line[5:]), 10, 64); err == nil {
+				io.CopyN(c, zeros{}, n)
+			}
+		}
+	})
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// serveTCP runs handle for each connection on addr inside path, and closes
+// the connection after it, until t ends.
+func serveTCP(t testing.TB, path, addr string, handle func(net.Conn)) {
+	t.Helper()
 	ln := Listen(t, path, "tcp", addr)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -219,7 +257,7 @@ func ServeEcho(t testing.TB, path, addr string) {
 			conns = append(conns, c)
 			mu.Unlock()
 			wg.Add(1)
-			go func() { defer wg.Done(); io.Copy(c, c); c.Close() }()
+			go func() { defer wg.Done(); handle(c); c.Close() }()
 		}
 	}()
 	t.Cleanup(func() {
