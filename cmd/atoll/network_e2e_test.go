@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -10,7 +11,9 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -537,4 +540,103 @@ for i in range(200):
 		}
 	})
 	_ = atoll.ErrNotFound
+}
+
+// TestNetworkMeasure reports what networking costs (docs/benchmarks.md):
+// create → ready on a server with networking against one without, both
+// cold (no warm pool, no prestarted processes: the network pool is what
+// stands between a create and its network), interleaved so that the
+// machine's load falls on both; and TCP throughput between a sandbox and
+// the test host beside the same transfer from the host's namespace. It
+// reports figures and fails only if something does not work.
+func TestNetworkMeasure(t *testing.T) {
+	testenv.RequireRoot(t)
+	if err := network.Probe(); err != nil {
+		testenv.Skip(t, err.Error())
+	}
+	w := newNetWorld(t)
+	ctx := context.Background()
+	create := func(c *atoll.Client) time.Duration {
+		t.Helper()
+		t0 := time.Now()
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := time.Since(t0)
+		if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	q := func(ds []time.Duration) (p50, p99 time.Duration) {
+		slices.Sort(ds)
+		return ds[len(ds)/2].Round(10 * time.Microsecond), ds[len(ds)*99/100].Round(10 * time.Microsecond)
+	}
+	// compare times creates on a server with networking and one without,
+	// both given args.
+	var con *atoll.Client
+	var prev *daemon
+	compare := func(what string, pause time.Duration, args ...string) {
+		if prev != nil {
+			prev.stop() // this pair's "on" takes over the bridge
+		}
+		on := startDaemonIn(t, testenv.Dir(t), w.host, append([]string{"--network", "on", "--network-bridge", w.id,
+			"--dns-upstream", wInet4, "--network-pool", "4"}, args...)...)
+		off := startDaemonIn(t, testenv.Dir(t), w.host, append([]string{"--network", "off"}, args...)...)
+		con = on.client()
+		coff := off.client()
+		create(con) // each builds its host template
+		create(coff)
+		const n = 40
+		var don, doff []time.Duration
+		for i := 0; i < n; i++ {
+			time.Sleep(pause) // the pools refill
+			don = append(don, create(con))
+			doff = append(doff, create(coff))
+		}
+		on50, on99 := q(don)
+		off50, off99 := q(doff)
+		t.Logf("create → ready, %s, n=%d: network on p50 %v p99 %v; off p50 %v p99 %v; difference at p50 %v",
+			what, n, on50, on99, off50, off99, on50-off50)
+		off.stop()
+		prev = on
+	}
+	compare("prestarted processes (the default)", 300*time.Millisecond, "--warm-pool", "0", "--prestart", "2")
+	compare("cold (no warm pool, no prestarted process)", 50*time.Millisecond, "--warm-pool", "0", "--prestart", "0")
+
+	sb, err := con.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// fromHost runs the same script in the host's namespace: the peer.
+	fromHost := func(mode string, size int) float64 {
+		t.Helper()
+		cmd := exec.Command("python3", "-c", bulkScript, wInet4, mode, fmt.Sprint(size))
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := nettest.In(w.host, cmd.Start); err != nil {
+			t.Fatal(err)
+		}
+		var mbit float64
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("bulk %s from the host: %v: %s", mode, err, out.String())
+		}
+		if _, err := fmt.Sscan(out.String(), &mbit); err != nil {
+			t.Fatalf("bulk %s from the host: %q", mode, out.String())
+		}
+		return mbit
+	}
+	const size = 64 << 20
+	for _, mode := range []string{"up", "down"} {
+		var sbr, hr []float64
+		for i := 0; i < 5; i++ {
+			sbr = append(sbr, bulkRate(t, con, sb.ID, wInet4, mode, size))
+			hr = append(hr, fromHost(mode, size))
+		}
+		slices.Sort(sbr)
+		slices.Sort(hr)
+		t.Logf("TCP %s, 64 MiB, median of 5: sandbox ↔ test host %.0f Mbit/s; host namespace ↔ test host %.0f Mbit/s (%.2f×)",
+			mode, sbr[2], hr[2], sbr[2]/hr[2])
+	}
 }

@@ -258,7 +258,8 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	runtimes := []runtime.Runtime{nsrt}
 	unavailable := map[string]string{}
 	// gvisor is offered where runsc is installed and runs a probe sandbox.
-	if gv, err := gvisor.New(gvisor.Config{RunRoot: filepath.Join(data, "run-gvisor"), Logger: log}); err != nil {
+	if gv, err := gvisor.New(gvisor.Config{RunRoot: filepath.Join(data, "run-gvisor"),
+		PlatformCache: "/run/atoll/gvisor-platform", Logger: log}); err != nil {
 		log.Info("runtime gvisor not offered", "err", err)
 		unavailable["gvisor"] = "runsc does not run sandboxes on this host"
 		if errors.Is(err, gvisor.ErrNoRunsc) {

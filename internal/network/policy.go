@@ -107,6 +107,12 @@ func (m *Manager) SetPolicy(ctx context.Context, slot int, pol egress.Policy) er
 		m.slotsMu.Unlock()
 		return fmt.Errorf("%w: network slot %d is not attached", errdefs.ErrNotFound, slot)
 	}
+	// Cutting connections means walking the host's whole conntrack table
+	// (~15 ms with its default 262144 buckets), so it is skipped when the
+	// new policy forbids nothing the old one allowed: the same policy given
+	// again (a start over a prestarted process's network), or allow-all
+	// after a policy without names (nothing went through the proxy).
+	needCut := !st.known || !(pol.Equal(st.pol) || pol.IsAllowAll() && !st.pol.HasNames())
 	// The caps first: a failure leaves the rest as it was.
 	if r := ratesOf(pol); !st.known || r != st.rates {
 		if err := m.shape(slot, nil, r); err != nil {
@@ -152,6 +158,10 @@ func (m *Manager) SetPolicy(ctx context.Context, slot int, pol egress.Policy) er
 	m.slotsMu.Unlock()
 	for _, c := range cut {
 		c.close()
+	}
+	if !needCut {
+		m.log.Debug("egress policy set", "slot", slot, "op", "policy", "cut", len(cut), "ms", msSince(start))
+		return nil
 	}
 	n, err := m.flushConntrack(m.forbidden(slot, judge, k.proxied, now))
 	if err != nil {

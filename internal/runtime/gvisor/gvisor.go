@@ -52,7 +52,12 @@ type Config struct {
 	// Platform is runsc's --platform; empty means the first of systrap,
 	// kvm and ptrace that this runsc offers and that runs a probe sandbox.
 	Platform string
-	Logger   *slog.Logger
+	// PlatformCache, if set, is a file that remembers the probe's choice
+	// for this runsc and host, so that only the first start after a boot
+	// probes (a kvm probe in a nested guest can hang until its timeout).
+	// Put it on a tmpfs such as /run: a reboot may change what works.
+	PlatformCache string
+	Logger        *slog.Logger
 }
 
 // ErrNoRunsc is New's error when runsc is not installed.
@@ -138,13 +143,37 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	r.platform = cfg.Platform
 	if r.platform == "" {
-		if r.platform, err = r.probePlatform(flags); err != nil {
+		if r.platform, err = r.cachedProbe(cfg.PlatformCache, flags); err != nil {
 			return nil, err
 		}
 	}
 	r.flags = append(r.flags, "--platform="+r.platform)
 	r.log.Info("gvisor runtime", "runsc", path, "version", r.version, "platform", r.platform)
 	return r, nil
+}
+
+// cachedProbe is probePlatform, remembered in cache (if not "") for this
+// runsc binary and version.
+func (r *Runtime) cachedProbe(cache, flags string) (string, error) {
+	key := r.runsc + " " + r.version + "\n"
+	if cache != "" {
+		if b, err := os.ReadFile(cache); err == nil {
+			if p, ok := strings.CutPrefix(string(b), key); ok && p != "" {
+				return p, nil
+			}
+		}
+	}
+	p, err := r.probePlatform(flags)
+	if err != nil || cache == "" {
+		return p, err
+	}
+	if err := os.MkdirAll(filepath.Dir(cache), 0o700); err == nil {
+		tmp := cache + ".tmp"
+		if os.WriteFile(tmp, []byte(key+p), 0o600) == nil {
+			os.Rename(tmp, cache)
+		}
+	}
+	return p, nil
 }
 
 // probePlatform returns the fastest platform that runs `true` in a throwaway
@@ -173,7 +202,8 @@ func (r *Runtime) probePlatform(flags string) (string, error) {
 	defer os.RemoveAll(root)
 	var errs []error
 	for _, p := range candidates {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		// `runsc do true` takes about a second where the platform works.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		cmd := exec.CommandContext(ctx, r.runsc, "--root", root, "--network=none", "--platform="+p, "do", "true")
 		cmd.Dir = root
 		out, err := cmd.CombinedOutput()
