@@ -8,17 +8,21 @@ import "time"
 
 // Sandbox states.
 const (
-	StateCreating  = "creating"
-	StateStarting  = "starting"
-	StateRunning   = "running"
-	StateStopping  = "stopping"
-	StatePaused    = "paused"
-	StateStopped   = "stopped"
-	StateArchiving = "archiving"
-	StateArchived  = "archived" // files in object storage, local disk freed
-	StateDeleting  = "deleting"
-	StateDeleted   = "deleted" // only in the answer to a stop of an ephemeral sandbox
-	StateError     = "error"
+	StateCreating = "creating"
+	StateStarting = "starting"
+	StateRunning  = "running"
+	StateStopping = "stopping"
+	StatePaused   = "paused"
+	// A suspended sandbox's memory and processes are saved to disk and
+	// nothing of it runs; resume restores it, its processes going on.
+	StateSuspending = "suspending"
+	StateSuspended  = "suspended"
+	StateStopped    = "stopped"
+	StateArchiving  = "archiving"
+	StateArchived   = "archived" // files in object storage, local disk freed
+	StateDeleting   = "deleting"
+	StateDeleted    = "deleted" // only in the answer to a stop of an ephemeral sandbox
+	StateError      = "error"
 )
 
 // Sandbox is a sandbox as the API reports it.
@@ -115,6 +119,14 @@ type NetworkPolicy struct {
 type Bandwidth struct {
 	EgressMbit  float64 `json:"egress_mbit,omitempty"`  // from the sandbox
 	IngressMbit float64 `json:"ingress_mbit,omitempty"` // to the sandbox
+}
+
+// PauseRequest is the optional body of POST /v1/sandboxes/{id}/pause.
+type PauseRequest struct {
+	// ToDisk saves the sandbox's memory and processes to disk and stops
+	// it (state suspended) instead of freezing it in memory, for runtimes
+	// whose capabilities include memory_snapshot; resume restores it.
+	ToDisk bool `json:"to_disk,omitempty"`
 }
 
 // Progress tells how far a long operation on a sandbox has got.

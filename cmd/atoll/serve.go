@@ -282,7 +282,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	svc, err := control.New(control.Config{
 		Store: st, Layers: ls, Runtimes: runtimes, Unavailable: unavailable, AgentPath: agentPath, Logger: log,
 		WarmPool: cfg.warmPool, Prestart: cfg.prestart, Archive: bucket,
-		Network: netm, NetworkPool: netPool,
+		Network: netm, NetworkPool: netPool, CheckpointDir: filepath.Join(data, "checkpoints"),
 	})
 	if err != nil {
 		return err

@@ -19,29 +19,44 @@ import (
 const maxForks = 100
 
 func newPauseCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "pause ID...",
+	var toDisk bool
+	cmd := &cobra.Command{
+		Use:   "pause ID... [--to-disk]",
 		Short: "Freeze sandboxes' processes, keeping their memory",
 		Long: `Pause running sandboxes: their processes stop being scheduled but keep their
 memory, open files and network state. Commands and file access answer "conflict"
-until "atoll resume" thaws them.`,
+until "atoll resume" thaws them.
+
+With --to-disk, the sandbox's memory and processes are saved to disk and it
+stops (state suspended): it holds no memory or CPU, survives a restart of the
+server or the host, and "atoll resume" restores it with its processes going on.
+Only runtimes with the memory_snapshot capability can (gvisor, vm).`,
 		Example: `  atoll pause 3k9x2m7q1w8e5r4t6y0u
+  atoll pause --to-disk 3k9x2m7q1w8e5r4t6y0u
   atoll ls -q --label team=infra | xargs atoll pause`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
-				_, err := c.PauseSandbox(ctx, id)
+				var err error
+				if toDisk {
+					_, err = c.SuspendSandbox(ctx, id)
+				} else {
+					_, err = c.PauseSandbox(ctx, id)
+				}
 				return err
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&toDisk, "to-disk", false, "save memory and processes to disk and stop (state suspended)")
+	return cmd
 }
 
 func newResumeCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "resume ID...",
-		Short: "Thaw paused sandboxes",
-		Long:  `Resume paused sandboxes: their processes carry on where they were frozen.`,
+		Short: "Thaw paused sandboxes, restore suspended ones",
+		Long: `Resume paused sandboxes: their processes carry on where they were frozen. A
+suspended sandbox (paused to disk) is restored from its memory image.`,
 		Example: `  atoll resume 3k9x2m7q1w8e5r4t6y0u
   atoll ls -q --state paused | xargs atoll resume`,
 		Args: cobra.MinimumNArgs(1),

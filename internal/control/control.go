@@ -59,7 +59,10 @@ type Config struct {
 	// runs them with loopback only and refuses network policies.
 	Network     *network.Manager
 	NetworkPool *network.Pool
-	Logger      *slog.Logger
+	// CheckpointDir holds the memory images of suspended sandboxes (paused
+	// to disk); empty refuses suspending.
+	CheckpointDir string
+	Logger        *slog.Logger
 }
 
 // Service manages sandboxes.
@@ -106,6 +109,8 @@ type Service struct {
 
 	net     *network.Manager
 	netPool *network.Pool
+	// checkpoints is Config.CheckpointDir.
+	checkpoints string
 }
 
 // uidBase is the first host uid of sandbox ranges: far above the ids a host
@@ -157,6 +162,7 @@ func New(cfg Config) (*Service, error) {
 		poolWake:     make(chan struct{}, 1),
 		net:          cfg.Network,
 		netPool:      cfg.NetworkPool,
+		checkpoints:  cfg.CheckpointDir,
 	}
 	for _, r := range cfg.Runtimes {
 		s.runtimes[r.Name()] = r
@@ -427,28 +433,9 @@ func (s *Service) run(ctx context.Context, sb *store.Sandbox, tmpl layers.Templa
 			s.releaseNetwork(ctx, *sb)
 		}
 	}()
-	writable, err := s.layers.CreateWritable(sb.ID, sb.DiskGiB<<30)
+	spec, err := s.spec(*sb, tmpl, netw, weight)
 	if err != nil {
-		return fmt.Errorf("preparing writable layer: %w", err)
-	}
-	env := map[string]string{}
-	for k, v := range tmpl.Env {
-		env[k] = v
-	}
-	for k, v := range sb.Env {
-		env[k] = v
-	}
-	spec := runtime.Spec{
-		ID:        sb.ID,
-		Hostname:  sb.ID,
-		Rootfs:    runtime.Rootfs{Layers: tmpl.Layers, Writable: writable, Binds: tmpl.Binds},
-		Limits:    runtime.Limits{CPU: sb.CPU, MemoryBytes: sb.MemoryMiB << 20, PIDs: sb.PIDs, CPUWeight: weight},
-		IDMap:     idMap(sb.Slot),
-		Env:       env,
-		User:      tmpl.User,
-		Workdir:   tmpl.Workdir,
-		AgentPath: s.agentPath,
-		Network:   netw,
+		return err
 	}
 	s.log.Debug("writable layer ready", "sandbox", sb.ID, "op", "start", "ms", ms(t0))
 	inst, err := rt.Start(ctx, spec)
@@ -464,14 +451,47 @@ func (s *Service) run(ctx context.Context, sb *store.Sandbox, tmpl layers.Templa
 	now := time.Now().UTC()
 	sb.State, sb.Error = to, ""
 	sb.StartedAt, sb.StoppedAt = &now, nil
-	sb.ExpiresAt = nil
 	s.touch(sb.ID)
+	s.setTimeout(sb, now)
+	sb.PID, sb.StartTime, sb.Socket = inst.PID, inst.StartTime, inst.Socket
+	return nil
+}
+
+// setTimeout sets when sb's timeout stops it, counted from now.
+func (s *Service) setTimeout(sb *store.Sandbox, now time.Time) {
+	sb.ExpiresAt = nil
 	if sb.TimeoutSec > 0 {
 		exp := now.Add(time.Duration(sb.TimeoutSec) * time.Second)
 		sb.ExpiresAt = &exp
 	}
-	sb.PID, sb.StartTime, sb.Socket = inst.PID, inst.StartTime, inst.Socket
-	return nil
+}
+
+// spec is what sb's runtime needs to start it, over its writable layer
+// (made if it has none).
+func (s *Service) spec(sb store.Sandbox, tmpl layers.Template, netw *runtime.Network, weight uint64) (runtime.Spec, error) {
+	writable, err := s.layers.CreateWritable(sb.ID, sb.DiskGiB<<30)
+	if err != nil {
+		return runtime.Spec{}, fmt.Errorf("preparing writable layer: %w", err)
+	}
+	env := map[string]string{}
+	for k, v := range tmpl.Env {
+		env[k] = v
+	}
+	for k, v := range sb.Env {
+		env[k] = v
+	}
+	return runtime.Spec{
+		ID:        sb.ID,
+		Hostname:  sb.ID,
+		Rootfs:    runtime.Rootfs{Layers: tmpl.Layers, Writable: writable, Binds: tmpl.Binds},
+		Limits:    runtime.Limits{CPU: sb.CPU, MemoryBytes: sb.MemoryMiB << 20, PIDs: sb.PIDs, CPUWeight: weight},
+		IDMap:     idMap(sb.Slot),
+		Env:       env,
+		User:      tmpl.User,
+		Workdir:   tmpl.Workdir,
+		AgentPath: s.agentPath,
+		Network:   netw,
+	}, nil
 }
 
 // readyTimeout bounds how long a template's ready command may take to pass.
@@ -594,7 +614,7 @@ func (s *Service) Stop(ctx context.Context, id string) (api.Sandbox, error) {
 		return api.Sandbox{}, err
 	}
 	defer unlock()
-	if sb.State != api.StateRunning && sb.State != api.StatePaused {
+	if sb.State != api.StateRunning && sb.State != api.StatePaused && sb.State != api.StateSuspended {
 		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s, not running", errdefs.ErrConflict, id, sb.State)
 	}
 	if err := s.stopLocked(ctx, &sb, ""); err != nil {
@@ -622,6 +642,9 @@ func (s *Service) stopLocked(ctx context.Context, sb *store.Sandbox, reason stri
 		return fmt.Errorf("%w: stopping sandbox failed", errdefs.ErrUnavailable)
 	}
 	s.releaseNetwork(ctx, *sb)
+	if err := s.discardImage(*sb); err != nil {
+		s.log.Error("stopping sandbox", "sandbox", sb.ID, "err", err)
+	}
 	now := time.Now().UTC()
 	sb.State, sb.Error, sb.StoppedAt = api.StateStopped, reason, &now
 	sb.PID, sb.StartTime, sb.Socket = 0, 0, ""
@@ -704,6 +727,10 @@ func (s *Service) deleteLocked(ctx context.Context, sb store.Sandbox) error {
 		}
 	}
 	s.releaseNetwork(ctx, sb)
+	if err := s.discardImage(sb); err != nil {
+		s.log.Error("deleting sandbox", "sandbox", sb.ID, "err", err)
+		return fmt.Errorf("%w: deleting sandbox failed; try again", errdefs.ErrUnavailable)
+	}
 	if err := s.layers.RemoveWritable(sb.ID); err != nil {
 		s.log.Error("removing writable layer", "sandbox", sb.ID, "err", err)
 		return fmt.Errorf("%w: deleting sandbox failed; try again", errdefs.ErrUnavailable)
@@ -785,6 +812,8 @@ func (s *Service) Recover(ctx context.Context) error {
 			}
 			s.log.Warn("sandbox stopped while the server was down", "sandbox", sb.ID)
 			_ = s.stopLocked(ctx, &sb, "stopped while the server was down")
+		case api.StateSuspending, api.StateSuspended:
+			s.recoverSuspend(ctx, sb, rt)
 		case api.StateStopped, api.StateError:
 			// Nothing runs; make sure nothing is left from a crash.
 			_ = rt.Cleanup(ctx, sb.ID)

@@ -194,7 +194,7 @@ func (s *Service) SetNetwork(ctx context.Context, id string, req api.NetworkPoli
 	}
 	defer unlock()
 	switch sb.State {
-	case api.StateCreating, api.StateStarting, api.StateStopping, api.StateDeleting, api.StateArchiving:
+	case api.StateCreating, api.StateStarting, api.StateStopping, api.StateDeleting, api.StateArchiving, api.StateSuspending:
 		return api.SandboxNetwork{}, fmt.Errorf("%w: sandbox %s is %s; try again", errdefs.ErrConflict, id, sb.State)
 	}
 	old := sb

@@ -36,14 +36,23 @@ func (s *Service) Pause(ctx context.Context, id string) (api.Sandbox, error) {
 	return s.view(sb), nil
 }
 
-// Resume thaws a paused sandbox.
+// Resume thaws a paused sandbox, or restores a suspended one.
 func (s *Service) Resume(ctx context.Context, id string) (api.Sandbox, error) {
 	ctx = context.WithoutCancel(ctx)
-	sb, unlock, err := s.acquire(ctx, id, api.StatePaused)
+	sb, unlock, err := s.acquire(ctx, id, "")
 	if err != nil {
 		return api.Sandbox{}, err
 	}
 	defer unlock()
+	if sb.State == api.StateSuspended {
+		if err := s.restoreLocked(ctx, &sb); err != nil {
+			return api.Sandbox{}, err
+		}
+		return s.view(sb), nil
+	}
+	if sb.State != api.StatePaused {
+		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s, not paused", errdefs.ErrConflict, id, sb.State)
+	}
 	if err := s.runtimes[sb.Runtime].Resume(ctx, id); err != nil {
 		s.log.Error("resuming sandbox", "sandbox", id, "err", err)
 		return api.Sandbox{}, fmt.Errorf("%w: resuming failed", errdefs.ErrUnavailable)
@@ -71,7 +80,7 @@ func (s *Service) frozen(ctx context.Context, sb store.Sandbox, f func() error) 
 
 func snapshotable(sb store.Sandbox) error {
 	switch sb.State {
-	case api.StateRunning, api.StatePaused, api.StateStopped:
+	case api.StateRunning, api.StatePaused, api.StateStopped, api.StateSuspended:
 		return nil
 	}
 	return fmt.Errorf("%w: sandbox %s is %s", errdefs.ErrConflict, sb.ID, sb.State)
@@ -296,7 +305,9 @@ func (s *Service) Restore(ctx context.Context, id string, req api.RestoreRequest
 	if sn.Template != sb.Template {
 		return api.Sandbox{}, fmt.Errorf("%w: snapshot %s is of template %s; sandbox %s is of %s", errdefs.ErrInvalid, sn.ID, sn.Template, id, sb.Template)
 	}
-	wasRunning := sb.State == api.StateRunning || sb.State == api.StatePaused
+	// A suspended sandbox's memory belongs to the files it had: it is
+	// dropped, and the sandbox starts afresh over the snapshot's.
+	wasRunning := sb.State == api.StateRunning || sb.State == api.StatePaused || sb.State == api.StateSuspended
 	if wasRunning {
 		if err := s.stopLocked(ctx, &sb, ""); err != nil {
 			return api.Sandbox{}, err

@@ -372,7 +372,7 @@ func (s *Server) settled(ctx context.Context, id string) (api.Sandbox, error) {
 // starts a stopped or archived one (its processes are gone then).
 func (s *Server) wake(ctx context.Context, sb api.Sandbox) (api.Sandbox, error) {
 	switch sb.State {
-	case api.StatePaused:
+	case api.StatePaused, api.StateSuspended:
 		return s.cfg.Sandboxes.Resume(ctx, sb.ID)
 	case api.StateStopped, api.StateArchived:
 		return s.cfg.Sandboxes.Start(ctx, sb.ID)

@@ -132,7 +132,7 @@ func e2bState(state string) (string, bool) {
 	switch state {
 	case api.StateRunning, api.StateCreating, api.StateStarting:
 		return stateRunning, true
-	case api.StatePaused, api.StateStopping, api.StateStopped, api.StateArchiving, api.StateArchived:
+	case api.StatePaused, api.StateSuspending, api.StateSuspended, api.StateStopping, api.StateStopped, api.StateArchiving, api.StateArchived:
 		return statePaused, true
 	}
 	return "", false

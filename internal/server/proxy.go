@@ -40,7 +40,7 @@ func (s *Server) forward(hasPID, jsonBody bool) http.HandlerFunc {
 		dial, err := s.cfg.Sandboxes.AgentDialer(r.Context(), id)
 		if errors.Is(err, errdefs.ErrConflict) && r.URL.Query().Get("resume") == "true" {
 			// ?resume=true wakes a paused sandbox first, as E2B's connect does.
-			if sb, gerr := s.cfg.Sandboxes.Get(r.Context(), id); gerr == nil && sb.State == api.StatePaused {
+			if sb, gerr := s.cfg.Sandboxes.Get(r.Context(), id); gerr == nil && (sb.State == api.StatePaused || sb.State == api.StateSuspended) {
 				if _, rerr := s.cfg.Sandboxes.Resume(r.Context(), id); rerr == nil || errors.Is(rerr, errdefs.ErrConflict) {
 					dial, err = s.cfg.Sandboxes.AgentDialer(r.Context(), id)
 				}

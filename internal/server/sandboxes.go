@@ -105,6 +105,7 @@ func truncate(s string) string {
 var states = map[string]bool{
 	api.StateCreating: true, api.StateStarting: true, api.StateRunning: true, api.StateStopping: true, api.StatePaused: true,
 	api.StateStopped: true, api.StateArchiving: true, api.StateArchived: true, api.StateDeleting: true, api.StateError: true,
+	api.StateSuspending: true, api.StateSuspended: true,
 }
 
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
@@ -150,6 +151,15 @@ func (s *Server) startSandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
+	var req api.PauseRequest
+	if err := decodeJSON(w, r, &req, true); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.ToDisk {
+		s.sandboxOp(w, r, s.cfg.Sandboxes.Suspend)
+		return
+	}
 	s.sandboxOp(w, r, s.cfg.Sandboxes.Pause)
 }
 

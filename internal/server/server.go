@@ -30,9 +30,13 @@ type Sandboxes interface {
 	Delete(ctx context.Context, id string) error
 	// Pause freezes a running sandbox's processes; errdefs.ErrConflict in any other state.
 	Pause(ctx context.Context, id string) (api.Sandbox, error)
+	// Suspend pauses a running sandbox to disk (its runtime saves its
+	// memory and stops it); errdefs.ErrInvalid for a runtime that cannot.
+	Suspend(ctx context.Context, id string) (api.Sandbox, error)
 	// Archive moves a stopped sandbox's files to object storage.
 	Archive(ctx context.Context, id string) (api.Sandbox, error)
-	// Resume thaws a paused sandbox; errdefs.ErrConflict in any other state.
+	// Resume thaws a paused sandbox or restores a suspended one;
+	// errdefs.ErrConflict in any other state.
 	Resume(ctx context.Context, id string) (api.Sandbox, error)
 	// SetTimeout makes a running or paused sandbox stop req.TimeoutSec (0 to
 	// MaxLifetimeSec, already checked) from now; 0 removes the timeout.

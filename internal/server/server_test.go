@@ -162,6 +162,10 @@ func (m *memSandboxes) Pause(ctx context.Context, id string) (api.Sandbox, error
 	return m.setState(id, api.StateRunning, api.StatePaused)
 }
 
+func (m *memSandboxes) Suspend(ctx context.Context, id string) (api.Sandbox, error) {
+	return m.setState(id, api.StateRunning, api.StateSuspended)
+}
+
 func (m *memSandboxes) Archive(ctx context.Context, id string) (api.Sandbox, error) {
 	return m.setState(id, api.StateStopped, api.StateArchived)
 }

@@ -77,7 +77,16 @@ func (c *Client) PauseSandbox(ctx context.Context, id string) (api.Sandbox, erro
 	return sb, err
 }
 
-// ResumeSandbox thaws a paused sandbox.
+// SuspendSandbox pauses a running sandbox to disk: its memory and processes
+// are saved and it stops holding memory (state suspended), for runtimes
+// whose capabilities include memory_snapshot. ResumeSandbox restores it.
+func (c *Client) SuspendSandbox(ctx context.Context, id string) (api.Sandbox, error) {
+	var sb api.Sandbox
+	err := c.do(ctx, request{method: "POST", path: sandboxPath(id, "/pause"), json: api.PauseRequest{ToDisk: true}}, &sb)
+	return sb, err
+}
+
+// ResumeSandbox thaws a paused sandbox or restores a suspended one.
 func (c *Client) ResumeSandbox(ctx context.Context, id string) (api.Sandbox, error) {
 	var sb api.Sandbox
 	err := c.do(ctx, request{method: "POST", path: sandboxPath(id, "/resume")}, &sb)

@@ -15,6 +15,10 @@ func (s *sandboxes) Pause(ctx context.Context, id string) (api.Sandbox, error) {
 	return s.set(id, api.StateRunning, api.StatePaused)
 }
 
+func (s *sandboxes) Suspend(ctx context.Context, id string) (api.Sandbox, error) {
+	return s.set(id, api.StateRunning, api.StateSuspended)
+}
+
 func (s *sandboxes) Archive(ctx context.Context, id string) (api.Sandbox, error) {
 	return s.set(id, api.StateStopped, api.StateArchived)
 }
