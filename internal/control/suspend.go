@@ -185,23 +185,27 @@ func (s *Service) discardImage(sb store.Sandbox) error {
 	return nil
 }
 
-// writeMarker syncs the image's files and then writes the marker.
+// writeMarker syncs the image's files, then writes the marker and syncs
+// it and the directory.
 func writeMarker(dir string) error {
 	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
 			return err
 		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		return f.Sync()
+		return syncFile(p, os.O_RDONLY)
 	})
 	if err != nil {
 		return fmt.Errorf("syncing memory image: %w", err)
 	}
-	f, err := os.OpenFile(filepath.Join(dir, completeMarker), os.O_CREATE|os.O_WRONLY, 0o600)
+	if err := syncFile(filepath.Join(dir, completeMarker), os.O_CREATE|os.O_WRONLY); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+// syncFile opens path with flag and syncs it.
+func syncFile(path string, flag int) error {
+	f, err := os.OpenFile(path, flag, 0o600)
 	if err != nil {
 		return err
 	}
@@ -209,13 +213,5 @@ func writeMarker(dir string) error {
 		f.Close()
 		return err
 	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return f.Close()
 }
