@@ -321,6 +321,43 @@ type Health struct {
 	Version string `json:"version,omitempty"`
 }
 
+// Runtime is a sandbox runtime the server knows, an entry of GET
+// /v1/runtimes: the values of a create's runtime field.
+type Runtime struct {
+	Name string `json:"name"`
+	// Available is false for a runtime this server cannot offer (Reason
+	// says why); creating with it is a 503.
+	Available bool   `json:"available"`
+	Reason    string `json:"reason,omitempty"`
+	Default   bool   `json:"default,omitempty"`
+	// Capabilities say what it can do beyond running sandboxes; an
+	// operation a runtime cannot do is refused, never silently degraded.
+	Capabilities RuntimeCapabilities `json:"capabilities"`
+}
+
+// RuntimeCapabilities are a runtime's capability flags.
+type RuntimeCapabilities struct {
+	// Pause: pause freezes it in memory.
+	Pause bool `json:"pause"`
+	// MemorySnapshot: pause with to_disk saves its memory and processes to
+	// disk, and resume restores them.
+	MemorySnapshot bool `json:"memory_snapshot"`
+	// MemoryFork: a fork's children start from the parent's memory, not
+	// only its files.
+	MemoryFork bool `json:"memory_fork"`
+	// ProcessOOM: a process over the memory limit is killed alone; without
+	// it the whole sandbox stops.
+	ProcessOOM bool `json:"process_oom"`
+	// SharedKernel: its processes run on the host's kernel (namespaces);
+	// without it a user-space kernel or a VM stands between them.
+	SharedKernel bool `json:"shared_kernel"`
+}
+
+// RuntimeList is the body of GET /v1/runtimes.
+type RuntimeList struct {
+	Runtimes []Runtime `json:"runtimes"`
+}
+
 // Template is a template as the API reports it: what sandboxes are made from.
 type Template struct {
 	Name   string   `json:"name"`

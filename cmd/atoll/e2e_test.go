@@ -663,6 +663,23 @@ func TestSuspendEndToEnd(t *testing.T) {
 	d := startDaemon(t, data, "--warm-pool", "0")
 	c := d.client()
 	ctx := context.Background()
+	// The API reports who can pause to disk.
+	rts, err := c.Runtimes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := map[string]api.RuntimeCapabilities{}
+	for _, rt := range rts {
+		if rt.Available {
+			caps[rt.Name] = rt.Capabilities
+		}
+	}
+	if !caps["gvisor"].MemorySnapshot || caps["ns"].MemorySnapshot || !caps["ns"].SharedKernel || caps["gvisor"].SharedKernel {
+		t.Errorf("runtimes: %+v", rts)
+	}
+	if out, code := d.cli("runtimes"); code != 0 || !strings.Contains(out, "ns (default)") || !strings.Contains(out, "memory_snapshot") {
+		t.Errorf("atoll runtimes: %s", out)
+	}
 	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "gvisor", MemoryMiB: 512})
 	if err != nil {
 		t.Fatal(err)

@@ -101,6 +101,9 @@ directory (--data).`,
 	serve := newServeCmd()
 	serve.GroupID = "server"
 	root.AddCommand(serve)
+	rts := newRuntimesCmd(g)
+	rts.GroupID = "server"
+	root.AddCommand(rts)
 	return root
 }
 

@@ -56,9 +56,10 @@ names not listed do not resolve; on ports 80 and 443 the HTTP Host and TLS
 server name must be a listed name. --deny refuses addresses and prefixes either
 way. --egress-mbit and --ingress-mbit cap the rates at which the sandbox
 sends and receives (everything: the internet, its resolver, its ports through
-the port proxy). A running sandbox gets the new policy at once, and its connections the
-policy forbids are cut; a stopped one at its next start. Private and metadata
-addresses stay blocked whatever the policy, unless the server allows them.`,
+the port proxy). A running sandbox gets the new policy at once, and its
+connections the policy forbids are cut; a stopped one at its next start.
+Private and metadata addresses stay blocked whatever the policy, unless the
+server allows them.`,
 		Example: `  atoll network 3k9x2m7q1w8e5r4t6y0u
   atoll network 3k9x2m7q1w8e5r4t6y0u --egress deny-all --allow github.com --allow '*.githubusercontent.com'
   atoll network 3k9x2m7q1w8e5r4t6y0u --deny 203.0.113.0/24

@@ -310,7 +310,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		}
 	}
 	auth := newKeyAuth(st)
-	scfg := server.Config{Sandboxes: svc, Templates: svc.Templates(), Auth: auth, Logger: log, Version: version}
+	scfg := server.Config{Sandboxes: svc, Templates: svc.Templates(), Runtimes: svc, Auth: auth, Logger: log, Version: version}
 	if proxy != nil {
 		scfg.Ports = proxy
 	}

@@ -55,6 +55,7 @@ var agentRoutes = []struct {
 func (s *Server) routes() []route {
 	rts := []route{
 		{"GET", "/v1/health", false, s.health},
+		{"GET", "/v1/runtimes", true, s.listRuntimes},
 		{"POST", "/v1/sandboxes", true, s.createSandbox},
 		{"GET", "/v1/sandboxes", true, s.listSandboxes},
 		{"GET", sandboxPath, true, s.getSandbox},

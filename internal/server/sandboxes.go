@@ -18,6 +18,14 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: s.cfg.Version})
 }
 
+func (s *Server) listRuntimes(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Runtimes == nil {
+		s.writeError(w, r, fmt.Errorf("%w: this server does not list its runtimes", errdefs.ErrUnavailable))
+		return
+	}
+	writeJSON(w, http.StatusOK, api.RuntimeList{Runtimes: s.cfg.Runtimes.Runtimes()})
+}
+
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	var req api.CreateSandboxRequest
 	if err := decodeJSON(w, r, &req, true); err != nil {

@@ -76,6 +76,11 @@ type Ports interface {
 	URL(id string, port int, public bool, ttl time.Duration) api.PortURL
 }
 
+// Runtimes lists the sandbox runtimes a server knows.
+type Runtimes interface {
+	Runtimes() []api.Runtime
+}
+
 // Authenticator checks an API key; it returns an error wrapping
 // errdefs.ErrUnauthorized when the key is not accepted.
 type Authenticator interface {
@@ -87,6 +92,7 @@ type Config struct {
 	Sandboxes Sandboxes
 	Templates Templates // nil: the template routes answer 503 unavailable
 	Ports     Ports     // nil: GET .../ports/{port} answers 503 unavailable
+	Runtimes  Runtimes  // nil: GET /v1/runtimes answers 503 unavailable
 	Auth      Authenticator
 	Logger    *slog.Logger // default slog.Default()
 	Version   string       // reported by GET /v1/health

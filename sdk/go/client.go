@@ -147,3 +147,11 @@ func (c *Client) Health(ctx context.Context) (api.Health, error) {
 	err := c.do(ctx, request{method: "GET", path: "/v1/health"}, &h)
 	return h, err
 }
+
+// Runtimes lists the server's sandbox runtimes with their capabilities,
+// and those it cannot offer, with why.
+func (c *Client) Runtimes(ctx context.Context) ([]api.Runtime, error) {
+	var l api.RuntimeList
+	err := c.do(ctx, request{method: "GET", path: "/v1/runtimes"}, &l)
+	return l.Runtimes, err
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/atoll-dev/atoll/api"
+)
+
+func newRuntimesCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "runtimes",
+		Short: "List the server's sandbox runtimes and what each can do",
+		Long: `List the runtimes "atoll create --runtime" takes, with their capabilities:
+pause (freeze in memory), memory_snapshot (pause --to-disk), memory_fork,
+process_oom (a process over the memory limit dies alone), shared_kernel (the
+sandbox runs on the host's kernel). A runtime the server cannot offer is listed
+with why.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			rts, err := c.Runtimes(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return renderJSON(cmd.OutOrStdout(), api.RuntimeList{Runtimes: rts})
+			}
+			return renderRuntimes(cmd.OutOrStdout(), rts)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func renderRuntimes(w io.Writer, rts []api.Runtime) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tAVAILABLE\tCAPABILITIES")
+	for _, rt := range rts {
+		name := rt.Name
+		if rt.Default {
+			name += " (default)"
+		}
+		if !rt.Available {
+			fmt.Fprintf(tw, "%s\tno: %s\t\n", name, rt.Reason)
+			continue
+		}
+		var caps []string
+		for _, c := range []struct {
+			on   bool
+			name string
+		}{
+			{rt.Capabilities.Pause, "pause"}, {rt.Capabilities.MemorySnapshot, "memory_snapshot"},
+			{rt.Capabilities.MemoryFork, "memory_fork"}, {rt.Capabilities.ProcessOOM, "process_oom"},
+			{rt.Capabilities.SharedKernel, "shared_kernel"},
+		} {
+			if c.on {
+				caps = append(caps, c.name)
+			}
+		}
+		fmt.Fprintf(tw, "%s\tyes\t%s\n", name, strings.Join(caps, " "))
+	}
+	return tw.Flush()
+}
