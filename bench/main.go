@@ -33,7 +33,7 @@ import (
 func main() {
 	n := flag.Int("n", 100, "iterations per measurement")
 	clients := flag.Int("clients", 8, "concurrent clients for the concurrent run")
-	only := flag.String("only", "", "comma-separated parts to run (core,templates,state,forks,prestarted,warm,e2b,peers); default all")
+	only := flag.String("only", "", "comma-separated parts to run (core,templates,state,forks,prestarted,warm,e2b,runtimes,peers); default all")
 	flag.Parse()
 	parts := map[string]bool{}
 	for _, p := range strings.Split(*only, ",") {
@@ -81,6 +81,9 @@ func main() {
 	}
 	if want("e2b") {
 		e2bSDK(r, srv, min(*n, 50))
+	}
+	if want("runtimes") {
+		runtimes(r, work, min(*n, 30))
 	}
 	if want("peers") {
 		peers(r, work, filepath.Join(srv.data, "layers", "templates", "host-v2"), *n)
@@ -452,6 +455,8 @@ func (r *report) add(name, mode string, ds []time.Duration) {
 }
 
 func (r *report) missing(name string) { r.missed = append(r.missed, name) }
+
+func (r *report) note(s string) { r.notes = append(r.notes, s) }
 
 func (r *report) failed(name, why string) { r.failures = append(r.failures, name+": "+why) }
 
