@@ -1,0 +1,188 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/atoll-dev/atoll/api"
+	atoll "github.com/atoll-dev/atoll/sdk/go"
+)
+
+// runtimes measures every runtime the server offers through the API, in
+// one run (issue #7): create → ready, exec round trip, pause and resume in
+// memory, pause to disk and back where the runtime saves memory, fork,
+// delete, and host memory per idle sandbox; beside runsc alone as a peer.
+// The server is cold (no warm pool, no prestarted processes), so every
+// runtime starts its sandboxes the same way.
+func runtimes(r *report, work string, n int) {
+	srv := startServer(work, "runtimes", 0, 0)
+	defer srv.stop()
+	c := atoll.New(srv.url, srv.key)
+	ctx := context.Background()
+	rts, err := c.Runtimes(ctx)
+	check(err)
+	for _, rt := range rts {
+		if !rt.Available {
+			r.note(fmt.Sprintf("runtime %s not offered: %s", rt.Name, rt.Reason))
+			continue
+		}
+		runtimeFigures(r, c, rt, n)
+	}
+	peerRunsc(r, n)
+}
+
+func runtimeFigures(r *report, c *atoll.Client, rt api.Runtime, n int) {
+	ctx := context.Background()
+	name := rt.Name
+	req := api.CreateSandboxRequest{Runtime: name, MemoryMiB: 512}
+	// Warm up: the first sandbox of a runtime builds what it caches.
+	sb, err := c.CreateSandbox(ctx, req)
+	check(err)
+	check(c.DeleteSandbox(ctx, sb.ID))
+	slow := name != "ns" // gvisor and vm start in seconds here, not ms
+	count := n
+	if slow {
+		count = min(n, 10)
+	}
+	var create, del []time.Duration
+	for i := 0; i < count; i++ {
+		t0 := time.Now()
+		sb, err := c.CreateSandbox(ctx, req)
+		check(err)
+		create = append(create, time.Since(t0))
+		t0 = time.Now()
+		check(c.DeleteSandbox(ctx, sb.ID))
+		del = append(del, time.Since(t0))
+	}
+	r.add(name+": create → ready (API), cold", "sequential", create)
+	r.add(name+": delete (API)", "sequential", del)
+
+	sb, err = c.CreateSandbox(ctx, req)
+	check(err)
+	defer c.DeleteSandbox(ctx, sb.ID)
+	var execs []time.Duration
+	for i := 0; i < count*3; i++ {
+		t0 := time.Now()
+		code, err := c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard)
+		check(err)
+		if code != 0 {
+			fatal("true exited %d in %s", code, name)
+		}
+		execs = append(execs, time.Since(t0))
+	}
+	r.add(name+": exec `true` round trip (API)", "sequential", execs)
+
+	if rt.Capabilities.Pause {
+		var pause, resume []time.Duration
+		for i := 0; i < count; i++ {
+			t0 := time.Now()
+			_, err := c.PauseSandbox(ctx, sb.ID)
+			check(err)
+			pause = append(pause, time.Since(t0))
+			t0 = time.Now()
+			_, err = c.ResumeSandbox(ctx, sb.ID)
+			check(err)
+			resume = append(resume, time.Since(t0))
+		}
+		r.add(name+": pause, in memory (API)", "sequential", pause)
+		r.add(name+": resume, in memory (API)", "sequential", resume)
+	}
+	if rt.Capabilities.MemorySnapshot {
+		var suspend, restore []time.Duration
+		for i := 0; i < min(count, 5); i++ {
+			t0 := time.Now()
+			_, err := c.SuspendSandbox(ctx, sb.ID)
+			check(err)
+			suspend = append(suspend, time.Since(t0))
+			t0 = time.Now()
+			_, err = c.ResumeSandbox(ctx, sb.ID)
+			check(err)
+			restore = append(restore, time.Since(t0))
+		}
+		r.add(name+": pause to disk (API)", "sequential", suspend)
+		r.add(name+": resume from disk (API)", "sequential", restore)
+	}
+	var forks []time.Duration
+	for i := 0; i < min(count, 5); i++ {
+		t0 := time.Now()
+		kids, err := c.ForkSandbox(ctx, sb.ID, api.ForkRequest{Count: 1})
+		check(err)
+		forks = append(forks, time.Since(t0))
+		for _, k := range kids {
+			check(c.DeleteSandbox(ctx, k.ID))
+		}
+	}
+	r.add(name+": fork into 1 (API)", "sequential", forks)
+
+	// Host memory an idle sandbox takes: MemAvailable before and after
+	// starting k of them, settled.
+	const k = 4
+	time.Sleep(2 * time.Second)
+	before := memAvailable()
+	var ids []string
+	for i := 0; i < k; i++ {
+		sb, err := c.CreateSandbox(ctx, req)
+		check(err)
+		ids = append(ids, sb.ID)
+	}
+	time.Sleep(3 * time.Second)
+	after := memAvailable()
+	for _, id := range ids {
+		check(c.DeleteSandbox(ctx, id))
+	}
+	r.note(fmt.Sprintf("%s: host memory per idle sandbox (MemAvailable, %d sandboxes): %.1f MiB", name, k, float64(before-after)/k/(1<<20)))
+}
+
+// peerRunsc times `runsc do true` on the platform the server chose, from
+// start to exit: gVisor with nothing of atoll.
+func peerRunsc(r *report, n int) {
+	runsc, err := exec.LookPath("runsc")
+	if err != nil {
+		r.note("peer runsc: not installed")
+		return
+	}
+	platform := "ptrace"
+	if b, err := os.ReadFile("/run/atoll/gvisor-platform"); err == nil {
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		platform = lines[len(lines)-1]
+	}
+	root, err := os.MkdirTemp("", "atoll-bench-runsc-")
+	check(err)
+	defer os.RemoveAll(root)
+	var ds []time.Duration
+	for i := 0; i < min(n, 10); i++ {
+		t0 := time.Now()
+		cmd := exec.Command(runsc, "--root", root, "--network=none", "--platform="+platform, "do", "true")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			r.note(fmt.Sprintf("peer runsc do true: %v: %s", err, out))
+			return
+		}
+		ds = append(ds, time.Since(t0))
+	}
+	r.add("peer: `runsc do true` ("+platform+"), to exit", "sequential", ds)
+}
+
+// memAvailable is the host's MemAvailable in bytes.
+func memAvailable() int64 {
+	f, err := os.Open("/proc/meminfo")
+	check(err)
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			check(err)
+			return kb << 10
+		}
+	}
+	fatal("no MemAvailable in /proc/meminfo")
+	return 0
+}
