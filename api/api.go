@@ -485,6 +485,11 @@ type CreateSnapshotRequest struct {
 type ForkRequest struct {
 	Count  int               `json:"count,omitempty"` // default 1, at most 100
 	Labels map[string]string `json:"labels,omitempty"`
+	// Memory starts the children from the parent's memory, its processes
+	// running on in each, not only from its files: for a running parent
+	// of a runtime whose capabilities include memory_fork. The parent is
+	// paused to disk and back for it.
+	Memory bool `json:"memory,omitempty"`
 }
 
 // RestoreRequest is the body of POST /v1/sandboxes/{id}/restore.

@@ -120,6 +120,19 @@ func runtimeFigures(r *report, c *atoll.Client, rt api.Runtime, n int) {
 		}
 	}
 	r.add(name+": fork into 1 (API)", "sequential", forks)
+	if rt.Capabilities.MemoryFork {
+		var mforks []time.Duration
+		for i := 0; i < min(count, 5); i++ {
+			t0 := time.Now()
+			kids, err := c.ForkSandbox(ctx, sb.ID, api.ForkRequest{Count: 1, Memory: true})
+			check(err)
+			mforks = append(mforks, time.Since(t0))
+			for _, k := range kids {
+				check(c.DeleteSandbox(ctx, k.ID))
+			}
+		}
+		r.add(name+": fork into 1 with memory (API)", "sequential", mforks)
+	}
 
 	// Host memory an idle sandbox takes: MemAvailable before and after
 	// starting k of them, settled.

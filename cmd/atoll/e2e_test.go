@@ -761,6 +761,42 @@ func TestSuspendEndToEnd(t *testing.T) {
 		t.Errorf("memory image kept after resume: %v", err)
 	}
 
+	// A fork with memory: the children's counters run on from the parent's.
+	before := count()
+	out, code := d.cli("fork", id, "-n", "2", "--memory")
+	if code != 0 {
+		t.Fatalf("atoll fork --memory: %s\n%s", out, d.out.String())
+	}
+	kids := strings.Fields(out)
+	if len(kids) != 2 {
+		t.Fatalf("fork --memory printed %q", out)
+	}
+	time.Sleep(time.Second)
+	for _, k := range append(kids, id) {
+		a, _ := sh(t, c, k, "cat /root/count")
+		time.Sleep(500 * time.Millisecond)
+		b, _ := sh(t, c, k, "cat /root/count")
+		n1, _ := strconv.Atoi(strings.TrimSpace(a))
+		n2, _ := strconv.Atoi(strings.TrimSpace(b))
+		if n1 < before || n2 <= n1 {
+			t.Errorf("sandbox %s after a fork with memory: count %q then %q (the parent had %d)", k, a, b, before)
+		}
+	}
+	if out, _ := sh(t, c, kids[0], "echo mine > /root/own; cat /root/own"); out != "mine\n" {
+		t.Errorf("a child's own file: %q", out)
+	}
+	if _, code := sh(t, c, kids[1], "test -e /root/own"); code == 0 {
+		t.Error("a child sees its sibling's file")
+	}
+	for _, k := range kids {
+		if err := c.DeleteSandbox(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m, _ := filepath.Glob(filepath.Join(data, "checkpoints", "*")); len(m) > 0 {
+		t.Errorf("memory images left after a fork: %v", m)
+	}
+
 	// Suspend again, then stop and delete: nothing is left.
 	if _, err := c.SuspendSandbox(ctx, id); err != nil {
 		t.Fatal(err)
@@ -785,6 +821,9 @@ func TestSuspendEndToEnd(t *testing.T) {
 	}
 	if _, err := c.SuspendSandbox(ctx, ns.ID); !errors.Is(err, atoll.ErrInvalid) || !strings.Contains(err.Error(), "memory_snapshot") {
 		t.Errorf("suspending an ns sandbox: %v, want invalid naming memory_snapshot", err)
+	}
+	if _, err := c.ForkSandbox(ctx, ns.ID, api.ForkRequest{Count: 1, Memory: true}); !errors.Is(err, atoll.ErrInvalid) || !strings.Contains(err.Error(), "memory_fork") {
+		t.Errorf("a fork with memory of an ns sandbox: %v, want invalid naming memory_fork", err)
 	}
 	if _, err := c.StopSandbox(ctx, ns.ID); err != nil {
 		t.Fatal(err)

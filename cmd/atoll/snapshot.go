@@ -77,11 +77,16 @@ func newForkCmd(g *globals) *cobra.Command {
 		Short: "Create sandboxes from a sandbox's current files",
 		Long: fmt.Sprintf(`Fork a sandbox: create new sandboxes, each starting from a copy of its files as
 they are now, with its template and limits, and print their IDs one per line.
-The sandbox itself carries on unchanged. At most %d children per fork.`, maxForks),
+The sandbox itself carries on unchanged. At most %d children per fork.
+
+With --memory the children also start from its memory: its processes run on in
+each of them, from where they were. The sandbox is paused to disk and back for
+it (a second or two); only runtimes with the memory_fork capability can (gvisor).`, maxForks),
 		Example: `  atoll fork 3k9x2m7q1w8e5r4t6y0u
   for id in $(atoll fork 3k9x2m7q1w8e5r4t6y0u -n 8 --label run=42); do
     atoll exec $id -- ./try.sh &
-  done; wait`,
+  done; wait
+  atoll fork 3k9x2m7q1w8e5r4t6y0u -n 4 --memory`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if req.Count < 1 || req.Count > maxForks {
@@ -108,6 +113,7 @@ The sandbox itself carries on unchanged. At most %d children per fork.`, maxFork
 	f := cmd.Flags()
 	f.IntVarP(&req.Count, "count", "n", 1, fmt.Sprintf("how many sandboxes to create (1-%d)", maxForks))
 	f.StringArrayVar(&labels, "label", nil, "label k=v of the new sandboxes (repeatable)")
+	f.BoolVar(&req.Memory, "memory", false, "start the children from the sandbox's memory too, its processes running")
 	return cmd
 }
 

@@ -826,6 +826,7 @@ func (s *Service) Recover(ctx context.Context) error {
 			}
 		}
 	}
+	s.removeForkImages()
 	if err := s.recoverNetworks(ctx); err != nil {
 		return err
 	}

@@ -3,11 +3,13 @@ package control
 import (
 	"context"
 	"fmt"
+	"os"
 	"regexp"
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/store"
 )
 
@@ -200,6 +202,13 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 		unlock()
 		return nil, err
 	}
+	var cp runtime.Checkpointer
+	if req.Memory {
+		if cp, err = s.memoryForkable(parent); err != nil {
+			unlock()
+			return nil, err
+		}
+	}
 	labels := map[string]string{}
 	for k, v := range parent.Labels {
 		labels[k] = v
@@ -220,9 +229,13 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 	}
 	t0 := time.Now()
 	children := make([]store.Sandbox, 0, req.Count)
+	image := "" // the parent's memory, for a fork with memory
 	fail := func(err error) ([]api.Sandbox, error) {
 		for _, c := range children {
 			s.discard(ctx, c)
+		}
+		if image != "" {
+			_ = os.RemoveAll(image)
 		}
 		return nil, err
 	}
@@ -237,16 +250,20 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 		unlock()
 		return nil, err
 	}
-	// The parent is frozen only while its writable layer is copied, which
-	// costs the same whatever it holds.
-	err = s.frozen(ctx, parent, func() error {
-		for _, c := range children {
-			if _, err := s.layers.ForkWritable(parent.ID, c.ID, c.DiskGiB<<30); err != nil {
-				return err
+	if req.Memory {
+		image, err = s.captureForFork(ctx, &parent, children)
+	} else {
+		// The parent is frozen only while its writable layer is copied,
+		// which costs the same whatever it holds.
+		err = s.frozen(ctx, parent, func() error {
+			for _, c := range children {
+				if _, err := s.layers.ForkWritable(parent.ID, c.ID, c.DiskGiB<<30); err != nil {
+					return err
+				}
 			}
-		}
-		return nil
-	})
+			return nil
+		})
+	}
 	unlock()
 	if err != nil {
 		return fail(err)
@@ -260,6 +277,10 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 		go func(c *store.Sandbox) {
 			unlock := s.lock(c.ID)
 			defer unlock()
+			if image != "" {
+				errs <- s.restoreFrom(ctx, cp, c, tmpl, image)
+				return
+			}
 			errs <- s.run(ctx, c, tmpl, api.StateRunning, 0)
 		}(&children[i])
 	}
@@ -278,6 +299,11 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 	}
 	if err := s.store.UpdateAll(ctx, running, api.StateCreating); err != nil {
 		return fail(err)
+	}
+	if image != "" {
+		if err := os.RemoveAll(image); err != nil {
+			s.log.Error("removing a fork's memory image", "sandbox", id, "err", err)
+		}
 	}
 	out := make([]api.Sandbox, len(children))
 	for i, c := range children {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/layers"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/store"
 )
@@ -53,43 +54,53 @@ func (s *Service) Suspend(ctx context.Context, id string) (api.Sandbox, error) {
 		return api.Sandbox{}, err
 	}
 	defer unlock()
-	cp, err := s.checkpointer(sb)
-	if err != nil {
+	if err := s.suspendLocked(ctx, &sb); err != nil {
 		return api.Sandbox{}, err
+	}
+	return s.view(sb), nil
+}
+
+// suspendLocked pauses running sb to disk and records it suspended. The
+// caller holds its lock.
+func (s *Service) suspendLocked(ctx context.Context, sb *store.Sandbox) error {
+	cp, err := s.checkpointer(*sb)
+	if err != nil {
+		return err
 	}
 	t0 := time.Now()
+	id := sb.ID
 	dir := s.checkpointDir(id)
 	if err := os.RemoveAll(dir); err != nil {
-		return api.Sandbox{}, err
+		return err
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return api.Sandbox{}, err
+		return err
 	}
 	sb.State = api.StateSuspending
-	if err := s.store.Update(ctx, &sb, api.StateRunning); err != nil {
-		return api.Sandbox{}, err
+	if err := s.store.Update(ctx, sb, api.StateRunning); err != nil {
+		return err
 	}
-	err = cp.Checkpoint(ctx, id, instance(sb), dir)
+	err = cp.Checkpoint(ctx, id, instance(*sb), dir)
 	if err == nil {
 		err = writeMarker(dir)
 	}
 	if err != nil {
 		s.log.Error("checkpointing sandbox", "sandbox", id, "err", err)
 		_ = os.RemoveAll(dir)
-		if s.runtimes[sb.Runtime].Alive(instance(sb)) {
+		if s.runtimes[sb.Runtime].Alive(instance(*sb)) {
 			sb.State = api.StateRunning
-			_ = s.store.Update(ctx, &sb, api.StateSuspending)
-			return api.Sandbox{}, fmt.Errorf("%w: saving the sandbox's memory failed; it runs on", errdefs.ErrUnavailable)
+			_ = s.store.Update(ctx, sb, api.StateSuspending)
+			return fmt.Errorf("%w: saving the sandbox's memory failed; it runs on", errdefs.ErrUnavailable)
 		}
-		_ = s.stopLocked(ctx, &sb, "saving its memory to disk failed")
-		return api.Sandbox{}, fmt.Errorf("%w: saving the sandbox's memory failed; it is stopped, its files kept", errdefs.ErrUnavailable)
+		_ = s.stopLocked(ctx, sb, "saving its memory to disk failed")
+		return fmt.Errorf("%w: saving the sandbox's memory failed; it is stopped, its files kept", errdefs.ErrUnavailable)
 	}
-	s.settleSuspended(ctx, &sb)
-	if err := s.store.Update(ctx, &sb, api.StateSuspending); err != nil {
-		return api.Sandbox{}, err
+	s.settleSuspended(ctx, sb)
+	if err := s.store.Update(ctx, sb, api.StateSuspending); err != nil {
+		return err
 	}
 	s.log.Debug("suspended", "sandbox", id, "op", "suspend", "ms", ms(t0))
-	return s.view(sb), nil
+	return nil
 }
 
 // settleSuspended releases what a suspended sb no longer holds and sets
@@ -117,27 +128,9 @@ func (s *Service) restoreLocked(ctx context.Context, sb *store.Sandbox) error {
 		return err
 	}
 	t0 := time.Now()
-	netw, err := s.attachNetwork(ctx, *sb)
-	if err != nil {
-		s.log.Error("attaching network", "sandbox", sb.ID, "err", err)
-		return fmt.Errorf("%w: giving the sandbox its network failed", errdefs.ErrUnavailable)
+	if err := s.restoreFrom(ctx, cp, sb, tmpl, s.checkpointDir(sb.ID)); err != nil {
+		return fmt.Errorf("%w; it stays suspended", err)
 	}
-	spec, err := s.spec(*sb, tmpl, netw, 0)
-	if err == nil {
-		var inst runtime.Instance
-		if inst, err = cp.Restore(ctx, spec, s.checkpointDir(sb.ID)); err == nil {
-			sb.PID, sb.StartTime, sb.Socket = inst.PID, inst.StartTime, inst.Socket
-		}
-	}
-	if err != nil {
-		s.log.Error("restoring sandbox", "sandbox", sb.ID, "err", err)
-		_ = s.runtimes[sb.Runtime].Cleanup(ctx, sb.ID)
-		s.releaseNetwork(ctx, *sb)
-		return fmt.Errorf("%w: restoring the sandbox from its memory image failed; it stays suspended", errdefs.ErrUnavailable)
-	}
-	sb.State = api.StateRunning
-	s.setTimeout(sb, time.Now().UTC())
-	s.touch(sb.ID)
 	if err := s.store.Update(ctx, sb, api.StateSuspended); err != nil {
 		_ = s.runtimes[sb.Runtime].Stop(ctx, sb.ID, instance(*sb))
 		s.releaseNetwork(ctx, *sb)
@@ -148,6 +141,123 @@ func (s *Service) restoreLocked(ctx context.Context, sb *store.Sandbox) error {
 	}
 	s.log.Debug("restored", "sandbox", sb.ID, "op", "restore", "ms", ms(t0))
 	return nil
+}
+
+// restoreFrom starts sb from the memory image in dir, over its files, and
+// sets its fields for running without recording them.
+func (s *Service) restoreFrom(ctx context.Context, cp runtime.Checkpointer, sb *store.Sandbox, tmpl layers.Template, dir string) error {
+	netw, err := s.attachNetwork(ctx, *sb)
+	if err != nil {
+		s.log.Error("attaching network", "sandbox", sb.ID, "err", err)
+		return fmt.Errorf("%w: giving the sandbox its network failed", errdefs.ErrUnavailable)
+	}
+	spec, err := s.spec(*sb, tmpl, netw, 0)
+	if err == nil {
+		var inst runtime.Instance
+		if inst, err = cp.Restore(ctx, spec, dir); err == nil {
+			sb.PID, sb.StartTime, sb.Socket = inst.PID, inst.StartTime, inst.Socket
+		}
+	}
+	if err != nil {
+		s.log.Error("restoring sandbox", "sandbox", sb.ID, "err", err)
+		_ = s.runtimes[sb.Runtime].Cleanup(ctx, sb.ID)
+		s.releaseNetwork(ctx, *sb)
+		return fmt.Errorf("%w: restoring the sandbox from its memory image failed", errdefs.ErrUnavailable)
+	}
+	now := time.Now().UTC()
+	sb.State, sb.Error = api.StateRunning, ""
+	if sb.StartedAt == nil {
+		sb.StartedAt = &now
+	}
+	s.setTimeout(sb, now)
+	s.touch(sb.ID)
+	return nil
+}
+
+// A fork with memory pauses the parent to disk, links its image aside for
+// the children, copies its files to theirs while nothing runs, and brings
+// the parent back; each child is then restored from the image over its own
+// files. The parent is suspended, with its image complete, from the moment
+// its processes stop until they go on, so a crash in between loses
+// nothing of it.
+
+// forkImageSuffix names a fork's image beside its parent's.
+const forkImageSuffix = ".fork"
+
+// memoryForkable checks that parent's children can start from its memory.
+func (s *Service) memoryForkable(parent store.Sandbox) (runtime.Checkpointer, error) {
+	rt := s.runtimes[parent.Runtime]
+	if !runtime.CapsOf(rt).MemoryFork {
+		return nil, fmt.Errorf("%w: runtime %s cannot start a fork's children from its memory (capability memory_fork); fork without memory", errdefs.ErrInvalid, parent.Runtime)
+	}
+	cp, err := s.checkpointer(parent)
+	if err != nil {
+		return nil, err
+	}
+	if parent.State != api.StateRunning {
+		return nil, fmt.Errorf("%w: sandbox %s is %s; a fork with memory needs it running", errdefs.ErrConflict, parent.ID, parent.State)
+	}
+	return cp, nil
+}
+
+// captureForFork saves parent's memory for children, gives them copies of
+// its files and restores it; it returns the image the children restore
+// from. The caller holds parent's lock.
+func (s *Service) captureForFork(ctx context.Context, parent *store.Sandbox, children []store.Sandbox) (string, error) {
+	if err := s.suspendLocked(ctx, parent); err != nil {
+		return "", err
+	}
+	image := s.checkpointDir(parent.ID) + forkImageSuffix
+	err := linkImage(s.checkpointDir(parent.ID), image)
+	for i := 0; err == nil && i < len(children); i++ {
+		_, err = s.layers.ForkWritable(parent.ID, children[i].ID, children[i].DiskGiB<<30)
+	}
+	// The parent goes on, whatever became of its children.
+	if rerr := s.restoreLocked(ctx, parent); rerr != nil {
+		s.log.Error("restoring a fork's parent", "sandbox", parent.ID, "err", rerr)
+		if err == nil {
+			err = fmt.Errorf("%w (the parent %s stays suspended; resume it)", rerr, parent.ID)
+		}
+	}
+	if err != nil {
+		_ = os.RemoveAll(image)
+		return "", err
+	}
+	return image, nil
+}
+
+// linkImage hard-links the files of image dir from into a new dir to.
+func linkImage(from, to string) error {
+	if err := os.RemoveAll(to); err != nil {
+		return err
+	}
+	if err := os.Mkdir(to, 0o700); err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(from)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if e.Type().IsRegular() {
+			if err := os.Link(filepath.Join(from, e.Name()), filepath.Join(to, e.Name())); err != nil {
+				return fmt.Errorf("linking memory image: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// removeForkImages removes the images of forks a crash cut short; their
+// children, never recorded running, are discarded.
+func (s *Service) removeForkImages() {
+	if s.checkpoints == "" {
+		return
+	}
+	m, _ := filepath.Glob(filepath.Join(s.checkpoints, "*"+forkImageSuffix))
+	for _, p := range m {
+		_ = os.RemoveAll(p)
+	}
 }
 
 // recoverSuspend settles sb, found suspending or suspended at start-up.

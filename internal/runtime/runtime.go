@@ -135,7 +135,8 @@ type Caps struct {
 	// memory to disk and restoring it with its processes running on.
 	MemorySnapshot bool `json:"memory_snapshot"`
 	// MemoryFork: a fork's children start from the parent's memory, not
-	// only its files. No backend claims it yet.
+	// only its files: the Runtime is a Checkpointer whose Restore takes an
+	// image of another sandbox (another ID, a copy of its files).
 	MemoryFork bool `json:"memory_fork"`
 	// ProcessOOM: a process that exceeds the memory limit is killed alone
 	// and the sandbox lives on. Without it the whole sandbox stops (its

@@ -223,10 +223,11 @@ func (r *Runtime) Name() string { return "gvisor" }
 func (r *Runtime) Platform() string { return r.platform }
 
 // Capabilities implements runtime.Capabler. runsc pauses in memory and
-// checkpoints to disk; the host cgroup's OOM killer ends the whole sandbox;
+// checkpoints to disk, and a checkpoint restores under other IDs over
+// copies of the files (a fork's children); the host cgroup's OOM killer ends the whole sandbox;
 // the sentry, not the host kernel, serves the sandbox's system calls.
 func (r *Runtime) Capabilities() runtime.Caps {
-	return runtime.Caps{Pause: true, MemorySnapshot: true}
+	return runtime.Caps{Pause: true, MemorySnapshot: true, MemoryFork: true}
 }
 
 func (r *Runtime) runDir(id string) string { return filepath.Join(r.runRoot, id) }
