@@ -797,6 +797,42 @@ func TestSuspendEndToEnd(t *testing.T) {
 		t.Errorf("memory images left after a fork: %v", m)
 	}
 
+	// A kill -9 in the middle of a suspend loses nothing: the sandbox is
+	// running or suspended afterwards, and its counter goes on. Early, the
+	// agent may have let go of its socket; later, the checkpoint may finish
+	// without the server.
+	for _, after := range []time.Duration{30 * time.Millisecond, 400 * time.Millisecond} {
+		suspended := make(chan error, 1)
+		go func() { _, err := c.SuspendSandbox(ctx, id); suspended <- err }()
+		time.Sleep(after)
+		logFrom := len(d.out.String())
+		d.kill()
+		<-suspended
+		d.start()
+		c = d.client()
+		sb, err = c.GetSandbox(ctx, id)
+		if err != nil || sb.State != api.StateRunning && sb.State != api.StateSuspended {
+			t.Fatalf("after a kill %v into a suspend: %+v, %v", after, sb, err)
+		}
+		var how []string
+		for _, l := range strings.Split(d.out.String()[logFrom:], "\n") {
+			if strings.Contains(l, "cut short") {
+				how = append(how, l)
+			}
+		}
+		t.Logf("killed %v into a suspend: %s after the restart; %q", after, sb.State, how)
+		if sb.State == api.StateSuspended {
+			if _, err := c.ResumeSandbox(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a := count()
+		time.Sleep(500 * time.Millisecond)
+		if b := count(); b <= a {
+			t.Errorf("after a kill %v into a suspend the counter stands: %d then %d", after, a, b)
+		}
+	}
+
 	// Suspend again, then stop and delete: nothing is left.
 	if _, err := c.SuspendSandbox(ctx, id); err != nil {
 		t.Fatal(err)

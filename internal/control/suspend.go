@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
@@ -260,28 +261,71 @@ func (s *Service) removeForkImages() {
 	}
 }
 
-// recoverSuspend settles sb, found suspending or suspended at start-up.
+// recoverSuspend settles sb, found suspending or suspended at start-up. A
+// suspend that the crash cut short was never acknowledged: the sandbox goes
+// back to running if it can, from the image the checkpoint may have
+// finished without the node.
 func (s *Service) recoverSuspend(ctx context.Context, sb store.Sandbox, rt runtime.Runtime) {
-	switch {
-	case sb.State == api.StateSuspending && rt.Alive(instance(sb)):
-		// The checkpoint had not stopped it.
+	if sb.State == api.StateSuspending && rt.Alive(instance(sb)) {
+		// The checkpoint had not stopped it; its agent may be waiting to
+		// listen again.
+		if st, ok := rt.(runtime.CheckpointSettler); ok {
+			if err := st.Settle(ctx, sb.ID, instance(sb)); err != nil {
+				s.log.Error("settling a sandbox whose suspend was cut short", "sandbox", sb.ID, "err", err)
+			}
+		}
 		_ = os.RemoveAll(s.checkpointDir(sb.ID))
 		sb.State = api.StateRunning
 		_ = s.store.Update(ctx, &sb, api.StateSuspending)
-	case !s.checkpointComplete(sb.ID):
-		s.log.Warn("memory image of a suspended sandbox is incomplete; stopping it", "sandbox", sb.ID)
-		_ = os.RemoveAll(s.checkpointDir(sb.ID))
-		_ = rt.Cleanup(ctx, sb.ID)
-		_ = s.stopLocked(ctx, &sb, "its memory image was not saved whole")
-	default:
+		return
+	}
+	_ = rt.Cleanup(ctx, sb.ID)
+	if sb.State == api.StateSuspended {
 		// A restore that the crash cut short may have left it running
-		// unrecorded: it restores again from the image.
-		_ = rt.Cleanup(ctx, sb.ID)
-		if sb.State == api.StateSuspending {
-			s.settleSuspended(ctx, &sb)
-			_ = s.store.Update(ctx, &sb, api.StateSuspending)
+		// unrecorded (Cleanup ended that): it restores again from the
+		// image, which goes only once the record says running.
+		return
+	}
+	// Suspending and gone: the image may be whole all the same, if the
+	// runtime finished saving it after the node died.
+	s.waitImageWritten(sb.ID)
+	if cp, err := s.checkpointer(sb); err == nil {
+		if tmpl, err := s.template(ctx, sb.Template); err == nil {
+			if err := s.restoreFrom(ctx, cp, &sb, tmpl, s.checkpointDir(sb.ID)); err == nil {
+				if err := s.store.Update(ctx, &sb, api.StateSuspending); err == nil {
+					s.log.Info("restored a sandbox whose suspend was cut short", "sandbox", sb.ID)
+					_ = os.RemoveAll(s.checkpointDir(sb.ID))
+					return
+				}
+				_ = rt.Stop(ctx, sb.ID, instance(sb))
+			}
 		}
 	}
+	s.log.Warn("memory image of a sandbox whose suspend was cut short is not whole; stopping it", "sandbox", sb.ID)
+	_ = os.RemoveAll(s.checkpointDir(sb.ID))
+	_ = s.stopLocked(ctx, &sb, "its memory image was not saved whole")
+}
+
+// waitImageWritten waits, a minute at most, until no process holds a file
+// of id's image open: a checkpoint that outlived the node finishes writing.
+func (s *Service) waitImageWritten(id string) {
+	dir := s.checkpointDir(id) + "/"
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if !openedUnder(dir) {
+			return
+		}
+	}
+}
+
+// openedUnder reports whether a process has a file under dir open.
+func openedUnder(dir string) bool {
+	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	for _, fd := range fds {
+		if p, err := os.Readlink(fd); err == nil && strings.HasPrefix(p, dir) {
+			return true
+		}
+	}
+	return false
 }
 
 // discardImage drops sb's memory image, if any, for a stop or delete.

@@ -175,5 +175,13 @@ type Checkpointer interface {
 	Restore(ctx context.Context, spec Spec, dir string) (Instance, error)
 }
 
+// CheckpointSettler is a Checkpointer that can make whole again a running
+// sandbox whose Checkpoint a crash of the node cut short (its agent may have
+// let go of its socket for the checkpoint): Settle leaves it running as
+// before, its agent answering on inst.Socket.
+type CheckpointSettler interface {
+	Settle(ctx context.Context, id string, inst Instance) error
+}
+
 // AgentTimeout bounds how long Start waits for the agent to answer.
 const AgentTimeout = 10 * time.Second

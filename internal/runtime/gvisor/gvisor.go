@@ -75,9 +75,10 @@ type Runtime struct {
 }
 
 var (
-	_ runtime.Runtime      = (*Runtime)(nil)
-	_ runtime.Capabler     = (*Runtime)(nil)
-	_ runtime.Checkpointer = (*Runtime)(nil)
+	_ runtime.Runtime           = (*Runtime)(nil)
+	_ runtime.Capabler          = (*Runtime)(nil)
+	_ runtime.Checkpointer      = (*Runtime)(nil)
+	_ runtime.CheckpointSettler = (*Runtime)(nil)
 )
 
 // Where the sandbox sees what the node puts there. /dev is the sentry's own
@@ -493,6 +494,21 @@ func (r *Runtime) Alive(inst runtime.Instance) bool {
 	}
 	st, err := host.StartTime(inst.PID)
 	return err == nil && st == inst.StartTime
+}
+
+// Settle implements runtime.CheckpointSettler: the agent listens again.
+func (r *Runtime) Settle(ctx context.Context, id string, inst runtime.Instance) error {
+	if !r.Alive(inst) {
+		return errors.New("sandbox is not running")
+	}
+	// The agent ignores ListenSignal while it listens.
+	if err := r.run(ctx, nil, "kill", id, strconv.Itoa(int(agent.ListenSignal))); err != nil {
+		return err
+	}
+	if err := waitForAgent(ctx, r.SocketPath(id), inst.PID); err != nil {
+		return err
+	}
+	return setSocketDirReadOnly(r.runDir(id), true)
 }
 
 // Checkpoint implements runtime.Checkpointer with runsc checkpoint. The
