@@ -21,6 +21,8 @@ pause (freeze in memory), memory_snapshot (pause --to-disk), memory_fork,
 process_oom (a process over the memory limit dies alone), shared_kernel (the
 sandbox runs on the host's kernel). A runtime the server cannot offer is listed
 with why.`,
+		Example: `  atoll runtimes
+  atoll create --runtime gvisor && atoll pause --to-disk ID`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
