@@ -431,3 +431,30 @@ type ForkRequest struct {
 type RestoreRequest struct {
 	Snapshot string `json:"snapshot"`
 }
+
+// APIKey is an API key as GET /v1/keys lists it. Key, the key itself, is
+// only in the answer to POST /v1/keys: the server keeps its hash alone.
+// Keys of the default tenant are admin keys, which issue and revoke keys
+// and manage templates; every tenant sees only its own sandboxes and
+// snapshots.
+type APIKey struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	Tenant    string    `json:"tenant"`
+	Admin     bool      `json:"admin"`
+	CreatedAt time.Time `json:"created_at"`
+	Key       string    `json:"key,omitempty"`
+}
+
+// APIKeyList is the body of GET /v1/keys.
+type APIKeyList struct {
+	Keys []APIKey `json:"keys"`
+}
+
+// CreateKeyRequest is the body of POST /v1/keys. Tenant defaults to a new
+// tenant named after the key (in lower case); naming "default" makes an
+// admin key.
+type CreateKeyRequest struct {
+	Name   string `json:"name"`
+	Tenant string `json:"tenant,omitempty"`
+}

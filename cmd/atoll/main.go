@@ -101,6 +101,9 @@ directory (--data).`,
 	serve := newServeCmd()
 	serve.GroupID = "server"
 	root.AddCommand(serve)
+	key := newKeyCmd(g)
+	key.GroupID = "server"
+	root.AddCommand(key)
 	return root
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/e2b/envd"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/tenant"
 )
 
 // Sandboxes is the part of atoll's sandbox service (server.Sandboxes) the
@@ -42,10 +43,11 @@ type Sandboxes interface {
 	AgentDialer(ctx context.Context, id string) (func(ctx context.Context) (net.Conn, error), error)
 }
 
-// Authenticator checks an API key; it returns an error wrapping
-// errdefs.ErrUnauthorized when the key is not accepted.
+// Authenticator checks an API key and returns the tenant it belongs to
+// (package tenant); an error wrapping errdefs.ErrUnauthorized when the key
+// is not accepted.
 type Authenticator interface {
-	Authenticate(ctx context.Context, apiKey string) error
+	Authenticate(ctx context.Context, apiKey string) (tenant string, err error)
 }
 
 // Config configures a Server. Sandboxes, Auth and TokenKey are required.
@@ -173,9 +175,9 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			writeError(w, http.StatusUnauthorized, "missing API key: send it in the X-API-Key header")
 			return
 		}
-		err := s.cfg.Auth.Authenticate(r.Context(), key)
+		t, err := s.cfg.Auth.Authenticate(r.Context(), key)
 		if rest, ok := strings.CutPrefix(key, "e2b_"); ok && errors.Is(err, errdefs.ErrUnauthorized) {
-			err = s.cfg.Auth.Authenticate(r.Context(), "atoll_"+rest)
+			t, err = s.cfg.Auth.Authenticate(r.Context(), "atoll_"+rest)
 		}
 		if err != nil {
 			if errors.Is(err, errdefs.ErrUnauthorized) {
@@ -185,7 +187,9 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			s.writeErr(w, r, fmt.Errorf("authenticating: %w", err))
 			return
 		}
-		next.ServeHTTP(w, r)
+		// A key sees its tenant's sandboxes only; another's are not found,
+		// as another team's are on E2B.
+		next.ServeHTTP(w, r.WithContext(tenant.NewContext(r.Context(), t)))
 	})
 }
 
