@@ -323,6 +323,9 @@ func serve(ctx context.Context, cfg serveConfig) error {
 			return err
 		}
 		ecfg := e2b.Config{Sandboxes: svc, Auth: keys, TokenKey: tokenKey, Logger: log}
+		if proxy != nil {
+			ecfg.Ports = proxy
+		}
 		e, err := e2b.New(ecfg)
 		if err != nil {
 			return err

@@ -41,6 +41,17 @@ type Sandboxes interface {
 	GetSnapshot(ctx context.Context, snapID string) (api.Snapshot, error)
 	DeleteSnapshot(ctx context.Context, snapID string) error
 	AgentDialer(ctx context.Context, id string) (func(ctx context.Context) (net.Conn, error), error)
+	SetNetwork(ctx context.Context, id string, req api.NetworkPolicy) (api.SandboxNetwork, error)
+}
+
+// Ports is the port proxy (portproxy.Proxy), which serves sandbox ports
+// other than envd's.
+type Ports interface {
+	// ServePort serves r to port of sandbox id, its access already
+	// checked by the caller.
+	ServePort(w http.ResponseWriter, r *http.Request, id string, port int)
+	// Token is the access token of every port of sandbox id.
+	Token(id string) string
 }
 
 // Authenticator checks an API key and returns the tenant it belongs to
@@ -57,6 +68,9 @@ type Config struct {
 	// TokenKey signs the sandboxes' envd access tokens; at least 32 bytes,
 	// kept secret and stable: changing it invalidates every token.
 	TokenKey []byte
+	// Ports serves sandbox ports other than envd's (getHost URLs); nil
+	// answers them 502, as for a server without networking.
+	Ports Ports
 	// Aliases maps E2B template names to atoll templates; default
 	// {"base": "host"}.
 	Aliases map[string]string
@@ -133,6 +147,7 @@ func (s *Server) routes() {
 	m.Handle("POST /sandboxes/{sandboxID}/connect", auth(s.connect))
 	m.Handle("POST /v2/sandboxes/{sandboxID}/connect", auth(s.connect))
 	m.Handle("POST /sandboxes/{sandboxID}/fork", auth(s.fork))
+	m.Handle("PUT /sandboxes/{sandboxID}/network", auth(s.updateNetwork))
 	m.Handle("POST /sandboxes/{sandboxID}/snapshots", auth(s.createSnapshot))
 	m.Handle("GET /snapshots", auth(s.listSnapshots))
 	m.Handle("DELETE /templates/{templateID}", auth(s.deleteSnapshot))
@@ -140,7 +155,6 @@ func (s *Server) routes() {
 	for _, p := range []struct{ pattern, what string }{
 		{"GET /sandboxes/{sandboxID}/metrics", "sandbox metrics"},
 		{"GET /sandboxes/metrics", "sandbox metrics"},
-		{"PUT /sandboxes/{sandboxID}/network", "network configuration (sandboxes have no network yet)"},
 		{"GET /sandboxes/{sandboxID}/logs", "sandbox logs"},
 		{"GET /v2/sandboxes/{sandboxID}/logs", "sandbox logs"},
 		{"/templates/", "template management (use atoll template)"},
