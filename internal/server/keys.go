@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
@@ -13,7 +14,8 @@ import (
 func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if t, ok := tenant.FromContext(r.Context()); !ok || !tenant.IsAdmin(t) {
-			s.writeError(w, r, fmt.Errorf("%w: %s %s needs an admin key", errdefs.ErrForbidden, r.Method, r.Pattern[len(r.Method)+1:]))
+			_, path, _ := strings.Cut(r.Pattern, " ")
+			s.writeError(w, r, fmt.Errorf("%w: %s %s needs an admin key", errdefs.ErrForbidden, r.Method, path))
 			return
 		}
 		h(w, r)
