@@ -75,8 +75,9 @@ runs against it with E2B_API_URL and E2B_SANDBOX_URL set to its URL
 It needs root, because sandboxes are made of namespaces, cgroups and mounts.
 Everything it keeps lives in the data directory: an embedded SQLite database,
 the layer store (a btrfs image loop-mounted there unless the directory is already
-on btrfs: snapshots, forks and disk quotas need it), and the API key, created
-on first start.
+on btrfs: snapshots, forks and disk quotas need it), and the admin's API key, created
+on first start ("atoll key create" issues keys for other tenants, which see
+only their own sandboxes).
 
 Each sandbox gets a network namespace of its own on a bridge (--network-bridge,
 default atoll0) with an IPv4 and an IPv6 address, NAT to the host's uplink, a
