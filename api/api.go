@@ -451,9 +451,10 @@ type APIKeyList struct {
 	Keys []APIKey `json:"keys"`
 }
 
-// CreateKeyRequest is the body of POST /v1/keys. Tenant defaults to a new
-// tenant named after the key (in lower case); naming "default" makes an
-// admin key.
+// CreateKeyRequest is the body of POST /v1/keys. Without Tenant the key
+// gets a new tenant named after it, in lower case (a conflict if a tenant
+// of that name exists); with it, the key is another of that tenant's, and
+// "default" makes an admin key.
 type CreateKeyRequest struct {
 	Name   string `json:"name"`
 	Tenant string `json:"tenant,omitempty"`

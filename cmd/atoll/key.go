@@ -30,8 +30,10 @@ The server keeps only a hash of each key: "key create" prints the key once.`,
 		Use:   "create --name NAME [--tenant TENANT]",
 		Short: "Issue a key and print it",
 		Long: `Issue a key and print it (only the hash is kept, so this is the only copy).
-Without --tenant the key gets a new tenant named after it; --tenant default
-makes another admin key. For E2B SDKs use it as E2B_API_KEY; the Python SDK
+Without --tenant the key gets a new tenant named after it (refused if a
+tenant of that name exists, so that a name used twice does not join two
+teams); --tenant T adds a key to tenant T, and --tenant default makes
+another admin key. For E2B SDKs use it as E2B_API_KEY; the Python SDK
 wants E2B's format, e2b_ and the hex part: E2B_API_KEY=e2b_${KEY#atoll_}.`,
 		Example: `  atoll key create --name team-a
   atoll key create --name ci --tenant team-a

@@ -97,9 +97,11 @@ func validName(s string) bool {
 	return strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == ""
 }
 
-// Create issues a key named req.Name for tenant req.Tenant (default: a
-// tenant named after the key, in lower case). The answer is the only place
-// the key itself is ever shown.
+// Create issues a key named req.Name for tenant req.Tenant, or else for a
+// new tenant named after the key, in lower case: one that owns nothing yet,
+// so that a name used twice does not join two teams (errdefs.ErrConflict;
+// name the tenant to add a key to it). The answer is the only place the
+// key itself is ever shown.
 func (k *Keys) Create(ctx context.Context, req api.CreateKeyRequest) (api.APIKey, error) {
 	if !validName(req.Name) {
 		return api.APIKey{}, fmt.Errorf("%w: key name %q: want 1 to 63 of [A-Za-z0-9._-]", errdefs.ErrInvalid, truncate(req.Name))
@@ -110,6 +112,15 @@ func (k *Keys) Create(ctx context.Context, req api.CreateKeyRequest) (api.APIKey
 	}
 	if !tenant.Valid(t) {
 		return api.APIKey{}, fmt.Errorf("%w: tenant %q: want 1 to 63 of [a-z0-9-], starting with a letter or digit", errdefs.ErrInvalid, truncate(t))
+	}
+	if req.Tenant == "" {
+		used, err := k.st.TenantInUse(ctx, t)
+		if err != nil {
+			return api.APIKey{}, err
+		}
+		if used {
+			return api.APIKey{}, fmt.Errorf("%w: tenant %s exists; name it as the tenant to add a key to it", errdefs.ErrConflict, t)
+		}
 	}
 	key := NewKey()
 	h := Hash(key)

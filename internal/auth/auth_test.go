@@ -45,6 +45,15 @@ func TestKeys(t *testing.T) {
 	if err != nil || team.Tenant != "team-a" || team.Admin || team.Key == "" || team.ID != store.KeyID(Hash(team.Key)) {
 		t.Fatalf("create Team-A: %+v, %v", team, err)
 	}
+	// A name used again does not join the tenant by chance; naming it does.
+	for _, name := range []string{"team-a", "default", "Default"} {
+		if _, err := k.Create(ctx, api.CreateKeyRequest{Name: name}); !errors.Is(err, errdefs.ErrConflict) {
+			t.Errorf("create %s again: %v", name, err)
+		}
+	}
+	if joined, err := k.Create(ctx, api.CreateKeyRequest{Name: "team-a", Tenant: "team-a"}); err != nil || joined.Tenant != "team-a" {
+		t.Errorf("another key of team-a: %+v, %v", joined, err)
+	}
 	if got, err := k.Authenticate(ctx, " "+team.Key+"\n"); err != nil || got != "team-a" {
 		t.Errorf("team key: %q, %v", got, err)
 	}
@@ -63,7 +72,7 @@ func TestKeys(t *testing.T) {
 		t.Error("the database holds a key")
 	}
 	ks, err := k.List(ctx)
-	if err != nil || len(ks) != 3 || ks[0].Tenant != tenant.Default || !ks[0].Admin || ks[1].Key != "" {
+	if err != nil || len(ks) != 4 || ks[0].Tenant != tenant.Default || !ks[0].Admin || ks[1].Key != "" {
 		t.Errorf("list: %+v, %v", ks, err)
 	}
 	if err := k.Delete(ctx, ks[0].ID); !errors.Is(err, errdefs.ErrConflict) {

@@ -442,6 +442,14 @@ func (s *Store) keys(ctx context.Context, where string, args ...any) ([]Key, err
 	return out, rows.Err()
 }
 
+// TenantInUse reports whether tenant t has keys, sandboxes or snapshots.
+func (s *Store) TenantInUse(ctx context.Context, t string) (bool, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM api_keys WHERE tenant = ?)
+		+ (SELECT COUNT(*) FROM sandboxes WHERE tenant = ?) + (SELECT COUNT(*) FROM snapshots WHERE tenant = ?)`, t, t, t).Scan(&n)
+	return n > 0, err
+}
+
 // KeyCount is the number of stored keys.
 func (s *Store) KeyCount(ctx context.Context) (int, error) {
 	var n int
