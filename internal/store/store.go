@@ -642,9 +642,11 @@ func (s *Store) DeleteTemplate(ctx context.Context, name string) error {
 	return tx.Commit()
 }
 
-// TemplateUsers counts the sandboxes made from each template.
-func (s *Store) TemplateUsers(ctx context.Context) (map[string]int, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT template, COUNT(*) FROM sandboxes WHERE state != 'pooled' GROUP BY template`)
+// TemplateUsers counts the sandboxes made from each template: those of
+// tenant t, or of every tenant if t is empty.
+func (s *Store) TemplateUsers(ctx context.Context, t string) (map[string]int, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT template, COUNT(*) FROM sandboxes WHERE state != 'pooled' AND (? = '' OR tenant = ?)
+		GROUP BY template`, t, t)
 	if err != nil {
 		return nil, err
 	}

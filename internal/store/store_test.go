@@ -251,6 +251,16 @@ func TestMigrateToTenants(t *testing.T) {
 	if got, _ := s.Get(ctx, "new"); got.Tenant != "team-a" {
 		t.Errorf("new sandbox's tenant %q", got.Tenant)
 	}
+	for tn, want := range map[string]int{"": 2, "team-a": 1, tenant.Default: 1, "team-b": 0} {
+		if users, err := s.TemplateUsers(ctx, tn); err != nil || users["host"] != want {
+			t.Errorf("users of host for %q: %v, %v; want %d", tn, users, err, want)
+		}
+	}
+	for tn, want := range map[string]bool{"team-a": true, tenant.Default: true, "team-b": false} {
+		if used, err := s.TenantInUse(ctx, tn); err != nil || used != want {
+			t.Errorf("tenant %s in use: %v, %v", tn, used, err)
+		}
+	}
 }
 
 func TestTemplates(t *testing.T) {
@@ -273,7 +283,7 @@ func TestTemplates(t *testing.T) {
 	if err := s.Create(ctx, sb); err != nil {
 		t.Fatal(err)
 	}
-	if users, _ := s.TemplateUsers(ctx); users["py"] != 1 {
+	if users, _ := s.TemplateUsers(ctx, ""); users["py"] != 1 {
 		t.Errorf("users %v", users)
 	}
 	if err := s.DeleteTemplate(ctx, "py"); !errors.Is(err, errdefs.ErrConflict) {
