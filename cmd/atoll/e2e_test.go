@@ -1183,7 +1183,10 @@ func TestHostileInput(t *testing.T) {
 		{"bad egress CIDR", "POST", "/v1/sandboxes", `{"network":{"allow":["10.0.0.0/33"]}}`, 400},
 		{"bad wildcard", "PUT", "/v1/sandboxes/" + id + "/network", `{"allow":["a.*.example"]}`, 400},
 		// This daemon runs with --network off: a policy fails closed.
-		{"policy without networking", "POST", "/v1/sandboxes", `{"network":{"egress":"deny-all"}}`, 503},
+		// Loopback only cannot let a sandbox reach some places, or deny
+		// some (deny-all with nothing allowed it enforces, and is a 201).
+		{"policy without networking", "POST", "/v1/sandboxes", `{"network":{"egress":"deny-all","allow":["203.0.113.1"]}}`, 503},
+		{"deny list without networking", "POST", "/v1/sandboxes", `{"network":{"deny":["203.0.113.1"]}}`, 503},
 		{"network without networking", "GET", "/v1/sandboxes/" + id + "/network", "", 503},
 		{"set policy without networking", "PUT", "/v1/sandboxes/" + id + "/network", `{"egress":"deny-all"}`, 503},
 	}

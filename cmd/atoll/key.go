@@ -13,6 +13,9 @@ func newKeyCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "key",
 		Short: "Issue, list and revoke API keys (admin keys only)",
+		Example: `  atoll key create --name team-a
+  atoll key ls
+  atoll key rm 0123456789abcdef0123`,
 		Long: `Manage the server's API keys. Every key belongs to a tenant, and a tenant
 sees only its own sandboxes and snapshots: another tenant's are "not found",
 in atoll's API and in its E2B-compatible API alike. Templates are shared.
@@ -65,6 +68,11 @@ wants E2B's format, e2b_ and the hex part: E2B_API_KEY=e2b_${KEY#atoll_}.`,
 		Use:     "ls",
 		Aliases: []string{"list"},
 		Short:   "List the keys (IDs, names, tenants; never the keys)",
+		Long: `List the server's API keys: their IDs (the first 20 hex digits of each key's
+SHA-256), names, tenants, whether they are admin keys, and when they were
+made. The keys themselves are not kept, so they cannot be listed.`,
+		Example: `  atoll key ls
+  atoll key ls --json`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
@@ -90,6 +98,11 @@ wants E2B's format, e2b_ and the hex part: E2B_API_KEY=e2b_${KEY#atoll_}.`,
 	rm := &cobra.Command{
 		Use:   "rm ID...",
 		Short: "Revoke keys at once (not the last admin key)",
+		Long: `Revoke keys by ID (from "atoll key ls"): requests with them are refused at
+once. The tenant's sandboxes and snapshots stay; another key of the tenant
+("atoll key create --name NAME --tenant TENANT") reaches them again. The last
+admin key cannot be revoked.`,
+		Example: `  atoll key rm 0123456789abcdef0123`,
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
