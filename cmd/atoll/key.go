@@ -73,7 +73,7 @@ SHA-256), names, tenants, whether they are admin keys, and when they were
 made. The keys themselves are not kept, so they cannot be listed.`,
 		Example: `  atoll key ls
   atoll key ls --json`,
-		Args:    cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
 			if err != nil {
@@ -103,7 +103,7 @@ once. The tenant's sandboxes and snapshots stay; another key of the tenant
 ("atoll key create --name NAME --tenant TENANT") reaches them again. The last
 admin key cannot be revoked.`,
 		Example: `  atoll key rm 0123456789abcdef0123`,
-		Args:  cobra.MinimumNArgs(1),
+		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
 			if err != nil {
