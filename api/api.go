@@ -496,3 +496,31 @@ type ForkRequest struct {
 type RestoreRequest struct {
 	Snapshot string `json:"snapshot"`
 }
+
+// APIKey is an API key as GET /v1/keys lists it. Key, the key itself, is
+// only in the answer to POST /v1/keys: the server keeps its hash alone.
+// Keys of the default tenant are admin keys, which issue and revoke keys
+// and manage templates; every tenant sees only its own sandboxes and
+// snapshots.
+type APIKey struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	Tenant    string    `json:"tenant"`
+	Admin     bool      `json:"admin"`
+	CreatedAt time.Time `json:"created_at"`
+	Key       string    `json:"key,omitempty"`
+}
+
+// APIKeyList is the body of GET /v1/keys.
+type APIKeyList struct {
+	Keys []APIKey `json:"keys"`
+}
+
+// CreateKeyRequest is the body of POST /v1/keys. Without Tenant the key
+// gets a new tenant named after it, in lower case (a conflict if a tenant
+// of that name exists); with it, the key is another of that tenant's, and
+// "default" makes an admin key.
+type CreateKeyRequest struct {
+	Name   string `json:"name"`
+	Tenant string `json:"tenant,omitempty"`
+}

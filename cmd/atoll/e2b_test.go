@@ -32,6 +32,8 @@ import (
 	"github.com/atoll-dev/atoll/internal/e2b/envd/spec/filesystem/filesystemconnect"
 	"github.com/atoll-dev/atoll/internal/e2b/envd/spec/process"
 	"github.com/atoll-dev/atoll/internal/e2b/envd/spec/process/processconnect"
+	"github.com/atoll-dev/atoll/internal/network"
+	"github.com/atoll-dev/atoll/internal/network/nettest"
 	"github.com/atoll-dev/atoll/internal/testenv"
 )
 
@@ -85,18 +87,38 @@ func e2bEnv(d *daemon) []string {
 	return append(os.Environ(), "E2B_API_URL="+d.url, "E2B_SANDBOX_URL="+d.url, "E2B_API_KEY="+d.key)
 }
 
+// TestE2BSDK runs the SDK program against a server with networking on, in
+// a network of its own (netWorld), so that getHost() and egress policies
+// are real: the program reaches the world's "internet" host at
+// E2B_TEST_INTERNET_URL from inside sandboxes.
 func TestE2BSDK(t *testing.T) {
 	testenv.RequireRoot(t)
+	if err := network.Probe(); err != nil {
+		testenv.Skip(t, err.Error())
+	}
 	dir, node := e2bProgram(t)
-	d := startDaemon(t, filepath.Join(testenv.Dir(t), "data"))
+	w := newNetWorld(t)
+	d := startDaemonIn(t, filepath.Join(testenv.Dir(t), "data"), w.host, "--network", "on", "--network-bridge", w.id,
+		"--dns-upstream", wInet4, "--network-pool", "1", "--proxy-listen", "127.0.0.1:0")
+	other, code := d.cli("key", "create", "--name", "other-team")
+	if code != 0 {
+		t.Fatalf("key create: %s", other)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "--test-reporter=spec", "test.mjs")
 	cmd.Dir = dir
-	cmd.Env = e2bEnv(d)
+	u, _ := url.Parse(d.url)
+	cmd.Env = append(e2bEnv(d), "E2B_DOMAIN=localhost:"+u.Port(), "E2B_TEST_INTERNET_URL=http://"+wInet4+"/",
+		"E2B_TEST_OTHER_KEY="+strings.TrimSpace(other))
 	cmd.WaitDelay = 5 * time.Second
-	out, err := cmd.CombinedOutput()
-	t.Logf("node test.mjs:\n%s", out)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := nettest.In(w.host, cmd.Start); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	t.Logf("node test.mjs:\n%s", out.String())
 	if err != nil {
 		t.Fatalf("the e2b SDK program failed: %v\nserver log:\n%s", err, d.out.String())
 	}
@@ -283,8 +305,18 @@ func TestE2BHostileInput(t *testing.T) {
 			{`{"templateID":"base","metadata":{"bad key":"v"}}`, 400},
 			{`{"templateID":"base","metadata":{"k":"` + strings.Repeat("v", 300) + `"}}`, 400},
 			{`{"templateID":"base","envVars":{"A=B":"c"}}`, 400},
-			{`{"templateID":"base","allow_internet_access":true}`, 400},
-			{`{"templateID":"base","network":{"allowOut":["8.8.8.8"]}}`, 400},
+			{`{"templateID":"base","network":{"egressProxy":{"address":"p:1080"}}}`, 400},
+			{`{"templateID":"base","network":{"rules":{"example.com":[{}]}}}`, 400},
+			{`{"templateID":"base","network":{"maskRequestHost":"localhost:${PORT}"}}`, 400},
+			{`{"templateID":"base","network":{"httpsPorts":[8443]}}`, 400},
+			{`{"templateID":"base","network":{"denyOut":["example.com"]}}`, 400},
+			{`{"templateID":"base","network":{"denyOut":["0.0.0.0/0"],"allowOut":["a..b"]}}`, 400},
+			{`{"templateID":"base","network":{"denyOut":["1.2.3.4/99"]}}`, 400},
+			{`{"templateID":"base","network":{"allowOut":"8.8.8.8"}}`, 400},
+			// This server runs without networking: it cannot let a sandbox
+			// reach only some places (but loopback is "no internet").
+			{`{"templateID":"base","network":{"denyOut":["0.0.0.0/0"],"allowOut":["8.8.8.8"]}}`, 503},
+			{`{"templateID":"base","network":{"denyOut":["8.8.8.8"]}}`, 503},
 			{`{"templateID":"base","mcp":{"x":{}}}`, 400},
 			{`{"templateID":"base","volumeMounts":[{"name":"v","path":"/v"}]}`, 400},
 			{`{"templateID":"base","autoResume":{"enabled":true}}`, 400},
@@ -293,6 +325,86 @@ func TestE2BHostileInput(t *testing.T) {
 		} {
 			d.e2b(t, e2bReq{method: "POST", path: "/v2/sandboxes", key: key, body: c.body}).want(t, "create "+truncateForLog(c.body), c.status)
 		}
+	})
+
+	t.Run("network", func(t *testing.T) {
+		a := d.e2b(t, e2bReq{method: "POST", path: "/v2/sandboxes", key: key, body: `{"templateID":"base","allow_internet_access":false,"timeout":60}`})
+		a.want(t, "create without internet on a server without networking", 201)
+		var sb struct{ SandboxID string }
+		json.Unmarshal(a.body, &sb)
+		a = d.e2b(t, e2bReq{method: "GET", path: "/sandboxes/" + sb.SandboxID, key: key})
+		if !bytes.Contains(a.body, []byte(`"allowInternetAccess":false`)) || !bytes.Contains(a.body, []byte(`"denyOut":["0.0.0.0/0"]`)) {
+			t.Errorf("get: %s", a.body)
+		}
+		d.e2b(t, e2bReq{method: "DELETE", path: "/sandboxes/" + sb.SandboxID, key: key}).want(t, "kill", 204)
+		for _, c := range []struct {
+			body   string
+			status int
+		}{
+			{``, 400}, {`{`, 400}, {`{"denyOut":["example.com"]}`, 400}, {`{"allowOut":[1]}`, 400},
+			{`{"egressProxy":{"address":"p:1"}}`, 400}, {`{"rules":{"a.com":[]}}`, 400},
+			{`{"denyOut":["` + strings.Repeat("1", 300) + `"]}`, 400},
+			{`{}`, 503}, {`{"allow_internet_access":false}`, 503},
+		} {
+			d.e2b(t, e2bReq{method: "PUT", path: "/sandboxes/" + id + "/network", key: key, body: c.body}).want(t, "updateNetwork "+c.body, c.status)
+		}
+		d.e2b(t, e2bReq{method: "PUT", path: "/sandboxes/nosuchsandbox0000000/network", key: key, body: `{}`}).want(t, "updateNetwork of an unknown sandbox", 404)
+		d.e2b(t, e2bReq{method: "PUT", path: "/sandboxes/x/network", key: key, body: `{}`}).want(t, "updateNetwork of a malformed ID", 404)
+		d.e2b(t, e2bReq{method: "PUT", path: "/sandboxes/" + id + "/network", body: `{}`}).want(t, "updateNetwork without a key", 401)
+	})
+
+	t.Run("another key's sandbox", func(t *testing.T) {
+		otherKey, code := d.cli("key", "create", "--name", "e2b-other")
+		if code != 0 {
+			t.Fatalf("key create: %s", otherKey)
+		}
+		otherKey = strings.TrimSpace(otherKey)
+		theirs := d.e2b(t, e2bReq{method: "POST", path: "/v2/sandboxes", key: otherKey, body: `{"templateID":"base","timeout":120,"metadata":{"who":"hostile"}}`})
+		theirs.want(t, "their create", 201)
+		var tsb struct{ SandboxID, EnvdAccessToken string }
+		json.Unmarshal(theirs.body, &tsb)
+		for _, k := range []struct{ key, sb string }{{key, tsb.SandboxID}, {otherKey, id}, {"e2b_" + strings.TrimPrefix(otherKey, "atoll_"), id}} {
+			for _, c := range []struct{ method, path, body string }{
+				{"GET", "", ""}, {"DELETE", "", ""},
+				{"POST", "/timeout", `{"timeout":10}`}, {"POST", "/refreshes", `{"duration":10}`},
+				{"POST", "/pause", `{}`}, {"POST", "/resume", `{}`}, {"POST", "/connect", `{"timeout":10}`},
+				{"POST", "/fork", `{}`}, {"POST", "/snapshots", `{}`}, {"PUT", "/network", `{}`},
+			} {
+				path := "/sandboxes/" + k.sb + c.path
+				d.e2b(t, e2bReq{method: c.method, path: path, key: k.key, body: c.body}).want(t, "another key's "+c.method+" "+path, 404)
+			}
+			d.e2b(t, e2bReq{method: "POST", path: "/v2/sandboxes/" + k.sb + "/connect", key: k.key, body: `{}`}).want(t, "another key's v2 connect", 404)
+		}
+		// Lists show only the key's own.
+		for _, k := range []struct{ key, own, not string }{{key, id, tsb.SandboxID}, {otherKey, tsb.SandboxID, id}} {
+			for _, path := range []string{"/v2/sandboxes?metadata=" + url.QueryEscape("who=hostile"), "/sandboxes"} {
+				a := d.e2b(t, e2bReq{method: "GET", path: path, key: k.key})
+				a.want(t, "list "+path, 200)
+				if !bytes.Contains(a.body, []byte(k.own)) || bytes.Contains(a.body, []byte(k.not)) {
+					t.Errorf("list %s shows another key's sandbox or not its own: %s", path, a.body)
+				}
+			}
+		}
+		// Their sandbox still runs; its envd answers its own token only.
+		d.e2b(t, e2bReq{method: "GET", path: "/sandboxes/" + tsb.SandboxID, key: otherKey}).want(t, "their get", 200)
+		d.e2b(t, e2bReq{method: "GET", path: "/health", header: map[string]string{"E2b-Sandbox-Id": tsb.SandboxID, "E2b-Sandbox-Port": "49983"}}).want(t, "their envd health", 204)
+		d.e2b(t, e2bReq{method: "POST", path: "/process.Process/List", body: "{}", key: key,
+			header: map[string]string{"E2b-Sandbox-Id": tsb.SandboxID, "E2b-Sandbox-Port": "49983", "X-Access-Token": token}}).want(t, "their envd with my token", 401)
+		// Their snapshots are not mine to list, use or delete.
+		a := d.e2b(t, e2bReq{method: "POST", path: "/sandboxes/" + tsb.SandboxID + "/snapshots", key: otherKey, body: `{"name":"their-snap"}`})
+		a.want(t, "their snapshot", 201)
+		var snap struct{ SnapshotID string }
+		json.Unmarshal(a.body, &snap)
+		a = d.e2b(t, e2bReq{method: "GET", path: "/snapshots", key: key})
+		if a.status != 200 || bytes.Contains(a.body, []byte(snap.SnapshotID)) {
+			t.Errorf("my snapshot list: %d %s", a.status, a.body)
+		}
+		for _, tmpl := range []string{snap.SnapshotID, "their-snap"} {
+			d.e2b(t, e2bReq{method: "POST", path: "/v2/sandboxes", key: key, body: `{"templateID":"` + tmpl + `"}`}).want(t, "create from their snapshot "+tmpl, 404)
+		}
+		d.e2b(t, e2bReq{method: "DELETE", path: "/templates/" + snap.SnapshotID, key: key}).want(t, "delete their snapshot", 404)
+		d.e2b(t, e2bReq{method: "DELETE", path: "/templates/" + snap.SnapshotID, key: otherKey}).want(t, "they delete their snapshot", 204)
+		d.e2b(t, e2bReq{method: "DELETE", path: "/sandboxes/" + tsb.SandboxID, key: otherKey}).want(t, "their kill", 204)
 	})
 
 	t.Run("bad queries and bodies", func(t *testing.T) {

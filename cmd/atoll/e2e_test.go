@@ -134,6 +134,25 @@ func startDaemonIn(t *testing.T, data, netns string, args ...string) *daemon {
 		for _, sb := range sbs {
 			c.DeleteSandbox(context.Background(), sb.ID)
 		}
+		// Other tenants' sandboxes, through a key the admin key issues for
+		// each tenant.
+		keys, _ := c.ListKeys(context.Background())
+		seen := map[string]bool{"default": true}
+		for _, k := range keys {
+			if seen[k.Tenant] {
+				continue
+			}
+			seen[k.Tenant] = true
+			tk, err := c.CreateKey(context.Background(), api.CreateKeyRequest{Name: "cleanup", Tenant: k.Tenant})
+			if err != nil {
+				continue
+			}
+			tc := d2.clientWith(tk.Key)
+			sbs, _ := tc.ListSandboxes(context.Background(), atoll.ListOptions{})
+			for _, sb := range sbs {
+				tc.DeleteSandbox(context.Background(), sb.ID)
+			}
+		}
 		d2.kill()
 		exec.Command("umount", "-l", filepath.Join(data, "layers")).Run()
 		exec.Command("umount", "-l", filepath.Join(data, "run")).Run()
@@ -207,9 +226,12 @@ func (d *daemon) startCmd(cmd *exec.Cmd) error {
 	return nettest.In(d.netns, cmd.Start)
 }
 
-func (d *daemon) client() *atoll.Client {
+func (d *daemon) client() *atoll.Client { return d.clientWith(d.key) }
+
+// clientWith is a client of the daemon that uses key.
+func (d *daemon) clientWith(key string) *atoll.Client {
 	if d.netns == "" {
-		return atoll.New(d.url, d.key)
+		return atoll.New(d.url, key)
 	}
 	hc := &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (c net.Conn, err error) {
@@ -220,7 +242,7 @@ func (d *daemon) client() *atoll.Client {
 			return c, err
 		},
 	}}
-	return atoll.New(d.url, d.key, atoll.WithHTTPClient(hc))
+	return atoll.New(d.url, key, atoll.WithHTTPClient(hc))
 }
 
 // cli runs the atoll CLI against the daemon and returns stdout and exit code.
@@ -1406,7 +1428,10 @@ func TestHostileInput(t *testing.T) {
 		{"bad egress CIDR", "POST", "/v1/sandboxes", `{"network":{"allow":["10.0.0.0/33"]}}`, 400},
 		{"bad wildcard", "PUT", "/v1/sandboxes/" + id + "/network", `{"allow":["a.*.example"]}`, 400},
 		// This daemon runs with --network off: a policy fails closed.
-		{"policy without networking", "POST", "/v1/sandboxes", `{"network":{"egress":"deny-all"}}`, 503},
+		// Loopback only cannot let a sandbox reach some places, or deny
+		// some (deny-all with nothing allowed it enforces, and is a 201).
+		{"policy without networking", "POST", "/v1/sandboxes", `{"network":{"egress":"deny-all","allow":["203.0.113.1"]}}`, 503},
+		{"deny list without networking", "POST", "/v1/sandboxes", `{"network":{"deny":["203.0.113.1"]}}`, 503},
 		{"network without networking", "GET", "/v1/sandboxes/" + id + "/network", "", 503},
 		{"set policy without networking", "PUT", "/v1/sandboxes/" + id + "/network", `{"egress":"deny-all"}`, 503},
 	}

@@ -104,6 +104,9 @@ directory (--data).`,
 	rts := newRuntimesCmd(g)
 	rts.GroupID = "server"
 	root.AddCommand(rts)
+	key := newKeyCmd(g)
+	key.GroupID = "server"
+	root.AddCommand(key)
 	return root
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -22,10 +21,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/atoll-dev/atoll/internal/auth"
 	"github.com/atoll-dev/atoll/internal/blob"
 	"github.com/atoll-dev/atoll/internal/control"
 	"github.com/atoll-dev/atoll/internal/e2b"
-	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/layers"
 	"github.com/atoll-dev/atoll/internal/network"
 	"github.com/atoll-dev/atoll/internal/portproxy"
@@ -76,8 +75,9 @@ runs against it with E2B_API_URL and E2B_SANDBOX_URL set to its URL
 It needs root, because sandboxes are made of namespaces, cgroups and mounts.
 Everything it keeps lives in the data directory: an embedded SQLite database,
 the layer store (a btrfs image loop-mounted there unless the directory is already
-on btrfs: snapshots, forks and disk quotas need it), and the API key, created
-on first start.
+on btrfs: snapshots, forks and disk quotas need it), and the admin's API key, created
+on first start ("atoll key create" issues keys for other tenants, which see
+only their own sandboxes).
 
 Each sandbox gets a network namespace of its own on a bridge (--network-bridge,
 default atoll0) with an IPv4 and an IPv6 address, NAT to the host's uplink, a
@@ -235,7 +235,8 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		return fmt.Errorf("opening store: %w", err)
 	}
 	defer st.Close()
-	key, keyPath, err := ensureAPIKey(ctx, st, data)
+	keys := auth.New(st)
+	key, keyPath, err := ensureAPIKey(ctx, keys, data)
 	if err != nil {
 		return err
 	}
@@ -309,8 +310,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 			return err
 		}
 	}
-	auth := newKeyAuth(st)
-	scfg := server.Config{Sandboxes: svc, Templates: svc.Templates(), Runtimes: svc, Auth: auth, Logger: log, Version: version}
+	scfg := server.Config{Sandboxes: svc, Templates: svc.Templates(), Runtimes: svc, Auth: keys, Keys: keys, Logger: log, Version: version}
 	if proxy != nil {
 		scfg.Ports = proxy
 	}
@@ -324,7 +324,11 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		if err != nil {
 			return err
 		}
-		e, err := e2b.New(e2b.Config{Sandboxes: svc, Auth: auth, TokenKey: tokenKey, Logger: log})
+		ecfg := e2b.Config{Sandboxes: svc, Auth: keys, TokenKey: tokenKey, Logger: log}
+		if proxy != nil {
+			ecfg.Ports = proxy
+		}
+		e, err := e2b.New(ecfg)
 		if err != nil {
 			return err
 		}
@@ -454,68 +458,15 @@ func agentSource(flag string) (string, error) {
 	return self, nil
 }
 
-// ensureAPIKey creates the first API key when the store has none: the key is
-// written 0600 to data/api-key for the local CLI and only its hash is stored.
-// It returns the key only when it was just created.
-func ensureAPIKey(ctx context.Context, st *store.Store, data string) (key, path string, err error) {
+// ensureAPIKey creates the first API key, the admin's, when the store has
+// none: the key is written 0600 to data/api-key for the local CLI and only
+// its hash is stored. It returns the key only when it was just created.
+func ensureAPIKey(ctx context.Context, keys *auth.Keys, data string) (key, path string, err error) {
 	path = filepath.Join(data, "api-key")
-	n, err := st.KeyCount(ctx)
-	if err != nil {
-		return "", "", err
-	}
-	if n > 0 {
-		return "", path, nil
-	}
-	b := make([]byte, 24)
-	rand.Read(b)
-	key = "atoll_" + hex.EncodeToString(b)
-	if err := writeFileAtomic(path, []byte(key+"\n"), 0o600); err != nil {
-		return "", "", err
-	}
-	if err := st.AddKey(ctx, hashKey(key)); err != nil {
-		return "", "", err
-	}
-	return key, path, nil
-}
-
-func hashKey(key string) string {
-	h := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(h[:])
-}
-
-// keyAuth checks API keys against the stored hashes.
-type keyAuth struct {
-	st *store.Store
-	// mu guards known, a cache of hashes found valid.
-	mu    sync.Mutex
-	known map[string]bool
-}
-
-func newKeyAuth(st *store.Store) *keyAuth { return &keyAuth{st: st, known: map[string]bool{}} }
-
-func (a *keyAuth) Authenticate(ctx context.Context, key string) error {
-	key = strings.TrimSpace(key)
-	if key == "" || len(key) > 256 {
-		return fmt.Errorf("%w: missing or malformed API key", errdefs.ErrUnauthorized)
-	}
-	h := hashKey(key)
-	a.mu.Lock()
-	ok := a.known[h]
-	a.mu.Unlock()
-	if ok {
-		return nil
-	}
-	ok, err := a.st.HasKey(ctx, h)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return fmt.Errorf("%w: invalid API key", errdefs.ErrUnauthorized)
-	}
-	a.mu.Lock()
-	a.known[h] = true
-	a.mu.Unlock()
-	return nil
+	key, err = keys.EnsureFirst(ctx, func(key string) error {
+		return writeFileAtomic(path, []byte(key+"\n"), 0o600)
+	})
+	return key, path, err
 }
 
 // writeFileAtomic writes a file so that a crash leaves the old or the new

@@ -342,11 +342,11 @@ func (noSandboxes) AgentDialer(context.Context, string) (func(context.Context) (
 
 type oneKey string
 
-func (k oneKey) Authenticate(ctx context.Context, key string) error {
+func (k oneKey) Authenticate(ctx context.Context, key string) (string, error) {
 	if key != string(k) {
-		return errdefs.ErrUnauthorized
+		return "", errdefs.ErrUnauthorized
 	}
-	return nil
+	return "default", nil
 }
 
 // TestTemplateCommands drives "atoll template" against a server in this

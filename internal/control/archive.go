@@ -177,7 +177,7 @@ func (s *Service) ArchiveSnapshot(ctx context.Context, id string) (api.Snapshot,
 	ctx = context.WithoutCancel(ctx)
 	unlock := s.lock(snapshotLock(id))
 	defer unlock()
-	sn, err := s.store.GetSnapshot(ctx, id)
+	sn, err := s.snapshot(ctx, id)
 	if err != nil {
 		return api.Snapshot{}, err
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/network"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/store"
+	"github.com/atoll-dev/atoll/internal/tenant"
 )
 
 // Defaults are the limits a sandbox gets when its create request leaves them out.
@@ -345,7 +346,7 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 			return api.Sandbox{}, err
 		}
 		var err error
-		if snap, err = s.store.GetSnapshot(ctx, req.Snapshot); err != nil {
+		if snap, err = s.snapshot(ctx, req.Snapshot); err != nil {
 			return api.Sandbox{}, err
 		}
 		if req.Template != "" && req.Template != snap.Template {
@@ -378,7 +379,7 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 		Env: req.Env, Labels: req.Labels, CreatedAt: time.Now().UTC(),
 		Ephemeral: req.Ephemeral, AutoDeleteSec: req.AutoDeleteSec, AutoStopSec: req.AutoStopSec,
 		AutoArchiveSec: req.AutoArchiveSec, Ports: portAccess(req.Ports),
-	}, TimeoutSec: req.TimeoutSec, FromSnapshot: req.Snapshot, Policy: policy}
+	}, TimeoutSec: req.TimeoutSec, FromSnapshot: req.Snapshot, Policy: policy, Tenant: tenant.Of(ctx)}
 	t0 := time.Now()
 	unlock, err := s.newSandbox(ctx, &sb)
 	if err != nil {
@@ -555,13 +556,23 @@ func (s *Service) Get(ctx context.Context, id string) (api.Sandbox, error) {
 	return s.view(sb), nil
 }
 
-// get reads a sandbox the API may show.
+// get reads a sandbox the API may show to the tenant of ctx: another
+// tenant's is not found, as one that does not exist.
 func (s *Service) get(ctx context.Context, id string) (store.Sandbox, error) {
 	sb, err := s.store.Get(ctx, id)
-	if err == nil && hidden(sb) {
+	if err == nil && (hidden(sb) || !tenant.Sees(ctx, sb.Tenant)) {
 		return store.Sandbox{}, notFound(id)
 	}
 	return sb, err
+}
+
+// snapshot reads a snapshot the tenant of ctx owns.
+func (s *Service) snapshot(ctx context.Context, id string) (store.Snapshot, error) {
+	sn, err := s.store.GetSnapshot(ctx, id)
+	if err == nil && !tenant.Sees(ctx, sn.Tenant) {
+		return store.Snapshot{}, fmt.Errorf("snapshot %s: %w", id, errdefs.ErrNotFound)
+	}
+	return sn, err
 }
 
 // List returns sandboxes in state (any if empty) carrying all of labels.
@@ -573,7 +584,7 @@ func (s *Service) List(ctx context.Context, state string, labels map[string]stri
 	out := []api.Sandbox{}
 next:
 	for _, sb := range sbs {
-		if hidden(sb) || state != "" && sb.State != state {
+		if hidden(sb) || !tenant.Sees(ctx, sb.Tenant) || state != "" && sb.State != state {
 			continue
 		}
 		for k, v := range labels {

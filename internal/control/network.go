@@ -42,12 +42,16 @@ func (s *Service) checkPolicy(p *api.NetworkPolicy) (api.NetworkPolicy, error) {
 	if p == nil {
 		return api.NetworkPolicy{}, nil
 	}
-	if s.net == nil {
-		return api.NetworkPolicy{}, errNoNetwork
-	}
 	pol, err := egress.Parse(p)
-	if err != nil {
+	if err != nil && s.net != nil {
 		return api.NetworkPolicy{}, err
+	}
+	if s.net == nil {
+		// Loopback only enforces deny-all with nothing allowed and no
+		// caps; it is kept, for a later start with networking.
+		if err != nil || !pol.DenyByDefault || len(pol.Allow) > 0 || len(pol.Names) > 0 || pol.EgressRate != 0 || pol.IngressRate != 0 {
+			return api.NetworkPolicy{}, errNoNetwork
+		}
 	}
 	if pol.IsDefault() {
 		return api.NetworkPolicy{}, nil
@@ -165,12 +169,12 @@ func (s *Service) GetNetwork(ctx context.Context, id string) (api.SandboxNetwork
 	if err := checkID(id); err != nil {
 		return api.SandboxNetwork{}, err
 	}
-	if s.net == nil {
-		return api.SandboxNetwork{}, errNoNetwork
-	}
 	sb, err := s.get(ctx, id)
 	if err != nil {
 		return api.SandboxNetwork{}, err
+	}
+	if s.net == nil {
+		return api.SandboxNetwork{}, errNoNetwork
 	}
 	s.touch(id)
 	return *s.networkOf(sb), nil
@@ -183,16 +187,19 @@ func (s *Service) SetNetwork(ctx context.Context, id string, req api.NetworkPoli
 	if err := checkID(id); err != nil {
 		return api.SandboxNetwork{}, err
 	}
-	stored, err := s.checkPolicy(&req)
-	if err != nil {
-		return api.SandboxNetwork{}, err
-	}
 	ctx = context.WithoutCancel(ctx)
 	sb, unlock, err := s.acquire(ctx, id, "")
 	if err != nil {
 		return api.SandboxNetwork{}, err
 	}
 	defer unlock()
+	if s.net == nil {
+		return api.SandboxNetwork{}, errNoNetwork
+	}
+	stored, err := s.checkPolicy(&req)
+	if err != nil {
+		return api.SandboxNetwork{}, err
+	}
 	switch sb.State {
 	case api.StateCreating, api.StateStarting, api.StateStopping, api.StateDeleting, api.StateArchiving, api.StateSuspending:
 		return api.SandboxNetwork{}, fmt.Errorf("%w: sandbox %s is %s; try again", errdefs.ErrConflict, id, sb.State)

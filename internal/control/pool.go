@@ -12,6 +12,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/store"
+	"github.com/atoll-dev/atoll/internal/tenant"
 )
 
 // The warm pool keeps sandboxes started ahead of demand, so that a create
@@ -196,6 +197,7 @@ func (s *Service) adoptPooled(ctx context.Context, id string, req api.CreateSand
 	sb.TimeoutSec, sb.Ephemeral, sb.AutoDeleteSec, sb.ExpiresAt = req.TimeoutSec, req.Ephemeral, req.AutoDeleteSec, nil
 	sb.AutoStopSec, sb.AutoArchiveSec = req.AutoStopSec, req.AutoArchiveSec
 	sb.Ports = portAccess(req.Ports)
+	sb.Tenant = tenant.Of(ctx)
 	s.touch(id)
 	if req.TimeoutSec > 0 {
 		exp := now.Add(time.Duration(req.TimeoutSec) * time.Second)

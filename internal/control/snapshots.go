@@ -11,6 +11,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/store"
+	"github.com/atoll-dev/atoll/internal/tenant"
 )
 
 // maxFork bounds the children one fork makes.
@@ -102,7 +103,8 @@ func (s *Service) CreateSnapshot(ctx context.Context, id string, req api.CreateS
 	if err := snapshotable(sb); err != nil {
 		return api.Snapshot{}, err
 	}
-	sn := store.Snapshot{ID: newID(), Name: req.Name, SandboxID: id, Template: sb.Template, State: api.SnapshotReady, CreatedAt: time.Now().UTC()}
+	sn := store.Snapshot{ID: newID(), Name: req.Name, SandboxID: id, Template: sb.Template, State: api.SnapshotReady,
+		Tenant: sb.Tenant, CreatedAt: time.Now().UTC()}
 	// The subvolume first, then the record: a crash in between leaves a
 	// snapshot no record names, which the next start removes.
 	if err := s.frozen(ctx, sb, func() error { return s.layers.SnapshotWritable(id, sn.ID) }); err != nil {
@@ -132,6 +134,9 @@ func (s *Service) ListSnapshots(ctx context.Context, sandboxID string) ([]api.Sn
 	}
 	out := []api.Snapshot{}
 	for _, sn := range sns {
+		if !tenant.Sees(ctx, sn.Tenant) {
+			continue
+		}
 		a := apiSnapshot(sn)
 		a.Sandboxes = users[sn.ID]
 		out = append(out, a)
@@ -144,7 +149,7 @@ func (s *Service) GetSnapshot(ctx context.Context, id string) (api.Snapshot, err
 	if err := checkID(id); err != nil {
 		return api.Snapshot{}, err
 	}
-	sn, err := s.store.GetSnapshot(ctx, id)
+	sn, err := s.snapshot(ctx, id)
 	if err != nil {
 		return api.Snapshot{}, err
 	}
@@ -166,7 +171,7 @@ func (s *Service) DeleteSnapshot(ctx context.Context, id string) error {
 	ctx = context.WithoutCancel(ctx)
 	unlock := s.lock(snapshotLock(id))
 	defer unlock()
-	sn, err := s.store.GetSnapshot(ctx, id)
+	sn, err := s.snapshot(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -244,7 +249,7 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 			State: api.StateCreating, Template: parent.Template, Runtime: parent.Runtime,
 			CPU: parent.CPU, MemoryMiB: parent.MemoryMiB, DiskGiB: parent.DiskGiB, PIDs: parent.PIDs,
 			Env: parent.Env, Labels: labels, CreatedAt: time.Now().UTC(), Ports: parent.Ports,
-		}, Policy: parent.Policy})
+		}, Policy: parent.Policy, Tenant: parent.Tenant})
 	}
 	if err := s.newSandboxes(ctx, children); err != nil {
 		unlock()
@@ -319,7 +324,7 @@ func (s *Service) Restore(ctx context.Context, id string, req api.RestoreRequest
 		return api.Sandbox{}, err
 	}
 	ctx = context.WithoutCancel(ctx)
-	sn, err := s.store.GetSnapshot(ctx, req.Snapshot)
+	sn, err := s.snapshot(ctx, req.Snapshot)
 	if err != nil {
 		return api.Sandbox{}, err
 	}

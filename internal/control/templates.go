@@ -13,6 +13,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/layers"
 	"github.com/atoll-dev/atoll/internal/store"
+	"github.com/atoll-dev/atoll/internal/tenant"
 )
 
 var templateName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
@@ -80,9 +81,19 @@ func (s *Service) importTemplate(ctx context.Context, req api.ImportTemplateRequ
 	return apiTemplate(t, 0), nil
 }
 
+// templateUsers counts the sandboxes of each template that the tenant of
+// ctx may know of: its own, or for admins (who delete templates), all.
+func (s *Service) templateUsers(ctx context.Context) (map[string]int, error) {
+	t, ok := tenant.FromContext(ctx)
+	if !ok || tenant.IsAdmin(t) {
+		t = ""
+	}
+	return s.store.TemplateUsers(ctx, t)
+}
+
 // listTemplates returns the built-in template and every imported one.
 func (s *Service) listTemplates(ctx context.Context) ([]api.Template, error) {
-	users, err := s.store.TemplateUsers(ctx)
+	users, err := s.templateUsers(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +113,7 @@ func (s *Service) listTemplates(ctx context.Context) ([]api.Template, error) {
 
 // getTemplate returns one template.
 func (s *Service) getTemplate(ctx context.Context, name string) (api.Template, error) {
-	users, err := s.store.TemplateUsers(ctx)
+	users, err := s.templateUsers(ctx)
 	if err != nil {
 		return api.Template{}, err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/e2b/envd"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/tenant"
 )
 
 // Sandboxes is the part of atoll's sandbox service (server.Sandboxes) the
@@ -40,12 +41,24 @@ type Sandboxes interface {
 	GetSnapshot(ctx context.Context, snapID string) (api.Snapshot, error)
 	DeleteSnapshot(ctx context.Context, snapID string) error
 	AgentDialer(ctx context.Context, id string) (func(ctx context.Context) (net.Conn, error), error)
+	SetNetwork(ctx context.Context, id string, req api.NetworkPolicy) (api.SandboxNetwork, error)
 }
 
-// Authenticator checks an API key; it returns an error wrapping
-// errdefs.ErrUnauthorized when the key is not accepted.
+// Ports is the port proxy (portproxy.Proxy), which serves sandbox ports
+// other than envd's.
+type Ports interface {
+	// ServePort serves r to port of sandbox id, its access already
+	// checked by the caller.
+	ServePort(w http.ResponseWriter, r *http.Request, id string, port int)
+	// Token is the access token of every port of sandbox id.
+	Token(id string) string
+}
+
+// Authenticator checks an API key and returns the tenant it belongs to
+// (package tenant); an error wrapping errdefs.ErrUnauthorized when the key
+// is not accepted.
 type Authenticator interface {
-	Authenticate(ctx context.Context, apiKey string) error
+	Authenticate(ctx context.Context, apiKey string) (tenant string, err error)
 }
 
 // Config configures a Server. Sandboxes, Auth and TokenKey are required.
@@ -55,6 +68,9 @@ type Config struct {
 	// TokenKey signs the sandboxes' envd access tokens; at least 32 bytes,
 	// kept secret and stable: changing it invalidates every token.
 	TokenKey []byte
+	// Ports serves sandbox ports other than envd's (getHost URLs); nil
+	// answers them 502, as for a server without networking.
+	Ports Ports
 	// Aliases maps E2B template names to atoll templates; default
 	// {"base": "host"}.
 	Aliases map[string]string
@@ -131,6 +147,7 @@ func (s *Server) routes() {
 	m.Handle("POST /sandboxes/{sandboxID}/connect", auth(s.connect))
 	m.Handle("POST /v2/sandboxes/{sandboxID}/connect", auth(s.connect))
 	m.Handle("POST /sandboxes/{sandboxID}/fork", auth(s.fork))
+	m.Handle("PUT /sandboxes/{sandboxID}/network", auth(s.updateNetwork))
 	m.Handle("POST /sandboxes/{sandboxID}/snapshots", auth(s.createSnapshot))
 	m.Handle("GET /snapshots", auth(s.listSnapshots))
 	m.Handle("DELETE /templates/{templateID}", auth(s.deleteSnapshot))
@@ -138,7 +155,6 @@ func (s *Server) routes() {
 	for _, p := range []struct{ pattern, what string }{
 		{"GET /sandboxes/{sandboxID}/metrics", "sandbox metrics"},
 		{"GET /sandboxes/metrics", "sandbox metrics"},
-		{"PUT /sandboxes/{sandboxID}/network", "network configuration (sandboxes have no network yet)"},
 		{"GET /sandboxes/{sandboxID}/logs", "sandbox logs"},
 		{"GET /v2/sandboxes/{sandboxID}/logs", "sandbox logs"},
 		{"/templates/", "template management (use atoll template)"},
@@ -173,9 +189,9 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			writeError(w, http.StatusUnauthorized, "missing API key: send it in the X-API-Key header")
 			return
 		}
-		err := s.cfg.Auth.Authenticate(r.Context(), key)
+		t, err := s.cfg.Auth.Authenticate(r.Context(), key)
 		if rest, ok := strings.CutPrefix(key, "e2b_"); ok && errors.Is(err, errdefs.ErrUnauthorized) {
-			err = s.cfg.Auth.Authenticate(r.Context(), "atoll_"+rest)
+			t, err = s.cfg.Auth.Authenticate(r.Context(), "atoll_"+rest)
 		}
 		if err != nil {
 			if errors.Is(err, errdefs.ErrUnauthorized) {
@@ -185,7 +201,9 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			s.writeErr(w, r, fmt.Errorf("authenticating: %w", err))
 			return
 		}
-		next.ServeHTTP(w, r)
+		// A key sees its tenant's sandboxes only; another's are not found,
+		// as another team's are on E2B.
+		next.ServeHTTP(w, r.WithContext(tenant.NewContext(r.Context(), t)))
 	})
 }
 

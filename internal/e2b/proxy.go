@@ -92,12 +92,59 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, t target) 
 		return
 	}
 	if port != envd.Port {
-		// Ports are served by the network layer, which does not exist yet:
-		// sandboxes have only loopback.
-		badGateway(w, id, fmt.Sprintf("port %d of sandbox %s is not reachable: atoll does not expose sandbox ports yet", port, id))
+		s.servePort(w, r, id, port)
 		return
 	}
 	c := agent.NewClient(dial)
 	defer c.HTTPClient().CloseIdleConnections()
 	s.envd.Serve(w, r, envd.Sandbox{ID: id, Agent: c, AccessToken: s.accessToken(id)})
+}
+
+// Headers of E2B's sandbox traffic that are for atoll, not the sandbox.
+const (
+	headerSandboxID    = "E2b-Sandbox-Id"
+	headerSandboxPort  = "E2b-Sandbox-Port"
+	headerTrafficToken = "E2b-Traffic-Access-Token"
+)
+
+// servePort sends a request for a port other than envd's to the port
+// proxy. A sandbox whose ports are not public (E2B's allowPublicTraffic
+// false) needs its traffic access token in e2b-traffic-access-token, or
+// atoll's own token header; E2B answers 403 without it.
+func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, port int) {
+	if s.cfg.Ports == nil {
+		badGateway(w, id, fmt.Sprintf("port %d of sandbox %s is not reachable: this atoll server runs sandboxes without networking, or without its port proxy", port, id))
+		return
+	}
+	sb, err := s.cfg.Sandboxes.Get(r.Context(), id)
+	if err != nil {
+		badGateway(w, id, fmt.Sprintf("the sandbox %s was not found", id))
+		return
+	}
+	if !sb.Ports.Public {
+		tok := r.Header.Get(headerTrafficToken)
+		if tok == "" {
+			tok = r.Header.Get("Atoll-Access-Token")
+		}
+		if tok == "" {
+			forbidden(w, id, "Sandbox is secured with traffic access token. Token header 'e2b-traffic-access-token' is missing")
+			return
+		}
+		if !hmac.Equal([]byte(tok), []byte(s.cfg.Ports.Token(id))) {
+			forbidden(w, id, "Sandbox is secured with traffic access token. The token in header 'e2b-traffic-access-token' is not valid")
+			return
+		}
+	}
+	r = r.Clone(r.Context())
+	for _, h := range []string{headerSandboxID, headerSandboxPort, headerTrafficToken} {
+		r.Header.Del(h)
+	}
+	s.cfg.Ports.ServePort(w, r, id, port)
+}
+
+func forbidden(w http.ResponseWriter, id, msg string) {
+	writeJSON(w, http.StatusForbidden, struct {
+		apiError
+		SandboxID string `json:"sandboxId"`
+	}{apiError{http.StatusForbidden, msg}, id})
 }

@@ -120,10 +120,6 @@ func (s *Server) createRequest(ctx context.Context, b newSandbox, defaultTimeout
 	switch {
 	case b.TemplateID == "":
 		return req, "", bad("templateID is required")
-	case b.AllowInternetAccess != nil && *b.AllowInternetAccess:
-		return req, "", bad("allow_internet_access: atoll sandboxes have no network yet (loopback only); leave it unset or false")
-	case b.Network != nil && (len(b.Network.AllowOut) > 0 || !isNull(b.Network.EgressProxy) || !isNull(b.Network.Rules) && string(b.Network.Rules) != "{}"):
-		return req, "", bad("network: allowOut, egressProxy and rules are not supported: atoll sandboxes have no network yet")
 	case !isNull(b.MCP):
 		return req, "", bad("mcp: MCP gateways are not supported")
 	case !isNull(b.IAM) && string(b.IAM) != "{}":
@@ -140,12 +136,38 @@ func (s *Server) createRequest(ctx context.Context, b newSandbox, defaultTimeout
 	if err := checkMetadata(b.Metadata); err != nil {
 		return req, "", err
 	}
+	allowInternet := b.AllowInternetAccess
+	if allowInternet == nil {
+		allowInternet = b.AllowInternetAccessCamel
+	}
+	var allowOut, denyOut []string
+	public := true // E2B's default: sandbox URLs open to anyone who has them
+	if n := b.Network; n != nil {
+		if err := unsupportedEgress(n.EgressProxy, n.Rules); err != nil {
+			return req, "", err
+		}
+		if n.MaskRequestHost != nil && *n.MaskRequestHost != "" {
+			return req, "", bad("network.maskRequestHost: rewriting the Host of requests to sandboxes is not supported by atoll")
+		}
+		if len(n.HTTPSPorts) > 0 {
+			return req, "", bad("network.httpsPorts: atoll reaches sandbox ports over plain HTTP only")
+		}
+		allowOut, denyOut = n.AllowOut, n.DenyOut
+		if n.AllowPublicTraffic != nil {
+			public = *n.AllowPublicTraffic
+		}
+	}
+	policy, err := egressPolicy(allowInternet, allowOut, denyOut)
+	if err != nil {
+		return req, "", err
+	}
 	tmpl, snap, alias, err := s.source(ctx, b.TemplateID)
 	if err != nil {
 		return req, "", err
 	}
 	req = api.CreateSandboxRequest{
 		Template: tmpl, Snapshot: snap, Env: b.EnvVars, Labels: b.Metadata, TimeoutSec: t,
+		Network: policy, Ports: &api.PortAccess{Public: public},
 		// E2B kills a sandbox on timeout unless it auto-pauses; atoll's
 		// timeout stops it, so a killing one is ephemeral. An auto-pausing
 		// one stops with its files kept and shows as paused.

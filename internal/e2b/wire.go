@@ -14,19 +14,21 @@ import (
 
 // newSandbox is the body of POST /sandboxes and POST /v2/sandboxes.
 type newSandbox struct {
-	TemplateID          string            `json:"templateID"`
-	Timeout             *int64            `json:"timeout"` // seconds
-	AutoPause           *bool             `json:"autoPause"`
-	AutoPauseMemory     *bool             `json:"autoPauseMemory"`
-	AutoResume          *autoResume       `json:"autoResume"`
-	Secure              *bool             `json:"secure"`
-	AllowInternetAccess *bool             `json:"allow_internet_access"`
-	Network             *networkConfig    `json:"network"`
-	Metadata            map[string]string `json:"metadata"`
-	EnvVars             map[string]string `json:"envVars"`
-	MCP                 json.RawMessage   `json:"mcp"`
-	IAM                 json.RawMessage   `json:"iam"`
-	VolumeMounts        []json.RawMessage `json:"volumeMounts"`
+	TemplateID          string      `json:"templateID"`
+	Timeout             *int64      `json:"timeout"` // seconds
+	AutoPause           *bool       `json:"autoPause"`
+	AutoPauseMemory     *bool       `json:"autoPauseMemory"`
+	AutoResume          *autoResume `json:"autoResume"`
+	Secure              *bool       `json:"secure"`
+	AllowInternetAccess *bool       `json:"allow_internet_access"`
+	// allowInternetAccess is how E2B's docs spell it in places.
+	AllowInternetAccessCamel *bool             `json:"allowInternetAccess"`
+	Network                  *networkConfig    `json:"network"`
+	Metadata                 map[string]string `json:"metadata"`
+	EnvVars                  map[string]string `json:"envVars"`
+	MCP                      json.RawMessage   `json:"mcp"`
+	IAM                      json.RawMessage   `json:"iam"`
+	VolumeMounts             []json.RawMessage `json:"volumeMounts"`
 }
 
 type autoResume struct {
@@ -39,6 +41,7 @@ type networkConfig struct {
 	DenyOut            []string        `json:"denyOut"`
 	EgressProxy        json.RawMessage `json:"egressProxy"`
 	MaskRequestHost    *string         `json:"maskRequestHost"`
+	HTTPSPorts         []int           `json:"httpsPorts"`
 	Rules              json.RawMessage `json:"rules"`
 }
 
@@ -74,10 +77,11 @@ type listedSandbox struct {
 // sandboxDetail is GET /sandboxes/{id}.
 type sandboxDetail struct {
 	listedSandbox
-	EnvdAccessToken     string     `json:"envdAccessToken,omitempty"`
-	AllowInternetAccess *bool      `json:"allowInternetAccess"`
-	Domain              *string    `json:"domain"`
-	Lifecycle           *lifecycle `json:"lifecycle,omitempty"`
+	EnvdAccessToken     string       `json:"envdAccessToken,omitempty"`
+	AllowInternetAccess *bool        `json:"allowInternetAccess"`
+	Network             *networkInfo `json:"network,omitempty"`
+	Domain              *string      `json:"domain"`
+	Lifecycle           *lifecycle   `json:"lifecycle,omitempty"`
 }
 
 type lifecycle struct {
@@ -178,17 +182,18 @@ func (s *Server) detail(sb api.Sandbox) sandboxDetail {
 	if sb.Ephemeral {
 		onTimeout = "kill"
 	}
-	noNet := false // sandboxes have only loopback
+	internet, network := e2bNetwork(sb)
 	return sandboxDetail{
 		listedSandbox:       s.listed(sb),
 		EnvdAccessToken:     s.accessToken(sb.ID),
-		AllowInternetAccess: &noNet,
+		AllowInternetAccess: &internet,
+		Network:             network,
 		Lifecycle:           &lifecycle{OnTimeout: onTimeout},
 	}
 }
 
 func (s *Server) sandbox(sb api.Sandbox) *sandbox {
-	return &sandbox{
+	out := &sandbox{
 		TemplateID:      sb.Template,
 		SandboxID:       sb.ID,
 		Alias:           s.reverse[sb.Template],
@@ -196,4 +201,11 @@ func (s *Server) sandbox(sb api.Sandbox) *sandbox {
 		EnvdVersion:     envd.Version,
 		EnvdAccessToken: s.accessToken(sb.ID),
 	}
+	// A sandbox whose ports are not public gets E2B's traffic access
+	// token: atoll's port token, which opens every port of it.
+	if !sb.Ports.Public && s.cfg.Ports != nil {
+		tok := s.cfg.Ports.Token(sb.ID)
+		out.TrafficAccessToken = &tok
+	}
+	return out
 }

@@ -11,8 +11,10 @@ var (
 	ErrConflict     = errors.New("conflict")
 	ErrUnavailable  = errors.New("unavailable")
 	ErrUnauthorized = errors.New("unauthorized")
-	ErrQuota        = errors.New("quota exceeded")
-	ErrTooLarge     = errors.New("too large")
+	// ErrForbidden is a valid key asking for what only an admin key may do.
+	ErrForbidden = errors.New("forbidden")
+	ErrQuota     = errors.New("quota exceeded")
+	ErrTooLarge  = errors.New("too large")
 )
 
 // Code is the stable machine-readable name of err's kind, as used in the JSON
@@ -29,6 +31,8 @@ func Code(err error) string {
 		return "unavailable"
 	case errors.Is(err, ErrUnauthorized):
 		return "unauthorized"
+	case errors.Is(err, ErrForbidden):
+		return "forbidden"
 	case errors.Is(err, ErrQuota):
 		return "quota_exceeded"
 	case errors.Is(err, ErrTooLarge):
@@ -50,6 +54,8 @@ func FromCode(code string) error {
 		return ErrUnavailable
 	case "unauthorized":
 		return ErrUnauthorized
+	case "forbidden":
+		return ErrForbidden
 	case "quota_exceeded":
 		return ErrQuota
 	case "too_large":

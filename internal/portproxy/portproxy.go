@@ -139,21 +139,44 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid", err.Error())
 		return
 	}
+	p.serve(w, r, id, port, func(public bool) bool {
+		if public {
+			return true
+		}
+		ok, cookie := p.authorized(r, id, port, byHost)
+		if !ok {
+			writeError(w, http.StatusUnauthorized, "unauthorized",
+				"this sandbox's ports need its access token (header "+HeaderToken+") or a signed URL that has not expired")
+			return false
+		}
+		if cookie != nil {
+			http.SetCookie(w, cookie)
+		}
+		return true
+	})
+}
+
+// ServePort serves r to port of sandbox id for a caller that routed it and
+// checked its access itself: the E2B-compatible API, whose SDKs address
+// ports with headers and tokens of their own.
+func (p *Proxy) ServePort(w http.ResponseWriter, r *http.Request, id string, port int) {
+	if !validID(id) || port < 1 || port > 65535 {
+		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("malformed sandbox ID %q or port %d", truncate(id, 64), port))
+		return
+	}
+	p.serve(w, r, id, port, func(bool) bool { return true })
+}
+
+// serve proxies r to port of sandbox id if allow, told whether the
+// sandbox's ports are public, says so (having answered r if not).
+func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, id string, port int, allow func(public bool) bool) {
 	addr, public, err := p.cfg.Sandboxes.PortTarget(r.Context(), id)
 	if err != nil {
 		p.lookupError(w, r, id, err)
 		return
 	}
-	if !public {
-		ok, cookie := p.authorized(r, id, port, byHost)
-		if !ok {
-			writeError(w, http.StatusUnauthorized, "unauthorized",
-				"this sandbox's ports need its access token (header "+HeaderToken+") or a signed URL that has not expired")
-			return
-		}
-		if cookie != nil {
-			http.SetCookie(w, cookie)
-		}
+	if !allow(public) {
+		return
 	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup

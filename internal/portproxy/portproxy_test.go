@@ -384,3 +384,31 @@ func TestLoadKey(t *testing.T) {
 		t.Error("a malformed key loads")
 	}
 }
+
+// ServePort is for a caller that routed the request and checked access
+// itself (the E2B API): private ports open, lookups still decide.
+func TestServePort(t *testing.T) {
+	f := newFixture(t)
+	serve := func(id string, port int) (int, string) {
+		req := httptest.NewRequest("GET", "/x", nil)
+		rec := httptest.NewRecorder()
+		f.p.ServePort(rec, req, id, port)
+		return rec.Code, rec.Body.String()
+	}
+	if code, body := serve(idPrivate, f.port); code != 200 || !strings.HasSuffix(body, " /x") {
+		t.Errorf("private sandbox: %d %s", code, body)
+	}
+	<-f.seen
+	for _, c := range []struct {
+		id   string
+		port int
+		want int
+	}{
+		{idPublic, 0, 400}, {idPublic, 70000, 400}, {"../x", f.port, 400}, {"nosuchsandbox0000000", f.port, 404},
+		{idStopped, f.port, 503}, {idBroken, f.port, 503},
+	} {
+		if code, body := serve(c.id, c.port); code != c.want {
+			t.Errorf("%s:%d: %d %s, want %d", c.id, c.port, code, body, c.want)
+		}
+	}
+}

@@ -20,6 +20,7 @@ var statusOf = []struct {
 }{
 	{errdefs.ErrInvalid, http.StatusBadRequest},
 	{errdefs.ErrUnauthorized, http.StatusUnauthorized},
+	{errdefs.ErrForbidden, http.StatusForbidden},
 	{errdefs.ErrNotFound, http.StatusNotFound},
 	{errdefs.ErrConflict, http.StatusConflict},
 	{errdefs.ErrTooLarge, http.StatusRequestEntityTooLarge},

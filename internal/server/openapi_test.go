@@ -191,6 +191,9 @@ func TestOpenAPISchemas(t *testing.T) {
 		"ImportTemplateRequest": reflect.TypeFor[api.ImportTemplateRequest](),
 		"ImportEvent":           reflect.TypeFor[api.ImportEvent](),
 		"BuildEvent":            reflect.TypeFor[api.BuildEvent](),
+		"APIKey":                reflect.TypeFor[api.APIKey](),
+		"APIKeyList":            reflect.TypeFor[api.APIKeyList](),
+		"CreateKeyRequest":      reflect.TypeFor[api.CreateKeyRequest](),
 	} {
 		ref := doc.Components.Schemas[name]
 		if ref == nil || ref.Value == nil {

@@ -32,13 +32,13 @@ func (s *Server) getPortURL(w http.ResponseWriter, r *http.Request) {
 		}
 		ttl = time.Duration(n) * time.Second
 	}
-	if s.cfg.Ports == nil {
-		s.writeError(w, r, fmt.Errorf("%w: this server has no port proxy", errdefs.ErrUnavailable))
-		return
-	}
 	sb, err := s.cfg.Sandboxes.Get(r.Context(), id)
 	if err != nil {
 		s.writeError(w, r, err)
+		return
+	}
+	if s.cfg.Ports == nil {
+		s.writeError(w, r, fmt.Errorf("%w: this server has no port proxy", errdefs.ErrUnavailable))
 		return
 	}
 	writeJSON(w, http.StatusOK, s.cfg.Ports.URL(id, port, sb.Ports.Public, ttl))

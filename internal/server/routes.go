@@ -78,13 +78,18 @@ func (s *Server) routes() []route {
 		{"GET", snapshotPath, true, s.getSnapshot},
 		{"DELETE", snapshotPath, true, s.deleteSnapshot},
 		{"POST", snapshotPath + "/archive", true, s.archiveSnapshot},
-		{"POST", "/v1/templates/import", true, s.importTemplate},
-		{"POST", "/v1/templates/build", true, s.buildTemplate},
+		// Templates are the server's, shared by every tenant: any key uses
+		// them, admin keys change them.
+		{"POST", "/v1/templates/import", true, s.admin(s.importTemplate)},
+		{"POST", "/v1/templates/build", true, s.admin(s.buildTemplate)},
 		{"GET", "/v1/templates", true, s.listTemplates},
 		{"GET", templatePath, true, s.getTemplate},
-		{"DELETE", templatePath, true, s.deleteTemplate},
-		{"POST", templatePath + "/tag", true, s.tagTemplate},
-		{"POST", "/v1/templates/bootstrap", true, s.bootstrapTemplate},
+		{"DELETE", templatePath, true, s.admin(s.deleteTemplate)},
+		{"POST", templatePath + "/tag", true, s.admin(s.tagTemplate)},
+		{"POST", "/v1/templates/bootstrap", true, s.admin(s.bootstrapTemplate)},
+		{"POST", "/v1/keys", true, s.admin(s.createKey)},
+		{"GET", "/v1/keys", true, s.admin(s.listKeys)},
+		{"DELETE", "/v1/keys/{key}", true, s.admin(s.deleteKey)},
 	}
 	for _, ar := range agentRoutes {
 		rts = append(rts, route{ar.method, sandboxPath + ar.path, true, s.forward(strings.Contains(ar.path, "{pid}"), ar.jsonBody)})

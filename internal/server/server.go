@@ -17,6 +17,7 @@ import (
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/tenant"
 )
 
 // Sandboxes is what the API serves. Errors carry errdefs kinds; their messages
@@ -81,10 +82,19 @@ type Runtimes interface {
 	Runtimes() []api.Runtime
 }
 
-// Authenticator checks an API key; it returns an error wrapping
-// errdefs.ErrUnauthorized when the key is not accepted.
+// Keys issues and revokes API keys (auth.Keys).
+type Keys interface {
+	Create(ctx context.Context, req api.CreateKeyRequest) (api.APIKey, error)
+	List(ctx context.Context) ([]api.APIKey, error)
+	// Delete revokes a key at once; errdefs.ErrConflict for the last admin key.
+	Delete(ctx context.Context, id string) error
+}
+
+// Authenticator checks an API key and returns the tenant it belongs to
+// (package tenant); an error wrapping errdefs.ErrUnauthorized when the key
+// is not accepted.
 type Authenticator interface {
-	Authenticate(ctx context.Context, apiKey string) error
+	Authenticate(ctx context.Context, apiKey string) (tenant string, err error)
 }
 
 // Config configures a Server. Sandboxes and Auth are required.
@@ -94,6 +104,7 @@ type Config struct {
 	Ports     Ports     // nil: GET .../ports/{port} answers 503 unavailable
 	Runtimes  Runtimes  // nil: GET /v1/runtimes answers 503 unavailable
 	Auth      Authenticator
+	Keys      Keys         // nil: the key routes answer 503 unavailable
 	Logger    *slog.Logger // default slog.Default()
 	Version   string       // reported by GET /v1/health
 }
@@ -210,7 +221,8 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			writeJSONError(w, http.StatusUnauthorized, "unauthorized", "missing API key: send Authorization: Bearer KEY or X-API-Key: KEY")
 			return
 		}
-		if err := s.cfg.Auth.Authenticate(r.Context(), key); err != nil {
+		t, err := s.cfg.Auth.Authenticate(r.Context(), key)
+		if err != nil {
 			if errors.Is(err, errdefs.ErrUnauthorized) {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="atoll"`)
 				writeJSONError(w, http.StatusUnauthorized, "unauthorized", "invalid API key")
@@ -219,7 +231,9 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			s.writeError(w, r, fmt.Errorf("authenticating: %w", err))
 			return
 		}
-		next.ServeHTTP(w, r)
+		// Everything below acts for the key's tenant: the sandbox service
+		// shows it only what it owns.
+		next.ServeHTTP(w, r.WithContext(tenant.NewContext(r.Context(), t)))
 	})
 }
 

@@ -382,11 +382,11 @@ func (m *memSandboxes) AgentDialer(ctx context.Context, id string) (func(ctx con
 
 type keyAuth string
 
-func (k keyAuth) Authenticate(ctx context.Context, key string) error {
+func (k keyAuth) Authenticate(ctx context.Context, key string) (string, error) {
 	if key != string(k) {
-		return errdefs.ErrUnauthorized
+		return "", errdefs.ErrUnauthorized
 	}
-	return nil
+	return "default", nil
 }
 
 // testAgent imitates a few agent endpoints, enough to check forwarding.

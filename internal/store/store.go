@@ -1,5 +1,6 @@
-// Package store keeps atoll's durable state: sandboxes, their state transitions
-// and API keys. It is an embedded SQLite database (modernc.org/sqlite, no cgo)
+// Package store keeps atoll's durable state: sandboxes, their state transitions,
+// snapshots, templates and API keys (hashed), each sandbox, snapshot and key
+// with its tenant. It is an embedded SQLite database (modernc.org/sqlite, no cgo)
 // in WAL mode with synchronous=FULL, so a committed change survives a crash of
 // the process or the machine; PostgreSQL joins it for cluster mode.
 package store
@@ -18,6 +19,7 @@ import (
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/tenant"
 )
 
 // Store is the database.
@@ -40,6 +42,9 @@ type Sandbox struct {
 	// Policy is its egress policy as the API shows it (egress.Policy.API);
 	// empty is allow-all.
 	Policy api.NetworkPolicy
+	// Tenant owns it (package tenant); rows of older versions belong to
+	// tenant.Default.
+	Tenant string
 }
 
 const schema = `
@@ -143,6 +148,12 @@ var added = []struct{ table, column, def string }{
 	{"snapshots", "state", "TEXT NOT NULL DEFAULT 'ready'"},
 	{"sandboxes", "egress", "TEXT NOT NULL DEFAULT ''"},
 	{"sandboxes", "public_ports", "INTEGER NOT NULL DEFAULT 0"},
+	// Tenants: what older versions made is the first key's, the default
+	// tenant's (tenant.Default).
+	{"sandboxes", "tenant", "TEXT NOT NULL DEFAULT 'default'"},
+	{"snapshots", "tenant", "TEXT NOT NULL DEFAULT 'default'"},
+	{"api_keys", "name", "TEXT NOT NULL DEFAULT ''"},
+	{"api_keys", "tenant", "TEXT NOT NULL DEFAULT 'default'"},
 }
 
 // migrate adds the columns a database made by an older version lacks.
@@ -164,7 +175,7 @@ func migrate(db *sql.DB) error {
 const columns = `id, state, template, runtime, cpu, memory_mib, disk_gib, pids, env, labels, error,
 	slot, created_at, started_at, stopped_at, pid, start_time, socket,
 	timeout_sec, expires_at, ephemeral, auto_delete_sec, auto_stop_sec, from_snapshot,
-	auto_archive_sec, egress, public_ports`
+	auto_archive_sec, egress, public_ports, tenant`
 
 // Create inserts a new sandbox, choosing its slot (the lowest one free), and
 // records its first state.
@@ -192,14 +203,15 @@ func (s *Store) Create(ctx context.Context, sb *Sandbox) error {
 	}
 	rows.Close()
 	sb.Slot = slot
+	sb.Tenant = tenantOf(sb.Tenant)
 	env, _ := json.Marshal(orEmpty(sb.Env))
 	labels, _ := json.Marshal(orEmpty(sb.Labels))
-	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		sb.ID, sb.State, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
 		string(env), string(labels), sb.Error, sb.Slot, sb.CreatedAt.UnixNano(),
 		nanos(sb.StartedAt), nanos(sb.StoppedAt), sb.PID, int64(sb.StartTime), sb.Socket,
 		sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec, sb.FromSnapshot,
-		sb.AutoArchiveSec, policyJSON(sb.Policy), sb.Ports.Public)
+		sb.AutoArchiveSec, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant))
 	if err != nil {
 		return fmt.Errorf("inserting sandbox: %w", err)
 	}
@@ -247,11 +259,11 @@ func update(ctx context.Context, tx *sql.Tx, sb *Sandbox, from []string) error {
 	_, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state=?, error=?, template=?, runtime=?, cpu=?, memory_mib=?,
 		disk_gib=?, pids=?, env=?, labels=?, created_at=?, started_at=?, stopped_at=?, pid=?, start_time=?, socket=?,
 		timeout_sec=?, expires_at=?, ephemeral=?, auto_delete_sec=?, auto_stop_sec=?,
-		auto_archive_sec=?, from_snapshot=?, egress=?, public_ports=? WHERE id=?`,
+		auto_archive_sec=?, from_snapshot=?, egress=?, public_ports=?, tenant=? WHERE id=?`,
 		sb.State, sb.Error, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
 		string(env), string(labels), sb.CreatedAt.UnixNano(), nanos(sb.StartedAt), nanos(sb.StoppedAt),
 		sb.PID, int64(sb.StartTime), sb.Socket, sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec,
-		sb.AutoArchiveSec, sb.FromSnapshot, policyJSON(sb.Policy), sb.Ports.Public, sb.ID)
+		sb.AutoArchiveSec, sb.FromSnapshot, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant), sb.ID)
 	if err != nil {
 		return err
 	}
@@ -335,16 +347,106 @@ func (s *Store) Transitions(ctx context.Context, id string) ([]Transition, error
 	return out, rows.Err()
 }
 
-// AddKey stores the hash of an API key.
-func (s *Store) AddKey(ctx context.Context, hash string) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO api_keys (hash, created_at) VALUES (?, ?)`, hash, time.Now().UnixNano())
+// Key is a stored API key: never the key itself, only its SHA-256 hash,
+// whose first 20 hex digits are the key's ID.
+type Key struct {
+	ID        string
+	Hash      string
+	Name      string
+	Tenant    string
+	CreatedAt time.Time
+}
+
+// KeyID is the ID of the key whose hash is hash.
+func KeyID(hash string) string {
+	if len(hash) < 20 {
+		return hash
+	}
+	return hash[:20]
+}
+
+// AddKey stores the hash of an API key, its name and its tenant.
+func (s *Store) AddKey(ctx context.Context, hash, name, tenant string) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO api_keys (hash, created_at, name, tenant) VALUES (?, ?, ?, ?)`,
+		hash, time.Now().UnixNano(), name, tenantOf(tenant))
 	return err
 }
 
-// HasKey reports whether hash is a stored key hash.
-func (s *Store) HasKey(ctx context.Context, hash string) (bool, error) {
+// LookupKey returns the key whose hash is hash; errdefs.ErrNotFound if
+// there is none.
+func (s *Store) LookupKey(ctx context.Context, hash string) (Key, error) {
+	ks, err := s.keys(ctx, `WHERE hash = ?`, hash)
+	if err != nil {
+		return Key{}, err
+	}
+	if len(ks) == 0 {
+		return Key{}, fmt.Errorf("key: %w", errdefs.ErrNotFound)
+	}
+	return ks[0], nil
+}
+
+// ListKeys returns every key, oldest first.
+func (s *Store) ListKeys(ctx context.Context) ([]Key, error) {
+	return s.keys(ctx, `ORDER BY created_at, hash`)
+}
+
+// DeleteKey removes the key with ID id, unless it is the last key of the
+// default tenant (the admin's), which would leave nobody to issue keys.
+func (s *Store) DeleteKey(ctx context.Context, id string) error {
+	adminTenant := tenant.Default
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var hash, tenant string
+	err = tx.QueryRowContext(ctx, `SELECT hash, tenant FROM api_keys WHERE substr(hash, 1, 20) = ?`, id).Scan(&hash, &tenant)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("key %s: %w", id, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	if tenant == adminTenant {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM api_keys WHERE tenant = ?`, adminTenant).Scan(&n); err != nil {
+			return err
+		}
+		if n <= 1 {
+			return fmt.Errorf("%w: key %s is the last admin key; create another first", errdefs.ErrConflict, id)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM api_keys WHERE hash = ?`, hash); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+func (s *Store) keys(ctx context.Context, where string, args ...any) ([]Key, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT hash, name, tenant, created_at FROM api_keys `+where, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Key
+	for rows.Next() {
+		var k Key
+		var created int64
+		if err := rows.Scan(&k.Hash, &k.Name, &k.Tenant, &created); err != nil {
+			return nil, err
+		}
+		k.ID = KeyID(k.Hash)
+		k.CreatedAt = time.Unix(0, created).UTC()
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+// TenantInUse reports whether tenant t has keys, sandboxes or snapshots.
+func (s *Store) TenantInUse(ctx context.Context, t string) (bool, error) {
 	var n int
-	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM api_keys WHERE hash = ?`, hash).Scan(&n)
+	err := s.db.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM api_keys WHERE tenant = ?)
+		+ (SELECT COUNT(*) FROM sandboxes WHERE tenant = ?) + (SELECT COUNT(*) FROM snapshots WHERE tenant = ?)`, t, t, t).Scan(&n)
 	return n > 0, err
 }
 
@@ -353,6 +455,15 @@ func (s *Store) KeyCount(ctx context.Context) (int, error) {
 	var n int
 	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM api_keys`).Scan(&n)
 	return n, err
+}
+
+// tenantOf is the tenant column of a row: "" (a caller that predates
+// tenants) is the default tenant.
+func tenantOf(t string) string {
+	if t == "" {
+		return tenant.Default
+	}
+	return t
 }
 
 func transition(ctx context.Context, tx *sql.Tx, id, from, to, reason string) error {
@@ -374,7 +485,7 @@ func scan(rows *sql.Rows) ([]Sandbox, error) {
 		if err := rows.Scan(&sb.ID, &sb.State, &sb.Template, &sb.Runtime, &sb.CPU, &sb.MemoryMiB, &sb.DiskGiB,
 			&sb.PIDs, &env, &labels, &sb.Error, &sb.Slot, &created, &started, &stopped, &sb.PID, &startTime, &sb.Socket,
 			&sb.TimeoutSec, &expires, &sb.Ephemeral, &sb.AutoDeleteSec, &sb.AutoStopSec, &sb.FromSnapshot,
-			&sb.AutoArchiveSec, &policy, &sb.Ports.Public); err != nil {
+			&sb.AutoArchiveSec, &policy, &sb.Ports.Public, &sb.Tenant); err != nil {
 			return nil, err
 		}
 		if policy != "" {
@@ -531,9 +642,11 @@ func (s *Store) DeleteTemplate(ctx context.Context, name string) error {
 	return tx.Commit()
 }
 
-// TemplateUsers counts the sandboxes made from each template.
-func (s *Store) TemplateUsers(ctx context.Context) (map[string]int, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT template, COUNT(*) FROM sandboxes WHERE state != 'pooled' GROUP BY template`)
+// TemplateUsers counts the sandboxes made from each template: those of
+// tenant t, or of every tenant if t is empty.
+func (s *Store) TemplateUsers(ctx context.Context, t string) (map[string]int, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT template, COUNT(*) FROM sandboxes WHERE state != 'pooled' AND (? = '' OR tenant = ?)
+		GROUP BY template`, t, t)
 	if err != nil {
 		return nil, err
 	}
@@ -580,13 +693,14 @@ func (s *Store) templates(ctx context.Context, where string, args ...any) ([]Tem
 type Snapshot struct {
 	ID, Name, SandboxID, Template string
 	State                         string // api.SnapshotReady, ...
+	Tenant                        string // who owns it: its sandbox's tenant
 	CreatedAt                     time.Time
 }
 
 // PutSnapshot records a snapshot.
 func (s *Store) PutSnapshot(ctx context.Context, sn Snapshot) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (id, name, sandbox_id, template, created_at, state) VALUES (?,?,?,?,?,?)`,
-		sn.ID, sn.Name, sn.SandboxID, sn.Template, sn.CreatedAt.UnixNano(), sn.State)
+	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (id, name, sandbox_id, template, created_at, state, tenant) VALUES (?,?,?,?,?,?,?)`,
+		sn.ID, sn.Name, sn.SandboxID, sn.Template, sn.CreatedAt.UnixNano(), sn.State, tenantOf(sn.Tenant))
 	return err
 }
 
@@ -639,7 +753,7 @@ func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
 }
 
 func (s *Store) snapshots(ctx context.Context, where string, args ...any) ([]Snapshot, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, name, sandbox_id, template, created_at, state FROM snapshots `+where, args...)
+	rows, err := s.db.QueryContext(ctx, `SELECT id, name, sandbox_id, template, created_at, state, tenant FROM snapshots `+where, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -648,7 +762,7 @@ func (s *Store) snapshots(ctx context.Context, where string, args ...any) ([]Sna
 	for rows.Next() {
 		var sn Snapshot
 		var created int64
-		if err := rows.Scan(&sn.ID, &sn.Name, &sn.SandboxID, &sn.Template, &created, &sn.State); err != nil {
+		if err := rows.Scan(&sn.ID, &sn.Name, &sn.SandboxID, &sn.Template, &created, &sn.State, &sn.Tenant); err != nil {
 			return nil, err
 		}
 		sn.CreatedAt = time.Unix(0, created).UTC()

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/tenant"
 )
 
 func open(t *testing.T) *Store {
@@ -161,7 +163,10 @@ func TestKeysAndReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AddKey(ctx, "h1"); err != nil {
+	if err := s.AddKey(ctx, "h1aaaaaaaaaaaaaaaaaaaaaa", "first", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddKey(ctx, "h2bbbbbbbbbbbbbbbbbbbbbb", "team", "team-a"); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Create(ctx, newSandbox("a")); err != nil {
@@ -173,11 +178,26 @@ func TestKeysAndReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if ok, _ := s.HasKey(ctx, "h1"); !ok {
-		t.Error("key lost on reopen")
+	if k, err := s.LookupKey(ctx, "h1aaaaaaaaaaaaaaaaaaaaaa"); err != nil || k.Tenant != tenant.Default || k.Name != "first" || k.ID != "h1aaaaaaaaaaaaaaaaaa" {
+		t.Errorf("key after reopen: %+v, %v", k, err)
 	}
-	if ok, _ := s.HasKey(ctx, "h2"); ok {
-		t.Error("unknown key accepted")
+	if k, err := s.LookupKey(ctx, "h2bbbbbbbbbbbbbbbbbbbbbb"); err != nil || k.Tenant != "team-a" {
+		t.Errorf("second key: %+v, %v", k, err)
+	}
+	if _, err := s.LookupKey(ctx, "h3"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("unknown key: %v", err)
+	}
+	if err := s.DeleteKey(ctx, "h1aaaaaaaaaaaaaaaaaa"); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("deleting the last admin key: %v", err)
+	}
+	if err := s.DeleteKey(ctx, "h2bbbbbbbbbbbbbbbbbb"); err != nil {
+		t.Errorf("deleting a key: %v", err)
+	}
+	if err := s.DeleteKey(ctx, "h2bbbbbbbbbbbbbbbbbb"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("deleting it again: %v", err)
+	}
+	if ks, _ := s.ListKeys(ctx); len(ks) != 1 {
+		t.Errorf("keys %+v", ks)
 	}
 	if _, err := s.Get(ctx, "a"); err != nil {
 		t.Errorf("sandbox lost on reopen: %v", err)
@@ -185,6 +205,60 @@ func TestKeysAndReopen(t *testing.T) {
 	for _, p := range []string{path, path + "-wal"} {
 		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o600 {
 			t.Errorf("%s: mode %v, %v; want 0600", filepath.Base(p), fi.Mode().Perm(), err)
+		}
+	}
+}
+
+// A data directory made before tenants keeps working: its keys, sandboxes
+// and snapshots are the default tenant's.
+func TestMigrateToTenants(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "atoll.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{schema,
+		`INSERT INTO api_keys (hash, created_at) VALUES ('0123456789abcdef0123456789', 1)`,
+		`INSERT INTO sandboxes (id, state, template, runtime, cpu, memory_mib, disk_gib, pids, env, labels, slot, created_at)
+			VALUES ('old', 'stopped', 'host', 'ns', 1, 512, 1, 100, '{}', '{}', 0, 1)`,
+		`INSERT INTO snapshots (id, name, sandbox_id, template, created_at) VALUES ('snap', '', 'old', 'host', 1)`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if k, err := s.LookupKey(ctx, "0123456789abcdef0123456789"); err != nil || k.Tenant != tenant.Default {
+		t.Errorf("old key: %+v, %v", k, err)
+	}
+	if sb, err := s.Get(ctx, "old"); err != nil || sb.Tenant != tenant.Default {
+		t.Errorf("old sandbox: %+v, %v", sb, err)
+	}
+	if sn, err := s.GetSnapshot(ctx, "snap"); err != nil || sn.Tenant != tenant.Default {
+		t.Errorf("old snapshot: %+v, %v", sn, err)
+	}
+	sb := newSandbox("new")
+	sb.Tenant = "team-a"
+	if err := s.Create(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Get(ctx, "new"); got.Tenant != "team-a" {
+		t.Errorf("new sandbox's tenant %q", got.Tenant)
+	}
+	for tn, want := range map[string]int{"": 2, "team-a": 1, tenant.Default: 1, "team-b": 0} {
+		if users, err := s.TemplateUsers(ctx, tn); err != nil || users["host"] != want {
+			t.Errorf("users of host for %q: %v, %v; want %d", tn, users, err, want)
+		}
+	}
+	for tn, want := range map[string]bool{"team-a": true, tenant.Default: true, "team-b": false} {
+		if used, err := s.TenantInUse(ctx, tn); err != nil || used != want {
+			t.Errorf("tenant %s in use: %v, %v", tn, used, err)
 		}
 	}
 }
@@ -209,7 +283,7 @@ func TestTemplates(t *testing.T) {
 	if err := s.Create(ctx, sb); err != nil {
 		t.Fatal(err)
 	}
-	if users, _ := s.TemplateUsers(ctx); users["py"] != 1 {
+	if users, _ := s.TemplateUsers(ctx, ""); users["py"] != 1 {
 		t.Errorf("users %v", users)
 	}
 	if err := s.DeleteTemplate(ctx, "py"); !errors.Is(err, errdefs.ErrConflict) {

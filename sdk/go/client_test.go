@@ -174,11 +174,11 @@ func (s *sandboxes) AgentDialer(ctx context.Context, id string) (func(context.Co
 
 type auth struct{}
 
-func (auth) Authenticate(ctx context.Context, k string) error {
+func (auth) Authenticate(ctx context.Context, k string) (string, error) {
 	if k != key {
-		return errdefs.ErrUnauthorized
+		return "", errdefs.ErrUnauthorized
 	}
-	return nil
+	return "default", nil
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

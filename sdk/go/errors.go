@@ -13,7 +13,7 @@ import (
 // Error is an error answer of the server.
 type Error struct {
 	StatusCode int    // HTTP status
-	Code       string // invalid, not_found, conflict, unavailable, unauthorized, quota_exceeded, too_large, internal
+	Code       string // invalid, not_found, conflict, unavailable, unauthorized, forbidden, quota_exceeded, too_large, internal
 	Message    string
 }
 
@@ -40,6 +40,7 @@ var (
 	ErrConflict     = errors.New("conflict")
 	ErrUnavailable  = errors.New("unavailable")
 	ErrUnauthorized = errors.New("unauthorized")
+	ErrForbidden    = errors.New("forbidden")
 	ErrQuota        = errors.New("quota exceeded")
 	ErrTooLarge     = errors.New("too large")
 )
@@ -50,6 +51,7 @@ var kinds = map[string]error{
 	"conflict":       ErrConflict,
 	"unavailable":    ErrUnavailable,
 	"unauthorized":   ErrUnauthorized,
+	"forbidden":      ErrForbidden,
 	"quota_exceeded": ErrQuota,
 	"too_large":      ErrTooLarge,
 }
@@ -58,6 +60,7 @@ var kinds = map[string]error{
 var kindOfStatus = map[int]error{
 	http.StatusBadRequest:                  ErrInvalid,
 	http.StatusUnauthorized:                ErrUnauthorized,
+	http.StatusForbidden:                   ErrForbidden,
 	http.StatusNotFound:                    ErrNotFound,
 	http.StatusConflict:                    ErrConflict,
 	http.StatusRequestEntityTooLarge:       ErrTooLarge,

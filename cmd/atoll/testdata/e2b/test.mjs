@@ -1,13 +1,18 @@
 // Runs the official e2b SDK against atoll the way agent code uses it.
 // cmd/atoll/e2b_test.go starts `atoll serve` and runs this with
-// E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY pointing at it; by hand:
+// E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY pointing at it, E2B_DOMAIN
+// set to localhost:PORT (so that getHost() names atoll's listener), a second
+// tenant's key in E2B_TEST_OTHER_KEY and, in E2B_TEST_INTERNET_URL, an HTTP
+// server outside that sandboxes may or may not reach; by hand:
 //   E2B_API_URL=http://127.0.0.1:7400 E2B_SANDBOX_URL=http://127.0.0.1:7400 \
-//   E2B_API_KEY=$(sudo cat /var/lib/atoll/api-key) node test.mjs
+//   E2B_DOMAIN=localhost:7400 E2B_API_KEY=$(sudo cat /var/lib/atoll/api-key) \
+//   E2B_TEST_OTHER_KEY=$(sudo atoll key create --name other) node test.mjs
 import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
+import http from 'node:http'
 import {
   Sandbox, CommandExitError, FileNotFoundError, SandboxNotFoundError,
-  AuthenticationError, NotFoundError, TemplateError, FilesystemEventType,
+  AuthenticationError, NotFoundError, TemplateError, FilesystemEventType, ALL_TRAFFIC,
 } from 'e2b'
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
@@ -317,4 +322,145 @@ test('errors: unknown template, wrong key, killed sandbox', async () => {
   assert.equal(await k.isRunning(), false)
   await assert.rejects(k.commands.run('true'))
   await assert.rejects(k.files.read('/etc/hostname'))
+})
+
+// getThrough sends GET path to sandbox port `port` the two ways a user of
+// E2B's SDK can: to E2B_SANDBOX_URL with E2B's routing headers, and by the
+// host getHost() names (connecting to atoll's listener, as a resolver for
+// *.localhost would).
+async function getByHeaders(sandbox, port, path, headers = {}) {
+  const res = await fetch(process.env.E2B_SANDBOX_URL + path, {
+    headers: { 'E2b-Sandbox-Id': sandbox.sandboxId, 'E2b-Sandbox-Port': String(port), ...headers },
+  })
+  return { status: res.status, body: await res.text() }
+}
+function getByHost(host, path, headers = {}) {
+  const u = new URL(process.env.E2B_SANDBOX_URL)
+  return new Promise((resolve, reject) => {
+    const req = http.get({ host: u.hostname, port: u.port, path, headers: { host, ...headers } }, (res) => {
+      let body = ''
+      res.on('data', (d) => { body += d })
+      res.on('end', () => resolve({ status: res.statusCode, body }))
+    })
+    req.on('error', reject)
+  })
+}
+async function serveHTTP(sandbox, port, text) {
+  await sandbox.files.write('/home/user/www/index.html', text)
+  await sandbox.commands.run(`python3 -m http.server ${port} --directory /home/user/www`, { background: true, timeoutMs: 0 })
+}
+
+test('getHost: a server in the sandbox, public as E2B has it by default', async () => {
+  const web = await create()
+  assert.equal(web.trafficAccessToken, undefined)
+  await serveHTTP(web, 8000, 'hello from the sandbox')
+  const host = web.getHost(8000)
+  assert.equal(host, `8000-${web.sandboxId}.${process.env.E2B_DOMAIN}`)
+  const r = await waitFor(async () => { const r = await getByHeaders(web, 8000, '/index.html'); return r.status === 200 && r }, 'the server in the sandbox')
+  assert.equal(r.body, 'hello from the sandbox')
+  const byHost = await getByHost(host, '/index.html')
+  assert.equal(byHost.status, 200)
+  assert.equal(byHost.body, 'hello from the sandbox')
+  assert.equal((await web.getInfo()).network.allowPublicTraffic, true)
+  // Nothing listens on 8001.
+  assert.equal((await getByHeaders(web, 8001, '/')).status, 502)
+})
+
+test('getHost: allowPublicTraffic false needs the traffic access token', async () => {
+  const priv = await create({ network: { allowPublicTraffic: false } })
+  assert.ok(priv.trafficAccessToken, 'create answers a traffic access token')
+  await serveHTTP(priv, 8000, 'private')
+  const token = { 'e2b-traffic-access-token': priv.trafficAccessToken }
+  await waitFor(async () => (await getByHeaders(priv, 8000, '/index.html', token)).status === 200, 'the private server')
+  assert.equal((await getByHeaders(priv, 8000, '/index.html')).status, 403)
+  assert.equal((await getByHeaders(priv, 8000, '/index.html', { 'e2b-traffic-access-token': 'wrong' })).status, 403)
+  assert.equal((await getByHost(priv.getHost(8000), '/index.html')).status, 403)
+  const ok = await getByHost(priv.getHost(8000), '/index.html', token)
+  assert.equal(ok.status, 200)
+  assert.equal(ok.body, 'private')
+  // The token of one sandbox does not open another's ports.
+  const pub = created.find((s) => s !== priv && !s.trafficAccessToken)
+  assert.equal((await getByHeaders(priv, 8000, '/index.html', { 'e2b-traffic-access-token': pub.envdAccessToken })).status, 403)
+  // Connect hands the token out again.
+  assert.equal((await Sandbox.connect(priv.sandboxId)).trafficAccessToken, priv.trafficAccessToken)
+})
+
+// reaches tells whether a sandbox can fetch the test's internet server.
+async function reaches(sandbox) {
+  const py = `import urllib.request,sys
+try:
+    urllib.request.urlopen(sys.argv[1], timeout=3).read(); print("yes")
+except Exception as e:
+    print("no")`
+  await sandbox.files.write('/home/user/reach.py', py)
+  return (await sandbox.commands.run(`python3 /home/user/reach.py ${process.env.E2B_TEST_INTERNET_URL}`)).stdout.trim() === 'yes'
+}
+
+test('network: allowInternetAccess, allowOut, denyOut, updateNetwork', async () => {
+  const inet = new URL(process.env.E2B_TEST_INTERNET_URL).hostname
+  const open = await create()
+  assert.equal(await reaches(open), true, 'a sandbox reaches the internet by default')
+  assert.equal((await open.getInfo()).allowInternetAccess, true)
+
+  const closed = await create({ allowInternetAccess: false })
+  assert.equal(await reaches(closed), false, 'allowInternetAccess: false')
+  const info = await closed.getInfo()
+  assert.equal(info.allowInternetAccess, false)
+  assert.deepEqual(info.network.denyOut, [ALL_TRAFFIC])
+
+  await closed.updateNetwork({ denyOut: [ALL_TRAFFIC], allowOut: [inet] })
+  assert.equal(await reaches(closed), true, 'allowOut opens the address')
+  assert.deepEqual((await closed.getInfo()).network.allowOut, [inet])
+  await closed.updateNetwork({ denyOut: [inet] })
+  assert.equal(await reaches(closed), false, 'denyOut closes it')
+  // E2B's allowOut wins over its denyOut.
+  await closed.updateNetwork({ denyOut: [`${inet}/24`], allowOut: [inet] })
+  assert.equal(await reaches(closed), true, 'allowOut inside a denied prefix')
+  await closed.updateNetwork({})
+  assert.equal(await reaches(closed), true, 'an empty update allows all')
+
+  const listed = await create({ network: { denyOut: [ALL_TRAFFIC], allowOut: [inet] } })
+  assert.equal(await reaches(listed), true, 'an allow list at create')
+  await assert.rejects(create({ network: { egressProxy: { address: 'proxy.example:1080' } } }), /egressProxy/)
+  await assert.rejects(create({ network: { maskRequestHost: 'localhost:${PORT}' } }), /maskRequestHost/)
+  await assert.rejects(create({ network: { denyOut: ['example.com'] } }), /denyOut/)
+  await assert.rejects(Sandbox.updateNetwork('notasandbox', {}), SandboxNotFoundError)
+})
+
+test("tenants: another key's sandboxes are not found", async () => {
+  const other = { apiKey: process.env.E2B_TEST_OTHER_KEY }
+  assert.ok(other.apiKey, 'E2B_TEST_OTHER_KEY is set')
+  const theirs = await Sandbox.create({ ...other, timeoutMs: 120_000, metadata: { run, role: 'theirs' } })
+  created.push(theirs)
+  const mine = await create({ metadata: { role: 'mine' } })
+
+  // Each key lists only its own.
+  const listedByMe = await Sandbox.list({ query: { metadata: { run } } }).nextItems()
+  assert.ok(listedByMe.some((s) => s.sandboxId === mine.sandboxId))
+  assert.ok(!listedByMe.some((s) => s.sandboxId === theirs.sandboxId), 'my list shows their sandbox')
+  const listedByThem = await Sandbox.list({ ...other, query: { metadata: { run } } }).nextItems()
+  assert.deepEqual(listedByThem.map((s) => s.sandboxId), [theirs.sandboxId])
+
+  // Their sandbox is unknown to me on every call, as E2B answers another team's.
+  await assert.rejects(Sandbox.getInfo(theirs.sandboxId), SandboxNotFoundError)
+  await assert.rejects(Sandbox.connect(theirs.sandboxId), SandboxNotFoundError)
+  await assert.rejects(Sandbox.setTimeout(theirs.sandboxId, 60_000), SandboxNotFoundError)
+  await assert.rejects(Sandbox.pause(theirs.sandboxId), SandboxNotFoundError)
+  await assert.rejects(Sandbox.updateNetwork(theirs.sandboxId, {}), SandboxNotFoundError)
+  assert.equal(await Sandbox.kill(theirs.sandboxId), false)
+  // ... and mine to them.
+  await assert.rejects(Sandbox.getInfo(mine.sandboxId, other), SandboxNotFoundError)
+  assert.equal(await Sandbox.kill(mine.sandboxId, other), false)
+  // Their sandbox still runs, for them.
+  assert.equal((await Sandbox.getInfo(theirs.sandboxId, other)).state, 'running')
+  assert.equal((await theirs.commands.run('echo still here')).stdout, 'still here\n')
+
+  // Snapshots are the tenant's too.
+  const snap = await theirs.createSnapshot({ name: `theirs-${run}` })
+  assert.ok(!(await Sandbox.listSnapshots().nextItems()).some((s) => s.snapshotId === snap.snapshotId))
+  await assert.rejects(Sandbox.create(snap.snapshotId), (e) => /404|not found/i.test(e.message))
+  await assert.rejects(Sandbox.create(`theirs-${run}`), (e) => /404|not found/i.test(e.message))
+  assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false)
+  assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId, other), true)
+  assert.equal(await Sandbox.kill(theirs.sandboxId, other), true)
 })
