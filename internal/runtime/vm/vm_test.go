@@ -1,0 +1,190 @@
+package vm_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/atoll-dev/atoll/internal/runtime"
+	"github.com/atoll-dev/atoll/internal/runtime/runtimetest"
+	"github.com/atoll-dev/atoll/internal/runtime/vm"
+	"github.com/atoll-dev/atoll/internal/testenv"
+)
+
+func TestConformance(t *testing.T) {
+	rt, env := newRuntime(t)
+	t.Logf("accelerator %s", rt.Accel())
+	runtimetest.Run(t, rt, env)
+}
+
+// cacheDir keeps the images every run builds the same (the guest kernel,
+// the initramfs, the host template's /usr as erofs) across test runs:
+// building /usr's takes a minute.
+func cacheDir(t testing.TB) string {
+	if d := os.Getenv("ATOLL_TEST_VM_CACHE"); d != "" {
+		return d
+	}
+	d, err := os.UserCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(d, "atoll-test", "vm")
+}
+
+// newRuntime makes a vm runtime over a fresh layer store, or skips (in
+// strict mode fails) where QEMU or a guest kernel is missing.
+func newRuntime(t testing.TB) (*vm.Runtime, runtimetest.Env) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommand(t, "qemu-system-x86_64")
+	testenv.RequireCommand(t, "mkfs.erofs")
+	testenv.RequireCommand(t, "rsync")
+	if m, _ := filepath.Glob("/boot/vmlinuz-*"); len(m) == 0 {
+		testenv.Skip(t, "no guest kernel in /boot (install linux-image-amd64)")
+	}
+	dir := testenv.Dir(t)
+	ls := testenv.Layers(t, dir)
+	runRoot := filepath.Join(dir, "run")
+	cache := cacheDir(t)
+	if err := os.MkdirAll(cache, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(runRoot, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// The run root's cache/ is the shared one.
+	if err := os.Symlink(cache, filepath.Join(runRoot, "cache")); err != nil {
+		t.Fatal(err)
+	}
+	open := func(t testing.TB) *vm.Runtime {
+		rt, err := vm.New(vm.Config{RunRoot: runRoot, Accel: os.Getenv("ATOLL_TEST_VM_ACCEL")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rt
+	}
+	rt := open(t)
+	return rt, runtimetest.Env{
+		Layers:    ls,
+		AgentPath: testenv.AgentBinary(t),
+		Leftovers: func(id string) []string { return leftovers(runRoot, id) },
+		Processes: processes,
+		Reopen:    func(t testing.TB) runtime.Runtime { return open(t) },
+		OwnDisk:   true,
+	}
+}
+
+// leftovers lists what a stopped sandbox might have left on the host.
+func leftovers(runRoot, id string) []string {
+	var out []string
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, id) {
+				out = append(out, "mount: "+l)
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(runRoot, "sandboxes", id)); err == nil {
+		out = append(out, "dir: "+filepath.Join(runRoot, "sandboxes", id))
+	}
+	for _, pid := range processes(id) {
+		out = append(out, "process: "+strconv.Itoa(pid))
+	}
+	if b, err := os.ReadFile("/proc/partitions"); err == nil {
+		_ = b // loop devices are checked by their backing files below
+	}
+	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, l := range loops {
+		if b, err := os.ReadFile(l); err == nil && bytes.Contains(b, []byte(id)) {
+			out = append(out, "loop: "+l)
+		}
+	}
+	return out
+}
+
+// processes lists the host PIDs of sandbox id's QEMU and proxy: the
+// processes whose command line names its run directory.
+func processes(id string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err == nil && bytes.Contains(b, []byte("/sandboxes/"+id+"/")) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// TestCheckpointAcrossNodes pauses a sandbox to disk with a process
+// counting, restores it with a new Runtime value (as a restarted node
+// would), and checks the process counts on from where it was, its files
+// kept, and that a second stop and start still has them.
+func TestCheckpointAcrossNodes(t *testing.T) {
+	rt, env := newRuntime(t)
+	ctx := context.Background()
+	sb := runtimetest.Start(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 256 << 20, PIDs: 64}, 1<<30)
+	sb.MustSh(t, `echo kept > /root/f; nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.1; done' >/dev/null 2>&1 &`)
+	c0 := waitFile(t, sb, 3)
+	img := filepath.Join(t.TempDir(), "image")
+	if err := rt.Checkpoint(ctx, sb.ID, sb.Inst, img); err != nil {
+		t.Fatalf("checkpoint: %v", err)
+	}
+	if rt.Alive(sb.Inst) {
+		t.Fatal("alive after checkpoint")
+	}
+	if left := env.Leftovers(sb.ID); len(left) > 0 {
+		t.Errorf("left after checkpoint: %v", left)
+	}
+	if b, err := os.ReadFile(filepath.Join(sb.Spec.Rootfs.Writable, "upper/root/f")); err != nil || string(b) != "kept\n" {
+		t.Errorf("writable layer after checkpoint: %q, %v", b, err)
+	}
+	rt2 := env.Reopen(t).(*vm.Runtime)
+	inst, err := rt2.Restore(ctx, sb.Spec, img)
+	if err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	sb.Inst = inst
+	sb.Client = runtimetest.Client(inst)
+	c1 := waitFile(t, sb, c0)
+	// The same shell, still counting: its PID and its count go on.
+	if got := sb.MustSh(t, "cat /root/f"); got != "kept\n" {
+		t.Errorf("after restore: %q", got)
+	}
+	if c1 < c0 {
+		t.Errorf("counter went back from %d to %d", c0, c1)
+	}
+	if err := rt2.Stop(ctx, sb.ID, sb.Inst); err != nil {
+		t.Fatal(err)
+	}
+	if left := env.Leftovers(sb.ID); len(left) > 0 {
+		t.Errorf("left after stop: %v", left)
+	}
+}
+
+// waitFile waits until the counter in /tmp/n passes n.
+func waitFile(t *testing.T, sb *runtimetest.Sandbox, n int) int {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		out, _, code := sb.Sh(t, "cat /tmp/n 2>/dev/null")
+		var c int
+		fmt.Sscan(out, &c)
+		if code == 0 && c > n {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the counter did not pass %d (%q)", n, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
