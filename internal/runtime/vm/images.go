@@ -346,8 +346,9 @@ func writableQuota(dir string) int64 {
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if len(f) >= 2 && strings.HasPrefix(f[0], "0/") {
-			n, err := strconv.ParseInt(f[len(f)-1], 10, 64)
+		// Qgroupid Referenced Exclusive Max-referenced [Path]
+		if len(f) >= 4 && strings.HasPrefix(f[0], "0/") {
+			n, err := strconv.ParseInt(f[3], 10, 64)
 			if err == nil {
 				return n
 			}

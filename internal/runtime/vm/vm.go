@@ -315,6 +315,11 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (i
 	if err != nil {
 		return inst, err
 	}
+	if image != "" {
+		if err := finishIncoming(ctx, filepath.Join(dir, qmpName)); err != nil {
+			return inst, err
+		}
+	}
 	st, err := host.StartTime(pid)
 	if err != nil {
 		return inst, fmt.Errorf("qemu exited: %s", lastLine([]byte(tail(filepath.Join(dir, consoleName)))))
@@ -484,6 +489,43 @@ func (r *Runtime) runQEMU(ctx context.Context, dir string, args []string) error 
 		return fmt.Errorf("qemu: %w: %s", err, lastLine(out.Bytes()))
 	}
 	return nil
+}
+
+// finishIncoming waits until QEMU has loaded the checkpoint and runs the VM,
+// which was stopped when it was saved.
+func finishIncoming(ctx context.Context, qmpPath string) error {
+	q, err := dialQMP(ctx, qmpPath)
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	for {
+		out, err := q.do("query-status", nil)
+		if err != nil {
+			return err
+		}
+		var st struct {
+			Status string `json:"status"`
+		}
+		if err := json.Unmarshal(out, &st); err != nil {
+			return err
+		}
+		switch st.Status {
+		case "inmigrate":
+		case "running":
+			return nil
+		case "paused", "postmigrate", "prelaunch":
+			_, err := q.do("cont", nil)
+			return err
+		default:
+			return fmt.Errorf("loading the checkpoint: vm is %s", st.Status)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // startProxy starts the agent channel's proxy, which detaches once the

@@ -3,10 +3,14 @@
 // agent binary, the kernel modules the guest needs, and the sandbox's
 // Config); Init loads the modules, mounts the template's layers (read-only
 // erofs disks) under the writable disk (ext4) as an overlay, mounts the
-// binds, /proc, /sys and a /dev of its own, sets the guest cgroup's limits,
-// drops to Docker's default capabilities as the ns runtime does, and
-// re-executes itself inside the new root as the agent, which serves the
-// agent protocol over a virtio-serial port (package channel).
+// binds, /sys and a /dev of its own, and makes a cgroup with the sandbox's
+// limits. It then starts itself again as the agent ("vm-agent"), in that
+// cgroup and in a PID namespace of its own, so that the sandbox sees its own
+// processes rather than the guest kernel's threads; the agent mounts /proc,
+// moves into the new root, drops to Docker's default capabilities as the
+// ns runtime does, and serves the agent protocol over a virtio-serial port
+// (package channel). The first process stays the guest's init, holding the
+// cgroup for the agent and out of the sandbox's sight.
 //
 // Debian's kernel has virtio, ext4, erofs and overlayfs as modules. Loading
 // them here, rather than booting a kernel the project builds, keeps the
@@ -21,9 +25,11 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -87,13 +93,86 @@ const (
 	SyncPath      = "/vm/sync"
 )
 
+const configVar = "ATOLL_VM_CONFIG"
+
+// The agent's descriptors of the port and of its socket to the guest's
+// init.
 const (
-	configVar = "ATOLL_VM_CONFIG"
-	fdsVar    = "ATOLL_VM_FDS" // the port's and the cgroup's descriptors
+	portFD    = 3
+	controlFD = 4
 )
 
-// cgroupFD is the guest cgroup's directory, in the agent stage.
-var cgroupFD int
+// control is a request of the agent to the guest's init, one JSON line
+// answered by one: Limits to set, or (nil) a count of the sandbox's
+// processes.
+type control struct {
+	Limits *Limits `json:"limits,omitempty"`
+}
+
+type controlReply struct {
+	Processes int    `json:"processes"`
+	Err       string `json:"err,omitempty"`
+}
+
+// serveControl answers the agent's requests about its cgroup.
+func serveControl(f *os.File, cg int) {
+	dec, enc := json.NewDecoder(f), json.NewEncoder(f)
+	for {
+		var req control
+		if err := dec.Decode(&req); err != nil {
+			return
+		}
+		var rep controlReply
+		if req.Limits != nil {
+			if err := applyLimits(cg, *req.Limits); err != nil {
+				rep.Err = err.Error()
+			}
+		} else {
+			n, err := countProcs(cg)
+			rep.Processes = n
+			if err != nil {
+				rep.Err = err.Error()
+			}
+		}
+		if err := enc.Encode(rep); err != nil {
+			return
+		}
+	}
+}
+
+func countProcs(cg int) (int, error) {
+	fd, err := unix.Openat(cg, "cgroup.procs", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	f := os.NewFile(uintptr(fd), "cgroup.procs")
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	return len(strings.Fields(string(b))), err
+}
+
+// controller is the agent's side of the control socket.
+type controller struct {
+	mu  sync.Mutex
+	enc *json.Encoder
+	dec *json.Decoder
+}
+
+func (c *controller) call(req control) (controlReply, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var rep controlReply
+	if err := c.enc.Encode(req); err != nil {
+		return rep, err
+	}
+	if err := c.dec.Decode(&rep); err != nil {
+		return rep, err
+	}
+	if rep.Err != "" {
+		return rep, errors.New(rep.Err)
+	}
+	return rep, nil
+}
 
 // Init is the first stage; it does not return.
 func Init() {
@@ -140,16 +219,42 @@ func setup() error {
 	if err != nil {
 		return err
 	}
-	self, err := unix.Open(AgentPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	// The agent runs in a PID namespace of its own, as the sandbox's PID
+	// 1: the sandbox sees its own processes, not the guest kernel's
+	// threads. This process stays the guest's init, waiting for it.
+	cmd := exec.Command(AgentPath, AgentArg)
+	cmd.Args[0] = "atoll-agent"
+	cmd.Env = []string{configVar + "=" + string(b)}
+	// The cgroup stays with this process, out of the sandbox's sight (a
+	// directory descriptor of the agent's would be a way into it through
+	// /proc/1/fd); the agent asks over a socket for what it needs.
+	ctl, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
-	for _, d := range []string{"/sys", "/proc", "/dev"} {
-		_ = unix.Unmount(d, unix.MNT_DETACH)
+	cmd.ExtraFiles = []*os.File{os.NewFile(uintptr(port), "port"), os.NewFile(uintptr(ctl[1]), "control")}
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, UseCgroupFD: true, CgroupFD: cg}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting the agent: %w", err)
 	}
-	// The initramfs is the root file system itself and cannot be
-	// pivoted away from: move the new root over it and chroot, as
-	// switch_root does.
+	unix.Close(ctl[1])
+	go serveControl(os.NewFile(uintptr(ctl[0]), "control"), cg)
+	err = cmd.Wait()
+	fmt.Fprintln(os.Stderr, "atoll-agent vm-init: the agent exited:", err)
+	// With -no-reboot, QEMU exits.
+	unix.Sync()
+	return unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
+}
+
+// enterRoot makes the prepared root the agent's: a /proc of its PID
+// namespace, the root moved over the initramfs (which cannot be pivoted
+// away from) as switch_root does, masked paths, and Docker's default
+// capabilities for it and all it starts.
+func enterRoot() error {
+	if err := unix.Mount("proc", "/newroot/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mounting /proc: %w", err)
+	}
 	if err := unix.Chdir("/newroot"); err != nil {
 		return err
 	}
@@ -165,20 +270,7 @@ func setup() error {
 	if err := nsinit.MaskPaths(); err != nil {
 		return err
 	}
-	// The port and the cgroup pass to the agent under their numbers (not
-	// dup'ed onto fixed ones, which may be the Go runtime's own).
-	for _, fd := range []int{port, cg} {
-		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0); err != nil {
-			return err
-		}
-	}
-	if err := nsinit.DropCapabilities(); err != nil {
-		return err
-	}
-	env := []string{configVar + "=" + string(b), fdsVar + "=" + strconv.Itoa(port) + "," + strconv.Itoa(cg)}
-	// Re-executed through the descriptor (the file is outside the new
-	// root) under the name the sandbox sees as its init's.
-	return unix.Exec("/proc/self/fd/"+strconv.Itoa(self), []string{"atoll-agent", AgentArg}, env)
+	return nsinit.DropCapabilities()
 }
 
 func bindSerials(bs []Bind) []string {
@@ -294,11 +386,13 @@ func mountRoot(cfg Config, disks map[string]string) error {
 		}
 	}
 	const common = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+	if _, err := mountpoint("/newroot", "/proc", true); err != nil {
+		return err
+	}
 	mounts := []struct {
 		target, fstype, data string
 		flags                uintptr
 	}{
-		{"/proc", "proc", "", common},
 		{"/sys", "sysfs", "", common | unix.MS_RDONLY},
 		{"/dev", "tmpfs", "mode=755,size=65536k", unix.MS_NOSUID | unix.MS_STRICTATIME},
 		{"/dev/pts", "devpts", "newinstance,ptmxmode=0666,mode=0620,gid=5", unix.MS_NOSUID | unix.MS_NOEXEC},
@@ -350,9 +444,9 @@ func mountpoint(root, target string, dir bool) (string, error) {
 	return p, os.MkdirAll(p, 0o755)
 }
 
-// setupCgroup puts PID 1, and so every process it starts, into a cgroup with
-// the sandbox's limits, and returns a descriptor of that cgroup's directory
-// for later changes. No cgroup file system is mounted in the sandbox.
+// setupCgroup makes the cgroup the agent, and so every process it starts,
+// runs in, with the sandbox's limits, and returns a descriptor of its
+// directory. No cgroup file system is mounted in the sandbox.
 func setupCgroup(l Limits) (int, error) {
 	const root = "/cgroup"
 	os.MkdirAll(root, 0o755)
@@ -372,9 +466,6 @@ func setupCgroup(l Limits) (int, error) {
 	}
 	if err := applyLimits(fd, l); err != nil {
 		return -1, err
-	}
-	if err := writeAt(fd, "cgroup.procs", "0"); err != nil {
-		return -1, fmt.Errorf("joining the cgroup: %w", err)
 	}
 	_ = unix.Unmount(root, unix.MNT_DETACH)
 	return fd, nil
@@ -446,17 +537,15 @@ func serve(log *slog.Logger) error {
 	if err := json.Unmarshal([]byte(os.Getenv(configVar)), &cfg); err != nil {
 		return fmt.Errorf("parsing %s: %w", configVar, err)
 	}
-	p, c, _ := strings.Cut(os.Getenv(fdsVar), ",")
-	portFD, err1 := strconv.Atoi(p)
-	cg, err2 := strconv.Atoi(c)
-	if err1 != nil || err2 != nil {
-		return fmt.Errorf("bad %s", fdsVar)
-	}
-	cgroupFD = cg
 	os.Clearenv()
 	// Nothing the agent starts inherits the port or the cgroup.
 	syscall.CloseOnExec(portFD)
-	syscall.CloseOnExec(cgroupFD)
+	syscall.CloseOnExec(controlFD)
+	cf := os.NewFile(controlFD, "control")
+	ctl := &controller{enc: json.NewEncoder(cf), dec: json.NewDecoder(cf)}
+	if err := enterRoot(); err != nil {
+		return err
+	}
 	a, err := agent.New(agent.Config{DefaultEnv: cfg.Env, Logger: log, Reap: true, DefaultUser: cfg.User, DefaultCwd: cfg.Workdir})
 	if err != nil {
 		return err
@@ -469,26 +558,19 @@ func serve(log *slog.Logger) error {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		if err := applyLimits(cgroupFD, l); err != nil {
+		if _, err := ctl.call(control{Limits: &l}); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("GET "+ProcessesPath, func(w http.ResponseWriter, r *http.Request) {
-		fd, err := unix.Openat(cgroupFD, "cgroup.procs", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		rep, err := ctl.call(control{})
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
-		f := os.NewFile(uintptr(fd), "cgroup.procs")
-		defer f.Close()
-		b, err := io.ReadAll(f)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		json.NewEncoder(w).Encode(len(strings.Fields(string(b))))
+		json.NewEncoder(w).Encode(rep.Processes)
 	})
 	mux.HandleFunc("POST "+SyncPath, func(w http.ResponseWriter, r *http.Request) {
 		unix.Sync()
@@ -496,5 +578,5 @@ func serve(log *slog.Logger) error {
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
 	log.Info("atoll-agent serving", "pid", os.Getpid())
-	return srv.Serve(channel.Listen(os.NewFile(uintptr(portFD), "port")))
+	return srv.Serve(channel.Listen(os.NewFile(portFD, "port")))
 }
