@@ -83,13 +83,16 @@ var (
 
 // Runtime is the vm backend.
 type Runtime struct {
-	runRoot string
-	qemu    string
-	kernel  string // what QEMU boots
-	modules string // the kernel's /lib/modules directory
-	accel   string
-	tscKHz  int // the host's TSC rate, which a TCG guest cannot measure
-	log     *slog.Logger
+	runRoot  string
+	qemu     string
+	bzImage  string // the kernel as installed
+	once     sync.Once
+	setupErr error
+	kernel   string // what QEMU boots, set by setup
+	modules  string // the kernel's /lib/modules directory
+	accel    string
+	tscKHz   int // the host's TSC rate, which a TCG guest cannot measure
+	log      *slog.Logger
 
 	buildMu sync.Mutex // held while building a cached image
 }
@@ -156,19 +159,32 @@ func New(cfg Config) (*Runtime, error) {
 	} else {
 		modules = filepath.Join("/lib/modules", strings.TrimPrefix(filepath.Base(kernel), "vmlinuz-"))
 	}
-	r := &Runtime{runRoot: cfg.RunRoot, qemu: qemu, modules: modules, log: cfg.Logger, tscKHz: hostTSCKHz()}
+	if _, err := os.Stat(kernel); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoKernel, err)
+	}
+	r := &Runtime{runRoot: cfg.RunRoot, qemu: qemu, bzImage: kernel, modules: modules, accel: cfg.Accel, log: cfg.Logger, tscKHz: hostTSCKHz()}
 	if err := os.MkdirAll(r.cacheDir(), 0o700); err != nil {
 		return nil, err
 	}
-	if r.kernel, err = r.vmlinux(kernel); err != nil {
-		return nil, fmt.Errorf("preparing the guest kernel: %w", err)
-	}
-	r.accel = cfg.Accel
-	if r.accel == "" {
-		r.accel = r.probeAccel()
-	}
-	r.log.Info("vm runtime", "qemu", qemu, "kernel", r.kernel, "accel", r.accel)
 	return r, nil
+}
+
+// setup prepares the kernel and picks the accelerator, once, on the first
+// start: a node that never starts a VM spends nothing on them.
+func (r *Runtime) setup() error {
+	r.once.Do(func() {
+		k, err := r.vmlinux(r.bzImage)
+		if err != nil {
+			r.setupErr = fmt.Errorf("preparing the guest kernel: %w", err)
+			return
+		}
+		r.kernel = k
+		if r.accel == "" {
+			r.accel = r.probeAccel()
+		}
+		r.log.Info("vm runtime", "qemu", r.qemu, "kernel", r.kernel, "accel", r.accel)
+	})
+	return r.setupErr
 }
 
 // probeAccel boots the kernel under KVM with no root to mount: it panics
@@ -211,8 +227,11 @@ func hostTSCKHz() int {
 // Name implements runtime.Runtime.
 func (r *Runtime) Name() string { return "vm" }
 
-// Accel is the accelerator in use: "kvm" or "tcg".
-func (r *Runtime) Accel() string { return r.accel }
+// Accel is the accelerator in use: "kvm" or "tcg" (probed on first use).
+func (r *Runtime) Accel() string {
+	_ = r.setup()
+	return r.accel
+}
 
 // Capabilities implements runtime.Capabler. The guest's own cgroup kills a
 // process over the memory limit and the sandbox lives on; the sandbox's
@@ -277,6 +296,9 @@ func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, dir string) (r
 
 func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (inst runtime.Instance, err error) {
 	t0 := time.Now()
+	if err := r.setup(); err != nil {
+		return inst, err
+	}
 	if spec.Network != nil {
 		return inst, fmt.Errorf("%w: the vm runtime has no networking yet; run the server with --network off to use it", errdefs.ErrUnavailable)
 	}
