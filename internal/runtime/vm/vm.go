@@ -299,6 +299,9 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (i
 	if err := r.setup(); err != nil {
 		return inst, err
 	}
+	if !validID(spec.ID) {
+		return inst, fmt.Errorf("%w: sandbox id %q", errdefs.ErrInvalid, spec.ID)
+	}
 	if spec.Network != nil {
 		return inst, fmt.Errorf("%w: the vm runtime has no networking yet; run the server with --network off to use it", errdefs.ErrUnavailable)
 	}
@@ -420,6 +423,11 @@ func (r *Runtime) prepareRestore(ctx context.Context, spec runtime.Spec, dir, im
 	}
 	for i, d := range m.Disks {
 		if d.ReadOnly {
+			// Only images this runtime built: a checkpoint naming any
+			// other file would show it to the guest.
+			if filepath.Dir(d.Path) != r.cacheDir() || !strings.HasSuffix(d.Path, ".erofs") {
+				return m, fmt.Errorf("%w: the checkpoint names a disk that is not a layer image", errdefs.ErrInvalid)
+			}
 			if _, err := os.Stat(d.Path); err != nil {
 				return m, fmt.Errorf("the checkpoint's layer image is gone: %w", err)
 			}
@@ -441,6 +449,20 @@ func (r *Runtime) prepareRestore(ctx context.Context, spec runtime.Spec, dir, im
 		return m, err
 	}
 	return m, writeJSON(filepath.Join(dir, machineName), m)
+}
+
+// validID reports whether id can name a run directory (and a QEMU
+// argument: no commas).
+func validID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 func vcpus(cpu float64) int {
@@ -605,6 +627,9 @@ func (r *Runtime) Stop(ctx context.Context, id string, inst runtime.Instance) er
 // proxy, copies a disk a guest wrote back into the writable layer (a crashed
 // node's VMs' work is not lost), and removes the run directory.
 func (r *Runtime) Cleanup(ctx context.Context, id string) error {
+	if !validID(id) {
+		return fmt.Errorf("%w: sandbox id %q", errdefs.ErrInvalid, id)
+	}
 	dir := r.runDir(id)
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -759,6 +784,9 @@ func (r *Runtime) Alive(inst runtime.Instance) bool {
 // memory refers to) after its contents are copied back into the writable
 // layer.
 func (r *Runtime) Checkpoint(ctx context.Context, id string, inst runtime.Instance, dir string) error {
+	if !validID(id) {
+		return fmt.Errorf("%w: sandbox id %q", errdefs.ErrInvalid, id)
+	}
 	if !r.Alive(inst) {
 		return fmt.Errorf("checkpointing vm %s: %w", id, errNotRunning)
 	}

@@ -3,14 +3,17 @@ package vm_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/runtime/runtimetest"
 	"github.com/atoll-dev/atoll/internal/runtime/vm"
@@ -186,5 +189,97 @@ func waitFile(t *testing.T, sb *runtimetest.Sandbox, n int) int {
 			t.Fatalf("the counter did not pass %d (%q)", n, out)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestCrash kills a running sandbox's QEMU and proxy as a host crash
+// would: the runtime sees it gone, Cleanup leaves nothing behind and copies
+// what the guest had written back into the writable layer, and the sandbox
+// starts again with it.
+func TestCrash(t *testing.T) {
+	rt, env := newRuntime(t)
+	ctx := context.Background()
+	sb := runtimetest.Start(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 256 << 20, PIDs: 64}, 1<<30)
+	sb.MustSh(t, "echo before > /root/f && sync")
+	for _, pid := range env.Processes(sb.ID) {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	for deadline := time.Now().Add(10 * time.Second); rt.Alive(sb.Inst) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if rt.Alive(sb.Inst) {
+		t.Fatal("alive after its QEMU was killed")
+	}
+	if err := rt.Cleanup(ctx, sb.ID); err != nil {
+		t.Fatalf("cleanup: %v", err)
+	}
+	if left := env.Leftovers(sb.ID); len(left) > 0 {
+		t.Errorf("left after cleanup: %v", left)
+	}
+	if b, err := os.ReadFile(filepath.Join(sb.Spec.Rootfs.Writable, "upper/root/f")); err != nil || string(b) != "before\n" {
+		t.Errorf("writable layer after the crash: %q, %v", b, err)
+	}
+	inst, err := rt.Start(ctx, sb.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb.Inst, sb.Client = inst, runtimetest.Client(inst)
+	if got := sb.MustSh(t, "cat /root/f"); got != "before\n" {
+		t.Errorf("after restart: %q", got)
+	}
+}
+
+// TestHostileInput checks what a caller or a tampered checkpoint could
+// hand the runtime: IDs that are paths, an empty or forged checkpoint.
+func TestHostileInput(t *testing.T) {
+	rt, env := newRuntime(t)
+	ctx := context.Background()
+	for _, id := range []string{"", "../x", "a/b", "a,b", strings.Repeat("a", 65)} {
+		if err := rt.Cleanup(ctx, id); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("cleanup of %q: %v", id, err)
+		}
+		spec := runtime.Spec{ID: id, AgentPath: env.AgentPath}
+		if _, err := rt.Start(ctx, spec); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("start of %q: %v", id, err)
+		}
+	}
+	sb := runtimetest.Start(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 256 << 20, PIDs: 64}, 1<<30)
+	if err := rt.Update(ctx, sb.ID, runtime.Limits{MemoryBytes: 64 << 30}); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("growing a vm's memory past its start: %v", err)
+	}
+	img := filepath.Join(t.TempDir(), "image")
+	if _, err := rt.Restore(ctx, sb.Spec, img); err == nil {
+		t.Error("restore from nothing succeeded")
+	}
+	if err := rt.Checkpoint(ctx, sb.ID, sb.Inst, img); err != nil {
+		t.Fatal(err)
+	}
+	// A checkpoint that names a host file as a disk is refused, and the
+	// refusal leaves the checkpoint as it was.
+	mf := filepath.Join(img, "machine.json")
+	b, err := os.ReadFile(mf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := bytes.Replace(b, []byte(`"read_only":true`), []byte(`"read_only":true},{"serial":"x","path":"/etc/shadow","read_only":true`), 1)
+	if err := os.WriteFile(mf, forged, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Restore(ctx, sb.Spec, img); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("restore of a forged checkpoint: %v", err)
+	}
+	if left := env.Leftovers(sb.ID); len(left) > 0 {
+		t.Errorf("left after a refused restore: %v", left)
+	}
+	if err := os.WriteFile(mf, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	inst, err := rt.Restore(ctx, sb.Spec, img)
+	if err != nil {
+		t.Fatalf("restore after the refusal: %v", err)
+	}
+	sb.Inst, sb.Client = inst, runtimetest.Client(inst)
+	if got := sb.MustSh(t, "echo up"); got != "up\n" {
+		t.Errorf("restored: %q", got)
 	}
 }
