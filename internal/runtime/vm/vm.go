@@ -485,30 +485,17 @@ func memoryMB(limit int64) int64 {
 
 // qemuArgs is QEMU's command line for sandbox id in dir.
 func (r *Runtime) qemuArgs(id, dir string, m machine) []string {
-	cmdline := "console=ttyS0 quiet panic=-1 rdinit=" + vminit.AgentPath
-	cpu := "host"
-	if m.Accel == "tcg" {
-		cpu = "max"
-		if r.tscKHz > 0 {
-			// Without a PIT or HPET a TCG guest cannot measure its TSC
-			// and stops booting; QEMU's TSC is the host's.
-			cmdline += " tsc_early_khz=" + strconv.Itoa(r.tscKHz)
-		}
-	}
-	cmdline += " -- " + vminit.InitArg
-	args := []string{
-		"-name", "atoll-" + id,
-		"-M", "microvm,accel=" + m.Accel,
-		"-cpu", cpu, "-smp", strconv.Itoa(m.VCPUs), "-m", strconv.FormatInt(m.MemoryMB, 10),
-		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-		"-kernel", r.kernel, "-initrd", filepath.Join(dir, initrdName), "-append", cmdline,
-		"-serial", "file:" + filepath.Join(dir, consoleName),
-		"-qmp", "unix:" + filepath.Join(dir, qmpName) + ",server=on,wait=off",
+	args := append([]string{"-name", "atoll-" + id},
+		r.machineArgs(m.Accel, m.VCPUs, m.MemoryMB, filepath.Join(dir, initrdName), vminit.InitArg)...)
+	args = append(args,
+		"-display", "none",
+		"-serial", "file:"+filepath.Join(dir, consoleName),
+		"-qmp", "unix:"+filepath.Join(dir, qmpName)+",server=on,wait=off",
 		"-device", "virtio-serial-device,max_ports=2",
-		"-chardev", "socket,id=agent,path=" + filepath.Join(dir, chanName) + ",server=on,wait=off",
-		"-device", "virtserialport,chardev=agent,name=" + vminit.PortName,
+		"-chardev", "socket,id=agent,path="+filepath.Join(dir, chanName)+",server=on,wait=off",
+		"-device", "virtserialport,chardev=agent,name="+vminit.PortName,
 		"-pidfile", filepath.Join(dir, pidName), "-daemonize",
-	}
+	)
 	for _, d := range m.Disks {
 		drive := "file=" + d.Path + ",if=none,format=raw,id=" + d.Serial
 		if d.ReadOnly {
@@ -519,6 +506,31 @@ func (r *Runtime) qemuArgs(id, dir string, m machine) []string {
 		args = append(args, "-drive", drive, "-device", "virtio-blk-device,drive="+d.Serial+",serial="+d.Serial)
 	}
 	return args
+}
+
+// machineArgs are the machine, kernel and initramfs QEMU boots: a microvm
+// (no PCI, no firmware beyond what PVH needs, virtio-mmio devices described
+// by ACPI, as Debian's virtio_mmio discovers them) with init given initArg.
+func (r *Runtime) machineArgs(accel string, vcpus int, memoryMB int64, initrd, initArg string) []string {
+	cmdline := "console=ttyS0 quiet panic=-1 rdinit=" + vminit.AgentPath
+	cpu := "host"
+	if accel == "tcg" {
+		cpu = "max"
+		if r.tscKHz > 0 {
+			// Without a PIT or HPET a TCG guest cannot measure its TSC
+			// and stops booting; QEMU's TSC is the host's.
+			cmdline += " tsc_early_khz=" + strconv.Itoa(r.tscKHz)
+		}
+	}
+	if initArg != "" {
+		cmdline += " -- " + initArg
+	}
+	return []string{
+		"-M", "microvm,accel=" + accel,
+		"-cpu", cpu, "-smp", strconv.Itoa(vcpus), "-m", strconv.FormatInt(memoryMB, 10),
+		"-nodefaults", "-no-user-config", "-no-reboot",
+		"-kernel", r.kernel, "-initrd", initrd, "-append", cmdline,
+	}
 }
 
 // runQEMU starts QEMU, which daemonizes once its devices are set up.
@@ -693,10 +705,23 @@ func waitExit(pid int, timeout time.Duration) {
 	}
 }
 
-// Pause implements runtime.Runtime: every vCPU stops; memory stays.
+// Pause implements runtime.Runtime: every vCPU stops; memory stays. A
+// paused sandbox's files are in its writable layer as of the pause (the
+// guest flushes, and the disk is copied back), so that what reads the layer
+// of a frozen sandbox (a snapshot, a fork) sees what it holds.
 func (r *Runtime) Pause(ctx context.Context, id string) error {
-	if _, err := qmpRun(ctx, r.file(id, qmpName), "stop", nil); err != nil {
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	_ = r.guestCall(sctx, id, http.MethodPost, vminit.SyncPath, nil, nil)
+	cancel()
+	qmpPath := r.file(id, qmpName)
+	if _, err := qmpRun(ctx, qmpPath, "stop", nil); err != nil {
 		return fmt.Errorf("pausing vm %s: %w", id, err)
+	}
+	if w := r.writableOf(id); w != "" {
+		if err := syncBack(ctx, r.file(id, diskName), w, r.file(id, "sync")); err != nil {
+			_, _ = qmpRun(context.WithoutCancel(ctx), qmpPath, "cont", nil)
+			return fmt.Errorf("pausing vm %s: %w", id, err)
+		}
 	}
 	return nil
 }

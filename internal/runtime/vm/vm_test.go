@@ -283,3 +283,35 @@ func TestHostileInput(t *testing.T) {
 		t.Errorf("restored: %q", got)
 	}
 }
+
+// TestPauseWritesBack checks that a paused sandbox's files are in its
+// writable layer, where a snapshot or fork of the frozen sandbox reads them.
+func TestPauseWritesBack(t *testing.T) {
+	rt, env := newRuntime(t)
+	ctx := context.Background()
+	sb := runtimetest.Start(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 256 << 20, PIDs: 64}, 1<<30)
+	sb.MustSh(t, "mkdir -p /root/d && echo one > /root/d/f && rm -f /etc/motd")
+	if err := rt.Pause(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	upper := filepath.Join(sb.Spec.Rootfs.Writable, "upper")
+	if b, err := os.ReadFile(filepath.Join(upper, "root/d/f")); err != nil || string(b) != "one\n" {
+		t.Errorf("paused sandbox's file in the writable layer: %q, %v", b, err)
+	}
+	if err := rt.Resume(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	sb.MustSh(t, "rm -r /root/d")
+	if err := rt.Pause(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(upper, "root/d")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a directory removed in the sandbox is still in the writable layer: %v", err)
+	}
+	if err := rt.Resume(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := sb.MustSh(t, "echo up"); got != "up\n" {
+		t.Errorf("after resume: %q", got)
+	}
+}
