@@ -160,7 +160,18 @@ func (r *Runtime) baseInitrd(agentPath string) (string, error) {
 	}
 	w.file(strings.TrimPrefix(vminit.ModuleOrder, "/"), 0o644, []byte(strings.Join(order, "\n")+"\n"))
 	w.close()
-	return out, writeAtomic(out, buf.Bytes())
+	if err := writeAtomic(out, buf.Bytes()); err != nil {
+		return "", err
+	}
+	// Initramfs of agent binaries since replaced: a start reads the base
+	// only while it writes its own, so an hour unused is long gone.
+	old, _ := filepath.Glob(filepath.Join(r.cacheDir(), "initrd-*.cpio"))
+	for _, o := range old {
+		if fi, err := os.Stat(o); err == nil && o != out && time.Since(fi.ModTime()) > time.Hour {
+			os.Remove(o)
+		}
+	}
+	return out, nil
 }
 
 // writeInitrd writes the sandbox's initramfs: base followed by cfg.
@@ -260,8 +271,41 @@ func (r *Runtime) layerImage(ctx context.Context, dir string, mutable bool) (str
 	if err := os.Rename(tmp, out); err != nil {
 		return "", err
 	}
+	if err := os.WriteFile(out+".src", []byte(dir), 0o600); err != nil {
+		return "", err
+	}
 	r.log.Info("vm layer image built", "dir", dir, "ms", time.Since(t0).Milliseconds())
+	r.pruneImages(dir, out)
 	return out, nil
+}
+
+// pruneImages removes the images of layers that are gone and, when kept is
+// a new image of src, src's older ones, unless a sandbox's machine uses
+// them. A checkpoint naming a pruned image cannot be restored, and says so.
+func (r *Runtime) pruneImages(src, kept string) {
+	inUse := map[string]bool{}
+	machines, _ := filepath.Glob(filepath.Join(r.runRoot, "sandboxes", "*", machineName))
+	for _, mf := range machines {
+		var m machine
+		if b, err := os.ReadFile(mf); err == nil && json.Unmarshal(b, &m) == nil {
+			for _, d := range m.Disks {
+				inUse[d.Path] = true
+			}
+		}
+	}
+	srcs, _ := filepath.Glob(filepath.Join(r.cacheDir(), "layer-*.erofs.src"))
+	for _, sf := range srcs {
+		img := strings.TrimSuffix(sf, ".src")
+		b, err := os.ReadFile(sf)
+		if err != nil || img == kept || inUse[img] {
+			continue
+		}
+		_, serr := os.Stat(string(b))
+		if string(b) == src || errors.Is(serr, os.ErrNotExist) {
+			os.Remove(img)
+			os.Remove(sf)
+		}
+	}
 }
 
 // treeStamp lists dir's entries two levels deep with their modification
