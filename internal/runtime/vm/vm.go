@@ -355,6 +355,9 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (i
 	if err := os.WriteFile(filepath.Join(dir, bootedName), nil, 0o600); err != nil {
 		return inst, err
 	}
+	if image != "" {
+		r.setClock(ctx, spec.ID)
+	}
 	r.log.Debug("sandbox started", "sandbox", spec.ID, "pid", pid, "op", "start", "accel", r.accel,
 		"restored", image != "", "ms", float64(time.Since(t0).Microseconds())/1000)
 	return runtime.Instance{PID: pid, StartTime: st, Socket: r.SocketPath(spec.ID)}, nil
@@ -731,7 +734,18 @@ func (r *Runtime) Resume(ctx context.Context, id string) error {
 	if _, err := qmpRun(ctx, r.file(id, qmpName), "cont", nil); err != nil {
 		return fmt.Errorf("resuming vm %s: %w", id, err)
 	}
+	r.setClock(ctx, id)
 	return nil
+}
+
+// setClock gives the guest the host's time: its clock stood still while
+// the VM was stopped. Best effort; a guest that does not take it runs late.
+func (r *Runtime) setClock(ctx context.Context, id string) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := r.guestCall(ctx, id, http.MethodPut, vminit.ClockPath, time.Now().UnixNano(), nil); err != nil {
+		r.log.Info("setting the guest's clock", "sandbox", id, "err", err)
+	}
 }
 
 // Processes implements runtime.Runtime: the processes of the guest's

@@ -151,6 +151,8 @@ func TestCheckpointAcrossNodes(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(sb.Spec.Rootfs.Writable, "upper/root/f")); err != nil || string(b) != "kept\n" {
 		t.Errorf("writable layer after checkpoint: %q, %v", b, err)
 	}
+	// The guest's clock stands still while it is saved: restore sets it.
+	time.Sleep(5 * time.Second)
 	rt2 := env.Reopen(t).(*vm.Runtime)
 	inst, err := rt2.Restore(ctx, sb.Spec, img)
 	if err != nil {
@@ -159,6 +161,7 @@ func TestCheckpointAcrossNodes(t *testing.T) {
 	sb.Inst = inst
 	sb.Client = runtimetest.Client(inst)
 	c1 := waitFile(t, sb, c0)
+	checkClock(t, sb)
 	// The same shell, still counting: its PID and its count go on.
 	if got := sb.MustSh(t, "cat /root/f"); got != "kept\n" {
 		t.Errorf("after restore: %q", got)
@@ -171,6 +174,18 @@ func TestCheckpointAcrossNodes(t *testing.T) {
 	}
 	if left := env.Leftovers(sb.ID); len(left) > 0 {
 		t.Errorf("left after stop: %v", left)
+	}
+}
+
+// checkClock checks the guest's clock is within 2 s of the host's.
+func checkClock(t *testing.T, sb *runtimetest.Sandbox) {
+	t.Helper()
+	out := sb.MustSh(t, "date +%s.%N")
+	var guest float64
+	fmt.Sscan(out, &guest)
+	host := float64(time.Now().UnixNano()) / 1e9
+	if d := host - guest; d > 2 || d < -2 {
+		t.Errorf("the guest's clock is %.1f s off the host's", d)
 	}
 }
 
@@ -298,9 +313,11 @@ func TestPauseWritesBack(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(upper, "root/d/f")); err != nil || string(b) != "one\n" {
 		t.Errorf("paused sandbox's file in the writable layer: %q, %v", b, err)
 	}
+	time.Sleep(3 * time.Second)
 	if err := rt.Resume(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
+	checkClock(t, sb)
 	sb.MustSh(t, "rm -r /root/d")
 	if err := rt.Pause(ctx, sb.ID); err != nil {
 		t.Fatal(err)

@@ -86,11 +86,14 @@ type Limits struct {
 // Paths the guest serves beside the agent protocol, to the host only
 // (nothing in the guest can reach the port): PUT LimitsPath changes the
 // guest cgroup's limits, GET ProcessesPath counts its processes, POST
-// SyncPath flushes every file system to its disk.
+// SyncPath flushes every file system to its disk, PUT ClockPath (a JSON
+// number of nanoseconds since the epoch) sets the guest's clock, which
+// stands still while the VM is paused or saved.
 const (
 	LimitsPath    = "/vm/limits"
 	ProcessesPath = "/vm/processes"
 	SyncPath      = "/vm/sync"
+	ClockPath     = "/vm/clock"
 )
 
 const configVar = "ATOLL_VM_CONFIG"
@@ -103,10 +106,12 @@ const (
 )
 
 // control is a request of the agent to the guest's init, one JSON line
-// answered by one: Limits to set, or (nil) a count of the sandbox's
-// processes.
+// answered by one: Limits to set, the clock to set, or (neither) a count
+// of the sandbox's processes.
 type control struct {
 	Limits *Limits `json:"limits,omitempty"`
+	// ClockNano, if set, is the host's time, for the guest's clock.
+	ClockNano *int64 `json:"clock_nano,omitempty"`
 }
 
 type controlReply struct {
@@ -123,7 +128,12 @@ func serveControl(f *os.File, cg int) {
 			return
 		}
 		var rep controlReply
-		if req.Limits != nil {
+		if req.ClockNano != nil {
+			ts := unix.NsecToTimespec(*req.ClockNano)
+			if err := unix.ClockSettime(unix.CLOCK_REALTIME, &ts); err != nil {
+				rep.Err = err.Error()
+			}
+		} else if req.Limits != nil {
 			if err := applyLimits(cg, *req.Limits); err != nil {
 				rep.Err = err.Error()
 			}
@@ -571,6 +581,18 @@ func serve(log *slog.Logger) error {
 			return
 		}
 		json.NewEncoder(w).Encode(rep.Processes)
+	})
+	mux.HandleFunc("PUT "+ClockPath, func(w http.ResponseWriter, r *http.Request) {
+		var n int64
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64)).Decode(&n); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if _, err := ctl.call(control{ClockNano: &n}); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("POST "+SyncPath, func(w http.ResponseWriter, r *http.Request) {
 		unix.Sync()
