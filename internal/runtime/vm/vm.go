@@ -621,9 +621,7 @@ func (r *Runtime) Stop(ctx context.Context, id string, inst runtime.Instance) er
 	if r.Alive(inst) {
 		// Best effort: a guest that does not answer loses what it had
 		// not written, as a machine losing power does.
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		_ = r.guestCall(sctx, id, http.MethodPost, vminit.SyncPath, nil, nil)
-		cancel()
+		r.guestSync(ctx, id)
 		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, _ = qmpRun(qctx, r.file(id, qmpName), "quit", nil)
 		cancel()
@@ -713,9 +711,7 @@ func waitExit(pid int, timeout time.Duration) {
 // guest flushes, and the disk is copied back), so that what reads the layer
 // of a frozen sandbox (a snapshot, a fork) sees what it holds.
 func (r *Runtime) Pause(ctx context.Context, id string) error {
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	_ = r.guestCall(sctx, id, http.MethodPost, vminit.SyncPath, nil, nil)
-	cancel()
+	r.guestSync(ctx, id)
 	qmpPath := r.file(id, qmpName)
 	if _, err := qmpRun(ctx, qmpPath, "stop", nil); err != nil {
 		return fmt.Errorf("pausing vm %s: %w", id, err)
@@ -736,6 +732,26 @@ func (r *Runtime) Resume(ctx context.Context, id string) error {
 	}
 	r.setClock(ctx, id)
 	return nil
+}
+
+// guestSync has a running guest flush its file systems to its disks. A
+// paused one cannot, and need not: it flushed when it was paused.
+func (r *Runtime) guestSync(ctx context.Context, id string) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := qmpRun(ctx, r.file(id, qmpName), "query-status", nil)
+	if err != nil {
+		return
+	}
+	var st struct {
+		Status string `json:"status"`
+	}
+	if json.Unmarshal(out, &st) != nil || st.Status != "running" {
+		return
+	}
+	if err := r.guestCall(ctx, id, http.MethodPost, vminit.SyncPath, nil, nil); err != nil {
+		r.log.Info("flushing the guest's disks", "sandbox", id, "err", err)
+	}
 }
 
 // setClock gives the guest the host's time: its clock stood still while
@@ -832,9 +848,7 @@ func (r *Runtime) Checkpoint(ctx context.Context, id string, inst runtime.Instan
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	_ = r.guestCall(sctx, id, http.MethodPost, vminit.SyncPath, nil, nil)
-	cancel()
+	r.guestSync(ctx, id)
 	q, err := dialQMP(ctx, r.file(id, qmpName))
 	if err != nil {
 		return fmt.Errorf("checkpointing vm %s: %w", id, err)

@@ -325,10 +325,31 @@ func TestPauseWritesBack(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(upper, "root/d")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a directory removed in the sandbox is still in the writable layer: %v", err)
 	}
-	if err := rt.Resume(ctx, sb.ID); err != nil {
+	// A paused sandbox checkpoints, restores running, and stops, without
+	// waiting on a guest that cannot answer.
+	img := filepath.Join(t.TempDir(), "image")
+	t0 := time.Now()
+	if err := rt.Checkpoint(ctx, sb.ID, sb.Inst, img); err != nil {
+		t.Fatalf("checkpoint of a paused sandbox: %v", err)
+	}
+	inst, err := rt.Restore(ctx, sb.Spec, img)
+	if err != nil {
 		t.Fatal(err)
 	}
+	sb.Inst, sb.Client = inst, runtimetest.Client(inst)
 	if got := sb.MustSh(t, "echo up"); got != "up\n" {
-		t.Errorf("after resume: %q", got)
+		t.Errorf("after restore: %q", got)
+	}
+	if err := rt.Pause(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Stop(ctx, sb.ID, sb.Inst); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d > 25*time.Second {
+		t.Errorf("checkpoint, restore and stop of a paused sandbox took %v", d)
+	}
+	if left := env.Leftovers(sb.ID); len(left) > 0 {
+		t.Errorf("left after stop: %v", left)
 	}
 }
