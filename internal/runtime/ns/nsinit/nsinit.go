@@ -419,3 +419,7 @@ func MaskPaths() error { return maskPaths() }
 
 // DropCapabilities: see MaskPaths.
 func DropCapabilities() error { return dropCapabilities() }
+
+// SetupLoopback brings lo up, for the vm runtime's guest as for a sandbox
+// with a network namespace of its own.
+func SetupLoopback() error { return setupLoopback() }

@@ -221,6 +221,9 @@ func setup() error {
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return fmt.Errorf("setting the hostname: %w", err)
 	}
+	if err := nsinit.SetupLoopback(); err != nil {
+		return err
+	}
 	cg, err := setupCgroup(cfg.Limits)
 	if err != nil {
 		return err
