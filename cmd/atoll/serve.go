@@ -272,20 +272,14 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if err != nil {
 		return err
 	}
-	// vm is offered where QEMU and a guest kernel are installed, and only
-	// without sandbox networking, which it does not do yet: a sandbox
-	// asking for it would otherwise run without the network it was given.
-	switch vmrt, err := vm.New(vm.Config{RunRoot: filepath.Join(data, "run-vm"), Logger: log}); {
-	case err != nil:
+	// vm is offered where QEMU and a guest kernel are installed.
+	if vmrt, err := vm.New(vm.Config{RunRoot: filepath.Join(data, "run-vm"), Logger: log}); err != nil {
 		log.Info("runtime vm not offered", "err", err)
 		unavailable["vm"] = "QEMU does not run microVMs on this host"
 		if errors.Is(err, vm.ErrNoQEMU) || errors.Is(err, vm.ErrNoKernel) {
 			unavailable["vm"] = err.Error()
 		}
-	case netm != nil:
-		log.Info("runtime vm not offered: it has no sandbox networking yet; serve with --network off to use it")
-		unavailable["vm"] = "the vm runtime has no sandbox networking yet and this server gives sandboxes networks (serve with --network off to use vm)"
-	default:
+	} else {
 		runtimes = append(runtimes, vmrt)
 	}
 	var netPool *network.Pool

@@ -83,6 +83,17 @@ func Start(t testing.TB, rt runtime.Runtime, env Env, l runtime.Limits, diskByte
 	return sb
 }
 
+// New makes the writable layer and spec of a sandbox with limits l and
+// arranges its removal, without starting it: a test may change the spec
+// (give it a network for Slot) and start it itself.
+func New(t testing.TB, rt runtime.Runtime, env Env, l runtime.Limits, diskBytes int64) *Sandbox {
+	t.Helper()
+	return newSandbox(t, rt, env, l, diskBytes)
+}
+
+// Slot is the sandbox's slot, which names its network.
+func (sb *Sandbox) Slot() int { return sb.slot }
+
 // newSandbox makes the writable layer and spec of a sandbox and arranges its
 // removal, without starting it.
 func newSandbox(t testing.TB, rt runtime.Runtime, env Env, l runtime.Limits, diskBytes int64) *Sandbox {

@@ -27,6 +27,7 @@ import (
 var guestModules = []string{
 	"virtio", "virtio_ring", "virtio_mmio", "virtio_blk", "virtio_console",
 	"crc32c_generic", "libcrc32c", "crc16", "mbcache", "jbd2", "ext4", "erofs", "overlay",
+	"failover", "net_failover", "virtio_net",
 }
 
 // findKernel returns the newest /boot/vmlinuz-* and its modules directory.

@@ -51,6 +51,7 @@ import (
 
 	"github.com/atoll-dev/atoll/internal/agent"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/network"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/runtime/host"
 	"github.com/atoll-dev/atoll/internal/runtime/vm/channel"
@@ -263,6 +264,8 @@ type machine struct {
 	VCPUs    int        `json:"vcpus"`
 	MemoryMB int64      `json:"memory_mb"`
 	Disks    []diskSpec `json:"disks"`
+	// MAC is the guest's network device's, "" without a network.
+	MAC string `json:"mac,omitempty"`
 }
 
 type diskSpec struct {
@@ -302,9 +305,6 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (i
 	if !validID(spec.ID) {
 		return inst, fmt.Errorf("%w: sandbox id %q", errdefs.ErrInvalid, spec.ID)
 	}
-	if spec.Network != nil {
-		return inst, fmt.Errorf("%w: the vm runtime has no networking yet; run the server with --network off to use it", errdefs.ErrUnavailable)
-	}
 	if err := r.Cleanup(ctx, spec.ID); err != nil {
 		return inst, fmt.Errorf("cleaning up before start: %w", err)
 	}
@@ -319,9 +319,20 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (i
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return inst, err
 	}
+	var gnet *vminit.Net
+	netns := ""
+	if spec.Network != nil {
+		netns = spec.Network.Netns
+		if err := os.WriteFile(filepath.Join(dir, netnsName), []byte(netns), 0o600); err != nil {
+			return inst, err
+		}
+		if gnet, err = plumb(spec.Network, spec.Hostname); err != nil {
+			return inst, err
+		}
+	}
 	var m machine
 	if image == "" {
-		if m, err = r.prepare(ctx, spec, dir); err != nil {
+		if m, err = r.prepare(ctx, spec, dir, gnet); err != nil {
 			return inst, err
 		}
 	} else {
@@ -333,7 +344,10 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (i
 	if image != "" {
 		args = append(args, "-incoming", "exec:cat "+shellQuote(filepath.Join(image, memoryName)))
 	}
-	if err := r.runQEMU(ctx, dir, args); err != nil {
+	if (m.MAC != "") != (gnet != nil) || gnet != nil && m.MAC != gnet.MAC {
+		return inst, fmt.Errorf("%w: the checkpoint was made with another network", errdefs.ErrInvalid)
+	}
+	if err := r.runQEMU(ctx, dir, netns, args); err != nil {
 		return inst, err
 	}
 	pid, err := readPID(filepath.Join(dir, pidName))
@@ -365,10 +379,13 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (i
 
 // prepare makes what a fresh boot needs: the layer images, the writable
 // disk and the initramfs with the sandbox's config.
-func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, dir string) (machine, error) {
+func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, dir string, gnet *vminit.Net) (machine, error) {
 	m := machine{Accel: r.accel, VCPUs: vcpus(spec.Limits.CPU), MemoryMB: memoryMB(spec.Limits.MemoryBytes)}
+	if gnet != nil {
+		m.MAC = gnet.MAC
+	}
 	cfg := vminit.Config{
-		Hostname: spec.Hostname, Writable: "rw", Env: spec.Env, User: spec.User, Workdir: spec.Workdir,
+		Hostname: spec.Hostname, Writable: "rw", Env: spec.Env, User: spec.User, Workdir: spec.Workdir, Net: gnet,
 		Limits: vminit.Limits{CPU: spec.Limits.CPU, MemoryBytes: spec.Limits.MemoryBytes, PIDs: spec.Limits.PIDs},
 	}
 	disk := filepath.Join(dir, diskName)
@@ -499,6 +516,11 @@ func (r *Runtime) qemuArgs(id, dir string, m machine) []string {
 		"-device", "virtserialport,chardev=agent,name="+vminit.PortName,
 		"-pidfile", filepath.Join(dir, pidName), "-daemonize",
 	)
+	if m.MAC != "" {
+		args = append(args,
+			"-netdev", "tap,id=net0,ifname="+tapName+",script=no,downscript=no",
+			"-device", "virtio-net-device,netdev=net0,mac="+m.MAC)
+	}
 	for _, d := range m.Disks {
 		drive := "file=" + d.Path + ",if=none,format=raw,id=" + d.Serial
 		if d.ReadOnly {
@@ -536,15 +558,22 @@ func (r *Runtime) machineArgs(accel string, vcpus int, memoryMB int64, initrd, i
 	}
 }
 
-// runQEMU starts QEMU, which daemonizes once its devices are set up.
-func (r *Runtime) runQEMU(ctx context.Context, dir string, args []string) error {
+// runQEMU starts QEMU, which daemonizes once its devices are set up, in the
+// network namespace netns if set.
+func (r *Runtime) runQEMU(ctx context.Context, dir, netns string, args []string) error {
 	cmd := exec.CommandContext(ctx, r.qemu, args...)
 	cmd.Cancel = func() error { return cmd.Process.Kill() }
 	cmd.WaitDelay = 5 * time.Second
 	cmd.Dir = dir
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
+	var err error
+	if netns != "" {
+		err = network.InNetns(netns, cmd.Run)
+	} else {
+		err = cmd.Run()
+	}
+	if err != nil {
 		return fmt.Errorf("qemu: %w: %s", err, lastLine(out.Bytes()))
 	}
 	return nil
@@ -667,6 +696,11 @@ func (r *Runtime) Cleanup(ctx context.Context, id string) error {
 		if _, err := os.Stat(filepath.Join(dir, bootedName)); err != nil {
 			// A restore that never ran: the checkpoint gets its disk back.
 			_ = os.Rename(disk, filepath.Join(string(from), diskName))
+		}
+	}
+	if netns, err := os.ReadFile(filepath.Join(dir, netnsName)); err == nil {
+		if err := unplumb(string(netns)); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	for _, m := range host.MountsUnder(dir) {

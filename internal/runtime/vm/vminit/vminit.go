@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -33,6 +34,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/atoll-dev/atoll/internal/agent"
@@ -68,6 +70,20 @@ type Config struct {
 	User     string            `json:"user,omitempty"`
 	Workdir  string            `json:"workdir,omitempty"`
 	Limits   Limits            `json:"limits"`
+	// Net, if set, is the guest's network: its eth0 takes the sandbox's
+	// addresses and routes.
+	Net *Net `json:"net,omitempty"`
+}
+
+// Net is a guest's eth0 and the files that describe its network.
+type Net struct {
+	MAC      string   `json:"mac"`
+	MTU      int      `json:"mtu"`
+	Addrs    []string `json:"addrs"`    // CIDR
+	Gateways []string `json:"gateways"` // default routes
+	// ResolvConf and Hosts are mounted read-only over the root's.
+	ResolvConf string `json:"resolv_conf"`
+	Hosts      string `json:"hosts"`
 }
 
 // Bind is a read-only disk (its serial) mounted at Target.
@@ -218,11 +234,21 @@ func setup() error {
 	if err := mountRoot(cfg, disks); err != nil {
 		return err
 	}
+	if cfg.Net != nil {
+		if err := mountNetFiles(*cfg.Net); err != nil {
+			return err
+		}
+	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return fmt.Errorf("setting the hostname: %w", err)
 	}
 	if err := nsinit.SetupLoopback(); err != nil {
 		return err
+	}
+	if cfg.Net != nil {
+		if err := setupNet(*cfg.Net); err != nil {
+			return fmt.Errorf("configuring the network: %w", err)
+		}
 	}
 	cg, err := setupCgroup(cfg.Limits)
 	if err != nil {
@@ -284,6 +310,101 @@ func enterRoot() error {
 		return err
 	}
 	return nsinit.DropCapabilities()
+}
+
+// setupNet gives the guest's network device the sandbox's addresses and
+// routes.
+func setupNet(n Net) error {
+	mac, err := net.ParseMAC(n.MAC)
+	if err != nil {
+		return err
+	}
+	var link netlink.Link
+	for deadline := time.Now().Add(10 * time.Second); link == nil; {
+		links, _ := netlink.LinkList()
+		for _, l := range links {
+			if l.Attrs().HardwareAddr.String() == mac.String() {
+				link = l
+			}
+		}
+		if link == nil {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("no network device with address %s", mac)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if link.Attrs().Name != "eth0" {
+		if err := netlink.LinkSetName(link, "eth0"); err != nil {
+			return err
+		}
+	}
+	if n.MTU > 0 {
+		if err := netlink.LinkSetMTU(link, n.MTU); err != nil {
+			return err
+		}
+	}
+	for _, a := range n.Addrs {
+		addr, err := netlink.ParseAddr(a)
+		if err != nil {
+			return err
+		}
+		if addr.IP.To4() == nil {
+			// Static: no duplicate detection to wait for.
+			addr.Flags |= unix.IFA_F_NODAD
+		}
+		if err := netlink.AddrAdd(link, addr); err != nil {
+			return fmt.Errorf("adding %s: %w", a, err)
+		}
+	}
+	if err := netlink.LinkSetUp(link); err != nil {
+		return err
+	}
+	for _, g := range n.Gateways {
+		gw := net.ParseIP(g)
+		if gw == nil {
+			return fmt.Errorf("bad gateway %q", g)
+		}
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Gw: gw}); err != nil {
+			return fmt.Errorf("route via %s: %w", g, err)
+		}
+	}
+	return nil
+}
+
+// mountNetFiles writes resolv.conf and hosts into a tmpfs of the initramfs
+// and binds them read-only over the new root's.
+func mountNetFiles(n Net) error {
+	const dir = "/mnt/net"
+	os.MkdirAll(dir, 0o755)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=64k,mode=0755"); err != nil {
+		return err
+	}
+	for name, content := range map[string]string{"resolv.conf": n.ResolvConf, "hosts": n.Hosts} {
+		src := filepath.Join(dir, name)
+		if err := os.WriteFile(src, []byte(content), 0o644); err != nil {
+			return err
+		}
+		target := "/newroot/etc/" + name
+		// An image's symlink here (to a systemd-resolved stub, say) is
+		// replaced by a file to mount on, as the ns runtime does.
+		if fi, err := os.Lstat(target); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			os.Remove(target)
+		}
+		if _, err := os.Lstat(target); err != nil {
+			os.MkdirAll(filepath.Dir(target), 0o755)
+			if err := os.WriteFile(target, nil, 0o644); err != nil {
+				return err
+			}
+		}
+		if err := unix.Mount(src, target, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("binding /etc/%s: %w", name, err)
+		}
+		if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return fmt.Errorf("read-only /etc/%s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 func bindSerials(bs []Bind) []string {
