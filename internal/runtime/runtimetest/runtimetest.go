@@ -423,7 +423,7 @@ func testIsolation(t *testing.T, rt runtime.Runtime, env Env, caps runtime.Caps)
 		{"proc exe of init", "cat /proc/1/exe > /dev/null 2>&1; echo x >> /proc/1/exe 2>/dev/null && echo wrote || echo denied", "denied\n", false},
 		{"only loopback", "ls1 /sys/class/net", "lo\n", false}, // eth0 too with a network (below)
 		{"loopback up", "python3 -c 'import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 0)); s.listen(1); c = socket.create_connection(s.getsockname()); print(\"connected\")'", "connected\n", false},
-		{"dev nodes", "lsA /dev | tr '\\n' ' '", "", false},    // checked below
+		{"dev nodes", "lsA /dev | tr '\\n' ' '", "", false}, // checked below
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {
