@@ -652,19 +652,21 @@ func TestGvisorEndToEnd(t *testing.T) {
 	}
 }
 
-// TestVMEndToEnd runs a sandbox in a QEMU microVM through the API and the
-// CLI: its own kernel, a file kept across stop and start, a daemon restart
-// that re-adopts it, and nothing left after delete.
-func TestVMEndToEnd(t *testing.T) {
+// requireVM skips (in strict mode fails) t unless the vm runtime can run.
+func requireVM(t *testing.T) {
+	t.Helper()
 	testenv.RequireRoot(t)
 	testenv.RequireCommand(t, "qemu-system-x86_64")
 	testenv.RequireCommand(t, "mkfs.erofs")
 	if m, _ := filepath.Glob("/boot/vmlinuz-*"); len(m) == 0 {
 		testenv.Skip(t, "no guest kernel in /boot (install linux-image-amd64)")
 	}
-	data := filepath.Join(testenv.Dir(t), "data")
-	// The images every run builds the same (the host's /usr as erofs
-	// takes a minute) are shared with the vm package's tests.
+}
+
+// linkVMCache shares the images every run builds the same (the host's /usr
+// as erofs takes a minute) with the vm package's tests.
+func linkVMCache(t *testing.T, data string) {
+	t.Helper()
 	cache := os.Getenv("ATOLL_TEST_VM_CACHE")
 	if cache == "" {
 		d, err := os.UserCacheDir()
@@ -682,6 +684,15 @@ func TestVMEndToEnd(t *testing.T) {
 	if err := os.Symlink(cache, filepath.Join(data, "run-vm", "cache")); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestVMEndToEnd runs a sandbox in a QEMU microVM through the API and the
+// CLI: its own kernel, a file kept across stop and start, a daemon restart
+// that re-adopts it, and nothing left after delete.
+func TestVMEndToEnd(t *testing.T) {
+	requireVM(t)
+	data := filepath.Join(testenv.Dir(t), "data")
+	linkVMCache(t, data)
 	d := startDaemon(t, data)
 	out, code := d.cli("create", "--runtime", "vm", "--memory", "512")
 	if code != 0 {
