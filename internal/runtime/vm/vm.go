@@ -20,6 +20,9 @@
 // children of the node: sandboxes outlive a node restart and are re-adopted
 // by QEMU's PID and start time.
 //
+// A sandbox with a network joins the namespace package network made for it
+// through a tap device there, redirected to and from its eth0 (net.go).
+//
 // Pause is QMP stop and cont; a checkpoint is a migration of the stopped VM
 // to a file, its writable disk kept beside it, and restore starts QEMU with
 // -incoming from that file. KVM is used when a probe boot under it
