@@ -337,6 +337,22 @@ func TestHostileInput(t *testing.T) {
 	}
 }
 
+// TestNoRawDisks checks that nothing in the sandbox can make a device node
+// of the VM's disks: root there has no CAP_MKNOD.
+func TestNoRawDisks(t *testing.T) {
+	rt, env := newRuntime(t)
+	sb := runtimetest.Start(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 256 << 20, PIDs: 64}, 1<<30)
+	out, _, _ := sb.Sh(t, `for d in /sys/block/vd*; do n=$(cat $d/dev); mknod /tmp/raw b ${n%:*} ${n#*:} 2>/dev/null && echo made $d; rm -f /tmp/raw; done
+grep CapBnd /proc/self/status | awk '{print $2}'`)
+	if strings.Contains(out, "made") {
+		t.Errorf("made a node of a VM disk: %q", out)
+	}
+	// Docker's default set less CAP_MKNOD.
+	if !strings.Contains(out, "00000000a00425fb") {
+		t.Errorf("capability bounding set: %q", out)
+	}
+}
+
 // TestPauseWritesBack checks that a paused sandbox's files are in its
 // writable layer, where a snapshot or fork of the frozen sandbox reads them.
 func TestPauseWritesBack(t *testing.T) {

@@ -309,6 +309,14 @@ func enterRoot() error {
 	if err := nsinit.MaskPaths(); err != nil {
 		return err
 	}
+	// Docker's set less CAP_MKNOD, for what the agent starts: a device
+	// node of the VM's own disks would let the sandbox write them raw,
+	// around the guest's file systems, and the host mounts the writable
+	// one to copy it back. (Docker keeps CAP_MKNOD and lets a device
+	// cgroup refuse the nodes; the guest has no device cgroup.)
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, unix.CAP_MKNOD, 0); e != 0 {
+		return fmt.Errorf("dropping CAP_MKNOD: %w", e)
+	}
 	return nsinit.DropCapabilities()
 }
 
