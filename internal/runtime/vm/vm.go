@@ -322,6 +322,15 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (i
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return inst, err
 	}
+	var m machine
+	if image != "" {
+		if m, err = r.prepareRestore(ctx, spec, dir, image); err != nil {
+			return inst, err
+		}
+		if (m.MAC != "") != (spec.Network != nil) {
+			return inst, fmt.Errorf("%w: the checkpoint was made with a network and restored without one, or the other way round", errdefs.ErrInvalid)
+		}
+	}
 	var gnet *vminit.Net
 	netns := ""
 	if spec.Network != nil {
@@ -329,26 +338,18 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (i
 		if err := os.WriteFile(filepath.Join(dir, netnsName), []byte(netns), 0o600); err != nil {
 			return inst, err
 		}
-		if gnet, err = plumb(spec.Network, spec.Hostname); err != nil {
+		if gnet, err = plumb(spec.Network, spec.Hostname, m.MAC); err != nil {
 			return inst, err
 		}
 	}
-	var m machine
 	if image == "" {
 		if m, err = r.prepare(ctx, spec, dir, gnet); err != nil {
-			return inst, err
-		}
-	} else {
-		if m, err = r.prepareRestore(ctx, spec, dir, image); err != nil {
 			return inst, err
 		}
 	}
 	args := r.qemuArgs(spec.ID, dir, m)
 	if image != "" {
 		args = append(args, "-incoming", "exec:cat "+shellQuote(filepath.Join(image, memoryName)))
-	}
-	if (m.MAC != "") != (gnet != nil) || gnet != nil && m.MAC != gnet.MAC {
-		return inst, fmt.Errorf("%w: the checkpoint was made with another network", errdefs.ErrInvalid)
 	}
 	if err := r.runQEMU(ctx, dir, netns, args); err != nil {
 		return inst, err
@@ -868,6 +869,31 @@ func (r *Runtime) Alive(inst runtime.Instance) bool {
 	}
 	st, err := host.StartTime(inst.PID)
 	return err == nil && st == inst.StartTime
+}
+
+// Settle makes whole again a running sandbox whose Checkpoint a crash of
+// the node cut short (runtime.CheckpointSettler): a VM left stopped, or
+// stopped after saving its state, goes on.
+func (r *Runtime) Settle(ctx context.Context, id string, inst runtime.Instance) error {
+	if !r.Alive(inst) {
+		return fmt.Errorf("settling vm %s: %w", id, errNotRunning)
+	}
+	out, err := qmpRun(ctx, r.file(id, qmpName), "query-status", nil)
+	if err != nil {
+		return fmt.Errorf("settling vm %s: %w", id, err)
+	}
+	var st struct {
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return err
+	}
+	if st.Status != "running" {
+		if err := r.Resume(ctx, id); err != nil {
+			return err
+		}
+	}
+	return r.guestCall(ctx, id, http.MethodGet, "/health", nil, nil)
 }
 
 // Checkpoint implements runtime.Checkpointer: the guest flushes its file

@@ -36,6 +36,15 @@ func TestConformance(t *testing.T) {
 // sandboxNetworks gives sandboxes networks from a network.Manager whose
 // host is a private namespace, as the ns runtime's test does.
 func sandboxNetworks(t *testing.T) func(testing.TB, int) *runtime.Network {
+	m := netManager(t)
+	return func(t testing.TB, slot int) *runtime.Network {
+		n := attach(t, m, slot)
+		t.Cleanup(func() { m.Release(context.Background(), slot) })
+		return n
+	}
+}
+
+func netManager(t *testing.T) *network.Manager {
 	if err := network.Probe(); err != nil {
 		testenv.Skip(t, err.Error())
 		return nil
@@ -54,14 +63,15 @@ func sandboxNetworks(t *testing.T) func(testing.TB, int) *runtime.Network {
 		}
 		m.Close()
 	})
-	return func(t testing.TB, slot int) *runtime.Network {
-		a, err := m.Attach(context.Background(), slot, egress.Policy{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { m.Release(context.Background(), slot) })
-		return &runtime.Network{Netns: a.Netns, Addrs: []netip.Addr{a.Addr4.Addr(), a.Addr6.Addr()}, Nameservers: a.Resolvers}
+	return m
+}
+
+func attach(t testing.TB, m *network.Manager, slot int) *runtime.Network {
+	a, err := m.Attach(context.Background(), slot, egress.Policy{})
+	if err != nil {
+		t.Fatal(err)
 	}
+	return &runtime.Network{Netns: a.Netns, Addrs: []netip.Addr{a.Addr4.Addr(), a.Addr6.Addr()}, Nameservers: a.Resolvers}
 }
 
 // cacheDir keeps the images every run builds the same (the guest kernel,
@@ -411,13 +421,15 @@ func TestPauseWritesBack(t *testing.T) {
 // TestNetworkTraffic checks that packets flow between the guest and the
 // sandbox's network: a DNS question to each gateway resolver gets an answer
 // or a refusal (ICMP port unreachable), not silence; and that the network
-// survives a checkpoint and restore.
+// survives a checkpoint and a restore into a namespace made anew (as a
+// suspended sandbox's is: its eth0 has another MAC address).
 func TestNetworkTraffic(t *testing.T) {
 	rt, env := newRuntime(t)
-	nets := sandboxNetworks(t)
+	m := netManager(t)
 	ctx := context.Background()
 	sb := runtimetest.New(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 256 << 20, PIDs: 64}, 1<<30)
-	sb.Spec.Network = nets(t, sb.Slot())
+	sb.Spec.Network = attach(t, m, sb.Slot())
+	t.Cleanup(func() { m.Release(context.Background(), sb.Slot()) })
 	inst, err := rt.Start(ctx, sb.Spec)
 	if err != nil {
 		t.Fatal(err)
@@ -456,9 +468,33 @@ except socket.timeout:
 	if err := rt.Checkpoint(ctx, sb.ID, sb.Inst, img); err != nil {
 		t.Fatal(err)
 	}
+	if err := m.Release(ctx, sb.Slot()); err != nil {
+		t.Fatal(err)
+	}
+	sb.Spec.Network = attach(t, m, sb.Slot())
 	if inst, err = rt.Restore(ctx, sb.Spec, img); err != nil {
 		t.Fatal(err)
 	}
 	sb.Inst, sb.Client = inst, runtimetest.Client(inst)
 	probe()
+}
+
+// TestSettle checks that a sandbox a crashed checkpoint left stopped (here:
+// paused, as the checkpoint's first step leaves it) goes on after Settle.
+func TestSettle(t *testing.T) {
+	rt, env := newRuntime(t)
+	ctx := context.Background()
+	sb := runtimetest.Start(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 256 << 20, PIDs: 64}, 1<<30)
+	if err := rt.Pause(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Reopen(t).(*vm.Runtime).Settle(ctx, sb.ID, sb.Inst); err != nil {
+		t.Fatalf("settle: %v", err)
+	}
+	if got := sb.MustSh(t, "echo up"); got != "up\n" {
+		t.Errorf("after settle: %q", got)
+	}
+	if err := rt.Settle(ctx, sb.ID, sb.Inst); err != nil {
+		t.Errorf("settling a running sandbox: %v", err)
+	}
 }
