@@ -19,10 +19,26 @@ done
 # which needs node 20.18 or later); any install of them will do.
 command -v node >/dev/null 2>&1 || need="$need nodejs"
 command -v npm >/dev/null 2>&1 || need="$need npm"
-if [ -n "$need" ]; then
+# The vm runtime: QEMU, a guest kernel (Debian's, with its modules), and
+# the tools that make its disks (erofs and ext4 images, copied back with
+# rsync; xz unpacks the kernel for a direct PVH boot). Without
+# recommends: the kernel package's firmware and bootloaders are not needed.
+vmneed=""
+for p in qemu-system-x86 linux-image-amd64 erofs-utils e2fsprogs rsync xz-utils; do
+	dpkg -s "$p" >/dev/null 2>&1 || vmneed="$vmneed $p"
+done
+if [ -n "$need$vmneed" ]; then
 	apt-get update -qq
+fi
+if [ -n "$need" ]; then
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need
 fi
+if [ -n "$vmneed" ]; then
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $vmneed
+fi
+# The vm tests keep the images they build (the guest kernel, the host's
+# /usr as erofs: a minute to make) here across runs.
+export ATOLL_TEST_VM_CACHE="${ATOLL_TEST_VM_CACHE:-/var/cache/atoll-test/vm}"
 # atoll and its agent are static Go binaries: the agent runs inside sandboxes.
 export CGO_ENABLED=0
 go vet ./...

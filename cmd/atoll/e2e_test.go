@@ -36,6 +36,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"gocloud.dev/gcerrors"
+	"golang.org/x/sys/unix"
 	_ "modernc.org/sqlite" // reads the store's transitions, see recordedIDs
 
 	"github.com/atoll-dev/atoll/api"
@@ -915,6 +916,105 @@ func TestSuspendEndToEnd(t *testing.T) {
 		if resp.StatusCode != http.StatusBadRequest {
 			t.Errorf("pause with %s: %d, want 400", body, resp.StatusCode)
 		}
+	}
+}
+
+// requireVM skips (in strict mode fails) t unless the vm runtime can run.
+func requireVM(t *testing.T) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	testenv.RequireCommand(t, "qemu-system-x86_64")
+	testenv.RequireCommand(t, "mkfs.erofs")
+	if m, _ := filepath.Glob("/boot/vmlinuz-*"); len(m) == 0 {
+		testenv.Skip(t, "no guest kernel in /boot (install linux-image-amd64)")
+	}
+}
+
+// linkVMCache shares the images every run builds the same (the host's /usr
+// as erofs takes a minute) with the vm package's tests.
+func linkVMCache(t *testing.T, data string) {
+	t.Helper()
+	cache := os.Getenv("ATOLL_TEST_VM_CACHE")
+	if cache == "" {
+		d, err := os.UserCacheDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cache = filepath.Join(d, "atoll-test", "vm")
+	}
+	if err := os.MkdirAll(cache, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(data, "run-vm"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(cache, filepath.Join(data, "run-vm", "cache")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestVMEndToEnd runs a sandbox in a QEMU microVM through the API and the
+// CLI: its own kernel, a file kept across stop and start, a daemon restart
+// that re-adopts it, and nothing left after delete.
+func TestVMEndToEnd(t *testing.T) {
+	requireVM(t)
+	data := filepath.Join(testenv.Dir(t), "data")
+	linkVMCache(t, data)
+	d := startDaemon(t, data)
+	out, code := d.cli("create", "--runtime", "vm", "--memory", "512")
+	if code != 0 {
+		t.Fatalf("atoll create --runtime vm: %s\n%s", out, d.out.String())
+	}
+	id := strings.TrimSpace(out)
+	c := d.client()
+	ctx := context.Background()
+	sb, err := c.GetSandbox(ctx, id)
+	if err != nil || sb.Runtime != "vm" {
+		t.Fatalf("sandbox: %+v, %v", sb, err)
+	}
+	if out, code := sh(t, c, id, "python3 -c 'print(6*7)'"); code != 0 || out != "42\n" {
+		t.Fatalf("python3: %q %d", out, code)
+	}
+	// The kernel answering is the guest's, not the host's.
+	var uts unix.Utsname
+	unix.Uname(&uts)
+	hostRelease := unix.ByteSliceToString(uts.Release[:])
+	if out, _ := sh(t, c, id, "uname -r"); strings.TrimSpace(out) == hostRelease || out == "" {
+		t.Errorf("uname -r in the vm: %q, the host's is %q", out, hostRelease)
+	}
+	if out, code := sh(t, c, id, "echo kept > /root/state && mkdir -p /home/user/p && echo x > /home/user/p/f"); code != 0 {
+		t.Fatal(out)
+	}
+	if _, err := c.StopSandbox(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.StartSandbox(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := sh(t, c, id, "cat /root/state /home/user/p/f"); out != "kept\nx\n" {
+		t.Errorf("after stop/start: %q", out)
+	}
+	d.kill()
+	d.start()
+	c = d.client()
+	if sb, err := c.GetSandbox(ctx, id); err != nil || sb.State != api.StateRunning {
+		t.Fatalf("after daemon restart: %+v, %v", sb, err)
+	}
+	if out, _ := sh(t, c, id, "cat /root/state"); out != "kept\n" {
+		t.Errorf("after daemon restart: %q", out)
+	}
+	if err := c.DeleteSandbox(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	left := leftovers(data, id)
+	if _, err := os.Stat(filepath.Join(data, "run-vm", "sandboxes", id)); err == nil {
+		left = append(left, "run-vm/sandboxes/"+id)
+	}
+	if b, err := exec.Command("pgrep", "-f", "sandboxes/"+id+"/").Output(); err == nil && len(b) > 0 {
+		left = append(left, "processes: "+strings.TrimSpace(string(b)))
+	}
+	if len(left) > 0 {
+		t.Errorf("left after delete: %v", left)
 	}
 }
 

@@ -247,6 +247,56 @@ func (w *netWorld) traces(t *testing.T, slot int, addrs ...string) []string {
 	return out
 }
 
+// TestVMNetworkEndToEnd runs vm sandboxes on a server with networking on:
+// the guest reaches the internet by name through the resolver and the egress
+// proxy, a deny-all sandbox does not, and a delete leaves nothing.
+func TestVMNetworkEndToEnd(t *testing.T) {
+	requireVM(t)
+	testenv.RequireCommand(t, "curl")
+	if err := network.Probe(); err != nil {
+		testenv.Skip(t, err.Error())
+	}
+	w := newNetWorld(t)
+	data := testenv.Dir(t)
+	linkVMCache(t, data)
+	d := startDaemonIn(t, data, w.host, "--network", "on", "--network-bridge", w.id,
+		"--dns-upstream", wInet4, "--warm-pool", "0", "--prestart", "0", "--network-pool", "0")
+	c := d.client()
+	ctx := context.Background()
+	curl := func(id string, args ...string) (string, bool) {
+		t.Helper()
+		out, code := sh(t, c, id, "curl -fsS --max-time 10 "+strings.Join(args, " ")+" 2>&1")
+		return out, code == 0
+	}
+	out, code := d.cli("create", "--runtime", "vm")
+	if code != 0 {
+		t.Fatalf("create --runtime vm: %s\n%s", out, d.out.String())
+	}
+	a := strings.TrimSpace(out)
+	if out, ok := curl(a, "http://allowed.example/"); !ok || !strings.HasPrefix(out, "inet ") {
+		t.Errorf("allow-all vm by name: %q", out)
+	}
+	if out, ok := curl(a, "http://"+wOther4+"/"); !ok {
+		t.Errorf("allow-all vm by address: %q", out)
+	}
+	out, code = d.cli("create", "--runtime", "vm", "--egress", "deny-all")
+	if code != 0 {
+		t.Fatalf("create --runtime vm --egress deny-all: %s", out)
+	}
+	b := strings.TrimSpace(out)
+	if out, ok := curl(b, "http://"+wInet4+"/"); ok {
+		t.Errorf("deny-all vm reached the internet: %q", out)
+	}
+	for _, id := range []string{a, b} {
+		if err := c.DeleteSandbox(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(data, "run-vm", "sandboxes", id)); err == nil {
+			t.Errorf("left after delete: run-vm/sandboxes/%s", id)
+		}
+	}
+}
+
 // TestNetworkEndToEnd runs the real `atoll serve` in a namespace of its own
 // with networking on, and checks from inside sandboxes what the issue asks:
 // isolation, deny-all, allow-lists by name and address, DNS, Host and SNI

@@ -31,6 +31,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/runtime/gvisor"
 	"github.com/atoll-dev/atoll/internal/runtime/ns"
+	"github.com/atoll-dev/atoll/internal/runtime/vm"
 	"github.com/atoll-dev/atoll/internal/server"
 	"github.com/atoll-dev/atoll/internal/store"
 )
@@ -272,6 +273,16 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	netm, err := startNetwork(cfg, log)
 	if err != nil {
 		return err
+	}
+	// vm is offered where QEMU and a guest kernel are installed.
+	if vmrt, err := vm.New(vm.Config{RunRoot: filepath.Join(data, "run-vm"), Logger: log}); err != nil {
+		log.Info("runtime vm not offered", "err", err)
+		unavailable["vm"] = "QEMU does not run microVMs on this host"
+		if errors.Is(err, vm.ErrNoQEMU) || errors.Is(err, vm.ErrNoKernel) {
+			unavailable["vm"] = err.Error()
+		}
+	} else {
+		runtimes = append(runtimes, vmrt)
 	}
 	var netPool *network.Pool
 	if netm != nil {

@@ -1,5 +1,5 @@
 // Package runtime is the contract between the node and the backends that run
-// sandboxes (ns and gvisor; vm later). A backend turns a Spec (layers, limits,
+// sandboxes (ns, gvisor and vm). A backend turns a Spec (layers, limits,
 // identity) into a running sandbox whose PID 1 is atoll-agent, reachable on a unix
 // socket, and tears it down again. Storage belongs to the layer store and lifecycle
 // bookkeeping to the control plane; a runtime only runs things.

@@ -411,3 +411,15 @@ func dropCapabilities() error {
 	}
 	return nil
 }
+
+// MaskPaths and DropCapabilities confine the vm runtime's guest the way an
+// ns sandbox is confined: masked and read-only /proc and /sys paths, and
+// Docker's default capabilities for everything its init starts.
+func MaskPaths() error { return maskPaths() }
+
+// DropCapabilities: see MaskPaths.
+func DropCapabilities() error { return dropCapabilities() }
+
+// SetupLoopback brings lo up, for the vm runtime's guest as for a sandbox
+// with a network namespace of its own.
+func SetupLoopback() error { return setupLoopback() }
