@@ -36,6 +36,52 @@ func runtimes(r *report, work string, n int) {
 		runtimeFigures(r, c, rt, n)
 	}
 	peerRunsc(r, n)
+	for _, rt := range rts {
+		if rt.Name == "vm" && rt.Available {
+			peerQEMU(r)
+		}
+	}
+}
+
+// peerQEMU is QEMU alone booting the vm runtime's kernel the same way, to
+// its init's exit: the vm package's benchmark of it, run here so that it
+// shares this run's machine and load.
+func peerQEMU(r *report) {
+	cmd := exec.Command("go", "test", "-run", "^$", "-bench", "QEMUBootToInitExit", "-benchtime", "5x", "./internal/runtime/vm/")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if os.Getenv("ATOLL_TEST_VM_CACHE") == "" {
+		cmd.Env = append(cmd.Env, "ATOLL_TEST_VM_CACHE=/var/cache/atoll-test/vm")
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		r.note(fmt.Sprintf("peer QEMU alone: %v: %s", err, lastLines(out, 3)))
+		return
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || !strings.HasPrefix(f[0], "BenchmarkQEMUBootToInitExit") {
+			continue
+		}
+		var p50, p99 float64
+		for i := 2; i+1 < len(f); i += 2 {
+			v, _ := strconv.ParseFloat(f[i], 64)
+			switch f[i+1] {
+			case "p50-ms":
+				p50 = v
+			case "p99-ms":
+				p99 = v
+			}
+		}
+		r.rows = append(r.rows, row{name: "peer: QEMU alone, the vm runtime's kernel and machine, boot to init exit", mode: "sequential",
+			p50: time.Duration(p50 * float64(time.Millisecond)), p99: time.Duration(p99 * float64(time.Millisecond)), n: 5})
+		return
+	}
+	r.note("peer QEMU alone: no figures in: " + lastLines(out, 3))
+}
+
+func lastLines(b []byte, n int) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.Join(lines[max(len(lines)-n, 0):], " / ")
 }
 
 func runtimeFigures(r *report, c *atoll.Client, rt api.Runtime, n int) {
