@@ -41,6 +41,7 @@ import (
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/blob"
+	"github.com/atoll-dev/atoll/internal/network"
 	"github.com/atoll-dev/atoll/internal/network/nettest"
 	"github.com/atoll-dev/atoll/internal/testenv"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
@@ -1016,6 +1017,89 @@ func TestVMEndToEnd(t *testing.T) {
 	if len(left) > 0 {
 		t.Errorf("left after delete: %v", left)
 	}
+}
+
+// TestVMSuspendEndToEnd pauses a vm sandbox to disk through the API, with
+// networking on (its namespace is released and made again), restarts the
+// daemon, and resumes it: a counting process counts on from where it was.
+func TestVMSuspendEndToEnd(t *testing.T) {
+	requireVM(t)
+	if err := network.Probe(); err != nil {
+		testenv.Skip(t, err.Error())
+	}
+	w := newNetWorld(t)
+	data := testenv.Dir(t)
+	linkVMCache(t, data)
+	d := startDaemonIn(t, data, w.host, "--network", "on", "--network-bridge", w.id,
+		"--dns-upstream", wInet4, "--warm-pool", "0", "--prestart", "0", "--network-pool", "0")
+	c := d.client()
+	ctx := context.Background()
+	rts, err := c.Runtimes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rt := range rts {
+		if rt.Name == "vm" && (!rt.Available || !rt.Capabilities.MemorySnapshot || rt.Capabilities.SharedKernel || rt.Capabilities.MemoryFork) {
+			t.Errorf("vm's capabilities: %+v", rt)
+		}
+	}
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "vm", MemoryMiB: 512})
+	if err != nil {
+		t.Fatalf("create: %v\n%s", err, d.out.String())
+	}
+	id := sb.ID
+	if _, err := c.StartProcess(ctx, id, api.ExecRequest{Shell: "i=0; while true; do i=$((i+1)); echo $i > /root/count; sleep 0.1; done"}); err != nil {
+		t.Fatal(err)
+	}
+	count := func() int {
+		t.Helper()
+		out, code := sh(t, c, id, "cat /root/count")
+		n, err := strconv.Atoi(strings.TrimSpace(out))
+		if code != 0 || err != nil {
+			t.Fatalf("count: %q %d", out, code)
+		}
+		return n
+	}
+	time.Sleep(2 * time.Second)
+	if n := count(); n < 2 {
+		t.Fatalf("positive control: the counter counts: %d", n)
+	}
+	if out, code := d.cli("pause", "--to-disk", id); code != 0 {
+		t.Fatalf("atoll pause --to-disk: %s\n%s", out, d.out.String())
+	}
+	at := 0
+	if b, err := os.ReadFile(filepath.Join(data, "layers", "sandboxes", id, "upper", "root", "count")); err == nil {
+		at, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	d.kill()
+	d.start()
+	c = d.client()
+	if sb, err := c.GetSandbox(ctx, id); err != nil || sb.State != api.StateSuspended {
+		t.Fatalf("after a daemon restart: %+v, %v", sb, err)
+	}
+	if out, code := d.cli("resume", id); code != 0 {
+		t.Fatalf("atoll resume: %s\n%s", out, d.out.String())
+	}
+	first := count()
+	time.Sleep(2 * time.Second)
+	then := count()
+	t.Logf("count at suspend %d, after resume %d, later %d", at, first, then)
+	if then <= first || at == 0 || first < at || first > at+30 {
+		t.Errorf("the counter: %d at suspend, %d after resume, %d later", at, first, then)
+	}
+	if out, ok := curlIn(t, c, id, "http://allowed.example/"); !ok {
+		t.Errorf("the network after resume: %q", out)
+	}
+	if err := c.DeleteSandbox(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// curlIn runs curl in sandbox id.
+func curlIn(t *testing.T, c *atoll.Client, id, url string) (string, bool) {
+	t.Helper()
+	out, code := sh(t, c, id, "curl -fsS --max-time 10 "+url+" 2>&1")
+	return out, code == 0
 }
 
 func TestServeNeedsRoot(t *testing.T) {

@@ -102,9 +102,10 @@ type Runtime struct {
 }
 
 var (
-	_ runtime.Runtime      = (*Runtime)(nil)
-	_ runtime.Capabler     = (*Runtime)(nil)
-	_ runtime.Checkpointer = (*Runtime)(nil)
+	_ runtime.Runtime           = (*Runtime)(nil)
+	_ runtime.Capabler          = (*Runtime)(nil)
+	_ runtime.Checkpointer      = (*Runtime)(nil)
+	_ runtime.CheckpointSettler = (*Runtime)(nil)
 )
 
 // Files in a sandbox's run directory.
