@@ -351,6 +351,9 @@ type RuntimeCapabilities struct {
 	// SharedKernel: its processes run on the host's kernel (namespaces);
 	// without it a user-space kernel or a VM stands between them.
 	SharedKernel bool `json:"shared_kernel"`
+	// Network: its sandboxes get the server's networking (addresses,
+	// egress policy, ports); without it they have loopback only.
+	Network bool `json:"network"`
 }
 
 // RuntimeList is the body of GET /v1/runtimes.

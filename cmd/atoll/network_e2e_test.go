@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -360,6 +361,29 @@ func TestNetworkEndToEnd(t *testing.T) {
 	if a.Network == nil || a.Network.Policy.Egress != "allow-all" || a.Network.IPv4 == b.Network.IPv4 {
 		t.Fatalf("networks: %+v %+v", a.Network, b.Network)
 	}
+
+	t.Run("a runtime without networking says so", func(t *testing.T) {
+		rts, err := c.Runtimes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rt := range rts {
+			if want := rt.Name != "gvisor"; rt.Available && rt.Capabilities.Network != want {
+				t.Errorf("runtime %s: network capability %v, want %v", rt.Name, rt.Capabilities.Network, want)
+			}
+		}
+		_, err = c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "gvisor", Network: &api.NetworkPolicy{Allow: []string{"allowed.example"}}})
+		if !errors.Is(err, atoll.ErrInvalid) || !strings.Contains(err.Error(), "loopback only") {
+			t.Errorf("gvisor sandbox with an allow list: %v, want invalid (loopback only)", err)
+		}
+		g := create(api.CreateSandboxRequest{Runtime: "gvisor", MemoryMiB: 512})
+		if g.Network != nil {
+			t.Errorf("a gvisor sandbox shows a network: %+v", g.Network)
+		}
+		if err := c.DeleteSandbox(ctx, g.ID); err != nil {
+			t.Fatal(err)
+		}
+	})
 
 	t.Run("sandboxes cannot reach each other", func(t *testing.T) {
 		if _, code := sh(t, c, a.ID, "cd /tmp && (python3 -m http.server --bind :: 8080 >/dev/null 2>&1 &) ; sleep 1"); code != 0 {

@@ -19,8 +19,9 @@ func newRuntimesCmd(g *globals) *cobra.Command {
 		Long: `List the runtimes "atoll create --runtime" takes, with their capabilities:
 pause (freeze in memory), memory_snapshot (pause --to-disk), memory_fork,
 process_oom (a process over the memory limit dies alone), shared_kernel (the
-sandbox runs on the host's kernel). A runtime the server cannot offer is listed
-with why.`,
+sandbox runs on the host's kernel), network (sandboxes get the server's
+networking; without it, loopback only). A runtime the server cannot offer is
+listed with why.`,
 		Example: `  atoll runtimes
   atoll create --runtime gvisor && atoll pause --to-disk ID`,
 		Args: cobra.NoArgs,
@@ -62,7 +63,7 @@ func renderRuntimes(w io.Writer, rts []api.Runtime) error {
 		}{
 			{rt.Capabilities.Pause, "pause"}, {rt.Capabilities.MemorySnapshot, "memory_snapshot"},
 			{rt.Capabilities.MemoryFork, "memory_fork"}, {rt.Capabilities.ProcessOOM, "process_oom"},
-			{rt.Capabilities.SharedKernel, "shared_kernel"},
+			{rt.Capabilities.SharedKernel, "shared_kernel"}, {rt.Capabilities.Network, "network"},
 		} {
 			if c.on {
 				caps = append(caps, c.name)

@@ -310,7 +310,7 @@ func (s *Service) validate(req *api.CreateSandboxRequest) error {
 	case req.AutoArchiveSec > 0 && s.archive == nil:
 		return fmt.Errorf("%w: this server has no archive store for auto_archive_sec", errdefs.ErrUnavailable)
 	}
-	if _, err := s.checkPolicy(req.Network); err != nil {
+	if _, err := s.checkPolicy(req.Runtime, req.Network); err != nil {
 		return err
 	}
 	for k, v := range req.Env {
@@ -361,7 +361,7 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	policy, err := s.checkPolicy(req.Network)
+	policy, err := s.checkPolicy(req.Runtime, req.Network)
 	if err != nil {
 		return api.Sandbox{}, err
 	}

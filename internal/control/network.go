@@ -37,8 +37,15 @@ func (s *Service) policyOf(sb store.Sandbox) egress.Policy {
 	return pol
 }
 
-// checkPolicy parses a requested policy into its stored form.
-func (s *Service) checkPolicy(p *api.NetworkPolicy) (api.NetworkPolicy, error) {
+// networked reports whether sandboxes of runtime rt get networks: the
+// server has networking and the runtime joins them.
+func (s *Service) networked(rt string) bool {
+	return s.net != nil && runtime.CapsOf(s.runtimes[rt]).Network
+}
+
+// checkPolicy parses a requested policy for a sandbox of runtime rt into
+// its stored form.
+func (s *Service) checkPolicy(rt string, p *api.NetworkPolicy) (api.NetworkPolicy, error) {
 	if p == nil {
 		return api.NetworkPolicy{}, nil
 	}
@@ -46,11 +53,14 @@ func (s *Service) checkPolicy(p *api.NetworkPolicy) (api.NetworkPolicy, error) {
 	if err != nil && s.net != nil {
 		return api.NetworkPolicy{}, err
 	}
-	if s.net == nil {
+	if !s.networked(rt) {
 		// Loopback only enforces deny-all with nothing allowed and no
 		// caps; it is kept, for a later start with networking.
 		if err != nil || !pol.DenyByDefault || len(pol.Allow) > 0 || len(pol.Names) > 0 || pol.EgressRate != 0 || pol.IngressRate != 0 {
-			return api.NetworkPolicy{}, errNoNetwork
+			if s.net == nil {
+				return api.NetworkPolicy{}, errNoNetwork
+			}
+			return api.NetworkPolicy{}, noNetworkRuntime(rt)
 		}
 	}
 	if pol.IsDefault() {
@@ -59,10 +69,16 @@ func (s *Service) checkPolicy(p *api.NetworkPolicy) (api.NetworkPolicy, error) {
 	return pol.API(), nil
 }
 
+// noNetworkRuntime refuses what needs a network for a runtime that gives
+// its sandboxes loopback only.
+func noNetworkRuntime(rt string) error {
+	return fmt.Errorf("%w: runtime %s runs sandboxes with loopback only (no network capability), so it cannot enforce a network policy other than deny-all", errdefs.ErrInvalid, rt)
+}
+
 // view is sb as the API shows it.
 func (s *Service) view(sb store.Sandbox) api.Sandbox {
 	out := sb.Sandbox
-	if s.net != nil {
+	if s.networked(sb.Runtime) {
 		out.Network = s.networkOf(sb)
 	}
 	return out
@@ -80,7 +96,7 @@ func (s *Service) networkOf(sb store.Sandbox) *api.SandboxNetwork {
 // attachNetwork gives sb its network, under its policy, for a start. A
 // network its slot already has (a prestarted process's) is kept.
 func (s *Service) attachNetwork(ctx context.Context, sb store.Sandbox) (*runtime.Network, error) {
-	if s.net == nil {
+	if !s.networked(sb.Runtime) {
 		return nil, nil
 	}
 	pol := s.policyOf(sb)
@@ -119,7 +135,7 @@ func (s *Service) attach(ctx context.Context, slot int, pol egress.Policy) (*net
 // releaseNetwork removes sb's network, if it has one; a failure is logged:
 // the next start-up's sweep removes what is left.
 func (s *Service) releaseNetwork(ctx context.Context, sb store.Sandbox) {
-	if s.net == nil {
+	if !s.networked(sb.Runtime) {
 		return
 	}
 	if err := s.net.Release(ctx, sb.Slot); err != nil {
@@ -148,7 +164,7 @@ func (s *Service) recoverNetworks(ctx context.Context) error {
 	var inUse []int
 	var running []store.Sandbox
 	for _, sb := range sbs {
-		if sb.State == api.StateRunning || sb.State == api.StatePaused {
+		if (sb.State == api.StateRunning || sb.State == api.StatePaused) && s.networked(sb.Runtime) {
 			inUse = append(inUse, sb.Slot)
 			running = append(running, sb)
 		}
@@ -176,6 +192,9 @@ func (s *Service) GetNetwork(ctx context.Context, id string) (api.SandboxNetwork
 	if s.net == nil {
 		return api.SandboxNetwork{}, errNoNetwork
 	}
+	if !s.networked(sb.Runtime) {
+		return api.SandboxNetwork{}, fmt.Errorf("%w: sandbox %s (runtime %s) has loopback only", errdefs.ErrInvalid, id, sb.Runtime)
+	}
 	s.touch(id)
 	return *s.networkOf(sb), nil
 }
@@ -196,7 +215,7 @@ func (s *Service) SetNetwork(ctx context.Context, id string, req api.NetworkPoli
 	if s.net == nil {
 		return api.SandboxNetwork{}, errNoNetwork
 	}
-	stored, err := s.checkPolicy(&req)
+	stored, err := s.checkPolicy(sb.Runtime, &req)
 	if err != nil {
 		return api.SandboxNetwork{}, err
 	}

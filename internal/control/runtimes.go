@@ -16,7 +16,7 @@ func (s *Service) Runtimes() []api.Runtime {
 		out = append(out, api.Runtime{Name: name, Available: true, Default: name == s.defaults.Runtime,
 			Capabilities: api.RuntimeCapabilities{
 				Pause: c.Pause, MemorySnapshot: c.MemorySnapshot && s.checkpoints != "", MemoryFork: c.MemoryFork,
-				ProcessOOM: c.ProcessOOM, SharedKernel: c.SharedKernel,
+				ProcessOOM: c.ProcessOOM, SharedKernel: c.SharedKernel, Network: c.Network && s.net != nil,
 			}})
 	}
 	for name, why := range s.unavailable {

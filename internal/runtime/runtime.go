@@ -148,6 +148,10 @@ type Caps struct {
 	// them and the host, and those host-kernel confinements are not what
 	// isolates the sandbox.
 	SharedKernel bool `json:"shared_kernel"`
+	// Network: the sandbox joins the network namespace of Spec.Network
+	// (addresses, egress policy, ports). Without it Spec.Network is never
+	// set and the sandbox has loopback only.
+	Network bool `json:"network"`
 }
 
 // Capabler is a Runtime that reports its Caps. A Runtime that is not one

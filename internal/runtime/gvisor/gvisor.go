@@ -226,7 +226,8 @@ func (r *Runtime) Platform() string { return r.platform }
 // Capabilities implements runtime.Capabler. runsc pauses in memory and
 // checkpoints to disk, and a checkpoint restores under other IDs over
 // copies of the files (a fork's children); the host cgroup's OOM killer ends the whole sandbox;
-// the sentry, not the host kernel, serves the sandbox's system calls.
+// the sentry, not the host kernel, serves the sandbox's system calls; runsc
+// runs with --network=none, so a sandbox has loopback only.
 func (r *Runtime) Capabilities() runtime.Caps {
 	return runtime.Caps{Pause: true, MemorySnapshot: true, MemoryFork: true}
 }

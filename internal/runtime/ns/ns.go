@@ -110,7 +110,7 @@ func (r *Runtime) Name() string { return "ns" }
 // memory cgroup's OOM killer picks single processes, and the sandbox runs on
 // the host kernel.
 func (r *Runtime) Capabilities() runtime.Caps {
-	return runtime.Caps{Pause: true, ProcessOOM: true, SharedKernel: true}
+	return runtime.Caps{Pause: true, ProcessOOM: true, SharedKernel: true, Network: true}
 }
 
 func (r *Runtime) runDir(id string) string { return filepath.Join(r.runRoot, id) }

@@ -242,7 +242,7 @@ func (r *Runtime) Accel() string {
 // process over the memory limit and the sandbox lives on; the sandbox's
 // processes call the guest's kernel, not the host's.
 func (r *Runtime) Capabilities() runtime.Caps {
-	return runtime.Caps{Pause: true, MemorySnapshot: true, ProcessOOM: true}
+	return runtime.Caps{Pause: true, MemorySnapshot: true, ProcessOOM: true, Network: true}
 }
 
 func (r *Runtime) cacheDir() string            { return filepath.Join(r.runRoot, "cache") }
