@@ -26,6 +26,7 @@ import (
 var exhaustions = []struct {
 	name, script, check string
 	memoryMiB           int64                 // the attacker's memory limit, if not 128 MiB
+	timeout             time.Duration         // how long the attack may run, if not 8 s
 	proof               func(a attack) string // what is wrong, or ""
 }{
 	// With room for 128 shells, so that it is the pids limit that holds it.
@@ -40,7 +41,9 @@ while True: x.append(bytearray(16 << 20))'`,
 		}},
 	// Direct I/O, so that the page cache (charged to the sandbox's memory)
 	// is not what stops it first.
+	// Filling the 1 GiB quota takes 8 s on a disk at 120 MB/s.
 	{name: "disk fill", script: `dd if=/dev/zero of=/root/fill bs=4M count=1024 oflag=direct`, check: `while pgrep -x dd >/dev/null; do sleep 0.2; done`,
+		timeout: 60 * time.Second,
 		proof: func(a attack) string {
 			return want(strings.Contains(a.out, "quota"), "the disk quota was never reached")
 		}},
@@ -194,7 +197,7 @@ func TestResourceExhaustion(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				c.Exec(ctx, sb.ID, api.ExecRequest{Shell: e.script, TimeoutMs: 8000}, out, out)
+				c.Exec(ctx, sb.ID, api.ExecRequest{Shell: e.script, TimeoutMs: cmp.Or(e.timeout, 8*time.Second).Milliseconds()}, out, out)
 			}()
 			cpu0, t0 := cpuNanos(sb.ID), time.Now()
 			time.Sleep(2 * time.Second)
