@@ -106,7 +106,14 @@ func runBuild(ctx context.Context, c *atoll.Client, dir string, opts buildOption
 	t, err := c.BuildTemplate(ctx, opts.name, bopts, pr, out.event)
 	pr.CloseWithError(errBuildEnded) // stops the writer if the build ended early
 	out.finish()
-	if terr := <-tarErr; terr != nil && !errors.Is(terr, errBuildEnded) {
+	terr := <-tarErr
+	// A server that refuses early (a name taken) answers before it has read
+	// the whole context, and the HTTP client may close the body before the
+	// line above does: its answer is what went wrong, not the send.
+	if err != nil && (terr == nil || errors.Is(terr, errBuildEnded) || errors.Is(terr, io.ErrClosedPipe)) {
+		return fmt.Errorf("building %s: %w", opts.name, err)
+	}
+	if terr != nil && !errors.Is(terr, errBuildEnded) {
 		return fmt.Errorf("sending the build context %s: %w", dir, terr)
 	}
 	if err != nil {
