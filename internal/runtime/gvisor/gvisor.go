@@ -212,7 +212,7 @@ func (r *Runtime) probePlatform(flags string) (string, error) {
 		if err == nil {
 			return p, nil
 		}
-		errs = append(errs, fmt.Errorf("platform %s: %v: %s", p, err, lastLine(out)))
+		errs = append(errs, fmt.Errorf("platform %s: %v: %s", p, err, host.LastLine(out)))
 	}
 	return "", fmt.Errorf("runsc runs no sandbox here: %w", errors.Join(errs...))
 }
@@ -288,7 +288,7 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (i
 	if err := r.run(ctx, logFile, args...); err != nil {
 		return inst, err
 	}
-	pid, err := readPID(pidFile)
+	pid, err := host.ReadPID(pidFile)
 	if err != nil {
 		return inst, err
 	}
@@ -304,7 +304,7 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (i
 	}
 	sock := r.SocketPath(spec.ID)
 	if err := waitForAgent(ctx, sock, pid); err != nil {
-		return inst, fmt.Errorf("%w (log: %s)", err, lastLine([]byte(tail(filepath.Join(dir, "agent.log")))))
+		return inst, fmt.Errorf("%w (log: %s)", err, host.LastLine([]byte(host.Tail(filepath.Join(dir, "agent.log")))))
 	}
 	if err := setSocketDirReadOnly(dir, true); err != nil {
 		return inst, err
@@ -368,9 +368,9 @@ func (r *Runtime) run(ctx context.Context, out *os.File, args ...string) error {
 	if err := cmd.Run(); err != nil {
 		msg := buf.String()
 		if out != nil {
-			msg = tail(out.Name())
+			msg = host.Tail(out.Name())
 		}
-		return fmt.Errorf("runsc %s: %w: %s", args[0], err, lastLine([]byte(msg)))
+		return fmt.Errorf("runsc %s: %w: %s", args[0], err, host.LastLine([]byte(msg)))
 	}
 	return nil
 }
@@ -384,7 +384,7 @@ func (r *Runtime) output(ctx context.Context, args ...string) ([]byte, error) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("runsc %s: %w: %s", args[0], err, lastLine(append(stderr.Bytes(), out...)))
+		return nil, fmt.Errorf("runsc %s: %w: %s", args[0], err, host.LastLine(append(stderr.Bytes(), out...)))
 	}
 	return out, nil
 }
@@ -634,35 +634,6 @@ func waitGone(ctx context.Context, path string, pid int) error {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-}
-
-func readPID(path string) (int, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, fmt.Errorf("reading sandbox pid: %w", err)
-	}
-	return strconv.Atoi(strings.TrimSpace(string(b)))
-}
-
-// tail returns the last few KiB of the file at path.
-func tail(path string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.Size() > 4096 {
-		f.Seek(-4096, 0)
-	}
-	b := make([]byte, 4096)
-	n, _ := f.Read(b)
-	return string(b[:n])
-}
-
-// lastLine is the last non-empty line of out, for error messages.
-func lastLine(out []byte) string {
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	return strings.TrimSpace(lines[len(lines)-1])
 }
 
 // privateMount makes dir a mount of its own with private propagation, so the

@@ -1,7 +1,7 @@
 // Package host holds what every runtime backend needs to know of the host's
 // processes and mounts: killing and waiting for a process through a pidfd, a
-// process's start time (which guards against PID reuse), and the mounts
-// under a directory.
+// process's start time (which guards against PID reuse), the mounts under a
+// directory, pid files and the tails of logs for error messages.
 package host
 
 import (
@@ -107,4 +107,34 @@ func unescapeMountinfo(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// ReadPID reads the process ID a runtime's child wrote to path.
+func ReadPID(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("reading pid: %w", err)
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+// Tail returns the last few KiB of the file at path, "" if it cannot be read.
+func Tail(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > 4096 {
+		f.Seek(-4096, 0)
+	}
+	b := make([]byte, 4096)
+	n, _ := f.Read(b)
+	return string(b[:n])
+}
+
+// LastLine is the last non-empty line of out, for error messages.
+func LastLine(out []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
 }

@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/atoll-dev/atoll/internal/runtime/host"
 	"github.com/atoll-dev/atoll/internal/runtime/vm/vminit"
 )
 
@@ -102,7 +103,7 @@ func (r *Runtime) vmlinux(kernel string) (string, error) {
 	f.Close()
 	if err != nil {
 		// Without xz the bzImage boots through qboot, more slowly.
-		r.log.Info("booting the compressed kernel", "err", err, "stderr", lastLine(stderr.Bytes()))
+		r.log.Info("booting the compressed kernel", "err", err, "stderr", host.LastLine(stderr.Bytes()))
 		return kernel, nil
 	}
 	hdr := make([]byte, 4)
@@ -446,13 +447,7 @@ func run(ctx context.Context, name string, args ...string) error {
 		if errors.Is(err, exec.ErrNotFound) {
 			return fmt.Errorf("%s is not installed", name)
 		}
-		return fmt.Errorf("%s: %w: %s", name, err, lastLine(out.Bytes()))
+		return fmt.Errorf("%s: %w: %s", name, err, host.LastLine(out.Bytes()))
 	}
 	return nil
-}
-
-// lastLine is the last non-empty line of out, for error messages.
-func lastLine(out []byte) string {
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	return strings.TrimSpace(lines[len(lines)-1])
 }

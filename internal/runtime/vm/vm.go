@@ -211,7 +211,7 @@ func (r *Runtime) probeAccel() string {
 	if bytes.Contains(out, []byte("Kernel panic")) {
 		return "kvm"
 	}
-	r.log.Info("kvm does not boot a guest here; using tcg", "out", lastLine(out))
+	r.log.Info("kvm does not boot a guest here; using tcg", "out", host.LastLine(out))
 	return "tcg"
 }
 
@@ -355,7 +355,7 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (i
 	if err := r.runQEMU(ctx, dir, netns, args); err != nil {
 		return inst, err
 	}
-	pid, err := readPID(filepath.Join(dir, pidName))
+	pid, err := host.ReadPID(filepath.Join(dir, pidName))
 	if err != nil {
 		return inst, err
 	}
@@ -366,7 +366,7 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (i
 	}
 	st, err := host.StartTime(pid)
 	if err != nil {
-		return inst, fmt.Errorf("qemu exited: %s", lastLine([]byte(tail(filepath.Join(dir, consoleName)))))
+		return inst, fmt.Errorf("qemu exited: %s", host.LastLine([]byte(host.Tail(filepath.Join(dir, consoleName)))))
 	}
 	if err := r.startProxy(ctx, spec.AgentPath, dir); err != nil {
 		return inst, fmt.Errorf("%w (console: %s)", err, consoleError(filepath.Join(dir, consoleName)))
@@ -579,7 +579,7 @@ func (r *Runtime) runQEMU(ctx context.Context, dir, netns string, args []string)
 		err = cmd.Run()
 	}
 	if err != nil {
-		return fmt.Errorf("qemu: %w: %s", err, lastLine(out.Bytes()))
+		return fmt.Errorf("qemu: %w: %s", err, host.LastLine(out.Bytes()))
 	}
 	return nil
 }
@@ -637,7 +637,7 @@ func (r *Runtime) startProxy(ctx context.Context, agentPath, dir string) error {
 	cmd.Stdout, cmd.Stderr = &out, logf
 	cmd.Env = []string{channel.PIDFileVar + "=" + filepath.Join(dir, proxyPID)}
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("agent channel: %w: %s", err, lastLine([]byte(tail(filepath.Join(dir, proxyLog)))))
+		return fmt.Errorf("agent channel: %w: %s", err, host.LastLine([]byte(host.Tail(filepath.Join(dir, proxyLog)))))
 	}
 	return nil
 }
@@ -683,7 +683,7 @@ func (r *Runtime) Cleanup(ctx context.Context, id string) error {
 	}
 	var errs []error
 	for _, name := range []string{pidName, proxyPID} {
-		if pid, err := readPID(filepath.Join(dir, name)); err == nil && ownedBy(pid, dir) {
+		if pid, err := host.ReadPID(filepath.Join(dir, name)); err == nil && ownedBy(pid, dir) {
 			if err := host.KillAndWait(pid, 10*time.Second); err != nil && !errors.Is(err, unix.ESRCH) {
 				errs = append(errs, fmt.Errorf("killing %s: %w", name, err))
 			}
@@ -967,40 +967,17 @@ func writeJSON(path string, v any) error {
 	return os.WriteFile(path, b, 0o600)
 }
 
-func readPID(path string) (int, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, fmt.Errorf("reading pid: %w", err)
-	}
-	return strconv.Atoi(strings.TrimSpace(string(b)))
-}
-
-// tail returns the last few KiB of the file at path.
-func tail(path string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.Size() > 4096 {
-		f.Seek(-4096, 0)
-	}
-	b := make([]byte, 4096)
-	n, _ := f.Read(b)
-	return string(b[:n])
-}
-
 // consoleError is the guest's init's last word on its console, or the
 // kernel's.
 func consoleError(path string) string {
-	t := tail(path)
+	t := host.Tail(path)
 	lines := strings.Split(strings.TrimSpace(t), "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
 		if strings.Contains(lines[i], "atoll-agent") || strings.Contains(lines[i], "Kernel panic") {
 			return strings.TrimSpace(lines[i])
 		}
 	}
-	return lastLine([]byte(t))
+	return host.LastLine([]byte(t))
 }
 
 // shellQuote quotes s for the shell QEMU runs exec: migration URIs with.
