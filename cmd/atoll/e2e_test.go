@@ -41,7 +41,6 @@ import (
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/blob"
-	"github.com/atoll-dev/atoll/internal/network"
 	"github.com/atoll-dev/atoll/internal/network/nettest"
 	"github.com/atoll-dev/atoll/internal/testenv"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
@@ -1023,15 +1022,8 @@ func TestVMEndToEnd(t *testing.T) {
 // networking on (its namespace is released and made again), restarts the
 // daemon, and resumes it: a counting process counts on from where it was.
 func TestVMSuspendEndToEnd(t *testing.T) {
-	requireVM(t)
-	if err := network.Probe(); err != nil {
-		testenv.Skip(t, err.Error())
-	}
-	w := newNetWorld(t)
-	data := testenv.Dir(t)
-	linkVMCache(t, data)
-	d := startDaemonIn(t, data, w.host, "--network", "on", "--network-bridge", w.id,
-		"--dns-upstream", wInet4, "--warm-pool", "0", "--prestart", "0", "--network-pool", "0")
+	_, d := startNetworkedVMDaemon(t)
+	data := d.data
 	c := d.client()
 	ctx := context.Background()
 	rts, err := c.Runtimes(ctx)

@@ -115,6 +115,22 @@ func (w *netWorld) fromHost(url string) (string, error) {
 	return string(b), err
 }
 
+// startNetworkedVMDaemon starts atoll serve with networking in a netWorld
+// of its own, for vm sandboxes: no pools, so every sandbox boots.
+func startNetworkedVMDaemon(t *testing.T) (*netWorld, *daemon) {
+	t.Helper()
+	requireVM(t)
+	if err := network.Probe(); err != nil {
+		testenv.Skip(t, err.Error())
+	}
+	w := newNetWorld(t)
+	data := testenv.Dir(t)
+	linkVMCache(t, data)
+	d := startDaemonIn(t, data, w.host, "--network", "on", "--network-bridge", w.id,
+		"--dns-upstream", wInet4, "--warm-pool", "0", "--prestart", "0", "--network-pool", "0")
+	return w, d
+}
+
 // bulkScript moves argv[3] bytes to ("up") or from ("down") the bulk port
 // of argv[1] and prints the rate in Mbit/s.
 const bulkScript = `import socket, sys, time
@@ -252,16 +268,9 @@ func (w *netWorld) traces(t *testing.T, slot int, addrs ...string) []string {
 // the guest reaches the internet by name through the resolver and the egress
 // proxy, a deny-all sandbox does not, and a delete leaves nothing.
 func TestVMNetworkEndToEnd(t *testing.T) {
-	requireVM(t)
 	testenv.RequireCommand(t, "curl")
-	if err := network.Probe(); err != nil {
-		testenv.Skip(t, err.Error())
-	}
-	w := newNetWorld(t)
-	data := testenv.Dir(t)
-	linkVMCache(t, data)
-	d := startDaemonIn(t, data, w.host, "--network", "on", "--network-bridge", w.id,
-		"--dns-upstream", wInet4, "--warm-pool", "0", "--prestart", "0", "--network-pool", "0")
+	_, d := startNetworkedVMDaemon(t)
+	data := d.data
 	c := d.client()
 	ctx := context.Background()
 	curl := func(id string, args ...string) (string, bool) {
