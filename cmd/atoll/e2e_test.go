@@ -286,7 +286,7 @@ func leftovers(data string, ids ...string) []string {
 		if bytes.Contains(mi, []byte(id)) {
 			out = append(out, "mount of "+id)
 		}
-		for _, p := range append(cgroupDirs(id), filepath.Join(data, "run", id), filepath.Join(data, "layers", "sandboxes", id)) {
+		for _, p := range append(cgroupDirs(id), filepath.Join(data, "run", id), filepath.Join(data, "run-gvisor", id), filepath.Join(data, "layers", "sandboxes", id)) {
 			if _, err := os.Stat(p); err == nil {
 				out = append(out, p)
 			}
@@ -298,12 +298,12 @@ func leftovers(data string, ids ...string) []string {
 	return out
 }
 
-// cgroupDirs are where the ns runtime makes sandbox id's cgroups: one per v1
-// controller it uses, or one on a unified (v2) host.
+// cgroupDirs are where the ns runtime (and runsc, for gvisor) make sandbox
+// id's cgroups: one per v1 controller used, or one on a unified (v2) host.
 func cgroupDirs(id string) []string {
 	var out []string
 	for _, h := range []string{"memory", "pids", "cpu", "cpuacct", "freezer", ""} {
-		out = append(out, filepath.Join("/sys/fs/cgroup", h, "atoll", id))
+		out = append(out, filepath.Join("/sys/fs/cgroup", h, "atoll", id), filepath.Join("/sys/fs/cgroup", h, "atoll-gvisor", id))
 	}
 	return out
 }
@@ -318,7 +318,7 @@ func inCgroup(id string) []int {
 			continue
 		}
 		b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
-		if bytes.Contains(b, []byte("/atoll/"+id+"\n")) || bytes.Contains(b, []byte("/atoll/"+id+"/")) {
+		if bytes.Contains(b, []byte("/atoll/"+id+"\n")) || bytes.Contains(b, []byte("/atoll/"+id+"/")) || bytes.Contains(b, []byte("/atoll-gvisor/"+id+"\n")) {
 			out = append(out, pid)
 		}
 	}
@@ -676,14 +676,7 @@ func TestGvisorEndToEnd(t *testing.T) {
 	if err := c.DeleteSandbox(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	left := leftovers(data, id)
-	if m, _ := filepath.Glob("/sys/fs/cgroup/*/atoll-gvisor/" + id); len(m) > 0 {
-		left = append(left, m...)
-	}
-	if _, err := os.Stat(filepath.Join(data, "run-gvisor", id)); err == nil {
-		left = append(left, "run-gvisor/"+id)
-	}
-	if len(left) > 0 {
+	if left := leftovers(data, id); len(left) > 0 {
 		t.Errorf("left after delete: %v", left)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"debug/buildinfo"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -111,9 +112,7 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("%w: %v", ErrNoRunsc, err)
 	}
 	r := &Runtime{runRoot: cfg.RunRoot, runsc: path, log: cfg.Logger}
-	if out, err := exec.Command(path, "--version").Output(); err == nil {
-		r.version = strings.TrimPrefix(strings.SplitN(string(out), "\n", 2)[0], "runsc version ")
-	}
+	r.version = runscVersion(path)
 	help, _ := exec.Command(path, "flags").CombinedOutput()
 	flags := string(help)
 	if err := os.MkdirAll(filepath.Join(cfg.RunRoot, "state"), 0o700); err != nil {
@@ -149,8 +148,26 @@ func New(cfg Config) (*Runtime, error) {
 		}
 	}
 	r.flags = append(r.flags, "--platform="+r.platform)
+	if d := os.Getenv("ATOLL_RUNSC_DEBUG"); d != "" {
+		r.flags = append(r.flags, "--debug", "--strace", "--debug-log="+d+"/")
+	}
 	r.log.Info("gvisor runtime", "runsc", path, "version", r.version, "platform", r.platform)
 	return r, nil
+}
+
+// runscVersion is what runsc at path says of its version, or, for a runsc
+// built with go install (which says VERSION_MISSING), the version of
+// gVisor's module it was built from.
+func runscVersion(path string) string {
+	out, _ := exec.Command(path, "--version").Output()
+	v := strings.TrimPrefix(strings.SplitN(string(out), "\n", 2)[0], "runsc version ")
+	if v != "" && v != "VERSION_MISSING" {
+		return v
+	}
+	if bi, err := buildinfo.ReadFile(path); err == nil && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return v
 }
 
 // cachedProbe is probePlatform, remembered in cache (if not "") for this
