@@ -8,7 +8,9 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 )
 
@@ -47,6 +49,29 @@ type Network struct {
 	Addrs []netip.Addr
 	// Nameservers go into /etc/resolv.conf.
 	Nameservers []netip.Addr
+}
+
+// ResolvConf is the /etc/resolv.conf a sandbox on n sees: the resolvers on
+// its gateway.
+func (n *Network) ResolvConf() string {
+	var b strings.Builder
+	b.WriteString("# Written by atoll: the resolver on the sandbox's gateway.\n")
+	for _, a := range n.Nameservers {
+		fmt.Fprintf(&b, "nameserver %s\n", a)
+	}
+	b.WriteString("options edns0\n")
+	return b.String()
+}
+
+// Hosts is the /etc/hosts a sandbox on n sees: localhost, and hostname at
+// each of its addresses.
+func (n *Network) Hosts(hostname string) string {
+	var b strings.Builder
+	b.WriteString("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+	for _, a := range n.Addrs {
+		fmt.Fprintf(&b, "%s\t%s\n", a, hostname)
+	}
+	return b.String()
 }
 
 // Rootfs describes the sandbox's file system.

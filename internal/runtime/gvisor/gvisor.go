@@ -36,9 +36,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/atoll-dev/atoll/internal/agent"
+	"github.com/atoll-dev/atoll/internal/network"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/runtime/host"
 )
@@ -242,11 +244,13 @@ func (r *Runtime) Platform() string { return r.platform }
 
 // Capabilities implements runtime.Capabler. runsc pauses in memory and
 // checkpoints to disk, and a checkpoint restores under other IDs over
-// copies of the files (a fork's children); the host cgroup's OOM killer ends the whole sandbox;
-// the sentry, not the host kernel, serves the sandbox's system calls; runsc
-// runs with --network=none, so a sandbox has loopback only.
+// copies of the files (a fork's children), taking up the network of the
+// namespace it is restored in; the host cgroup's OOM killer may end the
+// whole sandbox; the sentry, not the host kernel, serves the sandbox's
+// system calls; its own network stack (netstack) runs over the sandbox's
+// eth0 (--network=sandbox), so policy, firewall and ports apply as under ns.
 func (r *Runtime) Capabilities() runtime.Caps {
-	return runtime.Caps{Pause: true, MemorySnapshot: true, MemoryFork: true}
+	return runtime.Caps{Pause: true, MemorySnapshot: true, MemoryFork: true, Network: true}
 }
 
 func (r *Runtime) runDir(id string) string { return filepath.Join(r.runRoot, id) }
@@ -293,11 +297,15 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (i
 	}
 	defer logFile.Close()
 	pidFile := filepath.Join(dir, "sandbox.pid")
-	var args []string
+	// Without a network, runsc makes an empty namespace: loopback only.
+	args := []string{"--network=none"}
+	if spec.Network != nil {
+		args = []string{"--network=sandbox"}
+	}
 	if image == "" {
-		args = []string{"run", "--detach"}
+		args = append(args, "run", "--detach")
 	} else {
-		args = []string{"restore", "--detach", "--image-path", image}
+		args = append(args, "restore", "--detach", "--image-path", image)
 	}
 	args = append(args, "--bundle", dir, "--pid-file", pidFile, spec.ID)
 	// The sandbox inherits runsc's stdio as its agent's: the log file, never
@@ -339,6 +347,17 @@ func (r *Runtime) prepareBundle(spec runtime.Spec, dir string) error {
 	}
 	rootfs := filepath.Join(dir, "rootfs")
 	sock := filepath.Join(dir, "sock")
+	if spec.Network != nil {
+		if err := checkNetns(spec.Network.Netns); err != nil {
+			return err
+		}
+		// resolv.conf and hosts, mounted read-only over the root's.
+		for name, content := range map[string]string{"resolv.conf": spec.Network.ResolvConf(), "hosts": spec.Network.Hosts(spec.Hostname)} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+				return err
+			}
+		}
+	}
 	for _, d := range []string{rootfs, sock} {
 		if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 			return err
@@ -359,7 +378,7 @@ func (r *Runtime) prepareBundle(spec runtime.Spec, dir string) error {
 	if err := unix.Mount("tmpfs", sock, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOEXEC, "size=64k,nr_inodes=16,mode=0700"); err != nil {
 		return fmt.Errorf("mounting socket directory: %w", err)
 	}
-	cfg, err := r.ociSpec(spec, rootfs, sock)
+	cfg, err := r.ociSpec(spec, dir, rootfs, sock)
 	if err != nil {
 		return err
 	}
@@ -368,6 +387,36 @@ func (r *Runtime) prepareBundle(spec runtime.Spec, dir string) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600)
+}
+
+// subcommand is the runsc subcommand in args, after any flags.
+func subcommand(args []string) string {
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			return a
+		}
+	}
+	return ""
+}
+
+// checkNetns makes sure the namespace at path has an eth0 with addresses
+// for runsc to take: runsc moves them from the host's interface into its
+// own stack, so a namespace a sandbox ran in before has none left.
+func checkNetns(path string) error {
+	return network.InNetns(path, func() error {
+		eth0, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return fmt.Errorf("the sandbox's network has no eth0: %w", err)
+		}
+		addrs, err := netlink.AddrList(eth0, netlink.FAMILY_V4)
+		if err != nil {
+			return err
+		}
+		if len(addrs) == 0 {
+			return errors.New("the sandbox's eth0 has no address: its network was used by another runsc")
+		}
+		return nil
+	})
 }
 
 // run runs one runsc subcommand; out, if not nil, gets its stdout and stderr
@@ -387,7 +436,7 @@ func (r *Runtime) run(ctx context.Context, out *os.File, args ...string) error {
 		if out != nil {
 			msg = host.Tail(out.Name())
 		}
-		return fmt.Errorf("runsc %s: %w: %s", args[0], err, host.LastLine([]byte(msg)))
+		return fmt.Errorf("runsc %s: %w: %s", subcommand(args), err, host.LastLine([]byte(msg)))
 	}
 	return nil
 }

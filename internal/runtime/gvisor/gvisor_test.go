@@ -19,6 +19,7 @@ import (
 func TestConformance(t *testing.T) {
 	rt, env := newRuntime(t)
 	t.Logf("runsc platform %s", rt.Platform())
+	env.Network = runtimetest.Networks(t)
 	runtimetest.Run(t, rt, env)
 }
 

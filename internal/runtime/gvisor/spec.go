@@ -39,9 +39,9 @@ var keptCapabilities = []string{
 	"CAP_SYS_CHROOT", "CAP_MKNOD", "CAP_AUDIT_WRITE", "CAP_SETFCAP",
 }
 
-// ociSpec is the OCI config of sandbox spec, whose root is mounted at rootfs
-// and whose agent socket directory is sock.
-func (r *Runtime) ociSpec(spec runtime.Spec, rootfs, sock string) (*specs.Spec, error) {
+// ociSpec is the OCI config of sandbox spec, whose bundle is dir, whose root
+// is mounted at rootfs and whose agent socket directory is sock.
+func (r *Runtime) ociSpec(spec runtime.Spec, dir, rootfs, sock string) (*specs.Spec, error) {
 	agentEnv, err := json.Marshal(spec.Env)
 	if err != nil {
 		return nil, err
@@ -68,6 +68,15 @@ func (r *Runtime) ociSpec(spec runtime.Spec, rootfs, sock string) (*specs.Spec, 
 		specs.Mount{Destination: agentInside, Type: "bind", Source: spec.AgentPath, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 		specs.Mount{Destination: sockInside, Type: "bind", Source: sock, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
 	)
+	netns := specs.LinuxNamespace{Type: specs.NetworkNamespace}
+	if spec.Network != nil {
+		// runsc joins the namespace and takes its eth0 for the sentry's
+		// network stack (prepareBundle wrote these files into dir).
+		netns.Path = spec.Network.Netns
+		for _, name := range []string{"resolv.conf", "hosts"} {
+			mounts = append(mounts, specs.Mount{Destination: "/etc/" + name, Type: "bind", Source: filepath.Join(dir, name), Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+		}
+	}
 	nproc := uint64(spec.Limits.PIDs)
 	var rlimits []specs.POSIXRlimit
 	if nproc > 0 {
@@ -103,7 +112,7 @@ func (r *Runtime) ociSpec(spec runtime.Spec, rootfs, sock string) (*specs.Spec, 
 		Mounts:   mounts,
 		Linux: &specs.Linux{
 			Namespaces: []specs.LinuxNamespace{
-				{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace},
+				{Type: specs.PIDNamespace}, netns, {Type: specs.IPCNamespace},
 				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace},
 			},
 			Resources:   resources(spec.Limits),

@@ -22,7 +22,6 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -450,18 +449,7 @@ func writeNetworkFiles(dir string, spec runtime.Spec) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	var rc strings.Builder
-	rc.WriteString("# Written by atoll: the resolver on the sandbox's gateway.\n")
-	for _, a := range spec.Network.Nameservers {
-		fmt.Fprintf(&rc, "nameserver %s\n", a)
-	}
-	rc.WriteString("options edns0\n")
-	var hosts strings.Builder
-	hosts.WriteString("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
-	for _, a := range spec.Network.Addrs {
-		fmt.Fprintf(&hosts, "%s\t%s\n", a, spec.Hostname)
-	}
-	for name, content := range map[string]string{"resolv.conf": rc.String(), "hosts": hosts.String()} {
+	for name, content := range map[string]string{"resolv.conf": spec.Network.ResolvConf(), "hosts": spec.Network.Hosts(spec.Hostname)} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 			return err
 		}

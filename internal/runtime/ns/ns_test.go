@@ -3,10 +3,7 @@ package ns_test
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"net/netip"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
@@ -14,9 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/atoll-dev/atoll/internal/egress"
-	"github.com/atoll-dev/atoll/internal/network"
-	"github.com/atoll-dev/atoll/internal/network/nettest"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/runtime/ns"
 	"github.com/atoll-dev/atoll/internal/runtime/runtimetest"
@@ -45,7 +39,7 @@ func TestConformance(t *testing.T) {
 			}
 			return rt
 		},
-		Network: sandboxNetworks(t),
+		Network: runtimetest.Networks(t),
 	})
 }
 
@@ -74,37 +68,6 @@ func TestCleanupHalfMadeCgroup(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("half-made cgroup left: %v", err)
-	}
-}
-
-// sandboxNetworks gives sandboxes networks from a network.Manager whose
-// host is a private namespace, or nil when the kernel cannot.
-func sandboxNetworks(t *testing.T) func(testing.TB, int) *runtime.Network {
-	if err := network.Probe(); err != nil {
-		testenv.Skip(t, err.Error())
-		return nil
-	}
-	b := make([]byte, 3)
-	rand.Read(b)
-	id := "ns" + hex.EncodeToString(b)
-	host := nettest.NewNetns(t, "atollt-"+id+"-host")
-	m, err := network.New(network.Config{Bridge: id, HostNetns: host})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := m.Teardown(context.Background()); err != nil {
-			t.Errorf("network teardown: %v", err)
-		}
-		m.Close()
-	})
-	return func(t testing.TB, slot int) *runtime.Network {
-		a, err := m.Attach(context.Background(), slot, egress.Policy{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { m.Release(context.Background(), slot) })
-		return &runtime.Network{Netns: a.Netns, Addrs: []netip.Addr{a.Addr4.Addr(), a.Addr6.Addr()}, Nameservers: a.Resolvers}
 	}
 }
 

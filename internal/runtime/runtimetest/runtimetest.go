@@ -217,6 +217,13 @@ func Run(t *testing.T, rt runtime.Runtime, env Env) {
 	})
 	if env.Network != nil {
 		t.Run("Network", func(t *testing.T) { testNetwork(t, rt, env) })
+		t.Run("NetworkCheckpoint", func(t *testing.T) {
+			cp, ok := rt.(runtime.Checkpointer)
+			if !caps.MemorySnapshot || !ok {
+				t.Skip("the runtime does not claim MemorySnapshot")
+			}
+			testNetworkCheckpoint(t, rt, cp, env)
+		})
 	}
 }
 
@@ -226,7 +233,7 @@ func Run(t *testing.T, rt runtime.Runtime, env Env) {
 func testNetwork(t *testing.T, rt runtime.Runtime, env Env) {
 	check := func(t *testing.T, sb *Sandbox) {
 		n := sb.Spec.Network
-		if got := sb.MustSh(t, "ls /sys/class/net"); got != "eth0\nlo\n" {
+		if got := sb.MustSh(t, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort"); got != "eth0\nlo\n" {
 			t.Errorf("interfaces: %q, want eth0 and lo", got)
 		}
 		for _, a := range n.Addrs {

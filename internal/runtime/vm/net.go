@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strings"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -103,18 +102,7 @@ func plumb(n *runtime.Network, hostname, mac string) (*vminit.Net, error) {
 	if len(out.Addrs) == 0 {
 		return nil, errors.New("joining the sandbox's network: eth0 has no addresses")
 	}
-	var rc strings.Builder
-	rc.WriteString("# Written by atoll: the resolver on the sandbox's gateway.\n")
-	for _, a := range n.Nameservers {
-		fmt.Fprintf(&rc, "nameserver %s\n", a)
-	}
-	rc.WriteString("options edns0\n")
-	var hosts strings.Builder
-	hosts.WriteString("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
-	for _, a := range n.Addrs {
-		fmt.Fprintf(&hosts, "%s\t%s\n", a, hostname)
-	}
-	out.ResolvConf, out.Hosts = rc.String(), hosts.String()
+	out.ResolvConf, out.Hosts = n.ResolvConf(), n.Hosts(hostname)
 	return &out, nil
 }
 

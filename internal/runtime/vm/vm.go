@@ -376,6 +376,13 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (i
 	}
 	if image != "" {
 		r.setClock(ctx, spec.ID)
+		// The namespace is made anew for every start: its addresses may
+		// not be those the guest was saved with (a fork's child's are not).
+		if gnet != nil {
+			if err := r.guestCall(ctx, spec.ID, http.MethodPut, vminit.NetPath, gnet, nil); err != nil {
+				return inst, fmt.Errorf("giving the restored guest its network: %w", err)
+			}
+		}
 	}
 	r.log.Debug("sandbox started", "sandbox", spec.ID, "pid", pid, "op", "start", "accel", r.accel,
 		"restored", image != "", "ms", float64(time.Since(t0).Microseconds())/1000)

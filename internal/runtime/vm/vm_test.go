@@ -3,11 +3,8 @@ package vm_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,10 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atoll-dev/atoll/internal/egress"
 	"github.com/atoll-dev/atoll/internal/errdefs"
-	"github.com/atoll-dev/atoll/internal/network"
-	"github.com/atoll-dev/atoll/internal/network/nettest"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/runtime/runtimetest"
 	"github.com/atoll-dev/atoll/internal/runtime/vm"
@@ -29,49 +23,8 @@ import (
 func TestConformance(t *testing.T) {
 	rt, env := newRuntime(t)
 	t.Logf("accelerator %s", rt.Accel())
-	env.Network = sandboxNetworks(t)
+	env.Network = runtimetest.Networks(t)
 	runtimetest.Run(t, rt, env)
-}
-
-// sandboxNetworks gives sandboxes networks from a network.Manager whose
-// host is a private namespace, as the ns runtime's test does.
-func sandboxNetworks(t *testing.T) func(testing.TB, int) *runtime.Network {
-	m := netManager(t)
-	return func(t testing.TB, slot int) *runtime.Network {
-		n := attach(t, m, slot)
-		t.Cleanup(func() { m.Release(context.Background(), slot) })
-		return n
-	}
-}
-
-func netManager(t *testing.T) *network.Manager {
-	if err := network.Probe(); err != nil {
-		testenv.Skip(t, err.Error())
-		return nil
-	}
-	b := make([]byte, 3)
-	rand.Read(b)
-	id := "vm" + hex.EncodeToString(b)
-	host := nettest.NewNetns(t, "atollt-"+id+"-host")
-	m, err := network.New(network.Config{Bridge: id, HostNetns: host})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := m.Teardown(context.Background()); err != nil {
-			t.Errorf("network teardown: %v", err)
-		}
-		m.Close()
-	})
-	return m
-}
-
-func attach(t testing.TB, m *network.Manager, slot int) *runtime.Network {
-	a, err := m.Attach(context.Background(), slot, egress.Policy{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &runtime.Network{Netns: a.Netns, Addrs: []netip.Addr{a.Addr4.Addr(), a.Addr6.Addr()}, Nameservers: a.Resolvers}
 }
 
 // cacheDir keeps the images every run builds the same (the guest kernel,
@@ -416,67 +369,6 @@ func TestPauseWritesBack(t *testing.T) {
 	if left := env.Leftovers(sb.ID); len(left) > 0 {
 		t.Errorf("left after stop: %v", left)
 	}
-}
-
-// TestNetworkTraffic checks that packets flow between the guest and the
-// sandbox's network: a DNS question to each gateway resolver gets an answer
-// or a refusal (ICMP port unreachable), not silence; and that the network
-// survives a checkpoint and a restore into a namespace made anew (as a
-// suspended sandbox's is: its eth0 has another MAC address).
-func TestNetworkTraffic(t *testing.T) {
-	rt, env := newRuntime(t)
-	m := netManager(t)
-	ctx := context.Background()
-	sb := runtimetest.New(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 256 << 20, PIDs: 64}, 1<<30)
-	sb.Spec.Network = attach(t, m, sb.Slot())
-	t.Cleanup(func() { m.Release(context.Background(), sb.Slot()) })
-	inst, err := rt.Start(ctx, sb.Spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb.Inst, sb.Client = inst, runtimetest.Client(inst)
-	probe := func() {
-		t.Helper()
-		for _, ns := range sb.Spec.Network.Nameservers {
-			fam := "AF_INET"
-			if ns.Is6() {
-				fam = "AF_INET6"
-			}
-			out, errOut, _ := sb.Sh(t, fmt.Sprintf(`python3 -c '
-import socket
-q = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07example\x03com\x00\x00\x01\x00\x01"
-s = socket.socket(socket.%s, socket.SOCK_DGRAM)
-s.settimeout(5)
-s.connect(("%s", 53))
-s.send(q)
-try:
-    d = s.recv(512)
-    print("answered" if d[:2] == b"\x12\x34" else "odd")
-except ConnectionRefusedError:
-    print("refused")
-except socket.timeout:
-    print("silence")
-'`, fam, ns))
-			t.Logf("DNS to %s: %s", ns, strings.TrimSpace(out))
-			if out != "answered\n" && out != "refused\n" {
-				t.Errorf("DNS to %s from the guest: %q %q", ns, out, errOut)
-			}
-		}
-	}
-	probe()
-	img := filepath.Join(t.TempDir(), "image")
-	if err := rt.Checkpoint(ctx, sb.ID, sb.Inst, img); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Release(ctx, sb.Slot()); err != nil {
-		t.Fatal(err)
-	}
-	sb.Spec.Network = attach(t, m, sb.Slot())
-	if inst, err = rt.Restore(ctx, sb.Spec, img); err != nil {
-		t.Fatal(err)
-	}
-	sb.Inst, sb.Client = inst, runtimetest.Client(inst)
-	probe()
 }
 
 // TestSettle checks that a sandbox a crashed checkpoint left stopped (here:

@@ -104,12 +104,15 @@ type Limits struct {
 // guest cgroup's limits, GET ProcessesPath counts its processes, POST
 // SyncPath flushes every file system to its disk, PUT ClockPath (a JSON
 // number of nanoseconds since the epoch) sets the guest's clock, which
-// stands still while the VM is paused or saved.
+// stands still while the VM is paused or saved, and PUT NetPath (a Net)
+// gives eth0 new addresses and routes and rewrites resolv.conf and hosts,
+// for a VM restored into another network than the one it was saved in.
 const (
 	LimitsPath    = "/vm/limits"
 	ProcessesPath = "/vm/processes"
 	SyncPath      = "/vm/sync"
 	ClockPath     = "/vm/clock"
+	NetPath       = "/vm/net"
 )
 
 const configVar = "ATOLL_VM_CONFIG"
@@ -128,6 +131,8 @@ type control struct {
 	Limits *Limits `json:"limits,omitempty"`
 	// ClockNano, if set, is the host's time, for the guest's clock.
 	ClockNano *int64 `json:"clock_nano,omitempty"`
+	// Net, if set, is the network to take up in place of the one eth0 has.
+	Net *Net `json:"net,omitempty"`
 }
 
 type controlReply struct {
@@ -144,7 +149,11 @@ func serveControl(f *os.File, cg int) {
 			return
 		}
 		var rep controlReply
-		if req.ClockNano != nil {
+		if req.Net != nil {
+			if err := readdressNet(*req.Net); err != nil {
+				rep.Err = err.Error()
+			}
+		} else if req.ClockNano != nil {
 			ts := unix.NsecToTimespec(*req.ClockNano)
 			if err := unix.ClockSettime(unix.CLOCK_REALTIME, &ts); err != nil {
 				rep.Err = err.Error()
@@ -323,24 +332,9 @@ func enterRoot() error {
 // setupNet gives the guest's network device the sandbox's addresses and
 // routes.
 func setupNet(n Net) error {
-	mac, err := net.ParseMAC(n.MAC)
+	link, err := netLink(n.MAC, 10*time.Second)
 	if err != nil {
 		return err
-	}
-	var link netlink.Link
-	for deadline := time.Now().Add(10 * time.Second); link == nil; {
-		links, _ := netlink.LinkList()
-		for _, l := range links {
-			if l.Attrs().HardwareAddr.String() == mac.String() {
-				link = l
-			}
-		}
-		if link == nil {
-			if time.Now().After(deadline) {
-				return fmt.Errorf("no network device with address %s", mac)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
 	}
 	if link.Attrs().Name != "eth0" {
 		if err := netlink.LinkSetName(link, "eth0"); err != nil {
@@ -352,7 +346,77 @@ func setupNet(n Net) error {
 			return err
 		}
 	}
-	for _, a := range n.Addrs {
+	if err := addAddrs(link, n.Addrs); err != nil {
+		return err
+	}
+	if err := netlink.LinkSetUp(link); err != nil {
+		return err
+	}
+	return addGateways(link, n.Gateways)
+}
+
+// readdressNet gives eth0 n's addresses and routes in place of its own, and
+// the sandbox n's resolv.conf and hosts.
+func readdressNet(n Net) error {
+	link, err := netLink(n.MAC, 0)
+	if err != nil {
+		return err
+	}
+	addrs, err := netlink.AddrList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		return err
+	}
+	for _, a := range addrs {
+		if !a.IP.IsLinkLocalUnicast() {
+			if err := netlink.AddrDel(link, &a); err != nil {
+				return fmt.Errorf("removing %s: %w", a.IPNet, err)
+			}
+		}
+	}
+	// Routes through the old addresses went with them; a default route
+	// left over is replaced.
+	routes, _ := netlink.RouteList(link, netlink.FAMILY_ALL)
+	for _, r := range routes {
+		if r.Gw != nil {
+			_ = netlink.RouteDel(&r)
+		}
+	}
+	if err := addAddrs(link, n.Addrs); err != nil {
+		return err
+	}
+	if err := addGateways(link, n.Gateways); err != nil {
+		return err
+	}
+	return rewriteNetFiles(n)
+}
+
+// netLink finds the network device with address mac, waiting up to
+// timeout for it to appear.
+func netLink(macAddr string, timeout time.Duration) (netlink.Link, error) {
+	mac, err := net.ParseMAC(macAddr)
+	if err != nil {
+		return nil, err
+	}
+	var link netlink.Link
+	for deadline := time.Now().Add(timeout); link == nil; {
+		links, _ := netlink.LinkList()
+		for _, l := range links {
+			if l.Attrs().HardwareAddr.String() == mac.String() {
+				link = l
+			}
+		}
+		if link == nil {
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("no network device with address %s", mac)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return link, nil
+}
+
+func addAddrs(link netlink.Link, addrs []string) error {
+	for _, a := range addrs {
 		addr, err := netlink.ParseAddr(a)
 		if err != nil {
 			return err
@@ -365,16 +429,37 @@ func setupNet(n Net) error {
 			return fmt.Errorf("adding %s: %w", a, err)
 		}
 	}
-	if err := netlink.LinkSetUp(link); err != nil {
-		return err
-	}
-	for _, g := range n.Gateways {
+	return nil
+}
+
+func addGateways(link netlink.Link, gateways []string) error {
+	for _, g := range gateways {
 		gw := net.ParseIP(g)
 		if gw == nil {
 			return fmt.Errorf("bad gateway %q", g)
 		}
 		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Gw: gw}); err != nil {
 			return fmt.Errorf("route via %s: %w", g, err)
+		}
+	}
+	return nil
+}
+
+// netFiles are the resolv.conf and hosts mounted over the root's, by name.
+var netFiles = map[string]*os.File{}
+
+// rewriteNetFiles gives the files mountNetFiles made n's contents, in place.
+func rewriteNetFiles(n Net) error {
+	for name, content := range map[string]string{"resolv.conf": n.ResolvConf, "hosts": n.Hosts} {
+		f := netFiles[name]
+		if f == nil {
+			return fmt.Errorf("the guest has no %s of its network", name)
+		}
+		if err := f.Truncate(0); err != nil {
+			return err
+		}
+		if _, err := f.WriteAt([]byte(content), 0); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -390,9 +475,15 @@ func mountNetFiles(n Net) error {
 	}
 	for name, content := range map[string]string{"resolv.conf": n.ResolvConf, "hosts": n.Hosts} {
 		src := filepath.Join(dir, name)
-		if err := os.WriteFile(src, []byte(content), 0o644); err != nil {
+		f, err := os.OpenFile(src, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
 			return err
 		}
+		if _, err := f.WriteString(content); err != nil {
+			return err
+		}
+		// Kept open, for rewriteNetFiles.
+		netFiles[name] = f
 		target := "/newroot/etc/" + name
 		// An image's symlink here (to a systemd-resolved stub, say) is
 		// replaced by a file to mount on, as the ns runtime does.
@@ -721,6 +812,18 @@ func serve(log *slog.Logger) error {
 			return
 		}
 		if _, err := ctl.call(control{ClockNano: &n}); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("PUT "+NetPath, func(w http.ResponseWriter, r *http.Request) {
+		var n Net
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&n); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if _, err := ctl.call(control{Net: &n}); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
