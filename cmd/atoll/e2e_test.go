@@ -1024,7 +1024,7 @@ func TestVMSuspendEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, rt := range rts {
-		if rt.Name == "vm" && (!rt.Available || !rt.Capabilities.MemorySnapshot || rt.Capabilities.SharedKernel || rt.Capabilities.MemoryFork) {
+		if rt.Name == "vm" && (!rt.Available || !rt.Capabilities.MemorySnapshot || rt.Capabilities.SharedKernel || !rt.Capabilities.MemoryFork) {
 			t.Errorf("vm's capabilities: %+v", rt)
 		}
 	}
@@ -1075,7 +1075,60 @@ func TestVMSuspendEndToEnd(t *testing.T) {
 	if out, ok := curlIn(t, c, id, "http://allowed.example/"); !ok {
 		t.Errorf("the network after resume: %q", out)
 	}
+	checkNetworkedMemoryFork(t, c, id)
 	if err := c.DeleteSandbox(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkNetworkedMemoryFork forks sandbox id, whose /root/count a process
+// keeps counting, into one child with its memory: the child counts on from
+// the parent's count, under its own address (and, but under gvisor, its own
+// hostname), and reaches the network (allowed.example of a netWorld); the
+// parent goes on too.
+func checkNetworkedMemoryFork(t *testing.T, c *atoll.Client, id string) {
+	t.Helper()
+	ctx := context.Background()
+	parent, err := c.GetSandbox(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(id string) int {
+		t.Helper()
+		out, _ := sh(t, c, id, "cat /root/count")
+		n, _ := strconv.Atoi(strings.TrimSpace(out))
+		return n
+	}
+	before := count(id)
+	kids, err := c.ForkSandbox(ctx, id, api.ForkRequest{Count: 1, Memory: true})
+	if err != nil || len(kids) != 1 {
+		t.Fatalf("fork with memory: %v, %v", kids, err)
+	}
+	k := kids[0]
+	if k.Network == nil || k.Network.IPv4 == "" || k.Network.IPv4 == parent.Network.IPv4 {
+		t.Errorf("the child's network: %+v (the parent's: %+v)", k.Network, parent.Network)
+	}
+	for _, sb := range []string{k.ID, id} {
+		a := count(sb)
+		time.Sleep(time.Second)
+		if b := count(sb); a < before || b <= a {
+			t.Errorf("sandbox %s after a fork with memory: count %d then %d (the parent had %d)", sb, a, b, before)
+		}
+		if out, ok := curlIn(t, c, sb, "http://allowed.example/"); !ok {
+			t.Errorf("the network of %s after a fork with memory: %q", sb, out)
+		}
+	}
+	if k.Network != nil {
+		if out, _ := sh(t, c, k.ID, "grep -c '^"+k.Network.IPv4+"\\s"+k.ID+"$' /etc/hosts"); out != "1\n" {
+			t.Errorf("the child's hosts: %q", out)
+		}
+	}
+	// gVisor restores the parent's hostname with its memory; no process
+	// in the sandbox may change it.
+	if out, _ := sh(t, c, k.ID, "hostname"); parent.Runtime != "gvisor" && out != k.ID+"\n" {
+		t.Errorf("the child's hostname: %q", out)
+	}
+	if err := c.DeleteSandbox(ctx, k.ID); err != nil {
 		t.Fatal(err)
 	}
 }

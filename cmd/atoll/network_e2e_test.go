@@ -410,6 +410,13 @@ func TestNetworkEndToEnd(t *testing.T) {
 			t.Errorf("the host to a gvisor sandbox's server: %v", err)
 		}
 		mustNotCurl("another sandbox to a gvisor sandbox", a.ID, "http://"+g.Network.IPv4+":8080/")
+		// A fork with memory: the child's network stack takes up its own
+		// namespace's addresses.
+		if _, err := c.StartProcess(ctx, g.ID, api.ExecRequest{Shell: "i=0; while true; do i=$((i+1)); echo $i > /root/count; sleep 0.1; done"}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		checkNetworkedMemoryFork(t, c, g.ID)
 		// A policy change reaches it too.
 		if _, err := c.SetNetwork(ctx, g.ID, api.NetworkPolicy{Egress: "deny-all"}); err != nil {
 			t.Fatal(err)

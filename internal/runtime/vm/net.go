@@ -102,7 +102,7 @@ func plumb(n *runtime.Network, hostname, mac string) (*vminit.Net, error) {
 	if len(out.Addrs) == 0 {
 		return nil, errors.New("joining the sandbox's network: eth0 has no addresses")
 	}
-	out.ResolvConf, out.Hosts = n.ResolvConf(), n.Hosts(hostname)
+	out.Hostname, out.ResolvConf, out.Hosts = hostname, n.ResolvConf(), n.Hosts(hostname)
 	return &out, nil
 }
 

@@ -240,9 +240,11 @@ func (r *Runtime) Accel() string {
 
 // Capabilities implements runtime.Capabler. The guest's own cgroup kills a
 // process over the memory limit and the sandbox lives on; the sandbox's
-// processes call the guest's kernel, not the host's.
+// processes call the guest's kernel, not the host's; a checkpoint restores
+// under another ID over a copy of its disk (a fork's child), and a restored
+// guest takes up the addresses and hostname it is restored with.
 func (r *Runtime) Capabilities() runtime.Caps {
-	return runtime.Caps{Pause: true, MemorySnapshot: true, ProcessOOM: true, Network: true}
+	return runtime.Caps{Pause: true, MemorySnapshot: true, MemoryFork: true, ProcessOOM: true, Network: true}
 }
 
 func (r *Runtime) cacheDir() string            { return filepath.Join(r.runRoot, "cache") }
@@ -264,6 +266,9 @@ func (r *Runtime) bootTimeout() time.Duration {
 // machine is what QEMU is started with; a checkpoint keeps it, since the
 // incoming QEMU must be configured as the one that saved the state was.
 type machine struct {
+	// ID is the sandbox's whose disks these are; a checkpoint restored
+	// under another ID (a fork's child) copies the writable disk.
+	ID       string     `json:"id,omitempty"`
 	Accel    string     `json:"accel"`
 	VCPUs    int        `json:"vcpus"`
 	MemoryMB int64      `json:"memory_mb"`
@@ -392,7 +397,7 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (i
 // prepare makes what a fresh boot needs: the layer images, the writable
 // disk and the initramfs with the sandbox's config.
 func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, dir string, gnet *vminit.Net) (machine, error) {
-	m := machine{Accel: r.accel, VCPUs: vcpus(spec.Limits.CPU), MemoryMB: memoryMB(spec.Limits.MemoryBytes)}
+	m := machine{ID: spec.ID, Accel: r.accel, VCPUs: vcpus(spec.Limits.CPU), MemoryMB: memoryMB(spec.Limits.MemoryBytes)}
 	if gnet != nil {
 		m.MAC = gnet.MAC
 	}
@@ -465,22 +470,42 @@ func (r *Runtime) prepareRestore(ctx context.Context, spec runtime.Spec, dir, im
 			}
 			continue
 		}
-		// The disk moves back (the checkpoint's copy would be stale as
-		// soon as the guest writes); a failed restore leaves it in the
-		// run directory, which Cleanup copies back to the checkpoint.
 		disk := filepath.Join(dir, diskName)
-		if err := os.Rename(filepath.Join(image, diskName), disk); err != nil {
+		moved, err := takeDisk(ctx, filepath.Join(image, diskName), disk, m.ID == spec.ID)
+		if err != nil {
 			return m, err
 		}
-		if err := os.WriteFile(filepath.Join(dir, "restored-from"), []byte(image), 0o600); err != nil {
-			return m, err
+		if moved {
+			if err := os.WriteFile(filepath.Join(dir, "restored-from"), []byte(image), 0o600); err != nil {
+				return m, err
+			}
 		}
 		m.Disks[i].Path = disk
 	}
+	m.ID = spec.ID
 	if err := run(ctx, "cp", filepath.Join(image, initrdName), filepath.Join(dir, initrdName)); err != nil {
 		return m, err
 	}
 	return m, writeJSON(filepath.Join(dir, machineName), m)
+}
+
+// takeDisk gives a restore the checkpoint's writable disk at from. Its own
+// checkpoint's disk moves (the checkpoint's copy would be stale as soon as
+// the guest writes; a failed restore leaves it in the run directory, which
+// Cleanup moves back). A disk that is another sandbox's (own is false: a
+// fork's child restores from its parent's image) or that is linked from a
+// second image (the parent's, while a fork's image holds it too) is copied,
+// sparse and by reflink where the file system can: each guest must write to
+// a disk of its own.
+func takeDisk(ctx context.Context, from, to string, own bool) (moved bool, err error) {
+	var st unix.Stat_t
+	if err := unix.Stat(from, &st); err != nil {
+		return false, fmt.Errorf("the checkpoint's disk: %w", err)
+	}
+	if own && st.Nlink == 1 {
+		return true, os.Rename(from, to)
+	}
+	return false, run(ctx, "cp", "--sparse=always", "--reflink=auto", from, to)
 }
 
 // validID reports whether id can name a run directory (and a QEMU

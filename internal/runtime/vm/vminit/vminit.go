@@ -77,6 +77,9 @@ type Config struct {
 
 // Net is a guest's eth0 and the files that describe its network.
 type Net struct {
+	// Hostname is the sandbox's, for a restored guest (readdressNet); at
+	// boot it is the Config's.
+	Hostname string   `json:"hostname,omitempty"`
 	MAC      string   `json:"mac"`
 	MTU      int      `json:"mtu"`
 	Addrs    []string `json:"addrs"`    // CIDR
@@ -386,6 +389,11 @@ func readdressNet(n Net) error {
 	}
 	if err := addGateways(link, n.Gateways); err != nil {
 		return err
+	}
+	if n.Hostname != "" {
+		if err := unix.Sethostname([]byte(n.Hostname)); err != nil {
+			return fmt.Errorf("setting the hostname: %w", err)
+		}
 	}
 	return rewriteNetFiles(n)
 }
