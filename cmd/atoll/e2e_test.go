@@ -303,7 +303,7 @@ func leftovers(data string, ids ...string) []string {
 func cgroupDirs(id string) []string {
 	var out []string
 	for _, h := range []string{"memory", "pids", "cpu", "cpuacct", "freezer", ""} {
-		out = append(out, filepath.Join("/sys/fs/cgroup", h, "atoll", id), filepath.Join("/sys/fs/cgroup", h, "atoll-gvisor", id))
+		out = append(out, filepath.Join("/sys/fs/cgroup", h, "atoll", id), filepath.Join("/sys/fs/cgroup", h, "atoll-gvisor", id), filepath.Join("/sys/fs/cgroup", h, "atoll-vm", id))
 	}
 	return out
 }
@@ -318,7 +318,7 @@ func inCgroup(id string) []int {
 			continue
 		}
 		b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
-		if bytes.Contains(b, []byte("/atoll/"+id+"\n")) || bytes.Contains(b, []byte("/atoll/"+id+"/")) || bytes.Contains(b, []byte("/atoll-gvisor/"+id+"\n")) {
+		if bytes.Contains(b, []byte("/atoll/"+id+"\n")) || bytes.Contains(b, []byte("/atoll/"+id+"/")) || bytes.Contains(b, []byte("/atoll-gvisor/"+id+"\n")) || bytes.Contains(b, []byte("/atoll-vm/"+id+"\n")) {
 			out = append(out, pid)
 		}
 	}

@@ -20,7 +20,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -28,7 +27,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/atoll-dev/atoll/internal/network"
 	"github.com/atoll-dev/atoll/internal/runtime"
+	"github.com/atoll-dev/atoll/internal/runtime/cgroup"
 	"github.com/atoll-dev/atoll/internal/runtime/host"
 	"github.com/atoll-dev/atoll/internal/runtime/ns/nsinit"
 )
@@ -122,7 +123,7 @@ func (r *Runtime) SocketPath(id string) string { return filepath.Join(r.runDir(i
 // configuration.
 type prepared struct {
 	dir    string
-	cg     *cgroup
+	cg     *cgroup.Cgroup
 	cmd    *exec.Cmd
 	ctl    *os.File
 	limits runtime.Limits
@@ -143,8 +144,8 @@ func (r *Runtime) kill(id string, p *prepared) {
 		_ = p.cmd.Process.Kill()
 	}
 	p.ctl.Close()
-	_ = p.cg.killAll(5 * time.Second)
-	_ = p.cg.delete()
+	_ = p.cg.KillAll(5 * time.Second)
+	_ = p.cg.Delete()
 	_ = r.cleanupDir(id)
 }
 
@@ -197,8 +198,8 @@ func (r *Runtime) prepare(spec runtime.Spec) (_ *prepared, err error) {
 			p.ctl.Close()
 		}
 		if p.cg != nil {
-			_ = p.cg.killAll(5 * time.Second)
-			_ = p.cg.delete()
+			_ = p.cg.KillAll(5 * time.Second)
+			_ = p.cg.Delete()
 		}
 		_ = r.cleanupDir(spec.ID)
 	}()
@@ -285,7 +286,7 @@ func (r *Runtime) prepare(spec runtime.Spec) (_ *prepared, err error) {
 		// clears this once configured.
 		Pdeathsig: syscall.SIGKILL,
 	}
-	if err := p.cg.start(cmd, p.netns); err != nil {
+	if err := p.cg.Start(cmd, p.netns); err != nil {
 		return nil, fmt.Errorf("starting sandbox init: %w", err)
 	}
 	p.cmd = cmd
@@ -306,7 +307,7 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (inst runtime.In
 	}
 	if p != nil {
 		if p.limits != spec.Limits {
-			if err := p.cg.update(spec.Limits); err != nil {
+			if err := p.cg.Update(resources(spec.Limits)); err != nil {
 				r.kill(spec.ID, p)
 				return inst, fmt.Errorf("setting limits: %w", err)
 			}
@@ -432,7 +433,7 @@ func (r *Runtime) stageMounts(spec runtime.Spec, dir string, pid int) (nsinit.Co
 		if err := os.Mkdir(sys, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 			return cfg, err
 		}
-		err = inNetns(spec.Network.Netns, func() error {
+		err = network.InNetns(spec.Network.Netns, func() error {
 			return unix.Mount("sysfs", sys, "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
 		})
 		if err != nil {
@@ -455,29 +456,6 @@ func writeNetworkFiles(dir string, spec runtime.Spec) error {
 		}
 	}
 	return nil
-}
-
-// inNetns runs fn on a thread in the network namespace at path, then
-// brings the thread back (or retires it).
-func inNetns(path string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		goruntime.LockOSThread()
-		back, err := joinNetns(path)
-		if err != nil {
-			goruntime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		err = fn()
-		if berr := back(); berr != nil {
-			errc <- errors.Join(err, berr)
-			return
-		}
-		goruntime.UnlockOSThread()
-		errc <- err
-	}()
-	return <-errc
 }
 
 // idmapMount mounts a clone of src at dst, id-mapped through userns and with
@@ -514,7 +492,7 @@ func (r *Runtime) unmountStaging(dir string) {
 func (r *Runtime) Stop(ctx context.Context, id string, inst runtime.Instance) error {
 	if cg, err := loadCgroup(id); err == nil {
 		// Frozen processes cannot die: thaw a paused sandbox first.
-		_ = cg.thaw()
+		_ = cg.Thaw()
 	}
 	if r.Alive(inst) {
 		// PID 1 of the sandbox's PID namespace: when it is gone, the kernel
@@ -531,10 +509,10 @@ func (r *Runtime) Cleanup(ctx context.Context, id string) error {
 	}
 	var errs []error
 	if cg, err := loadCgroup(id); err == nil {
-		_ = cg.thaw()
-		if err := cg.killAll(10 * time.Second); err != nil {
+		_ = cg.Thaw()
+		if err := cg.KillAll(10 * time.Second); err != nil {
 			errs = append(errs, err)
-		} else if err := cg.delete(); err != nil {
+		} else if err := cg.Delete(); err != nil {
 			errs = append(errs, fmt.Errorf("deleting cgroup: %w", err))
 		}
 	}
@@ -563,7 +541,7 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("loading cgroup: %w", err)
 	}
-	return cg.freeze()
+	return cg.Freeze()
 }
 
 // Resume implements runtime.Runtime.
@@ -572,7 +550,7 @@ func (r *Runtime) Resume(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("loading cgroup: %w", err)
 	}
-	return cg.thaw()
+	return cg.Thaw()
 }
 
 // Processes implements runtime.Runtime from the sandbox's cgroup.
@@ -581,7 +559,7 @@ func (r *Runtime) Processes(ctx context.Context, id string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	pids, err := cg.pids()
+	pids, err := cg.PIDs()
 	return len(pids), err
 }
 
@@ -591,7 +569,7 @@ func (r *Runtime) Update(ctx context.Context, id string, l runtime.Limits) error
 	if err != nil {
 		return fmt.Errorf("loading cgroup: %w", err)
 	}
-	return cg.update(l)
+	return cg.Update(resources(l))
 }
 
 // Alive implements runtime.Runtime.

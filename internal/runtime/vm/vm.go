@@ -50,12 +50,13 @@ import (
 	"sync"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/atoll-dev/atoll/internal/agent"
 	"github.com/atoll-dev/atoll/internal/errdefs"
-	"github.com/atoll-dev/atoll/internal/network"
 	"github.com/atoll-dev/atoll/internal/runtime"
+	"github.com/atoll-dev/atoll/internal/runtime/cgroup"
 	"github.com/atoll-dev/atoll/internal/runtime/host"
 	"github.com/atoll-dev/atoll/internal/runtime/vm/channel"
 	"github.com/atoll-dev/atoll/internal/runtime/vm/vminit"
@@ -357,7 +358,7 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (i
 	if image != "" {
 		args = append(args, "-incoming", "exec:cat "+shellQuote(filepath.Join(image, memoryName)))
 	}
-	if err := r.runQEMU(ctx, dir, netns, args); err != nil {
+	if err := r.runQEMU(ctx, spec.ID, dir, netns, spec.Limits, args); err != nil {
 		return inst, err
 	}
 	pid, err := host.ReadPID(filepath.Join(dir, pidName))
@@ -597,21 +598,58 @@ func (r *Runtime) machineArgs(accel string, vcpus int, memoryMB int64, initrd, i
 
 // runQEMU starts QEMU, which daemonizes once its devices are set up, in the
 // network namespace netns if set.
-func (r *Runtime) runQEMU(ctx context.Context, dir, netns string, args []string) error {
+func (r *Runtime) runQEMU(ctx context.Context, id, dir, netns string, l runtime.Limits, args []string) error {
+	cg, err := cgroup.New(cgroupPath(id), hostResources(l))
+	if err != nil {
+		return err
+	}
 	cmd := exec.CommandContext(ctx, r.qemu, args...)
 	cmd.Cancel = func() error { return cmd.Process.Kill() }
 	cmd.WaitDelay = 5 * time.Second
 	cmd.Dir = dir
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	var err error
-	if netns != "" {
-		err = network.InNetns(netns, cmd.Run)
-	} else {
-		err = cmd.Run()
+	// Born in the VM's host cgroup, which its daemon stays in.
+	if err := cg.Start(cmd, netns); err != nil {
+		return fmt.Errorf("qemu: %w", err)
 	}
-	if err != nil {
+	if err := cmd.Wait(); err != nil {
 		return fmt.Errorf("qemu: %w: %s", err, host.LastLine(out.Bytes()))
+	}
+	return nil
+}
+
+// cgroupParent is where each VM's QEMU gets a host cgroup of its own.
+const cgroupParent = "/atoll-vm"
+
+func cgroupPath(id string) string { return cgroupParent + "/" + id }
+
+// hostResources are the limits of a VM's host cgroup: its share of
+// contended CPU (l.CPUWeight, as ns gives it) and a backstop on QEMU's
+// threads. The guest's own cgroup holds the sandbox's limits; the VM's
+// memory and vCPUs are fixed by its machine (a memory limit here could
+// only kill the whole VM, and TCG's translation cache grows on its own).
+func hostResources(l runtime.Limits) *specs.LinuxResources {
+	weight := l.CPUWeight
+	if weight == 0 {
+		weight = 100
+	}
+	shares := max(weight*1024/100, 2)
+	pids := int64(1024)
+	return &specs.LinuxResources{CPU: &specs.LinuxCPU{Shares: &shares}, Pids: &specs.LinuxPids{Limit: &pids}}
+}
+
+// removeCgroup kills what is left in VM id's host cgroup and removes it.
+func removeCgroup(id string) error {
+	cg, err := cgroup.Load(cgroupPath(id))
+	if err != nil {
+		return nil // none, or not all of it: nothing runs in it
+	}
+	if err := cg.KillAll(10 * time.Second); err != nil {
+		return err
+	}
+	if err := cg.Delete(); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing the VM's cgroup: %w", err)
 	}
 	return nil
 }
@@ -734,6 +772,9 @@ func (r *Runtime) Cleanup(ctx context.Context, id string) error {
 			// A restore that never ran: the checkpoint gets its disk back.
 			_ = os.Rename(disk, filepath.Join(string(from), diskName))
 		}
+	}
+	if err := removeCgroup(id); err != nil {
+		errs = append(errs, err)
 	}
 	if netns, err := os.ReadFile(filepath.Join(dir, netnsName)); err == nil {
 		if err := unplumb(string(netns)); err != nil {
@@ -858,6 +899,13 @@ func (r *Runtime) Update(ctx context.Context, id string, l runtime.Limits) error
 	}
 	gl := vminit.Limits{CPU: l.CPU, MemoryBytes: l.MemoryBytes, PIDs: l.PIDs}
 	if err := r.guestCall(ctx, id, http.MethodPut, vminit.LimitsPath, gl, nil); err != nil {
+		return fmt.Errorf("updating vm %s: %w", id, err)
+	}
+	cg, err := cgroup.Load(cgroupPath(id))
+	if err != nil {
+		return fmt.Errorf("updating vm %s: %w", id, err)
+	}
+	if err := cg.Update(hostResources(l)); err != nil {
 		return fmt.Errorf("updating vm %s: %w", id, err)
 	}
 	return nil

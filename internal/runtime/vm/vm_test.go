@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -98,6 +99,12 @@ func leftovers(runRoot, id string) []string {
 	}
 	for _, pid := range processes(id) {
 		out = append(out, "process: "+strconv.Itoa(pid))
+	}
+	if m, _ := filepath.Glob("/sys/fs/cgroup/*/atoll-vm/" + id); len(m) > 0 {
+		out = append(out, m...)
+	}
+	if _, err := os.Stat("/sys/fs/cgroup/atoll-vm/" + id); err == nil {
+		out = append(out, "cgroup: /sys/fs/cgroup/atoll-vm/"+id)
 	}
 	if b, err := os.ReadFile("/proc/partitions"); err == nil {
 		_ = b // loop devices are checked by their backing files below
@@ -369,6 +376,48 @@ func TestPauseWritesBack(t *testing.T) {
 	if left := env.Leftovers(sb.ID); len(left) > 0 {
 		t.Errorf("left after stop: %v", left)
 	}
+}
+
+// TestHostCgroup checks that a VM's QEMU runs in a host cgroup of its own
+// whose CPU share is the sandbox's cpu_weight, changed by Update.
+func TestHostCgroup(t *testing.T) {
+	rt, env := newRuntime(t)
+	ctx := context.Background()
+	sb := runtimetest.Start(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 256 << 20, PIDs: 64, CPUWeight: 50}, 1<<30)
+	shares := func() string {
+		t.Helper()
+		for _, f := range []string{"/sys/fs/cgroup/cpu/atoll-vm/" + sb.ID + "/cpu.shares", "/sys/fs/cgroup/atoll-vm/" + sb.ID + "/cpu.weight"} {
+			if b, err := os.ReadFile(f); err == nil {
+				return strings.TrimSpace(string(b))
+			}
+		}
+		t.Fatal("no cpu share file in the VM's host cgroup")
+		return ""
+	}
+	in := false
+	for _, f := range []string{"/sys/fs/cgroup/cpu/atoll-vm/" + sb.ID + "/cgroup.procs", "/sys/fs/cgroup/atoll-vm/" + sb.ID + "/cgroup.procs"} {
+		if b, err := os.ReadFile(f); err == nil && slices.Contains(strings.Fields(string(b)), strconv.Itoa(sb.Inst.PID)) {
+			in = true
+		}
+	}
+	if !in {
+		t.Errorf("QEMU (%d) is not in its host cgroup", sb.Inst.PID)
+	}
+	// v1 shares are weight*1024/100; v2's weight is converted from them.
+	before := shares()
+	if err := rt.Update(ctx, sb.ID, runtime.Limits{CPU: 1, MemoryBytes: 256 << 20, PIDs: 64, CPUWeight: 400}); err != nil {
+		t.Fatal(err)
+	}
+	after := shares()
+	t.Logf("cpu share: %s at weight 50, %s at 400", before, after)
+	if b, a := atoi(before), atoi(after); b <= 0 || a <= b*4 {
+		t.Errorf("cpu share %s at weight 50, %s at 400", before, after)
+	}
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }
 
 // TestSettle checks that a sandbox a crashed checkpoint left stopped (here:
