@@ -354,6 +354,9 @@ type RuntimeCapabilities struct {
 	// Network: its sandboxes get the server's networking (addresses,
 	// egress policy, ports); without it they have loopback only.
 	Network bool `json:"network"`
+	// Emulated: it runs sandboxes under CPU emulation (a vm under TCG, on a
+	// host without usable KVM): slow, and not a security boundary.
+	Emulated bool `json:"emulated"`
 }
 
 // RuntimeList is the body of GET /v1/runtimes.

@@ -171,11 +171,9 @@ func cpuNanos(id string) int64 {
 // and descriptors stay flat.
 func TestResourceExhaustion(t *testing.T) {
 	testenv.RequireRoot(t)
-	t.Run("ns", func(t *testing.T) { testResourceExhaustion(t, "ns") })
-	t.Run("gvisor", func(t *testing.T) {
-		testenv.RequireCommand(t, "runsc")
-		testResourceExhaustion(t, "gvisor")
-	})
+	for _, rt := range []string{"ns", "gvisor", "vm"} {
+		t.Run(rt, func(t *testing.T) { testResourceExhaustion(t, rt) })
+	}
 }
 
 func testResourceExhaustion(t *testing.T, runtime string) {
@@ -190,8 +188,14 @@ func testResourceExhaustion(t *testing.T, runtime string) {
 			caps = rt.Capabilities
 		}
 	}
-	if err != nil || !slices.ContainsFunc(rts, func(r api.Runtime) bool { return r.Name == runtime && r.Available }) {
-		t.Fatalf("runtime %s: %v, %v", runtime, rts, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(rts, func(r api.Runtime) bool { return r.Name == runtime && r.Available }) {
+		testenv.Skip(t, fmt.Sprintf("runtime %s is not available: %+v", runtime, rts))
+	}
+	if caps.Emulated {
+		t.Skipf("runtime %s runs under CPU emulation here and claims no isolation (capability emulated)", runtime)
 	}
 	neighbour, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: runtime, CPU: 1, MemoryMiB: 256})
 	if err != nil {

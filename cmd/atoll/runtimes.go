@@ -20,8 +20,9 @@ func newRuntimesCmd(g *globals) *cobra.Command {
 pause (freeze in memory), memory_snapshot (pause --to-disk), memory_fork,
 process_oom (a process over the memory limit dies alone), shared_kernel (the
 sandbox runs on the host's kernel), network (sandboxes get the server's
-networking; without it, loopback only). A runtime the server cannot offer is
-listed with why.`,
+networking; without it, loopback only), and emulated (CPU emulation: a vm on a
+host without usable KVM, slow and no security boundary). A runtime the server
+cannot offer is listed with why.`,
 		Example: `  atoll runtimes
   atoll create --runtime gvisor && atoll pause --to-disk ID`,
 		Args: cobra.NoArgs,
@@ -64,6 +65,7 @@ func renderRuntimes(w io.Writer, rts []api.Runtime) error {
 			{rt.Capabilities.Pause, "pause"}, {rt.Capabilities.MemorySnapshot, "memory_snapshot"},
 			{rt.Capabilities.MemoryFork, "memory_fork"}, {rt.Capabilities.ProcessOOM, "process_oom"},
 			{rt.Capabilities.SharedKernel, "shared_kernel"}, {rt.Capabilities.Network, "network"},
+			{rt.Capabilities.Emulated, "emulated"},
 		} {
 			if c.on {
 				caps = append(caps, c.name)

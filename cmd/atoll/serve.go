@@ -275,7 +275,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		return err
 	}
 	// vm is offered where QEMU and a guest kernel are installed.
-	if vmrt, err := vm.New(vm.Config{RunRoot: filepath.Join(data, "run-vm"), Logger: log}); err != nil {
+	if vmrt, err := vm.New(vm.Config{RunRoot: filepath.Join(data, "run-vm"), AccelCache: "/run/atoll/vm-accel", Logger: log}); err != nil {
 		log.Info("runtime vm not offered", "err", err)
 		unavailable["vm"] = "QEMU does not run microVMs on this host"
 		if errors.Is(err, vm.ErrNoQEMU) || errors.Is(err, vm.ErrNoKernel) {

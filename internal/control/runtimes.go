@@ -17,6 +17,7 @@ func (s *Service) Runtimes() []api.Runtime {
 			Capabilities: api.RuntimeCapabilities{
 				Pause: c.Pause, MemorySnapshot: c.MemorySnapshot && s.checkpoints != "", MemoryFork: c.MemoryFork,
 				ProcessOOM: c.ProcessOOM, SharedKernel: c.SharedKernel, Network: c.Network && s.net != nil,
+				Emulated: c.Emulated,
 			}})
 	}
 	for name, why := range s.unavailable {

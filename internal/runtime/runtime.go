@@ -177,6 +177,11 @@ type Caps struct {
 	// (addresses, egress policy, ports). Without it Spec.Network is never
 	// set and the sandbox has loopback only.
 	Network bool `json:"network"`
+	// Emulated: the sandbox runs under CPU emulation (a VM under TCG, where
+	// KVM does not work): slow, and no security boundary, since the
+	// emulator's bugs are reachable from inside. Such a backend claims no
+	// isolation: the escape and exhaustion tests do not hold it to any.
+	Emulated bool `json:"emulated"`
 }
 
 // Capabler is a Runtime that reports its Caps. A Runtime that is not one

@@ -76,8 +76,12 @@ type Config struct {
 	Kernel string
 	// Accel is "kvm" or "tcg"; empty means kvm if a probe boot under it
 	// succeeds, else tcg.
-	Accel  string
-	Logger *slog.Logger
+	Accel string
+	// AccelCache, if set, is a file that remembers the probe's choice for
+	// this QEMU and kernel (in /run: until the host reboots), so that a
+	// node restart does not wait for a KVM that hangs again.
+	AccelCache string
+	Logger     *slog.Logger
 }
 
 // Errors New returns when the runtime cannot be offered.
@@ -96,8 +100,10 @@ type Runtime struct {
 	kernel   string // what QEMU boots, set by setup
 	modules  string // the kernel's /lib/modules directory
 	accel    string
-	tscKHz   int // the host's TSC rate, which a TCG guest cannot measure
-	log      *slog.Logger
+	// accelCache is Config.AccelCache.
+	accelCache string
+	tscKHz     int // the host's TSC rate, which a TCG guest cannot measure
+	log        *slog.Logger
 
 	buildMu sync.Mutex // held while building a cached image
 }
@@ -168,7 +174,7 @@ func New(cfg Config) (*Runtime, error) {
 	if _, err := os.Stat(kernel); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoKernel, err)
 	}
-	r := &Runtime{runRoot: cfg.RunRoot, qemu: qemu, bzImage: kernel, modules: modules, accel: cfg.Accel, log: cfg.Logger, tscKHz: hostTSCKHz()}
+	r := &Runtime{runRoot: cfg.RunRoot, qemu: qemu, bzImage: kernel, modules: modules, accel: cfg.Accel, accelCache: cfg.AccelCache, log: cfg.Logger, tscKHz: hostTSCKHz()}
 	if err := os.MkdirAll(r.cacheDir(), 0o700); err != nil {
 		return nil, err
 	}
@@ -186,11 +192,32 @@ func (r *Runtime) setup() error {
 		}
 		r.kernel = k
 		if r.accel == "" {
-			r.accel = r.probeAccel()
+			r.accel = r.cachedProbeAccel()
 		}
 		r.log.Info("vm runtime", "qemu", r.qemu, "kernel", r.kernel, "accel", r.accel)
 	})
 	return r.setupErr
+}
+
+// cachedProbeAccel is probeAccel, remembered in r.accelCache (if set) for
+// this QEMU binary and kernel.
+func (r *Runtime) cachedProbeAccel() string {
+	key := r.qemu + " " + r.bzImage + "\n"
+	if r.accelCache != "" {
+		if b, err := os.ReadFile(r.accelCache); err == nil {
+			if a, ok := strings.CutPrefix(string(b), key); ok && (a == "kvm" || a == "tcg") {
+				return a
+			}
+		}
+	}
+	a := r.probeAccel()
+	if r.accelCache != "" && os.MkdirAll(filepath.Dir(r.accelCache), 0o700) == nil {
+		tmp := r.accelCache + ".tmp"
+		if os.WriteFile(tmp, []byte(key+a), 0o600) == nil {
+			_ = os.Rename(tmp, r.accelCache)
+		}
+	}
+	return a
 }
 
 // probeAccel boots the kernel under KVM with no root to mount: it panics
@@ -202,7 +229,8 @@ func (r *Runtime) probeAccel() string {
 		return "tcg"
 	}
 	f.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Where KVM works the kernel panics (no root) within a second or two.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, r.qemu, "-M", "microvm,accel=kvm", "-cpu", "host", "-m", "128",
 		"-nodefaults", "-no-user-config", "-display", "none", "-serial", "stdio", "-no-reboot",
@@ -239,13 +267,24 @@ func (r *Runtime) Accel() string {
 	return r.accel
 }
 
+// emulated reports whether VMs run under TCG: without a /dev/kvm to open
+// they do; with one, the accelerator probe (run once, on first use) says.
+func (r *Runtime) emulated() bool {
+	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	if err != nil {
+		return true
+	}
+	f.Close()
+	return r.Accel() == "tcg"
+}
+
 // Capabilities implements runtime.Capabler. The guest's own cgroup kills a
 // process over the memory limit and the sandbox lives on; the sandbox's
 // processes call the guest's kernel, not the host's; a checkpoint restores
 // under another ID over a copy of its disk (a fork's child), and a restored
 // guest takes up the addresses and hostname it is restored with.
 func (r *Runtime) Capabilities() runtime.Caps {
-	return runtime.Caps{Pause: true, MemorySnapshot: true, MemoryFork: true, ProcessOOM: true, Network: true}
+	return runtime.Caps{Pause: true, MemorySnapshot: true, MemoryFork: true, ProcessOOM: true, Network: true, Emulated: r.emulated()}
 }
 
 func (r *Runtime) cacheDir() string            { return filepath.Join(r.runRoot, "cache") }
