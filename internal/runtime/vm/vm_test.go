@@ -24,6 +24,9 @@ import (
 func TestConformance(t *testing.T) {
 	rt, env := newRuntime(t)
 	t.Logf("accelerator %s", rt.Accel())
+	if e := rt.Capabilities().Emulated; e != (rt.Accel() == "tcg") {
+		t.Errorf("emulated is %v under %s", e, rt.Accel())
+	}
 	env.Network = runtimetest.Networks(t)
 	runtimetest.Run(t, rt, env)
 }
