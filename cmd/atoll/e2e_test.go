@@ -715,7 +715,7 @@ func TestSuspendEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := sb.ID
-	if _, err := c.StartProcess(ctx, id, api.ExecRequest{Shell: "i=0; while true; do i=$((i+1)); echo $i > /root/count; sleep 0.1; done"}); err != nil {
+	if _, err := c.StartProcess(ctx, id, api.ExecRequest{Shell: counterShell}); err != nil {
 		t.Fatal(err)
 	}
 	count := func() int {
@@ -1033,7 +1033,7 @@ func TestVMSuspendEndToEnd(t *testing.T) {
 		t.Fatalf("create: %v\n%s", err, d.out.String())
 	}
 	id := sb.ID
-	if _, err := c.StartProcess(ctx, id, api.ExecRequest{Shell: "i=0; while true; do i=$((i+1)); echo $i > /root/count; sleep 0.1; done"}); err != nil {
+	if _, err := c.StartProcess(ctx, id, api.ExecRequest{Shell: counterShell}); err != nil {
 		t.Fatal(err)
 	}
 	count := func() int {
@@ -1080,6 +1080,10 @@ func TestVMSuspendEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// counterShell counts about ten a second into /root/count, which it
+// replaces whole each time: a reader (or a snapshot) never sees it empty.
+const counterShell = "i=0; while true; do i=$((i+1)); echo $i > /root/count.tmp; mv /root/count.tmp /root/count; sleep 0.1; done"
 
 // checkNetworkedMemoryFork forks sandbox id, whose /root/count a process
 // keeps counting, into one child with its memory: the child counts on from

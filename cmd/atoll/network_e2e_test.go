@@ -412,7 +412,7 @@ func TestNetworkEndToEnd(t *testing.T) {
 		mustNotCurl("another sandbox to a gvisor sandbox", a.ID, "http://"+g.Network.IPv4+":8080/")
 		// A fork with memory: the child's network stack takes up its own
 		// namespace's addresses.
-		if _, err := c.StartProcess(ctx, g.ID, api.ExecRequest{Shell: "i=0; while true; do i=$((i+1)); echo $i > /root/count; sleep 0.1; done"}); err != nil {
+		if _, err := c.StartProcess(ctx, g.ID, api.ExecRequest{Shell: counterShell}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Second)

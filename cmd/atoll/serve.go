@@ -30,6 +30,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/portproxy"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/runtime/gvisor"
+	"github.com/atoll-dev/atoll/internal/runtime/lowers"
 	"github.com/atoll-dev/atoll/internal/runtime/ns"
 	"github.com/atoll-dev/atoll/internal/runtime/vm"
 	"github.com/atoll-dev/atoll/internal/server"
@@ -264,8 +265,8 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		PlatformCache: "/run/atoll/gvisor-platform", Logger: log}); err != nil {
 		log.Info("runtime gvisor not offered", "err", err)
 		unavailable["gvisor"] = "runsc does not run sandboxes on this host"
-		if errors.Is(err, gvisor.ErrNoRunsc) {
-			unavailable["gvisor"] = "runsc is not installed"
+		if errors.Is(err, gvisor.ErrNoRunsc) || errors.Is(err, lowers.ErrNoErofs) {
+			unavailable["gvisor"] = err.Error()
 		}
 	} else {
 		runtimes = append(runtimes, gv)

@@ -43,6 +43,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/network"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/runtime/host"
+	"github.com/atoll-dev/atoll/internal/runtime/lowers"
 )
 
 // Config configures the gvisor runtime.
@@ -75,6 +76,8 @@ type Runtime struct {
 	// flags go before every runsc subcommand.
 	flags []string
 	log   *slog.Logger
+	// lowers are the templates' merged images the sandboxes' roots stack on.
+	lowers *lowers.Images
 }
 
 var (
@@ -113,7 +116,11 @@ func New(cfg Config) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoRunsc, err)
 	}
+
 	r := &Runtime{runRoot: cfg.RunRoot, runsc: path, log: cfg.Logger}
+	if r.lowers, err = lowers.New(filepath.Join(cfg.RunRoot, "lowers"), cfg.Logger); err != nil {
+		return nil, err
+	}
 	r.version = runscVersion(path)
 	help, _ := exec.Command(path, "flags").CombinedOutput()
 	flags := string(help)
@@ -288,7 +295,7 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (i
 		}
 	}()
 	dir := r.runDir(spec.ID)
-	if err := r.prepareBundle(spec, dir); err != nil {
+	if err := r.prepareBundle(ctx, spec, dir); err != nil {
 		return inst, err
 	}
 	logFile, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -341,7 +348,7 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (i
 
 // prepareBundle mounts the sandbox's root and agent socket directory under
 // dir and writes its OCI config.
-func (r *Runtime) prepareBundle(spec runtime.Spec, dir string) error {
+func (r *Runtime) prepareBundle(ctx context.Context, spec runtime.Spec, dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
@@ -366,9 +373,15 @@ func (r *Runtime) prepareBundle(spec runtime.Spec, dir string) error {
 	// The same overlay, with the same user.overlay.* whiteouts, that the ns
 	// runtime mounts inside its user namespace: a writable layer or a
 	// snapshot means the same under both.
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr",
-		strings.Join(spec.Rootfs.Layers, ":"),
-		filepath.Join(spec.Rootfs.Writable, "upper"), filepath.Join(spec.Rootfs.Writable, "work"))
+	// Its lower layer is the template's merged image: with the layers
+	// themselves the sentry would take some files for others (package
+	// lowers says why).
+	lower, err := r.lowers.Mount(ctx, spec.Rootfs.Layers)
+	if err != nil {
+		return err
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr,%s",
+		lower, filepath.Join(spec.Rootfs.Writable, "upper"), filepath.Join(spec.Rootfs.Writable, "work"), lowers.Options)
 	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
 		return fmt.Errorf("mounting overlay root: %w", err)
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/runtime/cgroup"
 	"github.com/atoll-dev/atoll/internal/runtime/host"
+	"github.com/atoll-dev/atoll/internal/runtime/lowers"
 	"github.com/atoll-dev/atoll/internal/runtime/ns/nsinit"
 )
 
@@ -50,6 +51,9 @@ type Runtime struct {
 
 	mu       sync.Mutex
 	prepared map[string]*prepared // by sandbox ID
+	// lowers are the templates' merged images the sandboxes' roots stack
+	// on (package lowers says why).
+	lowers *lowers.Images
 }
 
 var (
@@ -81,7 +85,11 @@ func New(cfg Config) (*Runtime, error) {
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return nil, fmt.Errorf("marking inherited descriptors close-on-exec: %w", err)
 	}
-	return &Runtime{runRoot: cfg.RunRoot, log: cfg.Logger, prepared: map[string]*prepared{}}, nil
+	lw, err := lowers.New(filepath.Join(cfg.RunRoot, "lowers"), cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	return &Runtime{runRoot: cfg.RunRoot, log: cfg.Logger, prepared: map[string]*prepared{}, lowers: lw}, nil
 }
 
 // privateMount makes dir a mount of its own with private propagation, so the
@@ -400,13 +408,15 @@ func (r *Runtime) stageMounts(spec runtime.Spec, dir string, pid int) (nsinit.Co
 		AgentEnv: string(agentEnv),
 	}
 	const ro = unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOSUID
-	for i, l := range spec.Rootfs.Layers {
-		p, err := stage(l, "l"+strconv.Itoa(i), ro)
-		if err != nil {
-			return cfg, err
-		}
-		cfg.Lower = append(cfg.Lower, p)
+	lower, err := r.lowers.Mount(context.Background(), spec.Rootfs.Layers)
+	if err != nil {
+		return cfg, err
 	}
+	p, err := stage(lower, "l0", ro)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Lower = []string{p}
 	if cfg.Upper, err = stage(spec.Rootfs.Writable, "upper", 0); err != nil {
 		return cfg, err
 	}

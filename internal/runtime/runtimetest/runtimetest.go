@@ -188,6 +188,7 @@ func Run(t *testing.T, rt runtime.Runtime, env Env) {
 	t.Run("Limits", func(t *testing.T) { testLimits(t, rt, env, caps) })
 	t.Run("Update", func(t *testing.T) { testUpdate(t, rt, env) })
 	t.Run("DiskQuota", func(t *testing.T) { testDiskQuota(t, rt, env) })
+	t.Run("DistinctFiles", func(t *testing.T) { testDistinctFiles(t, rt, env) })
 	t.Run("Escapes", func(t *testing.T) { testEscapes(t, rt, env) })
 	t.Run("Pause", func(t *testing.T) {
 		if !caps.Pause {
@@ -717,6 +718,29 @@ func testCheckpoint(t *testing.T, rt runtime.Runtime, cp runtime.Checkpointer, e
 	waitCount(t, sb, c0)
 	if got := sb.MustSh(t, "cat /root/count >/dev/null && echo up"); got != "up\n" {
 		t.Errorf("agent after restore: %q", got)
+	}
+}
+
+// testDistinctFiles checks that files the sandbox makes are distinct from
+// the template's and from each other: each reads back what was written to
+// it, also after renames over it, and no two show the same device and inode
+// number (tools take those for hard links of one file, and so does
+// gVisor's sentry, which then serves one's contents for the other).
+func testDistinctFiles(t *testing.T, rt runtime.Runtime, env Env) {
+	sb := Start(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 512 << 20, PIDs: 256}, 1<<30)
+	out, errOut, code := sb.Sh(t, `set -e
+mkdir -p /root/many
+for i in $(seq 1 400); do echo "file $i" > /root/many/t; mv /root/many/t /root/many/f$i; done
+bad=0
+for i in $(seq 1 400); do [ "$(cat /root/many/f$i)" = "file $i" ] || bad=$((bad+1)); done
+echo "bad $bad"
+find / -xdev \( -path /proc -o -path /sys -o -path /dev \) -prune -o -type f -printf '%D:%i %p
+' 2>/dev/null | sort | awk '{ if ($1 == last) print "same " $2 " " lastp; last = $1; lastp = $2 }' | grep -c same || true`)
+	if code != 0 {
+		t.Fatalf("exit %d: %s %s", code, out, errOut)
+	}
+	if out != "bad 0\n0\n" {
+		t.Errorf("files of the sandbox and its template: %q (want no file reading wrong and no shared inode numbers)", out)
 	}
 }
 

@@ -157,7 +157,9 @@ func setup(ctl *os.File) error {
 
 func buildRoot(cfg Config) error {
 	root := cfg.Rootfs
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr",
+	// xino=on: with the lower layer on a file system of its own (package
+	// lowers), every file shows an inode number of its own.
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr,xino=on",
 		strings.Join(cfg.Lower, ":"), filepath.Join(cfg.Upper, "upper"), filepath.Join(cfg.Upper, "work"))
 	if err := unix.Mount("overlay", root, "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mounting overlay root: %w", err)
