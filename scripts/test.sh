@@ -11,7 +11,9 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 export PATH="$PATH:/usr/local/go/bin"
 need=""
-for p in btrfs-progs python3 git iproute2 util-linux procps debootstrap curl; do
+# erofs-utils makes the merged image of a template's layers under every
+# sandbox's root (internal/runtime/lowers).
+for p in btrfs-progs erofs-utils python3 git iproute2 util-linux procps debootstrap curl; do
 	dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 # node and npm run the official e2b SDK against atoll (cmd/atoll/e2b_test.go,
@@ -23,7 +25,7 @@ command -v npm >/dev/null 2>&1 || need="$need npm"
 # rsync; xz unpacks the kernel for a direct PVH boot). Without
 # recommends: the kernel package's firmware and bootloaders are not needed.
 vmneed=""
-for p in qemu-system-x86 linux-image-amd64 erofs-utils e2fsprogs rsync xz-utils; do
+for p in qemu-system-x86 linux-image-amd64 e2fsprogs rsync xz-utils; do
 	dpkg -s "$p" >/dev/null 2>&1 || vmneed="$vmneed $p"
 done
 if [ -n "$need$vmneed" ]; then
