@@ -134,7 +134,10 @@ func resources(l runtime.Limits) *specs.LinuxResources {
 	shares := max(weight*1024/100, 2)
 	r.CPU = &specs.LinuxCPU{Shares: &shares}
 	if l.CPU > 0 {
-		period := uint64(100000)
+		// The ns runtime's short period: at 100 ms a sentry spinning on
+		// every core holds them all for tens of milliseconds before it is
+		// throttled, and its neighbours wait that long.
+		period := uint64(10000)
 		quota := int64(l.CPU * float64(period))
 		r.CPU.Period, r.CPU.Quota = &period, &quota
 	}
