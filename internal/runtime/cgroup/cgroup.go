@@ -49,6 +49,26 @@ func v2Resources(r *specs.LinuxResources) *cgroup2.Resources {
 	return out
 }
 
+// CPU is a sandbox's CPU limits: its share of contended CPU from weight
+// (100 when 0, as cgroup v2's default; v1 shares are 1024 at that) and, if
+// cores is above 0, a quota of that many cores. The quota's period is short:
+// at 100 ms (the usual default) a sandbox spinning on every core holds them
+// all for tens of milliseconds before it is throttled, and its neighbours
+// wait that long.
+func CPU(weight uint64, cores float64) *specs.LinuxCPU {
+	if weight == 0 {
+		weight = 100
+	}
+	shares := max(weight*1024/100, 2)
+	c := &specs.LinuxCPU{Shares: &shares}
+	if cores > 0 {
+		period := uint64(10000)
+		quota := int64(cores * float64(period))
+		c.Period, c.Quota = &period, &quota
+	}
+	return c
+}
+
 // New makes the cgroup at path with limits r.
 func New(path string, r *specs.LinuxResources) (*Cgroup, error) {
 	if Unified() {

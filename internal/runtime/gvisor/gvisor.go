@@ -152,7 +152,8 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	r.platform = cfg.Platform
 	if r.platform == "" {
-		if r.platform, err = r.cachedProbe(cfg.PlatformCache, flags); err != nil {
+		r.platform, err = host.Remembered(cfg.PlatformCache, r.runsc+" "+r.version, func() (string, error) { return r.probePlatform(flags) })
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -177,30 +178,6 @@ func runscVersion(path string) string {
 		return bi.Main.Version
 	}
 	return v
-}
-
-// cachedProbe is probePlatform, remembered in cache (if not "") for this
-// runsc binary and version.
-func (r *Runtime) cachedProbe(cache, flags string) (string, error) {
-	key := r.runsc + " " + r.version + "\n"
-	if cache != "" {
-		if b, err := os.ReadFile(cache); err == nil {
-			if p, ok := strings.CutPrefix(string(b), key); ok && p != "" {
-				return p, nil
-			}
-		}
-	}
-	p, err := r.probePlatform(flags)
-	if err != nil || cache == "" {
-		return p, err
-	}
-	if err := os.MkdirAll(filepath.Dir(cache), 0o700); err == nil {
-		tmp := cache + ".tmp"
-		if os.WriteFile(tmp, []byte(key+p), 0o600) == nil {
-			os.Rename(tmp, cache)
-		}
-	}
-	return p, nil
 }
 
 // probePlatform returns the fastest platform that runs `true` in a throwaway

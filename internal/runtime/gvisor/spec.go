@@ -18,6 +18,7 @@ import (
 
 	"github.com/atoll-dev/atoll/internal/agent"
 	"github.com/atoll-dev/atoll/internal/runtime"
+	"github.com/atoll-dev/atoll/internal/runtime/cgroup"
 	"github.com/atoll-dev/atoll/internal/runtime/host"
 )
 
@@ -126,21 +127,7 @@ func (r *Runtime) ociSpec(spec runtime.Spec, dir, rootfs, sock string) (*specs.S
 // ptrace platform keeps a stub process per address space and the sentry and
 // gofer have threads of their own; RLIMIT_NPROC is the real count).
 func resources(l runtime.Limits) *specs.LinuxResources {
-	r := &specs.LinuxResources{}
-	weight := l.CPUWeight
-	if weight == 0 {
-		weight = 100
-	}
-	shares := max(weight*1024/100, 2)
-	r.CPU = &specs.LinuxCPU{Shares: &shares}
-	if l.CPU > 0 {
-		// The ns runtime's short period: at 100 ms a sentry spinning on
-		// every core holds them all for tens of milliseconds before it is
-		// throttled, and its neighbours wait that long.
-		period := uint64(10000)
-		quota := int64(l.CPU * float64(period))
-		r.CPU.Period, r.CPU.Quota = &period, &quota
-	}
+	r := &specs.LinuxResources{CPU: cgroup.CPU(l.CPUWeight, l.CPU)}
 	if l.MemoryBytes > 0 {
 		limit := l.MemoryBytes + memoryOverhead
 		r.Memory = &specs.LinuxMemory{Limit: &limit}

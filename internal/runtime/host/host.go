@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -137,4 +138,29 @@ func Tail(path string) string {
 func LastLine(out []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// Remembered returns the answer probe gives for key, kept in file (in /run:
+// until the host reboots) so that a node restart need not probe again; file
+// "" keeps nothing. A failed probe is not kept.
+func Remembered(file, key string, probe func() (string, error)) (string, error) {
+	key += "\n"
+	if file != "" {
+		if b, err := os.ReadFile(file); err == nil {
+			if v, ok := strings.CutPrefix(string(b), key); ok && v != "" {
+				return v, nil
+			}
+		}
+	}
+	v, err := probe()
+	if err != nil || file == "" || v == "" {
+		return v, err
+	}
+	if os.MkdirAll(filepath.Dir(file), 0o700) == nil {
+		tmp := file + ".tmp"
+		if os.WriteFile(tmp, []byte(key+v), 0o600) == nil {
+			_ = os.Rename(tmp, file)
+		}
+	}
+	return v, nil
 }

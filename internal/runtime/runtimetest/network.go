@@ -94,23 +94,31 @@ func testNetworkCheckpoint(t *testing.T, rt runtime.Runtime, cp runtime.Checkpoi
 	}
 }
 
+// family is a's address family, as python's socket module names it.
+func family(a netip.Addr) string {
+	if a.Is6() {
+		return "AF_INET6"
+	}
+	return "AF_INET"
+}
+
+// checkBinds checks that sb can bind each of its network's addresses.
+func checkBinds(t testing.TB, sb *Sandbox) {
+	t.Helper()
+	for _, a := range sb.Spec.Network.Addrs {
+		script := fmt.Sprintf("python3 -c 'import socket; s = socket.socket(socket.%s); s.bind((\"%s\", 0)); print(\"bound\")'", family(a), a)
+		if out, errOut, code := sb.Sh(t, script); code != 0 || out != "bound\n" {
+			t.Errorf("binding its address %s: %q %q", a, out, errOut)
+		}
+	}
+}
+
 // probeNetwork checks that sb binds each of its addresses, and that a DNS
 // question to each gateway resolver gets an answer or a refusal (ICMP port
 // unreachable), not silence.
 func probeNetwork(t *testing.T, sb *Sandbox) {
 	t.Helper()
-	fam := func(a netip.Addr) string {
-		if a.Is6() {
-			return "AF_INET6"
-		}
-		return "AF_INET"
-	}
-	for _, a := range sb.Spec.Network.Addrs {
-		script := fmt.Sprintf("python3 -c 'import socket; s = socket.socket(socket.%s); s.bind((\"%s\", 0)); print(\"bound\")'", fam(a), a)
-		if out, errOut, _ := sb.Sh(t, script); out != "bound\n" {
-			t.Errorf("binding its address %s: %q %q", a, out, errOut)
-		}
-	}
+	checkBinds(t, sb)
 	for _, ns := range sb.Spec.Network.Nameservers {
 		out, errOut, _ := sb.Sh(t, fmt.Sprintf(`python3 -c '
 import socket
@@ -126,7 +134,7 @@ except ConnectionRefusedError:
     print("refused")
 except socket.timeout:
     print("silence")
-'`, fam(ns), ns))
+'`, family(ns), ns))
 		if out != "answered\n" && out != "refused\n" {
 			t.Errorf("DNS to %s from the sandbox: %q %q", ns, out, errOut)
 		}

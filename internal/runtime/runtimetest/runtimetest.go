@@ -237,16 +237,7 @@ func testNetwork(t *testing.T, rt runtime.Runtime, env Env) {
 		if got := sb.MustSh(t, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort"); got != "eth0\nlo\n" {
 			t.Errorf("interfaces: %q, want eth0 and lo", got)
 		}
-		for _, a := range n.Addrs {
-			fam := "AF_INET"
-			if a.Is6() {
-				fam = "AF_INET6"
-			}
-			script := fmt.Sprintf("python3 -c 'import socket; s = socket.socket(socket.%s); s.bind((\"%s\", 0)); print(\"bound\")'", fam, a)
-			if out, errOut, code := sb.Sh(t, script); code != 0 || out != "bound\n" {
-				t.Errorf("binding its address %s: %q %q", a, out, errOut)
-			}
-		}
+		checkBinds(t, sb)
 		rc := sb.MustSh(t, "cat /etc/resolv.conf")
 		for _, ns := range n.Nameservers {
 			if !strings.Contains(rc, "nameserver "+ns.String()+"\n") {

@@ -192,32 +192,11 @@ func (r *Runtime) setup() error {
 		}
 		r.kernel = k
 		if r.accel == "" {
-			r.accel = r.cachedProbeAccel()
+			r.accel, _ = host.Remembered(r.accelCache, r.qemu+" "+r.bzImage, func() (string, error) { return r.probeAccel(), nil })
 		}
 		r.log.Info("vm runtime", "qemu", r.qemu, "kernel", r.kernel, "accel", r.accel)
 	})
 	return r.setupErr
-}
-
-// cachedProbeAccel is probeAccel, remembered in r.accelCache (if set) for
-// this QEMU binary and kernel.
-func (r *Runtime) cachedProbeAccel() string {
-	key := r.qemu + " " + r.bzImage + "\n"
-	if r.accelCache != "" {
-		if b, err := os.ReadFile(r.accelCache); err == nil {
-			if a, ok := strings.CutPrefix(string(b), key); ok && (a == "kvm" || a == "tcg") {
-				return a
-			}
-		}
-	}
-	a := r.probeAccel()
-	if r.accelCache != "" && os.MkdirAll(filepath.Dir(r.accelCache), 0o700) == nil {
-		tmp := r.accelCache + ".tmp"
-		if os.WriteFile(tmp, []byte(key+a), 0o600) == nil {
-			_ = os.Rename(tmp, r.accelCache)
-		}
-	}
-	return a
 }
 
 // probeAccel boots the kernel under KVM with no root to mount: it panics
@@ -669,13 +648,8 @@ func cgroupPath(id string) string { return cgroupParent + "/" + id }
 // memory and vCPUs are fixed by its machine (a memory limit here could
 // only kill the whole VM, and TCG's translation cache grows on its own).
 func hostResources(l runtime.Limits) *specs.LinuxResources {
-	weight := l.CPUWeight
-	if weight == 0 {
-		weight = 100
-	}
-	shares := max(weight*1024/100, 2)
 	pids := int64(1024)
-	return &specs.LinuxResources{CPU: &specs.LinuxCPU{Shares: &shares}, Pids: &specs.LinuxPids{Limit: &pids}}
+	return &specs.LinuxResources{CPU: cgroup.CPU(l.CPUWeight, 0), Pids: &specs.LinuxPids{Limit: &pids}}
 }
 
 // removeCgroup kills what is left in VM id's host cgroup and removes it.
