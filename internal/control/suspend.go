@@ -269,15 +269,21 @@ func (s *Service) recoverSuspend(ctx context.Context, sb store.Sandbox, rt runti
 	if sb.State == api.StateSuspending && rt.Alive(instance(sb)) {
 		// The checkpoint had not stopped it; its agent may be waiting to
 		// listen again.
+		settled := true
 		if st, ok := rt.(runtime.CheckpointSettler); ok {
 			if err := st.Settle(ctx, sb.ID, instance(sb)); err != nil {
 				s.log.Error("settling a sandbox whose suspend was cut short", "sandbox", sb.ID, "err", err)
+				// A checkpoint still under way ends the sandbox once its
+				// image is written: restored from it below.
+				settled = false
 			}
 		}
-		_ = os.RemoveAll(s.checkpointDir(sb.ID))
-		sb.State = api.StateRunning
-		_ = s.store.Update(ctx, &sb, api.StateSuspending)
-		return
+		if settled {
+			_ = os.RemoveAll(s.checkpointDir(sb.ID))
+			sb.State = api.StateRunning
+			_ = s.store.Update(ctx, &sb, api.StateSuspending)
+			return
+		}
 	}
 	_ = rt.Cleanup(ctx, sb.ID)
 	if sb.State == api.StateSuspended {

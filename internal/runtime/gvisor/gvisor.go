@@ -558,9 +558,21 @@ func (r *Runtime) Settle(ctx context.Context, id string, inst runtime.Instance) 
 	if !r.Alive(inst) {
 		return errors.New("sandbox is not running")
 	}
-	// The agent ignores ListenSignal while it listens.
-	if err := r.run(ctx, nil, "kill", id, strconv.Itoa(int(agent.ListenSignal))); err != nil {
-		return err
+	// The agent ignores ListenSignal while it listens. A checkpoint still
+	// under way keeps the sentry's control server busy: runsc kill is
+	// refused until it ends, and then the sentry either runs on or exits.
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		err := r.run(ctx, nil, "kill", id, strconv.Itoa(int(agent.ListenSignal)))
+		if err == nil {
+			break
+		}
+		if !r.Alive(inst) {
+			return errors.New("sandbox is not running: its checkpoint ended it")
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if err := waitForAgent(ctx, r.SocketPath(id), inst.PID); err != nil {
 		return err
