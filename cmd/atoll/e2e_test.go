@@ -842,7 +842,7 @@ func TestSuspendEndToEnd(t *testing.T) {
 		c = d.client()
 		sb, err = c.GetSandbox(ctx, id)
 		if err != nil || sb.State != api.StateRunning && sb.State != api.StateSuspended {
-			t.Fatalf("after a kill %v into a suspend: %+v, %v", after, sb, err)
+			t.Fatalf("after a kill %v into a suspend: %+v, %v\n%s", after, sb, err, d.out.String()[logFrom:])
 		}
 		var how []string
 		for _, l := range strings.Split(d.out.String()[logFrom:], "\n") {

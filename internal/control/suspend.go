@@ -269,21 +269,24 @@ func (s *Service) recoverSuspend(ctx context.Context, sb store.Sandbox, rt runti
 	if sb.State == api.StateSuspending && rt.Alive(instance(sb)) {
 		// The checkpoint had not stopped it; its agent may be waiting to
 		// listen again.
-		settled := true
+		var err error
 		if st, ok := rt.(runtime.CheckpointSettler); ok {
-			if err := st.Settle(ctx, sb.ID, instance(sb)); err != nil {
-				s.log.Error("settling a sandbox whose suspend was cut short", "sandbox", sb.ID, "err", err)
-				// A checkpoint still under way ends the sandbox once its
-				// image is written: restored from it below.
-				settled = false
-			}
+			err = st.Settle(ctx, sb.ID, instance(sb))
 		}
-		if settled {
+		if err == nil {
 			_ = os.RemoveAll(s.checkpointDir(sb.ID))
 			sb.State = api.StateRunning
 			_ = s.store.Update(ctx, &sb, api.StateSuspending)
 			return
 		}
+		s.log.Error("settling a sandbox whose suspend was cut short", "sandbox", sb.ID, "err", err)
+		if rt.Alive(instance(sb)) {
+			_ = os.RemoveAll(s.checkpointDir(sb.ID))
+			_ = s.stopLocked(ctx, &sb, "its suspend was cut short and its agent did not answer again")
+			return
+		}
+		// A checkpoint still under way ended the sandbox once its image
+		// was written: restored from it below.
 	}
 	_ = rt.Cleanup(ctx, sb.ID)
 	if sb.State == api.StateSuspended {

@@ -33,7 +33,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -315,7 +314,7 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (i
 	if err := waitForAgent(ctx, sock, pid); err != nil {
 		return inst, fmt.Errorf("%w (log: %s)", err, host.LastLine([]byte(host.Tail(filepath.Join(dir, "agent.log")))))
 	}
-	if err := setSocketDirReadOnly(dir, true); err != nil {
+	if err := sealSocketDir(dir, true); err != nil {
 		return inst, err
 	}
 	r.log.Debug("sandbox started", "sandbox", spec.ID, "pid", pid, "op", "start",
@@ -362,9 +361,9 @@ func (r *Runtime) prepareBundle(ctx context.Context, spec runtime.Spec, dir stri
 	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
 		return fmt.Errorf("mounting overlay root: %w", err)
 	}
-	// A tmpfs of its own for the socket, made read-only once the agent
-	// listens (setSocketDirReadOnly): until then the sandbox could write
-	// here, and it must not fill a host file system doing so.
+	// A tmpfs of its own for the socket, sealed once the agent listens
+	// (sealSocketDir): until then the sandbox could write here, and it
+	// must not fill a host file system doing so.
 	if err := unix.Mount("tmpfs", sock, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOEXEC, "size=64k,nr_inodes=16,mode=0700"); err != nil {
 		return fmt.Errorf("mounting socket directory: %w", err)
 	}
@@ -562,9 +561,9 @@ func (r *Runtime) Settle(ctx context.Context, id string, inst runtime.Instance) 
 	// under way keeps the sentry's control server busy: runsc kill is
 	// refused until it ends, and then the sentry either runs on or exits.
 	for deadline := time.Now().Add(15 * time.Second); ; {
-		err := r.run(ctx, nil, "kill", id, strconv.Itoa(int(agent.ListenSignal)))
+		err := r.relisten(ctx, id, inst)
 		if err == nil {
-			break
+			return nil
 		}
 		if !r.Alive(inst) {
 			return errors.New("sandbox is not running: its checkpoint ended it")
@@ -574,10 +573,6 @@ func (r *Runtime) Settle(ctx context.Context, id string, inst runtime.Instance) 
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if err := waitForAgent(ctx, r.SocketPath(id), inst.PID); err != nil {
-		return err
-	}
-	return setSocketDirReadOnly(r.runDir(id), true)
 }
 
 // Checkpoint implements runtime.Checkpointer with runsc checkpoint. The
@@ -592,33 +587,16 @@ func (r *Runtime) Checkpoint(ctx context.Context, id string, inst runtime.Instan
 	if bound := r.hostSockets(inst.PID, id); len(bound) > 0 {
 		return fmt.Errorf("%d unix sockets bound on the sandbox's file system (first %s) cannot be checkpointed", len(bound), bound[0])
 	}
-	dir := r.runDir(id)
-	sig := func(s syscall.Signal) error { return r.run(ctx, nil, "kill", id, strconv.Itoa(int(s))) }
-	// relisten undoes the release when the checkpoint does not happen: the
-	// agent binds again, and only then is its directory read-only again.
-	relisten := func() {
-		if sig(agent.ListenSignal) == nil && waitForAgent(ctx, r.SocketPath(id), inst.PID) == nil {
-			_ = setSocketDirReadOnly(dir, true)
-		}
-	}
-	if err := setSocketDirReadOnly(dir, false); err != nil {
+	if err := r.release(ctx, id, inst); err != nil {
 		return err
-	}
-	if err := sig(agent.ReleaseSignal); err != nil {
-		_ = setSocketDirReadOnly(dir, true)
-		return err
-	}
-	if err := waitGone(ctx, r.SocketPath(id), inst.PID); err != nil {
-		relisten()
-		return fmt.Errorf("agent did not release its socket: %w", err)
 	}
 	if err := os.MkdirAll(imageDir, 0o700); err != nil {
-		relisten()
+		_ = r.relisten(ctx, id, inst)
 		return err
 	}
 	if err := r.run(ctx, nil, "checkpoint", "--image-path", imageDir, id); err != nil {
 		if r.Alive(inst) {
-			relisten()
+			_ = r.relisten(ctx, id, inst)
 		}
 		return err
 	}
@@ -626,18 +604,61 @@ func (r *Runtime) Checkpoint(ctx context.Context, id string, inst runtime.Instan
 	return r.Stop(ctx, id, inst)
 }
 
-// setSocketDirReadOnly makes the tmpfs holding the agent's socket read-only
-// or writable again. Read-only, no process in the sandbox can remove the
-// agent's socket or bind one of its own in its place, posing as the agent to
-// the node; the bound socket still accepts. The remount changes the tmpfs
-// itself, so the gofer's view of it follows.
-func setSocketDirReadOnly(dir string, ro bool) error {
-	flags := uintptr(unix.MS_REMOUNT | unix.MS_NODEV | unix.MS_NOSUID | unix.MS_NOEXEC)
-	if ro {
-		flags |= unix.MS_RDONLY
+// release makes the agent let go of its socket, its processes running on.
+func (r *Runtime) release(ctx context.Context, id string, inst runtime.Instance) error {
+	dir := r.runDir(id)
+	if err := sealSocketDir(dir, false); err != nil {
+		return err
 	}
-	if err := unix.Mount("", filepath.Join(dir, "sock"), "", flags, ""); err != nil {
-		return fmt.Errorf("remounting the agent's socket directory: %w", err)
+	if err := r.run(ctx, nil, "kill", id, strconv.Itoa(int(agent.ReleaseSignal))); err != nil {
+		_ = sealSocketDir(dir, true)
+		return err
+	}
+	if err := waitGone(ctx, r.SocketPath(id), inst.PID); err != nil {
+		_ = r.relisten(ctx, id, inst)
+		return fmt.Errorf("agent did not release its socket: %w", err)
+	}
+	return nil
+}
+
+// relisten undoes a release: the agent binds again, and only then is its
+// directory sealed again.
+func (r *Runtime) relisten(ctx context.Context, id string, inst runtime.Instance) error {
+	if err := r.run(ctx, nil, "kill", id, strconv.Itoa(int(agent.ListenSignal))); err != nil {
+		return err
+	}
+	if err := waitForAgent(ctx, r.SocketPath(id), inst.PID); err != nil {
+		return err
+	}
+	return sealSocketDir(r.runDir(id), true)
+}
+
+// sealSocketDir makes the directory holding the agent's socket immutable,
+// or lets the agent change it again. Sealed, no process in the sandbox can
+// remove the agent's socket or bind one of its own in its place, posing as
+// the agent to the node; the bound socket still accepts. The flag is on the
+// directory's inode, so the gofer's view of it follows. (A read-only
+// remount would do as much, but the kernel refuses it while an unlinked
+// file is held open, and runsc's gofer holds every socket the agent ever
+// bound until the sandbox exits.)
+func sealSocketDir(dir string, sealed bool) error {
+	const fsImmutable = 0x10 // FS_IMMUTABLE_FL of linux/fs.h, not in x/sys/unix
+	f, err := os.Open(filepath.Join(dir, "sock"))
+	if err != nil {
+		return fmt.Errorf("sealing the agent's socket directory: %w", err)
+	}
+	defer f.Close()
+	flags, err := unix.IoctlGetUint32(int(f.Fd()), unix.FS_IOC_GETFLAGS)
+	if err == nil {
+		if sealed {
+			flags |= fsImmutable
+		} else {
+			flags &^= fsImmutable
+		}
+		err = unix.IoctlSetPointerInt(int(f.Fd()), unix.FS_IOC_SETFLAGS, int(flags))
+	}
+	if err != nil {
+		return fmt.Errorf("sealing the agent's socket directory: %w", err)
 	}
 	return nil
 }
