@@ -2149,6 +2149,19 @@ LABEL atoll.start="sleep 0.3 && echo up > /tmp/ready-flag" atoll.ready="test -f 
 	if out, _ := sh(t, c, sb.ID, "python3 -c 'print(2)'"); out != "2\n" {
 		t.Errorf("host tools in a template built FROM host: %q", out)
 	}
+	// Files of different layers, and one the sandbox writes, never share
+	// an inode number (package lowers).
+	if out, _ := sh(t, c, sb.ID, `echo mine > /opt/app/mine.txt && python3 -c '
+import os
+seen, n = set(), 0
+for d, dirs, files in os.walk("/opt"):
+    for f in dirs + files:
+        st = os.lstat(os.path.join(d, f))
+        seen.add((st.st_dev, st.st_ino))
+        n += 1
+print(n, len(seen))'`); out != "9 9\n" {
+		t.Errorf("files and directories of four layers and the sandbox under /opt, and distinct inodes among them: %q, want 9 9", out)
+	}
 
 	// An unchanged rebuild takes every layer from the cache.
 	t0 = time.Now()

@@ -357,7 +357,7 @@ func (r *Runtime) prepareBundle(ctx context.Context, spec runtime.Spec, dir stri
 		return err
 	}
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr,%s",
-		lower, filepath.Join(spec.Rootfs.Writable, "upper"), filepath.Join(spec.Rootfs.Writable, "work"), lowers.Options)
+		strings.Join(lower, ":"), filepath.Join(spec.Rootfs.Writable, "upper"), filepath.Join(spec.Rootfs.Writable, "work"), lowers.Options)
 	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
 		return fmt.Errorf("mounting overlay root: %w", err)
 	}

@@ -1,5 +1,5 @@
-// Package lowers gives a sandbox's overlay root a lower layer with inode
-// numbers of its own.
+// Package lowers gives a sandbox's overlay root lower layers with inode
+// numbers of their own.
 //
 // The layer store keeps each template layer and each writable layer in a
 // btrfs subvolume of one file system, each subvolume with inode numbers of
@@ -7,10 +7,11 @@
 // is on one file system: a file a sandbox makes can show the same device and
 // inode number as a template file, or two template files can. Tools take
 // such files for hard links of one (tar, rsync -H, cp -a), and gVisor's
-// sentry serves one's contents for the other. So a template's layers are
-// merged into one read-only erofs image, mounted once per node and shared by
-// every sandbox of the template; with the lower layer on a file system of
-// its own, the overlay's xino (mount option xino=on) makes every inode
+// sentry serves one's contents for the other. So each template layer becomes
+// a read-only erofs image, built on its first use, mounted once per node and
+// shared by every sandbox and template over it (a Dockerfile build's steps
+// share all but their newest layer); with every lower layer on a file system
+// of its own, the overlay's xino (mount option xino=on) makes every inode
 // number distinct.
 package lowers
 
@@ -58,50 +59,70 @@ func New(dir string, log *slog.Logger) (*Images, error) {
 	return im, nil
 }
 
-// prune removes the images of layers that are gone (a template deleted or
-// rebuilt), unmounting them lazily: a sandbox still running over one keeps
-// it until it stops.
+// prune removes the images of layers that are gone or rebuilt (a template
+// deleted or built again), unmounting them lazily: a sandbox still running
+// over one keeps it until it stops.
 func (im *Images) prune() {
-	lists, _ := filepath.Glob(filepath.Join(im.dir, "*.layers"))
-	for _, l := range lists {
-		b, err := os.ReadFile(l)
+	srcs, _ := filepath.Glob(filepath.Join(im.dir, "*.src"))
+	for _, sf := range srcs {
+		b, err := os.ReadFile(sf)
 		if err != nil {
 			continue
 		}
-		gone := false
-		for _, layer := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-			if _, err := os.Stat(layer); err != nil {
-				gone = true
-			}
-		}
-		if !gone {
+		base := strings.TrimSuffix(sf, ".src")
+		if key, err := layerKey(strings.TrimSpace(string(b))); err == nil && key == filepath.Base(base) {
 			continue
 		}
+		_ = unix.Unmount(base, unix.MNT_DETACH)
+		_ = os.Remove(base)
+		_ = os.Remove(base + ".erofs")
+		_ = os.Remove(sf)
+		im.log.Info("layer image pruned", "image", base+".erofs")
+	}
+	// Images of whole templates, which an earlier version built.
+	old, _ := filepath.Glob(filepath.Join(im.dir, "*.layers"))
+	for _, l := range old {
 		base := strings.TrimSuffix(l, ".layers")
 		_ = unix.Unmount(base, unix.MNT_DETACH)
 		_ = os.Remove(base)
 		_ = os.Remove(base + ".erofs")
 		_ = os.Remove(l)
-		im.log.Info("template image pruned", "image", base+".erofs")
 	}
 }
 
-// Options are the overlay mount options that go with a lower layer Mount
+// Options are the overlay mount options that go with the lower layers Mount
 // returned.
 const Options = "xino=on"
 
-// Mount returns the directory where the erofs image of layers (top first)
-// is mounted, building and mounting it if no sandbox did before.
-func (im *Images) Mount(ctx context.Context, layers []string) (string, error) {
-	key, err := layersKey(layers)
+// Mount returns the directories where the erofs images of layers (top
+// first) are mounted, in the same order, building and mounting those no
+// sandbox used before.
+func (im *Images) Mount(ctx context.Context, layers []string) ([]string, error) {
+	if len(layers) == 0 {
+		return nil, errors.New("a sandbox with no template layers")
+	}
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	dirs := make([]string, len(layers))
+	for i, l := range layers {
+		d, err := im.mountLayer(ctx, l)
+		if err != nil {
+			return nil, err
+		}
+		dirs[i] = d
+	}
+	return dirs, nil
+}
+
+// mountLayer returns where the image of layer is mounted. The caller holds
+// im.mu.
+func (im *Images) mountLayer(ctx context.Context, layer string) (string, error) {
+	key, err := layerKey(layer)
 	if err != nil {
 		return "", err
 	}
-	dir := im.dir
-	image := filepath.Join(dir, key+".erofs")
-	mnt := filepath.Join(dir, key)
-	im.mu.Lock()
-	defer im.mu.Unlock()
+	image := filepath.Join(im.dir, key+".erofs")
+	mnt := filepath.Join(im.dir, key)
 	if mounted(mnt) {
 		return mnt, nil
 	}
@@ -109,68 +130,49 @@ func (im *Images) Mount(ctx context.Context, layers []string) (string, error) {
 		return "", err
 	}
 	if _, err := os.Stat(image); err != nil {
-		if err := im.build(ctx, layers, image); err != nil {
+		if err := im.build(ctx, layer, image); err != nil {
 			return "", err
 		}
+		im.prune()
 	}
 	if out, err := exec.CommandContext(ctx, "mount", "-t", "erofs", "-o", "ro,loop,nodev,nosuid", image, mnt).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("mounting the template's image: %w: %s", err, host.LastLine(out))
+		return "", fmt.Errorf("mounting the image of template layer %s: %w: %s", layer, err, host.LastLine(out))
 	}
 	return mnt, nil
 }
 
-// build writes the erofs image of layers, merged, to image.
-func (im *Images) build(ctx context.Context, layers []string, image string) error {
+// build writes the erofs image of layer to image. mkfs.erofs keeps owners,
+// times, extended attributes and the layer store's whiteouts (0/0 character
+// devices, user.overlay.* attributes), which the overlay applies as before.
+func (im *Images) build(ctx context.Context, layer, image string) error {
 	t0 := time.Now()
-	src := layers[0]
-	if len(layers) > 1 {
-		// The layers' merged view, as the sandbox's overlay shows it, but
-		// with whiteouts and opaque directories already applied.
-		merged, err := os.MkdirTemp(filepath.Dir(image), "merge-")
-		if err != nil {
-			return err
-		}
-		defer os.Remove(merged)
-		if err := unix.Mount("overlay", merged, "overlay", unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID,
-			"lowerdir="+strings.Join(layers, ":")+",userxattr"); err != nil {
-			return fmt.Errorf("merging the template's layers: %w", err)
-		}
-		defer unix.Unmount(merged, unix.MNT_DETACH)
-		src = merged
-	}
 	tmp := image + ".tmp"
 	defer os.Remove(tmp)
 	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, "mkfs.erofs", "--quiet", tmp, src)
+	cmd := exec.CommandContext(ctx, "mkfs.erofs", "--quiet", tmp, layer)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("building the template's image: %w: %s", err, host.LastLine(out.Bytes()))
+		return fmt.Errorf("building the image of template layer %s: %w: %s", layer, err, host.LastLine(out.Bytes()))
 	}
-	if err := os.WriteFile(strings.TrimSuffix(image, ".erofs")+".layers", []byte(strings.Join(layers, "\n")+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(strings.TrimSuffix(image, ".erofs")+".src", []byte(layer+"\n"), 0o600); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, image); err != nil {
 		return err
 	}
-	im.log.Info("template image built", "image", image, "layers", len(layers), "ms", time.Since(t0).Milliseconds())
+	im.log.Info("layer image built", "image", image, "layer", layer, "ms", time.Since(t0).Milliseconds())
 	return nil
 }
 
-// layersKey names the image of layers: their paths and change times, which
-// a rebuilt layer at the same path changes.
-func layersKey(layers []string) (string, error) {
-	if len(layers) == 0 {
-		return "", errors.New("a sandbox with no template layers")
+// layerKey names the image of layer: its path and change time, which a
+// layer rebuilt at the same path changes.
+func layerKey(layer string) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(layer, &st); err != nil {
+		return "", fmt.Errorf("template layer: %w", err)
 	}
-	h := sha256.New()
-	for _, l := range layers {
-		var st unix.Stat_t
-		if err := unix.Stat(l, &st); err != nil {
-			return "", fmt.Errorf("template layer: %w", err)
-		}
-		fmt.Fprintf(h, "%s\x00%d.%d\x00", l, st.Ctim.Sec, st.Ctim.Nsec)
-	}
-	return hex.EncodeToString(h.Sum(nil))[:24], nil
+	h := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d.%d", layer, st.Ctim.Sec, st.Ctim.Nsec))
+	return hex.EncodeToString(h[:])[:24], nil
 }
 
 // mounted reports whether dir is the root of a mount: on another device

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -12,15 +13,16 @@ import (
 	"github.com/atoll-dev/atoll/internal/testenv"
 )
 
-// TestMount merges two layers (the top one hiding a file of the bottom one
-// by an overlay whiteout) into one image, mounts it once for every caller,
-// and prunes it when a layer is gone.
+// TestMount gives each of two layers (the top one hiding a file of the
+// bottom one by an overlay whiteout) an image, mounts each once for every
+// caller, shares the bottom one with another template over it, and prunes an
+// image when its layer is gone.
 func TestMount(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireCommand(t, "mkfs.erofs")
 	dir := t.TempDir()
-	bottom, top := filepath.Join(dir, "bottom"), filepath.Join(dir, "top")
-	for _, d := range []string{bottom, top} {
+	bottom, top, other := filepath.Join(dir, "bottom"), filepath.Join(dir, "top"), filepath.Join(dir, "other")
+	for _, d := range []string{bottom, top, other} {
 		if err := os.MkdirAll(filepath.Join(d, "etc"), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -34,8 +36,20 @@ func TestMount(t *testing.T) {
 	write(filepath.Join(bottom, "etc", "gone"), "bottom")
 	write(filepath.Join(bottom, "etc", "both"), "bottom")
 	write(filepath.Join(top, "etc", "both"), "top")
+	write(filepath.Join(other, "etc", "both"), "other")
 	// A whiteout as the layer store writes them: a 0/0 character device.
 	if err := unix.Mknod(filepath.Join(top, "etc", "gone"), unix.S_IFCHR, 0); err != nil {
+		t.Fatal(err)
+	}
+	// An opaque directory: the top's var/ hides everything below it.
+	for _, d := range []string{filepath.Join(bottom, "var"), filepath.Join(top, "var")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(bottom, "var", "hidden"), "bottom")
+	write(filepath.Join(top, "var", "fresh"), "top")
+	if err := unix.Setxattr(filepath.Join(top, "var"), "user.overlay.opaque", []byte("y"), 0); err != nil {
 		t.Fatal(err)
 	}
 	im, err := lowers.New(filepath.Join(dir, "lowers"), nil)
@@ -43,34 +57,67 @@ func TestMount(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	mnt, err := im.Mount(ctx, []string{top, bottom})
+	lower, err := im.Mount(ctx, []string{top, bottom})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
-	for name, want := range map[string]string{"kept": "bottom", "both": "top"} {
-		if b, err := os.ReadFile(filepath.Join(mnt, "etc", name)); err != nil || string(b) != want {
+	t.Cleanup(func() {
+		mnts, _ := filepath.Glob(filepath.Join(dir, "lowers", "*"))
+		for _, m := range mnts {
+			unix.Unmount(m, unix.MNT_DETACH)
+		}
+	})
+	if len(lower) != 2 {
+		t.Fatalf("Mount returned %q for two layers", lower)
+	}
+	if err := os.WriteFile(filepath.Join(lower[0], "x"), nil, 0o644); err == nil {
+		t.Error("an image is writable")
+	}
+	// The sandbox's view: an overlay of the images.
+	root := filepath.Join(dir, "root")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("overlay", root, "overlay", unix.MS_RDONLY, "lowerdir="+strings.Join(lower, ":")+",userxattr,"+lowers.Options); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(root, unix.MNT_DETACH)
+	for name, want := range map[string]string{"etc/kept": "bottom", "etc/both": "top", "var/fresh": "top"} {
+		if b, err := os.ReadFile(filepath.Join(root, name)); err != nil || string(b) != want {
 			t.Errorf("%s: %q %v, want %q", name, b, err, want)
 		}
 	}
-	if _, err := os.Lstat(filepath.Join(mnt, "etc", "gone")); !os.IsNotExist(err) {
-		t.Errorf("a whited-out file is in the image: %v", err)
-	}
-	if err := os.WriteFile(filepath.Join(mnt, "x"), nil, 0o644); err == nil {
-		t.Error("the image is writable")
+	for _, name := range []string{"etc/gone", "var/hidden"} {
+		if _, err := os.Lstat(filepath.Join(root, name)); !os.IsNotExist(err) {
+			t.Errorf("%s, whited out or under an opaque directory, shows: %v", name, err)
+		}
 	}
 	again, err := im.Mount(ctx, []string{top, bottom})
-	if err != nil || again != mnt {
-		t.Errorf("second mount: %q %v, want %q", again, err, mnt)
+	if err != nil || strings.Join(again, ":") != strings.Join(lower, ":") {
+		t.Errorf("second mount: %q %v, want %q", again, err, lower)
 	}
-	// A layer gone: the next node's start prunes the image.
+	// Another template over the same bottom layer shares its image.
+	shared, err := im.Mount(ctx, []string{other, bottom})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shared[1] != lower[1] || shared[0] == lower[0] {
+		t.Errorf("images of other over bottom: %q, of top over bottom: %q", shared, lower)
+	}
+	if images, _ := filepath.Glob(filepath.Join(dir, "lowers", "*.erofs")); len(images) != 3 {
+		t.Errorf("images for three layers: %v", images)
+	}
+	// A layer gone: the next node's start prunes its image alone.
 	if err := os.RemoveAll(top); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := lowers.New(filepath.Join(dir, "lowers"), nil); err != nil {
 		t.Fatal(err)
 	}
-	if left, _ := filepath.Glob(filepath.Join(dir, "lowers", "*")); len(left) > 0 {
-		t.Errorf("left after prune: %v", left)
+	if images, _ := filepath.Glob(filepath.Join(dir, "lowers", "*.erofs")); len(images) != 2 {
+		t.Errorf("images left after top went: %v", images)
+	}
+	if _, err := os.Stat(lower[0] + ".erofs"); !os.IsNotExist(err) {
+		t.Errorf("the image of the gone layer: %v", err)
 	}
 }

@@ -412,11 +412,13 @@ func (r *Runtime) stageMounts(spec runtime.Spec, dir string, pid int) (nsinit.Co
 	if err != nil {
 		return cfg, err
 	}
-	p, err := stage(lower, "l0", ro)
-	if err != nil {
-		return cfg, err
+	for i, l := range lower {
+		p, err := stage(l, "l"+strconv.Itoa(i), ro)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Lower = append(cfg.Lower, p)
 	}
-	cfg.Lower = []string{p}
 	if cfg.Upper, err = stage(spec.Rootfs.Writable, "upper", 0); err != nil {
 		return cfg, err
 	}
