@@ -292,7 +292,9 @@ func (s *server) stop() {
 		last.Wait()
 	}
 	exec.Command("umount", "-l", filepath.Join(s.data, "layers")).Run()
-	exec.Command("umount", "-l", filepath.Join(s.data, "run")).Run()
+	for _, d := range []string{"run", "run-gvisor", "run-vm", "lowers"} {
+		exec.Command("umount", "-l", filepath.Join(s.data, d)).Run()
+	}
 }
 
 // peers runs `true` in the same rootfs (the host template: its own layer with

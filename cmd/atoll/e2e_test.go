@@ -158,6 +158,7 @@ func startDaemonIn(t *testing.T, data, netns string, args ...string) *daemon {
 		exec.Command("umount", "-l", filepath.Join(data, "layers")).Run()
 		exec.Command("umount", "-l", filepath.Join(data, "run")).Run()
 		exec.Command("umount", "-l", filepath.Join(data, "run-gvisor")).Run()
+		exec.Command("umount", "-l", filepath.Join(data, "lowers")).Run()
 	})
 	return d
 }

@@ -254,7 +254,15 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if err != nil {
 		return err
 	}
-	nsrt, err := ns.New(ns.Config{RunRoot: filepath.Join(data, "run"), Logger: log})
+	// One set of template layer images for the ns and gvisor runtimes.
+	lw, err := lowers.New(filepath.Join(data, "lowers"), log)
+	if err != nil {
+		return err
+	}
+	for _, old := range []string{filepath.Join(data, "run", "lowers"), filepath.Join(data, "run-gvisor", "lowers")} {
+		_ = lowers.Discard(old) // where earlier versions kept them
+	}
+	nsrt, err := ns.New(ns.Config{RunRoot: filepath.Join(data, "run"), Lowers: lw, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -262,7 +270,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	unavailable := map[string]string{}
 	// gvisor is offered where runsc is installed and runs a probe sandbox.
 	if gv, err := gvisor.New(gvisor.Config{RunRoot: filepath.Join(data, "run-gvisor"),
-		PlatformCache: "/run/atoll/gvisor-platform", Logger: log}); err != nil {
+		PlatformCache: "/run/atoll/gvisor-platform", Lowers: lw, Logger: log}); err != nil {
 		log.Info("runtime gvisor not offered", "err", err)
 		unavailable["gvisor"] = "runsc does not run sandboxes on this host"
 		if errors.Is(err, gvisor.ErrNoRunsc) || errors.Is(err, lowers.ErrNoErofs) {

@@ -60,7 +60,10 @@ type Config struct {
 	// probes (a kvm probe in a nested guest can hang until its timeout).
 	// Put it on a tmpfs such as /run: a reboot may change what works.
 	PlatformCache string
-	Logger        *slog.Logger
+	// Lowers builds and mounts the template layers' images, shared with the
+	// other runtimes of the node; nil makes one in RunRoot/lowers.
+	Lowers *lowers.Images
+	Logger *slog.Logger
 }
 
 // ErrNoRunsc is New's error when runsc is not installed.
@@ -117,17 +120,19 @@ func New(cfg Config) (*Runtime, error) {
 	}
 
 	r := &Runtime{runRoot: cfg.RunRoot, runsc: path, log: cfg.Logger}
-	if r.lowers, err = lowers.New(filepath.Join(cfg.RunRoot, "lowers"), cfg.Logger); err != nil {
-		return nil, err
-	}
 	r.version = runscVersion(path)
 	help, _ := exec.Command(path, "flags").CombinedOutput()
 	flags := string(help)
 	if err := os.MkdirAll(filepath.Join(cfg.RunRoot, "state"), 0o700); err != nil {
 		return nil, err
 	}
-	if err := privateMount(cfg.RunRoot); err != nil {
+	if err := host.PrivateMount(cfg.RunRoot); err != nil {
 		return nil, err
+	}
+	if r.lowers = cfg.Lowers; r.lowers == nil {
+		if r.lowers, err = lowers.New(filepath.Join(cfg.RunRoot, "lowers"), cfg.Logger); err != nil {
+			return nil, err
+		}
 	}
 	r.flags = []string{"--root", filepath.Join(cfg.RunRoot, "state"), "--network=none"}
 	// The agent binds its socket on the host (create). Open too: runsc
@@ -725,24 +730,3 @@ func waitGone(ctx context.Context, path string, pid int) error {
 	}
 }
 
-// privateMount makes dir a mount of its own with private propagation, so the
-// sandboxes' root mounts made under it propagate to no other namespace.
-func privateMount(dir string) error {
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return err
-	}
-	isMount := false
-	for _, m := range host.MountsUnder(abs) {
-		isMount = isMount || m == abs
-	}
-	if !isMount {
-		if err := unix.Mount(abs, abs, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("bind-mounting %s: %w", abs, err)
-		}
-	}
-	if err := unix.Mount("", abs, "", unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("making %s private: %w", abs, err)
-	}
-	return nil
-}

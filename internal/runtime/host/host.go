@@ -1,7 +1,8 @@
 // Package host holds what every runtime backend needs to know of the host's
 // processes and mounts: killing and waiting for a process through a pidfd, a
 // process's start time (which guards against PID reuse), the mounts under a
-// directory, pid files and the tails of logs for error messages.
+// directory, private mounts, pid files and the tails of logs for error
+// messages.
 package host
 
 import (
@@ -163,4 +164,27 @@ func Remembered(file, key string, probe func() (string, error)) (string, error) 
 		}
 	}
 	return v, nil
+}
+
+// PrivateMount makes dir a mount of its own with private propagation, so the
+// mounts made under it never propagate to other mount namespaces, and a lazy
+// unmount of dir takes them all.
+func PrivateMount(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	isMount := false
+	for _, m := range MountsUnder(abs) {
+		isMount = isMount || m == abs
+	}
+	if !isMount {
+		if err := unix.Mount(abs, abs, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind-mounting %s: %w", abs, err)
+		}
+	}
+	if err := unix.Mount("", abs, "", unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making %s private: %w", abs, err)
+	}
+	return nil
 }

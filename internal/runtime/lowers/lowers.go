@@ -54,9 +54,26 @@ func New(dir string, log *slog.Logger) (*Images, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	// Its own private mount: the images' mounts propagate nowhere, and a
+	// lazy unmount of dir takes them all.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := host.PrivateMount(dir); err != nil {
+		return nil, err
+	}
 	im := &Images{dir: dir, log: log}
 	im.prune()
 	return im, nil
+}
+
+// Discard unmounts and removes the images that New kept in dir, for a node
+// that keeps them elsewhere now.
+func Discard(dir string) error {
+	for _, m := range host.MountsUnder(dir) { // deepest first
+		_ = unix.Unmount(m, unix.MNT_DETACH)
+	}
+	return os.RemoveAll(dir)
 }
 
 // prune removes the images of layers that are gone or rebuilt (a template

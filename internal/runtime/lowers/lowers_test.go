@@ -61,12 +61,7 @@ func TestMount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		mnts, _ := filepath.Glob(filepath.Join(dir, "lowers", "*"))
-		for _, m := range mnts {
-			unix.Unmount(m, unix.MNT_DETACH)
-		}
-	})
+	t.Cleanup(func() { lowers.Discard(filepath.Join(dir, "lowers")) })
 	if len(lower) != 2 {
 		t.Fatalf("Mount returned %q for two layers", lower)
 	}

@@ -41,7 +41,10 @@ type Config struct {
 	// mountpoints). It must be reachable (mode 0711 or wider on every parent)
 	// by the sandboxes' unprivileged host uids.
 	RunRoot string
-	Logger  *slog.Logger
+	// Lowers builds and mounts the template layers' images, shared with the
+	// other runtimes of the node; nil makes one in RunRoot/lowers.
+	Lowers *lowers.Images
+	Logger *slog.Logger
 }
 
 // Runtime is the ns backend.
@@ -51,7 +54,7 @@ type Runtime struct {
 
 	mu       sync.Mutex
 	prepared map[string]*prepared // by sandbox ID
-	// lowers are the templates' merged images the sandboxes' roots stack
+	// lowers are the template layers' images the sandboxes' roots stack
 	// on (package lowers says why).
 	lowers *lowers.Images
 }
@@ -76,7 +79,7 @@ func New(cfg Config) (*Runtime, error) {
 	if err := os.Chmod(cfg.RunRoot, 0o711); err != nil {
 		return nil, err
 	}
-	if err := privateMount(cfg.RunRoot); err != nil {
+	if err := host.PrivateMount(cfg.RunRoot); err != nil {
 		return nil, err
 	}
 	// Descriptors this process inherited are not close-on-exec, so every
@@ -85,30 +88,14 @@ func New(cfg Config) (*Runtime, error) {
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return nil, fmt.Errorf("marking inherited descriptors close-on-exec: %w", err)
 	}
-	lw, err := lowers.New(filepath.Join(cfg.RunRoot, "lowers"), cfg.Logger)
-	if err != nil {
-		return nil, err
-	}
-	return &Runtime{runRoot: cfg.RunRoot, log: cfg.Logger, prepared: map[string]*prepared{}, lowers: lw}, nil
-}
-
-// privateMount makes dir a mount of its own with private propagation, so the
-// short-lived id-mapped mounts made under it never propagate to other mount
-// namespaces.
-func privateMount(dir string) error {
-	isMount, err := isMountpoint(dir)
-	if err != nil {
-		return err
-	}
-	if !isMount {
-		if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("bind-mounting %s: %w", dir, err)
+	lw := cfg.Lowers
+	if lw == nil {
+		var err error
+		if lw, err = lowers.New(filepath.Join(cfg.RunRoot, "lowers"), cfg.Logger); err != nil {
+			return nil, err
 		}
 	}
-	if err := unix.Mount("", dir, "", unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("making %s private: %w", dir, err)
-	}
-	return nil
+	return &Runtime{runRoot: cfg.RunRoot, log: cfg.Logger, prepared: map[string]*prepared{}, lowers: lw}, nil
 }
 
 // Name implements runtime.Runtime.
@@ -593,15 +580,3 @@ func (r *Runtime) Alive(inst runtime.Instance) bool {
 	return err == nil && st == inst.StartTime
 }
 
-func isMountpoint(dir string) (bool, error) {
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return false, err
-	}
-	for _, m := range host.MountsUnder(abs) {
-		if m == abs {
-			return true, nil
-		}
-	}
-	return false, nil
-}
