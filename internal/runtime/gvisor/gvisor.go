@@ -729,4 +729,3 @@ func waitGone(ctx context.Context, path string, pid int) error {
 		}
 	}
 }
-

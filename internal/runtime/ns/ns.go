@@ -579,4 +579,3 @@ func (r *Runtime) Alive(inst runtime.Instance) bool {
 	st, err := host.StartTime(inst.PID)
 	return err == nil && st == inst.StartTime
 }
-
