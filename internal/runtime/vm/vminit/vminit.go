@@ -793,18 +793,7 @@ func serve(log *slog.Logger) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/", a.Handler())
-	mux.HandleFunc("PUT "+LimitsPath, func(w http.ResponseWriter, r *http.Request) {
-		var l Limits
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&l); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		if _, err := ctl.call(control{Limits: &l}); err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
+	mux.HandleFunc("PUT "+LimitsPath, putControl(ctl, 4096, func(l *Limits) control { return control{Limits: l} }))
 	mux.HandleFunc("GET "+ProcessesPath, func(w http.ResponseWriter, r *http.Request) {
 		rep, err := ctl.call(control{})
 		if err != nil {
@@ -813,30 +802,8 @@ func serve(log *slog.Logger) error {
 		}
 		json.NewEncoder(w).Encode(rep.Processes)
 	})
-	mux.HandleFunc("PUT "+ClockPath, func(w http.ResponseWriter, r *http.Request) {
-		var n int64
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64)).Decode(&n); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		if _, err := ctl.call(control{ClockNano: &n}); err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
-	mux.HandleFunc("PUT "+NetPath, func(w http.ResponseWriter, r *http.Request) {
-		var n Net
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&n); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		if _, err := ctl.call(control{Net: &n}); err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
+	mux.HandleFunc("PUT "+ClockPath, putControl(ctl, 64, func(n *int64) control { return control{ClockNano: n} }))
+	mux.HandleFunc("PUT "+NetPath, putControl(ctl, 64<<10, func(n *Net) control { return control{Net: n} }))
 	mux.HandleFunc("POST "+SyncPath, func(w http.ResponseWriter, r *http.Request) {
 		unix.Sync()
 		w.WriteHeader(http.StatusNoContent)
@@ -844,4 +811,21 @@ func serve(log *slog.Logger) error {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
 	log.Info("atoll-agent serving", "pid", os.Getpid())
 	return srv.Serve(channel.Listen(os.NewFile(portFD, "port")))
+}
+
+// putControl handles a PUT whose JSON body, at most limit bytes, becomes the
+// control request that req makes of it.
+func putControl[T any](ctl *controller, limit int64, req func(*T) control) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var v T
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit)).Decode(&v); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if _, err := ctl.call(req(&v)); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}
 }
