@@ -278,6 +278,25 @@ func sh(t *testing.T, c *atoll.Client, id, script string) (string, int) {
 	return out.String(), code
 }
 
+// layerImages names the layers that have an image mounted under data/lowers
+// (package lowers).
+func layerImages(data string) map[string]bool {
+	out := map[string]bool{}
+	srcs, _ := filepath.Glob(filepath.Join(data, "lowers", "*.src"))
+	for _, src := range srcs {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			continue
+		}
+		var st, parent syscall.Stat_t
+		mnt := strings.TrimSuffix(src, ".src")
+		if syscall.Stat(mnt, &st) == nil && syscall.Stat(filepath.Dir(mnt), &parent) == nil && st.Dev != parent.Dev {
+			out[filepath.Base(strings.TrimSpace(string(b)))] = true
+		}
+	}
+	return out
+}
+
 // leftovers lists host resources that carry a sandbox ID: mounts, cgroups,
 // run and layer directories, and processes in a sandbox's cgroup.
 func leftovers(data string, ids ...string) []string {
@@ -1985,6 +2004,18 @@ func TestTemplateImport(t *testing.T) {
 	}
 	if out, code := d.cli("template", "import", ref.String(), "--name", "hello", "--insecure"); code != 0 {
 		t.Fatalf("template import: %s", out)
+	}
+	// The import made its layers' images: the first sandbox starts as
+	// quickly as the rest.
+	if tmpl, err := c.GetTemplate(ctx, "hello"); err != nil {
+		t.Fatal(err)
+	} else {
+		images := layerImages(data)
+		for _, l := range tmpl.Layers {
+			if !images[l] {
+				t.Errorf("after the import, layer %s has no mounted image (images: %v)", l, images)
+			}
+		}
 	}
 
 	// A private registry: basic auth in front of the same registry.

@@ -117,7 +117,11 @@ func (s *Service) bootstrapTemplate(ctx context.Context, req api.BootstrapTempla
 	}
 	committed = true
 	os.RemoveAll(dir)
-	if _, err := s.layers.ImageTemplate(req.Name, []string{id}); err != nil {
+	lt, err := s.layers.ImageTemplate(req.Name, []string{id})
+	if err != nil {
+		return api.Template{}, err
+	}
+	if err := s.prepareLayers(ctx, lt); err != nil {
 		return api.Template{}, err
 	}
 	t := store.Template{

@@ -150,10 +150,17 @@ func (s *Service) buildTemplate(ctx context.Context, name, dockerfilePath string
 		},
 		CreatedAt: time.Now().UTC(),
 	}
-	if st.base == "" {
-		if _, err := s.layers.ImageTemplate(name, st.layers); err != nil {
-			return api.Template{}, err
-		}
+	var lt layers.Template
+	if st.base == layers.HostTemplate {
+		lt, err = s.layers.HostTemplateWith(st.layers)
+	} else {
+		lt, err = s.layers.ImageTemplate(name, st.layers)
+	}
+	if err != nil {
+		return api.Template{}, err
+	}
+	if err := s.prepareLayers(ctx, lt); err != nil {
+		return api.Template{}, err
 	}
 	if err := s.replaceTemplate(ctx, t); err != nil {
 		return api.Template{}, err

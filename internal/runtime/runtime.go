@@ -150,6 +150,15 @@ type Preparer interface {
 	Prepare(ctx context.Context, spec Spec) error
 }
 
+// LayerPreparer is a Runtime that makes something of a template's read-only
+// layers for its sandboxes to share (images of them), on their first start
+// unless PrepareLayers made it ahead: a node calls it when a template is
+// made, so that the template's first sandbox starts as quickly as the rest.
+// layers are as in Rootfs.Layers, top first.
+type LayerPreparer interface {
+	PrepareLayers(ctx context.Context, layers []string) error
+}
+
 // Caps says what a backend can do beyond the Runtime contract's minimum, so
 // that the API can report it and the conformance suite skips, by name, what a
 // backend does not claim. The zero value claims nothing.

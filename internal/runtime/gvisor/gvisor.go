@@ -230,6 +230,12 @@ func (r *Runtime) Name() string { return "gvisor" }
 // Platform is the runsc platform in use.
 func (r *Runtime) Platform() string { return r.platform }
 
+// PrepareLayers implements runtime.LayerPreparer: the layers' erofs images.
+func (r *Runtime) PrepareLayers(ctx context.Context, layers []string) error {
+	_, err := r.lowers.Mount(ctx, layers)
+	return err
+}
+
 // Capabilities implements runtime.Capabler. runsc pauses in memory and
 // checkpoints to disk, and a checkpoint restores under other IDs over
 // copies of the files (a fork's children), taking up the network of the

@@ -30,6 +30,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	"golang.org/x/sys/unix"
 
 	"github.com/atoll-dev/atoll/internal/runtime/host"
@@ -38,12 +39,17 @@ import (
 // ErrNoErofs is New's error when mkfs.erofs is not installed.
 var ErrNoErofs = errors.New("mkfs.erofs is not installed (erofs-utils)")
 
-// Images builds and mounts the merged images of templates' layers under a
+// Images builds and mounts the images of templates' layers under a
 // directory of their own.
 type Images struct {
 	dir string
 	log *slog.Logger
-	mu  sync.Mutex
+	// layer makes one layer's image ready at a time, by key: a start over
+	// layers already mounted, or a build of another layer, does not wait
+	// for a build.
+	layer singleflight.Group
+	// pruneMu keeps one prune at a time.
+	pruneMu sync.Mutex
 }
 
 // New keeps images and their mounts in dir.
@@ -80,6 +86,8 @@ func Discard(dir string) error {
 // deleted or built again), unmounting them lazily: a sandbox still running
 // over one keeps it until it stops.
 func (im *Images) prune() {
+	im.pruneMu.Lock()
+	defer im.pruneMu.Unlock()
 	srcs, _ := filepath.Glob(filepath.Join(im.dir, "*.src"))
 	for _, sf := range srcs {
 		b, err := os.ReadFile(sf)
@@ -118,8 +126,6 @@ func (im *Images) Mount(ctx context.Context, layers []string) ([]string, error) 
 	if len(layers) == 0 {
 		return nil, errors.New("a sandbox with no template layers")
 	}
-	im.mu.Lock()
-	defer im.mu.Unlock()
 	dirs := make([]string, len(layers))
 	for i, l := range layers {
 		d, err := im.mountLayer(ctx, l)
@@ -131,31 +137,50 @@ func (im *Images) Mount(ctx context.Context, layers []string) ([]string, error) 
 	return dirs, nil
 }
 
-// mountLayer returns where the image of layer is mounted. The caller holds
-// im.mu.
+// mountLayer returns where the image of layer is mounted.
 func (im *Images) mountLayer(ctx context.Context, layer string) (string, error) {
 	key, err := layerKey(layer)
 	if err != nil {
 		return "", err
 	}
-	image := filepath.Join(im.dir, key+".erofs")
 	mnt := filepath.Join(im.dir, key)
 	if mounted(mnt) {
 		return mnt, nil
 	}
+	// One caller builds and mounts; the others wait for it. The build goes
+	// on if the caller that began it gives up: it is of use to the rest.
+	ch := im.layer.DoChan(key, func() (any, error) {
+		if mounted(mnt) {
+			return nil, nil
+		}
+		return nil, im.buildAndMount(context.WithoutCancel(ctx), layer, key)
+	})
+	select {
+	case res := <-ch:
+		return mnt, res.Err
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// buildAndMount mounts the image of layer at its key's directory, building
+// the image first if there is none.
+func (im *Images) buildAndMount(ctx context.Context, layer, key string) error {
+	image := filepath.Join(im.dir, key+".erofs")
+	mnt := filepath.Join(im.dir, key)
 	if err := os.MkdirAll(mnt, 0o700); err != nil {
-		return "", err
+		return err
 	}
 	if _, err := os.Stat(image); err != nil {
 		if err := im.build(ctx, layer, image); err != nil {
-			return "", err
+			return err
 		}
 		im.prune()
 	}
 	if out, err := exec.CommandContext(ctx, "mount", "-t", "erofs", "-o", "ro,loop,nodev,nosuid", image, mnt).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("mounting the image of template layer %s: %w: %s", layer, err, host.LastLine(out))
+		return fmt.Errorf("mounting the image of template layer %s: %w: %s", layer, err, host.LastLine(out))
 	}
-	return mnt, nil
+	return nil
 }
 
 // build writes the erofs image of layer to image. mkfs.erofs keeps owners,

@@ -1,10 +1,13 @@
 package lowers_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -115,4 +118,79 @@ func TestMount(t *testing.T) {
 	if _, err := os.Stat(lower[0] + ".erofs"); !os.IsNotExist(err) {
 		t.Errorf("the image of the gone layer: %v", err)
 	}
+}
+
+// TestMountConcurrent has many sandboxes of a new template start at once:
+// its layer's image is built and mounted once for all of them. A start that
+// gives up does not stop the build the others wait for.
+func TestMountConcurrent(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommand(t, "mkfs.erofs")
+	dir := t.TempDir()
+	layer, late := filepath.Join(dir, "layer"), filepath.Join(dir, "late")
+	for _, d := range []string{layer, late} {
+		if err := os.MkdirAll(filepath.Join(d, "data"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 200 {
+			if err := os.WriteFile(filepath.Join(d, "data", fmt.Sprint(i)), bytes.Repeat([]byte{byte(i)}, 4096), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	im, err := lowers.New(filepath.Join(dir, "lowers"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lowers.Discard(filepath.Join(dir, "lowers")) })
+	ctx := context.Background()
+	const n = 8
+	got := make([][]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { got[i], errs[i] = im.Mount(ctx, []string{layer}) })
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil || len(got[i]) != 1 || got[i][0] != got[0][0] {
+			t.Fatalf("start %d: %q %v (start 0: %q)", i, got[i], errs[i], got[0])
+		}
+	}
+	if m := mountsAt(t, got[0][0]); m != 1 {
+		t.Errorf("the layer's image is mounted %d times", m)
+	}
+	if b, err := os.ReadFile(filepath.Join(got[0][0], "data", "199")); err != nil || len(b) != 4096 || b[0] != 199 {
+		t.Errorf("a file of the image: %d bytes, %v", len(b), err)
+	}
+
+	gaveUp, cancel := context.WithCancel(ctx)
+	cancel()
+	_, _ = im.Mount(gaveUp, []string{late}) // returns at once or when built
+	lower, err := im.Mount(ctx, []string{late})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := mountsAt(t, lower[0]); m != 1 {
+		t.Errorf("the image of a layer whose first start gave up is mounted %d times", m)
+	}
+	if entries, err := os.ReadDir(filepath.Join(lower[0], "data")); err != nil || len(entries) != 200 {
+		t.Errorf("the image of a layer whose first start gave up: %d files, %v", len(entries), err)
+	}
+}
+
+// mountsAt counts the mounts at dir.
+func mountsAt(t *testing.T, dir string) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for line := range strings.Lines(string(b)) {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
+			n++
+		}
+	}
+	return n
 }

@@ -101,6 +101,12 @@ func New(cfg Config) (*Runtime, error) {
 // Name implements runtime.Runtime.
 func (r *Runtime) Name() string { return "ns" }
 
+// PrepareLayers implements runtime.LayerPreparer: the layers' erofs images.
+func (r *Runtime) PrepareLayers(ctx context.Context, layers []string) error {
+	_, err := r.lowers.Mount(ctx, layers)
+	return err
+}
+
 // Capabilities implements runtime.Capabler: the cgroup freezer pauses, the
 // memory cgroup's OOM killer picks single processes, and the sandbox runs on
 // the host kernel.

@@ -216,6 +216,13 @@ func Run(t *testing.T, rt runtime.Runtime, env Env) {
 		}
 		testPrepare(t, rt, p, env)
 	})
+	t.Run("PrepareLayers", func(t *testing.T) {
+		p, ok := rt.(runtime.LayerPreparer)
+		if !ok {
+			t.Skip("the runtime is not a LayerPreparer")
+		}
+		testPrepareLayers(t, rt, p, env)
+	})
 	if env.Network != nil {
 		t.Run("Network", func(t *testing.T) { testNetwork(t, rt, env) })
 		t.Run("NetworkCheckpoint", func(t *testing.T) {
@@ -748,6 +755,35 @@ print(same)
 	}
 	if out != "bad 0\n0\n" {
 		t.Errorf("files of the sandbox and its template: %q (want no file reading wrong and no shared inode numbers)", out)
+	}
+}
+
+// testPrepareLayers prepares a new layer over the host template's, then
+// starts a sandbox over them that sees the layer's file; a layer that is not
+// there is an error.
+func testPrepareLayers(t *testing.T, rt runtime.Runtime, p runtime.LayerPreparer, env Env) {
+	ctx := context.Background()
+	layer := t.TempDir()
+	if err := os.Chmod(layer, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(layer, "prepared"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(layer, "prepared", "marker"), []byte("from the new layer"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.PrepareLayers(ctx, []string{filepath.Join(layer, "missing")}); err == nil {
+		t.Error("preparing a layer that is not there: no error")
+	}
+	sb := New(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 256 << 20, PIDs: 64}, 256<<20)
+	sb.Spec.Rootfs.Layers = append([]string{layer}, sb.Spec.Rootfs.Layers...)
+	if err := p.PrepareLayers(ctx, sb.Spec.Rootfs.Layers); err != nil {
+		t.Fatal(err)
+	}
+	sb.start(t, rt)
+	if out := sb.MustSh(t, "cat /prepared/marker"); out != "from the new layer" {
+		t.Errorf("the prepared layer's file: %q", out)
 	}
 }
 

@@ -257,6 +257,17 @@ func (r *Runtime) emulated() bool {
 	return r.Accel() == "tcg"
 }
 
+// PrepareLayers implements runtime.LayerPreparer: the layers' erofs disk
+// images.
+func (r *Runtime) PrepareLayers(ctx context.Context, layers []string) error {
+	for _, l := range layers {
+		if _, err := r.layerImage(ctx, l, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Capabilities implements runtime.Capabler. The guest's own cgroup kills a
 // process over the memory limit and the sandbox lives on; the sandbox's
 // processes call the guest's kernel, not the host's; a checkpoint restores
