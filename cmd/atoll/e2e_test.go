@@ -1107,9 +1107,8 @@ const counterShell = "i=0; while true; do i=$((i+1)); echo $i > /root/count.tmp;
 
 // checkNetworkedMemoryFork forks sandbox id, whose /root/count a process
 // keeps counting, into one child with its memory: the child counts on from
-// the parent's count, under its own address (and, but under gvisor, its own
-// hostname), and reaches the network (allowed.example of a netWorld); the
-// parent goes on too.
+// the parent's count, under its own address and hostname, and reaches the
+// network (allowed.example of a netWorld); the parent goes on too.
 func checkNetworkedMemoryFork(t *testing.T, c *atoll.Client, id string) {
 	t.Helper()
 	ctx := context.Background()
@@ -1147,9 +1146,7 @@ func checkNetworkedMemoryFork(t *testing.T, c *atoll.Client, id string) {
 			t.Errorf("the child's hosts: %q", out)
 		}
 	}
-	// gVisor restores the parent's hostname with its memory; no process
-	// in the sandbox may change it.
-	if out, _ := sh(t, c, k.ID, "hostname"); parent.Runtime != "gvisor" && out != k.ID+"\n" {
+	if out, _ := sh(t, c, k.ID, "hostname"); out != k.ID+"\n" {
 		t.Errorf("the child's hostname: %q", out)
 	}
 	if err := c.DeleteSandbox(ctx, k.ID); err != nil {

@@ -68,7 +68,8 @@ func Attach(t testing.TB, m *network.Manager, slot int) *runtime.Network {
 // network, and flow again after a checkpoint restored into a namespace made
 // anew for another slot: other addresses and another eth0, as a suspended
 // sandbox resumes into or a memory fork's child starts in. The restored
-// sandbox must have taken up the new addresses, not kept the old.
+// sandbox must have taken up the new addresses, not kept the old, and the
+// hostname it was restored with.
 func testNetworkCheckpoint(t *testing.T, rt runtime.Runtime, cp runtime.Checkpointer, env Env) {
 	ctx := context.Background()
 	sb := newSandbox(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 256 << 20, PIDs: 64}, 1<<30)
@@ -82,12 +83,17 @@ func testNetworkCheckpoint(t *testing.T, rt runtime.Runtime, cp runtime.Checkpoi
 	old := sb.Spec.Network.Addrs[0]
 	other := newSandbox(t, rt, env, runtime.Limits{}, 1<<30)
 	sb.Spec.Network = env.Network(t, other.slot)
+	// As a memory fork's child is restored: its own hostname too.
+	sb.Spec.Hostname = other.ID
 	inst, err := cp.Restore(ctx, sb.Spec, img)
 	if err != nil {
 		t.Fatalf("restore: %v", err)
 	}
 	sb.connect(inst)
 	probeNetwork(t, sb)
+	if out := sb.MustSh(t, "hostname"); out != other.ID+"\n" {
+		t.Errorf("the restored sandbox's hostname: %q, want %s", out, other.ID)
+	}
 	script := fmt.Sprintf("python3 -c 'import socket; s = socket.socket(); s.bind((\"%s\", 0)); print(\"bound\")' 2>/dev/null", old)
 	if out, _, _ := sb.Sh(t, script); out == "bound\n" {
 		t.Errorf("the restored sandbox still has its old address %s", old)
