@@ -28,7 +28,8 @@ import (
 
 // templates measures importing a ~100 MB image from a registry (served here
 // over the registry protocol), importing it again under another name, the
-// disk it takes, and create → ready from it beside the host template.
+// disk it takes, and create → ready from it (its first sandbox, then more)
+// beside the host template.
 func templates(r *report, srv *server, n int) {
 	ctx := context.Background()
 	c := atoll.New(srv.url, srv.key)
@@ -53,6 +54,14 @@ func templates(r *report, srv *server, n int) {
 	r.add("template import of the same image under a new name (layers shared)", "once", []time.Duration{second})
 	r.notes = append(r.notes, fmt.Sprintf("Imported image: %.1f MB of files in %d layers; unpacked layers on disk after both imports: %.1f MB (shared, unpacked once).",
 		float64(size)/(1<<20), len(mustLayers(img)), float64(disk)/(1<<20)))
+
+	// The first sandbox of a template new to the node: the images of its
+	// layers are made by the import (runtime.LayerPreparer), or else here.
+	t0 = time.Now()
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "bench"})
+	check(err)
+	r.add("atoll create → ready (API), the imported template's first sandbox", "once", []time.Duration{time.Since(t0)})
+	check(c.DeleteSandbox(ctx, sb.ID))
 
 	for _, tmpl := range []string{"bench", "host"} {
 		var ds []time.Duration
