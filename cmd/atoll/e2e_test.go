@@ -1982,6 +1982,76 @@ type tarEntry struct {
 // TestTemplateImport imports an image from a registry (served in-process over
 // the registry protocol) and from a docker archive, runs the image's own
 // binary in sandboxes made from it, and deletes the template and its layers.
+// TestTemplateManyLayers imports an image of 120 layers, more than one page
+// of overlay mount options names, and starts a sandbox that sees every
+// layer; an image of more layers than an overlay stacks is refused with a
+// 400 and leaves no template.
+func TestTemplateManyLayers(t *testing.T) {
+	testenv.RequireRoot(t)
+	data := filepath.Join(testenv.Dir(t), "data")
+	d := startDaemon(t, data)
+	c := d.client()
+	ctx := context.Background()
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer reg.Close()
+	push := func(tag string, n int) string {
+		t.Helper()
+		var ls []v1.Layer
+		for i := range n {
+			var buf bytes.Buffer
+			tw := tar.NewWriter(&buf)
+			body := fmt.Sprint(i)
+			tw.WriteHeader(&tar.Header{Name: "many/", Mode: 0o755, Typeflag: tar.TypeDir})
+			tw.WriteHeader(&tar.Header{Name: "many/f" + body, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg})
+			tw.Write([]byte(body))
+			tw.Close()
+			l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			ls = append(ls, l)
+		}
+		img, err := mutate.AppendLayers(empty.Image, ls...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, err := name.ParseReference(strings.TrimPrefix(reg.URL, "http://")+"/test/many:"+tag, name.Insecure)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := remote.Write(ref, img); err != nil {
+			t.Fatal(err)
+		}
+		return ref.String()
+	}
+	if _, err := c.ImportTemplate(ctx, api.ImportTemplateRequest{Name: "many", Ref: push("120", 120), Insecure: true}, nil); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "many"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The image has no shell: the agent's file API looks.
+	if files, err := c.ListDir(ctx, sb.ID, "/many"); err != nil || len(files) != 120 {
+		t.Errorf("a sandbox over 120 layers: %d files in /many, %v", len(files), err)
+	}
+	if r, err := c.ReadFile(ctx, sb.ID, "/many/f119"); err != nil {
+		t.Error(err)
+	} else if b, _ := io.ReadAll(r); string(b) != "119" {
+		t.Errorf("the top layer's file: %q", b)
+	}
+	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.ImportTemplate(ctx, api.ImportTemplateRequest{Name: "toomany", Ref: push("501", 501), Insecure: true}, nil)
+	if !errors.Is(err, atoll.ErrInvalid) || !strings.Contains(err.Error(), "at most 500") {
+		t.Errorf("import of 501 layers: %v, want invalid naming the count", err)
+	}
+	if _, err := c.GetTemplate(ctx, "toomany"); !errors.Is(err, atoll.ErrNotFound) {
+		t.Errorf("the refused template: %v", err)
+	}
+}
+
 func TestTemplateImport(t *testing.T) {
 	testenv.RequireRoot(t)
 	data := filepath.Join(testenv.Dir(t), "data")

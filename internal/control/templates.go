@@ -13,6 +13,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/layers"
 	"github.com/atoll-dev/atoll/internal/runtime"
+	"github.com/atoll-dev/atoll/internal/runtime/overlay"
 	"github.com/atoll-dev/atoll/internal/store"
 	"github.com/atoll-dev/atoll/internal/tenant"
 )
@@ -314,6 +315,9 @@ func (s *Service) tagTemplate(ctx context.Context, name, tag string) (api.Templa
 // the template is recorded, so that its first sandbox starts as quickly as
 // the rest.
 func (s *Service) prepareLayers(ctx context.Context, lt layers.Template) error {
+	if len(lt.Layers) > overlay.MaxLayers {
+		return fmt.Errorf("%w: a sandbox of the template would stack %d read-only layers (the image's and atoll's top one); an overlay stacks at most %d", errdefs.ErrInvalid, len(lt.Layers), overlay.MaxLayers)
+	}
 	p, ok := s.runtimes[s.defaults.Runtime].(runtime.LayerPreparer)
 	if !ok {
 		return nil

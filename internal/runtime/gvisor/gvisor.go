@@ -43,6 +43,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/runtime/host"
 	"github.com/atoll-dev/atoll/internal/runtime/lowers"
+	"github.com/atoll-dev/atoll/internal/runtime/overlay"
 )
 
 // Config configures the gvisor runtime.
@@ -367,9 +368,10 @@ func (r *Runtime) prepareBundle(ctx context.Context, spec runtime.Spec, dir stri
 	if err != nil {
 		return err
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr,%s",
-		strings.Join(lower, ":"), filepath.Join(spec.Rootfs.Writable, "upper"), filepath.Join(spec.Rootfs.Writable, "work"), lowers.Options)
-	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
+	if err := overlay.Mount(rootfs, overlay.Options{
+		Lower: lower, Upper: filepath.Join(spec.Rootfs.Writable, "upper"), Work: filepath.Join(spec.Rootfs.Writable, "work"),
+		UserXattr: true, Xino: true, NoDev: true, NoSuid: true,
+	}); err != nil {
 		return fmt.Errorf("mounting overlay root: %w", err)
 	}
 	// A tmpfs of its own for the socket, sealed once the agent listens

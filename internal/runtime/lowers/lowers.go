@@ -115,13 +115,10 @@ func (im *Images) prune() {
 	}
 }
 
-// Options are the overlay mount options that go with the lower layers Mount
-// returned.
-const Options = "xino=on"
-
 // Mount returns the directories where the erofs images of layers (top
 // first) are mounted, in the same order, building and mounting those no
-// sandbox used before.
+// sandbox used before. An overlay over them needs xino on (package overlay's
+// Options.Xino) for the inode numbers to be distinct.
 func (im *Images) Mount(ctx context.Context, layers []string) ([]string, error) {
 	if len(layers) == 0 {
 		return nil, errors.New("a sandbox with no template layers")

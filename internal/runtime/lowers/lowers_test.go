@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/atoll-dev/atoll/internal/runtime/lowers"
+	"github.com/atoll-dev/atoll/internal/runtime/overlay"
 	"github.com/atoll-dev/atoll/internal/testenv"
 )
 
@@ -76,7 +77,7 @@ func TestMount(t *testing.T) {
 	if err := os.Mkdir(root, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Mount("overlay", root, "overlay", unix.MS_RDONLY, "lowerdir="+strings.Join(lower, ":")+",userxattr,"+lowers.Options); err != nil {
+	if err := overlay.Mount(root, overlay.Options{Lower: lower, UserXattr: true, Xino: true, ReadOnly: true}); err != nil {
 		t.Fatal(err)
 	}
 	defer unix.Unmount(root, unix.MNT_DETACH)

@@ -216,6 +216,7 @@ func Run(t *testing.T, rt runtime.Runtime, env Env) {
 		}
 		testPrepare(t, rt, p, env)
 	})
+	t.Run("ManyLayers", func(t *testing.T) { testManyLayers(t, rt, env) })
 	t.Run("PrepareLayers", func(t *testing.T) {
 		p, ok := rt.(runtime.LayerPreparer)
 		if !ok {
@@ -755,6 +756,45 @@ print(same)
 	}
 	if out != "bad 0\n0\n" {
 		t.Errorf("files of the sandbox and its template: %q (want no file reading wrong and no shared inode numbers)", out)
+	}
+}
+
+// testManyLayers starts a sandbox over a template of 100 layers, more than
+// one page of overlay mount options names and than a microvm has disks: it
+// sees every layer's file, the top layer's copy of a file all of them have,
+// and not a file of the bottom layer that the top one whites out.
+func testManyLayers(t *testing.T, rt runtime.Runtime, env Env) {
+	const n = 100
+	base := t.TempDir()
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var layers []string
+	for i := range n {
+		l := filepath.Join(base, fmt.Sprintf("a-template-layer-%03d", i))
+		if err := os.MkdirAll(filepath.Join(l, "many"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{fmt.Sprint("f", i), "both"} {
+			if err := os.WriteFile(filepath.Join(l, "many", name), []byte(fmt.Sprint(i)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		layers = append(layers, l)
+	}
+	// A whiteout as the layer store writes them: a 0/0 character device.
+	if err := os.WriteFile(filepath.Join(layers[n-1], "many", "gone"), []byte("bottom"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mknod(filepath.Join(layers[0], "many", "gone"), syscall.S_IFCHR, 0); err != nil {
+		t.Fatal(err)
+	}
+	sb := New(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 256 << 20, PIDs: 64}, 256<<20)
+	sb.Spec.Rootfs.Layers = append(layers, sb.Spec.Rootfs.Layers...)
+	sb.start(t, rt)
+	out := sb.MustSh(t, "ls /many | wc -l; cat /many/both; echo; test -e /many/gone && echo gone shows; cat /many/f0; echo; cat /many/f99")
+	if want := fmt.Sprintf("%d\n0\n0\n99", n+1); out != want {
+		t.Errorf("a sandbox over %d layers: %q, want %q", n, out, want)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/atoll-dev/atoll/internal/runtime/host"
+	"github.com/atoll-dev/atoll/internal/runtime/overlay"
 	"github.com/atoll-dev/atoll/internal/runtime/vm/vminit"
 )
 
@@ -230,15 +232,18 @@ func (c *cpio) dir(name string)                         { c.entry(name, unix.S_I
 func (c *cpio) file(name string, perm uint32, b []byte) { c.entry(name, unix.S_IFREG|perm, b) }
 func (c *cpio) close()                                  { c.entry("TRAILER!!!", 0, nil) }
 
-// layerImage returns an erofs image of the read-only directory dir, built
-// once and shared by every sandbox over it. Layers are immutable, so their
-// path names them; a bind (the host template's /usr) changes with the host's
-// packages, so the modification times of its top two levels are part of its
-// name, and an upgrade makes a new image (sandboxes on the old one keep it).
-func (r *Runtime) layerImage(ctx context.Context, dir string, mutable bool) (string, error) {
-	parts := []string{dir}
+// layerImage returns an erofs image of the read-only directories dirs (top
+// first; of their overlay when there are more), built once and shared by
+// every sandbox over them. Layers are immutable, so their paths name them; a
+// bind (the host template's /usr) changes with the host's packages, so the
+// modification times of its top two levels are part of its name, and an
+// upgrade makes a new image (sandboxes on the old one keep it).
+func (r *Runtime) layerImage(ctx context.Context, dirs []string, mutable bool) (string, error) {
+	parts := slices.Clone(dirs)
 	if mutable {
-		parts = append(parts, treeStamp(dir)...)
+		for _, d := range dirs {
+			parts = append(parts, treeStamp(d)...)
+		}
 	}
 	out := filepath.Join(r.cacheDir(), "layer-"+fingerprint(parts...)+".erofs")
 	if _, err := os.Stat(out); err == nil {
@@ -265,19 +270,35 @@ func (r *Runtime) layerImage(ctx context.Context, dir string, mutable bool) (str
 	t0 := time.Now()
 	tmp := out + ".tmp"
 	defer os.Remove(tmp)
+	src := dirs[0]
+	if len(dirs) > 1 {
+		// The layers' overlay, read-only, whiteouts and opaque
+		// directories applied: the image holds what the guest would see.
+		src = out + ".mnt"
+		if err := os.Mkdir(src, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return "", err
+		}
+		defer os.Remove(src)
+		if err := overlay.Mount(src, overlay.Options{Lower: dirs, UserXattr: true, ReadOnly: true, NoDev: true, NoSuid: true}); err != nil {
+			return "", err
+		}
+		defer unix.Unmount(src, unix.MNT_DETACH)
+	}
 	// mkfs.erofs keeps owners, times and extended attributes (the layer
 	// store's whiteouts and opaque directories are user.overlay.* ones).
-	if err := run(ctx, "mkfs.erofs", "--quiet", tmp, dir); err != nil {
-		return "", fmt.Errorf("building the image of %s: %w", dir, err)
+	if err := run(ctx, "mkfs.erofs", "--quiet", tmp, src); err != nil {
+		return "", fmt.Errorf("building the image of %s: %w", strings.Join(dirs, ", "), err)
 	}
 	if err := os.Rename(tmp, out); err != nil {
 		return "", err
 	}
-	if err := os.WriteFile(out+".src", []byte(dir), 0o600); err != nil {
+	if err := os.WriteFile(out+".src", []byte(strings.Join(dirs, "\n")), 0o600); err != nil {
 		return "", err
 	}
-	r.log.Info("vm layer image built", "dir", dir, "ms", time.Since(t0).Milliseconds())
-	r.pruneImages(dir, out)
+	r.log.Info("vm layer image built", "dirs", len(dirs), "top", dirs[0], "ms", time.Since(t0).Milliseconds())
+	if len(dirs) == 1 {
+		r.pruneImages(dirs[0], out)
+	}
 	return out, nil
 }
 
@@ -302,8 +323,13 @@ func (r *Runtime) pruneImages(src, kept string) {
 		if err != nil || img == kept || inUse[img] {
 			continue
 		}
-		_, serr := os.Stat(string(b))
-		if string(b) == src || errors.Is(serr, os.ErrNotExist) {
+		gone := false
+		for _, d := range strings.Split(string(b), "\n") {
+			if _, err := os.Stat(d); errors.Is(err, os.ErrNotExist) {
+				gone = true
+			}
+		}
+		if string(b) == src || gone {
 			os.Remove(img)
 			os.Remove(sf)
 		}

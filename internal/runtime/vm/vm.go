@@ -258,14 +258,34 @@ func (r *Runtime) emulated() bool {
 }
 
 // PrepareLayers implements runtime.LayerPreparer: the layers' erofs disk
-// images.
+// images (for a sandbox without binds).
 func (r *Runtime) PrepareLayers(ctx context.Context, layers []string) error {
-	for _, l := range layers {
-		if _, err := r.layerImage(ctx, l, false); err != nil {
+	for _, ls := range diskLayers(layers, maxLayerDisks) {
+		if _, err := r.layerImage(ctx, ls, false); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// maxLayerDisks is how many read-only disks (layers and binds) a machine
+// gets: a microvm has 24 virtio-mmio transports, and the agent's channel,
+// the writable disk and the network take one each.
+const maxLayerDisks = 21
+
+// diskLayers groups layers (top first) into at most n disks, a disk each
+// while they fit; past that the bottom ones share one disk, an image of
+// their overlay, so the template's upper layers stay shared with others.
+func diskLayers(layers []string, n int) [][]string {
+	n = max(n, 1)
+	var out [][]string
+	for i, l := range layers {
+		if len(layers) > n && i == n-1 {
+			return append(out, layers[i:])
+		}
+		out = append(out, []string{l})
+	}
+	return out
 }
 
 // Capabilities implements runtime.Capabler. The guest's own cgroup kills a
@@ -443,8 +463,8 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, dir string, gn
 		return m, err
 	}
 	m.Disks = append(m.Disks, diskSpec{Serial: "rw", Path: disk})
-	for i, l := range spec.Rootfs.Layers {
-		img, err := r.layerImage(ctx, l, false)
+	for i, ls := range diskLayers(spec.Rootfs.Layers, maxLayerDisks-len(spec.Rootfs.Binds)) {
+		img, err := r.layerImage(ctx, ls, false)
 		if err != nil {
 			return m, err
 		}
@@ -453,7 +473,7 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, dir string, gn
 		cfg.Layers = append(cfg.Layers, serial)
 	}
 	for i, b := range spec.Rootfs.Binds {
-		img, err := r.layerImage(ctx, b.Source, true)
+		img, err := r.layerImage(ctx, []string{b.Source}, true)
 		if err != nil {
 			return m, err
 		}

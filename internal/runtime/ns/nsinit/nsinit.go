@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/atoll-dev/atoll/internal/agent"
+	"github.com/atoll-dev/atoll/internal/runtime/overlay"
 )
 
 // Arg is the first argument that selects this stage in the agent binary.
@@ -157,11 +158,12 @@ func setup(ctl *os.File) error {
 
 func buildRoot(cfg Config) error {
 	root := cfg.Rootfs
-	// xino=on: with the lower layer on a file system of its own (package
+	// Xino: with each lower layer on a file system of its own (package
 	// lowers), every file shows an inode number of its own.
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr,xino=on",
-		strings.Join(cfg.Lower, ":"), filepath.Join(cfg.Upper, "upper"), filepath.Join(cfg.Upper, "work"))
-	if err := unix.Mount("overlay", root, "overlay", 0, opts); err != nil {
+	if err := overlay.Mount(root, overlay.Options{
+		Lower: cfg.Lower, Upper: filepath.Join(cfg.Upper, "upper"), Work: filepath.Join(cfg.Upper, "work"),
+		UserXattr: true, Xino: true,
+	}); err != nil {
 		return fmt.Errorf("mounting overlay root: %w", err)
 	}
 	for _, b := range cfg.Binds {
