@@ -1,15 +1,17 @@
 // Package host holds what every runtime backend needs to know of the host's
 // processes and mounts: killing and waiting for a process through a pidfd, a
 // process's start time (which guards against PID reuse), the mounts under a
-// directory, private mounts, pid files and the tails of logs for error
-// messages.
+// directory, private mounts, erofs image mounts, pid files and the tails of
+// logs for error messages.
 package host
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -185,6 +187,23 @@ func PrivateMount(dir string) error {
 	}
 	if err := unix.Mount("", abs, "", unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making %s private: %w", abs, err)
+	}
+	return nil
+}
+
+// MountErofs mounts the erofs image at dir, read-only, nodev and nosuid:
+// straight from the file where the kernel can (Linux 6.12), else through a
+// loop device, which takes several times as long and a device per image.
+func MountErofs(ctx context.Context, image, dir string) error {
+	err := unix.Mount(image, dir, "erofs", unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, "")
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, unix.ENOTBLK) && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("mounting %s: %w", image, err)
+	}
+	if out, err := exec.CommandContext(ctx, "mount", "-t", "erofs", "-o", "ro,loop,nodev,nosuid", image, dir).CombinedOutput(); err != nil {
+		return fmt.Errorf("mounting %s: %w: %s", image, err, LastLine(out))
 	}
 	return nil
 }

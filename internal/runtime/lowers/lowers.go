@@ -8,11 +8,12 @@
 // inode number as a template file, or two template files can. Tools take
 // such files for hard links of one (tar, rsync -H, cp -a), and gVisor's
 // sentry serves one's contents for the other. So each template layer becomes
-// a read-only erofs image, built on its first use, mounted once per node and
-// shared by every sandbox and template over it (a Dockerfile build's steps
-// share all but their newest layer); with every lower layer on a file system
-// of its own, the overlay's xino (mount option xino=on) makes every inode
-// number distinct.
+// a read-only erofs image, built when its template is made (or on its first
+// use, whichever comes first), mounted once per node and shared by every
+// sandbox and template over it (a Dockerfile build's steps share all but
+// their newest layer); with every lower layer on a file system of its own,
+// the overlay's xino (mount option xino=on) makes every inode number
+// distinct.
 package lowers
 
 import (
@@ -98,21 +99,23 @@ func (im *Images) prune() {
 		if key, err := layerKey(strings.TrimSpace(string(b))); err == nil && key == filepath.Base(base) {
 			continue
 		}
-		_ = unix.Unmount(base, unix.MNT_DETACH)
-		_ = os.Remove(base)
-		_ = os.Remove(base + ".erofs")
-		_ = os.Remove(sf)
+		removeImage(base, sf)
 		im.log.Info("layer image pruned", "image", base+".erofs")
 	}
 	// Images of whole templates, which an earlier version built.
 	old, _ := filepath.Glob(filepath.Join(im.dir, "*.layers"))
 	for _, l := range old {
-		base := strings.TrimSuffix(l, ".layers")
-		_ = unix.Unmount(base, unix.MNT_DETACH)
-		_ = os.Remove(base)
-		_ = os.Remove(base + ".erofs")
-		_ = os.Remove(l)
+		removeImage(strings.TrimSuffix(l, ".layers"), l)
 	}
+}
+
+// removeImage unmounts (lazily) and removes the image at base, with the
+// file that names its source.
+func removeImage(base, source string) {
+	_ = unix.Unmount(base, unix.MNT_DETACH)
+	_ = os.Remove(base)
+	_ = os.Remove(base + ".erofs")
+	_ = os.Remove(source)
 }
 
 // Mount returns the directories where the erofs images of layers (top
@@ -174,22 +177,8 @@ func (im *Images) buildAndMount(ctx context.Context, layer, key string) error {
 		}
 		im.prune()
 	}
-	return mountImage(ctx, image, mnt, layer)
-}
-
-// mountImage mounts the erofs image at mnt: straight from the file where
-// the kernel can (Linux 6.12), else through a loop device, which takes
-// several times as long and a device per layer.
-func mountImage(ctx context.Context, image, mnt, layer string) error {
-	err := unix.Mount(image, mnt, "erofs", unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, "")
-	if err == nil {
-		return nil
-	}
-	if !errors.Is(err, unix.ENOTBLK) && !errors.Is(err, unix.EINVAL) {
-		return fmt.Errorf("mounting the image of template layer %s: %w", layer, err)
-	}
-	if out, err := exec.CommandContext(ctx, "mount", "-t", "erofs", "-o", "ro,loop,nodev,nosuid", image, mnt).CombinedOutput(); err != nil {
-		return fmt.Errorf("mounting the image of template layer %s: %w: %s", layer, err, host.LastLine(out))
+	if err := host.MountErofs(ctx, image, mnt); err != nil {
+		return fmt.Errorf("the image of template layer %s: %w", layer, err)
 	}
 	return nil
 }
