@@ -763,23 +763,31 @@ print(same)
 // one page of overlay mount options names and than a microvm has disks: it
 // sees every layer's file, the top layer's copy of a file all of them have,
 // and not the files of the bottom layer that the top one and a middle one
-// white out.
+// white out. The layers are subvolumes of the layer store's btrfs, as
+// snapshots are, each made the same way, so their inode numbers repeat from
+// one to the next; each holds a hard link, which must not be taken for
+// another layer's.
 func testManyLayers(t *testing.T, rt runtime.Runtime, env Env) {
 	const n = 100
-	base := t.TempDir()
-	if err := os.Chmod(base, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	var layers []string
 	for i := range n {
-		l := filepath.Join(base, fmt.Sprintf("a-template-layer-%03d", i))
-		if err := os.MkdirAll(filepath.Join(l, "many"), 0o755); err != nil {
+		id := fmt.Sprintf("%s-layer-%03d", runID, i)
+		w, err := env.Layers.CreateWritable(id, 0)
+		if err != nil {
 			t.Fatal(err)
 		}
-		for _, name := range []string{fmt.Sprint("f", i), "both"} {
+		t.Cleanup(func() { _ = env.Layers.RemoveWritable(id) })
+		l := filepath.Join(w, "upper")
+		if err := os.Mkdir(filepath.Join(l, "many"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"both", "linked", fmt.Sprint("f", i)} {
 			if err := os.WriteFile(filepath.Join(l, "many", name), []byte(fmt.Sprint(i)), 0o644); err != nil {
 				t.Fatal(err)
 			}
+		}
+		if err := os.Link(filepath.Join(l, "many", "linked"), filepath.Join(l, "many", fmt.Sprint("link", i))); err != nil {
+			t.Fatal(err)
 		}
 		layers = append(layers, l)
 	}
@@ -798,8 +806,13 @@ func testManyLayers(t *testing.T, rt runtime.Runtime, env Env) {
 	sb.Spec.Rootfs.Layers = append(layers, sb.Spec.Rootfs.Layers...)
 	sb.start(t, rt)
 	out := sb.MustSh(t, "ls /many | wc -l; cat /many/both; echo; ls /many/gone* 2>/dev/null; cat /many/f0; echo; cat /many/f99")
-	if want := fmt.Sprintf("%d\n0\n0\n99", n+1); out != want {
+	if want := fmt.Sprintf("%d\n0\n0\n99", 2*n+1+1); out != want {
 		t.Errorf("a sandbox over %d layers: %q, want %q", n, out, want)
+	}
+	// Each layer's link reads what that layer wrote.
+	out = sb.MustSh(t, fmt.Sprintf("for i in $(seq 0 %d); do echo $i $(cat /many/link$i); done | awk '$1 != $2' | head -3", n-1))
+	if out != "" {
+		t.Errorf("hard links that read another layer's file (layer, content): %q", out)
 	}
 }
 

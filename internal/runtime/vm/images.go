@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -232,74 +231,128 @@ func (c *cpio) dir(name string)                         { c.entry(name, unix.S_I
 func (c *cpio) file(name string, perm uint32, b []byte) { c.entry(name, unix.S_IFREG|perm, b) }
 func (c *cpio) close()                                  { c.entry("TRAILER!!!", 0, nil) }
 
-// layerImage returns an erofs image of the read-only directories dirs (top
-// first; of their overlay when there are more), built once and shared by
-// every sandbox over them. Layers are immutable, so their paths name them; a
-// bind (the host template's /usr) changes with the host's packages, so the
-// modification times of its top two levels are part of its name, and an
-// upgrade makes a new image (sandboxes on the old one keep it).
-func (r *Runtime) layerImage(ctx context.Context, dirs []string, mutable bool) (string, error) {
-	parts := slices.Clone(dirs)
+// layerImage returns an erofs image of the read-only directory dir, built
+// once and shared by every sandbox over it. Layers are immutable, so their
+// path names them; a bind (the host template's /usr) changes with the host's
+// packages, so the modification times of its top two levels are part of its
+// name, and an upgrade makes a new image (sandboxes on the old one keep it).
+func (r *Runtime) layerImage(ctx context.Context, dir string, mutable bool) (string, error) {
+	parts := []string{dir}
 	if mutable {
-		for _, d := range dirs {
-			parts = append(parts, treeStamp(d)...)
-		}
+		parts = append(parts, treeStamp(dir)...)
 	}
 	out := filepath.Join(r.cacheDir(), "layer-"+fingerprint(parts...)+".erofs")
+	built, err := r.buildImage(out, dir, func(tmp string) error {
+		// mkfs.erofs keeps owners, times and extended attributes (the
+		// layer store's whiteouts and opaque directories are
+		// user.overlay.* ones).
+		return run(ctx, "mkfs.erofs", "--quiet", tmp, dir)
+	})
+	if err != nil {
+		return "", fmt.Errorf("building the image of %s: %w", dir, err)
+	}
+	if built {
+		r.pruneImages(dir, out)
+	}
+	return out, nil
+}
+
+// mergedImage returns an erofs image of the overlay of the read-only
+// directories dirs (top first), whiteouts and opaque directories applied,
+// for layers past the disks a machine has. It is made from an overlay of
+// the layers' own images, not of the layers: those are subvolumes of one
+// btrfs, whose inode numbers repeat from one to the next, and mkfs.erofs
+// would take two files of one number for links of one file.
+func (r *Runtime) mergedImage(ctx context.Context, dirs []string) (string, error) {
+	out := filepath.Join(r.cacheDir(), "layer-"+fingerprint(dirs...)+".erofs")
 	if _, err := os.Stat(out); err == nil {
 		return out, nil
+	}
+	images := make([]string, len(dirs))
+	for i, d := range dirs {
+		img, err := r.layerImage(ctx, d, false)
+		if err != nil {
+			return "", err
+		}
+		images[i] = img
+	}
+	_, err := r.buildImage(out, strings.Join(dirs, "\n"), func(tmp string) error {
+		work, err := os.MkdirTemp(r.cacheDir(), ".merge-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(work)
+		defer func() {
+			for _, m := range host.MountsUnder(work) { // deepest first
+				_ = unix.Unmount(m, unix.MNT_DETACH)
+			}
+		}()
+		lower := make([]string, len(images))
+		for i, img := range images {
+			lower[i] = filepath.Join(work, strconv.Itoa(i))
+			if err := os.Mkdir(lower[i], 0o700); err != nil {
+				return err
+			}
+			if err := host.MountErofs(ctx, img, lower[i]); err != nil {
+				return err
+			}
+		}
+		root := filepath.Join(work, "root")
+		if err := os.Mkdir(root, 0o700); err != nil {
+			return err
+		}
+		// Xino: each image is a file system of its own, so every file
+		// gets an inode number of its own.
+		if err := overlay.Mount(root, overlay.Options{Lower: lower, UserXattr: true, Xino: true, ReadOnly: true, NoDev: true, NoSuid: true}); err != nil {
+			return err
+		}
+		return run(ctx, "mkfs.erofs", "--quiet", tmp, root)
+	})
+	if err != nil {
+		return "", fmt.Errorf("building the image of %d layers under %s: %w", len(dirs), dirs[0], err)
+	}
+	return out, nil
+}
+
+// buildImage has build write the image out (to the temporary file it is
+// given) unless out exists, once across the node's processes, and records
+// src, what it was made of, beside it. It reports whether it built.
+func (r *Runtime) buildImage(out, src string, build func(tmp string) error) (bool, error) {
+	if _, err := os.Stat(out); err == nil {
+		return false, nil
 	}
 	r.buildMu.Lock()
 	defer r.buildMu.Unlock()
 	if _, err := os.Stat(out); err == nil {
-		return out, nil
+		return false, nil
 	}
 	// Another node process may build the same image: the first takes it.
 	lock, err := os.OpenFile(out+".lock", os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
-		return "", err
+		return false, err
 	}
 	defer lock.Close()
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
-		return "", err
+		return false, err
 	}
 	defer os.Remove(out + ".lock")
 	if _, err := os.Stat(out); err == nil {
-		return out, nil
+		return false, nil
 	}
 	t0 := time.Now()
 	tmp := out + ".tmp"
 	defer os.Remove(tmp)
-	src := dirs[0]
-	if len(dirs) > 1 {
-		// The layers' overlay, read-only, whiteouts and opaque
-		// directories applied: the image holds what the guest would see.
-		src = out + ".mnt"
-		if err := os.Mkdir(src, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-			return "", err
-		}
-		defer os.Remove(src)
-		if err := overlay.Mount(src, overlay.Options{Lower: dirs, UserXattr: true, ReadOnly: true, NoDev: true, NoSuid: true}); err != nil {
-			return "", err
-		}
-		defer unix.Unmount(src, unix.MNT_DETACH)
-	}
-	// mkfs.erofs keeps owners, times and extended attributes (the layer
-	// store's whiteouts and opaque directories are user.overlay.* ones).
-	if err := run(ctx, "mkfs.erofs", "--quiet", tmp, src); err != nil {
-		return "", fmt.Errorf("building the image of %s: %w", strings.Join(dirs, ", "), err)
+	if err := build(tmp); err != nil {
+		return false, err
 	}
 	if err := os.Rename(tmp, out); err != nil {
-		return "", err
+		return false, err
 	}
-	if err := os.WriteFile(out+".src", []byte(strings.Join(dirs, "\n")), 0o600); err != nil {
-		return "", err
+	if err := os.WriteFile(out+".src", []byte(src), 0o600); err != nil {
+		return false, err
 	}
-	r.log.Info("vm layer image built", "dirs", len(dirs), "top", dirs[0], "ms", time.Since(t0).Milliseconds())
-	if len(dirs) == 1 {
-		r.pruneImages(dirs[0], out)
-	}
-	return out, nil
+	r.log.Info("vm layer image built", "image", out, "top", strings.SplitN(src, "\n", 2)[0], "ms", time.Since(t0).Milliseconds())
+	return true, nil
 }
 
 // pruneImages removes the images of layers that are gone and, when kept is

@@ -261,11 +261,19 @@ func (r *Runtime) emulated() bool {
 // images (for a sandbox without binds).
 func (r *Runtime) PrepareLayers(ctx context.Context, layers []string) error {
 	for _, ls := range diskLayers(layers, maxLayerDisks) {
-		if _, err := r.layerImage(ctx, ls, false); err != nil {
+		if _, err := r.diskImage(ctx, ls); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// diskImage is the image of one disk's layers (diskLayers).
+func (r *Runtime) diskImage(ctx context.Context, layers []string) (string, error) {
+	if len(layers) == 1 {
+		return r.layerImage(ctx, layers[0], false)
+	}
+	return r.mergedImage(ctx, layers)
 }
 
 // maxLayerDisks is how many read-only disks (layers and binds) a machine
@@ -464,7 +472,7 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, dir string, gn
 	}
 	m.Disks = append(m.Disks, diskSpec{Serial: "rw", Path: disk})
 	for i, ls := range diskLayers(spec.Rootfs.Layers, maxLayerDisks-len(spec.Rootfs.Binds)) {
-		img, err := r.layerImage(ctx, ls, false)
+		img, err := r.diskImage(ctx, ls)
 		if err != nil {
 			return m, err
 		}
@@ -473,7 +481,7 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, dir string, gn
 		cfg.Layers = append(cfg.Layers, serial)
 	}
 	for i, b := range spec.Rootfs.Binds {
-		img, err := r.layerImage(ctx, []string{b.Source}, true)
+		img, err := r.layerImage(ctx, b.Source, true)
 		if err != nil {
 			return m, err
 		}
