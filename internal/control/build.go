@@ -150,12 +150,7 @@ func (s *Service) buildTemplate(ctx context.Context, name, dockerfilePath string
 		},
 		CreatedAt: time.Now().UTC(),
 	}
-	var lt layers.Template
-	if st.base == layers.HostTemplate {
-		lt, err = s.layers.HostTemplateWith(st.layers)
-	} else {
-		lt, err = s.layers.ImageTemplate(name, st.layers)
-	}
+	lt, err := s.stackOf(st, name)
 	if err != nil {
 		return api.Template{}, err
 	}
@@ -313,10 +308,15 @@ func (s *Service) buildFrom(ctx context.Context, st *buildState, ref string) err
 
 // rootfsOf is the layer stack of the build so far.
 func (s *Service) rootfsOf(st *buildState) (layers.Template, error) {
+	return s.stackOf(st, "build-"+st.key[:12])
+}
+
+// stackOf is the layer stack of st's layers as the template name.
+func (s *Service) stackOf(st *buildState, name string) (layers.Template, error) {
 	if st.base == layers.HostTemplate {
 		return s.layers.HostTemplateWith(st.layers)
 	}
-	return s.layers.ImageTemplate("build-"+st.key[:12], st.layers)
+	return s.layers.ImageTemplate(name, st.layers)
 }
 
 // buildRun runs a RUN step in a hidden sandbox over the build so far and

@@ -313,7 +313,7 @@ func (s *Service) tagTemplate(ctx context.Context, name, tag string) (api.Templa
 // prepareLayers has the node's default runtime make what its sandboxes over
 // lt's layers share (runtime.LayerPreparer: images of the layers), before
 // the template is recorded, so that its first sandbox starts as quickly as
-// the rest.
+// the rest. It refuses a stack of more layers than an overlay takes.
 func (s *Service) prepareLayers(ctx context.Context, lt layers.Template) error {
 	if len(lt.Layers) > overlay.MaxLayers {
 		return fmt.Errorf("%w: a sandbox of the template would stack %d read-only layers (the image's and atoll's top one); an overlay stacks at most %d", errdefs.ErrInvalid, len(lt.Layers), overlay.MaxLayers)
