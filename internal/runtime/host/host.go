@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -124,17 +125,21 @@ func ReadPID(path string) (int, error) {
 
 // Tail returns the last few KiB of the file at path, "" if it cannot be read.
 func Tail(path string) string {
+	b, _ := TailBytes(path, 4096)
+	return string(b)
+}
+
+// TailBytes returns up to the last n bytes of the file at path.
+func TailBytes(path string, n int64) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return ""
+		return nil, err
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.Size() > 4096 {
-		f.Seek(-4096, 0)
+	if fi, err := f.Stat(); err == nil && fi.Size() > n {
+		f.Seek(-n, io.SeekEnd)
 	}
-	b := make([]byte, 4096)
-	n, _ := f.Read(b)
-	return string(b[:n])
+	return io.ReadAll(io.LimitReader(f, n))
 }
 
 // LastLine is the last non-empty line of out, for error messages.

@@ -24,12 +24,63 @@ import (
 	"github.com/atoll-dev/atoll/internal/runtime/vm/vminit"
 )
 
-// guestModules are what the guest loads, dependencies first; Debian builds
-// them all as modules. crc32c backs ext4's and jbd2's checksums.
+// guestModules are the modules the guest needs; what each depends on is
+// read from the kernel's own modules.dep (moduleOrder), so that a kernel
+// package that splits or regroups them still loads in order. crc32c_generic
+// is named because ext4 and jbd2 find it through the crypto API, which
+// modules.dep does not record. A module the kernel has built in is not in
+// modules.dep and needs no loading.
 var guestModules = []string{
-	"virtio", "virtio_ring", "virtio_mmio", "virtio_blk", "virtio_console",
-	"crc32c_generic", "libcrc32c", "crc16", "mbcache", "jbd2", "ext4", "erofs", "overlay",
-	"failover", "net_failover", "virtio_net",
+	"virtio_mmio", "virtio_blk", "virtio_console", "virtio_net",
+	"crc32c_generic", "ext4", "erofs", "overlay",
+}
+
+// moduleOrder returns the modules.dep paths of want and of everything they
+// depend on, each after its dependencies. Names match with - and _ alike
+// and whatever the file's compression suffix, as modprobe matches them.
+func moduleOrder(dep []byte, want []string) []string {
+	deps := map[string][]string{} // module name → its modules.dep line's paths
+	path := map[string]string{}
+	for _, l := range strings.Split(string(dep), "\n") {
+		p, rest, ok := strings.Cut(l, ":")
+		if !ok {
+			continue
+		}
+		n := moduleName(p)
+		path[n] = p
+		deps[n] = strings.Fields(rest)
+	}
+	var order []string
+	seen := map[string]bool{}
+	var visit func(n string)
+	visit = func(n string) {
+		if seen[n] {
+			return
+		}
+		seen[n] = true
+		p, ok := path[n]
+		if !ok {
+			return // built in, or absent: the guest says which when it fails
+		}
+		for _, d := range deps[n] {
+			visit(moduleName(d))
+		}
+		order = append(order, p)
+	}
+	for _, n := range want {
+		visit(moduleName(n))
+	}
+	return order
+}
+
+// moduleName is a module's name as the kernel knows it: the file's base
+// name without .ko and a compression suffix, - read as _.
+func moduleName(p string) string {
+	n := filepath.Base(p)
+	if i := strings.Index(n, ".ko"); i >= 0 {
+		n = n[:i]
+	}
+	return strings.ReplaceAll(n, "-", "_")
 }
 
 // findKernel returns the newest /boot/vmlinuz-* and its modules directory.
@@ -118,24 +169,22 @@ func (r *Runtime) vmlinux(kernel string) (string, error) {
 	return out, os.Rename(tmp, out)
 }
 
+// initrdFormat names how baseInitrd lays out its image, in its cached file's
+// name: a change to the modules or their order must not reuse an old image.
+const initrdFormat = "initrd 2"
+
 // baseInitrd returns the initramfs shared by every sandbox: the agent binary
 // and the guest's modules. Each sandbox's config follows it as a second cpio
 // archive (the kernel unpacks concatenated archives in turn).
 func (r *Runtime) baseInitrd(agentPath string) (string, error) {
-	out := filepath.Join(r.cacheDir(), "initrd-"+fingerprint(agentPath, r.modules)+".cpio")
+	dep := filepath.Join(r.modules, "modules.dep")
+	out := filepath.Join(r.cacheDir(), "initrd-"+fingerprint(initrdFormat, strings.Join(guestModules, " "), agentPath, dep)+".cpio")
 	if _, err := os.Stat(out); err == nil {
 		return out, nil
 	}
-	dep, err := os.ReadFile(filepath.Join(r.modules, "modules.dep"))
+	deps, err := os.ReadFile(dep)
 	if err != nil {
 		return "", err
-	}
-	paths := map[string]string{}
-	for _, l := range strings.Split(string(dep), "\n") {
-		p, _, ok := strings.Cut(l, ":")
-		if ok {
-			paths[strings.TrimSuffix(filepath.Base(p), ".ko")] = p
-		}
 	}
 	var buf bytes.Buffer
 	w := newCpio(&buf)
@@ -148,12 +197,7 @@ func (r *Runtime) baseInitrd(agentPath string) (string, error) {
 	}
 	w.file(strings.TrimPrefix(vminit.AgentPath, "/"), 0o755, agent)
 	var order []string
-	for _, m := range guestModules {
-		p, ok := paths[m]
-		if !ok {
-			// Built in (or absent: the guest says which when it fails).
-			continue
-		}
+	for _, p := range moduleOrder(deps, guestModules) {
 		b, err := os.ReadFile(filepath.Join(r.modules, p))
 		if err != nil {
 			return "", err
