@@ -269,13 +269,13 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	runtimes := []runtime.Runtime{nsrt}
 	unavailable := map[string]string{}
 	// gvisor is offered where runsc is installed and runs a probe sandbox.
+	// Where a runtime is not, its constructor's error is the reason
+	// clients see: the missing package, or the probe and what it printed,
+	// for the operator to act on.
 	if gv, err := gvisor.New(gvisor.Config{RunRoot: filepath.Join(data, "run-gvisor"),
 		PlatformCache: "/run/atoll/gvisor-platform", Lowers: lw, Logger: log}); err != nil {
 		log.Info("runtime gvisor not offered", "err", err)
-		unavailable["gvisor"] = "runsc does not run sandboxes on this host"
-		if errors.Is(err, gvisor.ErrNoRunsc) || errors.Is(err, lowers.ErrNoErofs) {
-			unavailable["gvisor"] = err.Error()
-		}
+		unavailable["gvisor"] = err.Error()
 	} else {
 		runtimes = append(runtimes, gv)
 	}
@@ -286,10 +286,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	// vm is offered where QEMU and a guest kernel are installed.
 	if vmrt, err := vm.New(vm.Config{RunRoot: filepath.Join(data, "run-vm"), AccelCache: "/run/atoll/vm-accel", Logger: log}); err != nil {
 		log.Info("runtime vm not offered", "err", err)
-		unavailable["vm"] = "QEMU does not run microVMs on this host"
-		if errors.Is(err, vm.ErrNoQEMU) || errors.Is(err, vm.ErrNoKernel) {
-			unavailable["vm"] = err.Error()
-		}
+		unavailable["vm"] = err.Error()
 	} else {
 		runtimes = append(runtimes, vmrt)
 	}

@@ -87,7 +87,7 @@ type Config struct {
 
 // Errors New returns when the runtime cannot be offered.
 var (
-	ErrNoQEMU   = errors.New("qemu-system-x86_64 is not installed")
+	ErrNoQEMU   = errors.New("qemu-system-x86_64 is not installed (package qemu-system-x86)")
 	ErrNoKernel = errors.New("no guest kernel (install linux-image-amd64)")
 )
 
@@ -142,6 +142,14 @@ const (
 	defaultMemory = 1 << 30
 )
 
+// tools are the commands that make a vm's disks, each with the Debian
+// package that has it.
+var tools = []struct{ cmd, pkg string }{
+	{"mkfs.erofs", "erofs-utils"}, // the template's layers
+	{"mkfs.ext4", "e2fsprogs"},    // the writable disk
+	{"rsync", "rsync"},            // a stopped vm's files, back into its writable layer
+}
+
 // New finds QEMU and a guest kernel and picks an accelerator. It fails when
 // either is missing; the node then does not offer this runtime.
 func New(cfg Config) (*Runtime, error) {
@@ -157,11 +165,11 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	qemu, err := exec.LookPath(bin)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNoQEMU, err)
+		return nil, ErrNoQEMU
 	}
-	for _, tool := range []string{"mkfs.erofs", "mkfs.ext4", "rsync"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			return nil, fmt.Errorf("%s is not installed (packages erofs-utils, e2fsprogs, rsync)", tool)
+	for _, t := range tools {
+		if _, err := exec.LookPath(t.cmd); err != nil {
+			return nil, fmt.Errorf("%s is not installed (package %s)", t.cmd, t.pkg)
 		}
 	}
 	kernel, modules := cfg.Kernel, ""
