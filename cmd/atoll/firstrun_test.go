@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -65,5 +66,30 @@ func TestRuntimesReason(t *testing.T) {
 	out, _ := d.cli("runtimes")
 	if !strings.Contains(out, "rsync is not installed (package rsync)") {
 		t.Errorf("atoll runtimes:\n%s", out)
+	}
+}
+
+// TestServeDataNotTraversable: a --data under a directory other users
+// cannot pass through (mktemp -d makes them 0700) is refused at start, with
+// the directory and the fix named; before, the server started and every
+// create failed.
+func TestServeDataNotTraversable(t *testing.T) {
+	testenv.RequireRoot(t)
+	parent := filepath.Join(testenv.Dir(t), "private")
+	if err := os.Mkdir(parent, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(parent, "data")
+	out, err := exec.Command(atollBinary(t), "serve", "--listen", "127.0.0.1:0", "--data", data, "--network", "off").CombinedOutput()
+	if err == nil {
+		t.Fatalf("atoll serve started with --data under a 0700 directory:\n%s", out)
+	}
+	for _, want := range []string{parent + " (mode 0700)", "chmod o+x " + parent} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output does not say %q:\n%s", want, out)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(data, "layers")); err == nil {
+		t.Error("the refused server made its layer store")
 	}
 }

@@ -221,6 +221,9 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if err := os.Chmod(data, 0o711); err != nil {
 		return err
 	}
+	if err := checkTraversable(data); err != nil {
+		return err
+	}
 	// The archive URL first: a wrong one fails before the layer image is made.
 	archiveURL := cfg.archive
 	if archiveURL == "" {
@@ -519,4 +522,29 @@ func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// checkTraversable refuses a data directory that sandboxes cannot reach:
+// their processes run as unprivileged host users, which must pass through
+// every directory above it to exec the agent and reach their own roots. A
+// directory made by mktemp -d (mode 0700) above it would otherwise let the
+// server start and every create fail.
+func checkTraversable(data string) error {
+	real, err := filepath.EvalSymlinks(data)
+	if err != nil {
+		return err
+	}
+	for p := filepath.Dir(real); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("--data %s: %s (mode %04o) cannot be passed through by other users, and sandboxes run as unprivileged users that must reach their files under it; "+
+				"run chmod o+x %s, or choose a --data elsewhere", data, p, fi.Mode().Perm(), p)
+		}
+		if p == "/" {
+			return nil
+		}
+	}
 }
