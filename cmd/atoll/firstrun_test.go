@@ -5,11 +5,13 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/atoll-dev/atoll/internal/testenv"
 )
@@ -91,5 +93,63 @@ func TestServeDataNotTraversable(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(data, "layers")); err == nil {
 		t.Error("the refused server made its layer store")
+	}
+}
+
+// TestStopEndsReadySandboxes: after a graceful stop (SIGTERM) nothing the
+// server kept ready for creates runs on: neither the warm pool's sandboxes
+// nor the prestarted processes. Before, the pool's stayed until the next
+// start.
+func TestStopEndsReadySandboxes(t *testing.T) {
+	testenv.RequireRoot(t)
+	data := testenv.Dir(t)
+	d := startDaemon(t, data, "--warm-pool", "2", "--prestart", "2")
+	states := func() map[string]string {
+		db, err := sql.Open("sqlite", "file:"+filepath.Join(data, "atoll.db")+"?mode=ro&_pragma=busy_timeout(10000)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		rows, err := db.Query(`SELECT id, state FROM sandboxes`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		out := map[string]string{}
+		for rows.Next() {
+			var id, state string
+			rows.Scan(&id, &state)
+			out[id] = state
+		}
+		return out
+	}
+	var ready map[string]string
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		ready = states()
+		n := map[string]int{}
+		for _, st := range ready {
+			n[st]++
+		}
+		if n["pooled"] == 2 && n["prestarted"] == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool and prestarted not filled: %v", ready)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for id := range ready {
+		if len(inCgroup(id)) == 0 {
+			t.Fatalf("ready sandbox %s has no process", id)
+		}
+	}
+	d.stop()
+	for id, st := range ready {
+		if pids := inCgroup(id); len(pids) > 0 {
+			t.Errorf("%s sandbox %s: processes %v run on after the server stopped", st, id, pids)
+		}
+	}
+	if left := states(); len(left) > 0 {
+		t.Errorf("records left: %v", left)
 	}
 }
