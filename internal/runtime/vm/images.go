@@ -326,31 +326,32 @@ func (r *Runtime) mergedImage(ctx context.Context, dirs []string) (string, error
 			return err
 		}
 		defer os.RemoveAll(work)
-		defer func() {
-			for _, m := range host.MountsUnder(work) { // deepest first
-				_ = unix.Unmount(m, unix.MNT_DETACH)
+		// The images' mounts and the overlay over them live in a mount
+		// namespace of their own, which takes them when the build ends,
+		// however it ends: a cancelled build or a killed node left them
+		// on the host before.
+		return host.InMountNamespace(func() error {
+			lower := make([]string, len(images))
+			for i, img := range images {
+				lower[i] = filepath.Join(work, strconv.Itoa(i))
+				if err := os.Mkdir(lower[i], 0o700); err != nil {
+					return err
+				}
+				if err := host.MountErofs(ctx, img, lower[i]); err != nil {
+					return err
+				}
 			}
-		}()
-		lower := make([]string, len(images))
-		for i, img := range images {
-			lower[i] = filepath.Join(work, strconv.Itoa(i))
-			if err := os.Mkdir(lower[i], 0o700); err != nil {
+			root := filepath.Join(work, "root")
+			if err := os.Mkdir(root, 0o700); err != nil {
 				return err
 			}
-			if err := host.MountErofs(ctx, img, lower[i]); err != nil {
+			// Xino: each image is a file system of its own, so every
+			// file gets an inode number of its own.
+			if err := overlay.Mount(root, overlay.Options{Lower: lower, UserXattr: true, Xino: true, ReadOnly: true, NoDev: true, NoSuid: true}); err != nil {
 				return err
 			}
-		}
-		root := filepath.Join(work, "root")
-		if err := os.Mkdir(root, 0o700); err != nil {
-			return err
-		}
-		// Xino: each image is a file system of its own, so every file
-		// gets an inode number of its own.
-		if err := overlay.Mount(root, overlay.Options{Lower: lower, UserXattr: true, Xino: true, ReadOnly: true, NoDev: true, NoSuid: true}); err != nil {
-			return err
-		}
-		return run(ctx, "mkfs.erofs", "--quiet", tmp, root)
+			return run(ctx, "mkfs.erofs", "--quiet", tmp, root)
+		})
 	})
 	if err != nil {
 		return "", fmt.Errorf("building the image of %d layers under %s: %w", len(dirs), dirs[0], err)
@@ -495,14 +496,16 @@ func makeWritableDisk(ctx context.Context, path, writable string) error {
 	if err := os.Mkdir(filepath.Join(stage, "work"), 0o755); err != nil {
 		return err
 	}
-	if err := unix.Mount(src, filepath.Join(stage, "upper"), "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("binding the writable layer: %w", err)
-	}
-	defer unix.Unmount(filepath.Join(stage, "upper"), unix.MNT_DETACH)
-	if err := run(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1", "-d", stage, path); err != nil {
-		return fmt.Errorf("building the writable disk: %w", err)
-	}
-	return nil
+	// The bind mount goes with its namespace, even if the node dies.
+	return host.InMountNamespace(func() error {
+		if err := unix.Mount(src, filepath.Join(stage, "upper"), "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("binding the writable layer: %w", err)
+		}
+		if err := run(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1", "-d", stage, path); err != nil {
+			return fmt.Errorf("building the writable disk: %w", err)
+		}
+		return nil
+	})
 }
 
 // writableQuota reads the btrfs qgroup limit of the writable layer's
@@ -544,19 +547,22 @@ func syncBack(ctx context.Context, img, writable, scratch string) error {
 	if err := os.Mkdir(mnt, 0o700); err != nil {
 		return err
 	}
-	if err := run(ctx, "mount", "-t", "ext4", "-o", "loop,nodev,nosuid", cp, mnt); err != nil {
-		return fmt.Errorf("mounting the writable disk: %w", err)
-	}
-	defer run(context.WithoutCancel(ctx), "umount", mnt)
-	if _, err := os.Stat(filepath.Join(mnt, "upper")); err != nil {
-		return fmt.Errorf("the writable disk has no upper directory: %w", err)
-	}
-	// -aHAX: owners, modes, times, hard links, ACLs and extended
-	// attributes (the overlay's), device nodes (its whiteouts).
-	if err := run(ctx, "rsync", "-aHAX", "--numeric-ids", "--delete", mnt+"/upper/", filepath.Join(writable, "upper")+"/"); err != nil {
-		return fmt.Errorf("copying the writable disk back: %w", err)
-	}
-	return nil
+	// The disk's mount (and its loop device) go with the namespace, even
+	// if the node dies mid-copy.
+	return host.InMountNamespace(func() error {
+		if err := run(ctx, "mount", "-t", "ext4", "-o", "loop,nodev,nosuid", cp, mnt); err != nil {
+			return fmt.Errorf("mounting the writable disk: %w", err)
+		}
+		if _, err := os.Stat(filepath.Join(mnt, "upper")); err != nil {
+			return fmt.Errorf("the writable disk has no upper directory: %w", err)
+		}
+		// -aHAX: owners, modes, times, hard links, ACLs and extended
+		// attributes (the overlay's), device nodes (its whiteouts).
+		if err := run(ctx, "rsync", "-aHAX", "--numeric-ids", "--delete", mnt+"/upper/", filepath.Join(writable, "upper")+"/"); err != nil {
+			return fmt.Errorf("copying the writable disk back: %w", err)
+		}
+		return nil
+	})
 }
 
 // run runs a tool to completion, its error carrying the last line it printed.
