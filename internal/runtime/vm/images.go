@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -331,6 +332,15 @@ func (r *Runtime) mergedImage(ctx context.Context, dirs []string) (string, error
 		// however it ends: a cancelled build or a killed node left them
 		// on the host before.
 		return host.InMountNamespace(func() error {
+			// Unmounted here all the same, top first, so that the
+			// images' loop devices (before Linux 6.12) are gone when
+			// this returns.
+			var mounted []string
+			defer func() {
+				for _, m := range slices.Backward(mounted) {
+					_ = unix.Unmount(m, 0)
+				}
+			}()
 			lower := make([]string, len(images))
 			for i, img := range images {
 				lower[i] = filepath.Join(work, strconv.Itoa(i))
@@ -340,11 +350,13 @@ func (r *Runtime) mergedImage(ctx context.Context, dirs []string) (string, error
 				if err := host.MountErofs(ctx, img, lower[i]); err != nil {
 					return err
 				}
+				mounted = append(mounted, lower[i])
 			}
 			root := filepath.Join(work, "root")
 			if err := os.Mkdir(root, 0o700); err != nil {
 				return err
 			}
+			mounted = append(mounted, root)
 			// Xino: each image is a file system of its own, so every
 			// file gets an inode number of its own.
 			if err := overlay.Mount(root, overlay.Options{Lower: lower, UserXattr: true, Xino: true, ReadOnly: true, NoDev: true, NoSuid: true}); err != nil {
@@ -501,6 +513,7 @@ func makeWritableDisk(ctx context.Context, path, writable string) error {
 		if err := unix.Mount(src, filepath.Join(stage, "upper"), "", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("binding the writable layer: %w", err)
 		}
+		defer unix.Unmount(filepath.Join(stage, "upper"), unix.MNT_DETACH)
 		if err := run(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1", "-d", stage, path); err != nil {
 			return fmt.Errorf("building the writable disk: %w", err)
 		}
@@ -553,6 +566,9 @@ func syncBack(ctx context.Context, img, writable, scratch string) error {
 		if err := run(ctx, "mount", "-t", "ext4", "-o", "loop,nodev,nosuid", cp, mnt); err != nil {
 			return fmt.Errorf("mounting the writable disk: %w", err)
 		}
+		// Unmounted here all the same, so that the loop device is gone
+		// when this returns, not once the namespace is torn down.
+		defer run(context.WithoutCancel(ctx), "umount", mnt)
 		if _, err := os.Stat(filepath.Join(mnt, "upper")); err != nil {
 			return fmt.Errorf("the writable disk has no upper directory: %w", err)
 		}
