@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-dev/atoll/internal/runtime/vm"
 	"github.com/atoll-dev/atoll/internal/testenv"
 )
 
@@ -151,5 +152,37 @@ func TestStopEndsReadySandboxes(t *testing.T) {
 	}
 	if left := states(); len(left) > 0 {
 		t.Errorf("records left: %v", left)
+	}
+}
+
+// TestReadmeRunLine: README's run line works on a fresh Debian machine,
+// whose package lists are empty until apt-get update, and README names
+// every package the runtimes look for.
+func TestReadmeRunLine(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	_, run, _ := strings.Cut(readme, "## Run it")
+	run, _, _ = strings.Cut(run, "\n## ")
+	var line string
+	for _, l := range strings.Split(run, "\n") {
+		if strings.Contains(l, "go run ./cmd/atoll serve") {
+			line = l
+		}
+	}
+	if !strings.HasPrefix(line, "apt-get update && apt-get install -y ") {
+		t.Errorf("the run line does not update the package lists before installing: %q", line)
+	}
+	for _, pkg := range []string{"btrfs-progs", "erofs-utils"} {
+		if !strings.Contains(line, pkg) {
+			t.Errorf("the run line does not install %s: %q", pkg, line)
+		}
+	}
+	for _, pkg := range append(vm.Packages(), "qemu-system-x86", "linux-image-amd64") {
+		if !strings.Contains(run, pkg) {
+			t.Errorf("README's Run it does not name %s, which the vm runtime needs", pkg)
+		}
 	}
 }

@@ -150,6 +150,15 @@ var tools = []struct{ cmd, pkg string }{
 	{"rsync", "rsync"},            // a stopped vm's files, back into its writable layer
 }
 
+// Packages are the Debian packages of the tools New looks for.
+func Packages() []string {
+	var out []string
+	for _, t := range tools {
+		out = append(out, t.pkg)
+	}
+	return out
+}
+
 // New finds QEMU and a guest kernel and picks an accelerator. It fails when
 // either is missing; the node then does not offer this runtime.
 func New(cfg Config) (*Runtime, error) {
