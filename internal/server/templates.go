@@ -31,7 +31,8 @@ type Templates interface {
 	Build(ctx context.Context, name, dockerfile string, buildArgs map[string]string, buildContext io.Reader, events func(api.BuildEvent)) (api.Template, error)
 	List(ctx context.Context) ([]api.Template, error)
 	Get(ctx context.Context, name string) (api.Template, error)
-	Delete(ctx context.Context, name string) error
+	// Delete removes the name name; its versions stay while in use.
+	Delete(ctx context.Context, name string) (api.TemplateRemoved, error)
 	// Tag gives template name the second name tag.
 	Tag(ctx context.Context, name, tag string) (api.Template, error)
 	// Bootstrap makes a base template with debootstrap; events carries its log.
@@ -123,11 +124,15 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := ts.Delete(r.Context(), name); err != nil {
+	out, err := ts.Delete(r.Context(), name)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	w.WriteHeader(http.StatusNoContent)
+	if out.Held == nil {
+		out.Held = []api.TemplateVersion{}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) bootstrapTemplate(w http.ResponseWriter, r *http.Request) {

@@ -122,17 +122,17 @@ func (m *memTemplates) Get(ctx context.Context, name string) (api.Template, erro
 	return t, nil
 }
 
-func (m *memTemplates) Delete(ctx context.Context, name string) error {
+func (m *memTemplates) Delete(ctx context.Context, name string) (api.TemplateRemoved, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.tpls[name]; !ok {
-		return fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
+		return api.TemplateRemoved{}, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
 	}
 	if m.inUse[name] {
-		return fmt.Errorf("template %s is used by sandboxes: %w", name, errdefs.ErrConflict)
+		return api.TemplateRemoved{}, fmt.Errorf("template %s is the built-in one: %w", name, errdefs.ErrConflict)
 	}
 	delete(m.tpls, name)
-	return nil
+	return api.TemplateRemoved{Name: name}, nil
 }
 
 // Build reads the build context and builds one step per line of the
@@ -266,7 +266,7 @@ func TestTemplateLifecycle(t *testing.T) {
 	}
 
 	resp, body = f.do("DELETE", "/v1/templates/py", nil)
-	if resp.StatusCode != http.StatusNoContent || len(body) != 0 {
+	if resp.StatusCode != http.StatusOK || string(body) != `{"name":"py","held":[]}`+"\n" {
 		t.Fatalf("delete: %d %s", resp.StatusCode, body)
 	}
 	resp, body = f.do("GET", "/v1/templates/py", nil)
