@@ -327,6 +327,12 @@ func (s *Service) collectLayers(ctx context.Context) {
 	if err := s.layers.SweepImageTemplates(tops); err != nil {
 		s.log.Warn("removing unused template layers", "err", err)
 	}
+	// What runtimes made of the layers that went (their images).
+	for _, rt := range s.runtimes {
+		if p, ok := rt.(runtime.LayerPruner); ok {
+			p.PruneLayers()
+		}
+	}
 }
 
 // resolve finds the version a create names: NAME is the current version of

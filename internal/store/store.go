@@ -280,6 +280,9 @@ func update(ctx context.Context, tx *sql.Tx, sb *Sandbox, from []string) error {
 	if !contains(from, cur) {
 		return fmt.Errorf("sandbox %s is %s: %w", sb.ID, cur, errdefs.ErrConflict)
 	}
+	if err := versionExists(ctx, tx, sb.TemplateVersion); err != nil {
+		return err
+	}
 	env, _ := json.Marshal(orEmpty(sb.Env))
 	labels, _ := json.Marshal(orEmpty(sb.Labels))
 	_, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state=?, error=?, template=?, runtime=?, cpu=?, memory_mib=?,
