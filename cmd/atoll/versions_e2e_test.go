@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -143,6 +144,20 @@ func TestTemplateVersions(t *testing.T) {
 	} else {
 		c.DeleteSandbox(ctx, sb.ID)
 	}
+	// Over the E2B API, a tag names a version as @ does.
+	for tag, want := range map[string]string{"app:1": "one", "app:" + v1.VersionID: "one", "app:default": "two", "app": "two"} {
+		a := d.e2b(t, e2bReq{method: "POST", path: "/v2/sandboxes", key: d.key, body: `{"templateID":"` + tag + `"}`})
+		a.want(t, "E2B create of "+tag, 201)
+		var sb struct{ SandboxID, TemplateID string }
+		json.Unmarshal(a.body, &sb)
+		if v := versionOf(sb.SandboxID); v != want || sb.TemplateID != "app" {
+			t.Errorf("E2B create of %s: version %q, templateID %q; want %s", tag, v, sb.TemplateID, want)
+		}
+		c.DeleteSandbox(ctx, sb.SandboxID)
+	}
+	d.e2b(t, e2bReq{method: "POST", path: "/v2/sandboxes", key: d.key, body: `{"templateID":"app:999"}`}).want(t, "E2B create of app:999", 404)
+	d.e2b(t, e2bReq{method: "POST", path: "/v2/sandboxes", key: d.key, body: `{"templateID":"base:1"}`}).want(t, "E2B create of base:1", 404)
+	d.e2b(t, e2bReq{method: "POST", path: "/v2/sandboxes", key: d.key, body: `{"templateID":"app:x/y"}`}).want(t, "E2B create of app:x/y", 400)
 	// A fork after the rebuild: children of the old version.
 	kids, err := c.ForkSandbox(ctx, old.ID, api.ForkRequest{Count: 1})
 	if err != nil || len(kids) != 1 || kids[0].TemplateVersion != v1.VersionID || versionOf(kids[0].ID) != "one" {
