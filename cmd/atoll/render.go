@@ -35,7 +35,8 @@ func renderInspect(w io.Writer, sb api.Sandbox, now time.Time) error {
 	if sb.Error != "" {
 		line("Error", sb.Error)
 	}
-	line("Template", sb.Template)
+	// NAME@ID: what --template takes to make another of the same version.
+	line("Template", sb.Template+orEmptyAt(sb.TemplateVersion))
 	line("Runtime", sb.Runtime)
 	line("CPU", formatCPU(sb.CPU))
 	line("Memory", formatMiB(sb.MemoryMiB))
@@ -284,6 +285,13 @@ func versionOf(t api.Template) string {
 		return "-"
 	}
 	return strconv.Itoa(t.Version)
+}
+
+func orEmptyAt(version string) string {
+	if version == "" {
+		return ""
+	}
+	return "@" + version
 }
 
 func orEmpty(prefix, s string) string {
