@@ -1,11 +1,14 @@
 package main
 
 import (
+	"archive/tar"
 	"bufio"
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +16,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/testenv"
@@ -95,20 +104,20 @@ func TestTemplateVersions(t *testing.T) {
 	if out, code := d.cli("template", "build", "--name", "app", dir); code != 0 {
 		t.Fatalf("build: %s\n%s", out, d.out.String())
 	}
-	v1, err := c.GetTemplate(ctx, "app")
-	if err != nil || v1.Version != 1 || len(v1.VersionID) != 20 || len(v1.Layers) != 2 || len(v1.Versions) != 1 {
-		t.Fatalf("first version: %+v, %v", v1, err)
+	first, err := c.GetTemplate(ctx, "app")
+	if err != nil || first.Version != 1 || len(first.VersionID) != 20 || len(first.Layers) != 2 || len(first.Versions) != 1 {
+		t.Fatalf("first version: %+v, %v", first, err)
 	}
 	old, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "app"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if old.TemplateVersion != v1.VersionID || versionOf(old.ID) != "one" {
+	if old.TemplateVersion != first.VersionID || versionOf(old.ID) != "one" {
 		t.Errorf("sandbox of the first version: %+v", old)
 	}
 	sh(t, c, old.ID, "echo mine > /root/state")
 	snap, err := c.CreateSnapshot(ctx, old.ID, api.CreateSnapshotRequest{Name: "of-one"})
-	if err != nil || snap.TemplateVersion != v1.VersionID {
+	if err != nil || snap.TemplateVersion != first.VersionID {
 		t.Fatalf("snapshot: %+v, %v", snap, err)
 	}
 
@@ -117,25 +126,25 @@ func TestTemplateVersions(t *testing.T) {
 	if out, code := d.cli("template", "build", "--name", "app", dir); code != 0 {
 		t.Fatalf("rebuild while a sandbox runs: %s", out)
 	}
-	v2, err := c.GetTemplate(ctx, "app")
-	if err != nil || v2.Version != 2 || v2.VersionID == v1.VersionID || v2.OldVersions != 1 || v2.Layers[0] != v1.Layers[0] || v2.Layers[1] == v1.Layers[1] {
-		t.Fatalf("second version: %+v, %v (first %+v)", v2, err, v1)
+	second, err := c.GetTemplate(ctx, "app")
+	if err != nil || second.Version != 2 || second.VersionID == first.VersionID || second.OldVersions != 1 || second.Layers[0] != first.Layers[0] || second.Layers[1] == first.Layers[1] {
+		t.Fatalf("second version: %+v, %v (first %+v)", second, err, first)
 	}
 	if v := versionOf(old.ID); v != "one" {
 		t.Errorf("the running sandbox after the rebuild: %q", v)
 	}
 	fresh, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "app"})
-	if err != nil || fresh.TemplateVersion != v2.VersionID || versionOf(fresh.ID) != "two" {
+	if err != nil || fresh.TemplateVersion != second.VersionID || versionOf(fresh.ID) != "two" {
 		t.Errorf("a new sandbox after the rebuild: %+v, %v", fresh, err)
 	}
 	var pinned []string
-	for _, ref := range []string{"app@1", "app@" + v1.VersionID} {
+	for _, ref := range []string{"app@1", "app@" + first.VersionID} {
 		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: ref})
 		if err != nil {
 			t.Fatalf("create %s: %v", ref, err)
 		}
 		pinned = append(pinned, sb.ID)
-		if sb.Template != "app" || sb.TemplateVersion != v1.VersionID || versionOf(sb.ID) != "one" {
+		if sb.Template != "app" || sb.TemplateVersion != first.VersionID || versionOf(sb.ID) != "one" {
 			t.Errorf("create %s: %+v", ref, sb)
 		}
 	}
@@ -145,7 +154,7 @@ func TestTemplateVersions(t *testing.T) {
 		c.DeleteSandbox(ctx, sb.ID)
 	}
 	// Over the E2B API, a tag names a version as @ does.
-	for tag, want := range map[string]string{"app:1": "one", "app:" + v1.VersionID: "one", "app:default": "two", "app": "two"} {
+	for tag, want := range map[string]string{"app:1": "one", "app:" + first.VersionID: "one", "app:default": "two", "app": "two"} {
 		a := d.e2b(t, e2bReq{method: "POST", path: "/v2/sandboxes", key: d.key, body: `{"templateID":"` + tag + `"}`})
 		a.want(t, "E2B create of "+tag, 201)
 		var sb struct{ SandboxID, TemplateID string }
@@ -160,7 +169,7 @@ func TestTemplateVersions(t *testing.T) {
 	d.e2b(t, e2bReq{method: "POST", path: "/v2/sandboxes", key: d.key, body: `{"templateID":"app:x/y"}`}).want(t, "E2B create of app:x/y", 400)
 	// A fork after the rebuild: children of the old version.
 	kids, err := c.ForkSandbox(ctx, old.ID, api.ForkRequest{Count: 1})
-	if err != nil || len(kids) != 1 || kids[0].TemplateVersion != v1.VersionID || versionOf(kids[0].ID) != "one" {
+	if err != nil || len(kids) != 1 || kids[0].TemplateVersion != first.VersionID || versionOf(kids[0].ID) != "one" {
 		t.Fatalf("fork after the rebuild: %+v, %v", kids, err)
 	}
 	if out, _ := sh(t, c, kids[0].ID, "cat /root/state"); out != "mine\n" {
@@ -168,7 +177,7 @@ func TestTemplateVersions(t *testing.T) {
 	}
 	// A sandbox from the snapshot has the snapshot's version.
 	fromSnap, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Snapshot: snap.ID})
-	if err != nil || fromSnap.TemplateVersion != v1.VersionID || versionOf(fromSnap.ID) != "one" {
+	if err != nil || fromSnap.TemplateVersion != first.VersionID || versionOf(fromSnap.ID) != "one" {
 		t.Errorf("create from a snapshot of the first version: %+v, %v", fromSnap, err)
 	}
 	// A snapshot of one version is not restored over another.
@@ -189,7 +198,7 @@ func TestTemplateVersions(t *testing.T) {
 			}
 		}
 		sb, err := c.StartSandbox(ctx, old.ID)
-		if err != nil || sb.TemplateVersion != v1.VersionID {
+		if err != nil || sb.TemplateVersion != first.VersionID {
 			t.Fatalf("%s: start: %+v, %v", how, sb, err)
 		}
 		if v := versionOf(old.ID); v != "one" {
@@ -212,9 +221,9 @@ func TestTemplateVersions(t *testing.T) {
 	// The pool (LABEL atoll.pool=1): its sandboxes were of the first
 	// version; now only of the second, then of the third.
 	deadline := time.Now().Add(30 * time.Second)
-	for got := pooledVersions(t, data); !slices.Equal(got, []string{v2.VersionID}); got = pooledVersions(t, data) {
+	for got := pooledVersions(t, data); !slices.Equal(got, []string{second.VersionID}); got = pooledVersions(t, data) {
 		if time.Now().After(deadline) {
-			t.Fatalf("pooled sandboxes of versions %v, want one of %s", got, v2.VersionID)
+			t.Fatalf("pooled sandboxes of versions %v, want one of %s", got, second.VersionID)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -222,14 +231,14 @@ func TestTemplateVersions(t *testing.T) {
 	if out, code := d.cli("template", "build", "--name", "app", dir); code != 0 {
 		t.Fatalf("third build: %s", out)
 	}
-	v3, _ := c.GetTemplate(ctx, "app")
-	for got := pooledVersions(t, data); !slices.Equal(got, []string{v3.VersionID}); got = pooledVersions(t, data) {
+	third, _ := c.GetTemplate(ctx, "app")
+	for got := pooledVersions(t, data); !slices.Equal(got, []string{third.VersionID}); got = pooledVersions(t, data) {
 		if time.Now().After(deadline.Add(30 * time.Second)) {
-			t.Fatalf("pooled sandboxes after a rebuild: versions %v, want one of %s", got, v3.VersionID)
+			t.Fatalf("pooled sandboxes after a rebuild: versions %v, want one of %s", got, third.VersionID)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "app"}); err != nil || sb.TemplateVersion != v3.VersionID || versionOf(sb.ID) != "three" {
+	if sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "app"}); err != nil || sb.TemplateVersion != third.VersionID || versionOf(sb.ID) != "three" {
 		t.Errorf("create after the third build: %+v, %v", sb, err)
 	} else {
 		c.DeleteSandbox(ctx, sb.ID)
@@ -250,7 +259,7 @@ func TestTemplateVersions(t *testing.T) {
 	if out, _ := d.cli("template", "ls"); !strings.Contains(out, "VERSION") || !strings.Contains(strings.Join(strings.Fields(out), " "), "app 3 2 build") {
 		t.Errorf("template ls: %s", out)
 	}
-	if out, _ := d.cli("template", "inspect", "app"); !strings.Contains(out, v1.VersionID) || !strings.Contains(out, " 3 ("+v3.VersionID+")") {
+	if out, _ := d.cli("template", "inspect", "app"); !strings.Contains(out, first.VersionID) || !strings.Contains(out, " 3 ("+third.VersionID+")") {
 		t.Errorf("template inspect: %s", out)
 	}
 
@@ -280,18 +289,18 @@ func TestTemplateVersions(t *testing.T) {
 		// Version 1 is held by the admin tenant's sandboxes only: not
 		// another tenant's to see or to pin.
 		{oc, "app@1", atoll.ErrNotFound},
-		{oc, "app@" + v1.VersionID, atoll.ErrNotFound},
+		{oc, "app@" + first.VersionID, atoll.ErrNotFound},
 	} {
 		if sb, err := tc.c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: tc.ref}); !errors.Is(err, tc.want) {
 			t.Errorf("create %q: %+v, %v; want %v", tc.ref, sb, err, tc.want)
 		}
 	}
-	if sb, err := oc.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "app@3"}); err != nil || sb.TemplateVersion != v3.VersionID {
+	if sb, err := oc.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "app@3"}); err != nil || sb.TemplateVersion != third.VersionID {
 		t.Errorf("another tenant's create of the current version by number: %+v, %v", sb, err)
 	} else {
 		oc.DeleteSandbox(ctx, sb.ID)
 	}
-	if tmpl, err := oc.GetTemplate(ctx, "app"); err != nil || len(tmpl.Versions) != 1 || tmpl.Versions[0].ID != v3.VersionID {
+	if tmpl, err := oc.GetTemplate(ctx, "app"); err != nil || len(tmpl.Versions) != 1 || tmpl.Versions[0].ID != third.VersionID {
 		t.Errorf("another tenant sees versions %+v, %v; want only the current one", tmpl.Versions, err)
 	}
 
@@ -305,27 +314,27 @@ func TestTemplateVersions(t *testing.T) {
 	if got, _ := c.GetTemplate(ctx, "app"); len(got.Versions) != 3 {
 		t.Errorf("version 1 went while its snapshot holds it: %+v", got.Versions)
 	}
-	if _, err := os.Stat(filepath.Join(data, "layers", "layers", v1.Layers[1])); err != nil {
+	if _, err := os.Stat(filepath.Join(data, "layers", "layers", first.Layers[1])); err != nil {
 		t.Errorf("the layer of a held version: %v", err)
 	}
 	if err := c.DeleteSnapshot(ctx, snap.ID); err != nil {
 		t.Fatal(err)
 	}
 	got, _ = c.GetTemplate(ctx, "app")
-	if len(got.Versions) != 2 || got.OldVersions != 1 || slices.ContainsFunc(got.Versions, func(v api.TemplateVersion) bool { return v.ID == v1.VersionID }) {
+	if len(got.Versions) != 2 || got.OldVersions != 1 || slices.ContainsFunc(got.Versions, func(v api.TemplateVersion) bool { return v.ID == first.VersionID }) {
 		t.Errorf("after the last user of version 1 went: %+v", got.Versions)
 	}
 	if _, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "app@1"}); !errors.Is(err, atoll.ErrNotFound) {
 		t.Errorf("create from a collected version: %v", err)
 	}
 	layers := layerDirs(data)
-	if slices.Contains(layers, v1.Layers[1]) || !slices.Contains(layers, v1.Layers[0]) {
-		t.Errorf("layers after version 1 went: %v; want without %s, with the shared %s", layers, v1.Layers[1], v1.Layers[0])
+	if slices.Contains(layers, first.Layers[1]) || !slices.Contains(layers, first.Layers[0]) {
+		t.Errorf("layers after version 1 went: %v; want without %s, with the shared %s", layers, first.Layers[1], first.Layers[0])
 	}
 
 	// Removing the name: versions in use stay, and rm says so.
 	out, code := d.cli("template", "rm", "app")
-	if code != 0 || !strings.Contains(out, "version 2 ("+v2.VersionID+") stays until unused: used by 1 sandbox") {
+	if code != 0 || !strings.Contains(out, "version 2 ("+second.VersionID+") stays until unused: used by 1 sandbox") {
 		t.Errorf("template rm of a name in use: %d %q", code, out)
 	}
 	if _, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "app"}); !errors.Is(err, atoll.ErrNotFound) {
@@ -367,7 +376,7 @@ func TestKillDuringTemplateRebuild(t *testing.T) {
 	if out, code := d.cli("template", "build", "--name", "app", dir); code != 0 {
 		t.Fatalf("build: %s", out)
 	}
-	v1, _ := c.GetTemplate(ctx, "app")
+	first, _ := c.GetTemplate(ctx, "app")
 	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "app"})
 	if err != nil {
 		t.Fatal(err)
@@ -395,7 +404,7 @@ func TestKillDuringTemplateRebuild(t *testing.T) {
 	d.start()
 	c = d.client()
 	got, err := c.GetTemplate(ctx, "app")
-	if err != nil || got.VersionID != v1.VersionID || got.Version != 1 || len(got.Versions) != 1 {
+	if err != nil || got.VersionID != first.VersionID || got.Version != 1 || len(got.Versions) != 1 {
 		t.Errorf("after a kill during the rebuild: %+v, %v", got, err)
 	}
 	if out, code := sh(t, c, sb.ID, "cat /opt/version.txt"); code != 0 || out != "one\n" {
@@ -419,5 +428,108 @@ func TestKillDuringTemplateRebuild(t *testing.T) {
 	}
 	if out, _ := sh(t, c, sb.ID, "cat /opt/version.txt"); out != "one\n" {
 		t.Errorf("the old sandbox after the rebuild: %q", out)
+	}
+}
+
+// tinyImage is an image of one layer holding /v.txt with text, and no shell.
+func tinyImage(t *testing.T, text string) v1.Image {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	tw.WriteHeader(&tar.Header{Name: "v.txt", Mode: 0o644, Size: int64(len(text)), Typeflag: tar.TypeReg})
+	tw.Write([]byte(text))
+	tw.Close()
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(empty.Image, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// TestTemplateReimport imports an image under a name a sandbox uses: the
+// name moves to the new image while the sandbox keeps the old one, across a
+// stop and start; when the sandbox goes, so do the old image's layer and
+// the template's top layer over it.
+func TestTemplateReimport(t *testing.T) {
+	testenv.RequireRoot(t)
+	data := filepath.Join(testenv.Dir(t), "data")
+	d := startDaemon(t, data, "--warm-pool", "0")
+	c := d.client()
+	ctx := context.Background()
+	read := func(id string) string {
+		t.Helper()
+		r, err := c.ReadFile(ctx, id, "/v.txt")
+		if err != nil {
+			t.Fatalf("read in %s: %v", id, err)
+		}
+		b, _ := io.ReadAll(r)
+		return string(b)
+	}
+	ref, _ := name.ParseReference("example.test/tiny:1")
+	imp := func(text string) api.Template {
+		t.Helper()
+		archive := filepath.Join(testenv.Dir(t), "tiny.tar")
+		if err := tarball.WriteToFile(archive, ref, tinyImage(t, text)); err != nil {
+			t.Fatal(err)
+		}
+		if out, code := d.cli("template", "import", archive, "--name", "tiny"); code != 0 {
+			t.Fatalf("import: %s", out)
+		}
+		tmpl, err := c.GetTemplate(ctx, "tiny")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tmpl
+	}
+	tops := func() []string {
+		m, _ := filepath.Glob(filepath.Join(data, "layers", "templates", "image-tiny-*"))
+		return m
+	}
+	first := imp("one")
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "tiny"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := imp("two")
+	if second.Version != 2 || second.OldVersions != 1 || second.Layers[0] == first.Layers[0] {
+		t.Fatalf("reimport while a sandbox runs: %+v", second)
+	}
+	if len(tops()) != 2 || !slices.Equal(layerDirs(data), slices.Sorted(slices.Values([]string{first.Layers[0], second.Layers[0]}))) {
+		t.Errorf("while both versions are held: top layers %v, layers %v", tops(), layerDirs(data))
+	}
+	if v := read(sb.ID); v != "one" {
+		t.Errorf("the old sandbox reads %q", v)
+	}
+	c.StopSandbox(ctx, sb.ID)
+	if _, err := c.StartSandbox(ctx, sb.ID); err != nil || read(sb.ID) != "one" {
+		t.Errorf("the old sandbox restarted: %v", err)
+	}
+	nsb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "tiny"})
+	if err != nil || read(nsb.ID) != "two" {
+		t.Fatalf("a new sandbox: %v", err)
+	}
+	// The same image again is the same version: nothing moves.
+	if again := imp("two"); again.VersionID != second.VersionID || again.Version != 2 {
+		t.Errorf("the same image again: %+v", again)
+	}
+	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := layerDirs(data); !slices.Equal(got, []string{second.Layers[0]}) {
+		t.Errorf("layers after the old version's last sandbox went: %v, want only %s", got, second.Layers[0])
+	}
+	if len(tops()) != 1 {
+		t.Errorf("top layers after the old version went: %v", tops())
+	}
+	c.DeleteSandbox(ctx, nsb.ID)
+	if _, err := c.DeleteTemplate(ctx, "tiny"); err != nil {
+		t.Fatal(err)
+	}
+	if len(tops()) != 0 || len(layerDirs(data)) != 0 {
+		t.Errorf("after the name and its sandboxes went: top layers %v, layers %v", tops(), layerDirs(data))
 	}
 }
