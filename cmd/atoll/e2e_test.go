@@ -87,6 +87,7 @@ type daemon struct {
 	// unless args say otherwise, so that tests never touch the real host's
 	// network.
 	netns string
+	env   []string // the daemon's environment beyond the test's own
 	cmd   *exec.Cmd
 	url   string
 	key   string
@@ -121,7 +122,14 @@ func startDaemon(t *testing.T, data string, args ...string) *daemon {
 // startDaemonIn starts `atoll serve` inside the network namespace at netns.
 func startDaemonIn(t *testing.T, data, netns string, args ...string) *daemon {
 	t.Helper()
-	d := &daemon{t: t, bin: atollBinary(t), data: data, args: args, netns: netns}
+	return startDaemonWith(t, &daemon{t: t, bin: atollBinary(t), data: data, args: args, netns: netns})
+}
+
+// startDaemonWith starts d, and when t ends removes its sandboxes and
+// unmounts what it mounted.
+func startDaemonWith(t *testing.T, d *daemon) *daemon {
+	t.Helper()
+	data, netns, args := d.data, d.netns, d.args
 	d.start()
 	t.Cleanup(func() {
 		d.kill()
@@ -170,6 +178,9 @@ func (d *daemon) start() {
 		args = append(args, "--network", "off")
 	}
 	d.cmd = exec.Command(d.bin, args...)
+	if d.env != nil {
+		d.cmd.Env = append(os.Environ(), d.env...)
+	}
 	// Wait must not hang on output pipes that a killed daemon's children hold.
 	d.cmd.WaitDelay = 2 * time.Second
 	stdout, err := d.cmd.StdoutPipe()

@@ -186,6 +186,7 @@ func (s *Service) Run(ctx context.Context) {
 	go func() {
 		defer wg.Done()
 		defer s.discardPrestarted(context.WithoutCancel(ctx))
+		defer s.discardPools(context.WithoutCancel(ctx))
 		for {
 			s.fillPool(ctx)
 			s.fillPrestarted(ctx)

@@ -21,8 +21,9 @@ import (
 // template keeps --warm-pool of them; another template keeps as many as its
 // pool size says (LABEL atoll.pool in its Dockerfile), already past its start
 // and ready commands: such sandboxes start warm. Pooled sandboxes are in the
-// store (so a crash can clean them up) in a state the API never shows; a
-// restart discards them.
+// store (so a crash can clean them up) in a state the API never shows. They
+// are the running server's, like prestarted processes: a graceful stop
+// discards them (discardPools), and a start discards any a crash left.
 const statePooled = "pooled"
 
 // poolWeight is the CPU weight of a pooled sandbox (default 100): filling the
@@ -123,11 +124,33 @@ func (s *Service) drainPools(ctx context.Context) {
 		if sb.State != statePooled || targets[poolKey(sb.Template, store.Template{ID: sb.TemplateVersion})].n > 0 {
 			continue
 		}
-		unlock := s.lock(sb.ID)
-		if cur, err := s.store.Get(ctx, sb.ID); err == nil && cur.State == statePooled {
-			s.discard(ctx, cur)
+		s.discardIf(ctx, sb.ID, statePooled)
+	}
+}
+
+// discardPools discards every pooled sandbox, as the server stops: unlike
+// the sandboxes handed out, nobody would come back for them.
+func (s *Service) discardPools(ctx context.Context) {
+	s.poolMu.Lock()
+	clear(s.pool)
+	s.poolMu.Unlock()
+	sbs, err := s.store.List(ctx)
+	if err != nil {
+		return
+	}
+	for _, sb := range sbs {
+		if sb.State == statePooled {
+			s.discardIf(ctx, sb.ID, statePooled)
 		}
-		unlock()
+	}
+}
+
+// discardIf discards sandbox id if it is still in state.
+func (s *Service) discardIf(ctx context.Context, id, state string) {
+	unlock := s.lock(id)
+	defer unlock()
+	if cur, err := s.store.Get(ctx, id); err == nil && cur.State == state {
+		s.discard(ctx, cur)
 	}
 }
 
