@@ -175,6 +175,11 @@ func migrate(db *sql.DB) error {
 	if err := addColumns(db); err != nil {
 		return err
 	}
+	// Collection asks, per version, whether a sandbox or snapshot holds it.
+	if _, err := db.Exec(`CREATE INDEX IF NOT EXISTS sandboxes_template_version ON sandboxes(template_version);
+		CREATE INDEX IF NOT EXISTS snapshots_template_version ON snapshots(template_version)`); err != nil {
+		return err
+	}
 	return migrateTemplates(db)
 }
 
