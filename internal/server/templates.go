@@ -36,7 +36,7 @@ type Templates interface {
 	// Tag gives template name the second name tag.
 	Tag(ctx context.Context, name, tag string) (api.Template, error)
 	// Bootstrap makes a base template with debootstrap; events carries its log.
-	Bootstrap(ctx context.Context, req api.BootstrapTemplateRequest, events func(api.BuildEvent)) (api.Template, error) // errdefs.ErrConflict while sandboxes use it
+	Bootstrap(ctx context.Context, req api.BootstrapTemplateRequest, events func(api.BuildEvent)) (api.Template, error)
 }
 
 // templateNamePattern is the shape of template names: 1-63 characters, lower
