@@ -303,6 +303,9 @@ func TestTemplateVersions(t *testing.T) {
 	if tmpl, err := oc.GetTemplate(ctx, "app"); err != nil || len(tmpl.Versions) != 1 || tmpl.Versions[0].ID != third.VersionID {
 		t.Errorf("another tenant sees versions %+v, %v; want only the current one", tmpl.Versions, err)
 	}
+	if ts, err := oc.ListTemplates(ctx); err != nil || !slices.ContainsFunc(ts, func(t api.Template) bool { return t.Name == "app" && t.OldVersions == 0 }) {
+		t.Errorf("another tenant's list: %+v, %v; want app with no old versions of its own", ts, err)
+	}
 
 	// Collection: version 1 goes with the last of its sandboxes and its
 	// snapshot, and so does its own layer; the layer it shares stays.

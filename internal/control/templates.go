@@ -125,7 +125,7 @@ func (s *Service) templateUsers(ctx context.Context) (map[string]int, map[string
 // current version; names removed while their versions were in use are
 // listed, as removed, until the last of those goes.
 func (s *Service) listTemplates(ctx context.Context) ([]api.Template, error) {
-	users, _, err := s.templateUsers(ctx)
+	users, vusers, err := s.templateUsers(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +144,7 @@ func (s *Service) listTemplates(ctx context.Context) ([]api.Template, error) {
 		named[n.Name] = true
 		at := apiTemplate(n.Name, n.Current, users[n.Name])
 		at.SharedLayers = sharedLayers(n.Current, owners)
-		at.OldVersions = len(olderVersions(n.Name, n.Current.ID, all))
+		at.OldVersions = len(olderVersions(n.Name, n.Current.ID, s.visibleVersions(ctx, n.Name, n.Current.ID, all, vusers)))
 		out = append(out, at)
 	}
 	if s.seesAllVersions(ctx) {
@@ -203,13 +203,13 @@ func (s *Service) getTemplate(ctx context.Context, name string) (api.Template, e
 	case !errors.Is(err, errdefs.ErrNotFound):
 		return api.Template{}, err
 	}
-	all2 := s.visibleVersions(ctx, name, cur.ID, all, vusers)
-	if at.Removed && len(all2) == 0 {
+	shown := s.visibleVersions(ctx, name, cur.ID, all, vusers)
+	if at.Removed && len(shown) == 0 {
 		return api.Template{}, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
 	}
-	at.OldVersions = len(olderVersions(name, cur.ID, all2))
+	at.OldVersions = len(olderVersions(name, cur.ID, shown))
 	at.Versions = []api.TemplateVersion{}
-	for _, v := range all2 {
+	for _, v := range shown {
 		at.Versions = append(at.Versions, apiVersion(v, v.ID == cur.ID, vusers[v.ID]))
 	}
 	return at, nil
@@ -218,10 +218,10 @@ func (s *Service) getTemplate(ctx context.Context, name string) (api.Template, e
 // visibleVersions are the versions of name (made under it, or current
 // for it) that ctx may see (seesAllVersions), newest first.
 func (s *Service) visibleVersions(ctx context.Context, name, current string, all []store.Template, users map[string]store.VersionUse) []store.Template {
-	all2 := s.seesAllVersions(ctx)
+	seesAll := s.seesAllVersions(ctx)
 	var out []store.Template
 	for _, v := range all {
-		if (v.Name == name || v.ID == current) && (all2 || v.ID == current || users[v.ID] != (store.VersionUse{})) {
+		if (v.Name == name || v.ID == current) && (seesAll || v.ID == current || users[v.ID] != (store.VersionUse{})) {
 			out = append(out, v)
 		}
 	}
