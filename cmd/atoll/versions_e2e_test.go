@@ -307,6 +307,22 @@ func TestTemplateVersions(t *testing.T) {
 		t.Errorf("another tenant's list: %+v, %v; want app with no old versions of its own", ts, err)
 	}
 
+	// A tag may keep an older version by a name of its own.
+	if out, code := d.cli("template", "tag", "app@1", "keep"); code != 0 || out != "keep\n" {
+		t.Fatalf("template tag app@1 keep: %d %q", code, out)
+	}
+	if kept, err := c.GetTemplate(ctx, "keep"); err != nil || kept.VersionID != first.VersionID {
+		t.Errorf("the tag of version 1: %+v, %v", kept, err)
+	}
+	if sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "keep"}); err != nil || sb.TemplateVersion != first.VersionID {
+		t.Errorf("create from the tag: %+v, %v", sb, err)
+	} else {
+		c.DeleteSandbox(ctx, sb.ID)
+	}
+	if _, err := c.DeleteTemplate(ctx, "keep"); err != nil {
+		t.Fatal(err)
+	}
+
 	// Collection: version 1 goes with the last of its sandboxes and its
 	// snapshot, and so does its own layer; the layer it shares stays.
 	for _, id := range append([]string{old.ID, kids[0].ID, fromSnap.ID}, pinned...) {

@@ -157,13 +157,24 @@ func (s *Server) bootstrapTemplate(w http.ResponseWriter, r *http.Request) {
 	s.finishBuild(st, r, t, err)
 }
 
+// templateVersionPattern is the shape of the VERSION of NAME@VERSION: a
+// number or a version ID; the template store says whether it exists.
+var templateVersionPattern = regexp.MustCompile(`^[a-z0-9]{1,20}$`)
+
 func (s *Server) tagTemplate(w http.ResponseWriter, r *http.Request) {
 	ts := s.templateStore(w)
 	if ts == nil {
 		return
 	}
-	name, ok := templateName(w, r)
-	if !ok {
+	// {name} is NAME or NAME@VERSION: a tag may keep an older version.
+	name := r.PathValue("name")
+	base, ver, versioned := strings.Cut(name, "@")
+	if err := validTemplateName(base); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if versioned && !templateVersionPattern.MatchString(ver) {
+		writeJSONError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("malformed template version %q: want a number or a version ID", truncate(ver)))
 		return
 	}
 	var req api.TagTemplateRequest
