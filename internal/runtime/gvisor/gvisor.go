@@ -237,6 +237,9 @@ func (r *Runtime) PrepareLayers(ctx context.Context, layers []string) error {
 	return err
 }
 
+// PruneLayers implements runtime.LayerPruner.
+func (r *Runtime) PruneLayers() { r.lowers.Prune() }
+
 // Capabilities implements runtime.Capabler. runsc pauses in memory and
 // checkpoints to disk, and a checkpoint restores under other IDs over
 // copies of the files (a fork's children), taking up the network of the
