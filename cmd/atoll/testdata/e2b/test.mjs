@@ -12,7 +12,7 @@ import assert from 'node:assert/strict'
 import http from 'node:http'
 import {
   Sandbox, CommandExitError, FileNotFoundError, SandboxNotFoundError,
-  AuthenticationError, NotFoundError, TemplateError, FilesystemEventType, ALL_TRAFFIC,
+  AuthenticationError, NotFoundError, TemplateError, TimeoutError, FilesystemEventType, ALL_TRAFFIC,
 } from 'e2b'
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
@@ -33,7 +33,7 @@ async function waitFor(f, what, ms = 10_000) {
   for (;;) {
     const v = await f()
     if (v) return v
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
+    if (Date.now() > end) throw new Error(`timed out waiting for ${typeof what === "function" ? what() : what}`)
     await sleep(50)
   }
 }
@@ -204,6 +204,44 @@ test('files: watchDir', async () => {
   await waitFor(() => events.some((e) => e.name === 'sub/inner.txt'), `recursive event in ${JSON.stringify(events)}`)
   await w.stop()
   await assert.rejects(sbx.files.watchDir('/home/user/not-there', () => {}), FileNotFoundError)
+})
+
+test('files: a watcher sees files.write as a write', async () => {
+  // atoll writes atomically (a temporary file renamed over the target);
+  // watchers still see what E2B's envd's write in place makes.
+  await sbx.files.write('/home/user/ww/sub/old.txt', 'old')
+  const events = []
+  const w = await sbx.files.watchDir('/home/user/ww', (e) => events.push(e), { recursive: true })
+  await sbx.files.write('/home/user/ww/sub/old.txt', 'new')
+  await sbx.files.write('/home/user/ww/fresh.txt', 'fresh')
+  const seen = (name, type) => events.some((e) => e.name === name && e.type === type)
+  await waitFor(() => seen('sub/old.txt', FilesystemEventType.WRITE) && seen('fresh.txt', FilesystemEventType.WRITE),
+    () => `write events in ${JSON.stringify(events)}`)
+  await w.stop()
+  assert.ok(seen('fresh.txt', FilesystemEventType.CREATE))
+  assert.ok(!seen('sub/old.txt', FilesystemEventType.CREATE), 'an overwrite creates nothing')
+  assert.ok(!events.some((e) => e.name.includes('.atoll-write-')), JSON.stringify(events))
+  assert.equal(await sbx.files.read('/home/user/ww/sub/old.txt'), 'new')
+})
+
+test('files: list with depth walks depth first, in lexical order', async () => {
+  for (const p of ['b/y.txt', 'b/a/z.txt', 'a.txt', 'c/d/e/f.txt']) await sbx.files.write(`/home/user/tree/${p}`, p)
+  const got = (await sbx.files.list('/home/user/tree', { depth: 3 })).map((e) => e.path.replace('/home/user/tree/', ''))
+  assert.deepEqual(got, ['a.txt', 'b', 'b/a', 'b/a/z.txt', 'b/y.txt', 'c', 'c/d', 'c/d/e'])
+})
+
+test('commands: a sandbox killed under a running command', async () => {
+  const k = await create()
+  // As on E2B: the connection drops, envd's health says the sandbox is
+  // gone, and the SDK says so (an RPC error would read as a timeout).
+  const ended = assert.rejects(k.commands.run('sleep 60'), (e) => {
+    assert.ok(e instanceof TimeoutError, String(e))
+    assert.match(e.message, /killed or reached its end of life/)
+    return true
+  })
+  await sleep(500)
+  assert.equal(await Sandbox.kill(k.sandboxId), true)
+  await ended
 })
 
 test('pty: create, input, resize, kill', async () => {
