@@ -21,6 +21,7 @@ import (
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/e2b/envd"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/portproxy"
 	"github.com/atoll-dev/atoll/internal/tenant"
 )
 
@@ -48,8 +49,8 @@ type Sandboxes interface {
 // other than envd's.
 type Ports interface {
 	// ServePort serves r to port of sandbox id, its access already
-	// checked by the caller.
-	ServePort(w http.ResponseWriter, r *http.Request, id string, port int)
+	// checked by the caller; fail answers what it cannot deliver.
+	ServePort(w http.ResponseWriter, r *http.Request, id string, port int, fail portproxy.FailFunc)
 	// Token is the access token of every port of sandbox id.
 	Token(id string) string
 }

@@ -400,8 +400,16 @@ test('getHost: a server in the sandbox, public as E2B has it by default', async 
   assert.equal(byHost.status, 200)
   assert.equal(byHost.body, 'hello from the sandbox')
   assert.equal((await web.getInfo()).network.allowPublicTraffic, true)
-  // Nothing listens on 8001.
-  assert.equal((await getByHeaders(web, 8001, '/')).status, 502)
+  // Nothing listens on 8001: E2B's proxy answers this, in these words.
+  const closed = await getByHeaders(web, 8001, '/')
+  assert.equal(closed.status, 502)
+  assert.deepEqual(JSON.parse(closed.body), { code: 502, message: 'The sandbox is running but port is not open', sandboxId: web.sandboxId, port: 8001 })
+  // And this once the sandbox is killed.
+  await web.kill()
+  for (const r of [await getByHeaders(web, 8000, '/index.html'), await getByHost(host, '/index.html')]) {
+    assert.equal(r.status, 502)
+    assert.deepEqual(JSON.parse(r.body), { code: 502, message: 'The sandbox was not found', sandboxId: web.sandboxId })
+  }
 })
 
 test('getHost: allowPublicTraffic false needs the traffic access token', async () => {
