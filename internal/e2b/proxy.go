@@ -160,7 +160,7 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 		switch {
 		case f.SandboxGone:
 			errSandboxNotFound.write(w, id, 0)
-		case f.Status == http.StatusBadGateway || f.Status == http.StatusGatewayTimeout:
+		case f.Status == http.StatusBadGateway:
 			errPortClosed.write(w, id, port)
 		default:
 			proxyError{f.Status, f.Message}.write(w, id, 0)
