@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -545,8 +546,9 @@ func TestE2BHostileInput(t *testing.T) {
 		d.e2b(t, e2bReq{method: "GET", path: "/health", header: h(id, "8080")}).want(t, "another port", 502)
 		d.e2b(t, e2bReq{method: "GET", path: "/health", header: h(id, "0")}).want(t, "port 0", 400)
 		d.e2b(t, e2bReq{method: "GET", path: "/health", header: h(id, "x")}).want(t, "port x", 400)
-		d.e2b(t, e2bReq{method: "GET", path: "/health", header: h("nosuchsandbox0000000", "49983")}).want(t, "unknown sandbox", 502)
-		d.e2b(t, e2bReq{method: "GET", path: "/health", header: h("../../x", "49983")}).want(t, "malformed sandbox", 502)
+		wantNotFound(t, "unknown sandbox", d.e2b(t, e2bReq{method: "GET", path: "/health", header: h("nosuchsandbox0000000", "49983")}), "nosuchsandbox0000000")
+		wantNotFound(t, "malformed sandbox", d.e2b(t, e2bReq{method: "GET", path: "/health", header: h("../../x", "49983")}), "../../x")
+		wantNotFound(t, "unknown sandbox's port", d.e2b(t, e2bReq{method: "GET", path: "/", header: h("nosuchsandbox0000000", "8000")}), "nosuchsandbox0000000")
 		// E2B_DOMAIN-style hosts reach the same sandbox, even under /v1.
 		d.e2b(t, e2bReq{method: "GET", path: "/health", host: "49983-" + id + ".sandbox.test"}).want(t, "host routing", 204)
 		// (envd's answer, not atoll's list: it wants the access token)
@@ -571,8 +573,9 @@ func TestE2BHostileInput(t *testing.T) {
 			path := "/sandboxes/" + other + c.path
 			d.e2b(t, e2bReq{method: c.method, path: path, key: key, body: c.body}).want(t, c.method+" "+path, 404)
 		}
-		d.e2b(t, e2bReq{method: "POST", path: "/process.Process/List", body: "{}",
-			header: map[string]string{"E2b-Sandbox-Id": other, "E2b-Sandbox-Port": "49983", "X-Access-Token": otherToken}}).want(t, "envd of a killed sandbox", 502)
+		wantNotFound(t, "envd of a killed sandbox", d.e2b(t, e2bReq{method: "POST", path: "/process.Process/List", body: "{}",
+			header: map[string]string{"E2b-Sandbox-Id": other, "E2b-Sandbox-Port": "49983", "X-Access-Token": otherToken}}), other)
+		wantNotFound(t, "envd of a killed sandbox by host", d.e2b(t, e2bReq{method: "GET", path: "/health", host: "49983-" + other + ".sandbox.test"}), other)
 	})
 
 	t.Run("states", func(t *testing.T) {
@@ -580,10 +583,25 @@ func TestE2BHostileInput(t *testing.T) {
 		d.e2b(t, e2bReq{method: "POST", path: "/sandboxes/" + id + "/pause", key: key}).want(t, "pause", 204)
 		d.e2b(t, e2bReq{method: "POST", path: "/sandboxes/" + id + "/pause", key: key}).want(t, "pause again", 409)
 		d.e2b(t, e2bReq{method: "POST", path: "/sandboxes/" + id + "/timeout", key: key, body: `{"timeout":10}`}).want(t, "timeout of a paused sandbox", 404)
-		d.e2b(t, e2bReq{method: "GET", path: "/health", header: map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49983"}}).want(t, "envd of a paused sandbox", 502)
+		wantNotFound(t, "envd of a paused sandbox", d.e2b(t, e2bReq{method: "GET", path: "/health", header: map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49983"}}), id)
 		d.e2b(t, e2bReq{method: "POST", path: "/sandboxes/" + id + "/connect", key: key, body: `{"timeout":30}`}).want(t, "connect wakes it", 201)
 		d.e2b(t, e2bReq{method: "POST", path: "/sandboxes/" + id + "/connect", key: key, body: `{"timeout":30}`}).want(t, "connect to a running one", 200)
 	})
+}
+
+// wantNotFound checks that a is E2B's proxy's answer for a sandbox it
+// cannot reach, word for word: SDKs and agent code match on it.
+func wantNotFound(t *testing.T, what string, a e2bAnswer, id string) {
+	t.Helper()
+	a.want(t, what, 502)
+	var got map[string]any
+	if err := json.Unmarshal(a.body, &got); err != nil {
+		t.Fatalf("%s: %v: %s", what, err, a.body)
+	}
+	want := map[string]any{"code": 502.0, "message": "The sandbox was not found", "sandboxId": id}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("%s: body (-want +got):\n%s", what, diff)
+	}
 }
 
 func errOnly[T any](_ T, err error) error { return err }
