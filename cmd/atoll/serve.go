@@ -10,10 +10,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -50,6 +52,7 @@ type serveConfig struct {
 	archive   string
 	e2b       bool
 	debug     bool
+	pprof     string // loopback address for net/http/pprof; "" for none
 	out       io.Writer
 
 	network     string // auto, on or off
@@ -118,6 +121,7 @@ the data directory (port-key).`,
 	f.StringVar(&cfg.archive, "archive", "", "object storage URL for archived sandboxes: file:///dir, or s3://bucket?region=R (S3-compatible: &endpoint=URL&use_path_style=true) with credentials from AWS_* variables or ~/.aws (default file://<data>/archive)")
 	f.BoolVar(&cfg.e2b, "e2b", true, "also serve the E2B-compatible API and sandbox traffic on the listener (see docs/e2b.md)")
 	f.BoolVar(&cfg.debug, "debug", false, "log debug messages")
+	f.StringVar(&cfg.pprof, "debug-pprof", "", "serve Go's profiles (net/http/pprof) at http://ADDR/debug/pprof/, on a loopback address only, without authentication")
 	f.StringVar(&cfg.network, "network", "auto", "sandbox networking: auto (on if the kernel can enforce it), on or off")
 	f.StringVar(&cfg.bridge, "network-bridge", "", `bridge for sandboxes; also names their namespaces and veths (default "atoll0")`)
 	f.StringVar(&cfg.subnet4, "network-subnet4", "", "sandboxes' IPv4 subnet (default 10.213.0.0/16)")
@@ -382,6 +386,13 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	var wg sync.WaitGroup
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if cfg.pprof != "" {
+		stopPprof, err := servePprof(cfg.pprof, log)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
+	}
 	if netm != nil {
 		wg.Add(1)
 		go func() {
@@ -522,4 +533,35 @@ func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// servePprof serves net/http/pprof's handlers on addr, which must be a
+// loopback address: the profiles have no authentication and show the
+// server's internals, so they are for the machine's admin alone.
+func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("--debug-pprof: %w", err)
+	}
+	if ip, err := netip.ParseAddr(host); err != nil || !ip.IsLoopback() {
+		return nil, fmt.Errorf("--debug-pprof %q: want a loopback address, e.g. 127.0.0.1:6060", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--debug-pprof: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	// Where goroutines wait (store transactions, locks), not only where
+	// they run: a burst of creates is bound by waiting as much as by CPU.
+	goruntime.SetBlockProfileRate(int(time.Millisecond))
+	goruntime.SetMutexProfileFraction(10)
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(ln)
+	log.Info("serving Go profiles", "addr", ln.Addr().String())
+	return func() { hs.Close() }, nil
 }
