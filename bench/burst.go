@@ -55,12 +55,12 @@ func burst(r *report, work string, cfg burstConfig) {
 		if pprofAddr == "" {
 			return func() {}
 		}
-		return cpuProfile(pprofAddr, filepath.Join(cfg.pprof, name))
+		return fetchProfiles(pprofAddr, filepath.Join(cfg.pprof, name))
 	}
 
 	// (a) The burst: create → ready, then `true` in each, then delete all.
 	codes.reset()
-	done := profile("burst-cpu.pprof")
+	done := profile("burst")
 	t0 := time.Now()
 	var mu sync.Mutex
 	var ids []string
@@ -123,7 +123,7 @@ func burst(r *report, work string, cfg burstConfig) {
 	// (c) Sustained: creates at the same parallelism, each sandbox deleted
 	// behind them by as many clients, so that the pools refill as they go.
 	codes.reset()
-	done = profile("sustained-cpu.pprof")
+	done = profile("sustained")
 	var slat, sdel []time.Duration
 	var created, deleted, derrs atomic.Int64
 	toDelete := make(chan string, cfg.sustained)
@@ -317,25 +317,34 @@ func freeAddr() string {
 }
 
 // profileSeconds is how long a CPU profile of the server runs: pprof takes
-// only a fixed duration, and this covers a burst or sustained run here.
-const profileSeconds = 20
+// only a fixed duration, and this covers a burst or sustained run here. The
+// execution trace, which shows where goroutines wait (syscalls, locks, the
+// store), is shorter: it grows fast.
+const (
+	profileSeconds = 20
+	traceSeconds   = 4
+)
 
-// cpuProfile starts a CPU profile of the server whose pprof endpoint is at
-// addr; the function it returns waits for its end and writes it to path.
-func cpuProfile(addr, path string) func() {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, profileSeconds))
+// fetchProfiles starts a CPU profile and an execution trace of the server
+// whose pprof endpoint is at addr; the function it returns waits for their
+// ends and writes them to prefix-cpu.pprof and prefix.trace.
+func fetchProfiles(addr, prefix string) func() {
+	var wg sync.WaitGroup
+	get := func(path, file string) {
+		defer wg.Done()
+		resp, err := http.Get("http://" + addr + path)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench: pprof: %v\n", err)
 			return
 		}
 		defer resp.Body.Close()
-		f, err := os.Create(path)
+		f, err := os.Create(file)
 		check(err)
 		defer f.Close()
 		io.Copy(f, resp.Body)
-	}()
-	return func() { <-done }
+	}
+	wg.Add(2)
+	go get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", profileSeconds), prefix+"-cpu.pprof")
+	go get(fmt.Sprintf("/debug/pprof/trace?seconds=%d", traceSeconds), prefix+".trace")
+	return wg.Wait
 }
