@@ -22,6 +22,7 @@ import (
 type burstConfig struct {
 	n, clients, sustained int
 	idle                  time.Duration
+	serve                 string // extra serve flags
 	pprof                 string // directory for CPU profiles; "" for none
 }
 
@@ -32,7 +33,7 @@ type burstConfig struct {
 // parallelism in the same root file system; (c) a sustained run of creates
 // with deletes running behind them, so that the pools must refill.
 func burst(r *report, work string, cfg burstConfig) {
-	var extra []string
+	extra := strings.Fields(cfg.serve)
 	var pprofAddr string
 	if cfg.pprof != "" {
 		check(os.MkdirAll(cfg.pprof, 0o755))
@@ -50,6 +51,9 @@ func burst(r *report, work string, cfg burstConfig) {
 	check(err)
 	check(c.DeleteSandbox(ctx, sb.ID))
 	time.Sleep(cfg.idle)
+	if cfg.serve != "" {
+		r.note("burst server flags: " + cfg.serve)
+	}
 	mode := fmt.Sprintf("%d clients", cfg.clients)
 	profile := func(name string) func() {
 		if pprofAddr == "" {

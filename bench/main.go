@@ -39,6 +39,7 @@ func main() {
 	flag.IntVar(&b.clients, "burst-clients", 16, "burst: concurrent clients")
 	flag.DurationVar(&b.idle, "burst-idle", time.Minute, "burst: how long the server is idle before the burst")
 	flag.IntVar(&b.sustained, "burst-sustained", 1000, "burst: creates in the sustained run, with deletes behind them")
+	flag.StringVar(&b.serve, "burst-serve", "", "burst: extra flags for its server, e.g. \"--create-concurrency 8\"")
 	flag.StringVar(&b.pprof, "burst-pprof", "", "burst: write the server's CPU profiles of the burst and the sustained run to this directory")
 	logPath := flag.String("server-log", "", "append the servers' logs (with --debug) to this file")
 	flag.Parse()
@@ -517,6 +518,9 @@ func (r *report) machine() {
 }
 
 func (r *report) add(name, mode string, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
 	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
 	p := func(q float64) time.Duration { return ds[min(int(q*float64(len(ds))), len(ds)-1)] }
 	r.rows = append(r.rows, row{name: name, mode: mode, p50: p(0.5), p99: p(0.99), n: len(ds)})
