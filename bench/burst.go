@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,9 +11,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
@@ -65,6 +68,7 @@ func burst(r *report, work string, cfg burstConfig) {
 	// (a) The burst: create → ready, then `true` in each, then delete all.
 	codes.reset()
 	done := profile("burst")
+	cpu0 := cpuOf(srv.cmd.Process.Pid)
 	t0 := time.Now()
 	var mu sync.Mutex
 	var ids []string
@@ -120,6 +124,10 @@ func burst(r *report, work string, cfg burstConfig) {
 	})
 	r.add("burst: delete (API)", mode, dels)
 	r.rate("burst: deletes", mode, len(dels)-errs, time.Since(t0), errs, codes.summary())
+	// Deleted sandboxes' processes have been reaped by the server, so
+	// their CPU time is in its children's.
+	r.note(fmt.Sprintf("burst: CPU time per sandbox (create, exec, delete; the server and its sandboxes' processes): %s",
+		ms((cpuOf(srv.cmd.Process.Pid)-cpu0)/time.Duration(max(len(ids), 1)))))
 
 	// (b) The peers at the same parallelism, in the host template's layer.
 	burstPeers(r, work, filepath.Join(srv.data, "layers", "templates", "host-v2"), cfg)
@@ -128,6 +136,7 @@ func burst(r *report, work string, cfg burstConfig) {
 	// behind them by as many clients, so that the pools refill as they go.
 	codes.reset()
 	done = profile("sustained")
+	cpu0 = cpuOf(srv.cmd.Process.Pid)
 	var slat, sdel []time.Duration
 	var created, deleted, derrs atomic.Int64
 	toDelete := make(chan string, cfg.sustained)
@@ -174,6 +183,10 @@ func burst(r *report, work string, cfg burstConfig) {
 	sum := codes.summary()
 	r.rate("sustained: creates, deletes behind", mode, int(created.Load()), createWall, errs, sum)
 	r.rate("sustained: deletes (from the first create to the last delete)", mode, int(deleted.Load()), deleteWall, int(derrs.Load()), sum)
+	if cfg.sustained > 0 {
+		r.note(fmt.Sprintf("sustained: CPU time per sandbox (create, delete): %s",
+			ms((cpuOf(srv.cmd.Process.Pid)-cpu0)/time.Duration(cfg.sustained))))
+	}
 }
 
 // burstPeers runs `true` n times at the burst's parallelism with runc and
@@ -191,6 +204,7 @@ func burstPeers(r *report, work, skeleton string, cfg burstConfig) {
 		_, name := runtimeArgs(rt, root.bundle, "")
 		var mu sync.Mutex
 		var ds []time.Duration
+		cpu0 := childrenCPU()
 		t0 := time.Now()
 		errs := parallel(cfg.n, cfg.clients, func(i int) error {
 			id := fmt.Sprintf("atoll-burst-%d", i)
@@ -214,6 +228,7 @@ func burstPeers(r *report, work, skeleton string, cfg burstConfig) {
 		}
 		r.add("burst peer: "+name, mode, ds)
 		r.rate("burst peer: "+name+" runs", mode, len(ds), wall, errs, "")
+		r.note(fmt.Sprintf("burst peer: CPU time per %s run (run and delete): %s", rt, ms((childrenCPU()-cpu0)/time.Duration(cfg.n))))
 	}
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		r.missing("bwrap")
@@ -221,6 +236,7 @@ func burstPeers(r *report, work, skeleton string, cfg burstConfig) {
 	}
 	var mu sync.Mutex
 	var ds []time.Duration
+	cpu0 := childrenCPU()
 	t0 := time.Now()
 	errs := parallel(cfg.n, cfg.clients, func(int) error {
 		t := time.Now()
@@ -235,6 +251,36 @@ func burstPeers(r *report, work, skeleton string, cfg burstConfig) {
 	})
 	r.add("burst peer: bwrap `true`", mode, ds)
 	r.rate("burst peer: bwrap `true` runs", mode, len(ds), time.Since(t0), errs, "")
+	r.note(fmt.Sprintf("burst peer: CPU time per bwrap run: %s", ms((childrenCPU()-cpu0)/time.Duration(cfg.n))))
+}
+
+// cpuOf is the CPU time, user and system, of process pid and of the
+// children it has reaped (for the server: its sandboxes' processes, once
+// deleted). The kernel's own threads (btrfs cleanup, namespace teardown)
+// are not in it, for atoll or its peers.
+func cpuOf(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	check(err)
+	// Fields after the command's closing parenthesis; utime is the 14th
+	// field of the line, the 12th after it.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	var ticks int64
+	for _, i := range []int{11, 12, 13, 14} { // utime, stime, cutime, cstime
+		n, err := strconv.ParseInt(f[i], 10, 64)
+		check(err)
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks
+}
+
+// clockTicks is USER_HZ, the unit of /proc's CPU times: 100 on Linux.
+const clockTicks = 100
+
+// childrenCPU is the CPU time of the bench's reaped children (the peers).
+func childrenCPU() time.Duration {
+	var ru syscall.Rusage
+	check(syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru))
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // parallel runs f(0) … f(n-1) from clients goroutines and returns how many
