@@ -127,7 +127,7 @@ func burst(r *report, work string, cfg burstConfig) {
 	// Deleted sandboxes' processes have been reaped by the server, so
 	// their CPU time is in its children's.
 	r.note(fmt.Sprintf("burst: CPU time per sandbox (create, exec, delete; the server and its sandboxes' processes): %s",
-		ms((cpuOf(srv.cmd.Process.Pid)-cpu0)/time.Duration(max(len(ids), 1)))))
+		cpuOf(srv.cmd.Process.Pid).per(cpu0, len(ids))))
 
 	// (b) The peers at the same parallelism, in the host template's layer.
 	burstPeers(r, work, filepath.Join(srv.data, "layers", "templates", "host-v2"), cfg)
@@ -136,7 +136,7 @@ func burst(r *report, work string, cfg burstConfig) {
 	// behind them by as many clients, so that the pools refill as they go.
 	codes.reset()
 	done = profile("sustained")
-	cpu0 = cpuOf(srv.cmd.Process.Pid)
+	scpu0 := cpuOf(srv.cmd.Process.Pid)
 	var slat, sdel []time.Duration
 	var created, deleted, derrs atomic.Int64
 	toDelete := make(chan string, cfg.sustained)
@@ -185,7 +185,7 @@ func burst(r *report, work string, cfg burstConfig) {
 	r.rate("sustained: deletes (from the first create to the last delete)", mode, int(deleted.Load()), deleteWall, int(derrs.Load()), sum)
 	if cfg.sustained > 0 {
 		r.note(fmt.Sprintf("sustained: CPU time per sandbox (create, delete): %s",
-			ms((cpuOf(srv.cmd.Process.Pid)-cpu0)/time.Duration(cfg.sustained))))
+			cpuOf(srv.cmd.Process.Pid).per(scpu0, cfg.sustained)))
 	}
 }
 
@@ -258,19 +258,31 @@ func burstPeers(r *report, work, skeleton string, cfg burstConfig) {
 // children it has reaped (for the server: its sandboxes' processes, once
 // deleted). The kernel's own threads (btrfs cleanup, namespace teardown)
 // are not in it, for atoll or its peers.
-func cpuOf(pid int) time.Duration {
+func cpuOf(pid int) cpuTime {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	check(err)
 	// Fields after the command's closing parenthesis; utime is the 14th
 	// field of the line, the 12th after it.
 	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	var ticks int64
-	for _, i := range []int{11, 12, 13, 14} { // utime, stime, cutime, cstime
-		n, err := strconv.ParseInt(f[i], 10, 64)
+	var t [4]time.Duration
+	for i := range t { // utime, stime, cutime, cstime
+		n, err := strconv.ParseInt(f[11+i], 10, 64)
 		check(err)
-		ticks += n
+		t[i] = time.Duration(n) * time.Second / clockTicks
 	}
-	return time.Duration(ticks) * time.Second / clockTicks
+	return cpuTime{self: t[0] + t[1], selfSys: t[1], children: t[2] + t[3], childrenSys: t[3]}
+}
+
+// cpuTime is a process's CPU time and its reaped children's, each with the
+// part spent in the kernel.
+type cpuTime struct{ self, selfSys, children, childrenSys time.Duration }
+
+// per describes the CPU time from t0 to t per one of n operations.
+func (t cpuTime) per(t0 cpuTime, n int) string {
+	d := time.Duration(max(n, 1))
+	return fmt.Sprintf("%s (the server %s, %s of it in the kernel; its sandboxes' processes %s, %s in the kernel)",
+		ms((t.self+t.children-t0.self-t0.children)/d), ms((t.self-t0.self)/d), ms((t.selfSys-t0.selfSys)/d),
+		ms((t.children-t0.children)/d), ms((t.childrenSys-t0.childrenSys)/d))
 }
 
 // clockTicks is USER_HZ, the unit of /proc's CPU times: 100 on Linux.

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -86,8 +87,10 @@ func New(path string, r *specs.LinuxResources) (*Cgroup, error) {
 }
 
 // v1Hierarchy is the v1 controllers atoll uses; others (net_cls, perf_event,
-// named hierarchies) are left alone.
-func v1Hierarchy() ([]cgroup1.Subsystem, error) {
+// named hierarchies) are left alone. Where they are mounted is read once:
+// finding out parses /proc/self/mountinfo, and every create, delete and
+// limit change of a sandbox asks.
+var v1Hierarchy = sync.OnceValues(func() ([]cgroup1.Subsystem, error) {
 	all, err := cgroup1.Default()
 	if err != nil {
 		return nil, err
@@ -105,7 +108,7 @@ func v1Hierarchy() ([]cgroup1.Subsystem, error) {
 		}
 	}
 	return out, nil
-}
+})
 
 // Load opens the cgroup at path.
 func Load(path string) (*Cgroup, error) {
