@@ -10,10 +10,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -47,10 +49,13 @@ type serveConfig struct {
 	imageSize int64
 	warmPool  int
 	prestart  int
-	archive   string
-	e2b       bool
-	debug     bool
-	out       io.Writer
+	// creates in flight and waiting (admission control; 0: defaults)
+	createConcurrency, createQueue int
+	archive                        string
+	e2b                            bool
+	debug                          bool
+	pprof                          string // loopback address for net/http/pprof; "" for none
+	out                            io.Writer
 
 	network     string // auto, on or off
 	bridge      string
@@ -115,9 +120,12 @@ the data directory (port-key).`,
 	f.Int64Var(&cfg.imageSize, "layer-image-size", 0, "size in bytes of the layer image, when one is created (default: 90% of free space, at most 1 TiB)")
 	f.IntVar(&cfg.warmPool, "warm-pool", 2, "default sandboxes to keep started ahead of demand (0: none)")
 	f.IntVar(&cfg.prestart, "prestart", 4, "sandbox processes to keep started ahead of demand for forks and other creates (0: none)")
+	f.IntVar(&cfg.createConcurrency, "create-concurrency", 0, "creates that may start sandboxes at once (default 2 per core); more wait in a queue")
+	f.IntVar(&cfg.createQueue, "create-queue", 0, "creates that may wait for their turn (default 256); beyond it, and after 30 s of waiting, a create is answered 503 with Retry-After")
 	f.StringVar(&cfg.archive, "archive", "", "object storage URL for archived sandboxes: file:///dir, or s3://bucket?region=R (S3-compatible: &endpoint=URL&use_path_style=true) with credentials from AWS_* variables or ~/.aws (default file://<data>/archive)")
 	f.BoolVar(&cfg.e2b, "e2b", true, "also serve the E2B-compatible API and sandbox traffic on the listener (see docs/e2b.md)")
 	f.BoolVar(&cfg.debug, "debug", false, "log debug messages")
+	f.StringVar(&cfg.pprof, "debug-pprof", "", "serve Go's profiles (net/http/pprof) at http://ADDR/debug/pprof/, on a loopback address only, without authentication")
 	f.StringVar(&cfg.network, "network", "auto", "sandbox networking: auto (on if the kernel can enforce it), on or off")
 	f.StringVar(&cfg.bridge, "network-bridge", "", `bridge for sandboxes; also names their namespaces and veths (default "atoll0")`)
 	f.StringVar(&cfg.subnet4, "network-subnet4", "", "sandboxes' IPv4 subnet (default 10.213.0.0/16)")
@@ -303,6 +311,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	svc, err := control.New(control.Config{
 		Store: st, Layers: ls, Runtimes: runtimes, Unavailable: unavailable, AgentPath: agentPath, Logger: log,
 		WarmPool: cfg.warmPool, Prestart: cfg.prestart, Archive: bucket,
+		CreateConcurrency: cfg.createConcurrency, CreateQueue: cfg.createQueue,
 		Network: netm, NetworkPool: netPool, CheckpointDir: filepath.Join(data, "checkpoints"),
 	})
 	if err != nil {
@@ -382,6 +391,13 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	var wg sync.WaitGroup
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if cfg.pprof != "" {
+		stopPprof, err := servePprof(cfg.pprof, log)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
+	}
 	if netm != nil {
 		wg.Add(1)
 		go func() {
@@ -522,6 +538,37 @@ func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// servePprof serves net/http/pprof's handlers on addr, which must be a
+// loopback address: the profiles have no authentication and show the
+// server's internals, so they are for the machine's admin alone.
+func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("--debug-pprof: %w", err)
+	}
+	if ip, err := netip.ParseAddr(host); err != nil || !ip.IsLoopback() {
+		return nil, fmt.Errorf("--debug-pprof %q: want a loopback address, e.g. 127.0.0.1:6060", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--debug-pprof: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	// Where goroutines wait (store transactions, locks), not only where
+	// they run: a burst of creates is bound by waiting as much as by CPU.
+	goruntime.SetBlockProfileRate(int(time.Millisecond))
+	goruntime.SetMutexProfileFraction(10)
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(ln)
+	log.Info("serving Go profiles", "addr", ln.Addr().String())
+	return func() { hs.Close() }, nil
 }
 
 // checkTraversable refuses a data directory that sandboxes cannot reach:
