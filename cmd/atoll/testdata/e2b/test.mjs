@@ -244,6 +244,17 @@ test('commands: a sandbox killed under a running command', async () => {
   await ended
 })
 
+test('files: a watch whose sandbox is killed ends as on E2B', async () => {
+  const k = await create()
+  let exited
+  const ended = new Promise((resolve) => { exited = resolve })
+  await k.files.watchDir('/home/user', () => {}, { onExit: (err) => exited(err) })
+  assert.equal(await Sandbox.kill(k.sandboxId), true)
+  const err = await ended
+  assert.ok(err instanceof TimeoutError, String(err))
+  assert.match(err.message, /killed or reached its end of life/)
+})
+
 test('pty: create, input, resize, kill', async () => {
   let out = ''
   const td = new TextDecoder()
