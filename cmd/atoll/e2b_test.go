@@ -489,6 +489,14 @@ func TestE2BHostileInput(t *testing.T) {
 		future := time.Now().Add(time.Minute).Unix()
 		file(url.Values{"path": {"/etc/hostname"}, "signature": {envd.Signature("/etc/hostname", "read", "", token, future)}, "signature_expiration": {strconv.FormatInt(future, 10)}}).want(t, "signature with expiration", 200)
 		file(url.Values{"path": {"/etc/hostname"}, "signature": {envd.Signature("/etc/hostname", "read", "", token, future)}, "signature_expiration": {"x"}}).want(t, "bad expiration", 401)
+		// With E2B_SANDBOX_URL, SDKs' URLs name no sandbox: the signature does.
+		unrouted := func(q url.Values) e2bAnswer { return d.e2b(t, e2bReq{method: "GET", path: "/files?" + q.Encode()}) }
+		if a := unrouted(url.Values{"path": {"/etc/hostname"}, "signature": {sig}}); a.status != 200 || len(a.body) == 0 {
+			t.Errorf("signed download naming no sandbox: %d %s", a.status, a.body)
+		}
+		unrouted(url.Values{"path": {"/etc/passwd"}, "signature": {sig}}).want(t, "another path's signature naming no sandbox", 404)
+		unrouted(url.Values{"path": {"/etc/hostname"}, "signature": {"v1_junk"}}).want(t, "malformed signature naming no sandbox", 404)
+		unrouted(url.Values{"path": {"/etc/hostname"}, "signature": {envd.Signature("/etc/hostname", "read", "", token, past)}, "signature_expiration": {strconv.FormatInt(past, 10)}}).want(t, "expired signature naming no sandbox", 401)
 	})
 
 	t.Run("envd hostile input", func(t *testing.T) {

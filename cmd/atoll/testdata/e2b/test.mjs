@@ -151,20 +151,24 @@ test('files: write, read, list, exists, getInfo', async () => {
 })
 
 test('files: signed upload and download URLs', async () => {
-  // With E2B_SANDBOX_URL the URLs carry no sandbox: send its headers, as a proxy would.
-  const headers = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983' }
   await sbx.files.write('/home/user/signed.txt', 'signed')
   const down = await sbx.downloadUrl('/home/user/signed.txt', { useSignatureExpiration: 60 })
-  const res = await fetch(down, { headers })
+  // With E2B_SANDBOX_URL the URLs name no sandbox; the signature does.
+  assert.ok(down.startsWith(process.env.E2B_SANDBOX_URL), down)
+  const res = await fetch(down)
   assert.equal(res.status, 200)
   assert.equal(await res.text(), 'signed')
   const forged = new URL(down)
   forged.searchParams.set('path', '/etc/shadow')
+  assert.notEqual((await fetch(forged)).status, 200)
+  // With a sandbox's routing headers, as through a proxy, it is envd's 401.
+  const headers = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983' }
   assert.equal((await fetch(forged, { headers })).status, 401)
+  assert.equal((await fetch(down, { headers })).status, 200)
   const up = await sbx.uploadUrl('/home/user/uploaded.txt')
   const form = new FormData()
   form.append('file', new Blob(['uploaded']), 'uploaded.txt')
-  assert.equal((await fetch(up, { method: 'POST', body: form, headers })).status, 200)
+  assert.equal((await fetch(up, { method: 'POST', body: form })).status, 200)
   assert.equal(await sbx.files.read('/home/user/uploaded.txt'), 'uploaded')
 })
 
