@@ -100,7 +100,7 @@ func TestE2BSDK(t *testing.T) {
 	dir, node := e2bProgram(t)
 	w := newNetWorld(t)
 	d := startDaemonIn(t, filepath.Join(testenv.Dir(t), "data"), w.host, "--network", "on", "--network-bridge", w.id,
-		"--dns-upstream", wInet4, "--network-pool", "1", "--proxy-listen", "127.0.0.1:0")
+		"--dns-upstream", wInet4, "--network-pool", "1", "--proxy-listen", "127.0.0.1:0", "--tls-listen", "127.0.0.1:0")
 	other, code := d.cli("key", "create", "--name", "other-team")
 	if code != 0 {
 		t.Fatalf("key create: %s", other)
@@ -109,16 +109,22 @@ func TestE2BSDK(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "--test-reporter=spec", "test.mjs")
 	cmd.Dir = dir
-	u, _ := url.Parse(d.url)
+	// getHost() names the HTTPS listener, whose certificates the SDK
+	// program trusts through the server's CA.
+	tlsURL, err := os.ReadFile(filepath.Join(d.data, "tls-url"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(strings.TrimSpace(string(tlsURL)))
 	cmd.Env = append(e2bEnv(d), "E2B_DOMAIN=localhost:"+u.Port(), "E2B_TEST_INTERNET_URL=http://"+wInet4+"/",
-		"E2B_TEST_OTHER_KEY="+strings.TrimSpace(other))
+		"E2B_TEST_OTHER_KEY="+strings.TrimSpace(other), "NODE_EXTRA_CA_CERTS="+filepath.Join(d.data, "tls-ca.pem"))
 	cmd.WaitDelay = 5 * time.Second
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := nettest.In(w.host, cmd.Start); err != nil {
 		t.Fatal(err)
 	}
-	err := cmd.Wait()
+	err = cmd.Wait()
 	t.Logf("node test.mjs:\n%s", out.String())
 	if err != nil {
 		t.Fatalf("the e2b SDK program failed: %v\nserver log:\n%s", err, d.out.String())

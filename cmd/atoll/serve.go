@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -37,6 +38,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/runtime/vm"
 	"github.com/atoll-dev/atoll/internal/server"
 	"github.com/atoll-dev/atoll/internal/store"
+	"github.com/atoll-dev/atoll/internal/tlsca"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -67,6 +69,7 @@ type serveConfig struct {
 
 	proxyListen string
 	proxyDomain string
+	tlsListen   string // HTTPS for the same handler, under the local CA; "" for none
 }
 
 func newServeCmd() *cobra.Command {
@@ -135,6 +138,7 @@ the data directory (port-key).`,
 	f.IntVar(&cfg.netPool, "network-pool", 4, "network namespaces to keep made ahead of demand (0: none)")
 	f.StringVar(&cfg.proxyListen, "proxy-listen", "127.0.0.1:7401", `address of the port proxy, which serves sandboxes' ports at http://{port}-{id}.{domain}/ ("": none)`)
 	f.StringVar(&cfg.proxyDomain, "proxy-domain", "localhost", "domain under which the port proxy serves sandboxes' ports (its names must resolve to the proxy)")
+	f.StringVar(&cfg.tlsListen, "tls-listen", "", `address to serve the same API over HTTPS as well, with certificates for localhost and its subdomains from a CA kept in the data directory (<data>/tls-ca.pem, for clients to trust); E2B SDKs reach sandboxes' ports at https://{port}-{id}.localhost:PORT through it ("": none)`)
 	return cmd
 }
 
@@ -373,6 +377,27 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		return err
 	}
 	hs := server.NewHTTPServer(cfg.listen, handler)
+	var tlsLn net.Listener
+	var ts *http.Server
+	if cfg.tlsListen != "" {
+		ca, err := tlsca.Load(data)
+		if err != nil {
+			return err
+		}
+		if tlsLn, err = net.Listen("tcp", cfg.tlsListen); err != nil {
+			return fmt.Errorf("--tls-listen: %w", err)
+		}
+		defer tlsLn.Close()
+		_, port, _ := net.SplitHostPort(tlsLn.Addr().String())
+		if err := writeFileAtomic(filepath.Join(data, "tls-url"), []byte("https://localhost:"+port+"\n"), 0o644); err != nil {
+			return err
+		}
+		ts = server.NewHTTPServer(cfg.tlsListen, handler)
+		// HTTP/1.1 only, as on the plain listener: streams and websockets
+		// through the port proxy rely on it.
+		ts.TLSConfig = &tls.Config{GetCertificate: ca.GetCertificate, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}
+		ts.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+	}
 
 	fmt.Fprintf(cfg.out, "atoll %s listening on %s\n", version, url)
 	if key != "" {
@@ -382,6 +407,10 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	}
 	if proxy != nil {
 		fmt.Fprintf(cfg.out, "port proxy listening on %s for *.%s\n", proxyLn.Addr(), cfg.proxyDomain)
+	}
+	if ts != nil {
+		_, port, _ := net.SplitHostPort(tlsLn.Addr().String())
+		fmt.Fprintf(cfg.out, "HTTPS on %s for localhost and *.localhost:%s; clients trust %s\n", tlsLn.Addr(), port, filepath.Join(data, tlsca.CertFile))
 	}
 	fmt.Fprintf(cfg.out, "Try: atoll exec $(atoll create) -- python3 -c 'print(1)'\n")
 	if cfg.e2b {
@@ -413,8 +442,11 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); svc.Run(runCtx) }()
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- hs.Serve(ln) }()
+	if ts != nil {
+		go func() { errc <- ts.ServeTLS(tlsLn, "", "") }()
+	}
 	var ps *http.Server
 	if proxy != nil {
 		// The proxy's requests stream for as long as sandboxes' servers
@@ -430,6 +462,9 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if ps != nil {
 			ps.Shutdown(sctx)
+		}
+		if ts != nil {
+			ts.Shutdown(sctx)
 		}
 		err = hs.Shutdown(sctx)
 		scancel()

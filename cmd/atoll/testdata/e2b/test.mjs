@@ -10,6 +10,7 @@
 import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
 import http from 'node:http'
+import https from 'node:https'
 import {
   Sandbox, CommandExitError, FileNotFoundError, SandboxNotFoundError,
   AuthenticationError, NotFoundError, TemplateError, TimeoutError, FilesystemEventType, ALL_TRAFFIC,
@@ -398,6 +399,21 @@ function getByHost(host, path, headers = {}) {
     req.on('error', reject)
   })
 }
+// getHTTPS fetches https://{host}{path}, as E2B code does with getHost(),
+// from atoll's HTTPS listener (its port in host), connecting to loopback
+// as a resolver for *.localhost would; the certificate must verify for
+// host against the server's CA (NODE_EXTRA_CA_CERTS).
+function getHTTPS(host, path, headers = {}) {
+  const u = new URL(`https://${host}`)
+  return new Promise((resolve, reject) => {
+    const req = https.get({ host: '127.0.0.1', port: u.port, servername: u.hostname, path, headers: { host, ...headers } }, (res) => {
+      let body = ''
+      res.on('data', (d) => { body += d })
+      res.on('end', () => resolve({ status: res.statusCode, body }))
+    })
+    req.on('error', reject)
+  })
+}
 async function serveHTTP(sandbox, port, text) {
   await sandbox.files.write('/home/user/www/index.html', text)
   await sandbox.commands.run(`python3 -m http.server ${port} --directory /home/user/www`, { background: true, timeoutMs: 0 })
@@ -414,6 +430,9 @@ test('getHost: a server in the sandbox, public as E2B has it by default', async 
   const byHost = await getByHost(host, '/index.html')
   assert.equal(byHost.status, 200)
   assert.equal(byHost.body, 'hello from the sandbox')
+  const tls = await getHTTPS(host, '/index.html')
+  assert.equal(tls.status, 200)
+  assert.equal(tls.body, 'hello from the sandbox')
   assert.equal((await web.getInfo()).network.allowPublicTraffic, true)
   // Nothing listens on 8001: E2B's proxy answers this, in these words.
   const closed = await getByHeaders(web, 8001, '/')
