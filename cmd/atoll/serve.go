@@ -408,13 +408,19 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if proxy != nil {
 		fmt.Fprintf(cfg.out, "port proxy listening on %s for *.%s\n", proxyLn.Addr(), cfg.proxyDomain)
 	}
+	tlsPort := ""
 	if ts != nil {
-		_, port, _ := net.SplitHostPort(tlsLn.Addr().String())
-		fmt.Fprintf(cfg.out, "HTTPS on %s for localhost and *.localhost:%s; clients trust %s\n", tlsLn.Addr(), port, filepath.Join(data, tlsca.CertFile))
+		_, tlsPort, _ = net.SplitHostPort(tlsLn.Addr().String())
+		fmt.Fprintf(cfg.out, "HTTPS on %s (https://localhost:%s, https://*.localhost:%s) with certificates from the CA %s\n",
+			tlsLn.Addr(), tlsPort, tlsPort, filepath.Join(data, tlsca.CertFile))
 	}
 	fmt.Fprintf(cfg.out, "Try: atoll exec $(atoll create) -- python3 -c 'print(1)'\n")
 	if cfg.e2b {
-		fmt.Fprintf(cfg.out, "E2B SDKs: E2B_API_URL=%s E2B_SANDBOX_URL=%s (docs/e2b.md)\n", url, url)
+		hosts := ""
+		if tlsPort != "" {
+			hosts = fmt.Sprintf(" E2B_DOMAIN=localhost:%s NODE_EXTRA_CA_CERTS=%s", tlsPort, filepath.Join(data, tlsca.CertFile))
+		}
+		fmt.Fprintf(cfg.out, "E2B SDKs: E2B_API_URL=%s E2B_SANDBOX_URL=%s%s (docs/e2b.md)\n", url, url, hosts)
 	}
 
 	var wg sync.WaitGroup
