@@ -17,12 +17,15 @@ const (
 	// nothing of it runs; resume restores it, its processes going on.
 	StateSuspending = "suspending"
 	StateSuspended  = "suspended"
-	StateStopped    = "stopped"
-	StateArchiving  = "archiving"
-	StateArchived   = "archived" // files in object storage, local disk freed
-	StateDeleting   = "deleting"
-	StateDeleted    = "deleted" // only in the answer to a stop of an ephemeral sandbox
-	StateError      = "error"
+	// A shelved sandbox was paused without its memory: its processes
+	// ended, its files are kept, and resume boots it again over them.
+	StateShelved   = "shelved"
+	StateStopped   = "stopped"
+	StateArchiving = "archiving"
+	StateArchived  = "archived" // files in object storage, local disk freed
+	StateDeleting  = "deleting"
+	StateDeleted   = "deleted" // only in the answer to a stop of an ephemeral sandbox
+	StateError     = "error"
 )
 
 // Sandbox is a sandbox as the API reports it.
@@ -131,6 +134,10 @@ type PauseRequest struct {
 	// it (state suspended) instead of freezing it in memory, for runtimes
 	// whose capabilities include memory_snapshot; resume restores it.
 	ToDisk bool `json:"to_disk,omitempty"`
+	// Memory false pauses without memory (state shelved): the processes
+	// end, the files stay, and resume boots the sandbox again over them.
+	// Nil or true keeps memory (frozen, or on disk with ToDisk).
+	Memory *bool `json:"memory,omitempty"`
 }
 
 // Progress tells how far a long operation on a sandbox has got.

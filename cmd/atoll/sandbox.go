@@ -197,7 +197,7 @@ func newLsCmd(g *globals) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.State, "state", "", "only sandboxes in this state (creating, starting, running, stopping, paused, stopped, deleting, error)")
+	f.StringVar(&opts.State, "state", "", "only sandboxes in this state (creating, starting, running, stopping, paused, suspended, shelved, stopped, archived, deleting, error)")
 	f.StringArrayVar(&labels, "label", nil, "only sandboxes with label k=v (repeatable; all must match)")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	f.BoolVarP(&quiet, "quiet", "q", false, "print IDs only")

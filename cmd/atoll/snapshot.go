@@ -19,9 +19,9 @@ import (
 const maxForks = 100
 
 func newPauseCmd(g *globals) *cobra.Command {
-	var toDisk bool
+	var toDisk, noMemory bool
 	cmd := &cobra.Command{
-		Use:   "pause ID... [--to-disk]",
+		Use:   "pause ID... [--to-disk | --no-memory]",
 		Short: "Freeze sandboxes' processes, keeping their memory",
 		Long: `Pause running sandboxes: their processes stop being scheduled but keep their
 memory, open files and network state. Commands and file access answer "conflict"
@@ -30,17 +30,25 @@ until "atoll resume" thaws them.
 With --to-disk, the sandbox's memory and processes are saved to disk and it
 stops (state suspended): it holds no memory or CPU, survives a restart of the
 server or the host, and "atoll resume" restores it with its processes going on.
-Only runtimes with the memory_snapshot capability can (gvisor, vm).`,
+Only runtimes with the memory_snapshot capability can (gvisor, vm).
+
+With --no-memory, the sandbox's processes end and its files stay (state
+shelved, E2B's pause without keepMemory): "atoll resume" boots it again over
+its files. Any runtime can.`,
 		Example: `  atoll pause 3k9x2m7q1w8e5r4t6y0u
   atoll pause --to-disk 3k9x2m7q1w8e5r4t6y0u
+  atoll pause --no-memory 3k9x2m7q1w8e5r4t6y0u
   atoll ls -q --label team=infra | xargs atoll pause`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
 				var err error
-				if toDisk {
+				switch {
+				case toDisk:
 					_, err = c.SuspendSandbox(ctx, id)
-				} else {
+				case noMemory:
+					_, err = c.ShelveSandbox(ctx, id)
+				default:
 					_, err = c.PauseSandbox(ctx, id)
 				}
 				return err
@@ -48,15 +56,18 @@ Only runtimes with the memory_snapshot capability can (gvisor, vm).`,
 		},
 	}
 	cmd.Flags().BoolVar(&toDisk, "to-disk", false, "save memory and processes to disk and stop (state suspended)")
+	cmd.Flags().BoolVar(&noMemory, "no-memory", false, "end the processes, keep the files; resume boots it (state shelved)")
+	cmd.MarkFlagsMutuallyExclusive("to-disk", "no-memory")
 	return cmd
 }
 
 func newResumeCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "resume ID...",
-		Short: "Thaw paused sandboxes, restore suspended ones",
+		Short: "Thaw paused sandboxes, restore suspended ones, boot shelved ones",
 		Long: `Resume paused sandboxes: their processes carry on where they were frozen. A
-suspended sandbox (paused to disk) is restored from its memory image.`,
+suspended sandbox (paused to disk) is restored from its memory image; a
+shelved one (paused without memory) boots again over its files.`,
 		Example: `  atoll resume 3k9x2m7q1w8e5r4t6y0u
   atoll ls -q --state paused | xargs atoll resume`,
 		Args: cobra.MinimumNArgs(1),

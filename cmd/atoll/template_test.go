@@ -308,6 +308,9 @@ func (noSandboxes) Start(context.Context, string) (api.Sandbox, error) {
 	return api.Sandbox{}, errdefs.ErrNotFound
 }
 func (noSandboxes) Delete(context.Context, string) error { return errdefs.ErrNotFound }
+func (noSandboxes) Shelve(context.Context, string) (api.Sandbox, error) {
+	return api.Sandbox{}, errdefs.ErrNotFound
+}
 func (noSandboxes) Suspend(context.Context, string) (api.Sandbox, error) {
 	return api.Sandbox{}, errdefs.ErrUnavailable
 }

@@ -663,11 +663,20 @@ func (s *Service) Stop(ctx context.Context, id string) (api.Sandbox, error) {
 		return api.Sandbox{}, err
 	}
 	defer unlock()
-	if sb.State != api.StateRunning && sb.State != api.StatePaused && sb.State != api.StateSuspended {
+	switch sb.State {
+	case api.StateRunning, api.StatePaused, api.StateSuspended:
+		if err := s.stopLocked(ctx, &sb, ""); err != nil {
+			return api.Sandbox{}, err
+		}
+	case api.StateShelved:
+		// Nothing runs: only the record changes.
+		now := time.Now().UTC()
+		sb.State, sb.StoppedAt = api.StateStopped, &now
+		if err := s.store.Update(ctx, &sb, api.StateShelved); err != nil {
+			return api.Sandbox{}, err
+		}
+	default:
 		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s, not running", errdefs.ErrConflict, id, sb.State)
-	}
-	if err := s.stopLocked(ctx, &sb, ""); err != nil {
-		return api.Sandbox{}, err
 	}
 	if sb.Ephemeral {
 		if err := s.deleteLocked(ctx, sb); err != nil {
@@ -867,8 +876,9 @@ func (s *Service) Recover(ctx context.Context) error {
 			_ = s.stopLocked(ctx, &sb, "stopped while the server was down")
 		case api.StateSuspending, api.StateSuspended:
 			s.recoverSuspend(ctx, sb, rt)
-		case api.StateStopped, api.StateError:
-			// Nothing runs; make sure nothing is left from a crash.
+		case api.StateStopped, api.StateError, api.StateShelved:
+			// Nothing runs; make sure nothing is left from a crash (a
+			// shelve or a boot of a shelved sandbox cut short).
 			_ = rt.Cleanup(ctx, sb.ID)
 		case api.StateArchiving:
 			s.recoverArchiving(ctx, sb)

@@ -39,7 +39,17 @@ func (s *Service) Pause(ctx context.Context, id string) (api.Sandbox, error) {
 	return s.view(sb), nil
 }
 
-// Resume thaws a paused sandbox, or restores a suspended one.
+// resumes is how resume brings back each state it applies to; resume of a
+// sandbox in any other state is a conflict. Adding a kind of pause means a
+// row here, its row in recoveries, and its state in docs/lifecycle.md.
+var resumes = map[string]func(s *Service, ctx context.Context, sb *store.Sandbox) error{
+	api.StatePaused:    (*Service).thawLocked,
+	api.StateSuspended: (*Service).restoreLocked,
+	api.StateShelved:   (*Service).bootShelvedLocked,
+}
+
+// Resume brings back a paused sandbox as resumes says: thawed, restored from
+// its memory image, or booted again over its files.
 func (s *Service) Resume(ctx context.Context, id string) (api.Sandbox, error) {
 	ctx = context.WithoutCancel(ctx)
 	sb, unlock, err := s.acquire(ctx, id, "")
@@ -47,24 +57,23 @@ func (s *Service) Resume(ctx context.Context, id string) (api.Sandbox, error) {
 		return api.Sandbox{}, err
 	}
 	defer unlock()
-	if sb.State == api.StateSuspended {
-		if err := s.restoreLocked(ctx, &sb); err != nil {
-			return api.Sandbox{}, err
-		}
-		return s.view(sb), nil
-	}
-	if sb.State != api.StatePaused {
+	resume := resumes[sb.State]
+	if resume == nil {
 		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s, not paused", errdefs.ErrConflict, id, sb.State)
 	}
-	if err := s.runtimes[sb.Runtime].Resume(ctx, id); err != nil {
-		s.log.Error("resuming sandbox", "sandbox", id, "err", err)
-		return api.Sandbox{}, fmt.Errorf("%w: resuming failed", errdefs.ErrUnavailable)
-	}
-	sb.State = api.StateRunning
-	if err := s.store.Update(ctx, &sb, api.StatePaused); err != nil {
+	if err := resume(s, ctx, &sb); err != nil {
 		return api.Sandbox{}, err
 	}
 	return s.view(sb), nil
+}
+
+func (s *Service) thawLocked(ctx context.Context, sb *store.Sandbox) error {
+	if err := s.runtimes[sb.Runtime].Resume(ctx, sb.ID); err != nil {
+		s.log.Error("resuming sandbox", "sandbox", sb.ID, "err", err)
+		return fmt.Errorf("%w: resuming failed", errdefs.ErrUnavailable)
+	}
+	sb.State = api.StateRunning
+	return s.store.Update(ctx, sb, api.StatePaused)
 }
 
 // frozen runs f with sb's processes frozen when it runs, so that its files
@@ -83,7 +92,7 @@ func (s *Service) frozen(ctx context.Context, sb store.Sandbox, f func() error) 
 
 func snapshotable(sb store.Sandbox) error {
 	switch sb.State {
-	case api.StateRunning, api.StatePaused, api.StateStopped, api.StateSuspended:
+	case api.StateRunning, api.StatePaused, api.StateStopped, api.StateSuspended, api.StateShelved:
 		return nil
 	}
 	return fmt.Errorf("%w: sandbox %s is %s", errdefs.ErrConflict, sb.ID, sb.State)

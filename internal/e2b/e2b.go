@@ -36,6 +36,7 @@ type Sandboxes interface {
 	Delete(ctx context.Context, id string) error
 	Pause(ctx context.Context, id string) (api.Sandbox, error)
 	Resume(ctx context.Context, id string) (api.Sandbox, error)
+	Shelve(ctx context.Context, id string) (api.Sandbox, error)
 	SetTimeout(ctx context.Context, id string, req api.TimeoutRequest) (api.Sandbox, error)
 	Fork(ctx context.Context, id string, req api.ForkRequest) ([]api.Sandbox, error)
 	CreateSnapshot(ctx context.Context, id string, req api.CreateSnapshotRequest) (api.Snapshot, error)

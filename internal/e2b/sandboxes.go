@@ -337,13 +337,19 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// pause freezes a running sandbox, memory and all. E2B's paused sandboxes
-// never time out, so the timeout goes (connect sets a new one); otherwise a
-// killing sandbox would be deleted while paused. {"memory": false} is
-// served the same way: processes survive, which is more than asked.
+// pause freezes a running sandbox, memory and all, or with {"memory":
+// false} (the SDK's keepMemory) shelves it: its processes end, its files
+// stay, and connect boots it again. E2B's paused sandboxes never time out,
+// so the timeout goes (connect sets a new one); otherwise a killing
+// sandbox would be deleted while paused.
 func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 	id, ok := sandboxID(w, r)
 	if !ok {
+		return
+	}
+	var body pauseRequest
+	if err := decode(w, r, &body, true); err != nil {
+		s.writeErr(w, r, err)
 		return
 	}
 	sb, err := s.visible(r.Context(), id)
@@ -358,7 +364,11 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 		s.sandboxErr(w, r, id, err)
 		return
 	}
-	if _, err := s.cfg.Sandboxes.Pause(r.Context(), id); err != nil {
+	pause := s.cfg.Sandboxes.Pause
+	if body.Memory != nil && !*body.Memory {
+		pause = s.cfg.Sandboxes.Shelve
+	}
+	if _, err := pause(r.Context(), id); err != nil {
 		if sb.ExpiresAt != nil { // put the timeout back, rounded up
 			left := max(1, int64(time.Until(*sb.ExpiresAt)/time.Second)+1)
 			s.cfg.Sandboxes.SetTimeout(context.WithoutCancel(r.Context()), id, api.TimeoutRequest{TimeoutSec: left})
@@ -398,11 +408,12 @@ func (s *Server) settled(ctx context.Context, id string) (api.Sandbox, error) {
 	}
 }
 
-// wake brings a sandbox E2B sees as paused back: thaws a paused one,
-// starts a stopped or archived one (its processes are gone then).
+// wake brings a sandbox E2B sees as paused back: resumes a paused,
+// suspended or shelved one, starts a stopped or archived one (its
+// processes are gone then, as a shelved one's are).
 func (s *Server) wake(ctx context.Context, sb api.Sandbox) (api.Sandbox, error) {
 	switch sb.State {
-	case api.StatePaused, api.StateSuspended:
+	case api.StatePaused, api.StateSuspended, api.StateShelved:
 		return s.cfg.Sandboxes.Resume(ctx, sb.ID)
 	case api.StateStopped, api.StateArchived:
 		return s.cfg.Sandboxes.Start(ctx, sb.ID)

@@ -89,6 +89,12 @@ type lifecycle struct {
 	OnTimeout  string `json:"onTimeout"` // "kill" or "pause"
 }
 
+// pauseRequest is the optional body of POST /sandboxes/{id}/pause: the
+// SDK sends its keepMemory as memory.
+type pauseRequest struct {
+	Memory *bool `json:"memory"`
+}
+
 type timeoutRequest struct {
 	Timeout *int64 `json:"timeout"`
 }
@@ -136,7 +142,7 @@ func e2bState(state string) (string, bool) {
 	switch state {
 	case api.StateRunning, api.StateCreating, api.StateStarting:
 		return stateRunning, true
-	case api.StatePaused, api.StateSuspending, api.StateSuspended, api.StateStopping, api.StateStopped, api.StateArchiving, api.StateArchived:
+	case api.StatePaused, api.StateSuspending, api.StateSuspended, api.StateShelved, api.StateStopping, api.StateStopped, api.StateArchiving, api.StateArchived:
 		return statePaused, true
 	}
 	return "", false

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 )
 
@@ -39,11 +38,11 @@ func (s *Server) forward(hasPID, jsonBody bool) http.HandlerFunc {
 		}
 		dial, err := s.cfg.Sandboxes.AgentDialer(r.Context(), id)
 		if errors.Is(err, errdefs.ErrConflict) && r.URL.Query().Get("resume") == "true" {
-			// ?resume=true wakes a paused sandbox first, as E2B's connect does.
-			if sb, gerr := s.cfg.Sandboxes.Get(r.Context(), id); gerr == nil && (sb.State == api.StatePaused || sb.State == api.StateSuspended) {
-				if _, rerr := s.cfg.Sandboxes.Resume(r.Context(), id); rerr == nil || errors.Is(rerr, errdefs.ErrConflict) {
-					dial, err = s.cfg.Sandboxes.AgentDialer(r.Context(), id)
-				}
+			// ?resume=true wakes a paused sandbox first, as E2B's connect
+			// does; resume itself knows which states it applies to (a
+			// conflict here may be another request's resume winning).
+			if _, rerr := s.cfg.Sandboxes.Resume(r.Context(), id); rerr == nil || errors.Is(rerr, errdefs.ErrConflict) {
+				dial, err = s.cfg.Sandboxes.AgentDialer(r.Context(), id)
 			}
 		}
 		if err != nil {

@@ -113,7 +113,7 @@ func truncate(s string) string {
 var states = map[string]bool{
 	api.StateCreating: true, api.StateStarting: true, api.StateRunning: true, api.StateStopping: true, api.StatePaused: true,
 	api.StateStopped: true, api.StateArchiving: true, api.StateArchived: true, api.StateDeleting: true, api.StateError: true,
-	api.StateSuspending: true, api.StateSuspended: true,
+	api.StateSuspending: true, api.StateSuspended: true, api.StateShelved: true,
 }
 
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
@@ -164,8 +164,15 @@ func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if req.ToDisk {
+	switch memory := req.Memory == nil || *req.Memory; {
+	case req.ToDisk && !memory:
+		s.writeError(w, r, fmt.Errorf("%w: to_disk saves memory; with memory false there is none to save", errdefs.ErrInvalid))
+		return
+	case req.ToDisk:
 		s.sandboxOp(w, r, s.cfg.Sandboxes.Suspend)
+		return
+	case !memory:
+		s.sandboxOp(w, r, s.cfg.Sandboxes.Shelve)
 		return
 	}
 	s.sandboxOp(w, r, s.cfg.Sandboxes.Pause)

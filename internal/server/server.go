@@ -34,6 +34,7 @@ type Sandboxes interface {
 	// Suspend pauses a running sandbox to disk (its runtime saves its
 	// memory and stops it); errdefs.ErrInvalid for a runtime that cannot.
 	Suspend(ctx context.Context, id string) (api.Sandbox, error)
+	Shelve(ctx context.Context, id string) (api.Sandbox, error)
 	// Archive moves a stopped sandbox's files to object storage.
 	Archive(ctx context.Context, id string) (api.Sandbox, error)
 	// Resume thaws a paused sandbox or restores a suspended one;

@@ -166,6 +166,10 @@ func (m *memSandboxes) Suspend(ctx context.Context, id string) (api.Sandbox, err
 	return m.setState(id, api.StateRunning, api.StateSuspended)
 }
 
+func (m *memSandboxes) Shelve(ctx context.Context, id string) (api.Sandbox, error) {
+	return m.setState(id, api.StateRunning, api.StateShelved)
+}
+
 func (m *memSandboxes) Archive(ctx context.Context, id string) (api.Sandbox, error) {
 	return m.setState(id, api.StateStopped, api.StateArchived)
 }

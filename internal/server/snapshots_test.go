@@ -32,6 +32,18 @@ func TestPauseResume(t *testing.T) {
 	}
 	resp, body = f.do("POST", "/v1/sandboxes/"+id+"/resume", nil)
 	wantError(t, resp, body, http.StatusConflict, "conflict")
+
+	// Without memory: shelved; not together with to_disk.
+	resp, body = f.do("POST", "/v1/sandboxes/"+id+"/pause", `{"memory":false,"to_disk":true}`)
+	wantError(t, resp, body, http.StatusBadRequest, "invalid")
+	resp, body = f.do("POST", "/v1/sandboxes/"+id+"/pause", `{"memory":false}`)
+	if resp.StatusCode != 200 || decode[api.Sandbox](t, body).State != api.StateShelved {
+		t.Fatalf("pause without memory: %d %s", resp.StatusCode, body)
+	}
+	resp, body = f.do("GET", "/v1/sandboxes?state=shelved", nil)
+	if resp.StatusCode != 200 || len(decode[api.SandboxList](t, body).Sandboxes) != 1 {
+		t.Fatalf("list shelved: %d %s", resp.StatusCode, body)
+	}
 }
 
 func TestFork(t *testing.T) {

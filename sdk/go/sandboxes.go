@@ -86,7 +86,18 @@ func (c *Client) SuspendSandbox(ctx context.Context, id string) (api.Sandbox, er
 	return sb, err
 }
 
-// ResumeSandbox thaws a paused sandbox or restores a suspended one.
+// ShelveSandbox pauses a running or paused sandbox without its memory
+// (state shelved): its processes end, its files stay, and ResumeSandbox
+// boots it again over them.
+func (c *Client) ShelveSandbox(ctx context.Context, id string) (api.Sandbox, error) {
+	var sb api.Sandbox
+	noMemory := false
+	err := c.do(ctx, request{method: "POST", path: sandboxPath(id, "/pause"), json: api.PauseRequest{Memory: &noMemory}}, &sb)
+	return sb, err
+}
+
+// ResumeSandbox thaws a paused sandbox, restores a suspended one, or boots a
+// shelved one again.
 func (c *Client) ResumeSandbox(ctx context.Context, id string) (api.Sandbox, error) {
 	var sb api.Sandbox
 	err := c.do(ctx, request{method: "POST", path: sandboxPath(id, "/resume")}, &sb)

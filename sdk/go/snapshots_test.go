@@ -19,6 +19,10 @@ func (s *sandboxes) Suspend(ctx context.Context, id string) (api.Sandbox, error)
 	return s.set(id, api.StateRunning, api.StateSuspended)
 }
 
+func (s *sandboxes) Shelve(ctx context.Context, id string) (api.Sandbox, error) {
+	return s.set(id, api.StateRunning, api.StateShelved)
+}
+
 func (s *sandboxes) Archive(ctx context.Context, id string) (api.Sandbox, error) {
 	return s.set(id, api.StateStopped, api.StateArchived)
 }
@@ -117,6 +121,10 @@ func TestPauseResume(t *testing.T) {
 	}
 	if sb, err := c.ResumeSandbox(ctx, id); err != nil || sb.State != api.StateRunning {
 		t.Fatalf("ResumeSandbox = %+v, %v", sb, err)
+	}
+	// ShelveSandbox asks for a pause without memory.
+	if sb, err := c.ShelveSandbox(ctx, id); err != nil || sb.State != api.StateShelved {
+		t.Fatalf("ShelveSandbox = %+v, %v", sb, err)
 	}
 }
 

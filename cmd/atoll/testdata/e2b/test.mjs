@@ -307,6 +307,32 @@ test('pause, list paused, connect, resume', async () => {
   assert.equal(await p.isRunning(), true)
 })
 
+test('pause without memory: files kept, resume boots again', async () => {
+  const p = await create({ metadata: { role: 'shelving' } })
+  await p.files.write('/home/user/state.txt', 'kept')
+  // The start time of PID 1 (the agent) tells one boot from the next.
+  const boot = async (s) => (await s.commands.run("cut -d' ' -f22 /proc/1/stat")).stdout.trim()
+  const before = await boot(p)
+  const bg = await p.commands.run('sleep 600', { background: true, timeoutMs: 0 })
+  assert.equal(await p.pause({ keepMemory: false }), true)
+  assert.equal(await p.pause({ keepMemory: false }), false, 'already paused')
+  assert.equal((await p.getInfo()).state, 'paused')
+  const paused = await Sandbox.list({ query: { state: ['paused'], metadata: { run } } }).nextItems()
+  assert.deepEqual(paused.map((s) => s.sandboxId), [p.sandboxId])
+  // Another key cannot pause it, nor wake it.
+  const other = { apiKey: process.env.E2B_TEST_OTHER_KEY }
+  await assert.rejects(Sandbox.connect(p.sandboxId, other), SandboxNotFoundError)
+
+  const back = await Sandbox.connect(p.sandboxId, { timeoutMs: 120_000 })
+  assert.equal((await back.getInfo()).state, 'running')
+  assert.equal(await back.files.read('/home/user/state.txt'), 'kept')
+  assert.notEqual(await boot(back), before, 'a new boot')
+  assert.ok(!(await back.commands.list()).some((x) => x.pid === bg.pid), 'processes ended with the pause')
+  // Killed, it cannot be paused either way.
+  await back.kill()
+  await assert.rejects(Sandbox.pause(p.sandboxId, { keepMemory: false }), SandboxNotFoundError)
+})
+
 test('lifecycle: pause on timeout', async () => {
   const p = await create({ timeoutMs: 2_000, lifecycle: { onTimeout: 'pause' } })
   assert.equal((await p.getInfo()).lifecycle.onTimeout, 'pause')
