@@ -366,15 +366,26 @@ func (m *Manager) setupBridge() error {
 func (m *Manager) setupCarrier() error {
 	port, peer := m.cfg.carrierNames()
 	link, err := m.nl.LinkByName(port)
-	if err != nil {
+	var nf netlink.LinkNotFoundError
+	switch {
+	case errors.As(err, &nf):
+		// The two ends of a veth come and go together: a link with the
+		// peer's name but no port is someone else's.
+		if _, err := m.nl.LinkByName(peer); err == nil {
+			return fmt.Errorf("%w: %s exists without %s", errdefs.ErrConflict, peer, port)
+		}
 		attrs := netlink.NewLinkAttrs()
 		attrs.Name, attrs.MTU = port, m.mtu
-		if err := m.nl.LinkAdd(&netlink.Veth{LinkAttrs: attrs, PeerName: peer}); err != nil && !errors.Is(err, unix.EEXIST) {
+		if err := m.nl.LinkAdd(&netlink.Veth{LinkAttrs: attrs, PeerName: peer}); err != nil {
 			return fmt.Errorf("creating carrier port: %w", err)
 		}
 		if link, err = m.nl.LinkByName(port); err != nil {
 			return fmt.Errorf("looking up carrier port: %w", err)
 		}
+	case err != nil:
+		return fmt.Errorf("looking up carrier port: %w", err)
+	case link.Type() != "veth":
+		return fmt.Errorf("%w: %s exists and is a %s, not a veth", errdefs.ErrConflict, port, link.Type())
 	}
 	err = m.inHost(func() error {
 		// Nothing is to be sent from either end.
@@ -405,7 +416,7 @@ func (m *Manager) setupCarrier() error {
 			return fmt.Errorf("bringing up carrier port %s: %w", name, err)
 		}
 	}
-	return nil
+	return waitOperUp(m.nl, m.bridgeIx)
 }
 
 // checkSubnets refuses subnets that overlap a route the host already has
@@ -702,7 +713,10 @@ func (m *Manager) assign(e *entry, slot int, pol egress.Policy) (a *Attachment, 
 			return nil, err
 		}
 	}
-	if err := m.learnNeighbours(slot); err != nil {
+	// An entry a crash left, or one the host made trying to reach the
+	// slot's previous sandbox after it went (a closed connection's last
+	// retransmissions), would be believed until probes of its MAC failed.
+	if err := m.forgetNeighbours(a.Addr4.Addr(), a.Addr6.Addr()); err != nil {
 		return nil, err
 	}
 	if err := m.nl.LinkSetUp(host); err != nil {
@@ -746,8 +760,8 @@ func waitIPv6Ready(h *netlink.Handle, ix int) error {
 	}
 }
 
-// waitOperUp waits for a veth end whose carrier just came on to be
-// operationally up. The kernel turns the carrier on at once, but makes
+// waitOperUp waits for a link (a veth end, the bridge) whose carrier just
+// came on to be operationally up. The kernel turns the carrier on at once, but makes
 // the link up (and gives it a queue that sends, and the bridge port
 // forwarding) from a work queue, which on a loaded host runs
 // milliseconds later: a first packet sent before, the port proxy's ARP
@@ -759,38 +773,16 @@ func waitOperUp(h *netlink.Handle, ix int) error {
 	for {
 		l, err := h.LinkByIndex(ix)
 		if err != nil {
-			return fmt.Errorf("reading veth state: %w", err)
+			return fmt.Errorf("reading link state: %w", err)
 		}
 		if l.Attrs().OperState == netlink.OperUp {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("veth %s still %s 2s after its carrier came on", l.Attrs().Name, l.Attrs().OperState)
+			return fmt.Errorf("%s still %s 2s after its carrier came on", l.Attrs().Name, l.Attrs().OperState)
 		}
 		time.Sleep(500 * time.Microsecond)
 	}
-}
-
-// learnNeighbours gives the host neighbour entries (ARP, NDP) for slot's
-// addresses with the slot's MAC, replacing any entry a crash left. The
-// host then reaches the sandbox without asking: an IPv6 neighbour
-// solicitation would go to the sandbox's solicited-node group, which its
-// kernel joins from a work queue some milliseconds after the address is
-// added, and the bridge port forwards only once its link is up. The
-// entries are STALE, not permanent: the kernel uses them at once and
-// confirms them by unicast probes, and replaces one that is wrong (a
-// restored VM's guest, say, whose MAC is another slot's) within seconds.
-func (m *Manager) learnNeighbours(slot int) error {
-	a4, a6 := m.cfg.slotAddrs(slot)
-	mac := slotMAC(m.cfg.Bridge, slot)
-	for _, a := range []netip.Addr{a4.Addr(), a6.Addr()} {
-		n := &netlink.Neigh{LinkIndex: m.bridgeIx, Family: family(a), State: netlink.NUD_STALE,
-			IP: net.IP(a.AsSlice()), HardwareAddr: mac}
-		if err := m.nl.NeighSet(n); err != nil {
-			return fmt.Errorf("setting neighbour entry %s: %w", a, err)
-		}
-	}
-	return nil
 }
 
 func family(a netip.Addr) int {

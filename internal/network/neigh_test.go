@@ -120,3 +120,49 @@ func TestReusedSlotAnswersAtOnce(t *testing.T) {
 		t.Errorf("after release: %+v", c)
 	}
 }
+
+// TestCarrierPort: the bridge keeps its carrier with no sandbox attached, a
+// restarted Manager adopts the carrier port, and Teardown removes it.
+func TestCarrierPort(t *testing.T) {
+	tp := newTopology(t, Config{})
+	m := tp.m
+	bridgeUp := func() bool {
+		br, err := tp.hostHandle.LinkByName(m.cfg.Bridge)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return br.Attrs().OperState == netlink.OperUp
+	}
+	if !bridgeUp() {
+		t.Error("the bridge has no carrier without sandboxes")
+	}
+	if _, err := m.Attach(context.Background(), 1, egress.Policy{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Release(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	m2, err := New(m.cfg)
+	if err != nil {
+		t.Fatalf("New over a carrier port: %v", err)
+	}
+	defer m2.Close()
+	if !bridgeUp() {
+		t.Error("the bridge lost its carrier")
+	}
+	if err := m2.Teardown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	port, peer := m.cfg.carrierNames()
+	for _, name := range []string{port, peer} {
+		if _, err := tp.hostHandle.LinkByName(name); err == nil {
+			t.Errorf("%s left after Teardown", name)
+		}
+	}
+	// Again, for the topology's own Teardown.
+	m3, err := New(m.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m3.Close()
+}
