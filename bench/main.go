@@ -27,13 +27,14 @@ import (
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/network"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
 func main() {
 	n := flag.Int("n", 100, "iterations per measurement")
 	clients := flag.Int("clients", 8, "concurrent clients for the concurrent run")
-	only := flag.String("only", "", "comma-separated parts to run (core,templates,state,forks,prestarted,warm,e2b,runtimes,peers); default all")
+	only := flag.String("only", "", "comma-separated parts to run (core,templates,state,forks,prestarted,warm,e2b,runtimes,ports,peers); default all")
 	flag.Parse()
 	parts := map[string]bool{}
 	for _, p := range strings.Split(*only, ",") {
@@ -84,6 +85,9 @@ func main() {
 	}
 	if want("runtimes") {
 		runtimes(r, work, min(*n, 30))
+	}
+	if want("ports") {
+		ports(r, work, min(*n, 30))
 	}
 	if want("peers") {
 		peers(r, work, filepath.Join(srv.data, "layers", "templates", "host-v2"), *n)
@@ -226,6 +230,14 @@ type server struct {
 }
 
 func startServer(work, name string, pool, prestart int) *server {
+	// Networking stays off: it would turn the machine running the benchmark
+	// into a router (and the figures here predate it).
+	return startServerIn(work, name, "", "--network", "off", "--warm-pool", fmt.Sprint(pool), "--prestart", fmt.Sprint(prestart))
+}
+
+// startServerIn starts `atoll serve` with flags args, inside the network
+// namespace at netns unless it is "".
+func startServerIn(work, name, netns string, args ...string) *server {
 	bin := filepath.Join(work, "atoll")
 	if _, err := os.Stat(bin); err != nil {
 		// Both binaries, as `go install ./cmd/...` would put them: the server
@@ -236,14 +248,17 @@ func startServer(work, name string, pool, prestart int) *server {
 		check(build.Run())
 	}
 	data := filepath.Join(work, name)
-	// Networking stays off: it would turn the machine running the benchmark
-	// into a router (and the figures here predate it).
-	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--data", data, "--network", "off",
-		"--layer-image-size", fmt.Sprint(int64(16<<30)), "--warm-pool", fmt.Sprint(pool), "--prestart", fmt.Sprint(prestart))
+	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--data", data,
+		"--layer-image-size", fmt.Sprint(int64(16 << 30))}, args...)...)
 	out, err := cmd.StdoutPipe()
 	check(err)
 	cmd.Stderr = io.Discard
-	check(cmd.Start())
+	if netns != "" {
+		// Born in the namespace: Start runs on a thread that joined it.
+		check(network.InNetns(netns, cmd.Start))
+	} else {
+		check(cmd.Start())
+	}
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		if strings.HasPrefix(sc.Text(), "Try:") {

@@ -656,8 +656,9 @@ func (m *Manager) create(name string) (_ *entry, err error) {
 	return e, nil
 }
 
-// assign gives e to slot: names, addresses, routes, firewall elements, and
-// finally the host end up. On error e is destroyed.
+// assign gives e to slot: names, its MAC, addresses, routes, the host end
+// up, firewall elements; it returns once the link is ready to carry
+// traffic both ways. On error e is destroyed.
 func (m *Manager) assign(e *entry, slot int, pol egress.Policy) (a *Attachment, err error) {
 	added := false
 	defer func() {
@@ -687,8 +688,8 @@ func (m *Manager) assign(e *entry, slot int, pol egress.Policy) (a *Attachment, 
 	}
 	a = m.attachment(slot)
 	eth0 := &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: e.eth0, Name: sandboxLink}}
-	// A veth changes its address while up; the link-local IPv6 address
-	// made from the entry's first MAC stays, unused by anything.
+	// Before the carrier comes on, so that the sandbox's link-local IPv6
+	// address, made then, is the slot MAC's too.
 	if err := e.ns.LinkSetHardwareAddr(eth0, slotMAC(m.cfg.Bridge, slot)); err != nil {
 		return nil, fmt.Errorf("setting the slot's MAC: %w", err)
 	}
@@ -703,6 +704,14 @@ func (m *Manager) assign(e *entry, slot int, pol egress.Policy) (a *Attachment, 
 		if err := e.ns.RouteAdd(r); err != nil {
 			return nil, fmt.Errorf("adding default route via %s: %w", gw, err)
 		}
+	}
+	// The host end goes up before the firewall's elements are added, not
+	// last: the kernel readies both ends and the sandbox's IPv6 from work
+	// queues (see waitReady), which then run meanwhile. Nothing runs in the
+	// namespace yet to send anything. (The addresses come first: the
+	// sandbox's IPv6 readiness, as waitReady sees it, then covers them.)
+	if err := m.nl.LinkSetUp(host); err != nil {
+		return nil, fmt.Errorf("bringing up veth: %w", err)
 	}
 	if err := m.addElements(slot, pol); err != nil {
 		return nil, err
@@ -719,20 +728,23 @@ func (m *Manager) assign(e *entry, slot int, pol egress.Policy) (a *Attachment, 
 	if err := m.forgetNeighbours(a.Addr4.Addr(), a.Addr6.Addr()); err != nil {
 		return nil, err
 	}
-	if err := m.nl.LinkSetUp(host); err != nil {
-		return nil, fmt.Errorf("bringing up veth: %w", err)
-	}
-	// Both ends: the sandbox's was up without a carrier until now.
-	if err := waitOperUp(m.nl, e.host); err != nil {
-		return nil, err
-	}
-	if err := waitOperUp(e.ns, e.eth0); err != nil {
-		return nil, err
-	}
-	if err := waitIPv6Ready(e.ns, e.eth0); err != nil {
+	if err := m.waitReady(e); err != nil {
 		return nil, err
 	}
 	return a, nil
+}
+
+// waitReady waits for both ends of e's veth, the sandbox's up without a
+// carrier until its host end came up, to be operationally up, and for the
+// sandbox's IPv6 to be ready.
+func (m *Manager) waitReady(e *entry) error {
+	if err := waitOperUp(m.nl, e.host); err != nil {
+		return err
+	}
+	if err := waitOperUp(e.ns, e.eth0); err != nil {
+		return err
+	}
+	return waitIPv6Ready(e.ns, e.eth0)
 }
 
 // waitIPv6Ready waits for the sandbox's IPv6 to take its link's carrier
