@@ -17,6 +17,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -227,6 +229,10 @@ type server struct {
 	cmd       *exec.Cmd
 	data, url string
 	key       string
+	// netns is the network namespace the server runs in, "" for the
+	// bench's own; args are its flags.
+	netns string
+	args  []string
 }
 
 func startServer(work, name string, pool, prestart int) *server {
@@ -270,9 +276,30 @@ func startServerIn(work, name, netns string, args ...string) *server {
 	check(err)
 	key, err := os.ReadFile(filepath.Join(data, "api-key"))
 	check(err)
-	srv := &server{bin: bin, cmd: cmd, data: data, url: strings.TrimSpace(string(url)), key: strings.TrimSpace(string(key))}
+	srv := &server{bin: bin, cmd: cmd, data: data, url: strings.TrimSpace(string(url)), key: strings.TrimSpace(string(key)),
+		netns: netns, args: args}
 	servers = append(servers, srv)
 	return srv
+}
+
+// client is an API client of s, connecting from s's network namespace.
+func (s *server) client() *atoll.Client {
+	if s.netns == "" {
+		return atoll.New(s.url, s.key)
+	}
+	return atoll.New(s.url, s.key, atoll.WithHTTPClient(&http.Client{Transport: &http.Transport{DialContext: s.dial}}))
+}
+
+// dial connects to addr from s's network namespace.
+func (s *server) dial(ctx context.Context, netw, addr string) (conn net.Conn, err error) {
+	if s.netns == "" {
+		return (&net.Dialer{}).DialContext(ctx, netw, addr)
+	}
+	err = network.InNetns(s.netns, func() (err error) {
+		conn, err = (&net.Dialer{}).DialContext(ctx, netw, addr)
+		return err
+	})
+	return conn, err
 }
 
 // servers are the servers started, stopped by fatal too.
@@ -288,15 +315,23 @@ func (s *server) stop() {
 	s.stopped = true
 	s.cmd.Process.Signal(os.Interrupt)
 	s.cmd.Wait()
-	last := exec.Command(s.bin, "serve", "--listen", "127.0.0.1:0", "--data", s.data, "--warm-pool", "0", "--network", "off")
-	if out, err := last.StdoutPipe(); err == nil && last.Start() == nil {
+	// The same flags (networking included, so that sandboxes' networks are
+	// released), later ones winning.
+	last := exec.Command(s.bin, append(append([]string{"serve", "--listen", "127.0.0.1:0", "--data", s.data}, s.args...),
+		"--warm-pool", "0", "--prestart", "0", "--network-pool", "0")...)
+	start := last.Start
+	if s.netns != "" {
+		start = func() error { return network.InNetns(s.netns, last.Start) }
+	}
+	if out, err := last.StdoutPipe(); err == nil && start() == nil {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() && !strings.HasPrefix(sc.Text(), "Try:") {
 		}
 		go io.Copy(io.Discard, out)
-		c := atoll.New(s.url, s.key)
+		c := s.client()
 		if url, err := os.ReadFile(filepath.Join(s.data, "url")); err == nil {
-			c = atoll.New(strings.TrimSpace(string(url)), s.key)
+			s.url = strings.TrimSpace(string(url))
+			c = s.client()
 		}
 		if sbs, err := c.ListSandboxes(context.Background(), atoll.ListOptions{}); err == nil {
 			for _, sb := range sbs {

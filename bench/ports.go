@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
-	"github.com/atoll-dev/atoll/internal/network"
-	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
 // listenScript listens on port 8080 (IPv4 and IPv6) before it exits and
@@ -61,20 +59,16 @@ func ports(r *report, work string, n int) {
 	srv := startServerIn(work, "ports", nsPath, "--network", "on", "--network-bridge", "atollb",
 		"--dns-upstream", "127.0.0.1", "--warm-pool", "1", "--prestart", "0", "--network-pool", "1",
 		"--proxy-listen", "127.0.0.1:0", "--proxy-domain", "sb.test")
-	c := atoll.New(srv.url, srv.key)
+	c := srv.client()
 	ctx := context.Background()
 	var proxyAddr string
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 		DisableKeepAlives: true, // every request a first connection
-		DialContext: func(ctx context.Context, _, addr string) (conn net.Conn, err error) {
+		DialContext: func(ctx context.Context, netw, addr string) (net.Conn, error) {
 			if strings.HasSuffix(strings.Split(addr, ":")[0], ".sb.test") {
 				addr = proxyAddr
 			}
-			err = network.InNetns(nsPath, func() (err error) {
-				conn, err = (&net.Dialer{}).DialContext(ctx, "tcp", addr)
-				return err
-			})
-			return conn, err
+			return srv.dial(ctx, netw, addr)
 		},
 	}}
 	// firstOK is the time until a GET of u answers 200, asking again (as
