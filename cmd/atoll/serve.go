@@ -221,6 +221,9 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if err := os.Chmod(data, 0o711); err != nil {
 		return err
 	}
+	if err := checkTraversable(data); err != nil {
+		return err
+	}
 	// The archive URL first: a wrong one fails before the layer image is made.
 	archiveURL := cfg.archive
 	if archiveURL == "" {
@@ -269,13 +272,13 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	runtimes := []runtime.Runtime{nsrt}
 	unavailable := map[string]string{}
 	// gvisor is offered where runsc is installed and runs a probe sandbox.
+	// Where a runtime is not, its constructor's error is the reason
+	// clients see: the missing package, or the probe and what it printed,
+	// for the operator to act on.
 	if gv, err := gvisor.New(gvisor.Config{RunRoot: filepath.Join(data, "run-gvisor"),
 		PlatformCache: "/run/atoll/gvisor-platform", Lowers: lw, Logger: log}); err != nil {
 		log.Info("runtime gvisor not offered", "err", err)
-		unavailable["gvisor"] = "runsc does not run sandboxes on this host"
-		if errors.Is(err, gvisor.ErrNoRunsc) || errors.Is(err, lowers.ErrNoErofs) {
-			unavailable["gvisor"] = err.Error()
-		}
+		unavailable["gvisor"] = err.Error()
 	} else {
 		runtimes = append(runtimes, gv)
 	}
@@ -286,10 +289,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	// vm is offered where QEMU and a guest kernel are installed.
 	if vmrt, err := vm.New(vm.Config{RunRoot: filepath.Join(data, "run-vm"), AccelCache: "/run/atoll/vm-accel", Logger: log}); err != nil {
 		log.Info("runtime vm not offered", "err", err)
-		unavailable["vm"] = "QEMU does not run microVMs on this host"
-		if errors.Is(err, vm.ErrNoQEMU) || errors.Is(err, vm.ErrNoKernel) {
-			unavailable["vm"] = err.Error()
-		}
+		unavailable["vm"] = err.Error()
 	} else {
 		runtimes = append(runtimes, vmrt)
 	}
@@ -522,4 +522,29 @@ func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// checkTraversable refuses a data directory that sandboxes cannot reach:
+// their processes run as unprivileged host users, which must pass through
+// every directory above it to exec the agent and reach their own roots. A
+// directory made by mktemp -d (mode 0700) above it would otherwise let the
+// server start and every create fail.
+func checkTraversable(data string) error {
+	real, err := filepath.EvalSymlinks(data)
+	if err != nil {
+		return err
+	}
+	for p := filepath.Dir(real); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("--data %s: %s (mode %04o) cannot be passed through by other users, and sandboxes run as unprivileged users that must reach their files under it; "+
+				"run chmod o+x %s, or choose a --data elsewhere", data, p, fi.Mode().Perm(), p)
+		}
+		if p == "/" {
+			return nil
+		}
+	}
 }

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	goruntime "runtime"
 	"sort"
 	"strings"
@@ -184,6 +186,7 @@ func (s *Service) Run(ctx context.Context) {
 	go func() {
 		defer wg.Done()
 		defer s.discardPrestarted(context.WithoutCancel(ctx))
+		defer s.discardPools(context.WithoutCancel(ctx))
 		for {
 			s.fillPool(ctx)
 			s.fillPrestarted(ctx)
@@ -349,15 +352,27 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 		if snap, err = s.snapshot(ctx, req.Snapshot); err != nil {
 			return api.Sandbox{}, err
 		}
-		if req.Template != "" && req.Template != snap.Template {
-			return api.Sandbox{}, fmt.Errorf("%w: snapshot %s is of template %s, not %s", errdefs.ErrInvalid, snap.ID, snap.Template, req.Template)
+		if name, _, _ := strings.Cut(req.Template, "@"); req.Template != "" && name != snap.Template {
+			return api.Sandbox{}, fmt.Errorf("%w: snapshot %s is of template %s, not %s", errdefs.ErrInvalid, snap.ID, snap.Template, truncate(req.Template, 64))
 		}
 		req.Template = snap.Template
 	}
 	if err := s.validate(&req); err != nil {
 		return api.Sandbox{}, err
 	}
-	tmpl, err := s.template(ctx, req.Template)
+	// A sandbox from a snapshot has the snapshot's version, which the
+	// snapshot holds; otherwise the version the request names.
+	var v store.Template
+	var err error
+	if req.Snapshot != "" && snap.TemplateVersion != "" {
+		v, err = s.store.TemplateVersion(ctx, snap.TemplateVersion)
+	} else if req.Snapshot == "" {
+		req.Template, v, err = s.resolve(ctx, req.Template)
+	}
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	tmpl, err := s.stack(v)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -366,7 +381,7 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 		return api.Sandbox{}, err
 	}
 	if req.Snapshot == "" {
-		if sb, ok := s.takePooled(context.WithoutCancel(ctx), req, policy); ok {
+		if sb, ok := s.takePooled(context.WithoutCancel(ctx), poolKey(req.Template, v), req, policy); ok {
 			return sb, nil
 		}
 	}
@@ -374,7 +389,7 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	// worse than an unwanted whole one, which the client can delete.
 	ctx = context.WithoutCancel(ctx)
 	sb := store.Sandbox{Sandbox: api.Sandbox{
-		State: api.StateCreating, Template: req.Template, Runtime: req.Runtime,
+		State: api.StateCreating, Template: req.Template, TemplateVersion: v.ID, Runtime: req.Runtime,
 		CPU: req.CPU, MemoryMiB: req.MemoryMiB, DiskGiB: req.DiskGiB, PIDs: req.PIDs,
 		Env: req.Env, Labels: req.Labels, CreatedAt: time.Now().UTC(),
 		Ephemeral: req.Ephemeral, AutoDeleteSec: req.AutoDeleteSec, AutoStopSec: req.AutoStopSec,
@@ -539,7 +554,9 @@ func (s *Service) discard(ctx context.Context, sb store.Sandbox) {
 	}
 	if err := s.store.Delete(ctx, sb.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		s.log.Error("deleting sandbox record", "sandbox", sb.ID, "err", err)
+		return
 	}
+	s.release(ctx, sb.TemplateVersion)
 }
 
 // Get returns one sandbox.
@@ -688,7 +705,7 @@ func (s *Service) Start(ctx context.Context, id string) (api.Sandbox, error) {
 // restartLocked starts stopped sb over its files, through starting; if that
 // fails, it is stopped again. The caller holds its lock.
 func (s *Service) restartLocked(ctx context.Context, sb *store.Sandbox) error {
-	tmpl, err := s.template(ctx, sb.Template)
+	tmpl, err := s.sandboxStack(ctx, *sb)
 	if err != nil {
 		return err
 	}
@@ -752,7 +769,11 @@ func (s *Service) deleteLocked(ctx context.Context, sb store.Sandbox) error {
 			return fmt.Errorf("%w: deleting sandbox failed; try again", errdefs.ErrUnavailable)
 		}
 	}
-	return s.store.Delete(ctx, sb.ID)
+	if err := s.store.Delete(ctx, sb.ID); err != nil {
+		return err
+	}
+	s.release(ctx, sb.TemplateVersion)
+	return nil
 }
 
 // AgentDialer returns how to reach the agent of a running sandbox.
@@ -871,5 +892,13 @@ func (s *Service) Recover(ctx context.Context) error {
 			s.log.Error("removing orphaned writable layer", "sandbox", id, "err", err)
 		}
 	}
+	// Versions whose last sandbox the sweep above removed, and the layers
+	// and uploads of imports and builds a crash cut short (recorded by no
+	// version).
+	uploads, _ := filepath.Glob(filepath.Join(s.layers.Dir(), ".upload-*.tar"))
+	for _, u := range uploads {
+		_ = os.Remove(u)
+	}
+	s.collectTemplates(ctx)
 	return nil
 }

@@ -45,6 +45,8 @@ type Sandbox struct {
 	// Tenant owns it (package tenant); rows of older versions belong to
 	// tenant.Default.
 	Tenant string
+	// api.Sandbox.TemplateVersion is the version of Template it was made
+	// from, which it holds (see templates.go).
 }
 
 const schema = `
@@ -77,14 +79,21 @@ CREATE TABLE IF NOT EXISTS transitions (
 	at INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS transitions_sandbox ON transitions(sandbox_id);
-CREATE TABLE IF NOT EXISTS templates (
-	name TEXT PRIMARY KEY,
+CREATE TABLE IF NOT EXISTS template_versions (
+	id TEXT PRIMARY KEY,
+	name TEXT NOT NULL,
+	number INTEGER NOT NULL,
 	source TEXT NOT NULL,
 	digest TEXT NOT NULL,
 	layers TEXT NOT NULL,
 	size INTEGER NOT NULL,
 	config TEXT NOT NULL,
-	created_at INTEGER NOT NULL
+	created_at INTEGER NOT NULL,
+	UNIQUE (name, number)
+);
+CREATE TABLE IF NOT EXISTS template_names (
+	name TEXT PRIMARY KEY,
+	version TEXT NOT NULL REFERENCES template_versions(id)
 );
 CREATE TABLE IF NOT EXISTS snapshots (
 	id TEXT PRIMARY KEY,
@@ -154,10 +163,27 @@ var added = []struct{ table, column, def string }{
 	{"snapshots", "tenant", "TEXT NOT NULL DEFAULT 'default'"},
 	{"api_keys", "name", "TEXT NOT NULL DEFAULT ''"},
 	{"api_keys", "tenant", "TEXT NOT NULL DEFAULT 'default'"},
+	// Template versions (see templates.go): '' is the built-in template,
+	// which has none; migrateTemplates fills them in for older rows.
+	{"sandboxes", "template_version", "TEXT NOT NULL DEFAULT ''"},
+	{"snapshots", "template_version", "TEXT NOT NULL DEFAULT ''"},
 }
 
-// migrate adds the columns a database made by an older version lacks.
+// migrate adds the columns a database made by an older version lacks, and
+// turns its templates into versions.
 func migrate(db *sql.DB) error {
+	if err := addColumns(db); err != nil {
+		return err
+	}
+	// Collection asks, per version, whether a sandbox or snapshot holds it.
+	if _, err := db.Exec(`CREATE INDEX IF NOT EXISTS sandboxes_template_version ON sandboxes(template_version);
+		CREATE INDEX IF NOT EXISTS snapshots_template_version ON snapshots(template_version)`); err != nil {
+		return err
+	}
+	return migrateTemplates(db)
+}
+
+func addColumns(db *sql.DB) error {
 	for _, a := range added {
 		var n int
 		if err := db.QueryRow(`SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?`, a.table, a.column).Scan(&n); err != nil {
@@ -175,7 +201,7 @@ func migrate(db *sql.DB) error {
 const columns = `id, state, template, runtime, cpu, memory_mib, disk_gib, pids, env, labels, error,
 	slot, created_at, started_at, stopped_at, pid, start_time, socket,
 	timeout_sec, expires_at, ephemeral, auto_delete_sec, auto_stop_sec, from_snapshot,
-	auto_archive_sec, egress, public_ports, tenant`
+	auto_archive_sec, egress, public_ports, tenant, template_version`
 
 // Create inserts a new sandbox, choosing its slot (the lowest one free), and
 // records its first state.
@@ -204,14 +230,19 @@ func (s *Store) Create(ctx context.Context, sb *Sandbox) error {
 	rows.Close()
 	sb.Slot = slot
 	sb.Tenant = tenantOf(sb.Tenant)
+	// In the transaction that holds the version: a collection of it
+	// cannot slip in between.
+	if err := versionExists(ctx, tx, sb.TemplateVersion); err != nil {
+		return err
+	}
 	env, _ := json.Marshal(orEmpty(sb.Env))
 	labels, _ := json.Marshal(orEmpty(sb.Labels))
-	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		sb.ID, sb.State, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
 		string(env), string(labels), sb.Error, sb.Slot, sb.CreatedAt.UnixNano(),
 		nanos(sb.StartedAt), nanos(sb.StoppedAt), sb.PID, int64(sb.StartTime), sb.Socket,
 		sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec, sb.FromSnapshot,
-		sb.AutoArchiveSec, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant))
+		sb.AutoArchiveSec, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant), sb.TemplateVersion)
 	if err != nil {
 		return fmt.Errorf("inserting sandbox: %w", err)
 	}
@@ -254,16 +285,19 @@ func update(ctx context.Context, tx *sql.Tx, sb *Sandbox, from []string) error {
 	if !contains(from, cur) {
 		return fmt.Errorf("sandbox %s is %s: %w", sb.ID, cur, errdefs.ErrConflict)
 	}
+	if err := versionExists(ctx, tx, sb.TemplateVersion); err != nil {
+		return err
+	}
 	env, _ := json.Marshal(orEmpty(sb.Env))
 	labels, _ := json.Marshal(orEmpty(sb.Labels))
 	_, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state=?, error=?, template=?, runtime=?, cpu=?, memory_mib=?,
 		disk_gib=?, pids=?, env=?, labels=?, created_at=?, started_at=?, stopped_at=?, pid=?, start_time=?, socket=?,
 		timeout_sec=?, expires_at=?, ephemeral=?, auto_delete_sec=?, auto_stop_sec=?,
-		auto_archive_sec=?, from_snapshot=?, egress=?, public_ports=?, tenant=? WHERE id=?`,
+		auto_archive_sec=?, from_snapshot=?, egress=?, public_ports=?, tenant=?, template_version=? WHERE id=?`,
 		sb.State, sb.Error, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
 		string(env), string(labels), sb.CreatedAt.UnixNano(), nanos(sb.StartedAt), nanos(sb.StoppedAt),
 		sb.PID, int64(sb.StartTime), sb.Socket, sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec,
-		sb.AutoArchiveSec, sb.FromSnapshot, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant), sb.ID)
+		sb.AutoArchiveSec, sb.FromSnapshot, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant), sb.TemplateVersion, sb.ID)
 	if err != nil {
 		return err
 	}
@@ -485,7 +519,7 @@ func scan(rows *sql.Rows) ([]Sandbox, error) {
 		if err := rows.Scan(&sb.ID, &sb.State, &sb.Template, &sb.Runtime, &sb.CPU, &sb.MemoryMiB, &sb.DiskGiB,
 			&sb.PIDs, &env, &labels, &sb.Error, &sb.Slot, &created, &started, &stopped, &sb.PID, &startTime, &sb.Socket,
 			&sb.TimeoutSec, &expires, &sb.Ephemeral, &sb.AutoDeleteSec, &sb.AutoStopSec, &sb.FromSnapshot,
-			&sb.AutoArchiveSec, &policy, &sb.Ports.Public, &sb.Tenant); err != nil {
+			&sb.AutoArchiveSec, &policy, &sb.Ports.Public, &sb.Tenant, &sb.TemplateVersion); err != nil {
 			return nil, err
 		}
 		if policy != "" {
@@ -555,143 +589,10 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// Template is an imported template's row. Config holds the image settings
-// (env, workdir, user, entrypoint, cmd) as the API shows them.
-type Template struct {
-	Name      string
-	Source    string
-	Digest    string
-	Layers    []string // bottom first
-	Size      int64
-	Config    TemplateConfig
-	CreatedAt time.Time
-}
-
-// TemplateConfig is what a template's image says about its processes.
-type TemplateConfig struct {
-	// Base is "host" for a template built FROM the host template: its
-	// layers stack on the host template's. Empty for images.
-	Base       string   `json:"base,omitempty"`
-	Env        []string `json:"env,omitempty"`
-	Workdir    string   `json:"workdir,omitempty"`
-	User       string   `json:"user,omitempty"`
-	Entrypoint []string `json:"entrypoint,omitempty"`
-	Cmd        []string `json:"cmd,omitempty"`
-	StartCmd   string   `json:"start_cmd,omitempty"`
-	ReadyCmd   string   `json:"ready_cmd,omitempty"`
-	PoolSize   int      `json:"pool_size,omitempty"` // sandboxes kept started ahead of demand
-}
-
-// PutTemplate records a template, replacing one of the same name.
-func (s *Store) PutTemplate(ctx context.Context, t Template) error {
-	layers, _ := json.Marshal(t.Layers)
-	cfg, _ := json.Marshal(t.Config)
-	_, err := s.db.ExecContext(ctx, `INSERT INTO templates (name, source, digest, layers, size, config, created_at)
-		VALUES (?,?,?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET source=excluded.source, digest=excluded.digest,
-		layers=excluded.layers, size=excluded.size, config=excluded.config, created_at=excluded.created_at`,
-		t.Name, t.Source, t.Digest, string(layers), t.Size, string(cfg), t.CreatedAt.UnixNano())
-	return err
-}
-
-// GetTemplate returns one template.
-func (s *Store) GetTemplate(ctx context.Context, name string) (Template, error) {
-	ts, err := s.templates(ctx, `WHERE name = ?`, name)
-	if err != nil {
-		return Template{}, err
-	}
-	if len(ts) == 0 {
-		return Template{}, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
-	}
-	return ts[0], nil
-}
-
-// ListTemplates returns all templates by name.
-func (s *Store) ListTemplates(ctx context.Context) ([]Template, error) {
-	return s.templates(ctx, `ORDER BY name`)
-}
-
-// DeleteTemplate removes a template unless a sandbox uses it; the check and
-// the delete are one transaction, so a create cannot slip in between.
-func (s *Store) DeleteTemplate(ctx context.Context, name string) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	var n int
-	// Pooled sandboxes do not count: the caller discards them.
-	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE template = ? AND state != 'pooled'`, name).Scan(&n); err != nil {
-		return err
-	}
-	if n > 0 {
-		return fmt.Errorf("%w: template %s is used by %d sandboxes; delete them first", errdefs.ErrConflict, name, n)
-	}
-	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM snapshots WHERE template = ?`, name).Scan(&n); err != nil {
-		return err
-	}
-	if n > 0 {
-		return fmt.Errorf("%w: template %s is used by %d snapshots; delete them first", errdefs.ErrConflict, name, n)
-	}
-	res, err := tx.ExecContext(ctx, `DELETE FROM templates WHERE name = ?`, name)
-	if err != nil {
-		return err
-	}
-	if k, _ := res.RowsAffected(); k == 0 {
-		return fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
-	}
-	return tx.Commit()
-}
-
-// TemplateUsers counts the sandboxes made from each template: those of
-// tenant t, or of every tenant if t is empty.
-func (s *Store) TemplateUsers(ctx context.Context, t string) (map[string]int, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT template, COUNT(*) FROM sandboxes WHERE state != 'pooled' AND (? = '' OR tenant = ?)
-		GROUP BY template`, t, t)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var name string
-		var n int
-		if err := rows.Scan(&name, &n); err != nil {
-			return nil, err
-		}
-		out[name] = n
-	}
-	return out, rows.Err()
-}
-
-func (s *Store) templates(ctx context.Context, where string, args ...any) ([]Template, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT name, source, digest, layers, size, config, created_at FROM templates `+where, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Template
-	for rows.Next() {
-		var t Template
-		var layers, cfg string
-		var created int64
-		if err := rows.Scan(&t.Name, &t.Source, &t.Digest, &layers, &t.Size, &cfg, &created); err != nil {
-			return nil, err
-		}
-		if err := json.Unmarshal([]byte(layers), &t.Layers); err != nil {
-			return nil, err
-		}
-		if err := json.Unmarshal([]byte(cfg), &t.Config); err != nil {
-			return nil, err
-		}
-		t.CreatedAt = time.Unix(0, created).UTC()
-		out = append(out, t)
-	}
-	return out, rows.Err()
-}
-
 // Snapshot is a snapshot's row.
 type Snapshot struct {
 	ID, Name, SandboxID, Template string
+	TemplateVersion               string // the version of Template its sandbox was made from
 	State                         string // api.SnapshotReady, ...
 	Tenant                        string // who owns it: its sandbox's tenant
 	CreatedAt                     time.Time
@@ -699,8 +600,9 @@ type Snapshot struct {
 
 // PutSnapshot records a snapshot.
 func (s *Store) PutSnapshot(ctx context.Context, sn Snapshot) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (id, name, sandbox_id, template, created_at, state, tenant) VALUES (?,?,?,?,?,?,?)`,
-		sn.ID, sn.Name, sn.SandboxID, sn.Template, sn.CreatedAt.UnixNano(), sn.State, tenantOf(sn.Tenant))
+	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (id, name, sandbox_id, template, created_at, state, tenant, template_version)
+		VALUES (?,?,?,?,?,?,?,?)`,
+		sn.ID, sn.Name, sn.SandboxID, sn.Template, sn.CreatedAt.UnixNano(), sn.State, tenantOf(sn.Tenant), sn.TemplateVersion)
 	return err
 }
 
@@ -753,7 +655,7 @@ func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
 }
 
 func (s *Store) snapshots(ctx context.Context, where string, args ...any) ([]Snapshot, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, name, sandbox_id, template, created_at, state, tenant FROM snapshots `+where, args...)
+	rows, err := s.db.QueryContext(ctx, `SELECT id, name, sandbox_id, template, created_at, state, tenant, template_version FROM snapshots `+where, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -762,7 +664,7 @@ func (s *Store) snapshots(ctx context.Context, where string, args ...any) ([]Sna
 	for rows.Next() {
 		var sn Snapshot
 		var created int64
-		if err := rows.Scan(&sn.ID, &sn.Name, &sn.SandboxID, &sn.Template, &created, &sn.State, &sn.Tenant); err != nil {
+		if err := rows.Scan(&sn.ID, &sn.Name, &sn.SandboxID, &sn.Template, &created, &sn.State, &sn.Tenant, &sn.TemplateVersion); err != nil {
 			return nil, err
 		}
 		sn.CreatedAt = time.Unix(0, created).UTC()

@@ -107,6 +107,9 @@ func (r *Runtime) PrepareLayers(ctx context.Context, layers []string) error {
 	return err
 }
 
+// PruneLayers implements runtime.LayerPruner.
+func (r *Runtime) PruneLayers() { r.lowers.Prune() }
+
 // Capabilities implements runtime.Capabler: the cgroup freezer pauses, the
 // memory cgroup's OOM killer picks single processes, and the sandbox runs on
 // the host kernel.
