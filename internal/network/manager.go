@@ -645,6 +645,14 @@ func (m *Manager) create(name string) (_ *entry, err error) {
 	if err := m.nl.LinkSetIsolated(veth, true); err != nil {
 		return nil, fmt.Errorf("isolating bridge port: %w", err)
 	}
+	// The port's MAC is given (pinMAC), never learnt, and frames for
+	// other MACs are not flooded to it (a VM's guest could listen).
+	if err := m.nl.LinkSetLearning(veth, false); err != nil {
+		return nil, fmt.Errorf("turning off learning on bridge port: %w", err)
+	}
+	if err := m.nl.LinkSetFlood(veth, false); err != nil {
+		return nil, fmt.Errorf("turning off flooding to bridge port: %w", err)
+	}
 	eth0, err := e.ns.LinkByName(sandboxLink)
 	if err == nil {
 		e.eth0 = eth0.Attrs().Index
@@ -690,8 +698,12 @@ func (m *Manager) assign(e *entry, slot int, pol egress.Policy) (a *Attachment, 
 	eth0 := &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: e.eth0, Name: sandboxLink}}
 	// Before the carrier comes on, so that the sandbox's link-local IPv6
 	// address, made then, is the slot MAC's too.
-	if err := e.ns.LinkSetHardwareAddr(eth0, slotMAC(m.cfg.Bridge, slot)); err != nil {
+	mac := slotMAC(m.cfg.Bridge, slot)
+	if err := e.ns.LinkSetHardwareAddr(eth0, mac); err != nil {
 		return nil, fmt.Errorf("setting the slot's MAC: %w", err)
+	}
+	if err := m.pinMAC(e.host, mac); err != nil {
+		return nil, err
 	}
 	if err := e.ns.AddrAdd(eth0, &netlink.Addr{IPNet: ipNet(a.Addr4)}); err != nil {
 		return nil, fmt.Errorf("adding address %s: %w", a.Addr4, err)
@@ -732,6 +744,21 @@ func (m *Manager) assign(e *entry, slot int, pol egress.Policy) (a *Attachment, 
 		return nil, err
 	}
 	return a, nil
+}
+
+// pinMAC gives the bridge a static forwarding entry for mac, the slot's,
+// on the host end of the sandbox's veth, a port that learns nothing (see
+// create). The bridge would otherwise learn which port a MAC is behind
+// from the frames it gets: a sandbox sending from another sandbox's MAC (a
+// VM's guest is root of its own kernel) would draw the host's packets for
+// that sandbox, the port proxy's requests included, to itself.
+func (m *Manager) pinMAC(host int, mac net.HardwareAddr) error {
+	fdb := &netlink.Neigh{LinkIndex: host, Family: unix.AF_BRIDGE, Flags: netlink.NTF_MASTER,
+		State: netlink.NUD_NOARP, HardwareAddr: mac}
+	if err := m.nl.NeighSet(fdb); err != nil {
+		return fmt.Errorf("pinning the sandbox's MAC: %w", err)
+	}
+	return nil
 }
 
 // waitReady waits for both ends of e's veth, the sandbox's up without a

@@ -166,3 +166,43 @@ func TestCarrierPort(t *testing.T) {
 	}
 	m3.Close()
 }
+
+// TestMACPinned: frames a sandbox sends from another slot's MAC (a VM's
+// guest, root of its kernel, can) go nowhere, so the bridge does not learn
+// that MAC behind its port and the host still reaches the other sandbox.
+func TestMACPinned(t *testing.T) {
+	tp := newTopology(t, Config{})
+	m := tp.m
+	ctx := context.Background()
+	victim, err := m.Attach(ctx, 1, egress.Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Release(ctx, 1)
+	thief, err := m.Attach(ctx, 2, egress.Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Release(ctx, 2)
+	serveHTTP(t, victim.Netns, "victim", "[::]:8080")
+	u := url(victim.Addr4.Addr().String(), 8080)
+	if _, err := getWithin(tp.host, u, time.Second); err != nil {
+		t.Fatalf("positive control, host to the victim: %v", err)
+	}
+	err = InNetns(thief.Netns, func() error {
+		l, err := netlink.LinkByName(sandboxLink)
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetHardwareAddr(l, slotMAC(m.cfg.Bridge, 1))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Frames from the stolen MAC: ARP for the gateway and what follows.
+	udpEcho(thief.Netns, hostport(thief.Gateway4.String(), 53))
+	udpEcho(thief.Netns, hostport(thief.Gateway6.String(), 53))
+	if _, err := getWithin(tp.host, u, time.Second); err != nil {
+		t.Errorf("host to the victim after another sandbox sent from its MAC: %v", err)
+	}
+}
