@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -10,10 +11,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -35,6 +38,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/runtime/vm"
 	"github.com/atoll-dev/atoll/internal/server"
 	"github.com/atoll-dev/atoll/internal/store"
+	"github.com/atoll-dev/atoll/internal/tlsca"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -47,10 +51,13 @@ type serveConfig struct {
 	imageSize int64
 	warmPool  int
 	prestart  int
-	archive   string
-	e2b       bool
-	debug     bool
-	out       io.Writer
+	// creates in flight and waiting (admission control; 0: defaults)
+	createConcurrency, createQueue int
+	archive                        string
+	e2b                            bool
+	debug                          bool
+	pprof                          string // loopback address for net/http/pprof; "" for none
+	out                            io.Writer
 
 	network     string // auto, on or off
 	bridge      string
@@ -62,6 +69,7 @@ type serveConfig struct {
 
 	proxyListen string
 	proxyDomain string
+	tlsListen   string // HTTPS for the same handler, under the local CA; "" for none
 }
 
 func newServeCmd() *cobra.Command {
@@ -115,9 +123,12 @@ the data directory (port-key).`,
 	f.Int64Var(&cfg.imageSize, "layer-image-size", 0, "size in bytes of the layer image, when one is created (default: 90% of free space, at most 1 TiB)")
 	f.IntVar(&cfg.warmPool, "warm-pool", 2, "default sandboxes to keep started ahead of demand (0: none)")
 	f.IntVar(&cfg.prestart, "prestart", 4, "sandbox processes to keep started ahead of demand for forks and other creates (0: none)")
+	f.IntVar(&cfg.createConcurrency, "create-concurrency", 0, "creates that may start sandboxes at once (default 2 per core); more wait in a queue")
+	f.IntVar(&cfg.createQueue, "create-queue", 0, "creates that may wait for their turn (default 256); beyond it, and after 30 s of waiting, a create is answered 503 with Retry-After")
 	f.StringVar(&cfg.archive, "archive", "", "object storage URL for archived sandboxes: file:///dir, or s3://bucket?region=R (S3-compatible: &endpoint=URL&use_path_style=true) with credentials from AWS_* variables or ~/.aws (default file://<data>/archive)")
 	f.BoolVar(&cfg.e2b, "e2b", true, "also serve the E2B-compatible API and sandbox traffic on the listener (see docs/e2b.md)")
 	f.BoolVar(&cfg.debug, "debug", false, "log debug messages")
+	f.StringVar(&cfg.pprof, "debug-pprof", "", "serve Go's profiles (net/http/pprof) at http://ADDR/debug/pprof/, on a loopback address only, without authentication")
 	f.StringVar(&cfg.network, "network", "auto", "sandbox networking: auto (on if the kernel can enforce it), on or off")
 	f.StringVar(&cfg.bridge, "network-bridge", "", `bridge for sandboxes; also names their namespaces and veths (default "atoll0")`)
 	f.StringVar(&cfg.subnet4, "network-subnet4", "", "sandboxes' IPv4 subnet (default 10.213.0.0/16)")
@@ -127,6 +138,7 @@ the data directory (port-key).`,
 	f.IntVar(&cfg.netPool, "network-pool", 4, "network namespaces to keep made ahead of demand (0: none)")
 	f.StringVar(&cfg.proxyListen, "proxy-listen", "127.0.0.1:7401", `address of the port proxy, which serves sandboxes' ports at http://{port}-{id}.{domain}/ ("": none)`)
 	f.StringVar(&cfg.proxyDomain, "proxy-domain", "localhost", "domain under which the port proxy serves sandboxes' ports (its names must resolve to the proxy)")
+	f.StringVar(&cfg.tlsListen, "tls-listen", "", `address to serve the same API over HTTPS as well, with certificates for localhost and its subdomains from a CA kept in the data directory (<data>/tls-ca.pem, for clients to trust); E2B SDKs reach sandboxes' ports at https://{port}-{id}.localhost:PORT through it ("": none)`)
 	return cmd
 }
 
@@ -303,6 +315,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	svc, err := control.New(control.Config{
 		Store: st, Layers: ls, Runtimes: runtimes, Unavailable: unavailable, AgentPath: agentPath, Logger: log,
 		WarmPool: cfg.warmPool, Prestart: cfg.prestart, Archive: bucket,
+		CreateConcurrency: cfg.createConcurrency, CreateQueue: cfg.createQueue,
 		Network: netm, NetworkPool: netPool, CheckpointDir: filepath.Join(data, "checkpoints"),
 	})
 	if err != nil {
@@ -364,6 +377,27 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		return err
 	}
 	hs := server.NewHTTPServer(cfg.listen, handler)
+	var tlsLn net.Listener
+	var ts *http.Server
+	if cfg.tlsListen != "" {
+		ca, err := tlsca.Load(data)
+		if err != nil {
+			return err
+		}
+		if tlsLn, err = net.Listen("tcp", cfg.tlsListen); err != nil {
+			return fmt.Errorf("--tls-listen: %w", err)
+		}
+		defer tlsLn.Close()
+		_, port, _ := net.SplitHostPort(tlsLn.Addr().String())
+		if err := writeFileAtomic(filepath.Join(data, "tls-url"), []byte("https://localhost:"+port+"\n"), 0o644); err != nil {
+			return err
+		}
+		ts = server.NewHTTPServer(cfg.tlsListen, handler)
+		// HTTP/1.1 only, as on the plain listener: streams and websockets
+		// through the port proxy rely on it.
+		ts.TLSConfig = &tls.Config{GetCertificate: ca.GetCertificate, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}
+		ts.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+	}
 
 	fmt.Fprintf(cfg.out, "atoll %s listening on %s\n", version, url)
 	if key != "" {
@@ -374,14 +408,31 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if proxy != nil {
 		fmt.Fprintf(cfg.out, "port proxy listening on %s for *.%s\n", proxyLn.Addr(), cfg.proxyDomain)
 	}
+	tlsPort := ""
+	if ts != nil {
+		_, tlsPort, _ = net.SplitHostPort(tlsLn.Addr().String())
+		fmt.Fprintf(cfg.out, "HTTPS on %s (https://localhost:%s, https://*.localhost:%s) with certificates from the CA %s\n",
+			tlsLn.Addr(), tlsPort, tlsPort, filepath.Join(data, tlsca.CertFile))
+	}
 	fmt.Fprintf(cfg.out, "Try: atoll exec $(atoll create) -- python3 -c 'print(1)'\n")
 	if cfg.e2b {
-		fmt.Fprintf(cfg.out, "E2B SDKs: E2B_API_URL=%s E2B_SANDBOX_URL=%s (docs/e2b.md)\n", url, url)
+		hosts := ""
+		if tlsPort != "" {
+			hosts = fmt.Sprintf(" E2B_DOMAIN=localhost:%s NODE_EXTRA_CA_CERTS=%s", tlsPort, filepath.Join(data, tlsca.CertFile))
+		}
+		fmt.Fprintf(cfg.out, "E2B SDKs: E2B_API_URL=%s E2B_SANDBOX_URL=%s%s (docs/e2b.md)\n", url, url, hosts)
 	}
 
 	var wg sync.WaitGroup
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if cfg.pprof != "" {
+		stopPprof, err := servePprof(cfg.pprof, log)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
+	}
 	if netm != nil {
 		wg.Add(1)
 		go func() {
@@ -397,8 +448,11 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); svc.Run(runCtx) }()
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- hs.Serve(ln) }()
+	if ts != nil {
+		go func() { errc <- ts.ServeTLS(tlsLn, "", "") }()
+	}
 	var ps *http.Server
 	if proxy != nil {
 		// The proxy's requests stream for as long as sandboxes' servers
@@ -414,6 +468,9 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if ps != nil {
 			ps.Shutdown(sctx)
+		}
+		if ts != nil {
+			ts.Shutdown(sctx)
 		}
 		err = hs.Shutdown(sctx)
 		scancel()
@@ -522,6 +579,37 @@ func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// servePprof serves net/http/pprof's handlers on addr, which must be a
+// loopback address: the profiles have no authentication and show the
+// server's internals, so they are for the machine's admin alone.
+func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("--debug-pprof: %w", err)
+	}
+	if ip, err := netip.ParseAddr(host); err != nil || !ip.IsLoopback() {
+		return nil, fmt.Errorf("--debug-pprof %q: want a loopback address, e.g. 127.0.0.1:6060", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--debug-pprof: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	// Where goroutines wait (store transactions, locks), not only where
+	// they run: a burst of creates is bound by waiting as much as by CPU.
+	goruntime.SetBlockProfileRate(int(time.Millisecond))
+	goruntime.SetMutexProfileFraction(10)
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(ln)
+	log.Info("serving Go profiles", "addr", ln.Addr().String())
+	return func() { hs.Close() }, nil
 }
 
 // checkTraversable refuses a data directory that sandboxes cannot reach:

@@ -52,6 +52,12 @@ type Config struct {
 	// Prestart is how many sandbox processes to keep started ahead of
 	// demand, not yet bound to files (see prestart.go); 0 disables them.
 	Prestart int
+	// CreateConcurrency is how many creates the warm pool cannot serve
+	// may start sandboxes at once (0: 2 per core), and CreateQueue how
+	// many more may wait for their turn (0: 256); creates beyond them are
+	// refused with a Busy error (see admission.go).
+	CreateConcurrency int
+	CreateQueue       int
 	// Archive is where archived sandboxes' files go; nil disables archiving.
 	Archive *blob.Bucket
 	// Unavailable names runtimes this node knows but cannot offer, with
@@ -98,6 +104,9 @@ type Service struct {
 	// moving holds the progress of archives and restores in flight, by
 	// sandbox ID, under activityMu.
 	moving map[string]*counter
+
+	// admit bounds the creates that start sandboxes.
+	admit *admission
 
 	poolSize int
 	poolWake chan struct{}
@@ -147,7 +156,14 @@ func New(cfg Config) (*Service, error) {
 	if d.PIDs == 0 {
 		d.PIDs = 1024
 	}
+	if cfg.CreateConcurrency <= 0 {
+		cfg.CreateConcurrency = defaultCreatesPerCPU * goruntime.NumCPU()
+	}
+	if cfg.CreateQueue <= 0 {
+		cfg.CreateQueue = defaultCreateQueue
+	}
 	s := &Service{
+		admit:        newAdmission(cfg.CreateConcurrency, cfg.CreateQueue),
 		store:        cfg.Store,
 		layers:       cfg.Layers,
 		runtimes:     map[string]runtime.Runtime{},
@@ -385,6 +401,11 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 			return sb, nil
 		}
 	}
+	leave, err := s.admit.enter(ctx)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	defer leave()
 	// The work goes on if the client hangs up: a half-made sandbox would be
 	// worse than an unwanted whole one, which the client can delete.
 	ctx = context.WithoutCancel(ctx)

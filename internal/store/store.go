@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -24,7 +25,16 @@ import (
 
 // Store is the database.
 type Store struct {
-	db *sql.DB
+	// db is the one writing connection; rdb serves reads on connections of
+	// their own, which in WAL mode never wait for a write's commit.
+	db, rdb *sql.DB
+
+	// writes feed the group commit (group.go), which ends when closing is
+	// closed and then closes stopped.
+	writes           chan write
+	closing, stopped chan struct{}
+	// commits counts the group commit's transactions, for its test.
+	commits atomic.Int64
 }
 
 // Sandbox is a sandbox's row: what the API shows plus what the node needs to
@@ -124,7 +134,8 @@ func Open(path string) (*Store, error) {
 	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(1)"} {
 		q.Add("_pragma", p)
 	}
-	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	dsn := "file:" + path + "?" + q.Encode()
+	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, err
 	}
@@ -139,11 +150,27 @@ func Open(path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("migrating schema: %w", err)
 	}
-	return &Store{db: db}, nil
+	q.Add("_pragma", "query_only(1)")
+	rdb, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	rdb.SetMaxOpenConns(readConns)
+	s := &Store{db: db, rdb: rdb, writes: make(chan write), closing: make(chan struct{}), stopped: make(chan struct{})}
+	go s.commitLoop()
+	return s, nil
 }
 
-// Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+// readConns is how many reads may run at once.
+const readConns = 4
+
+// Close closes the database, once the writes under way are committed.
+func (s *Store) Close() error {
+	close(s.closing)
+	<-s.stopped
+	return errors.Join(s.rdb.Close(), s.db.Close())
+}
 
 // added are columns later versions added to tables, with their definitions.
 var added = []struct{ table, column, def string }{
@@ -206,11 +233,16 @@ const columns = `id, state, template, runtime, cpu, memory_mib, disk_gib, pids, 
 // Create inserts a new sandbox, choosing its slot (the lowest one free), and
 // records its first state.
 func (s *Store) Create(ctx context.Context, sb *Sandbox) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	slot, tenant := sb.Slot, sb.Tenant
+	err := s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error { return create(ctx, tx, sb) })
 	if err != nil {
-		return err
+		// Undone: sb is as it came.
+		sb.Slot, sb.Tenant = slot, tenant
 	}
-	defer tx.Rollback()
+	return err
+}
+
+func create(ctx context.Context, tx *sql.Tx, sb *Sandbox) error {
 	slot := 0
 	rows, err := tx.QueryContext(ctx, `SELECT slot FROM sandboxes ORDER BY slot`)
 	if err != nil {
@@ -246,10 +278,7 @@ func (s *Store) Create(ctx context.Context, sb *Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("inserting sandbox: %w", err)
 	}
-	if err := transition(ctx, tx, sb.ID, "", sb.State, ""); err != nil {
-		return err
-	}
-	return tx.Commit()
+	return transition(ctx, tx, sb.ID, "", sb.State, "")
 }
 
 // Update writes sb if its stored state is one of from, and records the
@@ -261,17 +290,14 @@ func (s *Store) Update(ctx context.Context, sb *Sandbox, from ...string) error {
 // UpdateAll is Update of every sandbox of sbs, in one transaction: all are
 // written, or none.
 func (s *Store) UpdateAll(ctx context.Context, sbs []*Sandbox, from ...string) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	for _, sb := range sbs {
-		if err := update(ctx, tx, sb, from); err != nil {
-			return err
+	return s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		for _, sb := range sbs {
+			if err := update(ctx, tx, sb, from); err != nil {
+				return err
+			}
 		}
-	}
-	return tx.Commit()
+		return nil
+	})
 }
 
 func update(ctx context.Context, tx *sql.Tx, sb *Sandbox, from []string) error {
@@ -309,11 +335,10 @@ func update(ctx context.Context, tx *sql.Tx, sb *Sandbox, from []string) error {
 
 // Delete removes a sandbox's row.
 func (s *Store) Delete(ctx context.Context, id string) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
+	return s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error { return deleteSandbox(ctx, tx, id) })
+}
+
+func deleteSandbox(ctx context.Context, tx *sql.Tx, id string) error {
 	var cur string
 	if err := tx.QueryRowContext(ctx, `SELECT state FROM sandboxes WHERE id = ?`, id).Scan(&cur); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
@@ -324,15 +349,12 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	if _, err := tx.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id); err != nil {
 		return err
 	}
-	if err := transition(ctx, tx, id, cur, "deleted", ""); err != nil {
-		return err
-	}
-	return tx.Commit()
+	return transition(ctx, tx, id, cur, "deleted", "")
 }
 
 // Get returns one sandbox.
 func (s *Store) Get(ctx context.Context, id string) (Sandbox, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+columns+` FROM sandboxes WHERE id = ?`, id)
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+columns+` FROM sandboxes WHERE id = ?`, id)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -348,7 +370,7 @@ func (s *Store) Get(ctx context.Context, id string) (Sandbox, error) {
 
 // List returns all sandboxes, oldest first.
 func (s *Store) List(ctx context.Context) ([]Sandbox, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+columns+` FROM sandboxes ORDER BY created_at, id`)
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+columns+` FROM sandboxes ORDER BY created_at, id`)
 	if err != nil {
 		return nil, err
 	}
@@ -363,7 +385,7 @@ type Transition struct {
 
 // Transitions returns a sandbox's recorded state changes, oldest first.
 func (s *Store) Transitions(ctx context.Context, id string) ([]Transition, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT from_state, to_state, reason, at FROM transitions WHERE sandbox_id = ? ORDER BY seq`, id)
+	rows, err := s.rdb.QueryContext(ctx, `SELECT from_state, to_state, reason, at FROM transitions WHERE sandbox_id = ? ORDER BY seq`, id)
 	if err != nil {
 		return nil, err
 	}
@@ -457,7 +479,7 @@ func (s *Store) DeleteKey(ctx context.Context, id string) error {
 }
 
 func (s *Store) keys(ctx context.Context, where string, args ...any) ([]Key, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT hash, name, tenant, created_at FROM api_keys `+where, args...)
+	rows, err := s.rdb.QueryContext(ctx, `SELECT hash, name, tenant, created_at FROM api_keys `+where, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -479,7 +501,7 @@ func (s *Store) keys(ctx context.Context, where string, args ...any) ([]Key, err
 // TenantInUse reports whether tenant t has keys, sandboxes or snapshots.
 func (s *Store) TenantInUse(ctx context.Context, t string) (bool, error) {
 	var n int
-	err := s.db.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM api_keys WHERE tenant = ?)
+	err := s.rdb.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM api_keys WHERE tenant = ?)
 		+ (SELECT COUNT(*) FROM sandboxes WHERE tenant = ?) + (SELECT COUNT(*) FROM snapshots WHERE tenant = ?)`, t, t, t).Scan(&n)
 	return n > 0, err
 }
@@ -487,7 +509,7 @@ func (s *Store) TenantInUse(ctx context.Context, t string) (bool, error) {
 // KeyCount is the number of stored keys.
 func (s *Store) KeyCount(ctx context.Context) (int, error) {
 	var n int
-	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM api_keys`).Scan(&n)
+	err := s.rdb.QueryRowContext(ctx, `SELECT COUNT(*) FROM api_keys`).Scan(&n)
 	return n, err
 }
 
@@ -655,7 +677,7 @@ func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
 }
 
 func (s *Store) snapshots(ctx context.Context, where string, args ...any) ([]Snapshot, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, name, sandbox_id, template, created_at, state, tenant, template_version FROM snapshots `+where, args...)
+	rows, err := s.rdb.QueryContext(ctx, `SELECT id, name, sandbox_id, template, created_at, state, tenant, template_version FROM snapshots `+where, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -675,7 +697,7 @@ func (s *Store) snapshots(ctx context.Context, where string, args ...any) ([]Sna
 
 // SnapshotUsers counts the sandboxes created from each snapshot.
 func (s *Store) SnapshotUsers(ctx context.Context) (map[string]int, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT from_snapshot, COUNT(*) FROM sandboxes WHERE from_snapshot != '' GROUP BY from_snapshot`)
+	rows, err := s.rdb.QueryContext(ctx, `SELECT from_snapshot, COUNT(*) FROM sandboxes WHERE from_snapshot != '' GROUP BY from_snapshot`)
 	if err != nil {
 		return nil, err
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -402,5 +404,85 @@ func TestMigrateTemplates(t *testing.T) {
 			t.Errorf("migrated snapshot holds %q", sn.TemplateVersion)
 		}
 		s.Close()
+	}
+}
+
+// TestGroupCommit writes from many goroutines at once: the writes share
+// commits, yet each one succeeds or fails on its own (a refused update or
+// delete undoes nothing of its neighbours'), concurrent creates get distinct
+// slots, and everything acknowledged is there after a reopen.
+func TestGroupCommit(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "atoll.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 48
+	for i := range n {
+		if err := s.Create(ctx, newSandbox(fmt.Sprintf("old%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := s.commits.Load()
+	var wg sync.WaitGroup
+	errs := make([]error, 3*n)
+	created := make([]*Sandbox, n)
+	for i := range n {
+		wg.Add(3)
+		go func() {
+			defer wg.Done()
+			created[i] = newSandbox(fmt.Sprintf("new%d", i))
+			errs[i] = s.Create(ctx, created[i])
+		}()
+		go func() {
+			// Refused: the sandbox is creating, not running.
+			defer wg.Done()
+			sb := newSandbox(fmt.Sprintf("old%d", i))
+			sb.State = api.StateStopped
+			errs[n+i] = s.Update(ctx, sb, api.StateRunning)
+		}()
+		go func() {
+			defer wg.Done()
+			errs[2*n+i] = s.Delete(ctx, fmt.Sprintf("missing%d", i))
+		}()
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Errorf("create %d: %v", i, errs[i])
+		}
+		if !errors.Is(errs[n+i], errdefs.ErrConflict) {
+			t.Errorf("update of a sandbox in the wrong state: %v", errs[n+i])
+		}
+		if !errors.Is(errs[2*n+i], errdefs.ErrNotFound) {
+			t.Errorf("delete of a missing sandbox: %v", errs[2*n+i])
+		}
+	}
+	if c := s.commits.Load() - before; c >= 3*n {
+		t.Errorf("%d writes at once took %d commits: none shared one", 3*n, c)
+	}
+	s.Close()
+	s, err = Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	slots := map[int]string{}
+	sbs, err := s.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range sbs {
+		if other, ok := slots[sb.Slot]; ok {
+			t.Errorf("%s and %s share slot %d", sb.ID, other, sb.Slot)
+		}
+		slots[sb.Slot] = sb.ID
+		if sb.State != api.StateCreating {
+			t.Errorf("%s is %s after the refused updates, want creating", sb.ID, sb.State)
+		}
+	}
+	if len(sbs) != 2*n {
+		t.Errorf("%d sandboxes after reopening, want %d", len(sbs), 2*n)
 	}
 }

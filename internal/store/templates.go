@@ -215,7 +215,7 @@ func (s *Store) TemplateVersion(ctx context.Context, id string) (Template, error
 
 // ListTemplates returns every name with its current version, by name.
 func (s *Store) ListTemplates(ctx context.Context) ([]TemplateName, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT name, version FROM template_names ORDER BY name`)
+	rows, err := s.rdb.QueryContext(ctx, `SELECT name, version FROM template_names ORDER BY name`)
 	if err != nil {
 		return nil, err
 	}
@@ -308,7 +308,7 @@ func (s *Store) VersionUsers(ctx context.Context, t string) (map[string]VersionU
 		{`SELECT template_version, COUNT(*) FROM snapshots WHERE template_version != ''
 			AND (? = '' OR tenant = ?) GROUP BY template_version`, func(u *VersionUse, n int) { u.Snapshots = n }},
 	} {
-		rows, err := s.db.QueryContext(ctx, q.sql, t, t)
+		rows, err := s.rdb.QueryContext(ctx, q.sql, t, t)
 		if err != nil {
 			return nil, err
 		}
@@ -334,7 +334,7 @@ func (s *Store) VersionUsers(ctx context.Context, t string) (map[string]VersionU
 // TemplateUsers counts the sandboxes made from each template name: those of
 // tenant t, or of every tenant if t is empty.
 func (s *Store) TemplateUsers(ctx context.Context, t string) (map[string]int, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT template, COUNT(*) FROM sandboxes WHERE state != 'pooled' AND (? = '' OR tenant = ?)
+	rows, err := s.rdb.QueryContext(ctx, `SELECT template, COUNT(*) FROM sandboxes WHERE state != 'pooled' AND (? = '' OR tenant = ?)
 		GROUP BY template`, t, t)
 	if err != nil {
 		return nil, err
