@@ -68,17 +68,31 @@ func (s *Service) Resume(ctx context.Context, id string) (api.Sandbox, error) {
 }
 
 // frozen runs f with sb's processes frozen when it runs, so that its files
-// hold still: the instant a snapshot or fork captures.
-func (s *Service) frozen(ctx context.Context, sb store.Sandbox, f func() error) error {
+// hold still: the instant a snapshot or fork captures. The writable layer is
+// flushed first, while the sandbox still runs: btrfs then has only what was
+// written since left to flush inside f (see docs/lifecycle.md). op names the
+// operation in the log line that reports how long the sandbox was frozen.
+func (s *Service) frozen(ctx context.Context, sb store.Sandbox, op string, f func() error) error {
 	if sb.State != api.StateRunning {
 		return f()
 	}
+	if err := s.layers.FlushWritable(sb.ID); err != nil {
+		// Not fatal: the snapshot flushes what is left, only frozen.
+		s.log.Warn("flushing before a freeze", "sandbox", sb.ID, "op", op, "err", err)
+	}
 	rt := s.runtimes[sb.Runtime]
+	t0 := time.Now()
 	if err := rt.Pause(ctx, sb.ID); err != nil {
 		return fmt.Errorf("%w: freezing the sandbox failed", errdefs.ErrUnavailable)
 	}
-	defer rt.Resume(context.WithoutCancel(ctx), sb.ID)
-	return f()
+	err := f()
+	if rerr := rt.Resume(context.WithoutCancel(ctx), sb.ID); rerr != nil {
+		s.log.Error("thawing sandbox", "sandbox", sb.ID, "op", op, "err", rerr)
+	}
+	// From the freeze asked to the thaw done: the time the sandbox's
+	// processes could not run.
+	s.log.Info("sandbox frozen", "sandbox", sb.ID, "op", op, "ms", ms(t0))
+	return err
 }
 
 func snapshotable(sb store.Sandbox) error {
@@ -107,7 +121,7 @@ func (s *Service) CreateSnapshot(ctx context.Context, id string, req api.CreateS
 		Tenant: sb.Tenant, CreatedAt: time.Now().UTC()}
 	// The subvolume first, then the record: a crash in between leaves a
 	// snapshot no record names, which the next start removes.
-	if err := s.frozen(ctx, sb, func() error { return s.layers.SnapshotWritable(id, sn.ID) }); err != nil {
+	if err := s.frozen(ctx, sb, "snapshot", func() error { return s.layers.SnapshotWritable(id, sn.ID) }); err != nil {
 		return api.Snapshot{}, err
 	}
 	if err := s.store.PutSnapshot(ctx, sn); err != nil {
@@ -260,7 +274,7 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 	} else {
 		// The parent is frozen only while its writable layer is copied,
 		// which costs the same whatever it holds.
-		err = s.frozen(ctx, parent, func() error {
+		err = s.frozen(ctx, parent, "fork", func() error {
 			for _, c := range children {
 				if _, err := s.layers.ForkWritable(parent.ID, c.ID, c.DiskGiB<<30); err != nil {
 					return err
