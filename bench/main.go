@@ -33,7 +33,8 @@ import (
 func main() {
 	n := flag.Int("n", 100, "iterations per measurement")
 	clients := flag.Int("clients", 8, "concurrent clients for the concurrent run")
-	only := flag.String("only", "", "comma-separated parts to run (core,templates,state,forks,prestarted,warm,e2b,runtimes,peers); default all")
+	only := flag.String("only", "", "comma-separated parts to run (core,templates,state,forks,prestarted,recent,warm,e2b,runtimes,peers); default all")
+	flag.Int64Var(&hostDirtyLimit, "layer-dirty-limit", 0, "the servers' --layer-dirty-limit (0: their default; -1: the kernel's defaults)")
 	flag.Parse()
 	parts := map[string]bool{}
 	for _, p := range strings.Split(*only, ",") {
@@ -75,6 +76,9 @@ func main() {
 	}
 	if want("prestarted") {
 		prestarted(r, work, *n)
+	}
+	if want("recent") {
+		recent(r, work, min(*n, 20))
 	}
 	if want("warm") {
 		warm(r, work, *n, *clients)
@@ -223,6 +227,7 @@ type server struct {
 	cmd       *exec.Cmd
 	data, url string
 	key       string
+	log       string // the server's log (stderr)
 }
 
 func startServer(work, name string, pool, prestart int) *server {
@@ -238,11 +243,18 @@ func startServer(work, name string, pool, prestart int) *server {
 	data := filepath.Join(work, name)
 	// Networking stays off: it would turn the machine running the benchmark
 	// into a router (and the figures here predate it).
-	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--data", data, "--network", "off",
-		"--layer-image-size", fmt.Sprint(int64(16<<30)), "--warm-pool", fmt.Sprint(pool), "--prestart", fmt.Sprint(prestart))
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data", data, "--network", "off",
+		"--layer-image-size", fmt.Sprint(int64(16 << 30)), "--warm-pool", fmt.Sprint(pool), "--prestart", fmt.Sprint(prestart)},
+		dirtyArgs()...)
+	cmd := exec.Command(bin, args...)
 	out, err := cmd.StdoutPipe()
 	check(err)
-	cmd.Stderr = io.Discard
+	// The log is kept: the recent part reads the freezes it reports.
+	logPath := data + ".log"
+	logFile, err := os.Create(logPath)
+	check(err)
+	defer logFile.Close()
+	cmd.Stderr = logFile
 	check(cmd.Start())
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
@@ -255,7 +267,7 @@ func startServer(work, name string, pool, prestart int) *server {
 	check(err)
 	key, err := os.ReadFile(filepath.Join(data, "api-key"))
 	check(err)
-	srv := &server{bin: bin, cmd: cmd, data: data, url: strings.TrimSpace(string(url)), key: strings.TrimSpace(string(key))}
+	srv := &server{bin: bin, cmd: cmd, data: data, url: strings.TrimSpace(string(url)), key: strings.TrimSpace(string(key)), log: logPath}
 	servers = append(servers, srv)
 	return srv
 }
