@@ -272,16 +272,22 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 	if req.Memory {
 		image, err = s.captureForFork(ctx, &parent, children)
 	} else {
-		// The parent is frozen only while its writable layer is copied,
-		// which costs the same whatever it holds.
+		// The parent is frozen only while its writable layer is copied
+		// once, for the first child, which costs the same whatever it
+		// holds. The other children copy the first child's layer, which
+		// holds still (the child has not started): each btrfs snapshot
+		// commits a transaction, and the parent need not wait for all.
+		first := children[0]
 		err = s.frozen(ctx, parent, "fork", func() error {
-			for _, c := range children {
-				if _, err := s.layers.ForkWritable(parent.ID, c.ID, c.DiskGiB<<30); err != nil {
-					return err
-				}
-			}
-			return nil
+			_, err := s.layers.ForkWritable(parent.ID, first.ID, first.DiskGiB<<30)
+			return err
 		})
+		for _, c := range children[1:] {
+			if err != nil {
+				break
+			}
+			_, err = s.layers.ForkWritable(first.ID, c.ID, c.DiskGiB<<30)
+		}
 	}
 	unlock()
 	if err != nil {
