@@ -128,7 +128,10 @@ stat -c %s $f`)
 		ms, _ := strconv.ParseFloat(m[3], 64)
 		t.Logf("%s: parent frozen %.1f ms", m[2], ms)
 		// Generous for a loaded machine; without the bound it is seconds.
-		if ms > 500 {
+		// Not for gvisor: its pause and resume are each a start of runsc,
+		// 100 ms or more on a loaded machine, beside which the flush is
+		// small.
+		if rt == "ns" && ms > 500 {
 			t.Errorf("%s of a sandbox writing froze it for %.0f ms", m[2], ms)
 		}
 	}
