@@ -76,12 +76,14 @@ func (s *Service) frozen(ctx context.Context, sb store.Sandbox, op string, f fun
 	if sb.State != api.StateRunning {
 		return f()
 	}
+	t0 := time.Now()
 	if err := s.layers.FlushWritable(sb.ID); err != nil {
 		// Not fatal: the snapshot flushes what is left, only frozen.
 		s.log.Warn("flushing before a freeze", "sandbox", sb.ID, "op", op, "err", err)
 	}
+	flushed := ms(t0)
 	rt := s.runtimes[sb.Runtime]
-	t0 := time.Now()
+	t0 = time.Now()
 	if err := rt.Pause(ctx, sb.ID); err != nil {
 		return fmt.Errorf("%w: freezing the sandbox failed", errdefs.ErrUnavailable)
 	}
@@ -91,7 +93,7 @@ func (s *Service) frozen(ctx context.Context, sb store.Sandbox, op string, f fun
 	}
 	// From the freeze asked to the thaw done: the time the sandbox's
 	// processes could not run.
-	s.log.Info("sandbox frozen", "sandbox", sb.ID, "op", op, "ms", ms(t0))
+	s.log.Info("sandbox frozen", "sandbox", sb.ID, "op", op, "ms", ms(t0), "flush_ms", flushed)
 	return err
 }
 
