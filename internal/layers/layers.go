@@ -81,7 +81,7 @@ func Open(cfg Config) (*Store, error) {
 		// Without the bound the store still works; snapshots of sandboxes
 		// that wrote a lot just before take longer.
 		if err := boundWriteback(cfg.Dir, cfg.DirtyLimit); err != nil {
-			cfg.Logger.Warn("layer store: dirty data unbounded; snapshots right after large writes will be slow", "err", err)
+			cfg.Logger.Warn("layer store: writeback not bounded; snapshots right after large writes will be slow", "err", err)
 		}
 	}
 	for _, d := range []string{"sandboxes", "templates", "layers"} {
