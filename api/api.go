@@ -27,20 +27,24 @@ const (
 
 // Sandbox is a sandbox as the API reports it.
 type Sandbox struct {
-	ID        string            `json:"id"`
-	State     string            `json:"state"`
-	Template  string            `json:"template"`
-	Runtime   string            `json:"runtime"`
-	CPU       float64           `json:"cpu"`        // cores
-	MemoryMiB int64             `json:"memory_mib"` // no swap
-	DiskGiB   int64             `json:"disk_gib"`   // writable layer quota
-	PIDs      int64             `json:"pids"`       // max processes
-	Env       map[string]string `json:"env,omitempty"`
-	Labels    map[string]string `json:"labels,omitempty"`
-	Error     string            `json:"error,omitempty"` // why it is in state error
-	CreatedAt time.Time         `json:"created_at"`
-	StartedAt *time.Time        `json:"started_at,omitempty"`
-	StoppedAt *time.Time        `json:"stopped_at,omitempty"`
+	ID       string `json:"id"`
+	State    string `json:"state"`
+	Template string `json:"template"`
+	// TemplateVersion is the ID of the version of Template it was made
+	// from, which it keeps across restarts, archives and forks however
+	// often the template is rebuilt; empty for the built-in template.
+	TemplateVersion string            `json:"template_version,omitempty"`
+	Runtime         string            `json:"runtime"`
+	CPU             float64           `json:"cpu"`        // cores
+	MemoryMiB       int64             `json:"memory_mib"` // no swap
+	DiskGiB         int64             `json:"disk_gib"`   // writable layer quota
+	PIDs            int64             `json:"pids"`       // max processes
+	Env             map[string]string `json:"env,omitempty"`
+	Labels          map[string]string `json:"labels,omitempty"`
+	Error           string            `json:"error,omitempty"` // why it is in state error
+	CreatedAt       time.Time         `json:"created_at"`
+	StartedAt       *time.Time        `json:"started_at,omitempty"`
+	StoppedAt       *time.Time        `json:"stopped_at,omitempty"`
 	// Lifecycle policies; see CreateSandboxRequest.
 	ExpiresAt      *time.Time `json:"expires_at,omitempty"` // when the timeout stops it
 	Ephemeral      bool       `json:"ephemeral,omitempty"`
@@ -139,7 +143,9 @@ type Progress struct {
 // CreateSandboxRequest is the body of POST /v1/sandboxes. Zero values take the
 // server's defaults.
 type CreateSandboxRequest struct {
-	Template  string            `json:"template,omitempty"` // default "host"
+	// Template is NAME (its current version) or NAME@VERSION (a version
+	// number or ID, while the version exists); default "host".
+	Template  string            `json:"template,omitempty"`
 	Snapshot  string            `json:"snapshot,omitempty"` // start from this snapshot's files (and its template)
 	Runtime   string            `json:"runtime,omitempty"`  // default "ns"
 	CPU       float64           `json:"cpu,omitempty"`
@@ -366,11 +372,25 @@ type RuntimeList struct {
 
 // Template is a template as the API reports it: what sandboxes are made from.
 type Template struct {
-	Name   string   `json:"name"`
-	Source string   `json:"source"`           // "builtin", or the image reference or archive it was imported from
-	Digest string   `json:"digest,omitempty"` // image manifest digest
-	Layers []string `json:"layers"`           // layer IDs (sha256 of the uncompressed layer), bottom first
-	Size   int64    `json:"size"`             // bytes of its layers, unpacked
+	Name string `json:"name"`
+	// Version is the number of the version the name points to (1 for its
+	// first build or import), VersionID that version's immutable ID.
+	// Both are absent for the built-in template, which has no versions.
+	Version   int    `json:"version,omitempty"`
+	VersionID string `json:"version_id,omitempty"`
+	// OldVersions counts the name's earlier versions that sandboxes,
+	// snapshots or other names still hold.
+	OldVersions int `json:"old_versions"`
+	// Removed is set for a name that was removed while sandboxes or
+	// snapshots held its versions: listed until the last of those goes.
+	Removed bool `json:"removed,omitempty"`
+	// Versions (GET /v1/templates/{name} only) are its versions, newest
+	// first, with what uses each.
+	Versions []TemplateVersion `json:"versions,omitempty"`
+	Source   string            `json:"source"`           // "builtin", or the image reference or archive it was imported from
+	Digest   string            `json:"digest,omitempty"` // image manifest digest
+	Layers   []string          `json:"layers"`           // layer IDs (sha256 of the uncompressed layer), bottom first
+	Size     int64             `json:"size"`             // bytes of its layers, unpacked
 	// SharedLayers counts its layers that other templates use too: stored
 	// once, for all of them.
 	SharedLayers int      `json:"shared_layers"`
@@ -389,6 +409,29 @@ type Template struct {
 	PoolSize  int       `json:"pool_size,omitempty"`
 	Sandboxes int       `json:"sandboxes"` // how many sandboxes use it
 	CreatedAt time.Time `json:"created_at"`
+}
+
+// TemplateVersion is one immutable version of a template: what one build or
+// import made.
+type TemplateVersion struct {
+	ID        string    `json:"id"`
+	Number    int       `json:"number"`
+	Current   bool      `json:"current"` // the name points to it
+	Source    string    `json:"source"`
+	Digest    string    `json:"digest,omitempty"`
+	Layers    []string  `json:"layers"`
+	Size      int64     `json:"size"`
+	Sandboxes int       `json:"sandboxes"` // made from it, in any state
+	Snapshots int       `json:"snapshots"` // of sandboxes made from it
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// TemplateRemoved is the answer to DELETE /v1/templates/{name}: the name is
+// gone; Held are its versions that sandboxes, snapshots or other names still
+// hold, each collected when the last of those goes.
+type TemplateRemoved struct {
+	Name string            `json:"name"`
+	Held []TemplateVersion `json:"held"`
 }
 
 // TemplateList is the body of GET /v1/templates.
@@ -438,9 +481,9 @@ type BuildEvent struct {
 	Message     string    `json:"message,omitempty"`
 }
 
-// TagTemplateRequest is the body of POST /v1/templates/{name}/tag: it gives the
-// template a second name (sharing its layers), replacing a template of that
-// name that no sandbox uses.
+// TagTemplateRequest is the body of POST /v1/templates/{name}/tag: it points
+// a second name at the template's current version; what the name pointed to
+// before stays while in use.
 type TagTemplateRequest struct {
 	Tag string `json:"tag"`
 }
@@ -459,13 +502,16 @@ type BootstrapTemplateRequest struct {
 
 // Snapshot is an immutable copy of a sandbox's files at one instant.
 type Snapshot struct {
-	ID        string    `json:"id"`
-	Name      string    `json:"name,omitempty"`
-	SandboxID string    `json:"sandbox_id"` // the sandbox it was taken of (which may be gone)
-	Template  string    `json:"template"`
-	State     string    `json:"state"`     // SnapshotReady, SnapshotArchiving or SnapshotArchived
-	Sandboxes int       `json:"sandboxes"` // sandboxes created from it
-	CreatedAt time.Time `json:"created_at"`
+	ID        string `json:"id"`
+	Name      string `json:"name,omitempty"`
+	SandboxID string `json:"sandbox_id"` // the sandbox it was taken of (which may be gone)
+	Template  string `json:"template"`
+	// TemplateVersion is the version of Template its sandbox was made
+	// from; sandboxes made from the snapshot have it too.
+	TemplateVersion string    `json:"template_version,omitempty"`
+	State           string    `json:"state"`     // SnapshotReady, SnapshotArchiving or SnapshotArchived
+	Sandboxes       int       `json:"sandboxes"` // sandboxes created from it
+	CreatedAt       time.Time `json:"created_at"`
 }
 
 // Snapshot states. An archived snapshot's files are in the archive store;

@@ -33,9 +33,23 @@ import (
 func main() {
 	n := flag.Int("n", 100, "iterations per measurement")
 	clients := flag.Int("clients", 8, "concurrent clients for the concurrent run")
-	only := flag.String("only", "", "comma-separated parts to run (core,templates,state,forks,prestarted,recent,warm,e2b,runtimes,peers); default all")
+	only := flag.String("only", "", "comma-separated parts to run (core,templates,state,forks,prestarted,recent,warm,e2b,runtimes,peers,burst); default all")
 	flag.Int64Var(&hostDirtyLimit, "layer-dirty-limit", 0, "the servers' --layer-dirty-limit (0: their default; -1: the kernel's defaults)")
+	var b burstConfig
+	flag.IntVar(&b.n, "burst-n", 300, "burst: creates in the burst")
+	flag.IntVar(&b.clients, "burst-clients", 16, "burst: concurrent clients")
+	flag.DurationVar(&b.idle, "burst-idle", time.Minute, "burst: how long the server is idle before the burst")
+	flag.IntVar(&b.sustained, "burst-sustained", 1000, "burst: creates in the sustained run, with deletes behind them")
+	flag.StringVar(&b.serve, "burst-serve", "", "burst: extra flags for its server, e.g. \"--create-concurrency 8\"")
+	flag.StringVar(&b.pprof, "burst-pprof", "", "burst: write the server's CPU profiles of the burst and the sustained run to this directory")
+	logPath := flag.String("server-log", "", "append the servers' logs (with --debug) to this file")
 	flag.Parse()
+	if *logPath != "" {
+		f, err := os.OpenFile(*logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		check(err)
+		defer f.Close()
+		serverLog, serverArgs = f, []string{"--debug"}
+	}
 	parts := map[string]bool{}
 	for _, p := range strings.Split(*only, ",") {
 		if p != "" {
@@ -89,10 +103,16 @@ func main() {
 	if want("runtimes") {
 		runtimes(r, work, min(*n, 30))
 	}
+	if want("burst") {
+		burst(r, work, b)
+	}
 	if want("peers") {
 		peers(r, work, filepath.Join(srv.data, "layers", "templates", "host-v2"), *n)
 	}
 	r.print(os.Stdout, *n, *clients, *only)
+	if want("burst") {
+		fmt.Printf("\nBurst: `-burst-n %d -burst-clients %d -burst-idle %v -burst-sustained %d`\n", b.n, b.clients, b.idle, b.sustained)
+	}
 }
 
 // core measures create, exec and delete one at a time and from concurrent
@@ -230,7 +250,14 @@ type server struct {
 	log       string // the server's log (stderr)
 }
 
-func startServer(work, name string, pool, prestart int) *server {
+// serverArgs are flags every server the bench starts gets besides its own,
+// e.g. -server-log's --debug.
+var serverArgs []string
+
+// serverLog, when set, receives the servers' logs (stderr).
+var serverLog io.Writer = io.Discard
+
+func startServer(work, name string, pool, prestart int, extra ...string) *server {
 	bin := filepath.Join(work, "atoll")
 	if _, err := os.Stat(bin); err != nil {
 		// Both binaries, as `go install ./cmd/...` would put them: the server
@@ -243,18 +270,19 @@ func startServer(work, name string, pool, prestart int) *server {
 	data := filepath.Join(work, name)
 	// Networking stays off: it would turn the machine running the benchmark
 	// into a router (and the figures here predate it).
-	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data", data, "--network", "off",
-		"--layer-image-size", fmt.Sprint(int64(16 << 30)), "--warm-pool", fmt.Sprint(pool), "--prestart", fmt.Sprint(prestart)},
-		dirtyArgs()...)
+	args := []string{"serve", "--listen", "127.0.0.1:0", "--data", data, "--network", "off",
+		"--layer-image-size", fmt.Sprint(int64(16 << 30)), "--warm-pool", fmt.Sprint(pool), "--prestart", fmt.Sprint(prestart)}
+	args = append(append(append(args, dirtyArgs()...), serverArgs...), extra...)
 	cmd := exec.Command(bin, args...)
 	out, err := cmd.StdoutPipe()
 	check(err)
-	// The log is kept: the recent part reads the freezes it reports.
+	// Each server's log is kept beside its data: the recent part reads the
+	// freezes it reports.
 	logPath := data + ".log"
 	logFile, err := os.Create(logPath)
 	check(err)
 	defer logFile.Close()
-	cmd.Stderr = logFile
+	cmd.Stderr = io.MultiWriter(logFile, serverLog)
 	check(cmd.Start())
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
@@ -309,27 +337,65 @@ func (s *server) stop() {
 	}
 }
 
+// peerRoot is the root file system the peers run `true` in: the host
+// template's own layer (skeleton) under a fresh overlay, with the host's
+// /usr bound read-only, as the bundle's rootfs. umount takes it down again
+// and empties the upper layer.
+type peerRoot struct {
+	bundle, merged, upper, work, skeleton string
+}
+
+func newPeerRoot(work, skeleton string) *peerRoot {
+	p := &peerRoot{bundle: filepath.Join(work, "peer"), skeleton: skeleton}
+	p.merged = filepath.Join(p.bundle, "rootfs")
+	p.upper = filepath.Join(p.bundle, "upper")
+	p.work = filepath.Join(p.bundle, "work")
+	for _, d := range []string{p.merged, p.upper, p.work} {
+		check(os.MkdirAll(d, 0o755))
+	}
+	writeOCIConfig(filepath.Join(p.bundle, "config.json"))
+	return p
+}
+
+func (p *peerRoot) mount() {
+	must("mount", "-t", "overlay", "overlay", "-o", "lowerdir="+p.skeleton+",upperdir="+p.upper+",workdir="+p.work, p.merged)
+	must("mount", "--bind", "-o", "ro", "/usr", filepath.Join(p.merged, "usr"))
+}
+
+func (p *peerRoot) umount() {
+	must("umount", filepath.Join(p.merged, "usr"))
+	must("umount", p.merged)
+	os.RemoveAll(p.upper)
+	os.RemoveAll(p.work)
+	os.MkdirAll(p.upper, 0o755)
+	os.MkdirAll(p.work, 0o755)
+}
+
+// runtimeArgs is how the bench runs `true` in bundle with OCI runtime rt
+// (runc, crun) under container id, and the row's name.
+func runtimeArgs(rt, bundle, id string) (args []string, name string) {
+	// crun 1.8 refuses cgroup v1 on hybrid hosts; it runs without a
+	// cgroup manager there (so it does less work than runc and atoll).
+	args = []string{"run", "--bundle", bundle, id}
+	name = rt + " run `true`"
+	if rt == "crun" && hybridCgroups() {
+		args = append([]string{"--cgroup-manager=disabled"}, args...)
+		name += " (no cgroups)"
+	}
+	return args, name
+}
+
+// bwrapArgs runs `true` with bwrap in root merged.
+func bwrapArgs(merged string) []string {
+	return []string{"--bind", merged, "/", "--ro-bind", "/usr", "/usr", "--proc", "/proc", "--dev", "/dev",
+		"--unshare-all", "/usr/bin/true"}
+}
+
 // peers runs `true` in the same rootfs (the host template: its own layer with
 // the host's /usr bound read-only) with each peer that is installed.
 func peers(r *report, work, skeleton string, n int) {
-	merged := filepath.Join(work, "peer", "rootfs")
-	upper := filepath.Join(work, "peer", "upper")
-	wdir := filepath.Join(work, "peer", "work")
-	for _, d := range []string{merged, upper, wdir} {
-		check(os.MkdirAll(d, 0o755))
-	}
-	mountRoot := func() {
-		must("mount", "-t", "overlay", "overlay", "-o", "lowerdir="+skeleton+",upperdir="+upper+",workdir="+wdir, merged)
-		must("mount", "--bind", "-o", "ro", "/usr", filepath.Join(merged, "usr"))
-	}
-	umountRoot := func() {
-		must("umount", filepath.Join(merged, "usr"))
-		must("umount", merged)
-		os.RemoveAll(upper)
-		os.RemoveAll(wdir)
-		os.MkdirAll(upper, 0o755)
-		os.MkdirAll(wdir, 0o755)
-	}
+	root := newPeerRoot(work, skeleton)
+	mountRoot, umountRoot, merged := root.mount, root.umount, root.merged
 
 	// The exec floor: this host running `true` with no sandbox at all.
 	var host []time.Duration
@@ -356,26 +422,18 @@ func peers(r *report, work, skeleton string, n int) {
 
 	mountRoot()
 	defer umountRoot()
-	bundle := filepath.Join(work, "peer")
-	writeOCIConfig(filepath.Join(bundle, "config.json"))
 	for _, rt := range []string{"runc", "crun"} {
 		if _, err := exec.LookPath(rt); err != nil {
 			r.missing(rt)
 			continue
 		}
-		// crun 1.8 refuses cgroup v1 on hybrid hosts; it runs without a
-		// cgroup manager there (so it does less work than runc and atoll).
-		args := []string{"run", "--bundle", bundle}
-		name := rt + " run `true`"
-		if rt == "crun" && hybridCgroups() {
-			args = append([]string{"--cgroup-manager=disabled"}, args...)
-			name += " (no cgroups)"
-		}
+		_, name := runtimeArgs(rt, root.bundle, "")
 		var ds []time.Duration
 		for i := 0; i < n; i++ {
 			id := fmt.Sprintf("atoll-bench-%d", i)
+			args, _ := runtimeArgs(rt, root.bundle, id)
 			t0 := time.Now()
-			out, err := exec.Command(rt, append(args, id)...).CombinedOutput()
+			out, err := exec.Command(rt, args...).CombinedOutput()
 			if err != nil {
 				r.failed(name, fmt.Sprintf("%v: %s", err, bytes.TrimSpace(out)))
 				ds = nil
@@ -392,8 +450,7 @@ func peers(r *report, work, skeleton string, n int) {
 		var ds []time.Duration
 		for i := 0; i < n; i++ {
 			t0 := time.Now()
-			must("bwrap", "--bind", merged, "/", "--ro-bind", "/usr", "/usr", "--proc", "/proc", "--dev", "/dev",
-				"--unshare-all", "/usr/bin/true")
+			must("bwrap", bwrapArgs(merged)...)
 			ds = append(ds, time.Since(t0))
 		}
 		r.add("bwrap `true`", "sequential", ds)
@@ -437,8 +494,18 @@ type row struct {
 	n          int
 }
 
+// rateRow is a throughput: n operations done in wall time, with failures
+// and the non-2xx answers seen on the way.
+type rateRow struct {
+	name, mode string
+	n, errs    int
+	wall       time.Duration
+	answers    string
+}
+
 type report struct {
 	rows     []row
+	rates    []rateRow
 	notes    []string
 	missed   []string
 	failures []string
@@ -463,9 +530,16 @@ func (r *report) machine() {
 }
 
 func (r *report) add(name, mode string, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
 	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
 	p := func(q float64) time.Duration { return ds[min(int(q*float64(len(ds))), len(ds)-1)] }
 	r.rows = append(r.rows, row{name: name, mode: mode, p50: p(0.5), p99: p(0.99), n: len(ds)})
+}
+
+func (r *report) rate(name, mode string, n int, wall time.Duration, errs int, answers string) {
+	r.rates = append(r.rates, rateRow{name: name, mode: mode, n: n, wall: wall, errs: errs, answers: answers})
 }
 
 func (r *report) missing(name string) { r.missed = append(r.missed, name) }
@@ -500,6 +574,17 @@ func (r *report) print(w io.Writer, n, clients int, only string) {
 			ratio = fmt.Sprintf("%.2f×", float64(x.p50)/float64(runc))
 		}
 		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s |\n", x.name, x.mode, x.n, ms(x.p50), ms(x.p99), ratio)
+	}
+	if len(r.rates) > 0 {
+		fmt.Fprintln(w, "\n| throughput | mode | done | wall | per second | failed | non-2xx answers |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+		for _, x := range r.rates {
+			if x.answers == "" {
+				x.answers = "–"
+			}
+			fmt.Fprintf(w, "| %s | %s | %d | %.2f s | %.1f | %d | %s |\n", x.name, x.mode, x.n, x.wall.Seconds(),
+				float64(x.n)/x.wall.Seconds(), x.errs, x.answers)
+		}
 	}
 	for _, note := range r.notes {
 		fmt.Fprintf(w, "\n%s\n", note)

@@ -74,8 +74,10 @@ func templates(r *report, srv *server, n int) {
 		}
 		r.add(fmt.Sprintf("atoll create → ready (API), cold, template %s", tmpl), "sequential", ds)
 	}
-	check(c.DeleteTemplate(ctx, "bench"))
-	check(c.DeleteTemplate(ctx, "bench2"))
+	for _, name := range []string{"bench", "bench2"} {
+		_, err := c.DeleteTemplate(ctx, name)
+		check(err)
+	}
 }
 
 // benchImage makes an image of three layers from the host's Python and Perl

@@ -49,7 +49,30 @@ fi
 export ATOLL_TEST_VM_CACHE="${ATOLL_TEST_VM_CACHE:-/var/cache/atoll-test/vm}"
 # atoll and its agent are static Go binaries: the agent runs inside sandboxes.
 export CGO_ENABLED=0
+# go.mod and go.sum as go mod tidy would write them.
+if ! go mod tidy -diff; then
+	echo "test.sh: go.mod is not tidy: run go mod tidy" >&2
+	exit 1
+fi
 go vet ./...
+
+# What this run tests against: package updates change these under an
+# unchanged tree (a new guest kernel once broke every vm boot).
+kimg=$(dpkg-query -W -f '${Depends}' linux-image-amd64 | cut -d' ' -f1)
+echo "test.sh: host kernel $(uname -r); $(dpkg-query -W -f '${Package} ${Version}, ' "$kimg" qemu-system-x86 erofs-utils btrfs-progs)runsc $(go version -m /usr/local/bin/runsc | awk '$2 == "gvisor.dev/gvisor" {print $3}'); $(go version)"
+
+# What the tests leave on the host that they did not find: mounts, loop
+# devices, sandbox cgroups and network namespaces. A run must leave none.
+hoststate() {
+	{
+		awk '{print "mount " $5}' /proc/self/mountinfo
+		losetup -n -l -O NAME,BACK-FILE 2>/dev/null | sed 's/^/loop /'
+		find /sys/fs/cgroup -mindepth 2 -maxdepth 4 -type d -path '*/atoll*/*' 2>/dev/null | sed 's/^/cgroup /'
+		ip netns list 2>/dev/null | sed 's/^/netns /'
+	} | sort -u
+}
+before=$(mktemp)
+hoststate >"$before"
 
 # An S3-compatible server for the archive tests, unless ATOLL_TEST_S3_URL
 # already names a bucket: gofakes3 on a port the kernel picks (it logs it),
@@ -81,10 +104,23 @@ if [ -z "${ATOLL_TEST_S3_URL:-}" ]; then
 	export AWS_ACCESS_KEY_ID=atoll-test AWS_SECRET_ACCESS_KEY=atoll-test
 fi
 
+status=0
 if [ $# -gt 0 ]; then
-	exec go test -count=1 -timeout 40m "$@" ./...
+	go test -count=1 -timeout 40m "$@" ./... || status=$?
+else
+	# The exhaustion test measures a neighbour's latency under attack: it
+	# runs alone, after the rest, so that other packages' tests do not
+	# weigh on it.
+	go test -count=1 -timeout 40m -skip 'TestResourceExhaustion' ./... || status=$?
+	go test -count=1 -timeout 10m -run 'TestResourceExhaustion' ./cmd/atoll || status=$?
 fi
-# The exhaustion test measures a neighbour's latency under attack: it runs
-# alone, after the rest, so that other packages' tests do not weigh on it.
-go test -count=1 -timeout 40m -skip 'TestResourceExhaustion' ./...
-go test -count=1 -timeout 10m -run 'TestResourceExhaustion' ./cmd/atoll
+after=$(mktemp)
+hoststate >"$after"
+left=$(comm -13 "$before" "$after")
+rm -f "$before" "$after"
+if [ -n "$left" ]; then
+	echo "test.sh: the tests left on the host:" >&2
+	echo "$left" >&2
+	status=1
+fi
+exit $status

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -99,7 +100,7 @@ func TestE2BSDK(t *testing.T) {
 	dir, node := e2bProgram(t)
 	w := newNetWorld(t)
 	d := startDaemonIn(t, filepath.Join(testenv.Dir(t), "data"), w.host, "--network", "on", "--network-bridge", w.id,
-		"--dns-upstream", wInet4, "--network-pool", "1", "--proxy-listen", "127.0.0.1:0")
+		"--dns-upstream", wInet4, "--network-pool", "1", "--proxy-listen", "127.0.0.1:0", "--tls-listen", "127.0.0.1:0")
 	other, code := d.cli("key", "create", "--name", "other-team")
 	if code != 0 {
 		t.Fatalf("key create: %s", other)
@@ -108,16 +109,22 @@ func TestE2BSDK(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "--test-reporter=spec", "test.mjs")
 	cmd.Dir = dir
-	u, _ := url.Parse(d.url)
+	// getHost() names the HTTPS listener, whose certificates the SDK
+	// program trusts through the server's CA.
+	tlsURL, err := os.ReadFile(filepath.Join(d.data, "tls-url"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(strings.TrimSpace(string(tlsURL)))
 	cmd.Env = append(e2bEnv(d), "E2B_DOMAIN=localhost:"+u.Port(), "E2B_TEST_INTERNET_URL=http://"+wInet4+"/",
-		"E2B_TEST_OTHER_KEY="+strings.TrimSpace(other))
+		"E2B_TEST_OTHER_KEY="+strings.TrimSpace(other), "NODE_EXTRA_CA_CERTS="+filepath.Join(d.data, "tls-ca.pem"))
 	cmd.WaitDelay = 5 * time.Second
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := nettest.In(w.host, cmd.Start); err != nil {
 		t.Fatal(err)
 	}
-	err := cmd.Wait()
+	err = cmd.Wait()
 	t.Logf("node test.mjs:\n%s", out.String())
 	if err != nil {
 		t.Fatalf("the e2b SDK program failed: %v\nserver log:\n%s", err, d.out.String())
@@ -488,6 +495,14 @@ func TestE2BHostileInput(t *testing.T) {
 		future := time.Now().Add(time.Minute).Unix()
 		file(url.Values{"path": {"/etc/hostname"}, "signature": {envd.Signature("/etc/hostname", "read", "", token, future)}, "signature_expiration": {strconv.FormatInt(future, 10)}}).want(t, "signature with expiration", 200)
 		file(url.Values{"path": {"/etc/hostname"}, "signature": {envd.Signature("/etc/hostname", "read", "", token, future)}, "signature_expiration": {"x"}}).want(t, "bad expiration", 401)
+		// With E2B_SANDBOX_URL, SDKs' URLs name no sandbox: the signature does.
+		unrouted := func(q url.Values) e2bAnswer { return d.e2b(t, e2bReq{method: "GET", path: "/files?" + q.Encode()}) }
+		if a := unrouted(url.Values{"path": {"/etc/hostname"}, "signature": {sig}}); a.status != 200 || len(a.body) == 0 {
+			t.Errorf("signed download naming no sandbox: %d %s", a.status, a.body)
+		}
+		unrouted(url.Values{"path": {"/etc/passwd"}, "signature": {sig}}).want(t, "another path's signature naming no sandbox", 404)
+		unrouted(url.Values{"path": {"/etc/hostname"}, "signature": {"v1_junk"}}).want(t, "malformed signature naming no sandbox", 404)
+		unrouted(url.Values{"path": {"/etc/hostname"}, "signature": {envd.Signature("/etc/hostname", "read", "", token, past)}, "signature_expiration": {strconv.FormatInt(past, 10)}}).want(t, "expired signature naming no sandbox", 401)
 	})
 
 	t.Run("envd hostile input", func(t *testing.T) {
@@ -545,8 +560,9 @@ func TestE2BHostileInput(t *testing.T) {
 		d.e2b(t, e2bReq{method: "GET", path: "/health", header: h(id, "8080")}).want(t, "another port", 502)
 		d.e2b(t, e2bReq{method: "GET", path: "/health", header: h(id, "0")}).want(t, "port 0", 400)
 		d.e2b(t, e2bReq{method: "GET", path: "/health", header: h(id, "x")}).want(t, "port x", 400)
-		d.e2b(t, e2bReq{method: "GET", path: "/health", header: h("nosuchsandbox0000000", "49983")}).want(t, "unknown sandbox", 502)
-		d.e2b(t, e2bReq{method: "GET", path: "/health", header: h("../../x", "49983")}).want(t, "malformed sandbox", 502)
+		wantNotFound(t, "unknown sandbox", d.e2b(t, e2bReq{method: "GET", path: "/health", header: h("nosuchsandbox0000000", "49983")}), "nosuchsandbox0000000")
+		wantNotFound(t, "malformed sandbox", d.e2b(t, e2bReq{method: "GET", path: "/health", header: h("../../x", "49983")}), "../../x")
+		wantNotFound(t, "unknown sandbox's port", d.e2b(t, e2bReq{method: "GET", path: "/", header: h("nosuchsandbox0000000", "8000")}), "nosuchsandbox0000000")
 		// E2B_DOMAIN-style hosts reach the same sandbox, even under /v1.
 		d.e2b(t, e2bReq{method: "GET", path: "/health", host: "49983-" + id + ".sandbox.test"}).want(t, "host routing", 204)
 		// (envd's answer, not atoll's list: it wants the access token)
@@ -571,8 +587,9 @@ func TestE2BHostileInput(t *testing.T) {
 			path := "/sandboxes/" + other + c.path
 			d.e2b(t, e2bReq{method: c.method, path: path, key: key, body: c.body}).want(t, c.method+" "+path, 404)
 		}
-		d.e2b(t, e2bReq{method: "POST", path: "/process.Process/List", body: "{}",
-			header: map[string]string{"E2b-Sandbox-Id": other, "E2b-Sandbox-Port": "49983", "X-Access-Token": otherToken}}).want(t, "envd of a killed sandbox", 502)
+		wantNotFound(t, "envd of a killed sandbox", d.e2b(t, e2bReq{method: "POST", path: "/process.Process/List", body: "{}",
+			header: map[string]string{"E2b-Sandbox-Id": other, "E2b-Sandbox-Port": "49983", "X-Access-Token": otherToken}}), other)
+		wantNotFound(t, "envd of a killed sandbox by host", d.e2b(t, e2bReq{method: "GET", path: "/health", host: "49983-" + other + ".sandbox.test"}), other)
 	})
 
 	t.Run("states", func(t *testing.T) {
@@ -580,10 +597,25 @@ func TestE2BHostileInput(t *testing.T) {
 		d.e2b(t, e2bReq{method: "POST", path: "/sandboxes/" + id + "/pause", key: key}).want(t, "pause", 204)
 		d.e2b(t, e2bReq{method: "POST", path: "/sandboxes/" + id + "/pause", key: key}).want(t, "pause again", 409)
 		d.e2b(t, e2bReq{method: "POST", path: "/sandboxes/" + id + "/timeout", key: key, body: `{"timeout":10}`}).want(t, "timeout of a paused sandbox", 404)
-		d.e2b(t, e2bReq{method: "GET", path: "/health", header: map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49983"}}).want(t, "envd of a paused sandbox", 502)
+		wantNotFound(t, "envd of a paused sandbox", d.e2b(t, e2bReq{method: "GET", path: "/health", header: map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49983"}}), id)
 		d.e2b(t, e2bReq{method: "POST", path: "/sandboxes/" + id + "/connect", key: key, body: `{"timeout":30}`}).want(t, "connect wakes it", 201)
 		d.e2b(t, e2bReq{method: "POST", path: "/sandboxes/" + id + "/connect", key: key, body: `{"timeout":30}`}).want(t, "connect to a running one", 200)
 	})
+}
+
+// wantNotFound checks that a is E2B's proxy's answer for a sandbox it
+// cannot reach, word for word: SDKs and agent code match on it.
+func wantNotFound(t *testing.T, what string, a e2bAnswer, id string) {
+	t.Helper()
+	a.want(t, what, 502)
+	var got map[string]any
+	if err := json.Unmarshal(a.body, &got); err != nil {
+		t.Fatalf("%s: %v: %s", what, err, a.body)
+	}
+	want := map[string]any{"code": 502.0, "message": "The sandbox was not found", "sandboxId": id}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("%s: body (-want +got):\n%s", what, diff)
+	}
 }
 
 func errOnly[T any](_ T, err error) error { return err }

@@ -92,7 +92,7 @@ var (
 				Policy: api.NetworkPolicy{Egress: "deny-all", Allow: []string{"10.0.0.0/8", "*.pypi.org"}, Deny: []string{"10.1.0.0/16"}}},
 		},
 		{
-			ID: "a0b1c2d3e4f5g6h7i8j9", State: api.StateStopped, Template: "python:3.12", Runtime: "gvisor",
+			ID: "a0b1c2d3e4f5g6h7i8j9", State: api.StateStopped, Template: "python", TemplateVersion: "v3c1a9e8f0b5d2e7a6c3", Runtime: "gvisor",
 			CPU: 0.5, MemoryMiB: 512, DiskGiB: 1, PIDs: 256,
 			CreatedAt: now.Add(-72 * time.Hour), StoppedAt: &stopped,
 			AutoDeleteSec: 86400,

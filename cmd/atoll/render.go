@@ -35,7 +35,8 @@ func renderInspect(w io.Writer, sb api.Sandbox, now time.Time) error {
 	if sb.Error != "" {
 		line("Error", sb.Error)
 	}
-	line("Template", sb.Template)
+	// NAME@ID: what --template takes to make another of the same version.
+	line("Template", sb.Template+orEmptyAt(sb.TemplateVersion))
 	line("Runtime", sb.Runtime)
 	line("CPU", formatCPU(sb.CPU))
 	line("Memory", formatMiB(sb.MemoryMiB))
@@ -180,9 +181,13 @@ func ago(t, now time.Time) string {
 // renderTemplates writes templates as a table for people.
 func renderTemplates(w io.Writer, ts []api.Template, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSOURCE\tLAYERS\tSHARED\tSIZE\tSANDBOXES\tCREATED")
+	fmt.Fprintln(tw, "NAME\tVERSION\tOLD\tSOURCE\tLAYERS\tSHARED\tSIZE\tSANDBOXES\tCREATED")
 	for _, t := range ts {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%s\n", t.Name, orDash(t.Source), len(t.Layers),
+		if t.Removed {
+			fmt.Fprintf(tw, "%s\t(removed)\t%d\t-\t-\t-\t-\t%d\t-\n", t.Name, t.OldVersions, t.Sandboxes)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%s\t%d\t%s\n", t.Name, versionOf(t), t.OldVersions, orDash(t.Source), len(t.Layers),
 			t.SharedLayers, formatSize(t.Size), t.Sandboxes, ago(t.CreatedAt, now))
 	}
 	return tw.Flush()
@@ -205,6 +210,15 @@ func renderTemplate(w io.Writer, t api.Template, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
 	line := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
 	line("Name", t.Name)
+	if t.Removed {
+		line("Version", "- (the name was removed; its versions stay while in use)")
+		line("Sandboxes", strconv.Itoa(t.Sandboxes))
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		return renderVersions(w, t, now)
+	}
+	line("Version", versionOf(t)+orEmpty(" ", t.VersionID))
 	line("Source", orDash(t.Source))
 	if t.Digest != "" {
 		line("Digest", t.Digest)
@@ -241,7 +255,50 @@ func renderTemplate(w io.Writer, t api.Template, now time.Time) error {
 	// Image Env is part of the published image, not a secret of a sandbox's.
 	list("Env", t.Env)
 	list(fmt.Sprintf("Layers (%d)", len(t.Layers)), t.Layers)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return renderVersions(w, t, now)
+}
+
+// renderVersions writes a template's versions as a table after a blank line.
+func renderVersions(w io.Writer, t api.Template, now time.Time) error {
+	if len(t.Versions) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "VERSION\tID\tCURRENT\tLAYERS\tSANDBOXES\tSNAPSHOTS\tCREATED")
+	for _, v := range t.Versions {
+		cur := ""
+		if v.Current {
+			cur = "yes"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%s\n", v.Number, v.ID, orDash(cur), len(v.Layers), v.Sandboxes, v.Snapshots, ago(v.CreatedAt, now))
+	}
 	return tw.Flush()
+}
+
+// versionOf is a template's version number, or "-" for the built-in one.
+func versionOf(t api.Template) string {
+	if t.Version == 0 {
+		return "-"
+	}
+	return strconv.Itoa(t.Version)
+}
+
+func orEmptyAt(version string) string {
+	if version == "" {
+		return ""
+	}
+	return "@" + version
+}
+
+func orEmpty(prefix, s string) string {
+	if s == "" {
+		return ""
+	}
+	return prefix + "(" + s + ")"
 }
 
 // formatArgv writes an argument vector as JSON, which shows its word boundaries.

@@ -76,7 +76,7 @@ Durations are at most a year.
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&req.Template, "template", "", `template to start from (server default "host")`)
+	f.StringVar(&req.Template, "template", "", `template to start from: NAME, or NAME@VERSION for an older version (server default "host")`)
 	f.StringVar(&req.Snapshot, "snapshot", "", "snapshot to start from (see \"atoll snapshot ls\")")
 	f.StringVar(&req.Runtime, "runtime", "", `runtime: ns, gvisor or vm (server default "ns")`)
 	f.Float64Var(&req.CPU, "cpu", 0, "CPU cores")

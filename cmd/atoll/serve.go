@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -10,10 +11,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -35,6 +38,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/runtime/vm"
 	"github.com/atoll-dev/atoll/internal/server"
 	"github.com/atoll-dev/atoll/internal/store"
+	"github.com/atoll-dev/atoll/internal/tlsca"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -48,10 +52,13 @@ type serveConfig struct {
 	dirty     int64
 	warmPool  int
 	prestart  int
-	archive   string
-	e2b       bool
-	debug     bool
-	out       io.Writer
+	// creates in flight and waiting (admission control; 0: defaults)
+	createConcurrency, createQueue int
+	archive                        string
+	e2b                            bool
+	debug                          bool
+	pprof                          string // loopback address for net/http/pprof; "" for none
+	out                            io.Writer
 
 	network     string // auto, on or off
 	bridge      string
@@ -63,6 +70,7 @@ type serveConfig struct {
 
 	proxyListen string
 	proxyDomain string
+	tlsListen   string // HTTPS for the same handler, under the local CA; "" for none
 }
 
 func newServeCmd() *cobra.Command {
@@ -117,9 +125,12 @@ the data directory (port-key).`,
 	f.Int64Var(&cfg.dirty, "layer-dirty-limit", 0, fmt.Sprintf("bytes the layer store may hold written but not yet on disk, all sandboxes together; it bounds the time a snapshot or fork takes after large writes (default %d; -1: the kernel's defaults)", layers.DefaultDirtyLimit))
 	f.IntVar(&cfg.warmPool, "warm-pool", 2, "default sandboxes to keep started ahead of demand (0: none)")
 	f.IntVar(&cfg.prestart, "prestart", 4, "sandbox processes to keep started ahead of demand for forks and other creates (0: none)")
+	f.IntVar(&cfg.createConcurrency, "create-concurrency", 0, "creates that may start sandboxes at once (default 2 per core); more wait in a queue")
+	f.IntVar(&cfg.createQueue, "create-queue", 0, "creates that may wait for their turn (default 256); beyond it, and after 30 s of waiting, a create is answered 503 with Retry-After")
 	f.StringVar(&cfg.archive, "archive", "", "object storage URL for archived sandboxes: file:///dir, or s3://bucket?region=R (S3-compatible: &endpoint=URL&use_path_style=true) with credentials from AWS_* variables or ~/.aws (default file://<data>/archive)")
 	f.BoolVar(&cfg.e2b, "e2b", true, "also serve the E2B-compatible API and sandbox traffic on the listener (see docs/e2b.md)")
 	f.BoolVar(&cfg.debug, "debug", false, "log debug messages")
+	f.StringVar(&cfg.pprof, "debug-pprof", "", "serve Go's profiles (net/http/pprof) at http://ADDR/debug/pprof/, on a loopback address only, without authentication")
 	f.StringVar(&cfg.network, "network", "auto", "sandbox networking: auto (on if the kernel can enforce it), on or off")
 	f.StringVar(&cfg.bridge, "network-bridge", "", `bridge for sandboxes; also names their namespaces and veths (default "atoll0")`)
 	f.StringVar(&cfg.subnet4, "network-subnet4", "", "sandboxes' IPv4 subnet (default 10.213.0.0/16)")
@@ -129,6 +140,7 @@ the data directory (port-key).`,
 	f.IntVar(&cfg.netPool, "network-pool", 4, "network namespaces to keep made ahead of demand (0: none)")
 	f.StringVar(&cfg.proxyListen, "proxy-listen", "127.0.0.1:7401", `address of the port proxy, which serves sandboxes' ports at http://{port}-{id}.{domain}/ ("": none)`)
 	f.StringVar(&cfg.proxyDomain, "proxy-domain", "localhost", "domain under which the port proxy serves sandboxes' ports (its names must resolve to the proxy)")
+	f.StringVar(&cfg.tlsListen, "tls-listen", "", `address to serve the same API over HTTPS as well, with certificates for localhost and its subdomains from a CA kept in the data directory (<data>/tls-ca.pem, for clients to trust); E2B SDKs reach sandboxes' ports at https://{port}-{id}.localhost:PORT through it ("": none)`)
 	return cmd
 }
 
@@ -223,6 +235,9 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if err := os.Chmod(data, 0o711); err != nil {
 		return err
 	}
+	if err := checkTraversable(data); err != nil {
+		return err
+	}
 	// The archive URL first: a wrong one fails before the layer image is made.
 	archiveURL := cfg.archive
 	if archiveURL == "" {
@@ -271,13 +286,13 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	runtimes := []runtime.Runtime{nsrt}
 	unavailable := map[string]string{}
 	// gvisor is offered where runsc is installed and runs a probe sandbox.
+	// Where a runtime is not, its constructor's error is the reason
+	// clients see: the missing package, or the probe and what it printed,
+	// for the operator to act on.
 	if gv, err := gvisor.New(gvisor.Config{RunRoot: filepath.Join(data, "run-gvisor"),
 		PlatformCache: "/run/atoll/gvisor-platform", Lowers: lw, Logger: log}); err != nil {
 		log.Info("runtime gvisor not offered", "err", err)
-		unavailable["gvisor"] = "runsc does not run sandboxes on this host"
-		if errors.Is(err, gvisor.ErrNoRunsc) || errors.Is(err, lowers.ErrNoErofs) {
-			unavailable["gvisor"] = err.Error()
-		}
+		unavailable["gvisor"] = err.Error()
 	} else {
 		runtimes = append(runtimes, gv)
 	}
@@ -288,10 +303,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	// vm is offered where QEMU and a guest kernel are installed.
 	if vmrt, err := vm.New(vm.Config{RunRoot: filepath.Join(data, "run-vm"), AccelCache: "/run/atoll/vm-accel", Logger: log}); err != nil {
 		log.Info("runtime vm not offered", "err", err)
-		unavailable["vm"] = "QEMU does not run microVMs on this host"
-		if errors.Is(err, vm.ErrNoQEMU) || errors.Is(err, vm.ErrNoKernel) {
-			unavailable["vm"] = err.Error()
-		}
+		unavailable["vm"] = err.Error()
 	} else {
 		runtimes = append(runtimes, vmrt)
 	}
@@ -305,6 +317,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	svc, err := control.New(control.Config{
 		Store: st, Layers: ls, Runtimes: runtimes, Unavailable: unavailable, AgentPath: agentPath, Logger: log,
 		WarmPool: cfg.warmPool, Prestart: cfg.prestart, Archive: bucket,
+		CreateConcurrency: cfg.createConcurrency, CreateQueue: cfg.createQueue,
 		Network: netm, NetworkPool: netPool, CheckpointDir: filepath.Join(data, "checkpoints"),
 	})
 	if err != nil {
@@ -366,6 +379,27 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		return err
 	}
 	hs := server.NewHTTPServer(cfg.listen, handler)
+	var tlsLn net.Listener
+	var ts *http.Server
+	if cfg.tlsListen != "" {
+		ca, err := tlsca.Load(data)
+		if err != nil {
+			return err
+		}
+		if tlsLn, err = net.Listen("tcp", cfg.tlsListen); err != nil {
+			return fmt.Errorf("--tls-listen: %w", err)
+		}
+		defer tlsLn.Close()
+		_, port, _ := net.SplitHostPort(tlsLn.Addr().String())
+		if err := writeFileAtomic(filepath.Join(data, "tls-url"), []byte("https://localhost:"+port+"\n"), 0o644); err != nil {
+			return err
+		}
+		ts = server.NewHTTPServer(cfg.tlsListen, handler)
+		// HTTP/1.1 only, as on the plain listener: streams and websockets
+		// through the port proxy rely on it.
+		ts.TLSConfig = &tls.Config{GetCertificate: ca.GetCertificate, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}
+		ts.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+	}
 
 	fmt.Fprintf(cfg.out, "atoll %s listening on %s\n", version, url)
 	if key != "" {
@@ -376,14 +410,31 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if proxy != nil {
 		fmt.Fprintf(cfg.out, "port proxy listening on %s for *.%s\n", proxyLn.Addr(), cfg.proxyDomain)
 	}
+	tlsPort := ""
+	if ts != nil {
+		_, tlsPort, _ = net.SplitHostPort(tlsLn.Addr().String())
+		fmt.Fprintf(cfg.out, "HTTPS on %s (https://localhost:%s, https://*.localhost:%s) with certificates from the CA %s\n",
+			tlsLn.Addr(), tlsPort, tlsPort, filepath.Join(data, tlsca.CertFile))
+	}
 	fmt.Fprintf(cfg.out, "Try: atoll exec $(atoll create) -- python3 -c 'print(1)'\n")
 	if cfg.e2b {
-		fmt.Fprintf(cfg.out, "E2B SDKs: E2B_API_URL=%s E2B_SANDBOX_URL=%s (docs/e2b.md)\n", url, url)
+		hosts := ""
+		if tlsPort != "" {
+			hosts = fmt.Sprintf(" E2B_DOMAIN=localhost:%s NODE_EXTRA_CA_CERTS=%s", tlsPort, filepath.Join(data, tlsca.CertFile))
+		}
+		fmt.Fprintf(cfg.out, "E2B SDKs: E2B_API_URL=%s E2B_SANDBOX_URL=%s%s (docs/e2b.md)\n", url, url, hosts)
 	}
 
 	var wg sync.WaitGroup
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if cfg.pprof != "" {
+		stopPprof, err := servePprof(cfg.pprof, log)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
+	}
 	if netm != nil {
 		wg.Add(1)
 		go func() {
@@ -399,8 +450,11 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); svc.Run(runCtx) }()
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- hs.Serve(ln) }()
+	if ts != nil {
+		go func() { errc <- ts.ServeTLS(tlsLn, "", "") }()
+	}
 	var ps *http.Server
 	if proxy != nil {
 		// The proxy's requests stream for as long as sandboxes' servers
@@ -416,6 +470,9 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if ps != nil {
 			ps.Shutdown(sctx)
+		}
+		if ts != nil {
+			ts.Shutdown(sctx)
 		}
 		err = hs.Shutdown(sctx)
 		scancel()
@@ -524,4 +581,60 @@ func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// servePprof serves net/http/pprof's handlers on addr, which must be a
+// loopback address: the profiles have no authentication and show the
+// server's internals, so they are for the machine's admin alone.
+func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("--debug-pprof: %w", err)
+	}
+	if ip, err := netip.ParseAddr(host); err != nil || !ip.IsLoopback() {
+		return nil, fmt.Errorf("--debug-pprof %q: want a loopback address, e.g. 127.0.0.1:6060", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--debug-pprof: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	// Where goroutines wait (store transactions, locks), not only where
+	// they run: a burst of creates is bound by waiting as much as by CPU.
+	goruntime.SetBlockProfileRate(int(time.Millisecond))
+	goruntime.SetMutexProfileFraction(10)
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(ln)
+	log.Info("serving Go profiles", "addr", ln.Addr().String())
+	return func() { hs.Close() }, nil
+}
+
+// checkTraversable refuses a data directory that sandboxes cannot reach:
+// their processes run as unprivileged host users, which must pass through
+// every directory above it to exec the agent and reach their own roots. A
+// directory made by mktemp -d (mode 0700) above it would otherwise let the
+// server start and every create fail.
+func checkTraversable(data string) error {
+	real, err := filepath.EvalSymlinks(data)
+	if err != nil {
+		return err
+	}
+	for p := filepath.Dir(real); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("--data %s: %s (mode %04o) cannot be passed through by other users, and sandboxes run as unprivileged users that must reach their files under it; "+
+				"run chmod o+x %s, or choose a --data elsewhere", data, p, fi.Mode().Perm(), p)
+		}
+		if p == "/" {
+			return nil
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,7 +27,13 @@ func newTemplateCmd(g *globals) *cobra.Command {
 		Long: `Manage templates, the root filesystems sandboxes start from. "host" is built in;
 others are container images imported from a registry or from a "docker save" or
 OCI archive, or built from a Dockerfile. "atoll create --template NAME" starts a
-sandbox from one.`,
+sandbox from one.
+
+A name points to a version. Building or importing under a name that exists makes
+a new version and moves the name to it, while sandboxes run: each sandbox keeps
+the version it was made from (across restarts, archives and forks), new ones get
+the new version, and "--template NAME@VERSION" (a number or ID) starts from an
+older one while it exists. A version goes once nothing uses it.`,
 		Example: `  atoll template import docker.io/library/python:3.12-slim --name python
   atoll template build --name myapp .
   atoll template ls
@@ -308,8 +315,11 @@ func newTemplateLsCmd(g *globals) *cobra.Command {
 		Use:     "ls [flags]",
 		Aliases: []string{"list"},
 		Short:   "List templates",
-		Long: `List templates as a table, or as JSON with --json. SANDBOXES counts the
-sandboxes made from each template; SIZE is its layers' unpacked size.`,
+		Long: `List templates as a table, or as JSON with --json. VERSION is the version the
+name points to; OLD counts its earlier versions that sandboxes or snapshots still
+use (a name removed while in use shows as removed until they go). SANDBOXES
+counts the sandboxes made from each template, of any version; SIZE is its
+layers' unpacked size.`,
 		Example: `  atoll template ls
   atoll template ls --json | jq -r '.templates[] | select(.sandboxes == 0) | .name'`,
 		Args: cobra.NoArgs,
@@ -349,9 +359,11 @@ func newTemplateInspectCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "inspect NAME",
 		Short: "Show a template's details",
-		Long: `Show a template's source, digest, size and layers, and the image configuration
-(environment, working directory, user, entrypoint, command) its sandboxes start
-with; --json shows it as the API does.`,
+		Long: `Show a template's current version: its source, digest, size and layers, and the
+image configuration (environment, working directory, user, entrypoint, command)
+its sandboxes start with; then every version still held, with the sandboxes and
+snapshots that use it. "atoll create --template NAME@VERSION" starts from an
+older version while it exists. --json shows it as the API does.`,
 		Example: `  atoll template inspect python
   atoll template inspect python --json`,
 		Args: cobra.ExactArgs(1),
@@ -378,27 +390,69 @@ func newTemplateRmCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:     "rm NAME...",
 		Aliases: []string{"delete"},
-		Short:   "Delete templates",
-		Long: `Delete templates and the layers no other template shares. A template that
-sandboxes still use cannot be deleted; delete those sandboxes first.`,
+		Short:   "Remove template names",
+		Long: `Remove template names. A version of the name that sandboxes, snapshots or
+other names still use stays until the last of them goes, and the output says so;
+a version nothing uses goes at once, with the layers no other version shares.`,
 		Example: `  atoll template rm python
   atoll template ls -q | grep '^test-' | xargs atoll template rm`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, name string) error {
-				return c.DeleteTemplate(ctx, name)
-			})
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			failed := false
+			for _, name := range args {
+				rm, err := c.DeleteTemplate(cmd.Context(), name)
+				if err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "atoll: %s: %v\n", name, err)
+					failed = true
+					continue
+				}
+				renderRemoved(cmd.OutOrStdout(), rm)
+			}
+			if failed {
+				return exitError{1}
+			}
+			return nil
 		},
 	}
+}
+
+// renderRemoved writes a removed name, and which of its versions stay and
+// why.
+func renderRemoved(w io.Writer, rm api.TemplateRemoved) {
+	fmt.Fprintln(w, rm.Name)
+	for _, v := range rm.Held {
+		var by []string
+		if v.Sandboxes > 0 {
+			by = append(by, plural(v.Sandboxes, "sandbox", "sandboxes"))
+		}
+		if v.Snapshots > 0 {
+			by = append(by, plural(v.Snapshots, "snapshot", "snapshots"))
+		}
+		if len(by) == 0 {
+			by = append(by, "another name")
+		}
+		fmt.Fprintf(w, "  version %d (%s) stays until unused: used by %s\n", v.Number, v.ID, strings.Join(by, " and "))
+	}
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }
 
 func newTemplateTagCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "tag NAME NEWNAME",
 		Short: "Give a template a second name",
-		Long: `Give a template a second name, as a version or an alias. Both names share the
-same layers; deleting one leaves the other. A template already called NEWNAME is
-replaced unless sandboxes use it.`,
+		Long: `Point NEWNAME at the current version of NAME (or at NAME@VERSION): an alias,
+or a name to keep a version by. Removing one name leaves the other. What NEWNAME
+pointed to before stays while sandboxes use it.`,
 		Example: `  atoll template tag python python-2026-11
   atoll template build --name python-next ./py && atoll template tag python-next python`,
 		Args: cobra.ExactArgs(2),

@@ -28,7 +28,8 @@ import (
 var templateFixture = []api.Template{
 	{Name: "host", Source: "builtin", Sandboxes: 3},
 	{
-		Name: "python", Source: "docker.io/library/python:3.12-slim",
+		Name: "python", Version: 3, VersionID: "v3c1a9e8f0b5d2e7a6c3", OldVersions: 1,
+		Source: "docker.io/library/python:3.12-slim",
 		Digest: "sha256:4c1a9e8f0b5d2e7a6c3f9b8d1e0a2c4f6b8d0e2a4c6e8f0a2b4d6f8a0c2e4f6a",
 		Layers: []string{
 			"sha256:0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9",
@@ -42,9 +43,16 @@ var templateFixture = []api.Template{
 		Cmd:        []string{"--port", "8080"},
 		Sandboxes:  1,
 		CreatedAt:  now.Add(-26 * time.Hour),
+		Versions: []api.TemplateVersion{
+			{ID: "v3c1a9e8f0b5d2e7a6c3", Number: 3, Current: true, Layers: make([]string, 2), Sandboxes: 1, CreatedAt: now.Add(-26 * time.Hour)},
+			{ID: "v0d0a9e8f0b5d2e7a6c3", Number: 1, Layers: make([]string, 2), Sandboxes: 2, Snapshots: 1, CreatedAt: now.Add(-72 * time.Hour)},
+		},
 	},
+	{Name: "retired", Removed: true, OldVersions: 1, Sandboxes: 4, Versions: []api.TemplateVersion{
+		{ID: "v1111111111111111111", Number: 2, Layers: make([]string, 1), Sandboxes: 4, CreatedAt: now.Add(-48 * time.Hour)},
+	}},
 	{
-		Name: "saved", Source: "archive",
+		Name: "saved", Version: 1, VersionID: "v00ff00ff00ff00ff00f", Source: "archive",
 		Layers:    []string{"sha256:00ff"},
 		Size:      4096,
 		CreatedAt: now.Add(-5 * time.Minute),
@@ -69,6 +77,7 @@ func TestRenderTemplate(t *testing.T) {
 	}{
 		{"template-inspect", templateFixture[1]},
 		{"template-inspect-builtin", templateFixture[0]},
+		{"template-inspect-removed", templateFixture[2]},
 	} {
 		var b bytes.Buffer
 		if err := renderTemplate(&b, tc.t, now); err != nil {
@@ -262,18 +271,22 @@ func (s *memTemplates) Get(ctx context.Context, name string) (api.Template, erro
 	return t, nil
 }
 
-func (s *memTemplates) Delete(ctx context.Context, name string) error {
+func (s *memTemplates) Delete(ctx context.Context, name string) (api.TemplateRemoved, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, ok := s.m[name]
 	switch {
 	case !ok:
-		return fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
-	case t.Sandboxes > 0:
-		return fmt.Errorf("template %s is used by %d sandboxes: %w", name, t.Sandboxes, errdefs.ErrConflict)
+		return api.TemplateRemoved{}, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
+	case t.Source == "builtin":
+		return api.TemplateRemoved{}, fmt.Errorf("%w: the built-in template cannot be deleted", errdefs.ErrConflict)
 	}
 	delete(s.m, name)
-	return nil
+	out := api.TemplateRemoved{Name: name}
+	if t.Sandboxes > 0 {
+		out.Held = []api.TemplateVersion{{ID: t.VersionID, Number: t.Version, Layers: t.Layers, Sandboxes: t.Sandboxes}}
+	}
+	return out, nil
 }
 
 // noSandboxes serves no sandboxes; these tests are about templates.
@@ -471,9 +484,13 @@ func TestTemplateCommands(t *testing.T) {
 	if _, _, err := run("", "template", "inspect", "nope"); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("template inspect nope: %v", err)
 	}
+	// A removed name's versions in use stay, and rm says so.
+	app := tpls.m["app"]
+	app.Version, app.VersionID, app.Sandboxes = 1, "v0123456789abcdef012", 1
+	tpls.m["app"] = app
 	stdout, stderr, err := run("", "template", "rm", "alpine", "host", "nope", "app")
-	if err != (exitError{1}) || stdout != "alpine\napp\n" ||
-		!strings.Contains(stderr, "atoll: host: template host is used by 2 sandboxes") || !strings.Contains(stderr, "atoll: nope: template nope: not found") {
+	if err != (exitError{1}) || stdout != "alpine\napp\n  version 1 (v0123456789abcdef012) stays until unused: used by 1 sandbox\n" ||
+		!strings.Contains(stderr, "the built-in template cannot be deleted") || !strings.Contains(stderr, "atoll: nope: template nope: not found") {
 		t.Errorf("template rm: %v\nstdout %q\nstderr %q", err, stdout, stderr)
 	}
 }

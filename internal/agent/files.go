@@ -194,7 +194,8 @@ func (a *Agent) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 }
 
 // writeFile streams the body to a temporary file next to the target and
-// renames it into place, so readers never see half a file.
+// renames it into place, so readers never see half a file. Watchers see
+// the write as one in place (see writeTemp).
 func (a *Agent) writeFile(r *http.Request) (api.FileInfo, error) {
 	p, err := queryPath(r)
 	if err != nil {
@@ -223,7 +224,9 @@ func (a *Agent) writeFile(r *http.Request) (api.FileInfo, error) {
 		return api.FileInfo{}, err
 	}
 	uid, gid := owner.uid, owner.gid
+	exists := false
 	if fi, err := os.Stat(target); err == nil {
+		exists = true
 		if fi.IsDir() {
 			return api.FileInfo{}, errorf(errdefs.ErrInvalid, "%s is a directory", p)
 		}
@@ -240,7 +243,7 @@ func (a *Agent) writeFile(r *http.Request) (api.FileInfo, error) {
 	if err := mkdirAll(dir, 0o755, owner); err != nil {
 		return api.FileInfo{}, fsError(err)
 	}
-	tmp, err := os.CreateTemp(dir, ".atoll-write-*")
+	tmp, err := os.CreateTemp(dir, writeTemp(exists))
 	if err != nil {
 		return api.FileInfo{}, fsError(err)
 	}

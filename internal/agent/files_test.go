@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -162,18 +163,17 @@ func TestFiles(t *testing.T) {
 	}
 }
 
-func TestWatch(t *testing.T) {
-	e := startAgent(t, Config{})
-	d := filepath.Join(e.dir, "w")
-	os.Mkdir(d, 0o755)
+// watchEvents starts a recursive watch of dir and returns its events.
+func watchEvents(t *testing.T, e *testEnv, dir string) <-chan api.WatchEvent {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", baseURL+"/files/watch?"+url.Values{"path": {d}, "recursive": {"true"}}.Encode(), nil)
+	t.Cleanup(cancel)
+	req, _ := http.NewRequestWithContext(ctx, "GET", baseURL+"/files/watch?"+url.Values{"path": {dir}, "recursive": {"true"}}.Encode(), nil)
 	resp, err := e.c.HTTPClient().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	t.Cleanup(func() { resp.Body.Close() })
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/x-ndjson" {
 		t.Fatalf("status %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
@@ -190,6 +190,14 @@ func TestWatch(t *testing.T) {
 			events <- ev
 		}
 	}()
+	return events
+}
+
+func TestWatch(t *testing.T) {
+	e := startAgent(t, Config{})
+	d := filepath.Join(e.dir, "w")
+	os.Mkdir(d, 0o755)
+	events := watchEvents(t, e, d)
 	// expect reads events until want, skipping others (writes come in bursts).
 	expect := func(want api.WatchEvent) {
 		t.Helper()
@@ -227,6 +235,75 @@ func TestWatch(t *testing.T) {
 	os.RemoveAll(d)
 	expect(api.WatchEvent{Type: api.WatchRemove, Path: d})
 	for range events {
+	}
+}
+
+// A write through the agent replaces its target atomically, by rename; a
+// watcher sees it as E2B's envd's write in place: the target created (if
+// new), chmod'ed and written, and never the temporary file.
+func TestWatchWrite(t *testing.T) {
+	e := startAgent(t, Config{})
+	ctx := context.Background()
+	d := filepath.Join(e.dir, "ww")
+	os.MkdirAll(d+"/sub", 0o755)
+	events := watchEvents(t, e, d)
+	// next reads the events up to a marker file the test creates.
+	marks := 0
+	next := func() []api.WatchEvent {
+		t.Helper()
+		marks++
+		mark := filepath.Join(d, fmt.Sprintf("mark%d", marks))
+		os.WriteFile(mark, nil, 0o644)
+		var got []api.WatchEvent
+		timeout := time.After(5 * time.Second)
+		for {
+			select {
+			case ev, ok := <-events:
+				if !ok {
+					t.Fatalf("stream ended; got %+v", got)
+				}
+				if ev.Path == mark {
+					return got
+				}
+				got = append(got, ev)
+			case <-timeout:
+				t.Fatalf("no marker; got %+v", got)
+			}
+		}
+	}
+	next() // the watch is in place
+
+	for _, c := range []struct {
+		name, path string
+		want       []string
+	}{
+		{"new file", d + "/a.txt", []string{api.WatchCreate, api.WatchChmod, api.WatchWrite}},
+		{"overwrite", d + "/a.txt", []string{api.WatchChmod, api.WatchWrite}},
+		{"new file in a subdirectory", d + "/sub/b.txt", []string{api.WatchCreate, api.WatchChmod, api.WatchWrite}},
+		{"overwrite in a subdirectory", d + "/sub/b.txt", []string{api.WatchChmod, api.WatchWrite}},
+	} {
+		if _, err := e.c.WriteFile(ctx, c.path, strings.NewReader("content of "+c.name), 0); err != nil {
+			t.Fatal(err)
+		}
+		var want []api.WatchEvent
+		for _, typ := range c.want {
+			want = append(want, api.WatchEvent{Type: typ, Path: c.path})
+		}
+		if diff := cmp.Diff(want, next()); diff != "" {
+			t.Errorf("%s: events (-want +got):\n%s", c.name, diff)
+		}
+	}
+	// A directory a write makes is reported, and so is the file in it.
+	if _, err := e.c.WriteFile(ctx, d+"/new/c.txt", strings.NewReader("c"), 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range next() {
+		if strings.Contains(ev.Path, ".atoll-write-") {
+			t.Errorf("the temporary file shows: %+v", ev)
+		}
+	}
+	if b, err := os.ReadFile(d + "/a.txt"); err != nil || string(b) != "content of overwrite" {
+		t.Errorf("a.txt: %q, %v", b, err)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -18,6 +19,39 @@ import (
 const watchMask = unix.IN_CREATE | unix.IN_MODIFY | unix.IN_ATTRIB | unix.IN_DELETE |
 	unix.IN_DELETE_SELF | unix.IN_MOVED_FROM | unix.IN_MOVED_TO | unix.IN_MOVE_SELF |
 	unix.IN_DONT_FOLLOW
+
+// A write through the agent lands by renaming a temporary file over its
+// target, so that readers never see half a file. Watchers are told of it
+// as of a write in place, as E2B's envd makes it (open with O_TRUNC,
+// chown, write): the temporary file is never named, and its rename onto
+// the target reports the target as created (when it was new), chmod'ed
+// and written. The temporary file's name says whether the target existed.
+const (
+	writeTempPrefix = ".atoll-write-"
+	writeTempNew    = writeTempPrefix + "new-"
+)
+
+// writeTemp is the os.CreateTemp pattern of a write's temporary file.
+func writeTemp(targetExists bool) string {
+	if targetExists {
+		return writeTempPrefix + "*"
+	}
+	return writeTempNew + "*"
+}
+
+// writeEvents are what a watcher reports when a write's temporary file
+// is renamed onto its target.
+func writeEvents(created bool) []string {
+	if created {
+		return []string{api.WatchCreate, api.WatchChmod, api.WatchWrite}
+	}
+	return []string{api.WatchChmod, api.WatchWrite}
+}
+
+// maxPendingWrites bounds the writes a watch has seen leave their
+// temporary name but not yet arrive: a rename's two halves come together
+// unless the temporary file was moved elsewhere by someone else.
+const maxPendingWrites = 64
 
 // watcher is one inotify instance and the paths of its watches.
 type watcher struct {
@@ -101,6 +135,9 @@ func (a *Agent) handleWatch(w http.ResponseWriter, r *http.Request) {
 	stop := context.AfterFunc(r.Context(), func() { wt.f.SetReadDeadline(time.Now()) })
 	defer stop()
 
+	// writes holds, by rename cookie, the writes whose temporary file has
+	// left its name: whether each made its target.
+	writes := make(map[uint32]bool)
 	buf := make([]byte, 64<<10)
 	for len(wt.paths) > 0 {
 		n, err := wt.f.Read(buf)
@@ -123,9 +160,27 @@ func (a *Agent) handleWatch(w http.ResponseWriter, r *http.Request) {
 			for len(name) > 0 && name[len(name)-1] == 0 {
 				name = name[:len(name)-1]
 			}
+			if strings.HasPrefix(name, writeTempPrefix) {
+				if ev.Mask&unix.IN_MOVED_FROM != 0 {
+					if len(writes) >= maxPendingWrites {
+						clear(writes)
+					}
+					writes[ev.Cookie] = strings.HasPrefix(name, writeTempNew)
+				}
+				continue
+			}
 			path := dir
 			if name != "" {
 				path = filepath.Join(dir, name)
+			}
+			if created, ok := writes[ev.Cookie]; ok && ev.Mask&unix.IN_MOVED_TO != 0 {
+				delete(writes, ev.Cookie)
+				for _, typ := range writeEvents(created) {
+					if err := stream.send(api.WatchEvent{Type: typ, Path: path}); err != nil {
+						return
+					}
+				}
+				continue
 			}
 			typ := watchType(ev.Mask, int(ev.Wd) == wt.rootWD)
 			if typ == "" {
@@ -175,7 +230,7 @@ func watchType(mask uint32, top bool) string {
 func sendExisting(stream *ndjson, dir string) bool {
 	ok := true
 	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == dir {
+		if err != nil || p == dir || strings.HasPrefix(d.Name(), writeTempPrefix) {
 			return nil
 		}
 		if err := stream.send(api.WatchEvent{Type: api.WatchCreate, Path: p}); err != nil {

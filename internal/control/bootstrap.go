@@ -129,8 +129,5 @@ func (s *Service) bootstrapTemplate(ctx context.Context, req api.BootstrapTempla
 		Config:    store.TemplateConfig{Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"}},
 		CreatedAt: time.Now().UTC(),
 	}
-	if err := s.replaceTemplate(ctx, t); err != nil {
-		return api.Template{}, err
-	}
-	return apiTemplate(t, 0), nil
+	return s.recordTemplate(ctx, t)
 }

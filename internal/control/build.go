@@ -157,10 +157,7 @@ func (s *Service) buildTemplate(ctx context.Context, name, dockerfilePath string
 	if err := s.prepareLayers(ctx, lt); err != nil {
 		return api.Template{}, err
 	}
-	if err := s.replaceTemplate(ctx, t); err != nil {
-		return api.Template{}, err
-	}
-	return apiTemplate(t, 0), nil
+	return s.recordTemplate(ctx, t)
 }
 
 // buildStep applies one instruction. It calls announce once, before doing the
@@ -286,7 +283,9 @@ func (s *Service) buildFrom(ctx context.Context, st *buildState, ref string) err
 		st.chain("FROM", ref)
 		return nil
 	}
-	if t, err := s.store.GetTemplate(ctx, ref); err == nil {
+	// FROM NAME builds on NAME's current version; FROM NAME@VERSION on
+	// that one.
+	if _, t, err := s.resolve(ctx, ref); err == nil && t.ID != "" {
 		st.base = t.Config.Base
 		st.layers = append([]string(nil), t.Layers...)
 		st.env = append([]string(nil), t.Config.Env...)

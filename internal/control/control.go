@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	goruntime "runtime"
 	"sort"
 	"strings"
@@ -50,6 +52,12 @@ type Config struct {
 	// Prestart is how many sandbox processes to keep started ahead of
 	// demand, not yet bound to files (see prestart.go); 0 disables them.
 	Prestart int
+	// CreateConcurrency is how many creates the warm pool cannot serve
+	// may start sandboxes at once (0: 2 per core), and CreateQueue how
+	// many more may wait for their turn (0: 256); creates beyond them are
+	// refused with a Busy error (see admission.go).
+	CreateConcurrency int
+	CreateQueue       int
 	// Archive is where archived sandboxes' files go; nil disables archiving.
 	Archive *blob.Bucket
 	// Unavailable names runtimes this node knows but cannot offer, with
@@ -96,6 +104,9 @@ type Service struct {
 	// moving holds the progress of archives and restores in flight, by
 	// sandbox ID, under activityMu.
 	moving map[string]*counter
+
+	// admit bounds the creates that start sandboxes.
+	admit *admission
 
 	poolSize int
 	poolWake chan struct{}
@@ -145,7 +156,14 @@ func New(cfg Config) (*Service, error) {
 	if d.PIDs == 0 {
 		d.PIDs = 1024
 	}
+	if cfg.CreateConcurrency <= 0 {
+		cfg.CreateConcurrency = defaultCreatesPerCPU * goruntime.NumCPU()
+	}
+	if cfg.CreateQueue <= 0 {
+		cfg.CreateQueue = defaultCreateQueue
+	}
 	s := &Service{
+		admit:        newAdmission(cfg.CreateConcurrency, cfg.CreateQueue),
 		store:        cfg.Store,
 		layers:       cfg.Layers,
 		runtimes:     map[string]runtime.Runtime{},
@@ -184,6 +202,7 @@ func (s *Service) Run(ctx context.Context) {
 	go func() {
 		defer wg.Done()
 		defer s.discardPrestarted(context.WithoutCancel(ctx))
+		defer s.discardPools(context.WithoutCancel(ctx))
 		for {
 			s.fillPool(ctx)
 			s.fillPrestarted(ctx)
@@ -349,15 +368,27 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 		if snap, err = s.snapshot(ctx, req.Snapshot); err != nil {
 			return api.Sandbox{}, err
 		}
-		if req.Template != "" && req.Template != snap.Template {
-			return api.Sandbox{}, fmt.Errorf("%w: snapshot %s is of template %s, not %s", errdefs.ErrInvalid, snap.ID, snap.Template, req.Template)
+		if name, _, _ := strings.Cut(req.Template, "@"); req.Template != "" && name != snap.Template {
+			return api.Sandbox{}, fmt.Errorf("%w: snapshot %s is of template %s, not %s", errdefs.ErrInvalid, snap.ID, snap.Template, truncate(req.Template, 64))
 		}
 		req.Template = snap.Template
 	}
 	if err := s.validate(&req); err != nil {
 		return api.Sandbox{}, err
 	}
-	tmpl, err := s.template(ctx, req.Template)
+	// A sandbox from a snapshot has the snapshot's version, which the
+	// snapshot holds; otherwise the version the request names.
+	var v store.Template
+	var err error
+	if req.Snapshot != "" && snap.TemplateVersion != "" {
+		v, err = s.store.TemplateVersion(ctx, snap.TemplateVersion)
+	} else if req.Snapshot == "" {
+		req.Template, v, err = s.resolve(ctx, req.Template)
+	}
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	tmpl, err := s.stack(v)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -366,15 +397,20 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 		return api.Sandbox{}, err
 	}
 	if req.Snapshot == "" {
-		if sb, ok := s.takePooled(context.WithoutCancel(ctx), req, policy); ok {
+		if sb, ok := s.takePooled(context.WithoutCancel(ctx), poolKey(req.Template, v), req, policy); ok {
 			return sb, nil
 		}
 	}
+	leave, err := s.admit.enter(ctx)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	defer leave()
 	// The work goes on if the client hangs up: a half-made sandbox would be
 	// worse than an unwanted whole one, which the client can delete.
 	ctx = context.WithoutCancel(ctx)
 	sb := store.Sandbox{Sandbox: api.Sandbox{
-		State: api.StateCreating, Template: req.Template, Runtime: req.Runtime,
+		State: api.StateCreating, Template: req.Template, TemplateVersion: v.ID, Runtime: req.Runtime,
 		CPU: req.CPU, MemoryMiB: req.MemoryMiB, DiskGiB: req.DiskGiB, PIDs: req.PIDs,
 		Env: req.Env, Labels: req.Labels, CreatedAt: time.Now().UTC(),
 		Ephemeral: req.Ephemeral, AutoDeleteSec: req.AutoDeleteSec, AutoStopSec: req.AutoStopSec,
@@ -539,7 +575,9 @@ func (s *Service) discard(ctx context.Context, sb store.Sandbox) {
 	}
 	if err := s.store.Delete(ctx, sb.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		s.log.Error("deleting sandbox record", "sandbox", sb.ID, "err", err)
+		return
 	}
+	s.release(ctx, sb.TemplateVersion)
 }
 
 // Get returns one sandbox.
@@ -688,7 +726,7 @@ func (s *Service) Start(ctx context.Context, id string) (api.Sandbox, error) {
 // restartLocked starts stopped sb over its files, through starting; if that
 // fails, it is stopped again. The caller holds its lock.
 func (s *Service) restartLocked(ctx context.Context, sb *store.Sandbox) error {
-	tmpl, err := s.template(ctx, sb.Template)
+	tmpl, err := s.sandboxStack(ctx, *sb)
 	if err != nil {
 		return err
 	}
@@ -752,7 +790,11 @@ func (s *Service) deleteLocked(ctx context.Context, sb store.Sandbox) error {
 			return fmt.Errorf("%w: deleting sandbox failed; try again", errdefs.ErrUnavailable)
 		}
 	}
-	return s.store.Delete(ctx, sb.ID)
+	if err := s.store.Delete(ctx, sb.ID); err != nil {
+		return err
+	}
+	s.release(ctx, sb.TemplateVersion)
+	return nil
 }
 
 // AgentDialer returns how to reach the agent of a running sandbox.
@@ -871,5 +913,13 @@ func (s *Service) Recover(ctx context.Context) error {
 			s.log.Error("removing orphaned writable layer", "sandbox", id, "err", err)
 		}
 	}
+	// Versions whose last sandbox the sweep above removed, and the layers
+	// and uploads of imports and builds a crash cut short (recorded by no
+	// version).
+	uploads, _ := filepath.Glob(filepath.Join(s.layers.Dir(), ".upload-*.tar"))
+	for _, u := range uploads {
+		_ = os.Remove(u)
+	}
+	s.collectTemplates(ctx)
 	return nil
 }

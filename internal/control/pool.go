@@ -21,8 +21,9 @@ import (
 // template keeps --warm-pool of them; another template keeps as many as its
 // pool size says (LABEL atoll.pool in its Dockerfile), already past its start
 // and ready commands: such sandboxes start warm. Pooled sandboxes are in the
-// store (so a crash can clean them up) in a state the API never shows; a
-// restart discards them.
+// store (so a crash can clean them up) in a state the API never shows. They
+// are the running server's, like prestarted processes: a graceful stop
+// discards them (discardPools), and a start discards any a crash left.
 const statePooled = "pooled"
 
 // poolWeight is the CPU weight of a pooled sandbox (default 100): filling the
@@ -33,83 +34,136 @@ const poolWeight = 5
 // starts a replacement.
 const refillDelay = 100 * time.Millisecond
 
-// poolTargets is how many pooled sandboxes each template should have.
-func (s *Service) poolTargets(ctx context.Context) map[string]int {
-	targets := map[string]int{}
+// Pools are kept per template version (poolKey): when a name moves to a new
+// version, the old version's pool is drained (drainPools) and the new one's
+// filled, while sandboxes already handed out keep their version.
+
+// poolTarget is how many pooled sandboxes of a version to keep, and the
+// name they are made under.
+type poolTarget struct {
+	name string
+	v    store.Template
+	n    int
+}
+
+// poolKey is the pool of sandboxes of version v: its ID, or the name of the
+// built-in template, which has no versions.
+func poolKey(name string, v store.Template) string {
+	if v.ID == "" {
+		return name
+	}
+	return v.ID
+}
+
+// poolTargets is how many pooled sandboxes each version should have: the
+// default template's current one --warm-pool, and the current version of
+// each name whose pool size says so.
+func (s *Service) poolTargets(ctx context.Context) map[string]poolTarget {
+	targets := map[string]poolTarget{}
 	if s.poolSize > 0 {
-		targets[s.defaults.Template] = s.poolSize
+		if name, v, err := s.resolve(ctx, s.defaults.Template); err == nil {
+			targets[poolKey(name, v)] = poolTarget{name, v, s.poolSize}
+		}
 	}
 	ts, err := s.store.ListTemplates(ctx)
 	if err != nil {
 		return targets
 	}
 	for _, t := range ts {
-		if t.Config.PoolSize > 0 {
-			targets[t.Name] = t.Config.PoolSize
+		if n := t.Current.Config.PoolSize; n > 0 {
+			targets[poolKey(t.Name, t.Current)] = poolTarget{t.Name, t.Current, n}
 		}
 	}
 	return targets
 }
 
-// fillPool tops each template's pool up to its size, one sandbox at a time.
+// fillPool tops each version's pool up to its size, one sandbox at a time.
 func (s *Service) fillPool(ctx context.Context) {
-	for name, want := range s.poolTargets(ctx) {
+	for key, tg := range s.poolTargets(ctx) {
 		for ctx.Err() == nil {
 			s.poolMu.Lock()
-			short := len(s.pool[name]) < want
+			short := len(s.pool[key]) < tg.n
 			s.poolMu.Unlock()
 			if !short {
 				break
 			}
-			id, err := s.createPooled(ctx, name)
+			id, err := s.createPooled(ctx, tg)
 			if err != nil {
-				s.log.Warn("filling warm pool", "template", name, "err", err)
+				s.log.Warn("filling warm pool", "template", tg.name, "err", err)
 				break
 			}
-			if s.poolTargets(ctx)[name] == 0 {
-				// The template went while its sandbox started.
-				s.drainPool(ctx, name)
+			if s.poolTargets(ctx)[key].n == 0 {
+				// The name moved on while its sandbox started.
+				s.drainPools(ctx)
 				break
 			}
 			s.poolMu.Lock()
-			s.pool[name] = append(s.pool[name], id)
+			s.pool[key] = append(s.pool[key], id)
 			s.poolMu.Unlock()
 		}
 	}
 }
 
-// drainPool discards the pooled sandboxes of template name, whose layers are
-// about to change or go, including any the filler is just finishing.
-func (s *Service) drainPool(ctx context.Context, name string) {
+// drainPools discards the pooled sandboxes of versions no pool wants any
+// more (their name moved to another version, or went), including any the
+// filler is just finishing; discarding them releases their versions.
+func (s *Service) drainPools(ctx context.Context) {
+	targets := s.poolTargets(ctx)
 	s.poolMu.Lock()
-	delete(s.pool, name)
+	for key := range s.pool {
+		if targets[key].n == 0 {
+			delete(s.pool, key)
+		}
+	}
 	s.poolMu.Unlock()
 	sbs, err := s.store.List(ctx)
 	if err != nil {
 		return
 	}
 	for _, sb := range sbs {
-		if sb.State != statePooled || sb.Template != name {
+		if sb.State != statePooled || targets[poolKey(sb.Template, store.Template{ID: sb.TemplateVersion})].n > 0 {
 			continue
 		}
-		unlock := s.lock(sb.ID)
-		if cur, err := s.store.Get(ctx, sb.ID); err == nil && cur.State == statePooled {
-			s.discard(ctx, cur)
-		}
-		unlock()
+		s.discardIf(ctx, sb.ID, statePooled)
 	}
 }
 
-func (s *Service) createPooled(ctx context.Context, template string) (string, error) {
+// discardPools discards every pooled sandbox, as the server stops: unlike
+// the sandboxes handed out, nobody would come back for them.
+func (s *Service) discardPools(ctx context.Context) {
+	s.poolMu.Lock()
+	clear(s.pool)
+	s.poolMu.Unlock()
+	sbs, err := s.store.List(ctx)
+	if err != nil {
+		return
+	}
+	for _, sb := range sbs {
+		if sb.State == statePooled {
+			s.discardIf(ctx, sb.ID, statePooled)
+		}
+	}
+}
+
+// discardIf discards sandbox id if it is still in state.
+func (s *Service) discardIf(ctx context.Context, id, state string) {
+	unlock := s.lock(id)
+	defer unlock()
+	if cur, err := s.store.Get(ctx, id); err == nil && cur.State == state {
+		s.discard(ctx, cur)
+	}
+}
+
+func (s *Service) createPooled(ctx context.Context, tg poolTarget) (string, error) {
 	// Once begun, finish: a half-made sandbox is cleaned up only at restart.
 	ctx = context.WithoutCancel(ctx)
 	d := s.defaults
-	tmpl, err := s.template(ctx, template)
+	tmpl, err := s.stack(tg.v)
 	if err != nil {
 		return "", err
 	}
 	sb := store.Sandbox{Sandbox: api.Sandbox{
-		ID: newID(), State: statePooled, Template: template, Runtime: d.Runtime,
+		ID: newID(), State: statePooled, Template: tg.name, TemplateVersion: tg.v.ID, Runtime: d.Runtime,
 		CPU: d.CPU, MemoryMiB: d.MemoryMiB, DiskGiB: d.DiskGiB, PIDs: d.PIDs, CreatedAt: time.Now().UTC(),
 	}}
 	unlock := s.lock(sb.ID)
@@ -131,20 +185,21 @@ func (s *Service) createPooled(ctx context.Context, template string) (string, er
 	return sb.ID, nil
 }
 
-// takePooled hands out a pooled sandbox for req, with egress policy policy,
-// if one fits, or returns ok false.
-func (s *Service) takePooled(ctx context.Context, req api.CreateSandboxRequest, policy api.NetworkPolicy) (api.Sandbox, bool) {
+// takePooled hands out a pooled sandbox of the pool key for req (whose
+// Template is the name it asked for), with egress policy policy, if one
+// fits, or returns ok false.
+func (s *Service) takePooled(ctx context.Context, key string, req api.CreateSandboxRequest, policy api.NetworkPolicy) (api.Sandbox, bool) {
 	if req.Runtime != s.defaults.Runtime {
 		return api.Sandbox{}, false
 	}
 	for {
 		s.poolMu.Lock()
-		if len(s.pool[req.Template]) == 0 {
+		if len(s.pool[key]) == 0 {
 			s.poolMu.Unlock()
 			return api.Sandbox{}, false
 		}
-		id := s.pool[req.Template][0]
-		s.pool[req.Template] = s.pool[req.Template][1:]
+		id := s.pool[key][0]
+		s.pool[key] = s.pool[key][1:]
 		s.poolMu.Unlock()
 		s.wakePool()
 		sb, err := s.adoptPooled(ctx, id, req, policy)
@@ -193,6 +248,7 @@ func (s *Service) adoptPooled(ctx context.Context, id string, req api.CreateSand
 	}
 	now := time.Now().UTC()
 	sb.State, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs = api.StateRunning, req.CPU, req.MemoryMiB, req.DiskGiB, req.PIDs
+	sb.Template = req.Template // the pool's name, or a second name of its version
 	sb.Env, sb.Labels, sb.CreatedAt, sb.StartedAt = req.Env, req.Labels, now, &now
 	sb.TimeoutSec, sb.Ephemeral, sb.AutoDeleteSec, sb.ExpiresAt = req.TimeoutSec, req.Ephemeral, req.AutoDeleteSec, nil
 	sb.AutoStopSec, sb.AutoArchiveSec = req.AutoStopSec, req.AutoArchiveSec

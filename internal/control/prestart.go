@@ -137,7 +137,7 @@ func (s *Service) newSandboxes(ctx context.Context, sbs []store.Sandbox) error {
 		if err := s.store.UpdateAll(ctx, adopt, statePrestarted); err != nil {
 			// One went meanwhile: give up these and record anew.
 			for i := range pre {
-				s.discardIfPrestarted(ctx, pre[i].ID)
+				s.discardIf(ctx, pre[i].ID, statePrestarted)
 				sbs[i].ID = ""
 			}
 			n = 0
@@ -164,16 +164,7 @@ func (s *Service) discardPrestarted(ctx context.Context) {
 	s.prestarted = nil
 	s.poolMu.Unlock()
 	for _, sb := range pre {
-		s.discardIfPrestarted(ctx, sb.ID)
-	}
-}
-
-// discardIfPrestarted removes sandbox id if it is still prestarted.
-func (s *Service) discardIfPrestarted(ctx context.Context, id string) {
-	unlock := s.lock(id)
-	defer unlock()
-	if cur, err := s.store.Get(ctx, id); err == nil && cur.State == statePrestarted {
-		s.discard(ctx, cur)
+		s.discardIf(ctx, sb.ID, statePrestarted)
 	}
 }
 

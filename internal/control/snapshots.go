@@ -119,7 +119,7 @@ func (s *Service) CreateSnapshot(ctx context.Context, id string, req api.CreateS
 	if err := snapshotable(sb); err != nil {
 		return api.Snapshot{}, err
 	}
-	sn := store.Snapshot{ID: newID(), Name: req.Name, SandboxID: id, Template: sb.Template, State: api.SnapshotReady,
+	sn := store.Snapshot{ID: newID(), Name: req.Name, SandboxID: id, Template: sb.Template, TemplateVersion: sb.TemplateVersion, State: api.SnapshotReady,
 		Tenant: sb.Tenant, CreatedAt: time.Now().UTC()}
 	// The subvolume first, then the record: a crash in between leaves a
 	// snapshot no record names, which the next start removes.
@@ -202,6 +202,7 @@ func (s *Service) DeleteSnapshot(ctx context.Context, id string) error {
 			s.log.Error("removing archived snapshot", "snapshot", id, "err", err)
 		}
 	}
+	s.release(ctx, sn.TemplateVersion)
 	return nil
 }
 
@@ -243,7 +244,8 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 		unlock()
 		return nil, err
 	}
-	tmpl, err := s.template(ctx, parent.Template)
+	// Children have the parent's version, whatever its name points to now.
+	tmpl, err := s.sandboxStack(ctx, parent)
 	if err != nil {
 		unlock()
 		return nil, err
@@ -262,7 +264,7 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 	}
 	for i := 0; i < req.Count; i++ {
 		children = append(children, store.Sandbox{Sandbox: api.Sandbox{
-			State: api.StateCreating, Template: parent.Template, Runtime: parent.Runtime,
+			State: api.StateCreating, Template: parent.Template, TemplateVersion: parent.TemplateVersion, Runtime: parent.Runtime,
 			CPU: parent.CPU, MemoryMiB: parent.MemoryMiB, DiskGiB: parent.DiskGiB, PIDs: parent.PIDs,
 			Env: parent.Env, Labels: labels, CreatedAt: time.Now().UTC(), Ports: parent.Ports,
 		}, Policy: parent.Policy, Tenant: parent.Tenant})
@@ -355,8 +357,10 @@ func (s *Service) Restore(ctx context.Context, id string, req api.RestoreRequest
 		return api.Sandbox{}, err
 	}
 	defer unlock()
-	if sn.Template != sb.Template {
-		return api.Sandbox{}, fmt.Errorf("%w: snapshot %s is of template %s; sandbox %s is of %s", errdefs.ErrInvalid, sn.ID, sn.Template, id, sb.Template)
+	// Its files are a diff over the layers of one version.
+	if sn.Template != sb.Template || sn.TemplateVersion != sb.TemplateVersion {
+		return api.Sandbox{}, fmt.Errorf("%w: snapshot %s is of template %s@%s; sandbox %s is of %s@%s", errdefs.ErrInvalid,
+			sn.ID, sn.Template, orNone(sn.TemplateVersion), id, sb.Template, orNone(sb.TemplateVersion))
 	}
 	// A suspended sandbox's memory belongs to the files it had: it is
 	// dropped, and the sandbox starts afresh over the snapshot's.
@@ -383,5 +387,13 @@ func (s *Service) Restore(ctx context.Context, id string, req api.RestoreRequest
 }
 
 func apiSnapshot(sn store.Snapshot) api.Snapshot {
-	return api.Snapshot{ID: sn.ID, Name: sn.Name, SandboxID: sn.SandboxID, Template: sn.Template, State: sn.State, CreatedAt: sn.CreatedAt}
+	return api.Snapshot{ID: sn.ID, Name: sn.Name, SandboxID: sn.SandboxID, Template: sn.Template, TemplateVersion: sn.TemplateVersion,
+		State: sn.State, CreatedAt: sn.CreatedAt}
+}
+
+func orNone(v string) string {
+	if v == "" {
+		return "-"
+	}
+	return v
 }

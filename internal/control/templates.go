@@ -2,10 +2,12 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"regexp"
+	"sort"
 	"strings"
 	"time"
 
@@ -21,8 +23,7 @@ import (
 var templateName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
 // importTemplate imports an image from a registry (req.Ref) or an uploaded archive
-// into the template req.Name, replacing a template of that name that no
-// sandbox uses.
+// as a new version of template req.Name; see recordTemplate.
 func (s *Service) importTemplate(ctx context.Context, req api.ImportTemplateRequest, archive io.Reader, progress func(api.ImportEvent)) (api.Template, error) {
 	if !templateName.MatchString(req.Name) {
 		return api.Template{}, fmt.Errorf("%w: template names are 1-63 of [a-z0-9._-], starting with a letter or digit", errdefs.ErrInvalid)
@@ -81,106 +82,235 @@ func (s *Service) importTemplate(ctx context.Context, req api.ImportTemplateRequ
 		},
 		CreatedAt: time.Now().UTC(),
 	}
-	if err := s.replaceTemplate(ctx, t); err != nil {
-		return api.Template{}, err
-	}
-	return apiTemplate(t, 0), nil
+	return s.recordTemplate(ctx, t)
 }
 
-// templateUsers counts the sandboxes of each template that the tenant of
-// ctx may know of: its own, or for admins (who delete templates), all.
-func (s *Service) templateUsers(ctx context.Context) (map[string]int, error) {
+// recordTemplate records t as a new version of its name and moves the name
+// to it. Sandboxes, snapshots and names holding the version the name left
+// keep it; the warm pool drains that version's sandboxes and fills with the
+// new one's; the old version goes as soon as nothing holds it.
+func (s *Service) recordTemplate(ctx context.Context, t store.Template) (api.Template, error) {
+	s.tmplMu.Lock()
+	v, prev, err := s.store.PutTemplate(ctx, t)
+	s.tmplMu.Unlock()
+	if err != nil {
+		return api.Template{}, err
+	}
+	if prev != v.ID {
+		s.log.Info("template moved to a new version", "template", v.Name, "version", v.ID, "number", v.Number, "previous", prev)
+		s.drainPools(ctx)
+		s.collectTemplates(ctx, prev)
+	}
+	s.wakePool()
+	return apiTemplate(t.Name, v, 0), nil
+}
+
+// templateUsers counts the sandboxes of each template name, and the
+// sandboxes and snapshots of each version, that the tenant of ctx may know
+// of: its own, or for admins (who manage templates), all.
+func (s *Service) templateUsers(ctx context.Context) (map[string]int, map[string]store.VersionUse, error) {
 	t, ok := tenant.FromContext(ctx)
 	if !ok || tenant.IsAdmin(t) {
 		t = ""
 	}
-	return s.store.TemplateUsers(ctx, t)
+	byName, err := s.store.TemplateUsers(ctx, t)
+	if err != nil {
+		return nil, nil, err
+	}
+	byVersion, err := s.store.VersionUsers(ctx, t)
+	return byName, byVersion, err
 }
 
-// listTemplates returns the built-in template and every imported one.
+// listTemplates returns the built-in template and every name, with its
+// current version; names removed while their versions were in use are
+// listed, as removed, until the last of those goes.
 func (s *Service) listTemplates(ctx context.Context) ([]api.Template, error) {
-	users, err := s.templateUsers(ctx)
+	users, vusers, err := s.templateUsers(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ts, err := s.store.ListTemplates(ctx)
+	names, err := s.store.ListTemplates(ctx)
+	if err != nil {
+		return nil, err
+	}
+	all, err := s.store.ListTemplateVersions(ctx)
 	if err != nil {
 		return nil, err
 	}
 	out := []api.Template{s.hostTemplate(users[layers.HostTemplate])}
-	owners := layerOwners(ts)
-	for _, t := range ts {
-		at := apiTemplate(t, users[t.Name])
-		at.SharedLayers = sharedLayers(t, owners)
+	owners := layerOwners(all)
+	named := map[string]bool{}
+	for _, n := range names {
+		named[n.Name] = true
+		at := apiTemplate(n.Name, n.Current, users[n.Name])
+		at.SharedLayers = sharedLayers(n.Current, owners)
+		at.OldVersions = len(olderVersions(n.Name, n.Current.ID, s.visibleVersions(ctx, n.Name, n.Current.ID, all, vusers)))
 		out = append(out, at)
+	}
+	if s.seesAllVersions(ctx) {
+		for _, v := range all {
+			if !named[v.Name] {
+				named[v.Name] = true
+				out = append(out, api.Template{Name: v.Name, Removed: true, Layers: []string{},
+					OldVersions: len(olderVersions(v.Name, "", all)), Sandboxes: users[v.Name]})
+			}
+		}
+		sort.SliceStable(out[1:], func(i, j int) bool { return out[1+i].Name < out[1+j].Name })
 	}
 	return out, nil
 }
 
-// getTemplate returns one template.
+// olderVersions are the versions made under name other than current.
+func olderVersions(name, current string, all []store.Template) []store.Template {
+	var out []store.Template
+	for _, v := range all {
+		if v.Name == name && v.ID != current {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// seesAllVersions reports whether ctx may see every version of every
+// template and what uses it: admins and the server's own work may. Other
+// tenants see a template's current version and those their own sandboxes
+// and snapshots hold, and may create only from those: what another
+// tenant's sandboxes hold is not theirs to know or to pin.
+func (s *Service) seesAllVersions(ctx context.Context) bool {
+	t, ok := tenant.FromContext(ctx)
+	return !ok || tenant.IsAdmin(t)
+}
+
+// getTemplate returns one template with its versions and what uses each.
 func (s *Service) getTemplate(ctx context.Context, name string) (api.Template, error) {
-	users, err := s.templateUsers(ctx)
+	users, vusers, err := s.templateUsers(ctx)
 	if err != nil {
 		return api.Template{}, err
 	}
 	if name == layers.HostTemplate {
 		return s.hostTemplate(users[name]), nil
 	}
-	t, err := s.store.GetTemplate(ctx, name)
+	all, err := s.store.ListTemplateVersions(ctx)
 	if err != nil {
 		return api.Template{}, err
 	}
-	ts, err := s.store.ListTemplates(ctx)
-	if err != nil {
+	at := api.Template{Name: name, Removed: true, Layers: []string{}, Sandboxes: users[name]}
+	cur, err := s.store.GetTemplate(ctx, name)
+	switch {
+	case err == nil:
+		at = apiTemplate(name, cur, users[name])
+		at.SharedLayers = sharedLayers(cur, layerOwners(all))
+	case !errors.Is(err, errdefs.ErrNotFound):
 		return api.Template{}, err
 	}
-	at := apiTemplate(t, users[name])
-	at.SharedLayers = sharedLayers(t, layerOwners(ts))
+	shown := s.visibleVersions(ctx, name, cur.ID, all, vusers)
+	if at.Removed && len(shown) == 0 {
+		return api.Template{}, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
+	}
+	at.OldVersions = len(olderVersions(name, cur.ID, shown))
+	at.Versions = []api.TemplateVersion{}
+	for _, v := range shown {
+		at.Versions = append(at.Versions, apiVersion(v, v.ID == cur.ID, vusers[v.ID]))
+	}
 	return at, nil
 }
 
-// deleteTemplate removes an imported template that no sandbox uses, and the
-// layers no other template shares.
-func (s *Service) deleteTemplate(ctx context.Context, name string) error {
-	if name == layers.HostTemplate {
-		return fmt.Errorf("%w: the built-in template cannot be deleted", errdefs.ErrConflict)
+// visibleVersions are the versions of name (made under it, or current
+// for it) that ctx may see (seesAllVersions), newest first.
+func (s *Service) visibleVersions(ctx context.Context, name, current string, all []store.Template, users map[string]store.VersionUse) []store.Template {
+	seesAll := s.seesAllVersions(ctx)
+	var out []store.Template
+	for _, v := range all {
+		if (v.Name == name || v.ID == current) && (seesAll || v.ID == current || users[v.ID] != (store.VersionUse{})) {
+			out = append(out, v)
+		}
 	}
-	s.drainPool(ctx, name)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.After(out[j].CreatedAt) })
+	return out
+}
+
+// deleteTemplate removes the name name. Its versions stay while sandboxes,
+// snapshots or other names hold them, and go with the last; the answer lists
+// those still held.
+func (s *Service) deleteTemplate(ctx context.Context, name string) (api.TemplateRemoved, error) {
+	if name == layers.HostTemplate {
+		return api.TemplateRemoved{}, fmt.Errorf("%w: the built-in template cannot be deleted", errdefs.ErrConflict)
+	}
 	s.tmplMu.Lock()
-	t, err := s.store.GetTemplate(ctx, name)
+	cur, err := s.store.GetTemplate(ctx, name)
 	if err == nil {
 		err = s.store.DeleteTemplate(ctx, name)
 	}
 	s.tmplMu.Unlock()
 	if err != nil {
-		return err
+		return api.TemplateRemoved{}, err
 	}
-	// A pooled sandbox may have been finishing while the template went.
-	s.drainPool(ctx, name)
-	if err := s.layers.RemoveImageTemplate(t.Name, t.Layers); err != nil {
-		s.log.Warn("removing template layer", "template", name, "err", err)
+	s.drainPools(ctx)
+	s.collectTemplates(ctx, cur.ID)
+	all, err := s.store.ListTemplateVersions(ctx)
+	if err != nil {
+		return api.TemplateRemoved{}, err
 	}
-	s.collectLayers(ctx)
-	return nil
+	_, vusers, err := s.templateUsers(ctx)
+	if err != nil {
+		return api.TemplateRemoved{}, err
+	}
+	out := api.TemplateRemoved{Name: name, Held: []api.TemplateVersion{}}
+	for _, v := range all {
+		if v.Name == name || v.ID == cur.ID {
+			out.Held = append(out.Held, apiVersion(v, false, vusers[v.ID]))
+		}
+	}
+	return out, nil
 }
 
-// collectLayers deletes layers that no template refers to. It waits for a
-// moment when no import runs, since an import unpacks layers before it
-// records the template that refers to them.
+// release collects version id if nothing holds it any more: the sandbox or
+// snapshot that held it has gone.
+func (s *Service) release(ctx context.Context, id string) {
+	if id != "" {
+		s.collectTemplates(ctx, id)
+	}
+}
+
+// collectTemplates deletes the versions (among ids, or all) that nothing
+// holds, then the files no version needs.
+func (s *Service) collectTemplates(ctx context.Context, ids ...string) {
+	if len(ids) == 1 && ids[0] == "" {
+		return
+	}
+	gone, err := s.store.CollectTemplates(ctx, ids...)
+	if err != nil {
+		s.log.Warn("collecting template versions", "err", err)
+		return
+	}
+	for _, v := range gone {
+		s.log.Info("template version collected", "template", v.Name, "version", v.ID, "number", v.Number)
+	}
+	if len(gone) > 0 || len(ids) == 0 {
+		s.collectLayers(ctx)
+	}
+}
+
+// collectLayers deletes the layers, and the top layers of image templates,
+// that no version uses. It waits for a moment when no import runs, since an
+// import unpacks layers before it records the version that uses them.
 func (s *Service) collectLayers(ctx context.Context) {
 	s.tmplMu.Lock()
 	defer s.tmplMu.Unlock()
 	if s.importing > 0 {
 		return
 	}
-	ts, err := s.store.ListTemplates(ctx)
+	vs, err := s.store.ListTemplateVersions(ctx)
 	if err != nil {
 		return
 	}
-	used := map[string]bool{}
-	for _, t := range ts {
-		for _, l := range t.Layers {
+	used, tops := map[string]bool{}, map[string]bool{}
+	for _, v := range vs {
+		for _, l := range v.Layers {
 			used[l] = true
+		}
+		if v.Config.Base != layers.HostTemplate {
+			tops[layers.ImageTemplateKey(v.Name, v.Layers)] = true
 		}
 	}
 	ids, err := s.layers.LayerIDs()
@@ -194,38 +324,88 @@ func (s *Service) collectLayers(ctx context.Context) {
 			}
 		}
 	}
+	if err := s.layers.SweepImageTemplates(tops); err != nil {
+		s.log.Warn("removing unused template layers", "err", err)
+	}
+	// What runtimes made of the layers that went (their images).
+	for _, rt := range s.runtimes {
+		if p, ok := rt.(runtime.LayerPruner); ok {
+			p.PruneLayers()
+		}
+	}
 }
 
-// template resolves a template name for a new sandbox.
-func (s *Service) template(ctx context.Context, name string) (layers.Template, error) {
+// resolve finds the version a create names: NAME is the current version of
+// template NAME, NAME@N its version number N and NAME@ID the version ID.
+// The built-in template has no versions (the zero Template).
+func (s *Service) resolve(ctx context.Context, ref string) (name string, v store.Template, err error) {
+	name, ver, versioned := strings.Cut(ref, "@")
 	if name == layers.HostTemplate {
-		return s.layers.Template(name)
+		if versioned {
+			return "", v, fmt.Errorf("%w: the built-in template has no versions", errdefs.ErrInvalid)
+		}
+		return name, v, nil
 	}
 	if !templateName.MatchString(name) {
-		return layers.Template{}, fmt.Errorf("%w: malformed template name", errdefs.ErrInvalid)
+		return "", v, fmt.Errorf("%w: malformed template name; want NAME or NAME@VERSION", errdefs.ErrInvalid)
 	}
-	t, err := s.store.GetTemplate(ctx, name)
-	if err != nil {
-		return layers.Template{}, err
+	if !versioned {
+		v, err = s.store.GetTemplate(ctx, name)
+		return name, v, err
+	}
+	if v, err = s.store.GetTemplateVersion(ctx, name, ver); err != nil {
+		return "", v, err
+	}
+	if !s.seesAllVersions(ctx) {
+		cur, _ := s.store.GetTemplate(ctx, name)
+		_, users, err := s.templateUsers(ctx)
+		if err != nil {
+			return "", v, err
+		}
+		if cur.ID != v.ID && users[v.ID] == (store.VersionUse{}) {
+			return "", v, fmt.Errorf("template %s@%s: %w", name, truncate(ver, 24), errdefs.ErrNotFound)
+		}
+	}
+	return name, v, nil
+}
+
+// stack is the layer stack and settings of sandboxes of version v.
+func (s *Service) stack(v store.Template) (layers.Template, error) {
+	if v.ID == "" {
+		return s.layers.Template(layers.HostTemplate)
 	}
 	var lt layers.Template
-	if t.Config.Base == layers.HostTemplate {
-		lt, err = s.layers.HostTemplateWith(t.Layers)
+	var err error
+	if v.Config.Base == layers.HostTemplate {
+		lt, err = s.layers.HostTemplateWith(v.Layers)
 	} else {
-		lt, err = s.layers.ImageTemplate(name, t.Layers)
+		lt, err = s.layers.ImageTemplate(v.Name, v.Layers)
 	}
 	if err != nil {
 		return layers.Template{}, err
 	}
 	lt.Env = map[string]string{}
-	for _, kv := range t.Config.Env {
-		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
-			lt.Env[k] = v
+	for _, kv := range v.Config.Env {
+		if k, val, ok := strings.Cut(kv, "="); ok && k != "" {
+			lt.Env[k] = val
 		}
 	}
-	lt.User, lt.Workdir = t.Config.User, t.Config.Workdir
-	lt.StartCmd, lt.ReadyCmd = t.Config.StartCmd, t.Config.ReadyCmd
+	lt.User, lt.Workdir = v.Config.User, v.Config.Workdir
+	lt.StartCmd, lt.ReadyCmd = v.Config.StartCmd, v.Config.ReadyCmd
 	return lt, nil
+}
+
+// sandboxStack is the layer stack of sb: of the version it was made from,
+// whatever its template's name points to now.
+func (s *Service) sandboxStack(ctx context.Context, sb store.Sandbox) (layers.Template, error) {
+	if sb.TemplateVersion == "" {
+		return s.layers.Template(layers.HostTemplate)
+	}
+	v, err := s.store.TemplateVersion(ctx, sb.TemplateVersion)
+	if err != nil {
+		return layers.Template{}, err
+	}
+	return s.stack(v)
 }
 
 func (s *Service) hostTemplate(users int) api.Template {
@@ -233,14 +413,21 @@ func (s *Service) hostTemplate(users int) api.Template {
 		CreatedAt: s.layers.HostTemplateTime()}
 }
 
-func apiTemplate(t store.Template, users int) api.Template {
+// apiTemplate is name, pointing to version v, as the API shows it.
+func apiTemplate(name string, v store.Template, users int) api.Template {
 	return api.Template{
-		Name: t.Name, Source: t.Source, Digest: t.Digest, Layers: t.Layers, Size: t.Size,
-		Env: t.Config.Env, Workdir: t.Config.Workdir, User: t.Config.User,
-		Entrypoint: t.Config.Entrypoint, Cmd: t.Config.Cmd, StartCmd: t.Config.StartCmd, ReadyCmd: t.Config.ReadyCmd,
-		PoolSize:  t.Config.PoolSize,
-		Sandboxes: users, CreatedAt: t.CreatedAt,
+		Name: name, Version: v.Number, VersionID: v.ID,
+		Source: v.Source, Digest: v.Digest, Layers: v.Layers, Size: v.Size,
+		Env: v.Config.Env, Workdir: v.Config.Workdir, User: v.Config.User,
+		Entrypoint: v.Config.Entrypoint, Cmd: v.Config.Cmd, StartCmd: v.Config.StartCmd, ReadyCmd: v.Config.ReadyCmd,
+		PoolSize:  v.Config.PoolSize,
+		Sandboxes: users, CreatedAt: v.CreatedAt,
 	}
+}
+
+func apiVersion(v store.Template, current bool, use store.VersionUse) api.TemplateVersion {
+	return api.TemplateVersion{ID: v.ID, Number: v.Number, Current: current, Source: v.Source, Digest: v.Digest,
+		Layers: v.Layers, Size: v.Size, Sandboxes: use.Sandboxes, Snapshots: use.Snapshots, CreatedAt: v.CreatedAt}
 }
 
 // Templates is the template side of a Service, for the API.
@@ -277,37 +464,36 @@ func (t Templates) Tag(ctx context.Context, name, tag string) (api.Template, err
 	return t.s.tagTemplate(ctx, name, tag)
 }
 
-// Delete removes a template no sandbox uses.
-func (t Templates) Delete(ctx context.Context, name string) error {
+// Delete removes a template's name; see deleteTemplate.
+func (t Templates) Delete(ctx context.Context, name string) (api.TemplateRemoved, error) {
 	return t.s.deleteTemplate(ctx, name)
 }
 
-// tagTemplate records template name again under tag, sharing its layers;
-// a template called tag that no sandbox uses is replaced.
-func (s *Service) tagTemplate(ctx context.Context, name, tag string) (api.Template, error) {
+// tagTemplate points the name tag at the version ref names (NAME or
+// NAME@VERSION); the version tag pointed to before stays while in use.
+func (s *Service) tagTemplate(ctx context.Context, ref, tag string) (api.Template, error) {
 	if tag == layers.HostTemplate || !templateName.MatchString(tag) {
 		return api.Template{}, fmt.Errorf("%w: bad tag %q", errdefs.ErrInvalid, tag)
 	}
-	if name == layers.HostTemplate {
+	if ref == layers.HostTemplate {
 		return api.Template{}, fmt.Errorf("%w: the built-in template cannot be tagged", errdefs.ErrInvalid)
 	}
 	s.tmplMu.Lock()
-	defer s.tmplMu.Unlock()
-	t, err := s.store.GetTemplate(ctx, name)
-	if err != nil {
-		return api.Template{}, err
-	}
-	if tag == name {
-		return apiTemplate(t, 0), nil
+	_, v, err := s.resolve(ctx, ref)
+	var prev string
+	if err == nil {
+		prev, err = s.store.PointTemplate(ctx, tag, v.ID)
 	}
 	s.tmplMu.Unlock()
-	t.Name, t.CreatedAt = tag, time.Now().UTC()
-	err = s.replaceTemplate(ctx, t)
-	s.tmplMu.Lock() // for the deferred unlock
 	if err != nil {
 		return api.Template{}, err
 	}
-	return apiTemplate(t, 0), nil
+	if prev != v.ID {
+		s.drainPools(ctx)
+		s.collectTemplates(ctx, prev)
+		s.wakePool()
+	}
+	return apiTemplate(tag, v, 0), nil
 }
 
 // prepareLayers has the node's default runtime make what its sandboxes over
@@ -330,31 +516,7 @@ func (s *Service) prepareLayers(ctx context.Context, lt layers.Template) error {
 	return nil
 }
 
-// replaceTemplate records t, replacing a template of its name that no sandbox
-// uses: that one's pooled sandboxes and top layer go. The pool then fills
-// for t if t asks for one.
-func (s *Service) replaceTemplate(ctx context.Context, t store.Template) error {
-	s.drainPool(ctx, t.Name)
-	s.tmplMu.Lock()
-	defer s.tmplMu.Unlock()
-	if old, err := s.store.GetTemplate(ctx, t.Name); err == nil {
-		if err := s.store.DeleteTemplate(ctx, t.Name); err != nil {
-			return err
-		}
-		if strings.Join(old.Layers, ",") != strings.Join(t.Layers, ",") {
-			_ = s.layers.RemoveImageTemplate(old.Name, old.Layers)
-		}
-	}
-	if err := s.store.PutTemplate(ctx, t); err != nil {
-		return err
-	}
-	if t.Config.PoolSize > 0 {
-		s.wakePool()
-	}
-	return nil
-}
-
-// layerOwners counts the templates that use each layer.
+// layerOwners counts the versions that use each layer.
 func layerOwners(ts []store.Template) map[string]int {
 	owners := map[string]int{}
 	for _, t := range ts {
@@ -369,7 +531,7 @@ func layerOwners(ts []store.Template) map[string]int {
 	return owners
 }
 
-// sharedLayers counts t's layers that other templates use too.
+// sharedLayers counts t's layers that other versions use too.
 func sharedLayers(t store.Template, owners map[string]int) int {
 	n := 0
 	seen := map[string]bool{}

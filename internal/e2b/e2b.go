@@ -15,12 +15,14 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/e2b/envd"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/portproxy"
 	"github.com/atoll-dev/atoll/internal/tenant"
 )
 
@@ -48,8 +50,8 @@ type Sandboxes interface {
 // other than envd's.
 type Ports interface {
 	// ServePort serves r to port of sandbox id, its access already
-	// checked by the caller.
-	ServePort(w http.ResponseWriter, r *http.Request, id string, port int)
+	// checked by the caller; fail answers what it cannot deliver.
+	ServePort(w http.ResponseWriter, r *http.Request, id string, port int, fail portproxy.FailFunc)
 	// Token is the access token of every port of sandbox id.
 	Token(id string) string
 }
@@ -127,7 +129,34 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
 		s.serveSandbox(w, r, t)
 		return
 	}
+	if id, ok := s.signedFileSandbox(r); ok {
+		s.serveSandbox(w, r, target{id: id, port: strconv.Itoa(envd.Port)})
+		return
+	}
 	s.api.ServeHTTP(w, r)
+}
+
+// signedFileSandbox finds the sandbox a signed file URL without routing is
+// for. With E2B_SANDBOX_URL, SDKs make uploadUrl and downloadUrl on that
+// one URL, naming no sandbox; the signature names it in effect, since only
+// that sandbox's envd access token makes it. So the running sandbox whose
+// token does is the one: a list of the running sandboxes and a hash for
+// each per such request, which only a signature of the right shape costs.
+func (s *Server) signedFileSandbox(r *http.Request) (string, bool) {
+	if r.URL.Path != "/files" || !envd.SignatureShaped(r.URL.Query().Get("signature")) {
+		return "", false
+	}
+	// No tenant in the context: the signature, not a key, authorises it.
+	sbs, err := s.cfg.Sandboxes.List(r.Context(), api.StateRunning, nil)
+	if err != nil {
+		return "", false
+	}
+	for _, sb := range sbs {
+		if envd.SignedBy(r, s.accessToken(sb.ID)) {
+			return sb.ID, true
+		}
+	}
+	return "", false
 }
 
 func (s *Server) routes() {

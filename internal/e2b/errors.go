@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/atoll-dev/atoll/internal/errdefs"
@@ -54,6 +55,9 @@ var statusOf = []struct {
 func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 	for _, e := range statusOf {
 		if errors.Is(err, e.kind) {
+			if after := errdefs.RetryAfter(err); after > 0 {
+				w.Header().Set("Retry-After", strconv.Itoa(after))
+			}
 			writeError(w, e.status, clientMessage(err, e.kind))
 			return
 		}

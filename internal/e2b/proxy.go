@@ -14,6 +14,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/agent"
 	"github.com/atoll-dev/atoll/internal/e2b/envd"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/portproxy"
 )
 
 // target is the sandbox and port a request is for.
@@ -59,13 +60,32 @@ func (s *Server) accessToken(id string) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-// badGateway is how E2B's proxy answers traffic for a sandbox it cannot
-// reach; SDKs take 502 as "the sandbox is not running".
-func badGateway(w http.ResponseWriter, id, msg string) {
-	writeJSON(w, http.StatusBadGateway, struct {
+// proxyError is an answer of E2B's client proxy to sandbox traffic it
+// cannot deliver, in its words: SDKs and agent code match on them (a 502
+// means "not running"; "The sandbox was not found" becomes
+// SandboxNotFoundError). atoll's own port proxy words its answers its own
+// way.
+type proxyError struct {
+	status  int
+	message string
+}
+
+var (
+	// E2B does not tell a paused sandbox from one that never was.
+	errSandboxNotFound = proxyError{http.StatusBadGateway, "The sandbox was not found"}
+	errPortClosed      = proxyError{http.StatusBadGateway, "The sandbox is running but port is not open"}
+	errTokenMissing    = proxyError{http.StatusForbidden, "Sandbox is secured with traffic access token. Token header 'e2b-traffic-access-token' is missing"}
+	errTokenInvalid    = proxyError{http.StatusForbidden, "Sandbox is secured with traffic access token. Provided token in header 'e2b-traffic-access-token' is invalid"}
+)
+
+// write answers with e's body for sandbox id, as E2B's proxy does:
+// {"sandboxId", "message", "code"}, and "port" when it is about one.
+func (e proxyError) write(w http.ResponseWriter, id string, port int) {
+	writeJSON(w, e.status, struct {
 		apiError
 		SandboxID string `json:"sandboxId"`
-	}{apiError{http.StatusBadGateway, msg}, id})
+		Port      int    `json:"port,omitempty"`
+	}{apiError{e.status, e.message}, id, port})
 }
 
 func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, t target) {
@@ -76,16 +96,13 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, t target) 
 	}
 	id, _, _ := strings.Cut(t.id, "-") // a client suffix, as in the API
 	if !validID(id) {
-		badGateway(w, truncate(t.id), fmt.Sprintf("the sandbox %q was not found", truncate(t.id)))
+		errSandboxNotFound.write(w, truncate(t.id), 0)
 		return
 	}
 	dial, err := s.cfg.Sandboxes.AgentDialer(r.Context(), id)
 	switch {
-	case errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrInvalid):
-		badGateway(w, id, fmt.Sprintf("the sandbox %s was not found", id))
-		return
-	case errors.Is(err, errdefs.ErrConflict):
-		badGateway(w, id, fmt.Sprintf("the sandbox %s is not running; connect to it to resume it", id))
+	case errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrInvalid) || errors.Is(err, errdefs.ErrConflict):
+		errSandboxNotFound.write(w, id, 0) // ErrConflict: not running
 		return
 	case err != nil:
 		s.writeErr(w, r, err)
@@ -113,12 +130,12 @@ const (
 // atoll's own token header; E2B answers 403 without it.
 func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, port int) {
 	if s.cfg.Ports == nil {
-		badGateway(w, id, fmt.Sprintf("port %d of sandbox %s is not reachable: this atoll server runs sandboxes without networking, or without its port proxy", port, id))
+		proxyError{http.StatusBadGateway, fmt.Sprintf("port %d of sandbox %s is not reachable: this atoll server runs sandboxes without networking, or without its port proxy", port, id)}.write(w, id, port)
 		return
 	}
 	sb, err := s.cfg.Sandboxes.Get(r.Context(), id)
 	if err != nil {
-		badGateway(w, id, fmt.Sprintf("the sandbox %s was not found", id))
+		errSandboxNotFound.write(w, id, 0)
 		return
 	}
 	if !sb.Ports.Public {
@@ -127,11 +144,11 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 			tok = r.Header.Get("Atoll-Access-Token")
 		}
 		if tok == "" {
-			forbidden(w, id, "Sandbox is secured with traffic access token. Token header 'e2b-traffic-access-token' is missing")
+			errTokenMissing.write(w, id, 0)
 			return
 		}
 		if !hmac.Equal([]byte(tok), []byte(s.cfg.Ports.Token(id))) {
-			forbidden(w, id, "Sandbox is secured with traffic access token. The token in header 'e2b-traffic-access-token' is not valid")
+			errTokenInvalid.write(w, id, 0)
 			return
 		}
 	}
@@ -139,12 +156,14 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 	for _, h := range []string{headerSandboxID, headerSandboxPort, headerTrafficToken} {
 		r.Header.Del(h)
 	}
-	s.cfg.Ports.ServePort(w, r, id, port)
-}
-
-func forbidden(w http.ResponseWriter, id, msg string) {
-	writeJSON(w, http.StatusForbidden, struct {
-		apiError
-		SandboxID string `json:"sandboxId"`
-	}{apiError{http.StatusForbidden, msg}, id})
+	s.cfg.Ports.ServePort(w, r, id, port, func(w http.ResponseWriter, f portproxy.Failure) {
+		switch {
+		case f.SandboxGone:
+			errSandboxNotFound.write(w, id, 0)
+		case f.Status == http.StatusBadGateway:
+			errPortClosed.write(w, id, port)
+		default:
+			proxyError{f.Status, f.Message}.write(w, id, 0)
+		}
+	})
 }

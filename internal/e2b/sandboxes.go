@@ -197,15 +197,23 @@ func checkMetadata(md map[string]string) error {
 
 // source resolves E2B's templateID: an alias ("base"), a snapshot ID or
 // name (E2B creates sandboxes from snapshots by naming them as the
-// template), or an atoll template name. A ":tag" other than default is
-// unknown: atoll templates have no tags.
+// template), or an atoll template name. E2B's tags name a template's
+// builds, as atoll's versions do: NAME:VERSION (a version number or ID) is
+// atoll's NAME@VERSION, and :default or :latest the version the name
+// points to.
 func (s *Server) source(ctx context.Context, id string) (tmpl, snap, alias string, err error) {
 	name, tag, hasTag := strings.Cut(id, ":")
-	if hasTag && tag != "default" && tag != "latest" {
-		return "", "", "", fmt.Errorf("template '%s' not found: %w", truncate(id), errdefs.ErrNotFound)
+	if hasTag && (tag == "default" || tag == "latest") {
+		hasTag = false
 	}
 	if t, ok := s.cfg.Aliases[name]; ok {
+		if hasTag {
+			return "", "", "", fmt.Errorf("template '%s' not found: %w", truncate(id), errdefs.ErrNotFound)
+		}
 		return t, "", name, nil
+	}
+	if hasTag {
+		return name + "@" + tag, "", "", nil
 	}
 	if validID(name) {
 		if _, err := s.cfg.Sandboxes.GetSnapshot(ctx, name); err == nil {

@@ -3,7 +3,10 @@
 // and checks them with errors.Is; the HTTP layer maps each kind to one status code.
 package errdefs
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 var (
 	ErrInvalid      = errors.New("invalid argument")
@@ -62,4 +65,28 @@ func FromCode(code string) error {
 		return ErrTooLarge
 	}
 	return nil
+}
+
+// Busy is an error of a server that cannot take an operation now but could
+// soon: the HTTP layer answers it with its kind's status (503 for
+// ErrUnavailable, 429 for ErrQuota) and a Retry-After header of After,
+// rounded up to whole seconds.
+type Busy struct {
+	Kind  error // ErrUnavailable or ErrQuota
+	Msg   string
+	After time.Duration
+}
+
+func (e *Busy) Error() string { return e.Msg }
+
+func (e *Busy) Unwrap() error { return e.Kind }
+
+// RetryAfter is how many whole seconds err asks its client to wait before
+// trying again, or 0 if it does not ask.
+func RetryAfter(err error) int {
+	var b *Busy
+	if !errors.As(err, &b) || b.After <= 0 {
+		return 0
+	}
+	return int((b.After + time.Second - 1) / time.Second)
 }

@@ -285,8 +285,35 @@ func (s *Store) RemoveImageTemplate(name string, layerIDs []string) error {
 }
 
 func (s *Store) imageTopDir(name string, layerIDs []string) string {
+	return filepath.Join(s.dir, "templates", ImageTemplateKey(name, layerIDs))
+}
+
+// ImageTemplateKey names the top layer ImageTemplate makes for template
+// name over layerIDs: versions of a name with the same layers share it.
+func ImageTemplateKey(name string, layerIDs []string) string {
 	h := sha256.Sum256([]byte(strings.Join(layerIDs, ",")))
-	return filepath.Join(s.dir, "templates", "image-"+name+"-"+hex.EncodeToString(h[:6]))
+	return "image-" + name + "-" + hex.EncodeToString(h[:6])
+}
+
+// SweepImageTemplates removes the top layers ImageTemplate made whose keys
+// (ImageTemplateKey) keep lacks, and what a crash left of one half made.
+// The caller knows that no template it keeps uses them.
+func (s *Store) SweepImageTemplates(keep map[string]bool) error {
+	s.tmplMu.Lock()
+	defer s.tmplMu.Unlock()
+	ents, err := os.ReadDir(filepath.Join(s.dir, "templates"))
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), "image-") || keep[e.Name()] {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(s.dir, "templates", e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // findInLayers returns the content of the regular file rel as the overlay of

@@ -128,6 +128,7 @@ type target struct {
 	id   string
 	port int
 	addr netip.Addr
+	fail FailFunc
 }
 
 type targetKey struct{}
@@ -153,26 +154,46 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.SetCookie(w, cookie)
 		}
 		return true
-	})
+	}, writeFailure)
 }
+
+// Failure is why the proxy did not deliver a request: atoll's status,
+// error code and message for it, and whether the sandbox is gone (unknown
+// or not running) rather than its port silent.
+type Failure struct {
+	Status        int
+	Code, Message string
+	SandboxGone   bool
+}
+
+// FailFunc answers a request the proxy did not deliver.
+type FailFunc func(w http.ResponseWriter, f Failure)
+
+// writeFailure is atoll's answer: its JSON error.
+func writeFailure(w http.ResponseWriter, f Failure) { writeError(w, f.Status, f.Code, f.Message) }
 
 // ServePort serves r to port of sandbox id for a caller that routed it and
 // checked its access itself: the E2B-compatible API, whose SDKs address
-// ports with headers and tokens of their own.
-func (p *Proxy) ServePort(w http.ResponseWriter, r *http.Request, id string, port int) {
+// ports with headers and tokens of their own, and expect its words when
+// the port cannot be reached (fail; nil answers as the proxy does).
+func (p *Proxy) ServePort(w http.ResponseWriter, r *http.Request, id string, port int, fail FailFunc) {
 	if !validID(id) || port < 1 || port > 65535 {
 		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("malformed sandbox ID %q or port %d", truncate(id, 64), port))
 		return
 	}
-	p.serve(w, r, id, port, func(bool) bool { return true })
+	if fail == nil {
+		fail = writeFailure
+	}
+	p.serve(w, r, id, port, func(bool) bool { return true }, fail)
 }
 
 // serve proxies r to port of sandbox id if allow, told whether the
-// sandbox's ports are public, says so (having answered r if not).
-func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, id string, port int, allow func(public bool) bool) {
+// sandbox's ports are public, says so (having answered r if not); fail
+// answers what cannot be delivered.
+func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, id string, port int, allow func(public bool) bool, fail FailFunc) {
 	addr, public, err := p.cfg.Sandboxes.PortTarget(r.Context(), id)
 	if err != nil {
-		p.lookupError(w, r, id, err)
+		fail(w, p.lookupFailure(id, err))
 		return
 	}
 	if !allow(public) {
@@ -199,7 +220,7 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, id string, port in
 		wg.Wait()
 		p.cfg.Sandboxes.Touch(id)
 	}()
-	ctx := context.WithValue(r.Context(), targetKey{}, target{id: id, port: port, addr: addr})
+	ctx := context.WithValue(r.Context(), targetKey{}, target{id: id, port: port, addr: addr, fail: fail})
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
 }
 
@@ -377,20 +398,19 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	}
 }
 
-// lookupError answers a failed PortTarget. The proxy answers nothing with
+// lookupFailure is why PortTarget failed. The proxy answers nothing with
 // 500: an error of no kind is the sandbox service failing, 503.
-func (p *Proxy) lookupError(w http.ResponseWriter, r *http.Request, id string, err error) {
+func (p *Proxy) lookupFailure(id string, err error) Failure {
 	switch {
 	case errors.Is(err, errdefs.ErrInvalid):
-		writeError(w, http.StatusBadRequest, "invalid", err.Error())
+		return Failure{Status: http.StatusBadRequest, Code: "invalid", Message: err.Error()}
 	case errors.Is(err, errdefs.ErrNotFound):
-		writeError(w, http.StatusNotFound, "not_found", "no sandbox "+id)
+		return Failure{Status: http.StatusNotFound, Code: "not_found", Message: "no sandbox " + id, SandboxGone: true}
 	case errors.Is(err, errdefs.ErrUnavailable), errors.Is(err, errdefs.ErrConflict):
-		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
-	default:
-		p.cfg.Logger.Error("looking up sandbox for the port proxy", "sandbox", id, "err", err)
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "the sandbox cannot be reached now")
+		return Failure{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: err.Error(), SandboxGone: true}
 	}
+	p.cfg.Logger.Error("looking up sandbox for the port proxy", "sandbox", id, "err", err)
+	return Failure{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "the sandbox cannot be reached now"}
 }
 
 // proxyError answers a request the sandbox did not answer.
@@ -399,15 +419,18 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	if r.Context().Err() != nil {
 		return // the client went away
 	}
-	status, msg := http.StatusBadGateway, fmt.Sprintf("nothing answers on port %d of sandbox %s", t.port, t.id)
+	f := Failure{Status: http.StatusBadGateway, Code: "unavailable", Message: fmt.Sprintf("nothing answers on port %d of sandbox %s", t.port, t.id)}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		status, msg = http.StatusGatewayTimeout, fmt.Sprintf("port %d of sandbox %s did not answer in time", t.port, t.id)
+		f.Status, f.Message = http.StatusGatewayTimeout, fmt.Sprintf("port %d of sandbox %s did not answer in time", t.port, t.id)
 	} else if !isDialError(err) {
-		msg = fmt.Sprintf("port %d of sandbox %s did not answer with HTTP", t.port, t.id)
+		f.Message = fmt.Sprintf("port %d of sandbox %s did not answer with HTTP", t.port, t.id)
 	}
 	p.cfg.Logger.Debug("port proxy", "sandbox", t.id, "port", t.port, "err", err)
-	writeError(w, status, "unavailable", msg)
+	if t.fail == nil {
+		t.fail = writeFailure
+	}
+	t.fail(w, f)
 }
 
 func isDialError(err error) bool {

@@ -392,7 +392,7 @@ func TestServePort(t *testing.T) {
 	serve := func(id string, port int) (int, string) {
 		req := httptest.NewRequest("GET", "/x", nil)
 		rec := httptest.NewRecorder()
-		f.p.ServePort(rec, req, id, port)
+		f.p.ServePort(rec, req, id, port, nil)
 		return rec.Code, rec.Body.String()
 	}
 	if code, body := serve(idPrivate, f.port); code != 200 || !strings.HasSuffix(body, " /x") {
@@ -409,6 +409,38 @@ func TestServePort(t *testing.T) {
 	} {
 		if code, body := serve(c.id, c.port); code != c.want {
 			t.Errorf("%s:%d: %d %s, want %d", c.id, c.port, code, body, c.want)
+		}
+	}
+
+	// A caller's FailFunc answers instead, told whether the sandbox is gone.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	for _, c := range []struct {
+		id   string
+		port int
+		want Failure
+	}{
+		{"nosuchsandbox0000000", f.port, Failure{Status: 404, Code: "not_found", SandboxGone: true}},
+		{idStopped, f.port, Failure{Status: 503, Code: "unavailable", SandboxGone: true}},
+		{idPublic, closed, Failure{Status: 502, Code: "unavailable"}},
+	} {
+		var got *Failure
+		rec := httptest.NewRecorder()
+		f.p.ServePort(rec, httptest.NewRequest("GET", "/x", nil), c.id, c.port, func(w http.ResponseWriter, f Failure) {
+			got = &f
+			w.WriteHeader(599)
+		})
+		if got == nil || rec.Code != 599 {
+			t.Errorf("%s:%d: FailFunc not called: %d %s", c.id, c.port, rec.Code, rec.Body.String())
+			continue
+		}
+		got.Message = ""
+		if *got != c.want {
+			t.Errorf("%s:%d: %+v, want %+v", c.id, c.port, *got, c.want)
 		}
 	}
 }

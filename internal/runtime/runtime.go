@@ -159,6 +159,13 @@ type LayerPreparer interface {
 	PrepareLayers(ctx context.Context, layers []string) error
 }
 
+// LayerPruner is a LayerPreparer that drops what it made of layers that are
+// gone (a sandbox still running over one keeps it until it stops): a node
+// calls it after it deletes layers no template uses.
+type LayerPruner interface {
+	PruneLayers()
+}
+
 // Caps says what a backend can do beyond the Runtime contract's minimum, so
 // that the API can report it and the conformance suite skips, by name, what a
 // backend does not claim. The zero value claims nothing.

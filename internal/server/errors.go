@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"net/http"
 	"os"
+	"strconv"
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
@@ -32,6 +33,9 @@ var statusOf = []struct {
 // internal: the client sees only "internal error" and the log gets the rest.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status, body := s.errorBody(r, err)
+	if after := errdefs.RetryAfter(err); after > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(after))
+	}
 	writeJSON(w, status, body)
 }
 

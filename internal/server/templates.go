@@ -31,11 +31,12 @@ type Templates interface {
 	Build(ctx context.Context, name, dockerfile string, buildArgs map[string]string, buildContext io.Reader, events func(api.BuildEvent)) (api.Template, error)
 	List(ctx context.Context) ([]api.Template, error)
 	Get(ctx context.Context, name string) (api.Template, error)
-	Delete(ctx context.Context, name string) error
+	// Delete removes the name name; its versions stay while in use.
+	Delete(ctx context.Context, name string) (api.TemplateRemoved, error)
 	// Tag gives template name the second name tag.
 	Tag(ctx context.Context, name, tag string) (api.Template, error)
 	// Bootstrap makes a base template with debootstrap; events carries its log.
-	Bootstrap(ctx context.Context, req api.BootstrapTemplateRequest, events func(api.BuildEvent)) (api.Template, error) // errdefs.ErrConflict while sandboxes use it
+	Bootstrap(ctx context.Context, req api.BootstrapTemplateRequest, events func(api.BuildEvent)) (api.Template, error)
 }
 
 // templateNamePattern is the shape of template names: 1-63 characters, lower
@@ -123,11 +124,15 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := ts.Delete(r.Context(), name); err != nil {
+	out, err := ts.Delete(r.Context(), name)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	w.WriteHeader(http.StatusNoContent)
+	if out.Held == nil {
+		out.Held = []api.TemplateVersion{}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) bootstrapTemplate(w http.ResponseWriter, r *http.Request) {
@@ -152,13 +157,24 @@ func (s *Server) bootstrapTemplate(w http.ResponseWriter, r *http.Request) {
 	s.finishBuild(st, r, t, err)
 }
 
+// templateVersionPattern is the shape of the VERSION of NAME@VERSION: a
+// number or a version ID; the template store says whether it exists.
+var templateVersionPattern = regexp.MustCompile(`^[a-z0-9]{1,20}$`)
+
 func (s *Server) tagTemplate(w http.ResponseWriter, r *http.Request) {
 	ts := s.templateStore(w)
 	if ts == nil {
 		return
 	}
-	name, ok := templateName(w, r)
-	if !ok {
+	// {name} is NAME or NAME@VERSION: a tag may keep an older version.
+	name := r.PathValue("name")
+	base, ver, versioned := strings.Cut(name, "@")
+	if err := validTemplateName(base); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if versioned && !templateVersionPattern.MatchString(ver) {
+		writeJSONError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("malformed template version %q: want a number or a version ID", truncate(ver)))
 		return
 	}
 	var req api.TagTemplateRequest

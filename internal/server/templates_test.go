@@ -122,17 +122,17 @@ func (m *memTemplates) Get(ctx context.Context, name string) (api.Template, erro
 	return t, nil
 }
 
-func (m *memTemplates) Delete(ctx context.Context, name string) error {
+func (m *memTemplates) Delete(ctx context.Context, name string) (api.TemplateRemoved, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.tpls[name]; !ok {
-		return fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
+		return api.TemplateRemoved{}, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
 	}
 	if m.inUse[name] {
-		return fmt.Errorf("template %s is used by sandboxes: %w", name, errdefs.ErrConflict)
+		return api.TemplateRemoved{}, fmt.Errorf("template %s is the built-in one: %w", name, errdefs.ErrConflict)
 	}
 	delete(m.tpls, name)
-	return nil
+	return api.TemplateRemoved{Name: name}, nil
 }
 
 // Build reads the build context and builds one step per line of the
@@ -266,7 +266,7 @@ func TestTemplateLifecycle(t *testing.T) {
 	}
 
 	resp, body = f.do("DELETE", "/v1/templates/py", nil)
-	if resp.StatusCode != http.StatusNoContent || len(body) != 0 {
+	if resp.StatusCode != http.StatusOK || string(body) != `{"name":"py","held":[]}`+"\n" {
 		t.Fatalf("delete: %d %s", resp.StatusCode, body)
 	}
 	resp, body = f.do("GET", "/v1/templates/py", nil)
@@ -289,6 +289,11 @@ func TestTemplateBadInput(t *testing.T) {
 		{"name too long", "GET", "/v1/templates/" + long, nil, nil, 400, "invalid"},
 		{"name starting with a dot", "DELETE", "/v1/templates/.hidden", nil, nil, 400, "invalid"},
 		{"name with a colon", "GET", "/v1/templates/python:3.12", nil, nil, 400, "invalid"},
+		{"versioned name outside tag", "GET", "/v1/templates/py@1", nil, nil, 400, "invalid"},
+		{"tag of a malformed version", "POST", "/v1/templates/py@x%2Fy/tag", `{"tag":"t"}`, nil, 400, "invalid"},
+		{"tag of an empty version", "POST", "/v1/templates/py@/tag", `{"tag":"t"}`, nil, 400, "invalid"},
+		{"tag of a long version", "POST", "/v1/templates/py@" + strings.Repeat("1", 21) + "/tag", `{"tag":"t"}`, nil, 400, "invalid"},
+		{"tag of a bad name with a version", "POST", "/v1/templates/Py@1/tag", `{"tag":"t"}`, nil, 400, "invalid"},
 		{"escaped slash in name", "GET", "/v1/templates/a%2Fb", nil, nil, 400, "invalid"},
 		{"dot-dot name", "DELETE", "/v1/templates/..%2F..%2Fetc", nil, nil, 400, "invalid"},
 		{"unknown template", "GET", "/v1/templates/nope", nil, nil, 404, "not_found"},

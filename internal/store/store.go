@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -24,7 +25,16 @@ import (
 
 // Store is the database.
 type Store struct {
-	db *sql.DB
+	// db is the one writing connection; rdb serves reads on connections of
+	// their own, which in WAL mode never wait for a write's commit.
+	db, rdb *sql.DB
+
+	// writes feed the group commit (group.go), which ends when closing is
+	// closed and then closes stopped.
+	writes           chan write
+	closing, stopped chan struct{}
+	// commits counts the group commit's transactions, for its test.
+	commits atomic.Int64
 }
 
 // Sandbox is a sandbox's row: what the API shows plus what the node needs to
@@ -45,6 +55,8 @@ type Sandbox struct {
 	// Tenant owns it (package tenant); rows of older versions belong to
 	// tenant.Default.
 	Tenant string
+	// api.Sandbox.TemplateVersion is the version of Template it was made
+	// from, which it holds (see templates.go).
 }
 
 const schema = `
@@ -77,14 +89,21 @@ CREATE TABLE IF NOT EXISTS transitions (
 	at INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS transitions_sandbox ON transitions(sandbox_id);
-CREATE TABLE IF NOT EXISTS templates (
-	name TEXT PRIMARY KEY,
+CREATE TABLE IF NOT EXISTS template_versions (
+	id TEXT PRIMARY KEY,
+	name TEXT NOT NULL,
+	number INTEGER NOT NULL,
 	source TEXT NOT NULL,
 	digest TEXT NOT NULL,
 	layers TEXT NOT NULL,
 	size INTEGER NOT NULL,
 	config TEXT NOT NULL,
-	created_at INTEGER NOT NULL
+	created_at INTEGER NOT NULL,
+	UNIQUE (name, number)
+);
+CREATE TABLE IF NOT EXISTS template_names (
+	name TEXT PRIMARY KEY,
+	version TEXT NOT NULL REFERENCES template_versions(id)
 );
 CREATE TABLE IF NOT EXISTS snapshots (
 	id TEXT PRIMARY KEY,
@@ -115,7 +134,8 @@ func Open(path string) (*Store, error) {
 	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(1)"} {
 		q.Add("_pragma", p)
 	}
-	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	dsn := "file:" + path + "?" + q.Encode()
+	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, err
 	}
@@ -130,11 +150,27 @@ func Open(path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("migrating schema: %w", err)
 	}
-	return &Store{db: db}, nil
+	q.Add("_pragma", "query_only(1)")
+	rdb, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	rdb.SetMaxOpenConns(readConns)
+	s := &Store{db: db, rdb: rdb, writes: make(chan write), closing: make(chan struct{}), stopped: make(chan struct{})}
+	go s.commitLoop()
+	return s, nil
 }
 
-// Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+// readConns is how many reads may run at once.
+const readConns = 4
+
+// Close closes the database, once the writes under way are committed.
+func (s *Store) Close() error {
+	close(s.closing)
+	<-s.stopped
+	return errors.Join(s.rdb.Close(), s.db.Close())
+}
 
 // added are columns later versions added to tables, with their definitions.
 var added = []struct{ table, column, def string }{
@@ -154,10 +190,27 @@ var added = []struct{ table, column, def string }{
 	{"snapshots", "tenant", "TEXT NOT NULL DEFAULT 'default'"},
 	{"api_keys", "name", "TEXT NOT NULL DEFAULT ''"},
 	{"api_keys", "tenant", "TEXT NOT NULL DEFAULT 'default'"},
+	// Template versions (see templates.go): '' is the built-in template,
+	// which has none; migrateTemplates fills them in for older rows.
+	{"sandboxes", "template_version", "TEXT NOT NULL DEFAULT ''"},
+	{"snapshots", "template_version", "TEXT NOT NULL DEFAULT ''"},
 }
 
-// migrate adds the columns a database made by an older version lacks.
+// migrate adds the columns a database made by an older version lacks, and
+// turns its templates into versions.
 func migrate(db *sql.DB) error {
+	if err := addColumns(db); err != nil {
+		return err
+	}
+	// Collection asks, per version, whether a sandbox or snapshot holds it.
+	if _, err := db.Exec(`CREATE INDEX IF NOT EXISTS sandboxes_template_version ON sandboxes(template_version);
+		CREATE INDEX IF NOT EXISTS snapshots_template_version ON snapshots(template_version)`); err != nil {
+		return err
+	}
+	return migrateTemplates(db)
+}
+
+func addColumns(db *sql.DB) error {
 	for _, a := range added {
 		var n int
 		if err := db.QueryRow(`SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?`, a.table, a.column).Scan(&n); err != nil {
@@ -175,16 +228,21 @@ func migrate(db *sql.DB) error {
 const columns = `id, state, template, runtime, cpu, memory_mib, disk_gib, pids, env, labels, error,
 	slot, created_at, started_at, stopped_at, pid, start_time, socket,
 	timeout_sec, expires_at, ephemeral, auto_delete_sec, auto_stop_sec, from_snapshot,
-	auto_archive_sec, egress, public_ports, tenant`
+	auto_archive_sec, egress, public_ports, tenant, template_version`
 
 // Create inserts a new sandbox, choosing its slot (the lowest one free), and
 // records its first state.
 func (s *Store) Create(ctx context.Context, sb *Sandbox) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	slot, tenant := sb.Slot, sb.Tenant
+	err := s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error { return create(ctx, tx, sb) })
 	if err != nil {
-		return err
+		// Undone: sb is as it came.
+		sb.Slot, sb.Tenant = slot, tenant
 	}
-	defer tx.Rollback()
+	return err
+}
+
+func create(ctx context.Context, tx *sql.Tx, sb *Sandbox) error {
 	slot := 0
 	rows, err := tx.QueryContext(ctx, `SELECT slot FROM sandboxes ORDER BY slot`)
 	if err != nil {
@@ -204,21 +262,23 @@ func (s *Store) Create(ctx context.Context, sb *Sandbox) error {
 	rows.Close()
 	sb.Slot = slot
 	sb.Tenant = tenantOf(sb.Tenant)
+	// In the transaction that holds the version: a collection of it
+	// cannot slip in between.
+	if err := versionExists(ctx, tx, sb.TemplateVersion); err != nil {
+		return err
+	}
 	env, _ := json.Marshal(orEmpty(sb.Env))
 	labels, _ := json.Marshal(orEmpty(sb.Labels))
-	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		sb.ID, sb.State, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
 		string(env), string(labels), sb.Error, sb.Slot, sb.CreatedAt.UnixNano(),
 		nanos(sb.StartedAt), nanos(sb.StoppedAt), sb.PID, int64(sb.StartTime), sb.Socket,
 		sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec, sb.FromSnapshot,
-		sb.AutoArchiveSec, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant))
+		sb.AutoArchiveSec, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant), sb.TemplateVersion)
 	if err != nil {
 		return fmt.Errorf("inserting sandbox: %w", err)
 	}
-	if err := transition(ctx, tx, sb.ID, "", sb.State, ""); err != nil {
-		return err
-	}
-	return tx.Commit()
+	return transition(ctx, tx, sb.ID, "", sb.State, "")
 }
 
 // Update writes sb if its stored state is one of from, and records the
@@ -230,17 +290,14 @@ func (s *Store) Update(ctx context.Context, sb *Sandbox, from ...string) error {
 // UpdateAll is Update of every sandbox of sbs, in one transaction: all are
 // written, or none.
 func (s *Store) UpdateAll(ctx context.Context, sbs []*Sandbox, from ...string) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	for _, sb := range sbs {
-		if err := update(ctx, tx, sb, from); err != nil {
-			return err
+	return s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		for _, sb := range sbs {
+			if err := update(ctx, tx, sb, from); err != nil {
+				return err
+			}
 		}
-	}
-	return tx.Commit()
+		return nil
+	})
 }
 
 func update(ctx context.Context, tx *sql.Tx, sb *Sandbox, from []string) error {
@@ -254,16 +311,19 @@ func update(ctx context.Context, tx *sql.Tx, sb *Sandbox, from []string) error {
 	if !contains(from, cur) {
 		return fmt.Errorf("sandbox %s is %s: %w", sb.ID, cur, errdefs.ErrConflict)
 	}
+	if err := versionExists(ctx, tx, sb.TemplateVersion); err != nil {
+		return err
+	}
 	env, _ := json.Marshal(orEmpty(sb.Env))
 	labels, _ := json.Marshal(orEmpty(sb.Labels))
 	_, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state=?, error=?, template=?, runtime=?, cpu=?, memory_mib=?,
 		disk_gib=?, pids=?, env=?, labels=?, created_at=?, started_at=?, stopped_at=?, pid=?, start_time=?, socket=?,
 		timeout_sec=?, expires_at=?, ephemeral=?, auto_delete_sec=?, auto_stop_sec=?,
-		auto_archive_sec=?, from_snapshot=?, egress=?, public_ports=?, tenant=? WHERE id=?`,
+		auto_archive_sec=?, from_snapshot=?, egress=?, public_ports=?, tenant=?, template_version=? WHERE id=?`,
 		sb.State, sb.Error, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
 		string(env), string(labels), sb.CreatedAt.UnixNano(), nanos(sb.StartedAt), nanos(sb.StoppedAt),
 		sb.PID, int64(sb.StartTime), sb.Socket, sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec,
-		sb.AutoArchiveSec, sb.FromSnapshot, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant), sb.ID)
+		sb.AutoArchiveSec, sb.FromSnapshot, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant), sb.TemplateVersion, sb.ID)
 	if err != nil {
 		return err
 	}
@@ -275,11 +335,10 @@ func update(ctx context.Context, tx *sql.Tx, sb *Sandbox, from []string) error {
 
 // Delete removes a sandbox's row.
 func (s *Store) Delete(ctx context.Context, id string) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
+	return s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error { return deleteSandbox(ctx, tx, id) })
+}
+
+func deleteSandbox(ctx context.Context, tx *sql.Tx, id string) error {
 	var cur string
 	if err := tx.QueryRowContext(ctx, `SELECT state FROM sandboxes WHERE id = ?`, id).Scan(&cur); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
@@ -290,15 +349,12 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	if _, err := tx.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id); err != nil {
 		return err
 	}
-	if err := transition(ctx, tx, id, cur, "deleted", ""); err != nil {
-		return err
-	}
-	return tx.Commit()
+	return transition(ctx, tx, id, cur, "deleted", "")
 }
 
 // Get returns one sandbox.
 func (s *Store) Get(ctx context.Context, id string) (Sandbox, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+columns+` FROM sandboxes WHERE id = ?`, id)
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+columns+` FROM sandboxes WHERE id = ?`, id)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -314,7 +370,7 @@ func (s *Store) Get(ctx context.Context, id string) (Sandbox, error) {
 
 // List returns all sandboxes, oldest first.
 func (s *Store) List(ctx context.Context) ([]Sandbox, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+columns+` FROM sandboxes ORDER BY created_at, id`)
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+columns+` FROM sandboxes ORDER BY created_at, id`)
 	if err != nil {
 		return nil, err
 	}
@@ -329,7 +385,7 @@ type Transition struct {
 
 // Transitions returns a sandbox's recorded state changes, oldest first.
 func (s *Store) Transitions(ctx context.Context, id string) ([]Transition, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT from_state, to_state, reason, at FROM transitions WHERE sandbox_id = ? ORDER BY seq`, id)
+	rows, err := s.rdb.QueryContext(ctx, `SELECT from_state, to_state, reason, at FROM transitions WHERE sandbox_id = ? ORDER BY seq`, id)
 	if err != nil {
 		return nil, err
 	}
@@ -423,7 +479,7 @@ func (s *Store) DeleteKey(ctx context.Context, id string) error {
 }
 
 func (s *Store) keys(ctx context.Context, where string, args ...any) ([]Key, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT hash, name, tenant, created_at FROM api_keys `+where, args...)
+	rows, err := s.rdb.QueryContext(ctx, `SELECT hash, name, tenant, created_at FROM api_keys `+where, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -445,7 +501,7 @@ func (s *Store) keys(ctx context.Context, where string, args ...any) ([]Key, err
 // TenantInUse reports whether tenant t has keys, sandboxes or snapshots.
 func (s *Store) TenantInUse(ctx context.Context, t string) (bool, error) {
 	var n int
-	err := s.db.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM api_keys WHERE tenant = ?)
+	err := s.rdb.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM api_keys WHERE tenant = ?)
 		+ (SELECT COUNT(*) FROM sandboxes WHERE tenant = ?) + (SELECT COUNT(*) FROM snapshots WHERE tenant = ?)`, t, t, t).Scan(&n)
 	return n > 0, err
 }
@@ -453,7 +509,7 @@ func (s *Store) TenantInUse(ctx context.Context, t string) (bool, error) {
 // KeyCount is the number of stored keys.
 func (s *Store) KeyCount(ctx context.Context) (int, error) {
 	var n int
-	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM api_keys`).Scan(&n)
+	err := s.rdb.QueryRowContext(ctx, `SELECT COUNT(*) FROM api_keys`).Scan(&n)
 	return n, err
 }
 
@@ -485,7 +541,7 @@ func scan(rows *sql.Rows) ([]Sandbox, error) {
 		if err := rows.Scan(&sb.ID, &sb.State, &sb.Template, &sb.Runtime, &sb.CPU, &sb.MemoryMiB, &sb.DiskGiB,
 			&sb.PIDs, &env, &labels, &sb.Error, &sb.Slot, &created, &started, &stopped, &sb.PID, &startTime, &sb.Socket,
 			&sb.TimeoutSec, &expires, &sb.Ephemeral, &sb.AutoDeleteSec, &sb.AutoStopSec, &sb.FromSnapshot,
-			&sb.AutoArchiveSec, &policy, &sb.Ports.Public, &sb.Tenant); err != nil {
+			&sb.AutoArchiveSec, &policy, &sb.Ports.Public, &sb.Tenant, &sb.TemplateVersion); err != nil {
 			return nil, err
 		}
 		if policy != "" {
@@ -555,143 +611,10 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// Template is an imported template's row. Config holds the image settings
-// (env, workdir, user, entrypoint, cmd) as the API shows them.
-type Template struct {
-	Name      string
-	Source    string
-	Digest    string
-	Layers    []string // bottom first
-	Size      int64
-	Config    TemplateConfig
-	CreatedAt time.Time
-}
-
-// TemplateConfig is what a template's image says about its processes.
-type TemplateConfig struct {
-	// Base is "host" for a template built FROM the host template: its
-	// layers stack on the host template's. Empty for images.
-	Base       string   `json:"base,omitempty"`
-	Env        []string `json:"env,omitempty"`
-	Workdir    string   `json:"workdir,omitempty"`
-	User       string   `json:"user,omitempty"`
-	Entrypoint []string `json:"entrypoint,omitempty"`
-	Cmd        []string `json:"cmd,omitempty"`
-	StartCmd   string   `json:"start_cmd,omitempty"`
-	ReadyCmd   string   `json:"ready_cmd,omitempty"`
-	PoolSize   int      `json:"pool_size,omitempty"` // sandboxes kept started ahead of demand
-}
-
-// PutTemplate records a template, replacing one of the same name.
-func (s *Store) PutTemplate(ctx context.Context, t Template) error {
-	layers, _ := json.Marshal(t.Layers)
-	cfg, _ := json.Marshal(t.Config)
-	_, err := s.db.ExecContext(ctx, `INSERT INTO templates (name, source, digest, layers, size, config, created_at)
-		VALUES (?,?,?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET source=excluded.source, digest=excluded.digest,
-		layers=excluded.layers, size=excluded.size, config=excluded.config, created_at=excluded.created_at`,
-		t.Name, t.Source, t.Digest, string(layers), t.Size, string(cfg), t.CreatedAt.UnixNano())
-	return err
-}
-
-// GetTemplate returns one template.
-func (s *Store) GetTemplate(ctx context.Context, name string) (Template, error) {
-	ts, err := s.templates(ctx, `WHERE name = ?`, name)
-	if err != nil {
-		return Template{}, err
-	}
-	if len(ts) == 0 {
-		return Template{}, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
-	}
-	return ts[0], nil
-}
-
-// ListTemplates returns all templates by name.
-func (s *Store) ListTemplates(ctx context.Context) ([]Template, error) {
-	return s.templates(ctx, `ORDER BY name`)
-}
-
-// DeleteTemplate removes a template unless a sandbox uses it; the check and
-// the delete are one transaction, so a create cannot slip in between.
-func (s *Store) DeleteTemplate(ctx context.Context, name string) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	var n int
-	// Pooled sandboxes do not count: the caller discards them.
-	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE template = ? AND state != 'pooled'`, name).Scan(&n); err != nil {
-		return err
-	}
-	if n > 0 {
-		return fmt.Errorf("%w: template %s is used by %d sandboxes; delete them first", errdefs.ErrConflict, name, n)
-	}
-	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM snapshots WHERE template = ?`, name).Scan(&n); err != nil {
-		return err
-	}
-	if n > 0 {
-		return fmt.Errorf("%w: template %s is used by %d snapshots; delete them first", errdefs.ErrConflict, name, n)
-	}
-	res, err := tx.ExecContext(ctx, `DELETE FROM templates WHERE name = ?`, name)
-	if err != nil {
-		return err
-	}
-	if k, _ := res.RowsAffected(); k == 0 {
-		return fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
-	}
-	return tx.Commit()
-}
-
-// TemplateUsers counts the sandboxes made from each template: those of
-// tenant t, or of every tenant if t is empty.
-func (s *Store) TemplateUsers(ctx context.Context, t string) (map[string]int, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT template, COUNT(*) FROM sandboxes WHERE state != 'pooled' AND (? = '' OR tenant = ?)
-		GROUP BY template`, t, t)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var name string
-		var n int
-		if err := rows.Scan(&name, &n); err != nil {
-			return nil, err
-		}
-		out[name] = n
-	}
-	return out, rows.Err()
-}
-
-func (s *Store) templates(ctx context.Context, where string, args ...any) ([]Template, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT name, source, digest, layers, size, config, created_at FROM templates `+where, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Template
-	for rows.Next() {
-		var t Template
-		var layers, cfg string
-		var created int64
-		if err := rows.Scan(&t.Name, &t.Source, &t.Digest, &layers, &t.Size, &cfg, &created); err != nil {
-			return nil, err
-		}
-		if err := json.Unmarshal([]byte(layers), &t.Layers); err != nil {
-			return nil, err
-		}
-		if err := json.Unmarshal([]byte(cfg), &t.Config); err != nil {
-			return nil, err
-		}
-		t.CreatedAt = time.Unix(0, created).UTC()
-		out = append(out, t)
-	}
-	return out, rows.Err()
-}
-
 // Snapshot is a snapshot's row.
 type Snapshot struct {
 	ID, Name, SandboxID, Template string
+	TemplateVersion               string // the version of Template its sandbox was made from
 	State                         string // api.SnapshotReady, ...
 	Tenant                        string // who owns it: its sandbox's tenant
 	CreatedAt                     time.Time
@@ -699,8 +622,9 @@ type Snapshot struct {
 
 // PutSnapshot records a snapshot.
 func (s *Store) PutSnapshot(ctx context.Context, sn Snapshot) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (id, name, sandbox_id, template, created_at, state, tenant) VALUES (?,?,?,?,?,?,?)`,
-		sn.ID, sn.Name, sn.SandboxID, sn.Template, sn.CreatedAt.UnixNano(), sn.State, tenantOf(sn.Tenant))
+	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (id, name, sandbox_id, template, created_at, state, tenant, template_version)
+		VALUES (?,?,?,?,?,?,?,?)`,
+		sn.ID, sn.Name, sn.SandboxID, sn.Template, sn.CreatedAt.UnixNano(), sn.State, tenantOf(sn.Tenant), sn.TemplateVersion)
 	return err
 }
 
@@ -753,7 +677,7 @@ func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
 }
 
 func (s *Store) snapshots(ctx context.Context, where string, args ...any) ([]Snapshot, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, name, sandbox_id, template, created_at, state, tenant FROM snapshots `+where, args...)
+	rows, err := s.rdb.QueryContext(ctx, `SELECT id, name, sandbox_id, template, created_at, state, tenant, template_version FROM snapshots `+where, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -762,7 +686,7 @@ func (s *Store) snapshots(ctx context.Context, where string, args ...any) ([]Sna
 	for rows.Next() {
 		var sn Snapshot
 		var created int64
-		if err := rows.Scan(&sn.ID, &sn.Name, &sn.SandboxID, &sn.Template, &created, &sn.State, &sn.Tenant); err != nil {
+		if err := rows.Scan(&sn.ID, &sn.Name, &sn.SandboxID, &sn.Template, &created, &sn.State, &sn.Tenant, &sn.TemplateVersion); err != nil {
 			return nil, err
 		}
 		sn.CreatedAt = time.Unix(0, created).UTC()
@@ -773,7 +697,7 @@ func (s *Store) snapshots(ctx context.Context, where string, args ...any) ([]Sna
 
 // SnapshotUsers counts the sandboxes created from each snapshot.
 func (s *Store) SnapshotUsers(ctx context.Context) (map[string]int, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT from_snapshot, COUNT(*) FROM sandboxes WHERE from_snapshot != '' GROUP BY from_snapshot`)
+	rows, err := s.rdb.QueryContext(ctx, `SELECT from_snapshot, COUNT(*) FROM sandboxes WHERE from_snapshot != '' GROUP BY from_snapshot`)
 	if err != nil {
 		return nil, err
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -263,37 +265,224 @@ func TestMigrateToTenants(t *testing.T) {
 	}
 }
 
-func TestTemplates(t *testing.T) {
+// TestTemplateVersions: a name moves to each new version; sandboxes and
+// snapshots hold the version they were made from, and a version is
+// collected only once nothing holds it.
+func TestTemplateVersions(t *testing.T) {
 	ctx := context.Background()
 	s := open(t)
-	tmpl := Template{Name: "py", Source: "reg/py:3", Digest: "sha256:ab", Layers: []string{"l1", "l2"}, Size: 42,
+	v1 := Template{Name: "py", Source: "reg/py:3", Digest: "sha256:ab", Layers: []string{"l1", "l2"}, Size: 42,
 		Config: TemplateConfig{Env: []string{"A=1"}, Workdir: "/app", User: "1000"}, CreatedAt: time.Unix(1700000000, 0).UTC()}
-	if err := s.PutTemplate(ctx, tmpl); err != nil {
-		t.Fatal(err)
+	got1, prev, err := s.PutTemplate(ctx, v1)
+	if err != nil || prev != "" || got1.Number != 1 || !ValidVersionID(got1.ID) {
+		t.Fatalf("first version: %+v, previous %q, %v", got1, prev, err)
 	}
-	got, err := s.GetTemplate(ctx, "py")
-	if err != nil {
-		t.Fatal(err)
+	if cur, err := s.GetTemplate(ctx, "py"); err != nil || cmp.Diff(got1, cur) != "" {
+		t.Errorf("get (-want +got):\n%s %v", cmp.Diff(got1, cur), err)
 	}
-	if diff := cmp.Diff(tmpl, got); diff != "" {
-		t.Errorf("get (-want +got):\n%s", diff)
+	// The same content again is the same version.
+	if again, prev, err := s.PutTemplate(ctx, v1); err != nil || again.ID != got1.ID || again.Number != 1 || prev != got1.ID {
+		t.Errorf("same content again: %+v, %q, %v", again, prev, err)
 	}
 	sb := newSandbox("a")
-	sb.Template = "py"
+	sb.Template, sb.TemplateVersion = "py", got1.ID
 	if err := s.Create(ctx, sb); err != nil {
 		t.Fatal(err)
 	}
-	if users, _ := s.TemplateUsers(ctx, ""); users["py"] != 1 {
+	if err := s.PutSnapshot(ctx, Snapshot{ID: "snap", SandboxID: "a", Template: "py", TemplateVersion: got1.ID, State: api.SnapshotReady}); err != nil {
+		t.Fatal(err)
+	}
+	v2 := v1
+	v2.Layers = []string{"l1", "l3"}
+	got2, prev, err := s.PutTemplate(ctx, v2)
+	if err != nil || prev != got1.ID || got2.Number != 2 || got2.ID == got1.ID {
+		t.Fatalf("second version: %+v, previous %q, %v", got2, prev, err)
+	}
+	for ref, want := range map[string]string{"1": got1.ID, "2": got2.ID, got1.ID: got1.ID} {
+		if v, err := s.GetTemplateVersion(ctx, "py", ref); err != nil || v.ID != want {
+			t.Errorf("py@%s: %+v, %v", ref, v, err)
+		}
+	}
+	for ref, kind := range map[string]error{"3": errdefs.ErrNotFound, "0": errdefs.ErrInvalid, "01": errdefs.ErrInvalid,
+		"-1": errdefs.ErrInvalid, "v0000000000000000000": errdefs.ErrNotFound, "x; DROP TABLE": errdefs.ErrInvalid} {
+		if _, err := s.GetTemplateVersion(ctx, "py", ref); !errors.Is(err, kind) {
+			t.Errorf("py@%s: %v, want %v", ref, err, kind)
+		}
+	}
+	if _, err := s.GetTemplateVersion(ctx, "other", got1.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("another name's version by ID: %v", err)
+	}
+	if gone, err := s.CollectTemplates(ctx); err != nil || len(gone) != 0 {
+		t.Errorf("collected versions in use: %+v, %v", gone, err)
+	}
+	users, _ := s.VersionUsers(ctx, "")
+	if users[got1.ID] != (VersionUse{Sandboxes: 1, Snapshots: 1}) {
 		t.Errorf("users %v", users)
 	}
-	if err := s.DeleteTemplate(ctx, "py"); !errors.Is(err, errdefs.ErrConflict) {
-		t.Errorf("delete in use: %v", err)
-	}
 	s.Delete(ctx, "a")
+	if gone, _ := s.CollectTemplates(ctx, got1.ID); len(gone) != 0 {
+		t.Errorf("collected a version a snapshot holds: %+v", gone)
+	}
+	s.DeleteSnapshot(ctx, "snap")
+	if gone, err := s.CollectTemplates(ctx, got2.ID); err != nil || len(gone) != 0 {
+		t.Errorf("collected the current version: %+v, %v", gone, err)
+	}
+	if gone, err := s.CollectTemplates(ctx, got1.ID); err != nil || len(gone) != 1 || gone[0].ID != got1.ID {
+		t.Errorf("collecting the unheld version: %+v, %v", gone, err)
+	}
+	// A sandbox of a collected version cannot be recorded.
+	sb = newSandbox("b")
+	sb.Template, sb.TemplateVersion = "py", got1.ID
+	if err := s.Create(ctx, sb); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("create of a collected version: %v", err)
+	}
+	// A second name; removing a name leaves the version while another holds it.
+	if _, err := s.PointTemplate(ctx, "py-tag", got2.ID); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.DeleteTemplate(ctx, "py"); err != nil {
-		t.Errorf("delete: %v", err)
+		t.Fatal(err)
 	}
 	if err := s.DeleteTemplate(ctx, "py"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("double delete: %v", err)
+	}
+	if gone, _ := s.CollectTemplates(ctx); len(gone) != 0 {
+		t.Errorf("collected a version a tag holds: %+v", gone)
+	}
+	if names, err := s.ListTemplates(ctx); err != nil || len(names) != 1 || names[0].Name != "py-tag" || names[0].Current.ID != got2.ID {
+		t.Errorf("names: %+v, %v", names, err)
+	}
+	s.DeleteTemplate(ctx, "py-tag")
+	if gone, _ := s.CollectTemplates(ctx); len(gone) != 1 {
+		t.Errorf("collected %+v, want the last version", gone)
+	}
+	// Numbers go on from the highest version left.
+	if v, _, err := s.PutTemplate(ctx, v1); err != nil || v.Number != 1 {
+		t.Errorf("a name made again: %+v, %v", v, err)
+	}
+}
+
+// A database of templates without versions: each becomes version 1 of its
+// name, held by its sandboxes and snapshots.
+func TestMigrateTemplates(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "atoll.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{schema, `CREATE TABLE templates (name TEXT PRIMARY KEY, source TEXT NOT NULL,
+			digest TEXT NOT NULL, layers TEXT NOT NULL, size INTEGER NOT NULL, config TEXT NOT NULL, created_at INTEGER NOT NULL)`,
+		`INSERT INTO templates VALUES ('py', 'reg/py', 'sha256:ab', '["l1"]', 7, '{"workdir":"/app"}', 1)`,
+		`INSERT INTO sandboxes (id, state, template, runtime, cpu, memory_mib, disk_gib, pids, env, labels, slot, created_at)
+			VALUES ('old', 'stopped', 'py', 'ns', 1, 512, 1, 100, '{}', '{}', 0, 1)`,
+		`INSERT INTO sandboxes (id, state, template, runtime, cpu, memory_mib, disk_gib, pids, env, labels, slot, created_at)
+			VALUES ('hosty', 'stopped', 'host', 'ns', 1, 512, 1, 100, '{}', '{}', 1, 1)`,
+		`INSERT INTO snapshots (id, name, sandbox_id, template, created_at) VALUES ('snap', '', 'old', 'py', 1)`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(q, err)
+		}
+	}
+	db.Close()
+	for range 2 { // and again, migrated already
+		s, err := Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := s.GetTemplate(ctx, "py")
+		if err != nil || v.Number != 1 || v.Config.Workdir != "/app" || v.ID != VersionID("py", []string{"l1"}, TemplateConfig{Workdir: "/app"}) {
+			t.Errorf("migrated template: %+v, %v", v, err)
+		}
+		if sb, _ := s.Get(ctx, "old"); sb.TemplateVersion != v.ID {
+			t.Errorf("migrated sandbox holds %q", sb.TemplateVersion)
+		}
+		if sb, _ := s.Get(ctx, "hosty"); sb.TemplateVersion != "" {
+			t.Errorf("host sandbox holds %q", sb.TemplateVersion)
+		}
+		if sn, _ := s.GetSnapshot(ctx, "snap"); sn.TemplateVersion != v.ID {
+			t.Errorf("migrated snapshot holds %q", sn.TemplateVersion)
+		}
+		s.Close()
+	}
+}
+
+// TestGroupCommit writes from many goroutines at once: the writes share
+// commits, yet each one succeeds or fails on its own (a refused update or
+// delete undoes nothing of its neighbours'), concurrent creates get distinct
+// slots, and everything acknowledged is there after a reopen.
+func TestGroupCommit(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "atoll.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 48
+	for i := range n {
+		if err := s.Create(ctx, newSandbox(fmt.Sprintf("old%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := s.commits.Load()
+	var wg sync.WaitGroup
+	errs := make([]error, 3*n)
+	created := make([]*Sandbox, n)
+	for i := range n {
+		wg.Add(3)
+		go func() {
+			defer wg.Done()
+			created[i] = newSandbox(fmt.Sprintf("new%d", i))
+			errs[i] = s.Create(ctx, created[i])
+		}()
+		go func() {
+			// Refused: the sandbox is creating, not running.
+			defer wg.Done()
+			sb := newSandbox(fmt.Sprintf("old%d", i))
+			sb.State = api.StateStopped
+			errs[n+i] = s.Update(ctx, sb, api.StateRunning)
+		}()
+		go func() {
+			defer wg.Done()
+			errs[2*n+i] = s.Delete(ctx, fmt.Sprintf("missing%d", i))
+		}()
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Errorf("create %d: %v", i, errs[i])
+		}
+		if !errors.Is(errs[n+i], errdefs.ErrConflict) {
+			t.Errorf("update of a sandbox in the wrong state: %v", errs[n+i])
+		}
+		if !errors.Is(errs[2*n+i], errdefs.ErrNotFound) {
+			t.Errorf("delete of a missing sandbox: %v", errs[2*n+i])
+		}
+	}
+	if c := s.commits.Load() - before; c >= 3*n {
+		t.Errorf("%d writes at once took %d commits: none shared one", 3*n, c)
+	}
+	s.Close()
+	s, err = Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	slots := map[int]string{}
+	sbs, err := s.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range sbs {
+		if other, ok := slots[sb.Slot]; ok {
+			t.Errorf("%s and %s share slot %d", sb.ID, other, sb.Slot)
+		}
+		slots[sb.Slot] = sb.ID
+		if sb.State != api.StateCreating {
+			t.Errorf("%s is %s after the refused updates, want creating", sb.ID, sb.State)
+		}
+	}
+	if len(sbs) != 2*n {
+		t.Errorf("%d sandboxes after reopening, want %d", len(sbs), 2*n)
 	}
 }

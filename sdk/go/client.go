@@ -17,11 +17,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/atoll-dev/atoll/api"
 )
@@ -32,6 +35,9 @@ type Client struct {
 	key       string
 	hc        *http.Client
 	userAgent string
+	// busyRetries is how many times a create the server refused as busy
+	// is sent again, after the wait its Retry-After asks for.
+	busyRetries int
 }
 
 // Option configures a Client.
@@ -44,10 +50,22 @@ func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc
 // WithUserAgent sets the User-Agent header of every request.
 func WithUserAgent(ua string) Option { return func(c *Client) { c.userAgent = ua } }
 
+// WithBusyRetries sets how many times the Client sends a create again that
+// the server refused for being busy (503 or 429 with Retry-After), waiting as
+// long as the server asks each time (default 30; 0 returns the first refusal
+// as an *Error with RetryAfter set). Such a create did nothing on the
+// server, so sending it again cannot make two sandboxes.
+func WithBusyRetries(n int) Option { return func(c *Client) { c.busyRetries = n } }
+
+// defaultBusyRetries at the server's Retry-After of 1 s ride out about half a
+// minute of overload.
+const defaultBusyRetries = 30
+
 // New returns a Client of the server at baseURL (e.g. "http://localhost:7070")
 // authenticating with apiKey.
 func New(baseURL, apiKey string, opts ...Option) *Client {
-	c := &Client{base: strings.TrimRight(baseURL, "/"), key: apiKey, hc: http.DefaultClient, userAgent: "atoll-go"}
+	c := &Client{base: strings.TrimRight(baseURL, "/"), key: apiKey, hc: http.DefaultClient, userAgent: "atoll-go",
+		busyRetries: defaultBusyRetries}
 	for _, o := range opts {
 		o(c)
 	}
@@ -62,6 +80,9 @@ type request struct {
 	body   io.Reader
 	ctype  string
 	json   any // marshalled as the body when set
+	// busyRetry: a busy answer (Retry-After) means the server did nothing,
+	// so the request is sent again after the wait (see WithBusyRetries).
+	busyRetry bool
 }
 
 func (c *Client) newRequest(ctx context.Context, r request) (*http.Request, error) {
@@ -101,6 +122,23 @@ func (c *Client) authorize(h http.Header) {
 // send sends r and returns the response if its status is 2xx; otherwise the
 // error the body describes.
 func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
+	for try := 0; ; try++ {
+		resp, err := c.sendOnce(ctx, r)
+		var e *Error
+		if !r.busyRetry || try >= c.busyRetries || !errors.As(err, &e) || e.RetryAfter <= 0 {
+			return resp, err
+		}
+		// A little jitter spreads the clients that were refused together.
+		wait := e.RetryAfter + time.Duration(rand.Int64N(int64(e.RetryAfter/4)+1))
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (c *Client) sendOnce(ctx context.Context, r request) (*http.Response, error) {
 	req, err := c.newRequest(ctx, r)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/atoll-dev/atoll/api"
 )
@@ -15,6 +17,10 @@ type Error struct {
 	StatusCode int    // HTTP status
 	Code       string // invalid, not_found, conflict, unavailable, unauthorized, forbidden, quota_exceeded, too_large, internal
 	Message    string
+	// RetryAfter is the server's Retry-After, if it sent one: it was busy
+	// (503) or the caller over a rate (429), and the same request may
+	// succeed after that long.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -95,6 +101,9 @@ func errorOfCode(code, message string) *Error {
 
 func errorFrom(resp *http.Response) error {
 	e := &Error{StatusCode: resp.StatusCode}
+	if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+		e.RetryAfter = time.Duration(secs) * time.Second
+	}
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var body api.Error
 	if json.Unmarshal(b, &body) == nil && body.Code != "" {

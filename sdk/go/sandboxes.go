@@ -11,7 +11,7 @@ import (
 // CreateSandbox creates and starts a sandbox.
 func (c *Client) CreateSandbox(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
 	var sb api.Sandbox
-	err := c.do(ctx, request{method: "POST", path: "/v1/sandboxes", json: req}, &sb)
+	err := c.do(ctx, request{method: "POST", path: "/v1/sandboxes", json: req, busyRetry: true}, &sb)
 	return sb, err
 }
 

@@ -140,9 +140,12 @@ func (c *Client) GetTemplate(ctx context.Context, name string) (api.Template, er
 	return t, err
 }
 
-// DeleteTemplate deletes template name; ErrConflict while sandboxes use it.
-func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
-	return c.do(ctx, request{method: "DELETE", path: templatePath(name)}, nil)
+// DeleteTemplate removes the template name name. Its versions stay while
+// sandboxes, snapshots or other names hold them; the answer lists those.
+func (c *Client) DeleteTemplate(ctx context.Context, name string) (api.TemplateRemoved, error) {
+	var out api.TemplateRemoved
+	err := c.do(ctx, request{method: "DELETE", path: templatePath(name)}, &out)
+	return out, err
 }
 
 // BootstrapTemplate makes a base template with debootstrap on the server;
@@ -156,7 +159,8 @@ func (c *Client) BootstrapTemplate(ctx context.Context, req api.BootstrapTemplat
 	return readBuild(resp.Body, events)
 }
 
-// TagTemplate gives template name the second name tag, sharing its layers.
+// TagTemplate points the name tag at the current version of template name
+// (or at NAME@VERSION).
 func (c *Client) TagTemplate(ctx context.Context, name, tag string) (api.Template, error) {
 	var t api.Template
 	err := c.do(ctx, request{method: "POST", path: templatePath(name) + "/tag", json: api.TagTemplateRequest{Tag: tag}}, &t)

@@ -146,17 +146,17 @@ func (s *templates) Get(ctx context.Context, name string) (api.Template, error) 
 	return t, nil
 }
 
-func (s *templates) Delete(ctx context.Context, name string) error {
+func (s *templates) Delete(ctx context.Context, name string) (api.TemplateRemoved, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.m[name]; !ok {
-		return fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
+		return api.TemplateRemoved{}, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
 	}
 	if s.inUse[name] {
-		return fmt.Errorf("template %s is in use: %w", name, errdefs.ErrConflict)
+		return api.TemplateRemoved{}, fmt.Errorf("template %s is in use: %w", name, errdefs.ErrConflict)
 	}
 	delete(s.m, name)
-	return nil
+	return api.TemplateRemoved{Name: name, Held: []api.TemplateVersion{{ID: "v0123456789abcdef012", Number: 1, Layers: []string{}, Sandboxes: 1}}}, nil
 }
 
 func TestTemplates(t *testing.T) {
@@ -196,13 +196,13 @@ func TestTemplates(t *testing.T) {
 	if err != nil || len(l) != 3 {
 		t.Fatalf("ListTemplates = %+v, %v", l, err)
 	}
-	if err := c.DeleteTemplate(ctx, "alpine"); err != nil {
-		t.Fatal(err)
+	if rm, err := c.DeleteTemplate(ctx, "alpine"); err != nil || rm.Name != "alpine" || len(rm.Held) != 1 || rm.Held[0].Sandboxes != 1 {
+		t.Fatalf("DeleteTemplate = %+v, %v", rm, err)
 	}
 	if _, err := c.GetTemplate(ctx, "alpine"); !errors.Is(err, atoll.ErrNotFound) {
 		t.Errorf("GetTemplate of deleted: %v, want ErrNotFound", err)
 	}
-	if err := c.DeleteTemplate(ctx, "host"); !errors.Is(err, atoll.ErrConflict) {
+	if _, err := c.DeleteTemplate(ctx, "host"); !errors.Is(err, atoll.ErrConflict) {
 		t.Errorf("DeleteTemplate of a template in use: %v, want ErrConflict", err)
 	}
 	if _, err := c.GetTemplate(ctx, "../sandboxes"); !errors.Is(err, atoll.ErrInvalid) {

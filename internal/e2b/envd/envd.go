@@ -138,23 +138,56 @@ func Signature(path, operation, user, token string, expiration int64) string {
 	return "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
 }
 
+// SignatureShaped reports whether sig looks like a Signature: v1_ and 43
+// characters of unpadded base64.
+func SignatureShaped(sig string) bool {
+	b, ok := strings.CutPrefix(sig, "v1_")
+	if !ok || len(b) != base64.RawStdEncoding.EncodedLen(sha256.Size) {
+		return false
+	}
+	_, err := base64.RawStdEncoding.DecodeString(b)
+	return err == nil
+}
+
+// fileOperations are the operations signed file URLs are for, by method.
+var fileOperations = map[string]string{http.MethodGet: "read", http.MethodPost: "write"}
+
+// SignedBy reports whether r is a file URL (GET or POST /files) signed
+// with token; its expiration is checked later, by the handler.
+func SignedBy(r *http.Request, token string) bool {
+	op, ok := fileOperations[r.Method]
+	if !ok || r.URL.Path != "/files" {
+		return false
+	}
+	_, err := verifySignature(r, op, token)
+	return err == nil
+}
+
+// verifySignature checks r's signature for operation under token and
+// returns the expiration it carries (0 for none).
+func verifySignature(r *http.Request, operation, token string) (expiration int64, err error) {
+	q := r.URL.Query()
+	if v := q.Get("signature_expiration"); v != "" {
+		if _, err := fmt.Sscan(v, &expiration); err != nil || expiration <= 0 {
+			return 0, errors.New("invalid signature expiration")
+		}
+	}
+	want := Signature(q.Get("path"), operation, q.Get("username"), token, expiration)
+	if subtle.ConstantTimeCompare([]byte(q.Get("signature")), []byte(want)) != 1 {
+		return 0, errors.New("invalid signature")
+	}
+	return expiration, nil
+}
+
 // checkSignature verifies a file URL's signature unless the request carries
 // the access token, which Serve has checked already.
 func checkSignature(r *http.Request, sb Sandbox, operation string) error {
 	if sb.AccessToken == "" || r.Header.Get("X-Access-Token") != "" {
 		return nil
 	}
-	q := r.URL.Query()
-	sig := q.Get("signature")
-	var exp int64
-	if v := q.Get("signature_expiration"); v != "" {
-		if _, err := fmt.Sscan(v, &exp); err != nil || exp <= 0 {
-			return errors.New("invalid signature expiration")
-		}
-	}
-	want := Signature(q.Get("path"), operation, q.Get("username"), sb.AccessToken, exp)
-	if subtle.ConstantTimeCompare([]byte(sig), []byte(want)) != 1 {
-		return errors.New("invalid signature")
+	exp, err := verifySignature(r, operation, sb.AccessToken)
+	if err != nil {
+		return err
 	}
 	if exp != 0 && exp < time.Now().Unix() {
 		return errors.New("signature is already expired")

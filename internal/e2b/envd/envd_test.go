@@ -1,6 +1,9 @@
 package envd
 
 import (
+	"net/http/httptest"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,5 +106,33 @@ func TestResolve(t *testing.T) {
 	c.user = "ghost"
 	if _, err := c.resolve(t.Context(), "x"); err == nil {
 		t.Error("relative path of an unknown user resolved")
+	}
+}
+
+// SignedBy tells which token signed a file URL, as the E2B API needs for
+// URLs that name no sandbox (E2B_SANDBOX_URL); only well-shaped signatures
+// are worth the search.
+func TestSignedBy(t *testing.T) {
+	good := Signature("/a", "read", "", "tok", 0)
+	for _, c := range []struct {
+		method, target, token string
+		want                  bool
+	}{
+		{"GET", "/files?path=/a&signature=" + url.QueryEscape(good), "tok", true},
+		{"GET", "/files?path=/a&signature=" + url.QueryEscape(good), "other", false},
+		{"GET", "/files?path=/b&signature=" + url.QueryEscape(good), "tok", false},
+		{"POST", "/files?path=/a&signature=" + url.QueryEscape(good), "tok", false}, // a read signature
+		{"GET", "/other?path=/a&signature=" + url.QueryEscape(good), "tok", false},
+		{"DELETE", "/files?path=/a&signature=" + url.QueryEscape(good), "tok", false},
+	} {
+		r := httptest.NewRequest(c.method, c.target, nil)
+		if got := SignedBy(r, c.token); got != c.want {
+			t.Errorf("%s %s by %s: %v, want %v", c.method, c.target, c.token, got, c.want)
+		}
+	}
+	for sig, want := range map[string]bool{good: true, "": false, "v1_": false, "v2_" + good[3:]: false, good + "A": false, "v1_" + strings.Repeat("!", 43): false} {
+		if got := SignatureShaped(sig); got != want {
+			t.Errorf("SignatureShaped(%q) = %v", sig, got)
+		}
 	}
 }

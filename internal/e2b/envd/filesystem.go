@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"sort"
 	"strings"
 	"time"
 
@@ -112,32 +113,40 @@ func (f *filesystemService) ListDir(ctx context.Context, req *connect.Request[fi
 	if dir.Type != api.FileTypeDir {
 		return nil, invalid("path is not a directory: %s", p)
 	}
-	// Walk breadth first; like envd, links are listed, not followed.
 	entries := []*filesystem.EntryInfo{}
-	level := []string{dir.Path}
-	for d := 1; d <= depth && len(level) > 0; d++ {
-		var next []string
-		for _, l := range level {
-			fis, err := c.sb.Agent.List(ctx, l)
-			if err != nil {
-				if l != dir.Path && isNotFound(err) {
-					continue // removed while we walked
-				}
-				return nil, fsError(l, err)
-			}
-			for _, fi := range fis {
-				if len(entries) >= maxListEntries {
-					return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("more than %d entries; list with a smaller depth", maxListEntries))
-				}
-				entries = append(entries, c.entry(ctx, fi, false))
-				if fi.Type == api.FileTypeDir {
-					next = append(next, fi.Path)
-				}
-			}
-		}
-		level = next
+	if err := c.walk(ctx, dir.Path, depth, true, &entries); err != nil {
+		return nil, err
 	}
 	return connect.NewResponse(&filesystem.ListDirResponse{Entries: entries}), nil
+}
+
+// walk lists dir and, down to depth levels, its subdirectories as envd
+// does (filepath.WalkDir): depth first, each directory's entries in
+// lexical order, a directory right before what it holds; links are
+// listed, not followed. A directory below the top one that is removed
+// while we walk is skipped.
+func (c *call) walk(ctx context.Context, dir string, depth int, top bool, entries *[]*filesystem.EntryInfo) error {
+	fis, err := c.sb.Agent.List(ctx, dir)
+	if isNotFound(err) && !top {
+		return nil
+	}
+	if err != nil {
+		return fsError(dir, err)
+	}
+	sort.Slice(fis, func(i, j int) bool { return fis[i].Name < fis[j].Name })
+	for _, fi := range fis {
+		if len(*entries) >= maxListEntries {
+			return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("more than %d entries; list with a smaller depth", maxListEntries))
+		}
+		*entries = append(*entries, c.entry(ctx, fi, false))
+		if fi.Type != api.FileTypeDir || depth <= 1 {
+			continue
+		}
+		if err := c.walk(ctx, fi.Path, depth-1, false, entries); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (f *filesystemService) Remove(ctx context.Context, req *connect.Request[filesystem.RemoveRequest]) (*connect.Response[filesystem.RemoveResponse], error) {
@@ -230,7 +239,7 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 			if !ok {
 				// The watched directory went, or the sandbox did.
 				if err := <-stopped; ctx.Err() == nil && !errors.Is(err, io.EOF) {
-					return connect.NewError(connect.CodeUnavailable, errors.New("the watch ended: the sandbox stopped"))
+					sandboxGone()
 				}
 				return nil
 			}

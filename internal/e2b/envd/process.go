@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"sort"
 	"strconv"
 	"syscall"
@@ -132,7 +133,7 @@ func (s *Server) relay(ctx context.Context, es *agent.EventStream, pty bool, kee
 				return rpcError(ctx.Err())
 			}
 			if errors.Is(n.err, io.ErrUnexpectedEOF) {
-				return connect.NewError(connect.CodeUnavailable, errors.New("the sandbox stopped while the process ran"))
+				sandboxGone()
 			}
 			return rpcError(n.err)
 		}
@@ -150,6 +151,16 @@ func (s *Server) relay(ctx context.Context, es *agent.EventStream, pty bool, kee
 			return nil
 		}
 	}
+}
+
+// sandboxGone ends a stream whose sandbox stopped under it the way it
+// ends on E2B, where envd goes down with its sandbox: the connection
+// drops, with no end of stream. SDKs tell that from a network failure by
+// asking envd's health, which then answers 502, and report "the sandbox
+// was killed or reached its end of life"; an RPC error would be reported
+// as a plain timeout instead.
+func sandboxGone() {
+	panic(http.ErrAbortHandler) // net/http drops the connection (HTTP/1) or resets the stream (HTTP/2)
 }
 
 // processEvent converts one agent event; last marks the end event.

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -86,8 +87,10 @@ func New(path string, r *specs.LinuxResources) (*Cgroup, error) {
 }
 
 // v1Hierarchy is the v1 controllers atoll uses; others (net_cls, perf_event,
-// named hierarchies) are left alone.
-func v1Hierarchy() ([]cgroup1.Subsystem, error) {
+// named hierarchies) are left alone. Where they are mounted is read once:
+// finding out parses /proc/self/mountinfo, and every create, delete and
+// limit change of a sandbox asks.
+var v1Hierarchy = sync.OnceValues(func() ([]cgroup1.Subsystem, error) {
 	all, err := cgroup1.Default()
 	if err != nil {
 		return nil, err
@@ -105,7 +108,7 @@ func v1Hierarchy() ([]cgroup1.Subsystem, error) {
 		}
 	}
 	return out, nil
-}
+})
 
 // Load opens the cgroup at path.
 func Load(path string) (*Cgroup, error) {
@@ -158,12 +161,49 @@ func (c *Cgroup) Start(cmd *exec.Cmd, netns string) error {
 			return cmd.Start()
 		}
 	}
+	return c.start(cmd, netns, c.v1 != nil)
+}
+
+// StartMoved is Start for a process that may be moved after its birth: on
+// v1 it is born in the node's cgroup and moved into this one at once, which
+// costs one cgroup migration per controller instead of two (the forking
+// thread's way in and back out). Each migration takes a lock that every
+// fork and exit on the host also takes, so in a burst of creates they are
+// a large part of a start. The process must not fork before the move (a
+// child would stay behind; its own threads move with it) and, born outside,
+// it must create its cgroup namespace itself once moved: StartMoved drops
+// CLONE_NEWCGROUP from cmd's clone flags and returns inside false then. On
+// v2 it is Start: born inside (CLONE_INTO_CGROUP), inside true.
+func (c *Cgroup) StartMoved(cmd *exec.Cmd, netns string) (inside bool, err error) {
+	if c.v2 != nil {
+		return true, c.Start(cmd, netns)
+	}
+	if cmd.SysProcAttr != nil {
+		cmd.SysProcAttr.Cloneflags &^= syscall.CLONE_NEWCGROUP
+	}
+	if err := c.start(cmd, netns, false); err != nil {
+		return false, err
+	}
+	if err := c.v1.Add(cgroup1.Process{Pid: cmd.Process.Pid}); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return false, fmt.Errorf("moving the process into its cgroup: %w", err)
+	}
+	return false, nil
+}
+
+// start starts cmd from a thread in network namespace netns (if set) and,
+// if join, in the v1 cgroup (see Start).
+func (c *Cgroup) start(cmd *exec.Cmd, netns string, join bool) error {
+	if !join && netns == "" {
+		return cmd.Start()
+	}
 	errc := make(chan error, 1)
 	go func() {
 		goruntime.LockOSThread()
 		tid := unix.Gettid()
 		var home cgroup1.Cgroup
-		if c.v1 != nil {
+		if join {
 			var err error
 			home, err = cgroup1.Load(threadPath(tid), cgroup1.WithHierarchy(v1Hierarchy))
 			if err != nil {
@@ -181,7 +221,7 @@ func (c *Cgroup) Start(cmd *exec.Cmd, netns string) error {
 				return
 			}
 		}
-		if c.v1 != nil {
+		if join {
 			if err := c.v1.AddTask(cgroup1.Process{Pid: tid}); err != nil {
 				// Perhaps in some of the controllers: the thread ends.
 				errc <- fmt.Errorf("joining cgroup: %w", err)

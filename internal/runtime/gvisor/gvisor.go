@@ -68,7 +68,7 @@ type Config struct {
 }
 
 // ErrNoRunsc is New's error when runsc is not installed.
-var ErrNoRunsc = errors.New("runsc is not installed")
+var ErrNoRunsc = errors.New("runsc (gVisor) is not installed")
 
 // Runtime is the gvisor backend.
 type Runtime struct {
@@ -117,7 +117,7 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	path, err := exec.LookPath(bin)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNoRunsc, err)
+		return nil, ErrNoRunsc
 	}
 
 	r := &Runtime{runRoot: cfg.RunRoot, runsc: path, log: cfg.Logger}
@@ -236,6 +236,9 @@ func (r *Runtime) PrepareLayers(ctx context.Context, layers []string) error {
 	_, err := r.lowers.Mount(ctx, layers)
 	return err
 }
+
+// PruneLayers implements runtime.LayerPruner.
+func (r *Runtime) PruneLayers() { r.lowers.Prune() }
 
 // Capabilities implements runtime.Capabler. runsc pauses in memory and
 // checkpoints to disk, and a checkpoint restores under other IDs over

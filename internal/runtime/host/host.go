@@ -10,9 +10,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -124,17 +126,21 @@ func ReadPID(path string) (int, error) {
 
 // Tail returns the last few KiB of the file at path, "" if it cannot be read.
 func Tail(path string) string {
+	b, _ := TailBytes(path, 4096)
+	return string(b)
+}
+
+// TailBytes returns up to the last n bytes of the file at path.
+func TailBytes(path string, n int64) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return ""
+		return nil, err
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.Size() > 4096 {
-		f.Seek(-4096, 0)
+	if fi, err := f.Stat(); err == nil && fi.Size() > n {
+		f.Seek(-n, io.SeekEnd)
 	}
-	b := make([]byte, 4096)
-	n, _ := f.Read(b)
-	return string(b[:n])
+	return io.ReadAll(io.LimitReader(f, n))
 }
 
 // LastLine is the last non-empty line of out, for error messages.
@@ -189,6 +195,43 @@ func PrivateMount(dir string) error {
 		return fmt.Errorf("making %s private: %w", abs, err)
 	}
 	return nil
+}
+
+// InMountNamespace runs fn on an OS thread of its own in a new mount
+// namespace, a slave of the caller's: the mounts fn makes are seen by fn and
+// by the commands it starts, never by the host, and they go with the
+// namespace when fn returns (its thread ends) or the process dies, whatever
+// fn was doing. For mounts that live only while a command reads them.
+func InMountNamespace(fn func() error) error {
+	errc := make(chan error, 1)
+	go inMountNamespace(fn, errc)
+	return <-errc
+}
+
+func inMountNamespace(fn func() error, errc chan<- error) {
+	// Never unlocked: the Go runtime ends the thread, and its namespace
+	// with it, when this goroutine returns.
+	goruntime.LockOSThread()
+	if unix.Gettid() == unix.Getpid() {
+		// But it never ends the main thread (it parks it instead), and
+		// the main thread's namespace is the one /proc/self shows: go
+		// on from another thread, holding this one meanwhile so the new
+		// goroutine cannot land on it.
+		done := make(chan struct{})
+		go func() { inMountNamespace(fn, errc); close(done) }()
+		<-done
+		goruntime.UnlockOSThread()
+		return
+	}
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		errc <- fmt.Errorf("new mount namespace: %w", err)
+		return
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+		errc <- fmt.Errorf("new mount namespace: %w", err)
+		return
+	}
+	errc <- fn()
 }
 
 // MountErofs mounts the erofs image at dir, read-only, nodev and nosuid:

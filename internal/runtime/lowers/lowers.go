@@ -109,6 +109,10 @@ func (im *Images) prune() {
 	}
 }
 
+// Prune removes the images of layers that are gone, as New does: a node
+// calls it after it deletes layers.
+func (im *Images) Prune() { im.prune() }
+
 // removeImage unmounts (lazily) and removes the image at base, with the
 // file that names its source.
 func removeImage(base, source string) {

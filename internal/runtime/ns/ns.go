@@ -107,6 +107,9 @@ func (r *Runtime) PrepareLayers(ctx context.Context, layers []string) error {
 	return err
 }
 
+// PruneLayers implements runtime.LayerPruner.
+func (r *Runtime) PruneLayers() { r.lowers.Prune() }
+
 // Capabilities implements runtime.Capabler: the cgroup freezer pauses, the
 // memory cgroup's OOM killer picks single processes, and the sandbox runs on
 // the host kernel.
@@ -129,6 +132,9 @@ type prepared struct {
 	ctl    *os.File
 	limits runtime.Limits
 	netns  string // the network namespace it was started in; "" for its own
+	// newCgroupNS: it was born outside its cgroup and moved in (v1), so
+	// it creates its cgroup namespace itself (nsinit.Config.NewCgroupNS).
+	newCgroupNS bool
 }
 
 // netnsOf is the path of spec's network namespace, "" for one of its own.
@@ -287,10 +293,11 @@ func (r *Runtime) prepare(spec runtime.Spec) (_ *prepared, err error) {
 		// clears this once configured.
 		Pdeathsig: syscall.SIGKILL,
 	}
-	if err := p.cg.Start(cmd, p.netns); err != nil {
+	inside, err := p.cg.StartMoved(cmd, p.netns)
+	if err != nil {
 		return nil, fmt.Errorf("starting sandbox init: %w", err)
 	}
-	p.cmd = cmd
+	p.cmd, p.newCgroupNS = cmd, !inside
 	// Reap our child when it ends; after a node restart the host's init does.
 	go func() { _ = cmd.Wait() }()
 	return p, nil
@@ -344,6 +351,7 @@ func (r *Runtime) finish(ctx context.Context, spec runtime.Spec, p *prepared, st
 	if err != nil {
 		return inst, fmt.Errorf("%w: %v", errNotConfigured, err)
 	}
+	cfg.NewCgroupNS = p.newCgroupNS
 	if err := json.NewEncoder(p.ctl).Encode(cfg); err != nil {
 		return inst, fmt.Errorf("%w: %v", errNotConfigured, err)
 	}

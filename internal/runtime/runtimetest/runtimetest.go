@@ -431,6 +431,9 @@ func testIsolation(t *testing.T, rt runtime.Runtime, env Env, caps runtime.Caps)
 		{"only loopback", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort", "lo\n", false}, // eth0 too with a network (below)
 		{"loopback up", "python3 -c 'import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 0)); s.listen(1); c = socket.create_connection(s.getsockname()); print(\"connected\")'", "connected\n", false},
 		{"dev nodes", "lsA /dev | tr '\\n' ' '", "", false}, // checked below
+		// Rooted at the sandbox's own cgroup in every hierarchy, also
+		// where the process was moved in after its birth (cgroup v1).
+		{"cgroup namespace", "cut -d: -f3 /proc/self/cgroup | sort -u", "/\n", true},
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {

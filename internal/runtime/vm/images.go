@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,12 +25,63 @@ import (
 	"github.com/atoll-dev/atoll/internal/runtime/vm/vminit"
 )
 
-// guestModules are what the guest loads, dependencies first; Debian builds
-// them all as modules. crc32c backs ext4's and jbd2's checksums.
+// guestModules are the modules the guest needs; what each depends on is
+// read from the kernel's own modules.dep (moduleOrder), so that a kernel
+// package that splits or regroups them still loads in order. crc32c_generic
+// is named because ext4 and jbd2 find it through the crypto API, which
+// modules.dep does not record. A module the kernel has built in is not in
+// modules.dep and needs no loading.
 var guestModules = []string{
-	"virtio", "virtio_ring", "virtio_mmio", "virtio_blk", "virtio_console",
-	"crc32c_generic", "libcrc32c", "crc16", "mbcache", "jbd2", "ext4", "erofs", "overlay",
-	"failover", "net_failover", "virtio_net",
+	"virtio_mmio", "virtio_blk", "virtio_console", "virtio_net",
+	"crc32c_generic", "ext4", "erofs", "overlay",
+}
+
+// moduleOrder returns the modules.dep paths of want and of everything they
+// depend on, each after its dependencies. Names match with - and _ alike
+// and whatever the file's compression suffix, as modprobe matches them.
+func moduleOrder(dep []byte, want []string) []string {
+	deps := map[string][]string{} // module name → its modules.dep line's paths
+	path := map[string]string{}
+	for _, l := range strings.Split(string(dep), "\n") {
+		p, rest, ok := strings.Cut(l, ":")
+		if !ok {
+			continue
+		}
+		n := moduleName(p)
+		path[n] = p
+		deps[n] = strings.Fields(rest)
+	}
+	var order []string
+	seen := map[string]bool{}
+	var visit func(n string)
+	visit = func(n string) {
+		if seen[n] {
+			return
+		}
+		seen[n] = true
+		p, ok := path[n]
+		if !ok {
+			return // built in, or absent: the guest says which when it fails
+		}
+		for _, d := range deps[n] {
+			visit(moduleName(d))
+		}
+		order = append(order, p)
+	}
+	for _, n := range want {
+		visit(moduleName(n))
+	}
+	return order
+}
+
+// moduleName is a module's name as the kernel knows it: the file's base
+// name without .ko and a compression suffix, - read as _.
+func moduleName(p string) string {
+	n := filepath.Base(p)
+	if i := strings.Index(n, ".ko"); i >= 0 {
+		n = n[:i]
+	}
+	return strings.ReplaceAll(n, "-", "_")
 }
 
 // findKernel returns the newest /boot/vmlinuz-* and its modules directory.
@@ -118,24 +170,22 @@ func (r *Runtime) vmlinux(kernel string) (string, error) {
 	return out, os.Rename(tmp, out)
 }
 
+// initrdFormat names how baseInitrd lays out its image, in its cached file's
+// name: a change to the modules or their order must not reuse an old image.
+const initrdFormat = "initrd 2"
+
 // baseInitrd returns the initramfs shared by every sandbox: the agent binary
 // and the guest's modules. Each sandbox's config follows it as a second cpio
 // archive (the kernel unpacks concatenated archives in turn).
 func (r *Runtime) baseInitrd(agentPath string) (string, error) {
-	out := filepath.Join(r.cacheDir(), "initrd-"+fingerprint(agentPath, r.modules)+".cpio")
+	dep := filepath.Join(r.modules, "modules.dep")
+	out := filepath.Join(r.cacheDir(), "initrd-"+fingerprint(initrdFormat, strings.Join(guestModules, " "), agentPath, dep)+".cpio")
 	if _, err := os.Stat(out); err == nil {
 		return out, nil
 	}
-	dep, err := os.ReadFile(filepath.Join(r.modules, "modules.dep"))
+	deps, err := os.ReadFile(dep)
 	if err != nil {
 		return "", err
-	}
-	paths := map[string]string{}
-	for _, l := range strings.Split(string(dep), "\n") {
-		p, _, ok := strings.Cut(l, ":")
-		if ok {
-			paths[strings.TrimSuffix(filepath.Base(p), ".ko")] = p
-		}
 	}
 	var buf bytes.Buffer
 	w := newCpio(&buf)
@@ -148,12 +198,7 @@ func (r *Runtime) baseInitrd(agentPath string) (string, error) {
 	}
 	w.file(strings.TrimPrefix(vminit.AgentPath, "/"), 0o755, agent)
 	var order []string
-	for _, m := range guestModules {
-		p, ok := paths[m]
-		if !ok {
-			// Built in (or absent: the guest says which when it fails).
-			continue
-		}
+	for _, p := range moduleOrder(deps, guestModules) {
 		b, err := os.ReadFile(filepath.Join(r.modules, p))
 		if err != nil {
 			return "", err
@@ -282,31 +327,43 @@ func (r *Runtime) mergedImage(ctx context.Context, dirs []string) (string, error
 			return err
 		}
 		defer os.RemoveAll(work)
-		defer func() {
-			for _, m := range host.MountsUnder(work) { // deepest first
-				_ = unix.Unmount(m, unix.MNT_DETACH)
+		// The images' mounts and the overlay over them live in a mount
+		// namespace of their own, which takes them when the build ends,
+		// however it ends: a cancelled build or a killed node left them
+		// on the host before.
+		return host.InMountNamespace(func() error {
+			// Unmounted here all the same, top first, so that the
+			// images' loop devices (before Linux 6.12) are gone when
+			// this returns.
+			var mounted []string
+			defer func() {
+				for _, m := range slices.Backward(mounted) {
+					_ = unix.Unmount(m, 0)
+				}
+			}()
+			lower := make([]string, len(images))
+			for i, img := range images {
+				lower[i] = filepath.Join(work, strconv.Itoa(i))
+				if err := os.Mkdir(lower[i], 0o700); err != nil {
+					return err
+				}
+				if err := host.MountErofs(ctx, img, lower[i]); err != nil {
+					return err
+				}
+				mounted = append(mounted, lower[i])
 			}
-		}()
-		lower := make([]string, len(images))
-		for i, img := range images {
-			lower[i] = filepath.Join(work, strconv.Itoa(i))
-			if err := os.Mkdir(lower[i], 0o700); err != nil {
+			root := filepath.Join(work, "root")
+			if err := os.Mkdir(root, 0o700); err != nil {
 				return err
 			}
-			if err := host.MountErofs(ctx, img, lower[i]); err != nil {
+			mounted = append(mounted, root)
+			// Xino: each image is a file system of its own, so every
+			// file gets an inode number of its own.
+			if err := overlay.Mount(root, overlay.Options{Lower: lower, UserXattr: true, Xino: true, ReadOnly: true, NoDev: true, NoSuid: true}); err != nil {
 				return err
 			}
-		}
-		root := filepath.Join(work, "root")
-		if err := os.Mkdir(root, 0o700); err != nil {
-			return err
-		}
-		// Xino: each image is a file system of its own, so every file
-		// gets an inode number of its own.
-		if err := overlay.Mount(root, overlay.Options{Lower: lower, UserXattr: true, Xino: true, ReadOnly: true, NoDev: true, NoSuid: true}); err != nil {
-			return err
-		}
-		return run(ctx, "mkfs.erofs", "--quiet", tmp, root)
+			return run(ctx, "mkfs.erofs", "--quiet", tmp, root)
+		})
 	})
 	if err != nil {
 		return "", fmt.Errorf("building the image of %d layers under %s: %w", len(dirs), dirs[0], err)
@@ -451,14 +508,17 @@ func makeWritableDisk(ctx context.Context, path, writable string) error {
 	if err := os.Mkdir(filepath.Join(stage, "work"), 0o755); err != nil {
 		return err
 	}
-	if err := unix.Mount(src, filepath.Join(stage, "upper"), "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("binding the writable layer: %w", err)
-	}
-	defer unix.Unmount(filepath.Join(stage, "upper"), unix.MNT_DETACH)
-	if err := run(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1", "-d", stage, path); err != nil {
-		return fmt.Errorf("building the writable disk: %w", err)
-	}
-	return nil
+	// The bind mount goes with its namespace, even if the node dies.
+	return host.InMountNamespace(func() error {
+		if err := unix.Mount(src, filepath.Join(stage, "upper"), "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("binding the writable layer: %w", err)
+		}
+		defer unix.Unmount(filepath.Join(stage, "upper"), unix.MNT_DETACH)
+		if err := run(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1", "-d", stage, path); err != nil {
+			return fmt.Errorf("building the writable disk: %w", err)
+		}
+		return nil
+	})
 }
 
 // writableQuota reads the btrfs qgroup limit of the writable layer's
@@ -500,19 +560,25 @@ func syncBack(ctx context.Context, img, writable, scratch string) error {
 	if err := os.Mkdir(mnt, 0o700); err != nil {
 		return err
 	}
-	if err := run(ctx, "mount", "-t", "ext4", "-o", "loop,nodev,nosuid", cp, mnt); err != nil {
-		return fmt.Errorf("mounting the writable disk: %w", err)
-	}
-	defer run(context.WithoutCancel(ctx), "umount", mnt)
-	if _, err := os.Stat(filepath.Join(mnt, "upper")); err != nil {
-		return fmt.Errorf("the writable disk has no upper directory: %w", err)
-	}
-	// -aHAX: owners, modes, times, hard links, ACLs and extended
-	// attributes (the overlay's), device nodes (its whiteouts).
-	if err := run(ctx, "rsync", "-aHAX", "--numeric-ids", "--delete", mnt+"/upper/", filepath.Join(writable, "upper")+"/"); err != nil {
-		return fmt.Errorf("copying the writable disk back: %w", err)
-	}
-	return nil
+	// The disk's mount (and its loop device) go with the namespace, even
+	// if the node dies mid-copy.
+	return host.InMountNamespace(func() error {
+		if err := run(ctx, "mount", "-t", "ext4", "-o", "loop,nodev,nosuid", cp, mnt); err != nil {
+			return fmt.Errorf("mounting the writable disk: %w", err)
+		}
+		// Unmounted here all the same, so that the loop device is gone
+		// when this returns, not once the namespace is torn down.
+		defer run(context.WithoutCancel(ctx), "umount", mnt)
+		if _, err := os.Stat(filepath.Join(mnt, "upper")); err != nil {
+			return fmt.Errorf("the writable disk has no upper directory: %w", err)
+		}
+		// -aHAX: owners, modes, times, hard links, ACLs and extended
+		// attributes (the overlay's), device nodes (its whiteouts).
+		if err := run(ctx, "rsync", "-aHAX", "--numeric-ids", "--delete", mnt+"/upper/", filepath.Join(writable, "upper")+"/"); err != nil {
+			return fmt.Errorf("copying the writable disk back: %w", err)
+		}
+		return nil
+	})
 }
 
 // run runs a tool to completion, its error carrying the last line it printed.

@@ -44,6 +44,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	goruntime "runtime"
 	"strconv"
 	"strings"
@@ -86,7 +87,7 @@ type Config struct {
 
 // Errors New returns when the runtime cannot be offered.
 var (
-	ErrNoQEMU   = errors.New("qemu-system-x86_64 is not installed")
+	ErrNoQEMU   = errors.New("qemu-system-x86_64 is not installed (package qemu-system-x86)")
 	ErrNoKernel = errors.New("no guest kernel (install linux-image-amd64)")
 )
 
@@ -141,6 +142,23 @@ const (
 	defaultMemory = 1 << 30
 )
 
+// tools are the commands that make a vm's disks, each with the Debian
+// package that has it.
+var tools = []struct{ cmd, pkg string }{
+	{"mkfs.erofs", "erofs-utils"}, // the template's layers
+	{"mkfs.ext4", "e2fsprogs"},    // the writable disk
+	{"rsync", "rsync"},            // a stopped vm's files, back into its writable layer
+}
+
+// Packages are the Debian packages of the tools New looks for.
+func Packages() []string {
+	var out []string
+	for _, t := range tools {
+		out = append(out, t.pkg)
+	}
+	return out
+}
+
 // New finds QEMU and a guest kernel and picks an accelerator. It fails when
 // either is missing; the node then does not offer this runtime.
 func New(cfg Config) (*Runtime, error) {
@@ -156,11 +174,11 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	qemu, err := exec.LookPath(bin)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNoQEMU, err)
+		return nil, ErrNoQEMU
 	}
-	for _, tool := range []string{"mkfs.erofs", "mkfs.ext4", "rsync"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			return nil, fmt.Errorf("%s is not installed (packages erofs-utils, e2fsprogs, rsync)", tool)
+	for _, t := range tools {
+		if _, err := exec.LookPath(t.cmd); err != nil {
+			return nil, fmt.Errorf("%s is not installed (package %s)", t.cmd, t.pkg)
 		}
 	}
 	kernel, modules := cfg.Kernel, ""
@@ -429,7 +447,7 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (i
 	}
 	st, err := host.StartTime(pid)
 	if err != nil {
-		return inst, fmt.Errorf("qemu exited: %s", host.LastLine([]byte(host.Tail(filepath.Join(dir, consoleName)))))
+		return inst, fmt.Errorf("qemu exited (console: %s)", consoleError(filepath.Join(dir, consoleName)))
 	}
 	if err := r.startProxy(ctx, spec.AgentPath, dir); err != nil {
 		return inst, fmt.Errorf("%w (console: %s)", err, consoleError(filepath.Join(dir, consoleName)))
@@ -1099,18 +1117,40 @@ func writeJSON(path string, v any) error {
 	return os.WriteFile(path, b, 0o600)
 }
 
-// consoleError is the guest's init's last word on its console, or the
-// kernel's.
+// consoleError is what the guest's console says of a failed boot: the
+// agent's own words as init (every "atoll-agent" line it printed) and the
+// kernel's panic, without the trace that follows a panic, or else the
+// console's last line.
 func consoleError(path string) string {
-	t := host.Tail(path)
-	lines := strings.Split(strings.TrimSpace(t), "\n")
-	for i := len(lines) - 1; i >= 0; i-- {
-		if strings.Contains(lines[i], "atoll-agent") || strings.Contains(lines[i], "Kernel panic") {
-			return strings.TrimSpace(lines[i])
+	b, _ := host.TailBytes(path, 64<<10)
+	var agent []string
+	kernel := ""
+	for _, l := range strings.Split(string(b), "\n") {
+		l = strings.TrimSpace(l)
+		if m := kernelStamp.FindStringIndex(l); m != nil {
+			l = l[m[1]:]
+		}
+		switch {
+		case strings.HasPrefix(l, "atoll-agent "):
+			agent = append(agent, l)
+		case kernel == "" && strings.HasPrefix(l, "Kernel panic"):
+			kernel = l
 		}
 	}
-	return host.LastLine([]byte(t))
+	if len(agent) > 3 {
+		agent = agent[len(agent)-3:]
+	}
+	if kernel != "" {
+		agent = append(agent, kernel)
+	}
+	if len(agent) == 0 {
+		return host.LastLine(b)
+	}
+	return strings.Join(agent, "; ")
 }
+
+// kernelStamp is the time the kernel prefixes its console lines with.
+var kernelStamp = regexp.MustCompile(`^\[\s*\d+\.\d+\]\s*`)
 
 // shellQuote quotes s for the shell QEMU runs exec: migration URIs with.
 func shellQuote(s string) string {

@@ -10,9 +10,10 @@
 import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
 import http from 'node:http'
+import https from 'node:https'
 import {
   Sandbox, CommandExitError, FileNotFoundError, SandboxNotFoundError,
-  AuthenticationError, NotFoundError, TemplateError, FilesystemEventType, ALL_TRAFFIC,
+  AuthenticationError, NotFoundError, TemplateError, TimeoutError, FilesystemEventType, ALL_TRAFFIC,
 } from 'e2b'
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
@@ -33,7 +34,7 @@ async function waitFor(f, what, ms = 10_000) {
   for (;;) {
     const v = await f()
     if (v) return v
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
+    if (Date.now() > end) throw new Error(`timed out waiting for ${typeof what === "function" ? what() : what}`)
     await sleep(50)
   }
 }
@@ -151,20 +152,24 @@ test('files: write, read, list, exists, getInfo', async () => {
 })
 
 test('files: signed upload and download URLs', async () => {
-  // With E2B_SANDBOX_URL the URLs carry no sandbox: send its headers, as a proxy would.
-  const headers = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983' }
   await sbx.files.write('/home/user/signed.txt', 'signed')
   const down = await sbx.downloadUrl('/home/user/signed.txt', { useSignatureExpiration: 60 })
-  const res = await fetch(down, { headers })
+  // With E2B_SANDBOX_URL the URLs name no sandbox; the signature does.
+  assert.ok(down.startsWith(process.env.E2B_SANDBOX_URL), down)
+  const res = await fetch(down)
   assert.equal(res.status, 200)
   assert.equal(await res.text(), 'signed')
   const forged = new URL(down)
   forged.searchParams.set('path', '/etc/shadow')
+  assert.notEqual((await fetch(forged)).status, 200)
+  // With a sandbox's routing headers, as through a proxy, it is envd's 401.
+  const headers = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983' }
   assert.equal((await fetch(forged, { headers })).status, 401)
+  assert.equal((await fetch(down, { headers })).status, 200)
   const up = await sbx.uploadUrl('/home/user/uploaded.txt')
   const form = new FormData()
   form.append('file', new Blob(['uploaded']), 'uploaded.txt')
-  assert.equal((await fetch(up, { method: 'POST', body: form, headers })).status, 200)
+  assert.equal((await fetch(up, { method: 'POST', body: form })).status, 200)
   assert.equal(await sbx.files.read('/home/user/uploaded.txt'), 'uploaded')
 })
 
@@ -204,6 +209,55 @@ test('files: watchDir', async () => {
   await waitFor(() => events.some((e) => e.name === 'sub/inner.txt'), `recursive event in ${JSON.stringify(events)}`)
   await w.stop()
   await assert.rejects(sbx.files.watchDir('/home/user/not-there', () => {}), FileNotFoundError)
+})
+
+test('files: a watcher sees files.write as a write', async () => {
+  // atoll writes atomically (a temporary file renamed over the target);
+  // watchers still see what E2B's envd's write in place makes.
+  await sbx.files.write('/home/user/ww/sub/old.txt', 'old')
+  const events = []
+  const w = await sbx.files.watchDir('/home/user/ww', (e) => events.push(e), { recursive: true })
+  await sbx.files.write('/home/user/ww/sub/old.txt', 'new')
+  await sbx.files.write('/home/user/ww/fresh.txt', 'fresh')
+  const seen = (name, type) => events.some((e) => e.name === name && e.type === type)
+  await waitFor(() => seen('sub/old.txt', FilesystemEventType.WRITE) && seen('fresh.txt', FilesystemEventType.WRITE),
+    () => `write events in ${JSON.stringify(events)}`)
+  await w.stop()
+  assert.ok(seen('fresh.txt', FilesystemEventType.CREATE))
+  assert.ok(!seen('sub/old.txt', FilesystemEventType.CREATE), 'an overwrite creates nothing')
+  assert.ok(!events.some((e) => e.name.includes('.atoll-write-')), JSON.stringify(events))
+  assert.equal(await sbx.files.read('/home/user/ww/sub/old.txt'), 'new')
+})
+
+test('files: list with depth walks depth first, in lexical order', async () => {
+  for (const p of ['b/y.txt', 'b/a/z.txt', 'a.txt', 'c/d/e/f.txt']) await sbx.files.write(`/home/user/tree/${p}`, p)
+  const got = (await sbx.files.list('/home/user/tree', { depth: 3 })).map((e) => e.path.replace('/home/user/tree/', ''))
+  assert.deepEqual(got, ['a.txt', 'b', 'b/a', 'b/a/z.txt', 'b/y.txt', 'c', 'c/d', 'c/d/e'])
+})
+
+test('commands: a sandbox killed under a running command', async () => {
+  const k = await create()
+  // As on E2B: the connection drops, envd's health says the sandbox is
+  // gone, and the SDK says so (an RPC error would read as a timeout).
+  const ended = assert.rejects(k.commands.run('sleep 60'), (e) => {
+    assert.ok(e instanceof TimeoutError, String(e))
+    assert.match(e.message, /killed or reached its end of life/)
+    return true
+  })
+  await sleep(500)
+  assert.equal(await Sandbox.kill(k.sandboxId), true)
+  await ended
+})
+
+test('files: a watch whose sandbox is killed ends as on E2B', async () => {
+  const k = await create()
+  let exited
+  const ended = new Promise((resolve) => { exited = resolve })
+  await k.files.watchDir('/home/user', () => {}, { onExit: (err) => exited(err) })
+  assert.equal(await Sandbox.kill(k.sandboxId), true)
+  const err = await ended
+  assert.ok(err instanceof TimeoutError, String(err))
+  assert.match(err.message, /killed or reached its end of life/)
 })
 
 test('pty: create, input, resize, kill', async () => {
@@ -345,6 +399,21 @@ function getByHost(host, path, headers = {}) {
     req.on('error', reject)
   })
 }
+// getHTTPS fetches https://{host}{path}, as E2B code does with getHost(),
+// from atoll's HTTPS listener (its port in host), connecting to loopback
+// as a resolver for *.localhost would; the certificate must verify for
+// host against the server's CA (NODE_EXTRA_CA_CERTS).
+function getHTTPS(host, path, headers = {}) {
+  const u = new URL(`https://${host}`)
+  return new Promise((resolve, reject) => {
+    const req = https.get({ host: '127.0.0.1', port: u.port, servername: u.hostname, path, headers: { host, ...headers } }, (res) => {
+      let body = ''
+      res.on('data', (d) => { body += d })
+      res.on('end', () => resolve({ status: res.statusCode, body }))
+    })
+    req.on('error', reject)
+  })
+}
 async function serveHTTP(sandbox, port, text) {
   await sandbox.files.write('/home/user/www/index.html', text)
   await sandbox.commands.run(`python3 -m http.server ${port} --directory /home/user/www`, { background: true, timeoutMs: 0 })
@@ -361,9 +430,20 @@ test('getHost: a server in the sandbox, public as E2B has it by default', async 
   const byHost = await getByHost(host, '/index.html')
   assert.equal(byHost.status, 200)
   assert.equal(byHost.body, 'hello from the sandbox')
+  const tls = await getHTTPS(host, '/index.html')
+  assert.equal(tls.status, 200)
+  assert.equal(tls.body, 'hello from the sandbox')
   assert.equal((await web.getInfo()).network.allowPublicTraffic, true)
-  // Nothing listens on 8001.
-  assert.equal((await getByHeaders(web, 8001, '/')).status, 502)
+  // Nothing listens on 8001: E2B's proxy answers this, in these words.
+  const closed = await getByHeaders(web, 8001, '/')
+  assert.equal(closed.status, 502)
+  assert.deepEqual(JSON.parse(closed.body), { code: 502, message: 'The sandbox is running but port is not open', sandboxId: web.sandboxId, port: 8001 })
+  // And this once the sandbox is killed.
+  await web.kill()
+  for (const r of [await getByHeaders(web, 8000, '/index.html'), await getByHost(host, '/index.html')]) {
+    assert.equal(r.status, 502)
+    assert.deepEqual(JSON.parse(r.body), { code: 502, message: 'The sandbox was not found', sandboxId: web.sandboxId })
+  }
 })
 
 test('getHost: allowPublicTraffic false needs the traffic access token', async () => {

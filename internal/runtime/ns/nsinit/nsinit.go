@@ -50,6 +50,10 @@ type Config struct {
 	// Net is set when the sandbox runs in a network namespace the node made
 	// (see runtime.Network).
 	Net *Net `json:"net,omitempty"`
+	// NewCgroupNS is set when the process was born outside its cgroup and
+	// moved in (cgroup v1, see cgroup.StartMoved): it creates its cgroup
+	// namespace, rooted at its cgroup, before anything else.
+	NewCgroupNS bool `json:"new_cgroupns,omitempty"`
 }
 
 // Net is what the node prepared for a sandbox with a network.
@@ -109,6 +113,11 @@ func setup(ctl *os.File) error {
 	if err := json.NewDecoder(ctl).Decode(&cfg); err != nil {
 		return fmt.Errorf("reading config: %w", err)
 	}
+	if cfg.NewCgroupNS {
+		if err := newCgroupNS(); err != nil {
+			return err
+		}
+	}
 	// From here the sandbox outlives the node (see ns.Runtime.Start).
 	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, 0, 0); e != 0 {
 		return fmt.Errorf("clearing the parent-death signal: %w", e)
@@ -152,6 +161,26 @@ func setup(ctl *os.File) error {
 		if err := os.Setenv(k, v); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// newCgroupNS puts every thread of the process in one new cgroup namespace,
+// rooted at the process's cgroup: one thread makes it, the others join it,
+// so that whichever thread later starts a process passes on the same one.
+func newCgroupNS() error {
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+		return fmt.Errorf("creating the cgroup namespace: %w", err)
+	}
+	fd, err := unix.Open("/proc/thread-self/ns/cgroup", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening the cgroup namespace: %w", err)
+	}
+	defer unix.Close(fd)
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_SETNS, uintptr(fd), unix.CLONE_NEWCGROUP, 0); e != 0 {
+		return fmt.Errorf("joining the cgroup namespace: %w", e)
 	}
 	return nil
 }

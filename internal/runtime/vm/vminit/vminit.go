@@ -533,7 +533,7 @@ func loadModules() error {
 	}
 	cmdline, _ := os.ReadFile("/proc/cmdline")
 	for _, name := range strings.Fields(string(order)) {
-		mod := strings.TrimSuffix(name, ".ko")
+		mod, compression, _ := strings.Cut(name, ".ko")
 		var params []string
 		for _, f := range strings.Fields(string(cmdline)) {
 			for _, n := range []string{mod, strings.ReplaceAll(mod, "_", "-")} {
@@ -546,7 +546,12 @@ func loadModules() error {
 		if err != nil {
 			return err
 		}
-		err = unix.FinitModule(fd, strings.Join(params, " "), 0)
+		flags := 0
+		if compression != "" {
+			// .ko.xz, .ko.zst: the kernel unpacks them itself.
+			flags = unix.MODULE_INIT_COMPRESSED_FILE
+		}
+		err = unix.FinitModule(fd, strings.Join(params, " "), flags)
 		unix.Close(fd)
 		if err != nil && !errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("loading %s: %w", name, err)

@@ -1,0 +1,412 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/atoll-dev/atoll/api"
+	atoll "github.com/atoll-dev/atoll/sdk/go"
+)
+
+type burstConfig struct {
+	n, clients, sustained int
+	idle                  time.Duration
+	serve                 string // extra serve flags
+	pprof                 string // directory for CPU profiles; "" for none
+}
+
+// burst measures creates in bulk (issue #13) on a server with the default
+// warm pool and prestarted processes: (a) a burst of creates from concurrent
+// clients on a server idle for a while, each sandbox then running `true`,
+// then all deleted; (b) runc and bwrap running `true` at the same
+// parallelism in the same root file system; (c) a sustained run of creates
+// with deletes running behind them, so that the pools must refill.
+func burst(r *report, work string, cfg burstConfig) {
+	extra := strings.Fields(cfg.serve)
+	var pprofAddr string
+	if cfg.pprof != "" {
+		check(os.MkdirAll(cfg.pprof, 0o755))
+		pprofAddr = freeAddr()
+		extra = append(extra, "--debug-pprof", pprofAddr)
+	}
+	// The serve defaults for the pools: what a user who did not tune gets.
+	srv := startServer(work, "burst", 2, 4, extra...)
+	defer srv.stop()
+	codes := &statusCounter{}
+	c := atoll.New(srv.url, srv.key, atoll.WithHTTPClient(&http.Client{Transport: codes.wrap(cfg.clients)}))
+	ctx := context.Background()
+	// The first sandbox makes the template's layer images.
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	check(err)
+	check(c.DeleteSandbox(ctx, sb.ID))
+	time.Sleep(cfg.idle)
+	if cfg.serve != "" {
+		r.note("burst server flags: " + cfg.serve)
+	}
+	mode := fmt.Sprintf("%d clients", cfg.clients)
+	profile := func(name string) func() {
+		if pprofAddr == "" {
+			return func() {}
+		}
+		return fetchProfiles(pprofAddr, filepath.Join(cfg.pprof, name))
+	}
+
+	// (a) The burst: create → ready, then `true` in each, then delete all.
+	codes.reset()
+	done := profile("burst")
+	cpu0 := cpuOf(srv.cmd.Process.Pid)
+	t0 := time.Now()
+	var mu sync.Mutex
+	var ids []string
+	var lat, ready []time.Duration
+	errs := parallel(cfg.n, cfg.clients, func(int) error {
+		t := time.Now()
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		ids = append(ids, sb.ID)
+		lat, ready = append(lat, time.Since(t)), append(ready, time.Since(t0))
+		mu.Unlock()
+		return nil
+	})
+	createWall := time.Since(t0)
+	done()
+	r.add("burst: create → ready (API)", mode, lat)
+	r.rate("burst: creates", mode, len(ids), createWall, errs, codes.summary())
+	sort.Slice(ready, func(i, j int) bool { return ready[i] < ready[j] })
+	for _, k := range []int{100, cfg.n} {
+		if k <= len(ready) {
+			r.note(fmt.Sprintf("burst: %d sandboxes ready %s after the first request", k, ms(ready[k-1])))
+		}
+	}
+	codes.reset()
+	var execs []time.Duration
+	t0 = time.Now()
+	errs = parallel(len(ids), cfg.clients, func(i int) error {
+		t := time.Now()
+		code, err := c.Exec(ctx, ids[i], api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard)
+		if err == nil && code != 0 {
+			err = fmt.Errorf("true exited %d", code)
+		}
+		mu.Lock()
+		execs = append(execs, time.Since(t))
+		mu.Unlock()
+		return err
+	})
+	r.add("burst: first exec `true` (API)", mode, execs)
+	r.rate("burst: first execs", mode, len(execs)-errs, time.Since(t0), errs, codes.summary())
+	codes.reset()
+	var dels []time.Duration
+	t0 = time.Now()
+	errs = parallel(len(ids), cfg.clients, func(i int) error {
+		t := time.Now()
+		err := c.DeleteSandbox(ctx, ids[i])
+		mu.Lock()
+		dels = append(dels, time.Since(t))
+		mu.Unlock()
+		return err
+	})
+	r.add("burst: delete (API)", mode, dels)
+	r.rate("burst: deletes", mode, len(dels)-errs, time.Since(t0), errs, codes.summary())
+	// Deleted sandboxes' processes have been reaped by the server, so
+	// their CPU time is in its children's.
+	r.note(fmt.Sprintf("burst: CPU time per sandbox (create, exec, delete; the server and its sandboxes' processes): %s",
+		cpuOf(srv.cmd.Process.Pid).per(cpu0, len(ids))))
+
+	// (b) The peers at the same parallelism, in the host template's layer.
+	burstPeers(r, work, filepath.Join(srv.data, "layers", "templates", "host-v2"), cfg)
+
+	// (c) Sustained: creates at the same parallelism, each sandbox deleted
+	// behind them by as many clients, so that the pools refill as they go.
+	codes.reset()
+	done = profile("sustained")
+	scpu0 := cpuOf(srv.cmd.Process.Pid)
+	var slat, sdel []time.Duration
+	var created, deleted, derrs atomic.Int64
+	toDelete := make(chan string, cfg.sustained)
+	var dwg sync.WaitGroup
+	t0 = time.Now()
+	for w := 0; w < cfg.clients; w++ {
+		dwg.Add(1)
+		go func() {
+			defer dwg.Done()
+			for id := range toDelete {
+				t := time.Now()
+				if err := c.DeleteSandbox(ctx, id); err != nil {
+					derrs.Add(1)
+					fmt.Fprintf(os.Stderr, "bench: sustained delete: %v\n", err)
+					continue
+				}
+				deleted.Add(1)
+				mu.Lock()
+				sdel = append(sdel, time.Since(t))
+				mu.Unlock()
+			}
+		}()
+	}
+	errs = parallel(cfg.sustained, cfg.clients, func(int) error {
+		t := time.Now()
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+		if err != nil {
+			return err
+		}
+		created.Add(1)
+		mu.Lock()
+		slat = append(slat, time.Since(t))
+		mu.Unlock()
+		toDelete <- sb.ID
+		return nil
+	})
+	createWall = time.Since(t0)
+	close(toDelete)
+	dwg.Wait()
+	deleteWall := time.Since(t0)
+	done()
+	r.add("sustained: create → ready (API), deletes behind", mode, slat)
+	r.add("sustained: delete (API), behind the creates", mode, sdel)
+	sum := codes.summary()
+	r.rate("sustained: creates, deletes behind", mode, int(created.Load()), createWall, errs, sum)
+	r.rate("sustained: deletes (from the first create to the last delete)", mode, int(deleted.Load()), deleteWall, int(derrs.Load()), sum)
+	if cfg.sustained > 0 {
+		r.note(fmt.Sprintf("sustained: CPU time per sandbox (create, delete): %s",
+			cpuOf(srv.cmd.Process.Pid).per(scpu0, cfg.sustained)))
+	}
+}
+
+// burstPeers runs `true` n times at the burst's parallelism with runc and
+// bwrap in the same root file system.
+func burstPeers(r *report, work, skeleton string, cfg burstConfig) {
+	root := newPeerRoot(work, skeleton)
+	root.mount()
+	defer root.umount()
+	mode := fmt.Sprintf("%d clients", cfg.clients)
+	for _, rt := range []string{"runc", "crun"} {
+		if _, err := exec.LookPath(rt); err != nil {
+			r.missing(rt)
+			continue
+		}
+		_, name := runtimeArgs(rt, root.bundle, "")
+		var mu sync.Mutex
+		var ds []time.Duration
+		cpu0 := childrenCPU()
+		t0 := time.Now()
+		errs := parallel(cfg.n, cfg.clients, func(i int) error {
+			id := fmt.Sprintf("atoll-burst-%d", i)
+			args, _ := runtimeArgs(rt, root.bundle, id)
+			t := time.Now()
+			out, err := exec.Command(rt, args...).CombinedOutput()
+			d := time.Since(t)
+			exec.Command(rt, "delete", "-f", id).Run()
+			if err != nil {
+				return fmt.Errorf("%s: %v: %s", rt, err, strings.TrimSpace(string(out)))
+			}
+			mu.Lock()
+			ds = append(ds, d)
+			mu.Unlock()
+			return nil
+		})
+		wall := time.Since(t0)
+		if len(ds) == 0 {
+			r.failed(name+", "+mode, "every run failed")
+			continue
+		}
+		r.add("burst peer: "+name, mode, ds)
+		r.rate("burst peer: "+name+" runs", mode, len(ds), wall, errs, "")
+		r.note(fmt.Sprintf("burst peer: CPU time per %s run (run and delete): %s", rt, ms((childrenCPU()-cpu0)/time.Duration(cfg.n))))
+	}
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		r.missing("bwrap")
+		return
+	}
+	var mu sync.Mutex
+	var ds []time.Duration
+	cpu0 := childrenCPU()
+	t0 := time.Now()
+	errs := parallel(cfg.n, cfg.clients, func(int) error {
+		t := time.Now()
+		out, err := exec.Command("bwrap", bwrapArgs(root.merged)...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("bwrap: %v: %s", err, strings.TrimSpace(string(out)))
+		}
+		mu.Lock()
+		ds = append(ds, time.Since(t))
+		mu.Unlock()
+		return nil
+	})
+	r.add("burst peer: bwrap `true`", mode, ds)
+	r.rate("burst peer: bwrap `true` runs", mode, len(ds), time.Since(t0), errs, "")
+	r.note(fmt.Sprintf("burst peer: CPU time per bwrap run: %s", ms((childrenCPU()-cpu0)/time.Duration(cfg.n))))
+}
+
+// cpuOf is the CPU time, user and system, of process pid and of the
+// children it has reaped (for the server: its sandboxes' processes, once
+// deleted). The kernel's own threads (btrfs cleanup, namespace teardown)
+// are not in it, for atoll or its peers.
+func cpuOf(pid int) cpuTime {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	check(err)
+	// Fields after the command's closing parenthesis; utime is the 14th
+	// field of the line, the 12th after it.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	var t [4]time.Duration
+	for i := range t { // utime, stime, cutime, cstime
+		n, err := strconv.ParseInt(f[11+i], 10, 64)
+		check(err)
+		t[i] = time.Duration(n) * time.Second / clockTicks
+	}
+	return cpuTime{self: t[0] + t[1], selfSys: t[1], children: t[2] + t[3], childrenSys: t[3]}
+}
+
+// cpuTime is a process's CPU time and its reaped children's, each with the
+// part spent in the kernel.
+type cpuTime struct{ self, selfSys, children, childrenSys time.Duration }
+
+// per describes the CPU time from t0 to t per one of n operations.
+func (t cpuTime) per(t0 cpuTime, n int) string {
+	d := time.Duration(max(n, 1))
+	return fmt.Sprintf("%s (the server %s, %s of it in the kernel; its sandboxes' processes %s, %s in the kernel)",
+		ms((t.self+t.children-t0.self-t0.children)/d), ms((t.self-t0.self)/d), ms((t.selfSys-t0.selfSys)/d),
+		ms((t.children-t0.children)/d), ms((t.childrenSys-t0.childrenSys)/d))
+}
+
+// clockTicks is USER_HZ, the unit of /proc's CPU times: 100 on Linux.
+const clockTicks = 100
+
+// childrenCPU is the CPU time of the bench's reaped children (the peers).
+func childrenCPU() time.Duration {
+	var ru syscall.Rusage
+	check(syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru))
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// parallel runs f(0) … f(n-1) from clients goroutines and returns how many
+// failed, printing the first few failures.
+func parallel(n, clients int, f func(i int) error) int {
+	var next, failed atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < clients; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := f(i); err != nil {
+					if failed.Add(1) <= 5 {
+						fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return int(failed.Load())
+}
+
+// statusCounter counts the HTTP statuses of a client's answers, so that the
+// report shows the 429s and 503s that the SDK retried behind the scenes.
+type statusCounter struct {
+	mu     sync.Mutex
+	counts map[int]int
+	rt     http.RoundTripper
+}
+
+func (s *statusCounter) wrap(clients int) http.RoundTripper {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 2 * clients
+	s.rt = t
+	s.reset()
+	return s
+}
+
+func (s *statusCounter) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := s.rt.RoundTrip(req)
+	if err == nil {
+		s.mu.Lock()
+		s.counts[resp.StatusCode]++
+		s.mu.Unlock()
+	}
+	return resp, err
+}
+
+func (s *statusCounter) reset() {
+	s.mu.Lock()
+	s.counts = map[int]int{}
+	s.mu.Unlock()
+}
+
+// summary lists the answers that were not 2xx, e.g. "429×12".
+func (s *statusCounter) summary() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var parts []string
+	for code, n := range s.counts {
+		if code/100 != 2 {
+			parts = append(parts, fmt.Sprintf("%d×%d", code, n))
+		}
+	}
+	sort.Strings(parts)
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// freeAddr is a loopback address with a port nobody listens on.
+func freeAddr() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	check(err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// profileSeconds is how long a CPU profile of the server runs: pprof takes
+// only a fixed duration, and this covers a burst or sustained run here. The
+// execution trace, which shows where goroutines wait (syscalls, locks, the
+// store), is shorter: it grows fast.
+const (
+	profileSeconds = 20
+	traceSeconds   = 4
+)
+
+// fetchProfiles starts a CPU profile and an execution trace of the server
+// whose pprof endpoint is at addr; the function it returns waits for their
+// ends and writes them to prefix-cpu.pprof and prefix.trace.
+func fetchProfiles(addr, prefix string) func() {
+	var wg sync.WaitGroup
+	get := func(path, file string) {
+		defer wg.Done()
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: pprof: %v\n", err)
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(file)
+		check(err)
+		defer f.Close()
+		io.Copy(f, resp.Body)
+	}
+	wg.Add(2)
+	go get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", profileSeconds), prefix+"-cpu.pprof")
+	go get(fmt.Sprintf("/debug/pprof/trace?seconds=%d", traceSeconds), prefix+".trace")
+	return wg.Wait
+}

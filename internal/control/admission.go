@@ -1,0 +1,77 @@
+package control
+
+import (
+	"context"
+	"time"
+
+	"github.com/atoll-dev/atoll/internal/errdefs"
+)
+
+// admission bounds the creates that start a sandbox (those the warm pool
+// cannot serve): at most cap(slots) run at once, at most cap(queue) are in
+// the server at all (running or waiting for a slot), and none waits longer
+// than maxWait. A create over those bounds is answered at once with 503 and
+// Retry-After, so that a server that cannot keep up says so instead of
+// letting requests pile up until clients time out. Bounding the creates in
+// flight also makes a burst faster: on a small host, many sandboxes starting
+// at once mostly wait for each other (cgroup and mount locks in the kernel,
+// the store's one writer).
+type admission struct {
+	slots   chan struct{}
+	queue   chan struct{}
+	maxWait time.Duration
+}
+
+// Admission's defaults (Config.CreateConcurrency, CreateQueue).
+const (
+	// defaultCreatesPerCPU creates in flight per core keep a core busy
+	// while another create waits for the kernel or the disk.
+	defaultCreatesPerCPU = 2
+	// defaultCreateQueue creates may wait for a slot: a burst of hundreds
+	// from a harness is served in order rather than refused, while a
+	// flood beyond it is refused early.
+	defaultCreateQueue = 256
+	// createMaxWait bounds a create's wait for a slot, well inside the
+	// timeouts of HTTP clients (the SDKs' and E2B's are 60 s and more).
+	createMaxWait = 30 * time.Second
+	// createRetryAfter is what a refused create is told to wait: about the
+	// time a slot takes to free up under load.
+	createRetryAfter = time.Second
+)
+
+func newAdmission(concurrent, queue int) *admission {
+	return &admission{
+		slots:   make(chan struct{}, concurrent),
+		queue:   make(chan struct{}, concurrent+queue),
+		maxWait: createMaxWait,
+	}
+}
+
+// busy is the answer to a create the server cannot take now.
+func busy(why string) error {
+	return &errdefs.Busy{Kind: errdefs.ErrUnavailable, Msg: "server busy: " + why + "; retry after the Retry-After header's seconds", After: createRetryAfter}
+}
+
+// enter waits for a create slot and returns the function that gives it back,
+// or a Busy error if the queue is full, the wait too long or ctx done.
+func (a *admission) enter(ctx context.Context) (leave func(), err error) {
+	select {
+	case a.queue <- struct{}{}:
+	default:
+		return nil, busy("too many creates waiting")
+	}
+	t := time.NewTimer(a.maxWait)
+	defer t.Stop()
+	select {
+	case a.slots <- struct{}{}:
+		return func() { <-a.slots; <-a.queue }, nil
+	case <-t.C:
+		<-a.queue
+		return nil, busy("creates are waiting too long")
+	case <-ctx.Done():
+		// Nobody reads the answer; this one keeps it out of the log's
+		// internal errors.
+		<-a.queue
+		return nil, busy("the client went away")
+	}
+}

@@ -1,0 +1,108 @@
+package host
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/atoll-dev/atoll/internal/testenv"
+)
+
+// TestMain runs the helper process of TestInMountNamespaceKilled when asked.
+func TestMain(m *testing.M) {
+	if dir := os.Getenv("ATOLL_TEST_MOUNT_AND_WAIT"); dir != "" {
+		InMountNamespace(func() error {
+			if err := unix.Mount("tmpfs", dir, "tmpfs", 0, ""); err != nil {
+				os.Stdout.WriteString("mount: " + err.Error() + "\n")
+				os.Exit(1)
+			}
+			os.Stdout.WriteString("mounted\n")
+			time.Sleep(time.Hour) // until killed
+			return nil
+		})
+	}
+	os.Exit(m.Run())
+}
+
+func TestInMountNamespace(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := t.TempDir()
+	err := InMountNamespace(func() error {
+		if err := unix.Mount("tmpfs", dir, "tmpfs", 0, ""); err != nil {
+			return err
+		}
+		// Seen by this thread and what it starts, not by the process's
+		// other threads (the host's namespace).
+		out, err := exec.Command("findmnt", "-n", "-o", "FSTYPE", dir).Output()
+		if err != nil || strings.TrimSpace(string(out)) != "tmpfs" {
+			t.Errorf("a command started inside does not see the mount: %q %v", out, err)
+		}
+		if m := MountsUnder(dir); len(m) > 0 {
+			t.Errorf("the host sees %v", m)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := MountsUnder(dir); len(m) > 0 {
+		t.Errorf("left on the host: %v", m)
+	}
+}
+
+// TestInMountNamespaceKilled: the mounts go when the process that made them
+// is killed mid-way, without any clean-up of its own.
+func TestInMountNamespaceKilled(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "ATOLL_TEST_MOUNT_AND_WAIT="+dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	n, _ := out.Read(buf)
+	if string(buf[:n]) != "mounted\n" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("helper: %q", buf[:n])
+	}
+	if !mountedAnywhere(dir) {
+		t.Fatal("the helper's mount is not seen in its own namespace")
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if len(MountsUnder(dir)) == 0 && !mountedAnywhere(dir) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mount under %s outlived the process that made it", dir)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// mountedAnywhere reports whether any thread of any process sees a mount at
+// dir, in whatever mount namespace.
+func mountedAnywhere(dir string) bool {
+	infos, _ := filepath.Glob("/proc/[0-9]*/task/[0-9]*/mountinfo")
+	for _, p := range infos {
+		b, _ := os.ReadFile(p)
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) > 4 && unescapeMountinfo(f[4]) == dir {
+				return true
+			}
+		}
+	}
+	return false
+}
