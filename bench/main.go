@@ -247,7 +247,8 @@ type server struct {
 	cmd       *exec.Cmd
 	data, url string
 	key       string
-	log       string // the server's log (stderr)
+	log       string   // the server's log (stderr)
+	logFile   *os.File // open while the server runs
 }
 
 // serverArgs are flags every server the bench starts gets besides its own,
@@ -281,8 +282,12 @@ func startServer(work, name string, pool, prestart int, extra ...string) *server
 	logPath := data + ".log"
 	logFile, err := os.Create(logPath)
 	check(err)
-	defer logFile.Close()
-	cmd.Stderr = io.MultiWriter(logFile, serverLog)
+	cmd.Stderr = logFile
+	if serverLog != io.Discard {
+		// Through a pipe that exec copies from until the server exits:
+		// the file stays open until stop.
+		cmd.Stderr = io.MultiWriter(logFile, serverLog)
+	}
 	check(cmd.Start())
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
@@ -295,7 +300,7 @@ func startServer(work, name string, pool, prestart int, extra ...string) *server
 	check(err)
 	key, err := os.ReadFile(filepath.Join(data, "api-key"))
 	check(err)
-	srv := &server{bin: bin, cmd: cmd, data: data, url: strings.TrimSpace(string(url)), key: strings.TrimSpace(string(key)), log: logPath}
+	srv := &server{bin: bin, cmd: cmd, data: data, url: strings.TrimSpace(string(url)), key: strings.TrimSpace(string(key)), log: logPath, logFile: logFile}
 	servers = append(servers, srv)
 	return srv
 }
@@ -313,6 +318,7 @@ func (s *server) stop() {
 	s.stopped = true
 	s.cmd.Process.Signal(os.Interrupt)
 	s.cmd.Wait()
+	s.logFile.Close()
 	last := exec.Command(s.bin, "serve", "--listen", "127.0.0.1:0", "--data", s.data, "--warm-pool", "0", "--network", "off")
 	if out, err := last.StdoutPipe(); err == nil && last.Start() == nil {
 		sc := bufio.NewScanner(out)
