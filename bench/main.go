@@ -309,7 +309,8 @@ func startServer(work, name string, pool, prestart int, extra ...string) *server
 var servers []*server
 
 // stop ends the server and every sandbox it left: sandboxes outlive their
-// server by design, so a last start without a warm pool discards pooled ones
+// server by design, so a last start without a warm pool or prestarted
+// processes (which a stop while they start can leave behind) discards pooled ones
 // and the remaining ones are deleted through the API.
 func (s *server) stop() {
 	if s.stopped {
@@ -319,7 +320,7 @@ func (s *server) stop() {
 	s.cmd.Process.Signal(os.Interrupt)
 	s.cmd.Wait()
 	s.logFile.Close()
-	last := exec.Command(s.bin, "serve", "--listen", "127.0.0.1:0", "--data", s.data, "--warm-pool", "0", "--network", "off")
+	last := exec.Command(s.bin, "serve", "--listen", "127.0.0.1:0", "--data", s.data, "--warm-pool", "0", "--prestart", "0", "--network", "off")
 	if out, err := last.StdoutPipe(); err == nil && last.Start() == nil {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() && !strings.HasPrefix(sc.Text(), "Try:") {
