@@ -36,7 +36,8 @@ import (
 func main() {
 	n := flag.Int("n", 100, "iterations per measurement")
 	clients := flag.Int("clients", 8, "concurrent clients for the concurrent run")
-	only := flag.String("only", "", "comma-separated parts to run (core,templates,state,forks,prestarted,warm,e2b,runtimes,ports,peers,burst); default all")
+	only := flag.String("only", "", "comma-separated parts to run (core,templates,state,forks,prestarted,recent,warm,e2b,runtimes,ports,peers,burst); default all")
+	flag.Int64Var(&hostDirtyLimit, "layer-dirty-limit", 0, "the servers' --layer-dirty-limit (0: their default; -1: the kernel's defaults)")
 	var b burstConfig
 	flag.IntVar(&b.n, "burst-n", 300, "burst: creates in the burst")
 	flag.IntVar(&b.clients, "burst-clients", 16, "burst: concurrent clients")
@@ -92,6 +93,9 @@ func main() {
 	}
 	if want("prestarted") {
 		prestarted(r, work, *n)
+	}
+	if want("recent") {
+		recent(r, work, min(*n, 20))
 	}
 	if want("warm") {
 		warm(r, work, *n, *clients)
@@ -251,8 +255,10 @@ type server struct {
 	key       string
 	// netns is the network namespace the server runs in, "" for the
 	// bench's own; args are its flags.
-	netns string
-	args  []string
+	netns   string
+	args    []string
+	log     string   // the server's log (stderr)
+	logFile *os.File // open while the server runs
 }
 
 // serverArgs are flags every server the bench starts gets besides its own,
@@ -281,11 +287,22 @@ func startServerIn(work, name, netns string, args ...string) *server {
 		check(build.Run())
 	}
 	data := filepath.Join(work, name)
-	cmd := exec.Command(bin, append(append([]string{"serve", "--listen", "127.0.0.1:0", "--data", data,
-		"--layer-image-size", fmt.Sprint(int64(16 << 30))}, serverArgs...), args...)...)
+	full := append(append(append([]string{"serve", "--listen", "127.0.0.1:0", "--data", data,
+		"--layer-image-size", fmt.Sprint(int64(16 << 30))}, dirtyArgs()...), serverArgs...), args...)
+	cmd := exec.Command(bin, full...)
 	out, err := cmd.StdoutPipe()
 	check(err)
-	cmd.Stderr = serverLog
+	// Each server's log is kept beside its data: the recent part reads the
+	// freezes it reports.
+	logPath := data + ".log"
+	logFile, err := os.Create(logPath)
+	check(err)
+	cmd.Stderr = logFile
+	if serverLog != io.Discard {
+		// Through a pipe that exec copies from until the server exits:
+		// the file stays open until stop.
+		cmd.Stderr = io.MultiWriter(logFile, serverLog)
+	}
 	if netns != "" {
 		// Born in the namespace: Start runs on a thread that joined it.
 		check(network.InNetns(netns, cmd.Start))
@@ -304,7 +321,7 @@ func startServerIn(work, name, netns string, args ...string) *server {
 	key, err := os.ReadFile(filepath.Join(data, "api-key"))
 	check(err)
 	srv := &server{bin: bin, cmd: cmd, data: data, url: strings.TrimSpace(string(url)), key: strings.TrimSpace(string(key)),
-		netns: netns, args: args}
+		netns: netns, args: args, log: logPath, logFile: logFile}
 	servers = append(servers, srv)
 	return srv
 }
@@ -333,7 +350,8 @@ func (s *server) dial(ctx context.Context, netw, addr string) (conn net.Conn, er
 var servers []*server
 
 // stop ends the server and every sandbox it left: sandboxes outlive their
-// server by design, so a last start without a warm pool discards pooled ones
+// server by design, so a last start without a warm pool or prestarted
+// processes (which a stop while they start can leave behind) discards pooled ones
 // and the remaining ones are deleted through the API.
 func (s *server) stop() {
 	if s.stopped {
@@ -342,6 +360,7 @@ func (s *server) stop() {
 	s.stopped = true
 	s.cmd.Process.Signal(os.Interrupt)
 	s.cmd.Wait()
+	s.logFile.Close()
 	// The same flags (networking included, so that sandboxes' networks are
 	// released), later ones winning.
 	last := exec.Command(s.bin, append(append([]string{"serve", "--listen", "127.0.0.1:0", "--data", s.data}, s.args...),
