@@ -17,6 +17,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,13 +29,15 @@ import (
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/network"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
 func main() {
 	n := flag.Int("n", 100, "iterations per measurement")
 	clients := flag.Int("clients", 8, "concurrent clients for the concurrent run")
-	only := flag.String("only", "", "comma-separated parts to run (core,templates,state,forks,prestarted,warm,e2b,runtimes,peers,burst); default all")
+	only := flag.String("only", "", "comma-separated parts to run (core,templates,state,forks,prestarted,recent,warm,e2b,runtimes,ports,peers,burst); default all")
+	flag.Int64Var(&hostDirtyLimit, "layer-dirty-limit", 0, "the servers' --layer-dirty-limit (0: their default; -1: the kernel's defaults)")
 	var b burstConfig
 	flag.IntVar(&b.n, "burst-n", 300, "burst: creates in the burst")
 	flag.IntVar(&b.clients, "burst-clients", 16, "burst: concurrent clients")
@@ -90,6 +94,9 @@ func main() {
 	if want("prestarted") {
 		prestarted(r, work, *n)
 	}
+	if want("recent") {
+		recent(r, work, min(*n, 20))
+	}
 	if want("warm") {
 		warm(r, work, *n, *clients)
 	}
@@ -98,6 +105,9 @@ func main() {
 	}
 	if want("runtimes") {
 		runtimes(r, work, min(*n, 30))
+	}
+	if want("ports") {
+		ports(r, work, min(*n, 30))
 	}
 	if want("burst") {
 		burst(r, work, b)
@@ -243,6 +253,12 @@ type server struct {
 	cmd       *exec.Cmd
 	data, url string
 	key       string
+	// netns is the network namespace the server runs in, "" for the
+	// bench's own; args are its flags.
+	netns   string
+	args    []string
+	log     string   // the server's log (stderr)
+	logFile *os.File // open while the server runs
 }
 
 // serverArgs are flags every server the bench starts gets besides its own,
@@ -253,6 +269,14 @@ var serverArgs []string
 var serverLog io.Writer = io.Discard
 
 func startServer(work, name string, pool, prestart int, extra ...string) *server {
+	// Networking stays off: it would turn the machine running the benchmark
+	// into a router (and the figures here predate it).
+	return startServerIn(work, name, "", append([]string{"--network", "off", "--warm-pool", fmt.Sprint(pool), "--prestart", fmt.Sprint(prestart)}, extra...)...)
+}
+
+// startServerIn starts `atoll serve` with flags args (and serverArgs),
+// inside the network namespace at netns unless it is "".
+func startServerIn(work, name, netns string, args ...string) *server {
 	bin := filepath.Join(work, "atoll")
 	if _, err := os.Stat(bin); err != nil {
 		// Both binaries, as `go install ./cmd/...` would put them: the server
@@ -263,15 +287,28 @@ func startServer(work, name string, pool, prestart int, extra ...string) *server
 		check(build.Run())
 	}
 	data := filepath.Join(work, name)
-	// Networking stays off: it would turn the machine running the benchmark
-	// into a router (and the figures here predate it).
-	args := []string{"serve", "--listen", "127.0.0.1:0", "--data", data, "--network", "off",
-		"--layer-image-size", fmt.Sprint(int64(16 << 30)), "--warm-pool", fmt.Sprint(pool), "--prestart", fmt.Sprint(prestart)}
-	cmd := exec.Command(bin, append(append(args, serverArgs...), extra...)...)
+	full := append(append(append([]string{"serve", "--listen", "127.0.0.1:0", "--data", data,
+		"--layer-image-size", fmt.Sprint(int64(16 << 30))}, dirtyArgs()...), serverArgs...), args...)
+	cmd := exec.Command(bin, full...)
 	out, err := cmd.StdoutPipe()
 	check(err)
-	cmd.Stderr = serverLog
-	check(cmd.Start())
+	// Each server's log is kept beside its data: the recent part reads the
+	// freezes it reports.
+	logPath := data + ".log"
+	logFile, err := os.Create(logPath)
+	check(err)
+	cmd.Stderr = logFile
+	if serverLog != io.Discard {
+		// Through a pipe that exec copies from until the server exits:
+		// the file stays open until stop.
+		cmd.Stderr = io.MultiWriter(logFile, serverLog)
+	}
+	if netns != "" {
+		// Born in the namespace: Start runs on a thread that joined it.
+		check(network.InNetns(netns, cmd.Start))
+	} else {
+		check(cmd.Start())
+	}
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		if strings.HasPrefix(sc.Text(), "Try:") {
@@ -283,16 +320,38 @@ func startServer(work, name string, pool, prestart int, extra ...string) *server
 	check(err)
 	key, err := os.ReadFile(filepath.Join(data, "api-key"))
 	check(err)
-	srv := &server{bin: bin, cmd: cmd, data: data, url: strings.TrimSpace(string(url)), key: strings.TrimSpace(string(key))}
+	srv := &server{bin: bin, cmd: cmd, data: data, url: strings.TrimSpace(string(url)), key: strings.TrimSpace(string(key)),
+		netns: netns, args: args, log: logPath, logFile: logFile}
 	servers = append(servers, srv)
 	return srv
+}
+
+// client is an API client of s, connecting from s's network namespace.
+func (s *server) client() *atoll.Client {
+	if s.netns == "" {
+		return atoll.New(s.url, s.key)
+	}
+	return atoll.New(s.url, s.key, atoll.WithHTTPClient(&http.Client{Transport: &http.Transport{DialContext: s.dial}}))
+}
+
+// dial connects to addr from s's network namespace.
+func (s *server) dial(ctx context.Context, netw, addr string) (conn net.Conn, err error) {
+	if s.netns == "" {
+		return (&net.Dialer{}).DialContext(ctx, netw, addr)
+	}
+	err = network.InNetns(s.netns, func() (err error) {
+		conn, err = (&net.Dialer{}).DialContext(ctx, netw, addr)
+		return err
+	})
+	return conn, err
 }
 
 // servers are the servers started, stopped by fatal too.
 var servers []*server
 
 // stop ends the server and every sandbox it left: sandboxes outlive their
-// server by design, so a last start without a warm pool discards pooled ones
+// server by design, so a last start without a warm pool or prestarted
+// processes (which a stop while they start can leave behind) discards pooled ones
 // and the remaining ones are deleted through the API.
 func (s *server) stop() {
 	if s.stopped {
@@ -301,15 +360,24 @@ func (s *server) stop() {
 	s.stopped = true
 	s.cmd.Process.Signal(os.Interrupt)
 	s.cmd.Wait()
-	last := exec.Command(s.bin, "serve", "--listen", "127.0.0.1:0", "--data", s.data, "--warm-pool", "0", "--network", "off")
-	if out, err := last.StdoutPipe(); err == nil && last.Start() == nil {
+	s.logFile.Close()
+	// The same flags (networking included, so that sandboxes' networks are
+	// released), later ones winning.
+	last := exec.Command(s.bin, append(append([]string{"serve", "--listen", "127.0.0.1:0", "--data", s.data}, s.args...),
+		"--warm-pool", "0", "--prestart", "0", "--network-pool", "0")...)
+	start := last.Start
+	if s.netns != "" {
+		start = func() error { return network.InNetns(s.netns, last.Start) }
+	}
+	if out, err := last.StdoutPipe(); err == nil && start() == nil {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() && !strings.HasPrefix(sc.Text(), "Try:") {
 		}
 		go io.Copy(io.Discard, out)
-		c := atoll.New(s.url, s.key)
+		c := s.client()
 		if url, err := os.ReadFile(filepath.Join(s.data, "url")); err == nil {
-			c = atoll.New(strings.TrimSpace(string(url)), s.key)
+			s.url = strings.TrimSpace(string(url))
+			c = s.client()
 		}
 		if sbs, err := c.ListSandboxes(context.Background(), atoll.ListOptions{}); err == nil {
 			for _, sb := range sbs {

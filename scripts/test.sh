@@ -114,9 +114,19 @@ else
 	go test -count=1 -timeout 40m -skip 'TestResourceExhaustion' ./... || status=$?
 	go test -count=1 -timeout 10m -run 'TestResourceExhaustion' ./cmd/atoll || status=$?
 fi
+# A lazy unmount lets go of its loop device a moment later: what is left is
+# what stays for ten seconds.
 after=$(mktemp)
-hoststate >"$after"
-left=$(comm -13 "$before" "$after")
+tries=0
+while :; do
+	hoststate >"$after"
+	left=$(comm -13 "$before" "$after")
+	if [ -z "$left" ] || [ "$tries" -ge 10 ]; then
+		break
+	fi
+	tries=$((tries + 1))
+	sleep 1
+done
 rm -f "$before" "$after"
 if [ -n "$left" ]; then
 	echo "test.sh: the tests left on the host:" >&2

@@ -94,17 +94,18 @@ func newNetWorld(t *testing.T) *netWorld {
 	return w
 }
 
+// dial connects to addr from the daemon's namespace.
+func (w *netWorld) dial(ctx context.Context, network, addr string) (c net.Conn, err error) {
+	err = nettest.In(w.host, func() (err error) {
+		c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+		return err
+	})
+	return c, err
+}
+
 // fromHost fetches url from the host namespace: the positive controls.
 func (w *netWorld) fromHost(url string) (string, error) {
-	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (c net.Conn, err error) {
-			err = nettest.In(w.host, func() (err error) {
-				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-				return err
-			})
-			return c, err
-		},
-	}}
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: w.dial}}
 	resp, err := c.Get(url)
 	if err != nil {
 		return "", err

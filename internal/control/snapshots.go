@@ -77,17 +77,33 @@ func (s *Service) thawLocked(ctx context.Context, sb *store.Sandbox) error {
 }
 
 // frozen runs f with sb's processes frozen when it runs, so that its files
-// hold still: the instant a snapshot or fork captures.
-func (s *Service) frozen(ctx context.Context, sb store.Sandbox, f func() error) error {
+// hold still: the instant a snapshot or fork captures. The writable layer is
+// flushed first, while the sandbox still runs: btrfs then has only what was
+// written since left to flush inside f (see docs/lifecycle.md). op names the
+// operation in the log line that reports how long the sandbox was frozen.
+func (s *Service) frozen(ctx context.Context, sb store.Sandbox, op string, f func() error) error {
 	if sb.State != api.StateRunning {
 		return f()
 	}
+	t0 := time.Now()
+	if err := s.layers.FlushWritable(sb.ID); err != nil {
+		// Not fatal: the snapshot flushes what is left, only frozen.
+		s.log.Warn("flushing before a freeze", "sandbox", sb.ID, "op", op, "err", err)
+	}
+	flushed := ms(t0)
 	rt := s.runtimes[sb.Runtime]
+	t0 = time.Now()
 	if err := rt.Pause(ctx, sb.ID); err != nil {
 		return fmt.Errorf("%w: freezing the sandbox failed", errdefs.ErrUnavailable)
 	}
-	defer rt.Resume(context.WithoutCancel(ctx), sb.ID)
-	return f()
+	err := f()
+	if rerr := rt.Resume(context.WithoutCancel(ctx), sb.ID); rerr != nil {
+		s.log.Error("thawing sandbox", "sandbox", sb.ID, "op", op, "err", rerr)
+	}
+	// From the freeze asked to the thaw done: the time the sandbox's
+	// processes could not run.
+	s.log.Info("sandbox frozen", "sandbox", sb.ID, "op", op, "ms", ms(t0), "flush_ms", flushed)
+	return err
 }
 
 func snapshotable(sb store.Sandbox) error {
@@ -116,7 +132,7 @@ func (s *Service) CreateSnapshot(ctx context.Context, id string, req api.CreateS
 		Tenant: sb.Tenant, CreatedAt: time.Now().UTC()}
 	// The subvolume first, then the record: a crash in between leaves a
 	// snapshot no record names, which the next start removes.
-	if err := s.frozen(ctx, sb, func() error { return s.layers.SnapshotWritable(id, sn.ID) }); err != nil {
+	if err := s.frozen(ctx, sb, "snapshot", func() error { return s.layers.SnapshotWritable(id, sn.ID) }); err != nil {
 		return api.Snapshot{}, err
 	}
 	if err := s.store.PutSnapshot(ctx, sn); err != nil {
@@ -269,16 +285,22 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 	if req.Memory {
 		image, err = s.captureForFork(ctx, &parent, children)
 	} else {
-		// The parent is frozen only while its writable layer is copied,
-		// which costs the same whatever it holds.
-		err = s.frozen(ctx, parent, func() error {
-			for _, c := range children {
-				if _, err := s.layers.ForkWritable(parent.ID, c.ID, c.DiskGiB<<30); err != nil {
-					return err
-				}
-			}
-			return nil
+		// The parent is frozen only while its writable layer is copied
+		// once, for the first child, which costs the same whatever it
+		// holds. The other children copy the first child's layer, which
+		// holds still (the child has not started): each btrfs snapshot
+		// commits a transaction, and the parent need not wait for all.
+		first := children[0]
+		err = s.frozen(ctx, parent, "fork", func() error {
+			_, err := s.layers.ForkWritable(parent.ID, first.ID, first.DiskGiB<<30)
+			return err
 		})
+		for _, c := range children[1:] {
+			if err != nil {
+				break
+			}
+			_, err = s.layers.ForkWritable(first.ID, c.ID, c.DiskGiB<<30)
+		}
 	}
 	unlock()
 	if err != nil {

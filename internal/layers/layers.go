@@ -29,7 +29,12 @@ type Config struct {
 	// ImageSize is the size of the sparse image file; default 90% of the free
 	// space of the filesystem holding Dir, at most 1 TiB.
 	ImageSize int64
-	Logger    *slog.Logger
+	// DirtyLimit bounds the bytes the layer filesystem holds written but not
+	// yet on disk, for all sandboxes together (see writeback.go); default
+	// DefaultDirtyLimit. Negative leaves the kernel's defaults, and a loop
+	// device's buffered I/O, as they are.
+	DirtyLimit int64
+	Logger     *slog.Logger
 }
 
 // Store holds template and writable layers.
@@ -68,6 +73,16 @@ func Open(cfg Config) (*Store, error) {
 	}
 	if err := enableQuota(cfg.Dir); err != nil {
 		return nil, err
+	}
+	if cfg.DirtyLimit == 0 {
+		cfg.DirtyLimit = DefaultDirtyLimit
+	}
+	if cfg.DirtyLimit > 0 {
+		// Without the bound the store still works; snapshots of sandboxes
+		// that wrote a lot just before take longer.
+		if err := boundWriteback(cfg.Dir, cfg.DirtyLimit); err != nil {
+			cfg.Logger.Warn("layer store: writeback not bounded; snapshots right after large writes will be slow", "err", err)
+		}
 	}
 	for _, d := range []string{"sandboxes", "templates", "layers"} {
 		if err := os.MkdirAll(filepath.Join(cfg.Dir, d), 0o700); err != nil {

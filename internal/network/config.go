@@ -170,6 +170,22 @@ func bridgeMAC(bridge string) net.HardwareAddr {
 	return mac
 }
 
+// slotMAC is slot's sandbox MAC: a locally administered unicast address
+// whose first three bytes come from the bridge's name and last three are
+// the slot (maxSlots fits in 24 bits), so that no two slots of a bridge
+// share one. A sandbox inherits it with its slot: the host's neighbour
+// entries (ARP, NDP) for the slot's addresses, and the bridge's forwarding
+// entry, stay true from one sandbox of the slot to the next instead of
+// naming a link that is gone (see Manager.assign).
+func slotMAC(bridge string, slot int) net.HardwareAddr {
+	h := sha256.Sum256([]byte("atoll sandbox " + bridge))
+	mac := net.HardwareAddr{h[0]&0xfc | 0x02, h[1], h[2], byte(slot >> 16), byte(slot >> 8), byte(slot)}
+	if br := bridgeMAC(bridge); mac[0] == br[0] && mac[1] == br[1] && mac[2] == br[2] {
+		mac[1] ^= 0x80 // never the bridge's own
+	}
+	return mac
+}
+
 // capacity is the number of slots the subnets can address.
 func (c Config) capacity() int {
 	n := maxSlots
@@ -258,6 +274,10 @@ func (c Config) parseSlotName(name string) (int, bool) {
 	}
 	return n, true
 }
+
+// carrierNames name the carrier port of the bridge and its veth peer
+// (Manager.setupCarrier); neither can be a slotName or a warmName.
+func (c Config) carrierNames() (port, peer string) { return c.Bridge + "-c", c.Bridge + "-cp" }
 
 // warmName names a warm pool entry's namespace file and host veth; it can
 // never be a slotName.

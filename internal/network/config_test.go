@@ -129,6 +129,39 @@ func TestNames(t *testing.T) {
 	if !c.isWarmName("atoll0w12") || c.isWarmName("atoll0-12") || c.isWarmName("atoll0w") {
 		t.Error("isWarmName")
 	}
+	long, _ := Config{Bridge: "abcdefghi"}.withDefaults()
+	for _, cfg := range []Config{c, long} {
+		port, peer := cfg.carrierNames()
+		for _, n := range []string{port, peer} {
+			if _, ok := cfg.parseSlotName(n); ok || cfg.isWarmName(n) || len(n) > 15 || n == cfg.Bridge {
+				t.Errorf("carrier name %s: a slot's or warm entry's, the bridge's, or too long", n)
+			}
+		}
+	}
+}
+
+// TestSlotMAC: every slot has its own unicast, locally administered MAC,
+// never the bridge's, the same for the same bridge and slot.
+func TestSlotMAC(t *testing.T) {
+	for _, bridge := range []string{"atoll0", "t1a2b3c", "abcdefghi"} {
+		seen := map[string]int{bridgeMAC(bridge).String(): -1}
+		for slot := 0; slot < maxSlots; slot++ {
+			mac := slotMAC(bridge, slot)
+			if mac[0]&1 != 0 || mac[0]&2 == 0 {
+				t.Fatalf("%s slot %d: %s is not a locally administered unicast address", bridge, slot, mac)
+			}
+			if other, dup := seen[mac.String()]; dup {
+				t.Fatalf("%s: slots %d and %d share %s (-1 is the bridge)", bridge, slot, other, mac)
+			}
+			seen[mac.String()] = slot
+		}
+		if slotMAC(bridge, 7).String() != slotMAC(bridge, 7).String() {
+			t.Errorf("%s: slot 7's MAC changes", bridge)
+		}
+	}
+	if slotMAC("atoll0", 1).String() == slotMAC("atoll1", 1).String() {
+		t.Error("two bridges give slot 1 one MAC")
+	}
 }
 
 func TestIntervalElems(t *testing.T) {

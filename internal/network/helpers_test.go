@@ -284,9 +284,12 @@ func dialIn(path, network, addr string) (net.Conn, error) {
 }
 
 // get fetches url from inside path and returns the body.
-func get(path, url string) (string, error) {
+func get(path, url string) (string, error) { return getWithin(path, url, 2*dialTimeout) }
+
+// getWithin is get allowing it limit, connecting included.
+func getWithin(path, url string, limit time.Duration) (string, error) {
 	client := &http.Client{
-		Timeout: 2 * dialTimeout,
+		Timeout: limit,
 		Transport: &http.Transport{
 			DisableKeepAlives: true,
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {

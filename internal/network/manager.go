@@ -237,6 +237,12 @@ func (m *Manager) Teardown(ctx context.Context) error {
 		err = errors.Join(err, fmt.Errorf("deleting nftables table: %w", ferr))
 	}
 	m.nftMu.Unlock()
+	port, _ := m.cfg.carrierNames()
+	if l, lerr := m.nl.LinkByName(port); lerr == nil {
+		if derr := m.nl.LinkDel(l); derr != nil {
+			err = errors.Join(err, fmt.Errorf("deleting carrier port: %w", derr))
+		}
+	}
 	if br, lerr := m.nl.LinkByName(m.cfg.Bridge); lerr == nil {
 		if derr := m.nl.LinkDel(br); derr != nil {
 			err = errors.Join(err, fmt.Errorf("deleting bridge: %w", derr))
@@ -346,7 +352,71 @@ func (m *Manager) setupBridge() error {
 	if err := m.nl.LinkSetUp(link); err != nil {
 		return fmt.Errorf("bringing bridge up: %w", err)
 	}
-	return nil
+	return m.setupCarrier()
+}
+
+// setupCarrier makes or adopts the carrier port: a veth whose both ends
+// stay up in the host namespace, one of them an isolated port of the
+// bridge. A bridge has a carrier only while one of its ports is up; without
+// this port the bridge would lose it whenever no sandbox runs, and the
+// first sandbox after would find the host's side not ready: the bridge's
+// queue drops packets until the kernel's link watch work runs (up to a
+// second later, for a bridge), and its IPv6 addresses start over, so the
+// first connection to or from that sandbox waits for a retransmission.
+func (m *Manager) setupCarrier() error {
+	port, peer := m.cfg.carrierNames()
+	link, err := m.nl.LinkByName(port)
+	var nf netlink.LinkNotFoundError
+	switch {
+	case errors.As(err, &nf):
+		// The two ends of a veth come and go together: a link with the
+		// peer's name but no port is someone else's.
+		if _, err := m.nl.LinkByName(peer); err == nil {
+			return fmt.Errorf("%w: %s exists without %s", errdefs.ErrConflict, peer, port)
+		}
+		attrs := netlink.NewLinkAttrs()
+		attrs.Name, attrs.MTU = port, m.mtu
+		if err := m.nl.LinkAdd(&netlink.Veth{LinkAttrs: attrs, PeerName: peer}); err != nil {
+			return fmt.Errorf("creating carrier port: %w", err)
+		}
+		if link, err = m.nl.LinkByName(port); err != nil {
+			return fmt.Errorf("looking up carrier port: %w", err)
+		}
+	case err != nil:
+		return fmt.Errorf("looking up carrier port: %w", err)
+	case link.Type() != "veth":
+		return fmt.Errorf("%w: %s exists and is a %s, not a veth", errdefs.ErrConflict, port, link.Type())
+	}
+	err = m.inHost(func() error {
+		// Nothing is to be sent from either end.
+		for _, name := range []string{port, peer} {
+			if err := writeSysctl("net.ipv6.conf."+name+".disable_ipv6", "1"); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if link.Attrs().MasterIndex != m.bridgeIx {
+		if err := m.nl.LinkSetMasterByIndex(link, m.bridgeIx); err != nil {
+			return fmt.Errorf("adding carrier port to bridge: %w", err)
+		}
+	}
+	if err := m.nl.LinkSetIsolated(link, true); err != nil {
+		return fmt.Errorf("isolating carrier port: %w", err)
+	}
+	for _, name := range []string{peer, port} {
+		l, err := m.nl.LinkByName(name)
+		if err == nil {
+			err = m.nl.LinkSetUp(l)
+		}
+		if err != nil {
+			return fmt.Errorf("bringing up carrier port %s: %w", name, err)
+		}
+	}
+	return waitOperUp(m.nl, m.bridgeIx)
 }
 
 // checkSubnets refuses subnets that overlap a route the host already has
@@ -575,6 +645,14 @@ func (m *Manager) create(name string) (_ *entry, err error) {
 	if err := m.nl.LinkSetIsolated(veth, true); err != nil {
 		return nil, fmt.Errorf("isolating bridge port: %w", err)
 	}
+	// The port's MAC is given (pinMAC), never learnt, and frames for
+	// other MACs are not flooded to it (a VM's guest could listen).
+	if err := m.nl.LinkSetLearning(veth, false); err != nil {
+		return nil, fmt.Errorf("turning off learning on bridge port: %w", err)
+	}
+	if err := m.nl.LinkSetFlood(veth, false); err != nil {
+		return nil, fmt.Errorf("turning off flooding to bridge port: %w", err)
+	}
 	eth0, err := e.ns.LinkByName(sandboxLink)
 	if err == nil {
 		e.eth0 = eth0.Attrs().Index
@@ -586,8 +664,9 @@ func (m *Manager) create(name string) (_ *entry, err error) {
 	return e, nil
 }
 
-// assign gives e to slot: names, addresses, routes, firewall elements, and
-// finally the host end up. On error e is destroyed.
+// assign gives e to slot: names, its MAC, addresses, routes, the host end
+// up, firewall elements; it returns once the link is ready to carry
+// traffic both ways. On error e is destroyed.
 func (m *Manager) assign(e *entry, slot int, pol egress.Policy) (a *Attachment, err error) {
 	added := false
 	defer func() {
@@ -617,6 +696,15 @@ func (m *Manager) assign(e *entry, slot int, pol egress.Policy) (a *Attachment, 
 	}
 	a = m.attachment(slot)
 	eth0 := &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: e.eth0, Name: sandboxLink}}
+	// Before the carrier comes on, so that the sandbox's link-local IPv6
+	// address, made then, is the slot MAC's too.
+	mac := slotMAC(m.cfg.Bridge, slot)
+	if err := e.ns.LinkSetHardwareAddr(eth0, mac); err != nil {
+		return nil, fmt.Errorf("setting the slot's MAC: %w", err)
+	}
+	if err := m.pinMAC(e.host, mac); err != nil {
+		return nil, err
+	}
 	if err := e.ns.AddrAdd(eth0, &netlink.Addr{IPNet: ipNet(a.Addr4)}); err != nil {
 		return nil, fmt.Errorf("adding address %s: %w", a.Addr4, err)
 	}
@@ -629,6 +717,14 @@ func (m *Manager) assign(e *entry, slot int, pol egress.Policy) (a *Attachment, 
 			return nil, fmt.Errorf("adding default route via %s: %w", gw, err)
 		}
 	}
+	// The host end goes up before the firewall's elements are added, not
+	// last: the kernel readies both ends and the sandbox's IPv6 from work
+	// queues (see waitReady), which then run meanwhile. Nothing runs in the
+	// namespace yet to send anything. (The addresses come first: the
+	// sandbox's IPv6 readiness, as waitReady sees it, then covers them.)
+	if err := m.nl.LinkSetUp(host); err != nil {
+		return nil, fmt.Errorf("bringing up veth: %w", err)
+	}
 	if err := m.addElements(slot, pol); err != nil {
 		return nil, err
 	}
@@ -638,10 +734,118 @@ func (m *Manager) assign(e *entry, slot int, pol egress.Policy) (a *Attachment, 
 			return nil, err
 		}
 	}
-	if err := m.nl.LinkSetUp(host); err != nil {
-		return nil, fmt.Errorf("bringing up veth: %w", err)
+	// An entry a crash left, or one the host made trying to reach the
+	// slot's previous sandbox after it went (a closed connection's last
+	// retransmissions), would be believed until probes of its MAC failed.
+	if err := m.forgetNeighbours(a.Addr4.Addr(), a.Addr6.Addr()); err != nil {
+		return nil, err
+	}
+	if err := m.waitReady(e); err != nil {
+		return nil, err
 	}
 	return a, nil
+}
+
+// pinMAC gives the bridge a static forwarding entry for mac, the slot's,
+// on the host end of the sandbox's veth, a port that learns nothing (see
+// create). The bridge would otherwise learn which port a MAC is behind
+// from the frames it gets: a sandbox sending from another sandbox's MAC (a
+// VM's guest is root of its own kernel) would draw the host's packets for
+// that sandbox, the port proxy's requests included, to itself.
+func (m *Manager) pinMAC(host int, mac net.HardwareAddr) error {
+	fdb := &netlink.Neigh{LinkIndex: host, Family: unix.AF_BRIDGE, Flags: netlink.NTF_MASTER,
+		State: netlink.NUD_NOARP, HardwareAddr: mac}
+	if err := m.nl.NeighSet(fdb); err != nil {
+		return fmt.Errorf("pinning the sandbox's MAC: %w", err)
+	}
+	return nil
+}
+
+// waitReady waits for both ends of e's veth, the sandbox's up without a
+// carrier until its host end came up, to be operationally up, and for the
+// sandbox's IPv6 to be ready.
+func (m *Manager) waitReady(e *entry) error {
+	if err := waitOperUp(m.nl, e.host); err != nil {
+		return err
+	}
+	if err := waitOperUp(e.ns, e.eth0); err != nil {
+		return err
+	}
+	return waitIPv6Ready(e.ns, e.eth0)
+}
+
+// waitIPv6Ready waits for the sandbox's IPv6 to take its link's carrier
+// into account, which it does from the same work queue, after the link is
+// up: until then it neither answers nor sends. Its link-local address
+// leaving the tentative state (at once, without duplicate address
+// detection) is the sign.
+func waitIPv6Ready(h *netlink.Handle, ix int) error {
+	link := &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: ix}}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		addrs, err := h.AddrList(link, netlink.FAMILY_V6)
+		if err != nil {
+			return fmt.Errorf("reading sandbox addresses: %w", err)
+		}
+		for _, a := range addrs {
+			if a.IP.IsLinkLocalUnicast() && a.Flags&unix.IFA_F_TENTATIVE == 0 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the sandbox's IPv6 is not ready 2s after its link came up")
+		}
+		time.Sleep(500 * time.Microsecond)
+	}
+}
+
+// waitOperUp waits for a link (a veth end, the bridge) whose carrier just
+// came on to be operationally up. The kernel turns the carrier on at once, but makes
+// the link up (and gives it a queue that sends, and the bridge port
+// forwarding) from a work queue, which on a loaded host runs
+// milliseconds later: a first packet sent before, the port proxy's ARP
+// request or the sandbox's reply, is dropped and sent again a second
+// later. A getlink request makes current kernels run that work for the
+// link at once.
+func waitOperUp(h *netlink.Handle, ix int) error {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		l, err := h.LinkByIndex(ix)
+		if err != nil {
+			return fmt.Errorf("reading link state: %w", err)
+		}
+		if l.Attrs().OperState == netlink.OperUp {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s still %s 2s after its carrier came on", l.Attrs().Name, l.Attrs().OperState)
+		}
+		time.Sleep(500 * time.Microsecond)
+	}
+}
+
+func family(a netip.Addr) int {
+	if a.Is4() {
+		return netlink.FAMILY_V4
+	}
+	return netlink.FAMILY_V6
+}
+
+// forgetNeighbours deletes the host's neighbour entries (ARP for IPv4, NDP
+// for IPv6) for addrs on the bridge. The kernel keeps an entry, stale or
+// reachable, after the link it was learnt from is gone, and trusts it
+// until probes of the old MAC fail: 5 to 30 s in which a new sandbox with
+// the address is unreachable from the host (the port proxy), though its
+// own connections work. Missing entries are not an error.
+func (m *Manager) forgetNeighbours(addrs ...netip.Addr) error {
+	var errs []error
+	for _, a := range addrs {
+		err := m.nl.NeighDel(&netlink.Neigh{LinkIndex: m.bridgeIx, Family: family(a), IP: net.IP(a.AsSlice())})
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("deleting neighbour entry %s: %w", a, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // destroy removes e's veth and namespace.
@@ -776,6 +980,10 @@ func (m *Manager) Release(ctx context.Context, slot int) error {
 	}
 	if _, cerr := m.flushConntrack(anyAddr(func(a netip.Addr) bool { return a == a4.Addr() || a == a6.Addr() })); cerr != nil {
 		err = errors.Join(err, cerr)
+	}
+	// After the veth: nothing can teach the host the addresses again.
+	if nerr := m.forgetNeighbours(a4.Addr(), a6.Addr()); nerr != nil {
+		err = errors.Join(err, nerr)
 	}
 	if err != nil {
 		return fmt.Errorf("releasing network slot %d: %w", slot, err)
@@ -955,6 +1163,24 @@ func (m *Manager) Sweep(ctx context.Context, inUse []int) error {
 	m.slotsMu.Unlock()
 	for _, st := range gone {
 		st.closeConns()
+	}
+	if neighs, err := m.nl.NeighList(m.bridgeIx, netlink.FAMILY_ALL); err != nil {
+		errs = append(errs, fmt.Errorf("listing neighbour entries: %w", err))
+	} else {
+		var gone []netip.Addr
+		for _, n := range neighs {
+			a, ok := netip.AddrFromSlice(n.IP)
+			if !ok {
+				continue
+			}
+			if slot, ok := m.cfg.slotOf(a); ok && !keep[slot] {
+				gone = append(gone, a.Unmap())
+			}
+		}
+		if err := m.forgetNeighbours(gone...); err != nil {
+			errs = append(errs, err)
+		}
+		removed += len(gone)
 	}
 	// Only sandbox addresses: the host's own traffic from the gateway
 	// (IGMP reports, say) is not ours to cut.

@@ -458,8 +458,9 @@ func waitLen(t testing.TB, p *Pool, n int) {
 
 // census counts what the Manager has in the host namespace for the given
 // slots: namespace files, host links, firewall elements (verdict map, open
-// and proxied sets), slot chains and sets, conntrack entries.
-type census struct{ netns, links, elements, objects, conntrack int }
+// and proxied sets), slot chains and sets, conntrack entries, neighbour
+// entries with a MAC on the bridge.
+type census struct{ netns, links, elements, objects, conntrack, neigh int }
 
 func takeCensus(t testing.TB, tp *topology, slots ...int) census {
 	t.Helper()
@@ -539,6 +540,18 @@ func takeCensus(t testing.TB, tp *topology, slots ...int) census {
 			c.conntrack++
 		}
 	}
+	neighs, err := tp.hostHandle.NeighList(m.bridgeIx, netlink.FAMILY_ALL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range neighs {
+		// Entries without a MAC (incomplete, failed) are the kernel's
+		// attempts to reach a released address, the last packets of a
+		// closed connection say: they hold nothing and expire.
+		if a, ok := netip.AddrFromSlice(n.IP); ok && addrs[a.Unmap()] && len(n.HardwareAddr) > 0 {
+			c.neigh++
+		}
+	}
 	return c
 }
 
@@ -581,8 +594,8 @@ func TestReleaseLeavesNothing(t *testing.T) {
 	}
 	before := takeCensus(t, tp, 5, 6)
 	if want := (census{netns: 2, links: 2, elements: 8, objects: 14}); before.netns != want.netns || before.links != want.links ||
-		before.elements != want.elements || before.objects != want.objects || before.conntrack < 8 {
-		t.Fatalf("before release: %+v, want %+v and at least 8 conntrack entries", before, want)
+		before.elements != want.elements || before.objects != want.objects || before.conntrack < 8 || before.neigh < 2 {
+		t.Fatalf("before release: %+v, want %+v and at least 8 conntrack and 2 neighbour entries", before, want)
 	}
 	for _, slot := range []int{5, 6} {
 		if err := m.Release(ctx, slot); err != nil {
@@ -649,7 +662,7 @@ func TestSweep(t *testing.T) {
 	if c := takeCensus(t, tp, 1, 3, 9); c != (census{}) {
 		t.Errorf("after sweep, slots 1, 3, 9: %+v, want nothing", c)
 	}
-	if c := takeCensus(t, tp, 2); c.netns != 1 || c.links != 1 || c.elements != 4 || c.objects != 7 || c.conntrack == 0 {
+	if c := takeCensus(t, tp, 2); c.netns != 1 || c.links != 1 || c.elements != 4 || c.objects != 7 || c.conntrack == 0 || c.neigh == 0 {
 		t.Errorf("after sweep, kept slot 2: %+v", c)
 	}
 	ents, _ := os.ReadDir(m.cfg.NetnsDir)

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/atoll-dev/atoll/internal/egress"
 	"github.com/atoll-dev/atoll/internal/network"
 	"github.com/atoll-dev/atoll/internal/network/nettest"
@@ -83,6 +85,7 @@ func testNetworkCheckpoint(t *testing.T, rt runtime.Runtime, cp runtime.Checkpoi
 	old := sb.Spec.Network.Addrs[0]
 	other := newSandbox(t, rt, env, runtime.Limits{}, 1<<30)
 	sb.Spec.Network = env.Network(t, other.slot)
+	mac := linkMAC(t, sb.Spec.Network.Netns)
 	// As a memory fork's child is restored: its own hostname too.
 	sb.Spec.Hostname = other.ID
 	inst, err := cp.Restore(ctx, sb.Spec, img)
@@ -94,10 +97,41 @@ func testNetworkCheckpoint(t *testing.T, rt runtime.Runtime, cp runtime.Checkpoi
 	if out := sb.MustSh(t, "hostname"); out != other.ID+"\n" {
 		t.Errorf("the restored sandbox's hostname: %q, want %s", out, other.ID)
 	}
+	// The new namespace's MAC (its slot's), not the saved one: sandboxes
+	// restored from one checkpoint must not share a MAC on the bridge.
+	if out := sb.MustSh(t, macScript); out != mac+"\n" {
+		t.Errorf("the restored sandbox's MAC: %q, want its namespace's eth0's %s", out, mac)
+	}
+	if got := linkMAC(t, sb.Spec.Network.Netns); got != mac {
+		t.Errorf("the namespace's eth0 has %s after the restore, had %s", got, mac)
+	}
 	script := fmt.Sprintf("python3 -c 'import socket; s = socket.socket(); s.bind((\"%s\", 0)); print(\"bound\")' 2>/dev/null", old)
 	if out, _, _ := sb.Sh(t, script); out == "bound\n" {
 		t.Errorf("the restored sandbox still has its old address %s", old)
 	}
+}
+
+// macScript prints eth0's MAC as the sandbox sees it (SIOCGIFHWADDR).
+const macScript = `python3 -c 'import fcntl, socket, struct
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+b = fcntl.ioctl(s.fileno(), 0x8927, struct.pack("256s", b"eth0"))
+print(":".join("%02x" % x for x in b[18:24]))'`
+
+// linkMAC is the MAC of eth0 in the network namespace at path.
+func linkMAC(t *testing.T, path string) string {
+	t.Helper()
+	var mac string
+	err := network.InNetns(path, func() error {
+		l, err := netlink.LinkByName("eth0")
+		if err == nil {
+			mac = l.Attrs().HardwareAddr.String()
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mac
 }
 
 // family is a's address family, as python's socket module names it.

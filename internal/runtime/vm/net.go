@@ -19,9 +19,9 @@ import (
 // eth0's addresses and routes. The VM joins it through a tap device in that
 // namespace whose traffic and eth0's are redirected into each other by tc
 // (mirred), as Kata Containers does: the guest's virtio-net, with eth0's MAC
-// address, takes eth0's addresses and routes, and the host sees the same
-// sandbox on the same veth as under the ns runtime. QEMU runs in the
-// namespace, so that it opens the tap there.
+// address (its slot's: see package network), takes eth0's addresses and
+// routes, and the host sees the same sandbox on the same veth as under the
+// ns runtime. QEMU runs in the namespace, so that it opens the tap there.
 const (
 	sandboxLink = "eth0"
 	tapName     = "tap0"
@@ -32,27 +32,15 @@ const (
 const netnsName = "netns"
 
 // plumb makes the tap and the redirects in n's namespace and returns what
-// the guest needs to configure its eth0. mac, if set, is the guest's
-// already (a restored one's, whose namespace may be a new one): eth0 takes
-// it, so that the namespace's view of the sandbox stays the guest's.
-func plumb(n *runtime.Network, hostname, mac string) (*vminit.Net, error) {
+// the guest needs to configure its eth0, eth0's MAC (its slot's) included:
+// a booting guest's device is made with it, a restored guest takes it
+// (vminit's readdressNet) in place of the one it was saved with.
+func plumb(n *runtime.Network, hostname string) (*vminit.Net, error) {
 	var out vminit.Net
 	err := network.InNetns(n.Netns, func() error {
 		eth0, err := netlink.LinkByName(sandboxLink)
 		if err != nil {
 			return fmt.Errorf("the namespace has no %s: %w", sandboxLink, err)
-		}
-		if mac != "" && eth0.Attrs().HardwareAddr.String() != mac {
-			hw, err := net.ParseMAC(mac)
-			if err != nil {
-				return err
-			}
-			if err := netlink.LinkSetHardwareAddr(eth0, hw); err != nil {
-				return fmt.Errorf("giving %s the guest's address: %w", sandboxLink, err)
-			}
-			if eth0, err = netlink.LinkByName(sandboxLink); err != nil {
-				return err
-			}
 		}
 		out.MAC = eth0.Attrs().HardwareAddr.String()
 		out.MTU = eth0.Attrs().MTU

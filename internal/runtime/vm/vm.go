@@ -420,7 +420,7 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (i
 		if err := os.WriteFile(filepath.Join(dir, netnsName), []byte(netns), 0o600); err != nil {
 			return inst, err
 		}
-		if gnet, err = plumb(spec.Network, spec.Hostname, m.MAC); err != nil {
+		if gnet, err = plumb(spec.Network, spec.Hostname); err != nil {
 			return inst, err
 		}
 	}
@@ -431,7 +431,13 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (i
 	}
 	args := r.qemuArgs(spec.ID, dir, m)
 	if image != "" {
-		args = append(args, "-incoming", "exec:cat "+shellQuote(filepath.Join(image, memoryName)))
+		// No announcements after the migration: QEMU's own (RARP frames
+		// from the device's MAC) and the guest's would come from the MAC
+		// the guest was saved with, the parent's for a fork's child, and
+		// teach the bridge that the parent is behind the child's port.
+		// The guest takes its own slot's MAC when it is readdressed.
+		args = append(args, "-global", "migration.announce-rounds=0",
+			"-incoming", "exec:cat "+shellQuote(filepath.Join(image, memoryName)))
 	}
 	if err := r.runQEMU(ctx, spec.ID, dir, netns, spec.Limits, args); err != nil {
 		return inst, err

@@ -358,12 +358,24 @@ func setupNet(n Net) error {
 	return addGateways(link, n.Gateways)
 }
 
-// readdressNet gives eth0 n's addresses and routes in place of its own, and
-// the sandbox n's resolv.conf and hosts.
+// readdressNet gives eth0 n's MAC, addresses and routes in place of its
+// own, and the sandbox n's resolv.conf and hosts. A restored guest kept the
+// MAC it was saved with, its parent's slot's for a fork's child: the host's
+// network gives each slot its own, and siblings sharing one would have the
+// bridge send one's traffic to another.
 func readdressNet(n Net) error {
-	link, err := netLink(n.MAC, 0)
+	link, err := netlink.LinkByName("eth0") // setupNet's name for it
 	if err != nil {
 		return err
+	}
+	if mac, err := net.ParseMAC(n.MAC); err != nil {
+		return err
+	} else if link.Attrs().HardwareAddr.String() != mac.String() {
+		// virtio-net takes a new address while up (its control queue
+		// tells the device, whose receive filter follows).
+		if err := netlink.LinkSetHardwareAddr(link, mac); err != nil {
+			return fmt.Errorf("setting the MAC %s: %w", mac, err)
+		}
 	}
 	addrs, err := netlink.AddrList(link, netlink.FAMILY_ALL)
 	if err != nil {
