@@ -54,6 +54,7 @@ type Sandbox struct {
 	AutoDeleteSec  int64      `json:"auto_delete_sec,omitempty"`
 	AutoStopSec    int64      `json:"auto_stop_sec,omitempty"`
 	AutoArchiveSec int64      `json:"auto_archive_sec,omitempty"`
+	AutoResume     bool       `json:"auto_resume,omitempty"`
 	// Progress is set while the sandbox's files move to or from the archive
 	// store.
 	Progress *Progress `json:"progress,omitempty"`
@@ -175,6 +176,13 @@ type CreateSandboxRequest struct {
 	// AutoArchiveSec archives the sandbox this long after it stops, freeing
 	// its local disk; starting it brings its files back. 0 means never.
 	AutoArchiveSec int64 `json:"auto_archive_sec,omitempty"`
+	// AutoResume wakes the sandbox when paused (or suspended) and traffic
+	// reaches it: a request to one of its ports through the port proxy,
+	// to its agent or E2B's envd resumes it and waits for it instead of
+	// failing. Its timeout then pauses it rather than stopping it (E2B's
+	// lifecycle autoResume with onTimeout pause), and traffic sets the
+	// timeout again from timeout_sec.
+	AutoResume bool `json:"auto_resume,omitempty"`
 	// Network is the egress policy; absent means allow-all. A server
 	// without networking refuses any (503 unavailable).
 	Network *NetworkPolicy `json:"network,omitempty"`

@@ -327,6 +327,7 @@ func TestE2BHostileInput(t *testing.T) {
 			{`{"templateID":"base","mcp":{"x":{}}}`, 400},
 			{`{"templateID":"base","volumeMounts":[{"name":"v","path":"/v"}]}`, 400},
 			{`{"templateID":"base","autoResume":{"enabled":true}}`, 400},
+			{`{"templateID":"base","autoPause":true,"autoPauseMemory":false,"autoResume":{"enabled":true}}`, 400},
 			{`{"templateID":"base","timeout":"soon"}`, 400},
 			{`{"templateID":"base","` + strings.Repeat("x", 2<<20) + `":1}`, 413},
 		} {

@@ -68,6 +68,9 @@ func renderInspect(w io.Writer, sb api.Sandbox, now time.Time) error {
 	if sb.AutoArchiveSec > 0 {
 		line("Auto-archive", formatSeconds(sb.AutoArchiveSec)+" after it stops")
 	}
+	if sb.AutoResume {
+		line("Auto-resume", "yes (traffic wakes it; its timeout pauses it)")
+	}
 	if n := sb.Network; n != nil {
 		line("Network", n.IPv4+", "+n.IPv6)
 		egress := n.Policy.Egress

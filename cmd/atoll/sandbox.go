@@ -30,13 +30,16 @@ With --snapshot it starts from a snapshot's files and that snapshot's template.
 it stops; --auto-stop stops it after that long without activity (no API call
 about it and no process of its own running); --auto-archive moves its files to
 the archive store that long after it stops (a start brings them back).
-Durations are at most a year.
+--auto-resume wakes it when paused and a request reaches one of its ports or
+its agent (the request waits), and makes --timeout pause it instead of
+stopping it. Durations are at most a year.
 
 --egress, --allow and --deny set its egress policy (default allow-all; see
 "atoll network").`,
 		Example: `  atoll create --template host --cpu 2 --memory 2048 --env LANG=C.UTF-8 --label team=infra
   atoll create --snapshot 7h2k9x0q1w8e5r4t6y0u
   atoll create --timeout 30m --ephemeral
+  atoll create --timeout 10m --auto-resume --public-ports
   atoll create --egress deny-all --allow pypi.org --allow '*.pythonhosted.org' --allow 10.0.0.0/8`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -90,6 +93,7 @@ Durations are at most a year.
 	f.DurationVar(&autoDelete, "auto-delete", 0, "delete the sandbox this long after it stops, e.g. 24h (default never)")
 	f.DurationVar(&autoStop, "auto-stop", 0, "stop the sandbox after this long without activity, e.g. 15m (default never)")
 	f.DurationVar(&autoArchive, "auto-archive", 0, "archive the sandbox this long after it stops, e.g. 1h (default never)")
+	f.BoolVar(&req.AutoResume, "auto-resume", false, "resume the sandbox when paused and traffic reaches it; its timeout pauses it instead of stopping it")
 	f.BoolVar(&publicPorts, "public-ports", false, "let anyone who can reach the port proxy open the sandbox's ports, without a token (see \"atoll port\")")
 	pol.register(f)
 	return cmd

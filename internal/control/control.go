@@ -414,7 +414,7 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 		CPU: req.CPU, MemoryMiB: req.MemoryMiB, DiskGiB: req.DiskGiB, PIDs: req.PIDs,
 		Env: req.Env, Labels: req.Labels, CreatedAt: time.Now().UTC(),
 		Ephemeral: req.Ephemeral, AutoDeleteSec: req.AutoDeleteSec, AutoStopSec: req.AutoStopSec,
-		AutoArchiveSec: req.AutoArchiveSec, Ports: portAccess(req.Ports),
+		AutoArchiveSec: req.AutoArchiveSec, AutoResume: req.AutoResume, Ports: portAccess(req.Ports),
 	}, TimeoutSec: req.TimeoutSec, FromSnapshot: req.Snapshot, Policy: policy, Tenant: tenant.Of(ctx)}
 	t0 := time.Now()
 	unlock, err := s.newSandbox(ctx, &sb)
@@ -806,12 +806,13 @@ func (s *Service) deleteLocked(ctx context.Context, sb store.Sandbox) error {
 	return nil
 }
 
-// AgentDialer returns how to reach the agent of a running sandbox.
+// AgentDialer returns how to reach the agent of a running sandbox (an
+// auto-resume one is woken first).
 func (s *Service) AgentDialer(ctx context.Context, id string) (func(ctx context.Context) (net.Conn, error), error) {
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
-	sb, err := s.get(ctx, id)
+	sb, err := s.forTraffic(ctx, id)
 	if err != nil {
 		return nil, err
 	}

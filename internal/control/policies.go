@@ -15,8 +15,9 @@ const maxPolicySec = 365 * 24 * 3600
 
 // Lifecycle policies, applied once a second by Run:
 //   - timeout: a running or paused sandbox past ExpiresAt is stopped (an
-//     ephemeral one deleted). A start sets ExpiresAt to now + the timeout;
-//     SetTimeout moves it.
+//     ephemeral one deleted), an auto-resume one paused instead (without a
+//     timeout until traffic wakes it). A start sets ExpiresAt to now + the
+//     timeout; SetTimeout moves it.
 //   - ephemeral: stopping deletes the sandbox, whatever stopped it.
 //   - auto-delete: a stopped sandbox is deleted that long after it stopped.
 //   - auto-archive: a stopped sandbox is archived that long after it stopped
@@ -96,6 +97,10 @@ func (s *Service) policy(ctx context.Context, id, reason string) {
 		if (sb.State != api.StateRunning && sb.State != api.StatePaused) || sb.ExpiresAt == nil || !now.After(*sb.ExpiresAt) {
 			return
 		}
+		if sb.AutoResume {
+			s.pauseAtTimeout(ctx, sb)
+			return
+		}
 		s.log.Info("stopping sandbox at its timeout", "sandbox", id)
 		if err := s.stopLocked(ctx, &sb, "timeout"); err != nil {
 			s.log.Error("stopping at timeout", "sandbox", id, "err", err)
@@ -129,6 +134,22 @@ func (s *Service) policy(ctx context.Context, id, reason string) {
 		if err := s.archiveLocked(ctx, &sb, "auto-archive"); err != nil {
 			s.log.Error("auto-archive", "sandbox", id, "err", err)
 		}
+	}
+}
+
+// pauseAtTimeout pauses auto-resume sb at its timeout; one that is
+// paused already only loses its timeout.
+func (s *Service) pauseAtTimeout(ctx context.Context, sb store.Sandbox) {
+	s.log.Info("pausing auto-resume sandbox at its timeout", "sandbox", sb.ID)
+	if sb.State == api.StatePaused {
+		sb.ExpiresAt = nil
+		if err := s.store.Update(ctx, &sb, api.StatePaused); err != nil {
+			s.log.Error("pausing at timeout", "sandbox", sb.ID, "err", err)
+		}
+		return
+	}
+	if err := s.pauseLocked(ctx, &sb); err != nil {
+		s.log.Error("pausing at timeout", "sandbox", sb.ID, "err", err)
 	}
 }
 

@@ -251,7 +251,7 @@ func (s *Service) adoptPooled(ctx context.Context, id string, req api.CreateSand
 	sb.Template = req.Template // the pool's name, or a second name of its version
 	sb.Env, sb.Labels, sb.CreatedAt, sb.StartedAt = req.Env, req.Labels, now, &now
 	sb.TimeoutSec, sb.Ephemeral, sb.AutoDeleteSec, sb.ExpiresAt = req.TimeoutSec, req.Ephemeral, req.AutoDeleteSec, nil
-	sb.AutoStopSec, sb.AutoArchiveSec = req.AutoStopSec, req.AutoArchiveSec
+	sb.AutoStopSec, sb.AutoArchiveSec, sb.AutoResume = req.AutoStopSec, req.AutoArchiveSec, req.AutoResume
 	sb.Ports = portAccess(req.Ports)
 	sb.Tenant = tenant.Of(ctx)
 	s.touch(id)

@@ -20,14 +20,15 @@ func portAccess(p *api.PortAccess) api.PortAccess {
 }
 
 // PortTarget returns the IPv4 address on the bridge where the port proxy
-// reaches running sandbox id, and whether its ports are public, and counts
+// reaches running sandbox id (an auto-resume one is woken first), and
+// whether its ports are public, and counts
 // the request as activity. A sandbox that is not running, or a server
 // without networking, is errdefs.ErrUnavailable.
 func (s *Service) PortTarget(ctx context.Context, id string) (addr netip.Addr, public bool, err error) {
 	if err := checkID(id); err != nil {
 		return addr, false, err
 	}
-	sb, err := s.get(ctx, id)
+	sb, err := s.forTraffic(ctx, id)
 	if err != nil {
 		return addr, false, err
 	}

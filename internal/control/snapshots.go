@@ -27,25 +27,47 @@ func (s *Service) Pause(ctx context.Context, id string) (api.Sandbox, error) {
 		return api.Sandbox{}, err
 	}
 	defer unlock()
-	if err := s.runtimes[sb.Runtime].Pause(ctx, id); err != nil {
-		s.log.Error("pausing sandbox", "sandbox", id, "err", err)
-		return api.Sandbox{}, fmt.Errorf("%w: pausing failed", errdefs.ErrUnavailable)
-	}
-	sb.State = api.StatePaused
-	if err := s.store.Update(ctx, &sb, api.StateRunning); err != nil {
-		_ = s.runtimes[sb.Runtime].Resume(ctx, id)
+	if err := s.pauseLocked(ctx, &sb); err != nil {
 		return api.Sandbox{}, err
 	}
 	return s.view(sb), nil
 }
 
+// pauseLocked freezes running sb. An auto-resume sandbox waits for
+// traffic, not for its timeout, while paused: traffic sets it again.
+func (s *Service) pauseLocked(ctx context.Context, sb *store.Sandbox) error {
+	if err := s.runtimes[sb.Runtime].Pause(ctx, sb.ID); err != nil {
+		s.log.Error("pausing sandbox", "sandbox", sb.ID, "err", err)
+		return fmt.Errorf("%w: pausing failed", errdefs.ErrUnavailable)
+	}
+	sb.State = api.StatePaused
+	if sb.AutoResume {
+		sb.ExpiresAt = nil
+	}
+	if err := s.store.Update(ctx, sb, api.StateRunning); err != nil {
+		_ = s.runtimes[sb.Runtime].Resume(ctx, sb.ID)
+		sb.State = api.StateRunning
+		return err
+	}
+	return nil
+}
+
+// resumption is how resume brings a paused state back.
+type resumption struct {
+	resume func(s *Service, ctx context.Context, sb *store.Sandbox) error
+	// onTraffic: traffic wakes an auto-resume sandbox in this state. Not
+	// a shelved one: its processes (the server a request is for) are
+	// gone, so E2B refuses autoResume without memory too.
+	onTraffic bool
+}
+
 // resumes is how resume brings back each state it applies to; resume of a
 // sandbox in any other state is a conflict. Adding a kind of pause means a
-// row here, its row in recoveries, and its state in docs/lifecycle.md.
-var resumes = map[string]func(s *Service, ctx context.Context, sb *store.Sandbox) error{
-	api.StatePaused:    (*Service).thawLocked,
-	api.StateSuspended: (*Service).restoreLocked,
-	api.StateShelved:   (*Service).bootShelvedLocked,
+// row here, its case in Recover, and its state in docs/lifecycle.md.
+var resumes = map[string]resumption{
+	api.StatePaused:    {(*Service).thawLocked, true},
+	api.StateSuspended: {(*Service).restoreLocked, true},
+	api.StateShelved:   {(*Service).bootShelvedLocked, false},
 }
 
 // Resume brings back a paused sandbox as resumes says: thawed, restored from
@@ -57,11 +79,11 @@ func (s *Service) Resume(ctx context.Context, id string) (api.Sandbox, error) {
 		return api.Sandbox{}, err
 	}
 	defer unlock()
-	resume := resumes[sb.State]
-	if resume == nil {
+	r, ok := resumes[sb.State]
+	if !ok {
 		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s, not paused", errdefs.ErrConflict, id, sb.State)
 	}
-	if err := resume(s, ctx, &sb); err != nil {
+	if err := r.resume(s, ctx, &sb); err != nil {
 		return api.Sandbox{}, err
 	}
 	return s.view(sb), nil

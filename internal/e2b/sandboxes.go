@@ -126,8 +126,13 @@ func (s *Server) createRequest(ctx context.Context, b newSandbox, defaultTimeout
 		return req, "", bad("iam: workload identity is not supported")
 	case len(b.VolumeMounts) > 0:
 		return req, "", bad("volumeMounts: volumes are not supported")
-	case b.AutoResume != nil && b.AutoResume.Enabled:
-		return req, "", bad("autoResume: resuming on traffic is not supported; connect to a paused sandbox instead")
+	}
+	autoResume := b.AutoResume != nil && b.AutoResume.Enabled
+	switch {
+	case autoResume && (b.AutoPause == nil || !*b.AutoPause):
+		return req, "", bad("autoResume: only a sandbox that pauses on timeout (autoPause) can resume on traffic")
+	case autoResume && b.AutoPauseMemory != nil && !*b.AutoPauseMemory:
+		return req, "", bad("autoResume: a sandbox paused without memory cannot resume on traffic; connect to it instead")
 	}
 	t, err := timeoutSec(b.Timeout, defaultTimeout)
 	if err != nil {
@@ -172,6 +177,9 @@ func (s *Server) createRequest(ctx context.Context, b newSandbox, defaultTimeout
 		// timeout stops it, so a killing one is ephemeral. An auto-pausing
 		// one stops with its files kept and shows as paused.
 		Ephemeral: b.AutoPause == nil || !*b.AutoPause,
+		// Traffic to its ports or envd wakes it, and its timeout pauses it
+		// (memory kept) rather than stopping it.
+		AutoResume: autoResume,
 	}
 	return req, alias, nil
 }
@@ -360,9 +368,13 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 		s.sandboxErr(w, r, id, err)
 		return
 	}
-	if _, err := s.cfg.Sandboxes.SetTimeout(r.Context(), id, api.TimeoutRequest{}); err != nil {
-		s.sandboxErr(w, r, id, err)
-		return
+	// An auto-resume sandbox keeps its timeout_sec, for traffic that wakes
+	// it; pausing it drops only when the timeout falls due.
+	if !sb.AutoResume {
+		if _, err := s.cfg.Sandboxes.SetTimeout(r.Context(), id, api.TimeoutRequest{}); err != nil {
+			s.sandboxErr(w, r, id, err)
+			return
+		}
 	}
 	pause := s.cfg.Sandboxes.Pause
 	if body.Memory != nil && !*body.Memory {

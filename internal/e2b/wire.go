@@ -194,7 +194,7 @@ func (s *Server) detail(sb api.Sandbox) sandboxDetail {
 		EnvdAccessToken:     s.accessToken(sb.ID),
 		AllowInternetAccess: &internet,
 		Network:             network,
-		Lifecycle:           &lifecycle{OnTimeout: onTimeout},
+		Lifecycle:           &lifecycle{OnTimeout: onTimeout, AutoResume: sb.AutoResume},
 	}
 }
 

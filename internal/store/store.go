@@ -194,6 +194,7 @@ var added = []struct{ table, column, def string }{
 	// which has none; migrateTemplates fills them in for older rows.
 	{"sandboxes", "template_version", "TEXT NOT NULL DEFAULT ''"},
 	{"snapshots", "template_version", "TEXT NOT NULL DEFAULT ''"},
+	{"sandboxes", "auto_resume", "INTEGER NOT NULL DEFAULT 0"},
 }
 
 // migrate adds the columns a database made by an older version lacks, and
@@ -228,7 +229,7 @@ func addColumns(db *sql.DB) error {
 const columns = `id, state, template, runtime, cpu, memory_mib, disk_gib, pids, env, labels, error,
 	slot, created_at, started_at, stopped_at, pid, start_time, socket,
 	timeout_sec, expires_at, ephemeral, auto_delete_sec, auto_stop_sec, from_snapshot,
-	auto_archive_sec, egress, public_ports, tenant, template_version`
+	auto_archive_sec, egress, public_ports, tenant, template_version, auto_resume`
 
 // Create inserts a new sandbox, choosing its slot (the lowest one free), and
 // records its first state.
@@ -269,12 +270,12 @@ func create(ctx context.Context, tx *sql.Tx, sb *Sandbox) error {
 	}
 	env, _ := json.Marshal(orEmpty(sb.Env))
 	labels, _ := json.Marshal(orEmpty(sb.Labels))
-	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		sb.ID, sb.State, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
 		string(env), string(labels), sb.Error, sb.Slot, sb.CreatedAt.UnixNano(),
 		nanos(sb.StartedAt), nanos(sb.StoppedAt), sb.PID, int64(sb.StartTime), sb.Socket,
 		sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec, sb.FromSnapshot,
-		sb.AutoArchiveSec, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant), sb.TemplateVersion)
+		sb.AutoArchiveSec, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant), sb.TemplateVersion, sb.AutoResume)
 	if err != nil {
 		return fmt.Errorf("inserting sandbox: %w", err)
 	}
@@ -319,11 +320,11 @@ func update(ctx context.Context, tx *sql.Tx, sb *Sandbox, from []string) error {
 	_, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state=?, error=?, template=?, runtime=?, cpu=?, memory_mib=?,
 		disk_gib=?, pids=?, env=?, labels=?, created_at=?, started_at=?, stopped_at=?, pid=?, start_time=?, socket=?,
 		timeout_sec=?, expires_at=?, ephemeral=?, auto_delete_sec=?, auto_stop_sec=?,
-		auto_archive_sec=?, from_snapshot=?, egress=?, public_ports=?, tenant=?, template_version=? WHERE id=?`,
+		auto_archive_sec=?, from_snapshot=?, egress=?, public_ports=?, tenant=?, template_version=?, auto_resume=? WHERE id=?`,
 		sb.State, sb.Error, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
 		string(env), string(labels), sb.CreatedAt.UnixNano(), nanos(sb.StartedAt), nanos(sb.StoppedAt),
 		sb.PID, int64(sb.StartTime), sb.Socket, sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec,
-		sb.AutoArchiveSec, sb.FromSnapshot, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant), sb.TemplateVersion, sb.ID)
+		sb.AutoArchiveSec, sb.FromSnapshot, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant), sb.TemplateVersion, sb.AutoResume, sb.ID)
 	if err != nil {
 		return err
 	}
@@ -541,7 +542,7 @@ func scan(rows *sql.Rows) ([]Sandbox, error) {
 		if err := rows.Scan(&sb.ID, &sb.State, &sb.Template, &sb.Runtime, &sb.CPU, &sb.MemoryMiB, &sb.DiskGiB,
 			&sb.PIDs, &env, &labels, &sb.Error, &sb.Slot, &created, &started, &stopped, &sb.PID, &startTime, &sb.Socket,
 			&sb.TimeoutSec, &expires, &sb.Ephemeral, &sb.AutoDeleteSec, &sb.AutoStopSec, &sb.FromSnapshot,
-			&sb.AutoArchiveSec, &policy, &sb.Ports.Public, &sb.Tenant, &sb.TemplateVersion); err != nil {
+			&sb.AutoArchiveSec, &policy, &sb.Ports.Public, &sb.Tenant, &sb.TemplateVersion, &sb.AutoResume); err != nil {
 			return nil, err
 		}
 		if policy != "" {

@@ -472,6 +472,33 @@ test('getHost: a server in the sandbox, public as E2B has it by default', async 
   }
 })
 
+test('lifecycle autoResume: traffic to a port or envd wakes a paused sandbox', async () => {
+  const web = await create({ timeoutMs: 4_000, lifecycle: { onTimeout: 'pause', autoResume: true } })
+  assert.deepEqual((await web.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: true })
+  await serveHTTP(web, 8000, 'awake')
+  const host = web.getHost(8000)
+  await waitFor(async () => (await getByHost(host, '/index.html')).status === 200, 'the server in the sandbox')
+  // Its timeout pauses it (memory kept); a request to its port waits for
+  // the resume and is answered by the server that ran before.
+  await waitFor(async () => (await Sandbox.getInfo(web.sandboxId)).state === 'paused', 'pause on timeout')
+  const r = await getHTTPS(host, '/index.html')
+  assert.deepEqual(r, { status: 200, body: 'awake' })
+  assert.equal((await web.getInfo()).state, 'running')
+  // So does envd: a command in an explicitly paused sandbox.
+  assert.equal(await web.pause(), true)
+  assert.equal((await web.commands.run('echo hi')).stdout, 'hi\n')
+  assert.equal((await web.getInfo()).state, 'running')
+  // Without autoResume a paused sandbox's port stays unreachable.
+  const plain = await create({ lifecycle: { onTimeout: 'pause' } })
+  await serveHTTP(plain, 8000, 'plain')
+  await waitFor(async () => (await getByHost(plain.getHost(8000), '/index.html')).status === 200, 'the plain server')
+  assert.equal(await plain.pause(), true)
+  assert.equal((await getByHost(plain.getHost(8000), '/index.html')).status, 502)
+  assert.equal((await plain.getInfo()).state, 'paused')
+  // (A killed one wakes nothing: TestAutoResumeEndToEnd. Killing here would
+  // free an address the next test's sandbox may take.)
+})
+
 test('getHost: allowPublicTraffic false needs the traffic access token', async () => {
   const priv = await create({ network: { allowPublicTraffic: false } })
   assert.ok(priv.trafficAccessToken, 'create answers a traffic access token')
