@@ -36,7 +36,7 @@ import (
 func main() {
 	n := flag.Int("n", 100, "iterations per measurement")
 	clients := flag.Int("clients", 8, "concurrent clients for the concurrent run")
-	only := flag.String("only", "", "comma-separated parts to run (core,templates,state,forks,prestarted,recent,warm,e2b,runtimes,ports,peers,burst); default all")
+	only := flag.String("only", "", "comma-separated parts to run (core,templates,state,forks,prestarted,recent,warm,e2b,runtimes,ports,autoresume,peers,burst); default all")
 	flag.Int64Var(&hostDirtyLimit, "layer-dirty-limit", 0, "the servers' --layer-dirty-limit (0: their default; -1: the kernel's defaults)")
 	var b burstConfig
 	flag.IntVar(&b.n, "burst-n", 300, "burst: creates in the burst")
@@ -108,6 +108,9 @@ func main() {
 	}
 	if want("ports") {
 		ports(r, work, min(*n, 30))
+	}
+	if want("autoresume") {
+		autoResume(r, work, min(*n, 20))
 	}
 	if want("burst") {
 		burst(r, work, b)

@@ -50,27 +50,10 @@ srv.serve_forever()
 // network namespace of its own, which it treats as the host, so that the
 // machine's own network is left alone.
 func ports(r *report, work string, n int) {
-	const ns = "atoll-bench-ports"
-	nsPath := filepath.Join("/run/netns", ns)
-	exec.Command("ip", "netns", "del", ns).Run()
-	must("ip", "netns", "add", ns)
-	defer exec.Command("ip", "netns", "del", ns).Run()
-	must("ip", "-n", ns, "link", "set", "lo", "up")
-	srv := startServerIn(work, "ports", nsPath, "--network", "on", "--network-bridge", "atollb",
-		"--dns-upstream", "127.0.0.1", "--warm-pool", "1", "--prestart", "0", "--network-pool", "1",
-		"--proxy-listen", "127.0.0.1:0", "--proxy-domain", "sb.test")
+	srv, client, proxyAddr, done := proxiedServer(work, "ports")
+	defer done()
 	c := srv.client()
 	ctx := context.Background()
-	var proxyAddr string
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		DisableKeepAlives: true, // every request a first connection
-		DialContext: func(ctx context.Context, netw, addr string) (net.Conn, error) {
-			if strings.HasSuffix(strings.Split(addr, ":")[0], ".sb.test") {
-				addr = proxyAddr
-			}
-			return srv.dial(ctx, netw, addr)
-		},
-	}}
 	// firstOK is the time until a GET of u answers 200, asking again (as
 	// the user did, every 0.1 s) after each failure, such as the
 	// proxy's 504 after 5 s.
@@ -92,23 +75,11 @@ func ports(r *report, work string, n int) {
 	}
 	var proxied, direct6, again []time.Duration
 	for i := 0; i < n+1; i++ {
-		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Ports: &api.PortAccess{Public: true}})
-		check(err)
-		_, err = c.WriteFile(ctx, sb.ID, "/tmp/listen.py", strings.NewReader(listenScript), 0o644)
-		check(err)
-		var out bytes.Buffer
-		if code, err := c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"python3", "/tmp/listen.py"}}, &out, &out); err != nil || code != 0 {
-			fatal("starting a server in a sandbox: %d %v %s", code, err, out.String())
-		}
-		u, err := c.PortURL(ctx, sb.ID, 8080, 0)
-		check(err)
-		pu, err := url.Parse(u.URL)
-		check(err)
-		proxyAddr = net.JoinHostPort("127.0.0.1", pu.Port())
-		p := firstOK(u.URL)
+		sb, u := listening(srv, api.CreateSandboxRequest{Ports: &api.PortAccess{Public: true}}, proxyAddr)
+		p := firstOK(u)
 		d6 := firstOK("http://" + net.JoinHostPort(sb.Network.IPv6, "8080") + "/")
 		t0 := time.Now()
-		firstOK(u.URL)
+		firstOK(u)
 		a := time.Since(t0)
 		check(c.DeleteSandbox(ctx, sb.ID))
 		if i == 0 {
@@ -123,4 +94,54 @@ func ports(r *report, work string, n int) {
 	if left, _ := filepath.Glob("/run/netns/atollb*"); len(left) > 0 {
 		r.failed("ports", fmt.Sprintf("namespaces left after the server stopped: %v", left))
 	}
+}
+
+// listening creates a sandbox by req on srv, with a server listening on
+// its port 8080 (listenScript), and returns it and the port's URL through
+// the port proxy, whose address it sets in *proxyAddr.
+func listening(srv *server, req api.CreateSandboxRequest, proxyAddr *string) (api.Sandbox, string) {
+	ctx := context.Background()
+	c := srv.client()
+	sb, err := c.CreateSandbox(ctx, req)
+	check(err)
+	_, err = c.WriteFile(ctx, sb.ID, "/tmp/listen.py", strings.NewReader(listenScript), 0o644)
+	check(err)
+	var out bytes.Buffer
+	if code, err := c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"python3", "/tmp/listen.py"}}, &out, &out); err != nil || code != 0 {
+		fatal("starting a server in a sandbox: %d %v %s", code, err, out.String())
+	}
+	u, err := c.PortURL(ctx, sb.ID, 8080, 0)
+	check(err)
+	pu, err := url.Parse(u.URL)
+	check(err)
+	*proxyAddr = net.JoinHostPort("127.0.0.1", pu.Port())
+	return sb, u.URL
+}
+
+// proxiedServer starts a server named name with networking and its port
+// proxy in a network namespace of its own, which it treats as the host, so
+// that the machine's own network is left alone; client reaches the proxy
+// (for any *.sb.test host, at the address *proxyAddr is set to) and the
+// sandboxes from that namespace, one new connection per request. done
+// removes the namespace.
+func proxiedServer(work, name string) (srv *server, client *http.Client, proxyAddr *string, done func()) {
+	ns := "atoll-bench-" + name
+	nsPath := filepath.Join("/run/netns", ns)
+	exec.Command("ip", "netns", "del", ns).Run()
+	must("ip", "netns", "add", ns)
+	must("ip", "-n", ns, "link", "set", "lo", "up")
+	srv = startServerIn(work, name, nsPath, "--network", "on", "--network-bridge", "atollb",
+		"--dns-upstream", "127.0.0.1", "--warm-pool", "1", "--prestart", "0", "--network-pool", "1",
+		"--proxy-listen", "127.0.0.1:0", "--proxy-domain", "sb.test")
+	proxyAddr = new(string)
+	client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true, // every request a first connection
+		DialContext: func(ctx context.Context, netw, addr string) (net.Conn, error) {
+			if strings.HasSuffix(strings.Split(addr, ":")[0], ".sb.test") {
+				addr = *proxyAddr
+			}
+			return srv.dial(ctx, netw, addr)
+		},
+	}}
+	return srv, client, proxyAddr, func() { exec.Command("ip", "netns", "del", ns).Run() }
 }
