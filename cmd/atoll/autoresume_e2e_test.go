@@ -232,6 +232,30 @@ func TestAutoResumeEndToEnd(t *testing.T) {
 		}
 	})
 
+	t.Run("a suspended one wakes", func(t *testing.T) {
+		testenv.RequireCommand(t, "runsc")
+		g, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "gvisor", AutoResume: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.DeleteSandbox(ctx, g.ID)
+		if out, code := sh(t, c, g.ID, "echo 41 > /tmp/n"); code != 0 {
+			t.Fatal(out)
+		}
+		if _, err := c.SuspendSandbox(ctx, g.ID); err != nil {
+			t.Fatal(err)
+		}
+		if sb := state(g.ID); sb.State != api.StateSuspended {
+			t.Fatalf("suspend: %s", sb.State)
+		}
+		if out, code := sh(t, c, g.ID, "cat /tmp/n"); code != 0 || out != "41\n" {
+			t.Errorf("exec in a suspended auto-resume sandbox: %q %d", out, code)
+		}
+		if sb := state(g.ID); sb.State != api.StateRunning {
+			t.Errorf("after exec: %s", sb.State)
+		}
+	})
+
 	t.Run("a deleted sandbox", func(t *testing.T) {
 		if _, err := c.PauseSandbox(ctx, id); err != nil {
 			t.Fatal(err)
