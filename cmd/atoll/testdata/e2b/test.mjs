@@ -340,6 +340,14 @@ test('lifecycle: pause on timeout', async () => {
   await waitFor(async () => (await p.getInfo()).state === 'paused', 'auto-pause on timeout')
   const back = await Sandbox.connect(p.sandboxId, { timeoutMs: 60_000 })
   assert.equal(await back.files.read('/home/user/kept.txt'), 'kept')
+  // Without memory: the files stay, the processes do not.
+  const f = await create({ timeoutMs: 2_000, lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } })
+  await f.files.write('/home/user/kept.txt', 'kept')
+  const bg = await f.commands.run('sleep 600', { background: true, timeoutMs: 0 })
+  await waitFor(async () => (await f.getInfo()).state === 'paused', 'pause without memory on timeout')
+  const fback = await Sandbox.connect(f.sandboxId, { timeoutMs: 60_000 })
+  assert.equal(await fback.files.read('/home/user/kept.txt'), 'kept')
+  assert.ok(!(await fback.commands.list()).some((x) => x.pid === bg.pid), 'processes ended with the pause')
   // A killing sandbox is gone after its timeout.
   const k = await create({ timeoutMs: 1_000 })
   await waitFor(async () => !(await Sandbox.list({ query: { metadata: { run } } }).nextItems()).some((s) => s.sandboxId === k.sandboxId), 'kill on timeout')
