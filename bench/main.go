@@ -28,8 +28,11 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/network"
+	"github.com/atoll-dev/atoll/internal/runtime/host"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
@@ -66,6 +69,8 @@ func main() {
 	work, err := os.MkdirTemp("", "atoll-bench-")
 	check(err)
 	os.Chmod(work, 0o711)
+	workDir = work
+	defer removeWork()
 	srv := startServer(work, "cold", 0, 0)
 	defer srv.stop()
 
@@ -673,8 +678,25 @@ func check(err error) {
 
 func fatal(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+	removeWork()
+	os.Exit(1)
+}
+
+// workDir holds the servers' data directories.
+var workDir string
+
+// removeWork stops every server, unmounts what they left mounted (their
+// layer images, layer image mounts and run directories) and removes the
+// work directory.
+func removeWork() {
 	for _, s := range servers {
 		s.stop()
 	}
-	os.Exit(1)
+	if workDir == "" {
+		return
+	}
+	for _, m := range host.MountsUnder(workDir) { // deepest first
+		_ = unix.Unmount(m, unix.MNT_DETACH)
+	}
+	os.RemoveAll(workDir)
 }
