@@ -24,6 +24,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/atoll-dev/atoll/internal/atomicfile"
 	"github.com/atoll-dev/atoll/internal/auth"
 	"github.com/atoll-dev/atoll/internal/blob"
 	"github.com/atoll-dev/atoll/internal/control"
@@ -375,7 +376,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		return err
 	}
 	url := "http://" + ln.Addr().String()
-	if err := writeFileAtomic(filepath.Join(data, "url"), []byte(url+"\n"), 0o644); err != nil {
+	if err := atomicfile.Write(filepath.Join(data, "url"), []byte(url+"\n"), 0o644); err != nil {
 		return err
 	}
 	hs := server.NewHTTPServer(cfg.listen, handler)
@@ -391,7 +392,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		}
 		defer tlsLn.Close()
 		_, port, _ := net.SplitHostPort(tlsLn.Addr().String())
-		if err := writeFileAtomic(filepath.Join(data, "tls-url"), []byte("https://localhost:"+port+"\n"), 0o644); err != nil {
+		if err := atomicfile.Write(filepath.Join(data, "tls-url"), []byte("https://localhost:"+port+"\n"), 0o644); err != nil {
 			return err
 		}
 		ts = server.NewHTTPServer(cfg.tlsListen, handler)
@@ -513,7 +514,7 @@ func ensureSecret(path string) ([]byte, error) {
 	}
 	k := make([]byte, 32)
 	rand.Read(k)
-	if err := writeFileAtomic(path, []byte(hex.EncodeToString(k)+"\n"), 0o600); err != nil {
+	if err := atomicfile.Write(path, []byte(hex.EncodeToString(k)+"\n"), 0o600); err != nil {
 		return nil, err
 	}
 	return k, nil
@@ -543,44 +544,9 @@ func agentSource(flag string) (string, error) {
 func ensureAPIKey(ctx context.Context, keys *auth.Keys, data string) (key, path string, err error) {
 	path = filepath.Join(data, "api-key")
 	key, err = keys.EnsureFirst(ctx, func(key string) error {
-		return writeFileAtomic(path, []byte(key+"\n"), 0o600)
+		return atomicfile.Write(path, []byte(key+"\n"), 0o600)
 	})
 	return key, path, err
-}
-
-// writeFileAtomic writes a file so that a crash leaves the old or the new
-// content, never a mix: temp file, fsync, rename, fsync the directory.
-func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+"-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // servePprof serves net/http/pprof's handlers on addr, which must be a
