@@ -371,6 +371,15 @@ func testLifecycle(t *testing.T, rt runtime.Runtime, env Env) {
 		t.Errorf("as user: %q (exit %d)", out, code)
 	}
 	sb.MustSh(t, "mkdir -p /root/work && echo kept > /root/work/file && git --version >/dev/null && echo hello > /tmp/t")
+	// Each start is a boot: a new boot ID (E2B's SDK tells a reboot from a
+	// resume by it), which the sandbox cannot change.
+	boot := sb.MustSh(t, "cat /proc/sys/kernel/random/boot_id")
+	if len(strings.TrimSpace(boot)) != 36 {
+		t.Errorf("boot_id %q", boot)
+	}
+	if _, _, code := sb.Sh(t, "echo 00000000-0000-4000-8000-000000000000 > /proc/sys/kernel/random/boot_id"); code == 0 {
+		t.Error("the sandbox wrote its boot_id")
+	}
 
 	if err := rt.Stop(context.Background(), sb.ID, sb.Inst); err != nil {
 		t.Fatalf("stop: %v", err)
@@ -387,6 +396,9 @@ func testLifecycle(t *testing.T, rt runtime.Runtime, env Env) {
 	sb.start(t, rt)
 	if got := sb.MustSh(t, "cat /root/work/file /tmp/t"); got != "kept\nhello\n" {
 		t.Errorf("after restart: %q", got)
+	}
+	if again := sb.MustSh(t, "cat /proc/sys/kernel/random/boot_id"); again == boot || len(strings.TrimSpace(again)) != 36 {
+		t.Errorf("boot_id after restart %q, before %q: want a new one", again, boot)
 	}
 	if got := sb.MustSh(t, ls+"ls1 /home/user"); got != "mine\n" {
 		t.Errorf("/home/user after restart: %q", got)

@@ -10,6 +10,7 @@
 package nsinit
 
 import (
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -243,6 +244,9 @@ func buildRoot(cfg Config) error {
 			return fmt.Errorf("binding /dev/%s: %w", d, err)
 		}
 	}
+	if err := bootID(root); err != nil {
+		return err
+	}
 	links := map[string]string{
 		"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
 		"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2",
@@ -251,6 +255,35 @@ func buildRoot(cfg Config) error {
 		if err := os.Symlink(target, filepath.Join(root, "dev", name)); err != nil {
 			return fmt.Errorf("linking /dev/%s: %w", name, err)
 		}
+	}
+	return nil
+}
+
+// bootID gives the sandbox a boot ID of its own, new at each start, over
+// the host kernel's /proc/sys/kernel/random/boot_id: programs (and E2B's
+// SDK tests) tell a reboot from a resume by it, and a sandbox whose
+// processes were started afresh has rebooted as far as they can see. The
+// file is made on the sandbox's /dev tmpfs, bound read-only over the
+// kernel's, and unlinked: the mount holds it.
+func bootID(root string) error {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return err
+	}
+	b[6] = b[6]&0x0f | 0x40 // a version 4 UUID, as the kernel makes
+	b[8] = b[8]&0x3f | 0x80
+	id := fmt.Sprintf("%x-%x-%x-%x-%x\n", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+	src := filepath.Join(root, "dev", ".boot_id")
+	if err := os.WriteFile(src, []byte(id), 0o444); err != nil {
+		return fmt.Errorf("writing the boot ID: %w", err)
+	}
+	defer os.Remove(src)
+	dst := filepath.Join(root, "proc/sys/kernel/random/boot_id")
+	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("binding the boot ID: %w", err)
+	}
+	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("read-only boot ID: %w", err)
 	}
 	return nil
 }
