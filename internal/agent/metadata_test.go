@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bufio"
 	"context"
 	"net/http"
 	"net/url"
@@ -12,10 +11,13 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/filemeta"
+	"github.com/atoll-dev/atoll/internal/testenv"
 )
 
 // needUserXattrs skips where the test's directory keeps no user extended
@@ -213,33 +215,32 @@ func TestWatchEntries(t *testing.T) {
 	}
 }
 
-// A watch may refuse network file systems; the agent's own is not one.
+// A watch may refuse network file systems, as E2B's envd does unless
+// allowed: here a real FUSE mount, served by this test.
 func TestWatchNetworkMounts(t *testing.T) {
 	e := startAgent(t, Config{})
 	if fs, err := networkFS(e.dir); err != nil || fs != "" {
 		t.Fatalf("networkFS(%s) = %q, %v; want a local file system", e.dir, fs, err)
 	}
-	// A FUSE mount, where the host has one, is refused unless allowed.
-	mounts, _ := os.ReadFile("/proc/self/mounts")
-	sc := bufio.NewScanner(strings.NewReader(string(mounts)))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 3 || !strings.HasPrefix(f[2], "fuse") && f[2] != "nfs" && f[2] != "nfs4" && f[2] != "cifs" {
-			continue
-		}
-		if fs, err := networkFS(f[1]); err != nil || fs == "" {
-			continue // not reachable from here
-		}
-		ctx := context.Background()
-		_, err := e.c.WatchWith(ctx, f[1], WatchOptions{NoNetworkMounts: true})
-		wantStatus(t, err, http.StatusBadRequest, "invalid")
-		ws, err := e.c.WatchWith(ctx, f[1], WatchOptions{})
-		if err != nil {
-			t.Errorf("watching %s (%s) allowed: %v", f[1], f[2], err)
-		} else {
-			ws.Close()
-		}
-		return
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		testenv.Skip(t, "no /dev/fuse: "+err.Error())
 	}
-	t.Log("no network file system mounted here: only the local case is checked")
+	mnt := filepath.Join(e.dir, "fuse")
+	os.Mkdir(mnt, 0o755)
+	srv, err := fs.Mount(mnt, &fs.Inode{}, &fs.Options{MountOptions: fuse.MountOptions{DirectMount: true, FsName: "atolltest", Name: "atolltest"}})
+	if err != nil {
+		testenv.Skip(t, "mounting a FUSE file system: "+err.Error())
+	}
+	t.Cleanup(func() { srv.Unmount() })
+	ctx := context.Background()
+	_, err = e.c.WatchWith(ctx, mnt, WatchOptions{NoNetworkMounts: true})
+	wantStatus(t, err, http.StatusBadRequest, "invalid")
+	if !strings.Contains(err.Error(), "fuse") {
+		t.Errorf("refusal %q does not name the file system", err)
+	}
+	ws, err := e.c.WatchWith(ctx, mnt, WatchOptions{})
+	if err != nil {
+		t.Fatalf("watching a FUSE mount, allowed: %v", err)
+	}
+	ws.Close()
 }
