@@ -294,6 +294,9 @@ type FileInfo struct {
 	GID     int       `json:"gid"`
 	ModTime time.Time `json:"mod_time"`
 	Target  string    `json:"target,omitempty"` // symlink target
+	// Metadata is the file's user metadata (its user.e2b.* extended
+	// attributes, E2B's file metadata), given only where a call asks.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // FileList is the body of GET .../files/list.
@@ -334,6 +337,10 @@ const (
 type WatchEvent struct {
 	Type string `json:"type"`
 	Path string `json:"path"`
+	// Entry describes the file after a create, write or chmod event, with
+	// its metadata, when the watch asked for entries and the file was
+	// still there to look at.
+	Entry *FileInfo `json:"entry,omitempty"`
 }
 
 // Health is the body of GET /v1/health and of the agent's GET /health.

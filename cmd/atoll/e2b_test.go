@@ -549,6 +549,22 @@ func TestE2BHostileInput(t *testing.T) {
 		h["Content-Type"] = "application/octet-stream"
 		d.e2b(t, e2bReq{method: "POST", path: "/files", header: h, body: "raw"}).want(t, "raw upload without path", 400)
 		d.e2b(t, e2bReq{method: "POST", path: "/files?path=/etc", header: h, body: "raw"}).want(t, "upload over a directory", 400)
+		// File metadata past E2B's limits: a 400 and nothing written.
+		many := map[string]string{}
+		for i := range 500 {
+			many[fmt.Sprintf("X-Metadata-Key%d", i)] = "v"
+		}
+		for name, meta := range map[string]map[string]string{
+			"metadata key too long":  {"X-Metadata-" + strings.Repeat("k", 300): "v"},
+			"metadata too large":     {"X-Metadata-K": strings.Repeat("v", 5000)},
+			"too many metadata keys": many,
+			"non-ASCII metadata":     {"X-Metadata-K": "\xc3\xa9"},
+		} {
+			hm := maps.Clone(h)
+			maps.Copy(hm, meta)
+			d.e2b(t, e2bReq{method: "POST", path: "/files?path=/tmp/meta", header: hm, body: "raw"}).want(t, name, 400)
+		}
+		d.e2b(t, e2bReq{method: "GET", path: "/files?path=/tmp/meta", header: h}).want(t, "a file refused for its metadata", 404)
 		h["Content-Encoding"] = "gzip"
 		d.e2b(t, e2bReq{method: "POST", path: "/files?path=/tmp/x", header: h, body: "not gzip"}).want(t, "bad gzip", 400)
 	})

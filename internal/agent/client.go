@@ -288,12 +288,33 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode u
 // WriteFileAs is WriteFile giving a new file, and the parents it creates, to
 // user ("" leaves them to root).
 func (c *Client) WriteFileAs(ctx context.Context, path string, r io.Reader, mode uint32, user string) (api.FileInfo, error) {
+	return c.Write(ctx, path, r, WriteOptions{Mode: mode, User: user})
+}
+
+// WriteOptions are the options of Write; the zero value is WriteFile's.
+type WriteOptions struct {
+	Mode uint32 // chmod bits; 0 keeps an existing file's mode, or is 0644
+	User string // owns a new file and the parents made; "" leaves them to root
+	// Metadata is set on the new file (package filemeta), which has none
+	// otherwise; the answer then carries the metadata read back.
+	Metadata map[string]string
+}
+
+// Write replaces a file with r's bytes, creating parents, as opts say.
+func (c *Client) Write(ctx context.Context, path string, r io.Reader, opts WriteOptions) (api.FileInfo, error) {
 	q := pathQuery(path)
-	if user != "" {
-		q.Set("user", user)
+	if opts.User != "" {
+		q.Set("user", opts.User)
 	}
-	if mode != 0 {
-		q.Set("mode", strconv.FormatUint(uint64(mode), 8))
+	if opts.Mode != 0 {
+		q.Set("mode", strconv.FormatUint(uint64(opts.Mode), 8))
+	}
+	if len(opts.Metadata) > 0 {
+		b, err := json.Marshal(opts.Metadata)
+		if err != nil {
+			return api.FileInfo{}, err
+		}
+		q.Set("metadata", string(b))
 	}
 	var fi api.FileInfo
 	resp, err := c.do(ctx, http.MethodPut, "/files", q, r, "application/octet-stream")
@@ -320,10 +341,30 @@ func (c *Client) Stat(ctx context.Context, path string) (api.FileInfo, error) {
 	return fi, err
 }
 
+// metadataQuery asks the calls that describe files for their metadata.
+func metadataQuery(q url.Values) url.Values {
+	q.Set("with_metadata", "true")
+	return q
+}
+
+// StatMetadata is Stat with the file's metadata (package filemeta).
+func (c *Client) StatMetadata(ctx context.Context, path string) (api.FileInfo, error) {
+	var fi api.FileInfo
+	err := c.call(ctx, http.MethodGet, "/files/stat", metadataQuery(pathQuery(path)), nil, &fi)
+	return fi, err
+}
+
 // List lists a directory.
 func (c *Client) List(ctx context.Context, path string) ([]api.FileInfo, error) {
 	var l api.FileList
 	err := c.call(ctx, http.MethodGet, "/files/list", pathQuery(path), nil, &l)
+	return l.Files, err
+}
+
+// ListMetadata is List with each file's metadata.
+func (c *Client) ListMetadata(ctx context.Context, path string) ([]api.FileInfo, error) {
+	var l api.FileList
+	err := c.call(ctx, http.MethodGet, "/files/list", metadataQuery(pathQuery(path)), nil, &l)
 	return l.Files, err
 }
 
@@ -338,6 +379,14 @@ func (c *Client) Mkdir(ctx context.Context, req api.MkdirRequest) (api.FileInfo,
 func (c *Client) Rename(ctx context.Context, from, to string) (api.FileInfo, error) {
 	var fi api.FileInfo
 	err := c.call(ctx, http.MethodPost, "/files/rename", nil, api.RenameRequest{From: from, To: to}, &fi)
+	return fi, err
+}
+
+// RenameMetadata is Rename answering with the file's metadata, which the
+// file keeps.
+func (c *Client) RenameMetadata(ctx context.Context, from, to string) (api.FileInfo, error) {
+	var fi api.FileInfo
+	err := c.call(ctx, http.MethodPost, "/files/rename", metadataQuery(url.Values{}), api.RenameRequest{From: from, To: to}, &fi)
 	return fi, err
 }
 
@@ -396,9 +445,28 @@ func (s *WatchStream) Close() error { return s.body.Close() }
 // Watch watches path, and with recursive the directories below it; it
 // returns once the watch is in place.
 func (c *Client) Watch(ctx context.Context, path string, recursive bool) (*WatchStream, error) {
+	return c.WatchWith(ctx, path, WatchOptions{Recursive: recursive})
+}
+
+// WatchOptions are the options of WatchWith; the zero value is Watch's
+// without recursive.
+type WatchOptions struct {
+	Recursive bool // watch the directories below too
+	// Entries has create, write and chmod events carry the file's entry,
+	// with its metadata.
+	Entries bool
+	// NoNetworkMounts refuses (ErrInvalid) a path on NFS, CIFS, SMB or
+	// FUSE, where inotify misses other clients' changes.
+	NoNetworkMounts bool
+}
+
+// WatchWith watches path as opts say; it returns once the watch is in place.
+func (c *Client) WatchWith(ctx context.Context, path string, opts WatchOptions) (*WatchStream, error) {
 	q := pathQuery(path)
-	if recursive {
-		q.Set("recursive", "true")
+	for name, on := range map[string]bool{"recursive": opts.Recursive, "entries": opts.Entries, "no_network_mounts": opts.NoNetworkMounts} {
+		if on {
+			q.Set(name, "true")
+		}
 	}
 	resp, err := c.do(ctx, http.MethodGet, "/files/watch", q, nil, "")
 	if err != nil {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/filemeta"
 )
 
 // cleanPath checks a path from a client: absolute, no NUL; it returns it cleaned.
@@ -148,6 +150,37 @@ func lstat(p string) (api.FileInfo, error) {
 	return fileInfo(p, fi), nil
 }
 
+// withMetadata is the with_metadata query parameter of the calls that
+// describe files: whether to read each one's metadata (filemeta), which
+// costs a listxattr and a getxattr per key.
+func withMetadata(r *http.Request) (bool, error) { return queryBool(r, "with_metadata") }
+
+// addMetadata fills in info's metadata. It is best effort, as in E2B's
+// envd: a file that went or cannot be read still has its other fields.
+func addMetadata(info *api.FileInfo) {
+	info.Metadata, _ = filemeta.Read(info.Path)
+}
+
+// queryMetadata is the metadata query parameter of a write: a JSON object
+// of string values, checked against filemeta's limits. ok is false when
+// the request carries none.
+func queryMetadata(r *http.Request) (m map[string]string, ok bool, err error) {
+	v, ok := r.URL.Query()["metadata"]
+	if !ok {
+		return nil, false, nil
+	}
+	if len(v) != 1 || len(v[0]) > 4*filemeta.MaxTotal {
+		return nil, true, errorf(errdefs.ErrInvalid, "metadata: want one JSON object of at most %d bytes", filemeta.MaxTotal)
+	}
+	if err := json.Unmarshal([]byte(v[0]), &m); err != nil {
+		return nil, true, errorf(errdefs.ErrInvalid, "metadata: want a JSON object of strings: %v", err)
+	}
+	if err := filemeta.Validate(m); err != nil {
+		return nil, true, errorf(errdefs.ErrInvalid, "%v", err)
+	}
+	return m, true, nil
+}
+
 func (a *Agent) handleReadFile(w http.ResponseWriter, r *http.Request) {
 	p, err := queryPath(r)
 	if err != nil {
@@ -223,6 +256,10 @@ func (a *Agent) writeFile(r *http.Request) (api.FileInfo, error) {
 	if err != nil {
 		return api.FileInfo{}, err
 	}
+	meta, metaGiven, err := queryMetadata(r)
+	if err != nil {
+		return api.FileInfo{}, err
+	}
 	uid, gid := owner.uid, owner.gid
 	exists := false
 	if fi, err := os.Stat(target); err == nil {
@@ -269,6 +306,21 @@ func (a *Agent) writeFile(r *http.Request) (api.FileInfo, error) {
 	if err := tmp.Chmod(mode); err != nil {
 		return api.FileInfo{}, fsError(err)
 	}
+	// The new file replaces the old one, metadata and all: a write without
+	// metadata leaves none, as E2B's envd clears it on overwrite. Set
+	// before the rename, a file never shows without the metadata it was
+	// written with.
+	if len(meta) > 0 {
+		if err := filemeta.Write(int(tmp.Fd()), meta); err != nil {
+			if filemeta.Unsupported(err) {
+				return api.FileInfo{}, errorf(errdefs.ErrInvalid, "the file system of %s keeps no metadata (user extended attributes)", dir)
+			}
+			if errors.Is(err, syscall.E2BIG) || errors.Is(err, syscall.ERANGE) {
+				return api.FileInfo{}, errorf(errdefs.ErrInvalid, "the file system of %s keeps no metadata this large", dir)
+			}
+			return api.FileInfo{}, fsError(fmt.Errorf("writing metadata of %s: %w", p, err))
+		}
+	}
 	if err := tmp.Sync(); err != nil {
 		return api.FileInfo{}, fsError(err)
 	}
@@ -279,7 +331,11 @@ func (a *Agent) writeFile(r *http.Request) (api.FileInfo, error) {
 		return api.FileInfo{}, fsError(err)
 	}
 	ok = true
-	return lstat(target)
+	info, err := lstat(target)
+	if err == nil && metaGiven {
+		addMetadata(&info)
+	}
+	return info, err
 }
 
 // fileOwner is who files and directories a call creates belong to; -1
@@ -362,16 +418,29 @@ func (a *Agent) handleStat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	meta, err := withMetadata(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	info, err := lstat(p)
 	if err != nil {
 		writeError(w, err)
 		return
+	}
+	if meta {
+		addMetadata(&info)
 	}
 	writeJSON(w, http.StatusOK, info)
 }
 
 func (a *Agent) handleList(w http.ResponseWriter, r *http.Request) {
 	p, err := queryPath(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	meta, err := withMetadata(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -388,7 +457,11 @@ func (a *Agent) handleList(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			continue // removed since ReadDir
 		}
-		list.Files = append(list.Files, fileInfo(fp, fi))
+		info := fileInfo(fp, fi)
+		if meta {
+			addMetadata(&info)
+		}
+		list.Files = append(list.Files, info)
 	}
 	writeJSON(w, http.StatusOK, list)
 }
@@ -450,10 +523,18 @@ func (a *Agent) handleRename(w http.ResponseWriter, r *http.Request) {
 		if from == "/" || to == "/" {
 			return api.FileInfo{}, errorf(errdefs.ErrInvalid, "cannot rename /")
 		}
+		meta, err := withMetadata(r)
+		if err != nil {
+			return api.FileInfo{}, err
+		}
 		if err := os.Rename(from, to); err != nil {
 			return api.FileInfo{}, fsError(err)
 		}
-		return lstat(to)
+		info, err := lstat(to)
+		if err == nil && meta {
+			addMetadata(&info)
+		}
+		return info, err
 	}()
 	if err != nil {
 		writeError(w, err)

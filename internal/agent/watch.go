@@ -100,10 +100,29 @@ func (a *Agent) handleWatch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	entries, err := queryBool(r, "entries")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	localOnly, err := queryBool(r, "no_network_mounts")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	fi, err := os.Lstat(p)
 	if err != nil {
 		writeError(w, fsError(err))
 		return
+	}
+	if localOnly {
+		if fs, err := networkFS(p); err != nil {
+			writeError(w, fsError(err))
+			return
+		} else if fs != "" {
+			writeError(w, errorf(errdefs.ErrInvalid, "cannot watch %s: it is on a network file system (%s), where changes may go unseen", p, fs))
+			return
+		}
 	}
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
@@ -130,6 +149,16 @@ func (a *Agent) handleWatch(w http.ResponseWriter, r *http.Request) {
 	stream, err := startNDJSON(w)
 	if err != nil {
 		return
+	}
+	send := func(typ, path string) error {
+		ev := api.WatchEvent{Type: typ, Path: path}
+		if entries && entryEvents[typ] {
+			if info, err := lstat(path); err == nil {
+				addMetadata(&info)
+				ev.Entry = &info
+			}
+		}
+		return stream.send(ev)
 	}
 	// A deadline, not Close, ends the read: the fd stays valid for add.
 	stop := context.AfterFunc(r.Context(), func() { wt.f.SetReadDeadline(time.Now()) })
@@ -176,7 +205,7 @@ func (a *Agent) handleWatch(w http.ResponseWriter, r *http.Request) {
 			if created, ok := writes[ev.Cookie]; ok && ev.Mask&unix.IN_MOVED_TO != 0 {
 				delete(writes, ev.Cookie)
 				for _, typ := range writeEvents(created) {
-					if err := stream.send(api.WatchEvent{Type: typ, Path: path}); err != nil {
+					if err := send(typ, path); err != nil {
 						return
 					}
 				}
@@ -190,10 +219,10 @@ func (a *Agent) handleWatch(w http.ResponseWriter, r *http.Request) {
 			if newDir {
 				wt.addTree(path)
 			}
-			if err := stream.send(api.WatchEvent{Type: typ, Path: path}); err != nil {
+			if err := send(typ, path); err != nil {
 				return
 			}
-			if newDir && !sendExisting(stream, path) {
+			if newDir && !sendExisting(send, path) {
 				return
 			}
 		}
@@ -227,17 +256,43 @@ func watchType(mask uint32, top bool) string {
 // sendExisting reports as created what a new directory already holds: entries
 // made before its watch was added would otherwise go unseen (a directory made
 // and filled at once, as mkdir -p a/b does). A later event may repeat one.
-func sendExisting(stream *ndjson, dir string) bool {
+func sendExisting(send func(typ, path string) error, dir string) bool {
 	ok := true
 	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || p == dir || strings.HasPrefix(d.Name(), writeTempPrefix) {
 			return nil
 		}
-		if err := stream.send(api.WatchEvent{Type: api.WatchCreate, Path: p}); err != nil {
+		if err := send(api.WatchCreate, p); err != nil {
 			ok = false
 			return filepath.SkipAll
 		}
 		return nil
 	})
 	return ok
+}
+
+// entryEvents are the event types that name a file still there, whose
+// entry a watch with entries reports. A remove or the old name of a
+// rename names one that went: looking there could find a file made
+// since, so they carry none, as in E2B's envd.
+var entryEvents = map[string]bool{api.WatchCreate: true, api.WatchWrite: true, api.WatchChmod: true}
+
+// networkFSMagic names the file systems (statfs f_type) a watch refuses
+// unless allowed, those E2B's envd refuses: inotify sees only the changes
+// made through this kernel, not another client's.
+var networkFSMagic = map[int64]string{
+	unix.NFS_SUPER_MAGIC:  "nfs",
+	unix.CIFS_SUPER_MAGIC: "cifs",
+	unix.SMB_SUPER_MAGIC:  "smb",
+	unix.SMB2_SUPER_MAGIC: "smb2",
+	unix.FUSE_SUPER_MAGIC: "fuse",
+}
+
+// networkFS is the name of p's file system if it is a network one, "" if not.
+func networkFS(p string) (string, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(p, &st); err != nil {
+		return "", &os.PathError{Op: "statfs", Path: p, Err: err}
+	}
+	return networkFSMagic[int64(st.Type)], nil
 }

@@ -159,6 +159,7 @@ func (c *call) entry(ctx context.Context, fi api.FileInfo, follow bool) *filesys
 		Owner:        nameOr(a.users, fi.UID),
 		Group:        nameOr(a.groups, fi.GID),
 		ModifiedTime: timestamppb.New(fi.ModTime),
+		Metadata:     fi.Metadata,
 	}
 	if fi.Type == api.FileTypeSymlink {
 		target := fi.Target

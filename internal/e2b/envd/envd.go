@@ -28,12 +28,13 @@ import (
 	"github.com/atoll-dev/atoll/internal/errdefs"
 )
 
-// Version is the envd version reported to SDKs. SDKs gate features on it:
-// 0.5.7 enables everything served here (stdin control, closeStdin, raw
-// uploads) and keeps them from using what is not (file metadata, entries
-// in watch events, watching network mounts), which they then refuse
-// themselves with a clear error.
-const Version = "0.5.7"
+// Version is the envd version reported to SDKs, which gate features on
+// it. The newest gates (E2B's JS and Python SDKs' envd/versions) are:
+// 0.5.7 raw uploads, 0.6.2 file metadata, 0.6.3 entries in watch events,
+// 0.6.4 watching network mounts, all served here. Later envd versions
+// change nothing SDKs see (envd's internals: hugepages before pause,
+// live upgrade), so none is claimed until an SDK gates on one.
+const Version = "0.6.4"
 
 // Port is the sandbox port SDKs address envd at.
 const Port = 49983

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"mime/multipart"
@@ -14,13 +15,45 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+
+	"github.com/atoll-dev/atoll/internal/agent"
+	"github.com/atoll-dev/atoll/internal/filemeta"
 )
 
 // fileEntry is an item of envd's upload answer.
 type fileEntry struct {
-	Path string `json:"path"`
-	Name string `json:"name"`
-	Type string `json:"type"`
+	Path     string            `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// metadataHeader prefixes the request headers that carry an upload's file
+// metadata, X-Metadata-<key>: <value>, one set for every file uploaded.
+const metadataHeader = "X-Metadata-"
+
+// uploadMetadata reads an upload's metadata headers. Keys are lower case
+// whatever the client sent, as envd's are: HTTP/2 and proxies lower-case
+// header names anyway.
+func uploadMetadata(h http.Header) (map[string]string, error) {
+	var m map[string]string
+	for name, vs := range h {
+		if len(name) < len(metadataHeader) || !strings.EqualFold(name[:len(metadataHeader)], metadataHeader) || len(vs) == 0 {
+			continue
+		}
+		key := name[len(metadataHeader):]
+		if len(vs) > 1 {
+			return nil, fmt.Errorf("invalid metadata: header %s given %d times", name, len(vs))
+		}
+		if m == nil {
+			m = map[string]string{}
+		}
+		m[strings.ToLower(key)] = vs[0]
+	}
+	if err := filemeta.Validate(m); err != nil {
+		return nil, fmt.Errorf("invalid metadata: %w", err)
+	}
+	return m, nil
 }
 
 // fileCall prepares a /files request: the signature, the user and the path.
@@ -108,6 +141,11 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "unsupported Content-Encoding "+strconv.Quote(enc))
 		return
 	}
+	meta, err := uploadMetadata(r.Header)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	mediaType, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	var entries []fileEntry
 	switch {
@@ -116,7 +154,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "path query parameter is required for raw body upload")
 			return
 		}
-		e, status, err := c.writeFile(r.Context(), p, body)
+		e, status, err := c.writeFile(r.Context(), p, body, meta)
 		if err != nil {
 			writeError(w, status, message(err))
 			return
@@ -159,7 +197,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			seen[abs] = true
-			e, status, err := c.writeFile(r.Context(), abs, part)
+			e, status, err := c.writeFile(r.Context(), abs, part, meta)
 			part.Close()
 			if err != nil {
 				writeError(w, status, message(err))
@@ -177,17 +215,18 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, entries)
 }
 
-// writeFile writes one uploaded file, owned by the request's user when new.
-func (c *call) writeFile(ctx context.Context, p string, body io.Reader) (fileEntry, int, error) {
+// writeFile writes one uploaded file, owned by the request's user when
+// new, with metadata meta and no other: an overwrite drops what was there.
+func (c *call) writeFile(ctx context.Context, p string, body io.Reader, meta map[string]string) (fileEntry, int, error) {
 	abs, err := c.resolve(ctx, p)
 	if err != nil {
 		return fileEntry{}, http.StatusBadRequest, err
 	}
-	fi, err := c.sb.Agent.WriteFileAs(ctx, abs, body, 0, c.user)
+	fi, err := c.sb.Agent.Write(ctx, abs, body, agent.WriteOptions{User: c.user, Metadata: meta})
 	if err != nil {
 		return fileEntry{}, httpStatus(err), err
 	}
-	return fileEntry{Path: fi.Path, Name: fi.Name, Type: "file"}, 0, nil
+	return fileEntry{Path: fi.Path, Name: fi.Name, Type: "file", Metadata: fi.Metadata}, 0, nil
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

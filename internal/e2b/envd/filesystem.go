@@ -39,7 +39,7 @@ func (f *filesystemService) Stat(ctx context.Context, req *connect.Request[files
 	if err != nil {
 		return nil, err
 	}
-	fi, err := c.sb.Agent.Stat(ctx, p)
+	fi, err := c.sb.Agent.StatMetadata(ctx, p)
 	if err != nil {
 		return nil, fsError(p, err)
 	}
@@ -86,7 +86,7 @@ func (f *filesystemService) Move(ctx context.Context, req *connect.Request[files
 			return nil, fsError(dir, err)
 		}
 	}
-	fi, err := c.sb.Agent.Rename(ctx, src, dst)
+	fi, err := c.sb.Agent.RenameMetadata(ctx, src, dst)
 	if err != nil {
 		return nil, fsError(src, err)
 	}
@@ -126,7 +126,7 @@ func (f *filesystemService) ListDir(ctx context.Context, req *connect.Request[fi
 // listed, not followed. A directory below the top one that is removed
 // while we walk is skipped.
 func (c *call) walk(ctx context.Context, dir string, depth int, top bool, entries *[]*filesystem.EntryInfo) error {
-	fis, err := c.sb.Agent.List(ctx, dir)
+	fis, err := c.sb.Agent.ListMetadata(ctx, dir)
 	if isNotFound(err) && !top {
 		return nil
 	}
@@ -162,8 +162,10 @@ func (f *filesystemService) Remove(ctx context.Context, req *connect.Request[fil
 	return connect.NewResponse(&filesystem.RemoveResponse{}), nil
 }
 
-// watchDir checks a watch request and starts the agent's watch.
-func (c *call) watchDir(ctx, watchCtx context.Context, p string, recursive bool) (string, *agent.WatchStream, error) {
+// watchDir checks a watch request and starts the agent's watch. Like
+// envd, it refuses a directory on a network file system unless the
+// request allows one.
+func (c *call) watchDir(ctx, watchCtx context.Context, p string, opts agent.WatchOptions) (string, *agent.WatchStream, error) {
 	p, err := c.resolve(ctx, p)
 	if err != nil {
 		return "", nil, err
@@ -175,19 +177,22 @@ func (c *call) watchDir(ctx, watchCtx context.Context, p string, recursive bool)
 	if fi.Type != api.FileTypeDir {
 		return "", nil, invalid("path %s is not a directory", p)
 	}
-	ws, err := c.sb.Agent.Watch(watchCtx, fi.Path, recursive)
+	ws, err := c.sb.Agent.WatchWith(watchCtx, fi.Path, opts)
 	if err != nil {
 		return "", nil, fsError(p, err)
 	}
 	return fi.Path, ws, nil
 }
 
+// watchOptions are the agent's options for an envd watch request.
+func watchOptions(recursive, includeEntry, allowNetworkMounts bool) agent.WatchOptions {
+	return agent.WatchOptions{Recursive: recursive, Entries: includeEntry, NoNetworkMounts: !allowNetworkMounts}
+}
+
 func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[filesystem.WatchDirRequest], stream *connect.ServerStream[filesystem.WatchDirResponse]) error {
 	c := callFrom(ctx)
-	if req.Msg.GetIncludeEntry() {
-		return connect.NewError(connect.CodeUnimplemented, errors.New("entries in watch events are not supported"))
-	}
-	dir, ws, err := c.watchDir(ctx, ctx, req.Msg.GetPath(), req.Msg.GetRecursive())
+	m := req.Msg
+	dir, ws, err := c.watchDir(ctx, ctx, m.GetPath(), watchOptions(m.GetRecursive(), m.GetIncludeEntry(), m.GetAllowNetworkMounts()))
 	if err != nil {
 		return err
 	}
@@ -243,7 +248,7 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 				}
 				return nil
 			}
-			if fe := fsEvent(dir, ev); fe != nil {
+			if fe := c.fsEvent(ctx, dir, ev); fe != nil {
 				if err := stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: fe}}); err != nil {
 					return err
 				}
@@ -253,7 +258,16 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 }
 
 // fsEvent converts an agent watch event; names are relative to the watched
-// directory, as envd sends them.
+// directory, as envd sends them. An entry the agent looked up goes along.
+func (c *call) fsEvent(ctx context.Context, dir string, ev api.WatchEvent) *filesystem.FilesystemEvent {
+	fe := fsEvent(dir, ev)
+	if fe != nil && ev.Entry != nil {
+		fe.Entry = c.entry(ctx, *ev.Entry, true)
+	}
+	return fe
+}
+
+// fsEvent is an event's type and name.
 func fsEvent(dir string, ev api.WatchEvent) *filesystem.FilesystemEvent {
 	var t filesystem.EventType
 	switch ev.Type {
@@ -279,10 +293,8 @@ func fsEvent(dir string, ev api.WatchEvent) *filesystem.FilesystemEvent {
 
 func (f *filesystemService) CreateWatcher(ctx context.Context, req *connect.Request[filesystem.CreateWatcherRequest]) (*connect.Response[filesystem.CreateWatcherResponse], error) {
 	c := callFrom(ctx)
-	if req.Msg.GetIncludeEntry() {
-		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("entries in watch events are not supported"))
-	}
-	id, err := f.s.watchers.create(ctx, c, req.Msg.GetPath(), req.Msg.GetRecursive())
+	m := req.Msg
+	id, err := f.s.watchers.create(ctx, c, m.GetPath(), watchOptions(m.GetRecursive(), m.GetIncludeEntry(), m.GetAllowNetworkMounts()))
 	if err != nil {
 		return nil, err
 	}

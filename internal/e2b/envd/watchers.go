@@ -12,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/atoll-dev/atoll/internal/agent"
 	"github.com/atoll-dev/atoll/internal/e2b/envd/spec/filesystem"
 )
 
@@ -46,7 +47,7 @@ func newWatchers(log *slog.Logger) *watchers {
 	return &watchers{log: log, all: map[string]map[string]*watcher{}}
 }
 
-func (ws *watchers) create(ctx context.Context, c *call, p string, recursive bool) (string, error) {
+func (ws *watchers) create(ctx context.Context, c *call, p string, opts agent.WatchOptions) (string, error) {
 	ws.expire()
 	ws.mu.Lock()
 	n := len(ws.all[c.sb.ID])
@@ -57,7 +58,7 @@ func (ws *watchers) create(ctx context.Context, c *call, p string, recursive boo
 	// The watch outlives this request: it ends with RemoveWatcher, idleness,
 	// the sandbox stopping or the server closing.
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	dir, stream, err := c.watchDir(ctx, wctx, p, recursive)
+	dir, stream, err := c.watchDir(ctx, wctx, p, opts)
 	if err != nil {
 		cancel()
 		return "", err
@@ -82,7 +83,7 @@ func (ws *watchers) create(ctx context.Context, c *call, p string, recursive boo
 				w.mu.Unlock()
 				return
 			}
-			fe := fsEvent(dir, ev)
+			fe := c.fsEvent(wctx, dir, ev)
 			if fe == nil {
 				continue
 			}

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -190,6 +191,7 @@ func Run(t *testing.T, rt runtime.Runtime, env Env) {
 	t.Run("DiskQuota", func(t *testing.T) { testDiskQuota(t, rt, env) })
 	t.Run("DistinctFiles", func(t *testing.T) { testDistinctFiles(t, rt, env) })
 	t.Run("Escapes", func(t *testing.T) { testEscapes(t, rt, env) })
+	t.Run("FileMetadata", func(t *testing.T) { testFileMetadata(t, rt, env) })
 	t.Run("Pause", func(t *testing.T) {
 		if !caps.Pause {
 			t.Skip("the runtime does not claim Pause")
@@ -771,6 +773,71 @@ print(same)
 	}
 	if out != "bad 0\n0\n" {
 		t.Errorf("files of the sandbox and its template: %q (want no file reading wrong and no shared inode numbers)", out)
+	}
+}
+
+// testFileMetadata checks that file metadata (package filemeta: user.e2b.*
+// extended attributes, E2B's) works on the sandbox's root file system: the
+// agent writes and reads it, the sandbox's own processes see and set it,
+// it stays across stop and start as the file does, and watches with
+// entries report it. The root is no network file system to a watch.
+func testFileMetadata(t *testing.T, rt runtime.Runtime, env Env) {
+	sb := Start(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 512 << 20, PIDs: 256}, 1<<30)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ws, err := sb.Client.WatchWith(ctx, "/root", agent.WatchOptions{Recursive: true, Entries: true, NoNetworkMounts: true})
+	if err != nil {
+		t.Fatalf("watching /root, refusing network file systems: %v", err)
+	}
+	defer ws.Close()
+	meta := map[string]string{"owner": "agent-7", "empty": ""}
+	fi, err := sb.Client.Write(ctx, "/root/meta/f.txt", strings.NewReader("hello"), agent.WriteOptions{Metadata: meta})
+	if err != nil {
+		t.Fatalf("write with metadata: %v", err)
+	}
+	if !maps.Equal(fi.Metadata, meta) {
+		t.Errorf("written: metadata %v, want %v", fi.Metadata, meta)
+	}
+	for {
+		ev, err := ws.Next()
+		if err != nil {
+			t.Fatalf("watch: %v", err)
+		}
+		if ev.Type == api.WatchWrite && ev.Path == "/root/meta/f.txt" {
+			if ev.Entry == nil || ev.Entry.Size != 5 || !maps.Equal(ev.Entry.Metadata, meta) {
+				t.Errorf("write event's entry: %+v", ev.Entry)
+			}
+			break
+		}
+	}
+	out := sb.MustSh(t, `python3 -c '
+import os
+p = "/root/meta/f.txt"
+print(os.getxattr(p, "user.e2b.owner").decode())
+os.setxattr(p, "user.e2b.set-inside", b"yes")
+'`)
+	if out != "agent-7\n" {
+		t.Errorf("the sandbox reads user.e2b.owner as %q", out)
+	}
+	want := map[string]string{"owner": "agent-7", "empty": "", "set-inside": "yes"}
+	if fi, err := sb.Client.StatMetadata(ctx, "/root/meta/f.txt"); err != nil || !maps.Equal(fi.Metadata, want) {
+		t.Errorf("StatMetadata: %v, %v; want %v", fi.Metadata, err, want)
+	}
+	ws.Close()
+	if err := rt.Stop(context.Background(), sb.ID, sb.Inst); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	sb.start(t, rt)
+	list, err := sb.Client.ListMetadata(ctx, "/root/meta")
+	if err != nil || len(list) != 1 || !maps.Equal(list[0].Metadata, want) {
+		t.Errorf("after restart, ListMetadata: %+v, %v; want one file with %v", list, err, want)
+	}
+	// Overwritten without metadata, the file has none.
+	if fi, err := sb.Client.Write(ctx, "/root/meta/f.txt", strings.NewReader("again"), agent.WriteOptions{}); err != nil || fi.Metadata != nil {
+		t.Errorf("overwrite: %v, %v", fi.Metadata, err)
+	}
+	if fi, err := sb.Client.StatMetadata(ctx, "/root/meta/f.txt"); err != nil || fi.Metadata != nil {
+		t.Errorf("after an overwrite without metadata: %v, %v", fi.Metadata, err)
 	}
 }
 

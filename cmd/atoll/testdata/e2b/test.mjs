@@ -13,7 +13,7 @@ import http from 'node:http'
 import https from 'node:https'
 import {
   Sandbox, CommandExitError, FileNotFoundError, SandboxNotFoundError,
-  AuthenticationError, NotFoundError, TemplateError, TimeoutError, FilesystemEventType, ALL_TRAFFIC,
+  AuthenticationError, NotFoundError, TimeoutError, FilesystemEventType, ALL_TRAFFIC,
 } from 'e2b'
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
@@ -147,8 +147,44 @@ test('files: write, read, list, exists, getInfo', async () => {
   assert.equal((await sbx.files.getInfo('/home/user/dir')).type, 'dir')
   await assert.rejects(sbx.files.read('/home/user/nope.txt'), FileNotFoundError)
   await assert.rejects(sbx.files.getInfo('/home/user/nope.txt'), FileNotFoundError)
-  // Metadata needs a newer envd than atoll reports: the SDK says so itself.
-  await assert.rejects(sbx.files.write('/home/user/m', 'x', { metadata: { a: 'b' } }), TemplateError)
+})
+
+test('files: metadata', async () => {
+  // Kept as the file's user.e2b.* extended attributes, keys lower-cased as
+  // by E2B's envd; the SDK drops an empty set to undefined.
+  const meta = { owner: 'agent-7', run: '42', empty: '' }
+  const w = await sbx.files.write('/home/user/meta/a.txt', 'a', { metadata: { Owner: 'agent-7', run: '42', empty: '' } })
+  assert.deepEqual(w.metadata, meta)
+  assert.deepEqual((await sbx.files.getInfo('/home/user/meta/a.txt')).metadata, meta)
+  const getxattr = `python3 -c "import os; print(os.getxattr('/home/user/meta/a.txt', 'user.e2b.owner').decode(), end='')"`
+  assert.equal((await sbx.commands.run(getxattr)).stdout, 'agent-7')
+  // Set inside the sandbox by its own processes: shown too.
+  await sbx.commands.run(`python3 -c "import os; os.setxattr('/home/user/meta/a.txt', 'user.e2b.tool', b'py')"`)
+  await sbx.files.write('/home/user/meta/plain.txt', 'p')
+  const listed = Object.fromEntries((await sbx.files.list('/home/user/meta')).map((e) => [e.name, e.metadata]))
+  assert.deepEqual(listed, { 'a.txt': { ...meta, tool: 'py' }, 'plain.txt': undefined })
+  // Several files at once: the same set on each.
+  const many = await sbx.files.write([{ path: '/home/user/meta/m1', data: '1' }, { path: '/home/user/meta/m2', data: '2' }], { metadata: { batch: 'b' } })
+  assert.deepEqual(many.map((f) => f.metadata), [{ batch: 'b' }, { batch: 'b' }])
+  // Streams and gzip take the raw upload: metadata goes there too.
+  const gz = await sbx.files.write('/home/user/meta/gz.txt', 'zipped', { gzip: true, metadata: { z: '1' } })
+  assert.deepEqual(gz.metadata, { z: '1' })
+  // A rename keeps it.
+  const moved = await sbx.files.rename('/home/user/meta/a.txt', '/home/user/meta/moved/b.txt')
+  assert.deepEqual(moved.metadata, { ...meta, tool: 'py' })
+  // An overwrite without metadata clears it; with other metadata, only that stays.
+  assert.equal((await sbx.files.write('/home/user/meta/moved/b.txt', 'again')).metadata, undefined)
+  assert.equal((await sbx.files.getInfo('/home/user/meta/moved/b.txt')).metadata, undefined)
+  await sbx.files.write('/home/user/meta/m1', 'x', { metadata: { other: 'o' } })
+  assert.deepEqual((await sbx.files.getInfo('/home/user/meta/m1')).metadata, { other: 'o' })
+  // Hostile metadata: the SDK refuses what no header carries; atoll refuses
+  // the rest with a 400, which the SDK reports, and writes nothing.
+  for (const bad of [{ ['k'.repeat(300)]: 'v' }, { k: 'v'.repeat(5000) }, Object.fromEntries(Array.from({ length: 500 }, (_, i) => [`key${i}`, 'v']))]) {
+    await assert.rejects(sbx.files.write('/home/user/meta/bad.txt', 'x', { metadata: bad }), /metadata/)
+  }
+  await assert.rejects(sbx.files.write('/home/user/meta/bad.txt', 'x', { metadata: { 'a b': 'v' } }), /metadata key/)
+  await assert.rejects(sbx.files.write('/home/user/meta/bad.txt', 'x', { metadata: { k: 'nul\u0000' } }), /metadata value/)
+  assert.equal(await sbx.files.exists('/home/user/meta/bad.txt'), false)
 })
 
 test('files: signed upload and download URLs', async () => {
@@ -209,6 +245,32 @@ test('files: watchDir', async () => {
   await waitFor(() => events.some((e) => e.name === 'sub/inner.txt'), `recursive event in ${JSON.stringify(events)}`)
   await w.stop()
   await assert.rejects(sbx.files.watchDir('/home/user/not-there', () => {}), FileNotFoundError)
+})
+
+test('files: watchDir with includeEntry and allowNetworkMounts', async () => {
+  await sbx.files.makeDir('/home/user/we')
+  const events = []
+  const w = await sbx.files.watchDir('/home/user/we', (e) => events.push(e), { includeEntry: true, allowNetworkMounts: true })
+  await sbx.files.write('/home/user/we/e.txt', 'entry', { metadata: { k: 'v' } })
+  await sbx.files.remove('/home/user/we/e.txt')
+  await waitFor(() => events.some((e) => e.type === FilesystemEventType.REMOVE), () => `remove in ${JSON.stringify(events)}`)
+  await w.stop()
+  const write = events.find((e) => e.type === FilesystemEventType.WRITE && e.entry)
+  assert.ok(write, JSON.stringify(events))
+  assert.equal(write.entry.path, '/home/user/we/e.txt')
+  assert.equal(write.entry.type, 'file')
+  assert.equal(write.entry.size, 5)
+  assert.equal(write.entry.owner, 'user')
+  assert.deepEqual(write.entry.metadata, { k: 'v' })
+  assert.ok(write.entry.modifiedTime instanceof Date)
+  assert.equal(events.find((e) => e.type === FilesystemEventType.REMOVE).entry, undefined, 'a removed file has no entry')
+  // Without includeEntry, events carry none.
+  const plain = []
+  const w2 = await sbx.files.watchDir('/home/user/we', (e) => plain.push(e))
+  await sbx.files.write('/home/user/we/p.txt', 'p')
+  await waitFor(() => plain.some((e) => e.type === FilesystemEventType.WRITE), 'plain write event')
+  await w2.stop()
+  assert.ok(plain.every((e) => e.entry === undefined), JSON.stringify(plain))
 })
 
 test('files: a watcher sees files.write as a write', async () => {
@@ -289,7 +351,7 @@ test('setTimeout', async () => {
 
 test('pause, list paused, connect, resume', async () => {
   const p = await create({ metadata: { role: 'pausing' } })
-  await p.files.write('/home/user/state.txt', 'kept')
+  await p.files.write('/home/user/state.txt', 'kept', { metadata: { kept: 'yes' } })
   const bg = await p.commands.run('sleep 600', { background: true, timeoutMs: 0 })
   assert.equal(await p.pause(), true)
   assert.equal(await p.pause(), false, 'already paused')
@@ -301,6 +363,7 @@ test('pause, list paused, connect, resume', async () => {
   const back = await Sandbox.connect(p.sandboxId, { timeoutMs: 120_000 })
   assert.equal((await back.getInfo()).state, 'running')
   assert.equal(await back.files.read('/home/user/state.txt'), 'kept')
+  assert.deepEqual((await back.files.getInfo('/home/user/state.txt')).metadata, { kept: 'yes' })
   assert.ok((await back.commands.list()).some((x) => x.pid === bg.pid), 'process survived the pause')
   // Connecting to a running sandbox is fine too, and so is connect() on an instance.
   await p.connect()
@@ -309,7 +372,7 @@ test('pause, list paused, connect, resume', async () => {
 
 test('pause without memory: files kept, resume boots again', async () => {
   const p = await create({ metadata: { role: 'shelving' } })
-  await p.files.write('/home/user/state.txt', 'kept')
+  await p.files.write('/home/user/state.txt', 'kept', { metadata: { kept: 'yes' } })
   // The start time of PID 1 (the agent) tells one boot from the next.
   const boot = async (s) => (await s.commands.run("cut -d' ' -f22 /proc/1/stat")).stdout.trim()
   const before = await boot(p)
@@ -326,6 +389,7 @@ test('pause without memory: files kept, resume boots again', async () => {
   const back = await Sandbox.connect(p.sandboxId, { timeoutMs: 120_000 })
   assert.equal((await back.getInfo()).state, 'running')
   assert.equal(await back.files.read('/home/user/state.txt'), 'kept')
+  assert.deepEqual((await back.files.getInfo('/home/user/state.txt')).metadata, { kept: 'yes' })
   assert.notEqual(await boot(back), before, 'a new boot')
   assert.ok(!(await back.commands.list()).some((x) => x.pid === bg.pid), 'processes ended with the pause')
   // Killed, it cannot be paused either way.
@@ -373,7 +437,7 @@ test('list: metadata filter and pagination', async () => {
 })
 
 test('snapshots and fork', async () => {
-  await sbx.files.write('/home/user/snap.txt', 'in snapshot')
+  await sbx.files.write('/home/user/snap.txt', 'in snapshot', { metadata: { snap: 'yes' } })
   const snap = await sbx.createSnapshot({ name: `snap-${run}` })
   assert.match(snap.snapshotId, /^[a-z0-9]{20}$/)
   assert.deepEqual(snap.names, [`snap-${run}`])
@@ -382,6 +446,7 @@ test('snapshots and fork', async () => {
 
   const fromSnap = await create({ template: snap.snapshotId })
   assert.equal(await fromSnap.files.read('/home/user/snap.txt'), 'in snapshot')
+  assert.deepEqual((await fromSnap.files.getInfo('/home/user/snap.txt')).metadata, { snap: 'yes' })
   await fromSnap.kill()
   assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true)
   assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false)
@@ -390,6 +455,7 @@ test('snapshots and fork', async () => {
   assert.ok(child instanceof Sandbox, String(child))
   created.push(child)
   assert.equal(await child.files.read('/home/user/snap.txt'), 'in snapshot')
+  assert.deepEqual((await child.files.getInfo('/home/user/snap.txt')).metadata, { snap: 'yes' })
   assert.notEqual(child.sandboxId, sbx.sandboxId)
 })
 
