@@ -32,6 +32,8 @@ type Sample struct {
 // Target is a sandbox as the sampler needs to know it.
 type Target struct {
 	ID string
+	// Runtime is the backend that runs it, for the Source's Read.
+	Runtime string
 	// Running sandboxes are sampled; the others keep their samples.
 	Running bool
 	// Limits: cores (0: the host's), memory and disk in bytes.
