@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -128,6 +129,10 @@ func testMetrics(t *testing.T, d *daemon, otherKey, rt string) {
 				t.Errorf("metrics%s: a sample at %s", q, m.Time)
 			}
 		}
+	}
+	// The Go SDK's, the same.
+	if got, err := d.client().Metrics(context.Background(), sb.ID, busy.Time, busy.Time); err != nil || len(got) == 0 || got[0].Time.Unix() != sec {
+		t.Errorf("Client.Metrics of the busy sample's second: %+v, %v", got, err)
 	}
 	if got := get(fmt.Sprintf("?start=%d", sec+1)); len(got) >= len(all) {
 		t.Errorf("start after the busy sample: %d samples of %d", len(got), len(all))
