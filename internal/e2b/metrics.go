@@ -40,10 +40,8 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, r, bad("invalid time range for metrics: start is after end"))
 		return
 	}
-	if _, err := s.visible(r.Context(), id); err != nil {
-		s.sandboxErr(w, r, id, err)
-		return
-	}
+	// Not through Get, which counts as use (auto-stop): watching a
+	// sandbox's metrics does not keep it from stopping.
 	ms, err := s.cfg.Sandboxes.Metrics(r.Context(), id, start, end)
 	if err != nil {
 		s.sandboxErr(w, r, id, err)
