@@ -148,6 +148,29 @@ type Progress struct {
 	TotalBytes int64  `json:"total_bytes,omitempty"` // 0 if not known
 }
 
+// Metric is one sample of what a running sandbox used, in the answer of
+// GET /v1/sandboxes/{id}/metrics. Sandboxes are sampled every few seconds
+// (5 by default) while they run; the server keeps the last hour of
+// samples of each in memory.
+type Metric struct {
+	Time time.Time `json:"time"`
+	// CPUCount is the sandbox's cores (its CPU limit, rounded up);
+	// CPUUsedPct is the share of its CPU limit it used since the sample
+	// before, 0 to 100.
+	CPUCount   int     `json:"cpu_count"`
+	CPUUsedPct float64 `json:"cpu_used_pct"`
+	// MemoryUsedBytes is its memory less the page cache, which is
+	// MemoryCacheBytes (tmpfs files included); MemoryTotalBytes is its
+	// memory limit.
+	MemoryUsedBytes  int64 `json:"memory_used_bytes"`
+	MemoryCacheBytes int64 `json:"memory_cache_bytes"`
+	MemoryTotalBytes int64 `json:"memory_total_bytes"`
+	// DiskUsedBytes is what its writable layer holds; DiskTotalBytes is its
+	// disk quota.
+	DiskUsedBytes  int64 `json:"disk_used_bytes"`
+	DiskTotalBytes int64 `json:"disk_total_bytes"`
+}
+
 // CreateSandboxRequest is the body of POST /v1/sandboxes. Zero values take the
 // server's defaults.
 type CreateSandboxRequest struct {
@@ -200,6 +223,11 @@ type TimeoutRequest struct {
 // SandboxList is the body of GET /v1/sandboxes.
 type SandboxList struct {
 	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
+// MetricList is the body of GET /v1/sandboxes/{id}/metrics.
+type MetricList struct {
+	Metrics []Metric `json:"metrics"`
 }
 
 // Error is the body of every 4xx and 5xx answer.

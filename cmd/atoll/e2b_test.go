@@ -377,6 +377,7 @@ func TestE2BHostileInput(t *testing.T) {
 				{"POST", "/timeout", `{"timeout":10}`}, {"POST", "/refreshes", `{"duration":10}`},
 				{"POST", "/pause", `{}`}, {"POST", "/resume", `{}`}, {"POST", "/connect", `{"timeout":10}`},
 				{"POST", "/fork", `{}`}, {"POST", "/snapshots", `{}`}, {"PUT", "/network", `{}`},
+				{"GET", "/metrics", ""},
 			} {
 				path := "/sandboxes/" + k.sb + c.path
 				d.e2b(t, e2bReq{method: c.method, path: path, key: k.key, body: c.body}).want(t, "another key's "+c.method+" "+path, 404)
@@ -428,7 +429,12 @@ func TestE2BHostileInput(t *testing.T) {
 		d.e2b(t, e2bReq{method: "POST", path: "/sandboxes/" + id + "/timeout", key: key, body: `{"timeout":-5}`}).want(t, "negative timeout", 400)
 		d.e2b(t, e2bReq{method: "POST", path: "/sandboxes/" + id + "/fork", key: key, body: `{"count":1000}`}).want(t, "fork 1000", 400)
 		d.e2b(t, e2bReq{method: "POST", path: "/sandboxes/" + id + "/snapshots", key: key, body: `{"name":"../x"}`}).want(t, "snapshot name", 400)
-		d.e2b(t, e2bReq{method: "GET", path: "/sandboxes/" + id + "/metrics", key: key}).want(t, "metrics", 501)
+		for _, q := range []string{"start=yesterday", "end=-1", "start=1.5", "start=99999999999999999999", "start=2000&end=1000"} {
+			d.e2b(t, e2bReq{method: "GET", path: "/sandboxes/" + id + "/metrics?" + q, key: key}).want(t, "metrics?"+q, 400)
+		}
+		d.e2b(t, e2bReq{method: "GET", path: "/sandboxes/x/metrics", key: key}).want(t, "metrics of a malformed ID", 404)
+		d.e2b(t, e2bReq{method: "GET", path: "/sandboxes/metrics?sandbox_ids=" + id + ",%2e%2e", key: key}).want(t, "latest metrics of a malformed ID", 400)
+		d.e2b(t, e2bReq{method: "GET", path: "/sandboxes/" + id + "/logs", key: key}).want(t, "logs", 501)
 		d.e2b(t, e2bReq{method: "GET", path: "/no/such/route", key: key}).want(t, "unknown route", 404)
 		d.e2b(t, e2bReq{method: "DELETE", path: "/templates/base", key: key}).want(t, "delete a template", 404)
 	})

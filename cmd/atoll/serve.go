@@ -55,6 +55,7 @@ type serveConfig struct {
 	prestart  int
 	// creates in flight and waiting (admission control; 0: defaults)
 	createConcurrency, createQueue int
+	metricsInterval                time.Duration
 	archive                        string
 	e2b                            bool
 	debug                          bool
@@ -127,6 +128,7 @@ the data directory (port-key).`,
 	f.IntVar(&cfg.warmPool, "warm-pool", 2, "default sandboxes to keep started ahead of demand (0: none)")
 	f.IntVar(&cfg.prestart, "prestart", 4, "sandbox processes to keep started ahead of demand for forks and other creates (0: none)")
 	f.IntVar(&cfg.createConcurrency, "create-concurrency", 0, "creates that may start sandboxes at once (default 2 per core); more wait in a queue")
+	f.DurationVar(&cfg.metricsInterval, "metrics-interval", 5*time.Second, "how often running sandboxes are sampled for their metrics (E2B's interval is 5s)")
 	f.IntVar(&cfg.createQueue, "create-queue", 0, "creates that may wait for their turn (default 256); beyond it, and after 30 s of waiting, a create is answered 503 with Retry-After")
 	f.StringVar(&cfg.archive, "archive", "", "object storage URL for archived sandboxes: file:///dir, or s3://bucket?region=R (S3-compatible: &endpoint=URL&use_path_style=true) with credentials from AWS_* variables or ~/.aws (default file://<data>/archive)")
 	f.BoolVar(&cfg.e2b, "e2b", true, "also serve the E2B-compatible API and sandbox traffic on the listener (see docs/e2b.md)")
@@ -318,7 +320,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	svc, err := control.New(control.Config{
 		Store: st, Layers: ls, Runtimes: runtimes, Unavailable: unavailable, AgentPath: agentPath, Logger: log,
 		WarmPool: cfg.warmPool, Prestart: cfg.prestart, Archive: bucket,
-		CreateConcurrency: cfg.createConcurrency, CreateQueue: cfg.createQueue,
+		CreateConcurrency: cfg.createConcurrency, CreateQueue: cfg.createQueue, MetricsInterval: cfg.metricsInterval,
 		Network: netm, NetworkPool: netPool, CheckpointDir: filepath.Join(data, "checkpoints"),
 	})
 	if err != nil {

@@ -352,6 +352,9 @@ func (noSandboxes) SetNetwork(context.Context, string, api.NetworkPolicy) (api.S
 func (noSandboxes) SetPorts(context.Context, string, api.PortAccess) (api.Sandbox, error) {
 	return api.Sandbox{}, errdefs.ErrNotFound
 }
+func (noSandboxes) Metrics(context.Context, string, time.Time, time.Time) ([]api.Metric, error) {
+	return nil, errdefs.ErrNotFound
+}
 func (noSandboxes) AgentDialer(context.Context, string) (func(context.Context) (net.Conn, error), error) {
 	return nil, errdefs.ErrNotFound
 }

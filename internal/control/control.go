@@ -23,6 +23,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/blob"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/layers"
+	"github.com/atoll-dev/atoll/internal/metrics"
 	"github.com/atoll-dev/atoll/internal/network"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/store"
@@ -71,7 +72,10 @@ type Config struct {
 	// CheckpointDir holds the memory images of suspended sandboxes (paused
 	// to disk); empty refuses suspending.
 	CheckpointDir string
-	Logger        *slog.Logger
+	// MetricsInterval is how often running sandboxes are sampled for
+	// their metrics; default metrics.DefaultInterval (5 s, E2B's).
+	MetricsInterval time.Duration
+	Logger          *slog.Logger
 }
 
 // Service manages sandboxes.
@@ -123,6 +127,8 @@ type Service struct {
 	netPool *network.Pool
 	// checkpoints is Config.CheckpointDir.
 	checkpoints string
+	// metrics samples running sandboxes (metrics.go).
+	metrics *metrics.Sampler
 }
 
 // uidBase is the first host uid of sandbox ranges: far above the ids a host
@@ -186,6 +192,7 @@ func New(cfg Config) (*Service, error) {
 	for _, r := range cfg.Runtimes {
 		s.runtimes[r.Name()] = r
 	}
+	s.metrics = metrics.New(metrics.Config{Source: meterSource{s}, Interval: cfg.MetricsInterval, Logger: cfg.Logger})
 	if s.runtimes[d.Runtime] == nil {
 		return nil, fmt.Errorf("default runtime %q is not available", d.Runtime)
 	}
@@ -198,7 +205,11 @@ func New(cfg Config) (*Service, error) {
 func (s *Service) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Add(1)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		s.metrics.Run(ctx)
+	}()
 	go func() {
 		defer wg.Done()
 		defer s.discardPrestarted(context.WithoutCancel(ctx))
@@ -769,6 +780,7 @@ func (s *Service) Delete(ctx context.Context, id string) error {
 	s.activityMu.Lock()
 	delete(s.activity, id)
 	s.activityMu.Unlock()
+	s.metrics.Forget(id)
 	return nil
 }
 

@@ -45,6 +45,11 @@ type Sandboxes interface {
 	DeleteSnapshot(ctx context.Context, snapID string) error
 	AgentDialer(ctx context.Context, id string) (func(ctx context.Context) (net.Conn, error), error)
 	SetNetwork(ctx context.Context, id string, req api.NetworkPolicy) (api.SandboxNetwork, error)
+	// Metrics returns a sandbox's samples from start to end (inclusive,
+	// to the second; zero for an open end); LatestMetrics the newest of
+	// each of ids that the caller's tenant has (at most 100 ids).
+	Metrics(ctx context.Context, id string, start, end time.Time) ([]api.Metric, error)
+	LatestMetrics(ctx context.Context, ids []string) (map[string]api.Metric, error)
 }
 
 // Ports is the port proxy (portproxy.Proxy), which serves sandbox ports
@@ -180,11 +185,11 @@ func (s *Server) routes() {
 	m.Handle("PUT /sandboxes/{sandboxID}/network", auth(s.updateNetwork))
 	m.Handle("POST /sandboxes/{sandboxID}/snapshots", auth(s.createSnapshot))
 	m.Handle("GET /snapshots", auth(s.listSnapshots))
+	m.Handle("GET /sandboxes/{sandboxID}/metrics", auth(s.metrics))
+	m.Handle("GET /sandboxes/metrics", auth(s.latestMetrics))
 	m.Handle("DELETE /templates/{templateID}", auth(s.deleteSnapshot))
 	// Parts of E2B's API atoll does not offer answer so, not "not found".
 	for _, p := range []struct{ pattern, what string }{
-		{"GET /sandboxes/{sandboxID}/metrics", "sandbox metrics"},
-		{"GET /sandboxes/metrics", "sandbox metrics"},
 		{"GET /sandboxes/{sandboxID}/logs", "sandbox logs"},
 		{"GET /v2/sandboxes/{sandboxID}/logs", "sandbox logs"},
 		{"/templates/", "template management (use atoll template)"},

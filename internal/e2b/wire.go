@@ -74,6 +74,25 @@ type listedSandbox struct {
 	VolumeMounts []struct{}        `json:"volumeMounts"`
 }
 
+// sandboxMetric is an item of GET /sandboxes/{id}/metrics and a value of
+// GET /sandboxes/metrics.
+type sandboxMetric struct {
+	Timestamp     time.Time `json:"timestamp"` // deprecated in E2B, still required
+	TimestampUnix int64     `json:"timestampUnix"`
+	CPUCount      int       `json:"cpuCount"`
+	CPUUsedPct    float64   `json:"cpuUsedPct"`
+	MemUsed       int64     `json:"memUsed"`
+	MemTotal      int64     `json:"memTotal"`
+	MemCache      int64     `json:"memCache"`
+	DiskUsed      int64     `json:"diskUsed"`
+	DiskTotal     int64     `json:"diskTotal"`
+}
+
+// sandboxesWithMetrics is GET /sandboxes/metrics.
+type sandboxesWithMetrics struct {
+	Sandboxes map[string]sandboxMetric `json:"sandboxes"`
+}
+
 // sandboxDetail is GET /sandboxes/{id}.
 type sandboxDetail struct {
 	listedSandbox

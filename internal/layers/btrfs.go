@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -192,4 +194,58 @@ func snapshotSubvolume(src, dst string, readOnly bool) error {
 		return fmt.Errorf("snapshotting %s: %w", filepath.Base(src), err)
 	}
 	return nil
+}
+
+const (
+	btrfsIocInoLookup = 0xd0009412 // _IOWR(0x94, 18, struct btrfs_ioctl_ino_lookup_args)
+	// btrfsFirstFreeObjectid is the inode of every subvolume's root.
+	btrfsFirstFreeObjectid = 256
+)
+
+type btrfsInoLookupArgs struct {
+	Treeid   uint64
+	Objectid uint64
+	Name     [4080]byte
+}
+
+// WritableUsage is what sandbox id's writable layer refers to and its
+// quota (0: none), in bytes, as its btrfs quota group counts them: the
+// limit the quota enforces is on the same figure. btrfs brings the count
+// up to date at each transaction commit, so it can lag writes by the
+// commit interval (30 s by default).
+func (s *Store) WritableUsage(id string) (used, quota int64, err error) {
+	w := s.WritableDir(id)
+	f, err := os.Open(w)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	// The subvolume's ID, which names its level-0 quota group.
+	look := btrfsInoLookupArgs{Objectid: btrfsFirstFreeObjectid}
+	if err := ioctl(f.Fd(), btrfsIocInoLookup, unsafe.Pointer(&look)); err != nil {
+		return 0, 0, fmt.Errorf("finding the subvolume: %w", err)
+	}
+	fs, err := btrfsSysfs(w)
+	if err != nil {
+		return 0, 0, err
+	}
+	dir := filepath.Join(fs, "qgroups", fmt.Sprintf("0_%d", look.Treeid))
+	read := func(name string) (int64, error) {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return 0, err
+		}
+		v := strings.TrimSpace(string(b))
+		if v == "none" {
+			return 0, nil
+		}
+		return strconv.ParseInt(v, 10, 64)
+	}
+	if used, err = read("referenced"); err != nil {
+		return 0, 0, fmt.Errorf("reading the quota group: %w", err)
+	}
+	if quota, err = read("max_referenced"); err != nil {
+		return 0, 0, fmt.Errorf("reading the quota group: %w", err)
+	}
+	return used, quota, nil
 }

@@ -214,6 +214,26 @@ func CapsOf(rt Runtime) Caps {
 	return Caps{}
 }
 
+// Usage is what a running sandbox has used, as its runtime measures it.
+type Usage struct {
+	// CPU is the CPU time its processes used since it started.
+	CPU time.Duration
+	// MemoryBytes is the memory it uses less the page cache, CacheBytes
+	// the page cache (tmpfs files included), as E2B's envd reports them.
+	MemoryBytes, CacheBytes int64
+	// DiskBytes and DiskTotalBytes are its writable disk's use and size
+	// where the runtime keeps that disk while the sandbox runs (vm: an
+	// ext4 image the guest writes); both 0 leave them to the layer store.
+	DiskBytes, DiskTotalBytes int64
+}
+
+// Meter is a Runtime that measures what a running sandbox uses: its CPU
+// time and memory, as its cgroup (or its guest) counts them, so that the
+// figures are the sandbox's own, not the host's.
+type Meter interface {
+	Usage(ctx context.Context, id string) (Usage, error)
+}
+
 // Checkpointer is a Runtime that can pause a sandbox to disk: Checkpoint
 // saves its memory and processes into dir and stops it (what Stop releases is
 // released; the files stay in the writable layer), and Restore starts it from

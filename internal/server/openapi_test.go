@@ -173,6 +173,8 @@ func TestOpenAPISchemas(t *testing.T) {
 		"RestoreRequest":        reflect.TypeFor[api.RestoreRequest](),
 		"TimeoutRequest":        reflect.TypeFor[api.TimeoutRequest](),
 		"SandboxNetwork":        reflect.TypeFor[api.SandboxNetwork](),
+		"Metric":                reflect.TypeFor[api.Metric](),
+		"MetricList":            reflect.TypeFor[api.MetricList](),
 		"NetworkPolicy":         reflect.TypeFor[api.NetworkPolicy](),
 		"PTYSize":               reflect.TypeFor[api.PTYSize](),
 		"ExecRequest":           reflect.TypeFor[api.ExecRequest](),

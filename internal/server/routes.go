@@ -66,6 +66,7 @@ func (s *Server) routes() []route {
 		{"POST", sandboxPath + "/archive", true, s.archiveSandbox},
 		{"POST", sandboxPath + "/resume", true, s.resumeSandbox},
 		{"POST", sandboxPath + "/timeout", true, s.setTimeout},
+		{"GET", sandboxPath + "/metrics", true, s.getMetrics},
 		{"GET", sandboxPath + "/network", true, s.getNetwork},
 		{"PUT", sandboxPath + "/network", true, s.setNetwork},
 		{"PUT", sandboxPath + "/ports", true, s.setPorts},

@@ -67,6 +67,10 @@ type Sandboxes interface {
 	// SetPorts changes who may open the sandbox's ports through the port
 	// proxy.
 	SetPorts(ctx context.Context, id string, req api.PortAccess) (api.Sandbox, error)
+	// Metrics returns the samples of a sandbox's use of CPU, memory and
+	// disk taken from start to end (inclusive, to the second; zero for an
+	// open end), oldest first.
+	Metrics(ctx context.Context, id string, start, end time.Time) ([]api.Metric, error)
 	// AgentDialer returns how to reach the sandbox's agent; errdefs.ErrConflict if it is not running.
 	AgentDialer(ctx context.Context, id string) (func(ctx context.Context) (net.Conn, error), error)
 }

@@ -105,6 +105,21 @@ func (m *memSandboxes) Get(ctx context.Context, id string) (api.Sandbox, error) 
 	return sb, nil
 }
 
+// Metrics answers three samples of any sandbox there is, at unix seconds
+// 1000, 1005 and 1010, filtered as the real service does.
+func (m *memSandboxes) Metrics(ctx context.Context, id string, start, end time.Time) ([]api.Metric, error) {
+	if _, err := m.Get(ctx, id); err != nil {
+		return nil, err
+	}
+	var out []api.Metric
+	for _, sec := range []int64{1000, 1005, 1010} {
+		if (start.IsZero() || sec >= start.Unix()) && (end.IsZero() || sec <= end.Unix()) {
+			out = append(out, api.Metric{Time: time.Unix(sec, 0).UTC(), CPUCount: 1, CPUUsedPct: 12.5, MemoryTotalBytes: 512 << 20, DiskTotalBytes: 1 << 30})
+		}
+	}
+	return out, nil
+}
+
 func (m *memSandboxes) List(ctx context.Context, state string, labels map[string]string) ([]api.Sandbox, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -51,6 +51,21 @@ func (s *sandboxes) GetNetwork(ctx context.Context, id string) (api.SandboxNetwo
 	return api.SandboxNetwork{IPv4: "10.213.0.2", IPv6: "fd00::2", Policy: p}, nil
 }
 
+// Metrics answers one sample at each of start and end that are set: the
+// test checks what the client sends.
+func (s *sandboxes) Metrics(ctx context.Context, id string, start, end time.Time) ([]api.Metric, error) {
+	if _, err := s.Get(ctx, id); err != nil {
+		return nil, err
+	}
+	var out []api.Metric
+	for _, t := range []time.Time{start, end} {
+		if !t.IsZero() {
+			out = append(out, api.Metric{Time: t.UTC(), CPUCount: 1})
+		}
+	}
+	return out, nil
+}
+
 func (s *sandboxes) SetNetwork(ctx context.Context, id string, p api.NetworkPolicy) (api.SandboxNetwork, error) {
 	if _, err := s.Get(ctx, id); err != nil {
 		return api.SandboxNetwork{}, err
@@ -350,6 +365,27 @@ func TestNetwork(t *testing.T) {
 	}
 	if _, err := c.GetNetwork(ctx, "zzzzzzzzzzzzzzzzzzzz"); !errors.Is(err, atoll.ErrNotFound) {
 		t.Errorf("GetNetwork of an unknown sandbox: %v", err)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	c, id := newClient(t, key)
+	ctx := context.Background()
+	if ms, err := c.Metrics(ctx, id, time.Time{}, time.Time{}); err != nil || len(ms) != 0 {
+		t.Errorf("Metrics with open ends = %+v, %v", ms, err)
+	}
+	// Times go to the second, in any zone.
+	start := time.Date(2026, 1, 2, 3, 4, 5, 600, time.FixedZone("x", 3600))
+	end := start.Add(time.Hour)
+	ms, err := c.Metrics(ctx, id, start, end)
+	if err != nil || len(ms) != 2 || !ms[0].Time.Equal(start.Truncate(time.Second)) || !ms[1].Time.Equal(end.Truncate(time.Second)) {
+		t.Errorf("Metrics(%s, %s) = %+v, %v", start, end, ms, err)
+	}
+	if _, err := c.Metrics(ctx, id, end, start); !errors.Is(err, atoll.ErrInvalid) {
+		t.Errorf("Metrics with start after end: %v, want ErrInvalid", err)
+	}
+	if _, err := c.Metrics(ctx, "zzzzzzzzzzzzzzzzzzzz", start, end); !errors.Is(err, atoll.ErrNotFound) {
+		t.Errorf("Metrics of an unknown sandbox: %v", err)
 	}
 }
 

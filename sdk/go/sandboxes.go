@@ -42,6 +42,23 @@ func (c *Client) ListSandboxes(ctx context.Context, opts ListOptions) ([]api.San
 	return l.Sandboxes, err
 }
 
+// Metrics returns sandbox id's samples of CPU, memory and disk use taken
+// from start to end (both inclusive, to the second; a zero time leaves
+// that end open), oldest first. The server samples running sandboxes every
+// few seconds and keeps the last hour.
+func (c *Client) Metrics(ctx context.Context, id string, start, end time.Time) ([]api.Metric, error) {
+	q := url.Values{}
+	if !start.IsZero() {
+		q.Set("start", start.UTC().Format(time.RFC3339))
+	}
+	if !end.IsZero() {
+		q.Set("end", end.UTC().Format(time.RFC3339))
+	}
+	var l api.MetricList
+	err := c.do(ctx, request{method: "GET", path: sandboxPath(id, "/metrics"), query: q}, &l)
+	return l.Metrics, err
+}
+
 // StopSandbox stops a running sandbox; its files stay.
 func (c *Client) StopSandbox(ctx context.Context, id string) (api.Sandbox, error) {
 	var sb api.Sandbox

@@ -41,6 +41,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/agent"
 	"github.com/atoll-dev/atoll/internal/network"
 	"github.com/atoll-dev/atoll/internal/runtime"
+	"github.com/atoll-dev/atoll/internal/runtime/cgroup"
 	"github.com/atoll-dev/atoll/internal/runtime/host"
 	"github.com/atoll-dev/atoll/internal/runtime/lowers"
 	"github.com/atoll-dev/atoll/internal/runtime/overlay"
@@ -556,6 +557,22 @@ func (r *Runtime) Processes(ctx context.Context, id string) (int, error) {
 		return 0, fmt.Errorf("parsing runsc ps: %w", err)
 	}
 	return len(ps), nil
+}
+
+// Usage implements runtime.Meter from the sandbox's host cgroup, which
+// runsc's sandbox, gofer and platform stubs share: the CPU they use on the
+// sandbox's behalf is its CPU, and its memory is what the cgroup is
+// charged less the host's page cache. Not less shared memory, as for ns:
+// the sentry keeps the sandbox's memory, its own page cache included, in a
+// memory file, which the host counts as shared memory. So used includes
+// the sentry's own (as a VM's includes its guest kernel's).
+func (r *Runtime) Usage(ctx context.Context, id string) (runtime.Usage, error) {
+	u, err := cgroup.ReadUsage(cgroupPath(id))
+	if err != nil {
+		return runtime.Usage{}, fmt.Errorf("reading cgroup: %w", err)
+	}
+	cache := max(u.FileBytes-u.ShmemBytes, 0)
+	return runtime.Usage{CPU: u.CPU, MemoryBytes: max(u.MemoryBytes-cache, 0), CacheBytes: cache}, nil
 }
 
 // Alive implements runtime.Runtime: inst.PID is runsc's sandbox process,

@@ -576,6 +576,17 @@ func (r *Runtime) Processes(ctx context.Context, id string) (int, error) {
 	return len(pids), err
 }
 
+// Usage implements runtime.Meter from the sandbox's cgroup, which holds
+// every process of it; its page cache (tmpfs files too) is not counted as
+// used, as envd does not count the kernel's in an E2B sandbox.
+func (r *Runtime) Usage(ctx context.Context, id string) (runtime.Usage, error) {
+	u, err := cgroup.ReadUsage(cgroupPath(id))
+	if err != nil {
+		return runtime.Usage{}, fmt.Errorf("reading cgroup: %w", err)
+	}
+	return runtime.Usage{CPU: u.CPU, MemoryBytes: max(u.MemoryBytes-u.FileBytes, 0), CacheBytes: u.FileBytes}, nil
+}
+
 // Update implements runtime.Runtime.
 func (r *Runtime) Update(ctx context.Context, id string, l runtime.Limits) error {
 	cg, err := loadCgroup(id)

@@ -189,6 +189,13 @@ func Run(t *testing.T, rt runtime.Runtime, env Env) {
 	t.Run("Limits", func(t *testing.T) { testLimits(t, rt, env, caps) })
 	t.Run("Update", func(t *testing.T) { testUpdate(t, rt, env) })
 	t.Run("DiskQuota", func(t *testing.T) { testDiskQuota(t, rt, env) })
+	t.Run("Usage", func(t *testing.T) {
+		m, ok := rt.(runtime.Meter)
+		if !ok {
+			t.Fatal("the runtime is not a runtime.Meter: sandboxes on it would have no metrics")
+		}
+		testUsage(t, rt, m, env)
+	})
 	t.Run("DistinctFiles", func(t *testing.T) { testDistinctFiles(t, rt, env) })
 	t.Run("Escapes", func(t *testing.T) { testEscapes(t, rt, env) })
 	t.Run("FileMetadata", func(t *testing.T) { testFileMetadata(t, rt, env) })
@@ -964,5 +971,54 @@ func testDiskQuota(t *testing.T, rt runtime.Runtime, env Env) {
 	}
 	if got := sb.MustSh(t, "echo small > /root/s && cat /root/s"); got != "small\n" {
 		t.Errorf("after freeing space: %q", got)
+	}
+}
+
+// usageScript holds 128 MiB and spins on a core for 3 s, in the background.
+const usageScript = `nohup python3 -c "import time; b = b'x' * (128 << 20); t = time.time(); exec('while time.time() - t < 3: pass'); time.sleep(600)" >/dev/null 2>&1 &`
+
+// testUsage checks that Usage counts what the sandbox's processes use: the
+// CPU time of one that spins, the memory it holds and gives back.
+func testUsage(t *testing.T, rt runtime.Runtime, m runtime.Meter, env Env) {
+	sb := Start(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 512 << 20, PIDs: 64}, 1<<30)
+	ctx := context.Background()
+	before, err := m.Usage(ctx, sb.ID)
+	if err != nil {
+		t.Fatalf("usage: %v", err)
+	}
+	t.Logf("idle: %+v", before)
+	sb.MustSh(t, usageScript)
+	var u runtime.Usage
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if u, err = m.Usage(ctx, sb.ID); err != nil {
+			t.Fatalf("usage: %v", err)
+		}
+		if u.CPU-before.CPU >= 2*time.Second && u.MemoryBytes-before.MemoryBytes >= 100<<20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after spinning 3 s with 128 MiB: %+v (idle %+v)", u, before)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("busy: %+v", u)
+	if u.MemoryBytes > 512<<20+64<<20 {
+		t.Errorf("memory %d is above the sandbox's limit: not the sandbox's own", u.MemoryBytes)
+	}
+	if env.OwnDisk && (u.DiskTotalBytes <= 0 || u.DiskBytes <= 0 || u.DiskBytes > u.DiskTotalBytes) {
+		t.Errorf("disk %d of %d: the runtime keeps the disk and must measure it", u.DiskBytes, u.DiskTotalBytes)
+	}
+	sb.MustSh(t, "pkill python3; true")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if u, err = m.Usage(ctx, sb.ID); err != nil {
+			t.Fatalf("usage: %v", err)
+		}
+		if u.MemoryBytes < before.MemoryBytes+64<<20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("memory %d after the process ended, %d before it", u.MemoryBytes, before.MemoryBytes)
+		}
 	}
 }

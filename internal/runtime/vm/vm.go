@@ -962,6 +962,23 @@ func (r *Runtime) Processes(ctx context.Context, id string) (int, error) {
 	return n, nil
 }
 
+// Usage implements runtime.Meter by asking the guest: its sandbox cgroup
+// holds what the sandbox's processes use, where QEMU's host cgroup would
+// count the guest kernel, its caches and (under TCG) the emulator too; and
+// the writable disk, which the host's writable layer catches up with only
+// at stop, is the guest's to measure.
+func (r *Runtime) Usage(ctx context.Context, id string) (runtime.Usage, error) {
+	var u vminit.Usage
+	if err := r.guestCall(ctx, id, http.MethodGet, vminit.UsagePath, nil, &u); err != nil {
+		return runtime.Usage{}, fmt.Errorf("measuring vm %s: %w", id, err)
+	}
+	return runtime.Usage{
+		CPU:         time.Duration(u.CPUUsec) * time.Microsecond,
+		MemoryBytes: max(u.MemoryBytes-u.FileBytes, 0), CacheBytes: u.FileBytes,
+		DiskBytes: u.DiskBytes, DiskTotalBytes: u.DiskTotal,
+	}, nil
+}
+
 // Update implements runtime.Runtime in the guest's cgroup. The VM's memory
 // and vCPUs are fixed at start: a higher memory limit than the sandbox
 // started with is refused, more CPU than its vCPUs is not more.

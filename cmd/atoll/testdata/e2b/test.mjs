@@ -349,6 +349,40 @@ test('setTimeout', async () => {
   assert.ok(after - before > 3_000_000, `endAt ${before} -> ${after}`)
 })
 
+test('getMetrics: a busy sandbox, time ranges, another tenant', async () => {
+  const m = await create({ metadata: { role: 'metrics' } })
+  const start = new Date()
+  // Holds 128 MiB and spins on a core for 12 s.
+  await m.commands.run(`python3 -c "import time; b = b'x' * (128 << 20); t = time.time(); exec('while time.time() - t < 12: pass'); time.sleep(600)"`,
+    { background: true, timeoutMs: 0 })
+  // Samples come every 5 s, as on E2B, whose own tests give the first 30 s.
+  const busy = await waitFor(async () => (await m.getMetrics()).find((x) => x.cpuUsedPct > 50 && x.memUsed > 100 * 2 ** 20),
+    'a sample with the CPU and memory in use', 60_000)
+  assert.ok(busy.timestamp instanceof Date && !isNaN(busy.timestamp), `timestamp ${busy.timestamp}`)
+  const info = await m.getInfo()
+  assert.equal(busy.cpuCount, info.cpuCount)
+  assert.equal(busy.memTotal, info.memoryMB * 2 ** 20)
+  assert.ok(busy.cpuUsedPct <= 100 && busy.memUsed <= busy.memTotal, JSON.stringify(busy))
+  assert.ok(busy.diskTotal > 0 && busy.diskUsed >= 0 && busy.diskUsed <= busy.diskTotal && busy.memCache >= 0, JSON.stringify(busy))
+
+  // A range from the test's start has the busy sample; the SDK sends
+  // whole seconds, so allow one either side.
+  const end = new Date()
+  const ranged = await m.getMetrics({ start, end })
+  assert.ok(ranged.some((x) => x.timestamp.getTime() === busy.timestamp.getTime()), 'the busy sample is in the range')
+  for (const x of ranged) {
+    assert.ok(x.timestamp >= start - 1000 && x.timestamp <= end.getTime() + 1000, `${x.timestamp} outside ${start}..${end}`)
+  }
+  assert.deepEqual(await m.getMetrics({ start: new Date(start - 3_600_000), end: new Date(start - 1_800_000) }), [])
+  assert.ok((await Sandbox.getMetrics(m.sandboxId)).length >= ranged.length)
+  await assert.rejects(m.getMetrics({ start: end, end: start }), (e) => /400|start is after end/i.test(e.message))
+
+  const other = { apiKey: process.env.E2B_TEST_OTHER_KEY }
+  await assert.rejects(Sandbox.getMetrics(m.sandboxId, other), SandboxNotFoundError)
+  await m.kill()
+  await assert.rejects(Sandbox.getMetrics(m.sandboxId), SandboxNotFoundError)
+})
+
 test('pause, list paused, connect, resume', async () => {
   const p = await create({ metadata: { role: 'pausing' } })
   await p.files.write('/home/user/state.txt', 'kept', { metadata: { kept: 'yes' } })

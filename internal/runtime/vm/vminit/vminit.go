@@ -110,13 +110,26 @@ type Limits struct {
 // stands still while the VM is paused or saved, and PUT NetPath (a Net)
 // gives eth0 new addresses and routes and rewrites resolv.conf and hosts,
 // for a VM restored into another network than the one it was saved in.
+// GET UsagePath answers a Usage.
 const (
 	LimitsPath    = "/vm/limits"
 	ProcessesPath = "/vm/processes"
 	SyncPath      = "/vm/sync"
 	ClockPath     = "/vm/clock"
 	NetPath       = "/vm/net"
+	UsagePath     = "/vm/usage"
 )
+
+// Usage is what the guest's sandbox cgroup has used, and its root's use of
+// the writable disk (the overlay's upper file system, which statfs of the
+// root reports).
+type Usage struct {
+	CPUUsec     int64 `json:"cpu_usec"`
+	MemoryBytes int64 `json:"memory_bytes"` // memory.current
+	FileBytes   int64 `json:"file_bytes"`   // page cache, tmpfs included
+	DiskBytes   int64 `json:"disk_bytes"`
+	DiskTotal   int64 `json:"disk_total_bytes"`
+}
 
 const configVar = "ATOLL_VM_CONFIG"
 
@@ -136,10 +149,13 @@ type control struct {
 	ClockNano *int64 `json:"clock_nano,omitempty"`
 	// Net, if set, is the network to take up in place of the one eth0 has.
 	Net *Net `json:"net,omitempty"`
+	// Usage asks for the cgroup's Usage.
+	Usage bool `json:"usage,omitempty"`
 }
 
 type controlReply struct {
 	Processes int    `json:"processes"`
+	Usage     *Usage `json:"usage,omitempty"`
 	Err       string `json:"err,omitempty"`
 }
 
@@ -159,6 +175,12 @@ func serveControl(f *os.File, cg int) {
 		} else if req.ClockNano != nil {
 			ts := unix.NsecToTimespec(*req.ClockNano)
 			if err := unix.ClockSettime(unix.CLOCK_REALTIME, &ts); err != nil {
+				rep.Err = err.Error()
+			}
+		} else if req.Usage {
+			u, err := cgroupUsage(cg)
+			rep.Usage = &u
+			if err != nil {
 				rep.Err = err.Error()
 			}
 		} else if req.Limits != nil {
@@ -187,6 +209,49 @@ func countProcs(cg int) (int, error) {
 	defer f.Close()
 	b, err := io.ReadAll(f)
 	return len(strings.Fields(string(b))), err
+}
+
+// cgroupUsage reads the CPU time and memory of the cgroup at directory cg.
+func cgroupUsage(cg int) (Usage, error) {
+	var u Usage
+	read := func(name string) (string, error) {
+		fd, err := unix.Openat(cg, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return "", fmt.Errorf("reading %s: %w", name, err)
+		}
+		f := os.NewFile(uintptr(fd), name)
+		defer f.Close()
+		b, err := io.ReadAll(f)
+		return string(b), err
+	}
+	// keyed finds key's value among a file's "key value" lines.
+	keyed := func(text, key string) (int64, error) {
+		for _, line := range strings.Split(text, "\n") {
+			if k, v, ok := strings.Cut(line, " "); ok && k == key {
+				return strconv.ParseInt(v, 10, 64)
+			}
+		}
+		return 0, fmt.Errorf("no %s", key)
+	}
+	cpu, err := read("cpu.stat")
+	if err == nil {
+		u.CPUUsec, err = keyed(cpu, "usage_usec")
+	}
+	if err != nil {
+		return u, err
+	}
+	cur, err := read("memory.current")
+	if err == nil {
+		u.MemoryBytes, err = strconv.ParseInt(strings.TrimSpace(cur), 10, 64)
+	}
+	if err != nil {
+		return u, err
+	}
+	stat, err := read("memory.stat")
+	if err == nil {
+		u.FileBytes, err = keyed(stat, "file")
+	}
+	return u, err
 }
 
 // controller is the agent's side of the control socket.
@@ -821,6 +886,23 @@ func serve(log *slog.Logger) error {
 	})
 	mux.HandleFunc("PUT "+ClockPath, putControl(ctl, 64, func(n *int64) control { return control{ClockNano: n} }))
 	mux.HandleFunc("PUT "+NetPath, putControl(ctl, 64<<10, func(n *Net) control { return control{Net: n} }))
+	mux.HandleFunc("GET "+UsagePath, func(w http.ResponseWriter, r *http.Request) {
+		rep, err := ctl.call(control{Usage: true})
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		// The overlay's statfs is its upper file system's: the
+		// writable disk, which the agent's root is.
+		var st unix.Statfs_t
+		if err := unix.Statfs("/", &st); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		rep.Usage.DiskTotal = int64(st.Blocks) * st.Bsize
+		rep.Usage.DiskBytes = int64(st.Blocks-st.Bfree) * st.Bsize
+		json.NewEncoder(w).Encode(rep.Usage)
+	})
 	mux.HandleFunc("POST "+SyncPath, func(w http.ResponseWriter, r *http.Request) {
 		unix.Sync()
 		w.WriteHeader(http.StatusNoContent)

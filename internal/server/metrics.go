@@ -1,0 +1,65 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+)
+
+// getMetrics answers a sandbox's samples between the start and end query
+// parameters, each optional, in unix seconds (as E2B's API has them) or
+// RFC 3339.
+func (s *Server) getMetrics(w http.ResponseWriter, r *http.Request) {
+	id, ok := sandboxID(w, r)
+	if !ok {
+		return
+	}
+	var bounds [2]time.Time
+	for i, name := range []string{"start", "end"} {
+		t, err := timeParam(r, name)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		bounds[i] = t
+	}
+	start, end := bounds[0], bounds[1]
+	if !start.IsZero() && !end.IsZero() && start.After(end) {
+		s.writeError(w, r, fmt.Errorf("%w: start is after end", errdefs.ErrInvalid))
+		return
+	}
+	ms, err := s.cfg.Sandboxes.Metrics(r.Context(), id, start, end)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if ms == nil {
+		ms = []api.Metric{}
+	}
+	writeJSON(w, http.StatusOK, api.MetricList{Metrics: ms})
+}
+
+// timeParam parses query parameter name of r, unix seconds or RFC 3339;
+// the zero time if it is absent.
+func timeParam(r *http.Request, name string) (time.Time, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		// Past year 9999 a time has no RFC 3339 form to answer with.
+		if n < 0 || n > 253402300799 {
+			return time.Time{}, fmt.Errorf("%w: %s: unix seconds out of range", errdefs.ErrInvalid, name)
+		}
+		return time.Unix(n, 0), nil
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w: %s %q: want unix seconds or an RFC 3339 time", errdefs.ErrInvalid, name, truncate(v))
+	}
+	return t, nil
+}
