@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -15,6 +16,7 @@ import (
 	goruntime "runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
@@ -126,7 +128,7 @@ func (s *Service) buildTemplate(ctx context.Context, name, dockerfilePath string
 // translates. Beyond what Parse makes, the instructions may carry flags no
 // Dockerfile can: "files" on COPY names uploaded build files (see
 // addBuildFiles), which are then its build context; "user" on RUN runs that
-// step alone as the user; "force" rebuilds the step, and so every step after
+// step alone as the user, and "cwd" in that directory; "force" rebuilds the step, and so every step after
 // it, whatever the cache holds; "image" on FROM imports the reference from a
 // registry even if a template has that name.
 func (s *Service) buildSteps(ctx context.Context, name string, ins []dockerfile.Instruction, events func(api.BuildEvent)) (api.Template, error) {
@@ -222,15 +224,18 @@ func (s *Service) buildStep(ctx context.Context, st *buildState, in dockerfile.I
 		return s.buildCopy(st, in, ctxRoot, announce)
 	}
 	if in.Cmd == "RUN" {
-		user := st.user
+		user, cwd := st.user, st.workdir
 		if u := in.Flags["user"]; u != "" {
 			user = u
 		}
-		st.chain("RUN", strconv.FormatBool(in.Exec), strings.Join(in.Args, "\x00"), strings.Join(st.env, "\x00"), user, st.workdir)
+		if c := in.Flags["cwd"]; c != "" {
+			cwd = c
+		}
+		st.chain("RUN", strconv.FormatBool(in.Exec), strings.Join(in.Args, "\x00"), strings.Join(st.env, "\x00"), user, cwd)
 		cached := s.layers.HasLayer(st.key)
 		announce(cached)
 		if !cached {
-			if err := s.buildRun(ctx, st, user, in, events); err != nil {
+			if err := s.buildRun(ctx, st, user, cwd, in, events); err != nil {
 				return err
 			}
 		}
@@ -380,9 +385,9 @@ func (s *Service) stackOf(st *buildState, name string) (layers.Template, error) 
 	return s.layers.ImageTemplate(name, st.layers)
 }
 
-// buildRun runs a RUN step as user in a hidden sandbox over the build so
-// far and turns what it wrote into the layer st.key.
-func (s *Service) buildRun(ctx context.Context, st *buildState, user string, in dockerfile.Instruction, events func(api.BuildEvent)) error {
+// buildRun runs a RUN step as user in cwd, in a hidden sandbox over the
+// build so far, and turns what it wrote into the layer st.key.
+func (s *Service) buildRun(ctx context.Context, st *buildState, user, cwd string, in dockerfile.Instruction, events func(api.BuildEvent)) error {
 	tmpl, err := s.rootfsOf(st)
 	if err != nil {
 		return err
@@ -407,12 +412,12 @@ func (s *Service) buildRun(ctx context.Context, st *buildState, user string, in 
 		return err
 	}
 	c := s.agentClient(sb.Socket)
-	if st.workdir != "" {
-		if _, err := c.Exec(ctx, api.ExecRequest{Cmd: []string{"mkdir", "-p", st.workdir}}); err != nil {
+	if cwd != "" {
+		if _, err := c.Exec(ctx, api.ExecRequest{Cmd: []string{"mkdir", "-p", cwd}}); err != nil {
 			return fmt.Errorf("making WORKDIR: %w", err)
 		}
 	}
-	req := api.ExecRequest{User: user, Cwd: st.workdir}
+	req := api.ExecRequest{User: user, Cwd: cwd}
 	if in.Exec {
 		req.Cmd = in.Args
 	} else {
@@ -553,6 +558,15 @@ func (s *Service) copyLayer(st *buildState, in dockerfile.Instruction, ctxRoot *
 		return true, nil
 	}
 	announce(false)
+	lowers, err := s.lowerRoots(st)
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		for _, l := range lowers {
+			l.Close()
+		}
+	}()
 	dir, err := s.layers.NewLayerDir()
 	if err != nil {
 		return false, err
@@ -594,7 +608,7 @@ func (s *Service) copyLayer(st *buildState, in dockerfile.Instruction, ctxRoot *
 		if target == "" || target == "." {
 			continue
 		}
-		if err := out.MkdirAll(path.Dir(target), 0o755); err != nil {
+		if err := mkdirLike(out, path.Dir(target), lowers); err != nil {
 			return false, err
 		}
 		switch {
@@ -632,6 +646,64 @@ func (s *Service) copyLayer(st *buildState, in dockerfile.Instruction, ctxRoot *
 		}
 	}
 	return false, s.layers.CommitLayer(st.key, dir)
+}
+
+// lowerRoots opens the layers under the one st builds next, top first.
+func (s *Service) lowerRoots(st *buildState) ([]*os.Root, error) {
+	lt, err := s.rootfsOf(st)
+	if err != nil {
+		return nil, err
+	}
+	if st.base != layers.HostTemplate {
+		defer s.layers.RemoveImageTemplate("build-"+st.key[:12], st.layers)
+	}
+	var roots []*os.Root
+	for _, d := range lt.Layers {
+		r, err := os.OpenRoot(d)
+		if err != nil {
+			for _, r := range roots {
+				r.Close()
+			}
+			return nil, err
+		}
+		roots = append(roots, r)
+	}
+	return roots, nil
+}
+
+// mkdirLike makes dir and its missing parents in the layer out as they are
+// in the layers under it (top first): their mode and owner. A COPY into
+// /home/user/app must not give the new layer a /home/user of root's, which
+// would hide the user's own from every sandbox of the template.
+func mkdirLike(out *os.Root, dir string, lowers []*os.Root) error {
+	dir = path.Clean(dir)
+	if dir == "." || dir == "/" || dir == "" {
+		return nil
+	}
+	if _, err := out.Lstat(dir); err == nil {
+		return nil
+	}
+	if err := mkdirLike(out, path.Dir(dir), lowers); err != nil {
+		return err
+	}
+	mode, uid, gid := os.FileMode(0o755), 0, 0
+	for _, l := range lowers {
+		fi, err := l.Stat(dir)
+		if err != nil {
+			continue
+		}
+		if sys, ok := fi.Sys().(*syscall.Stat_t); ok && fi.IsDir() {
+			mode, uid, gid = fi.Mode().Perm(), int(sys.Uid), int(sys.Gid)
+		}
+		break
+	}
+	if err := out.Mkdir(dir, mode); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	if err := out.Chmod(dir, mode); err != nil { // past the umask
+		return err
+	}
+	return out.Lchown(dir, uid, gid)
 }
 
 func copyInRoot(from *os.Root, src string, to *os.Root, dst string, mode os.FileMode) error {

@@ -95,7 +95,11 @@ type build struct {
 	version  string // atoll version ID, when ready
 	partial  []byte // an unfinished output line
 	stepName string // E2B step of the instruction running
+	stepText string // and the instruction
 }
+
+// engineStep is how atoll's build engine names the instruction that failed.
+var engineStep = regexp.MustCompile(`^step [0-9]+ \([A-Z]+\): `)
 
 func (b *build) log(level, step, msg string) {
 	if len(b.logs) >= maxBuildLogs {
@@ -511,6 +515,7 @@ func (s *Server) runBuild(ctx context.Context, b *build, ins []dockerfile.Instru
 			if ev.Step >= 1 && ev.Step <= len(steps) {
 				b.stepName = steps[ev.Step-1]
 			}
+			b.stepText = ev.Instruction
 			msg := fmt.Sprintf("[builder %d/%d] %s", ev.Step, ev.Steps, ev.Instruction)
 			if ev.Cached {
 				msg = "CACHED " + msg
@@ -545,7 +550,13 @@ func (s *Server) runBuild(ctx context.Context, b *build, ins []dockerfile.Instru
 		msg := "internal error"
 		for _, e := range statusOf {
 			if errors.Is(err, e.kind) {
-				msg = clientMessage(err, e.kind)
+				// Without the engine's instruction number, which is not
+				// the SDK's step number (reason.step is).
+				msg = engineStep.ReplaceAllString(clientMessage(err, e.kind), "")
+				msg = strings.ReplaceAll(msg, e.kind.Error()+": ", "")
+				if b.stepText != "" {
+					msg = b.stepText + ": " + msg
+				}
 				break
 			}
 		}
@@ -731,6 +742,11 @@ func (tr *translator) step(n int, st templateStep, files interface{ HasBuildFile
 		if len(st.Args) > 1 && st.Args[1] != "" {
 			flags["user"] = st.Args[1]
 		}
+		// As E2B's: in the working directory, else the user's home.
+		flags["cwd"] = tr.workdir
+		if tr.workdir == "" {
+			flags["cwd"] = home(flags["user"])
+		}
 		tr.add(dockerfile.Instruction{Cmd: "RUN", Args: st.Args[:1], Flags: flags, Text: "RUN " + st.Args[0]}, name)
 	case "COPY":
 		if len(st.Args) < 2 {
@@ -795,7 +811,7 @@ func (tr *translator) step(n int, st templateStep, files interface{ HasBuildFile
 		}
 		// As E2B's: the directories it makes belong to the user.
 		mk := dockerfile.Instruction{Cmd: "RUN", Args: []string{workdirScript(dir, tr.user)},
-			Flags: map[string]string{"user": "root", "force": flags["force"]}, Text: "WORKDIR " + st.Args[0]}
+			Flags: map[string]string{"user": "root", "force": flags["force"]}, Text: "RUN mkdir -p " + dir}
 		tr.add(mk, name)
 		tr.add(dockerfile.Instruction{Cmd: "WORKDIR", Args: []string{dir}, Flags: flags, Text: "WORKDIR " + dir}, name)
 		tr.workdir = dir
@@ -807,7 +823,7 @@ func (tr *translator) step(n int, st templateStep, files interface{ HasBuildFile
 		if u != "root" && u != "user" {
 			// E2B's USER makes the user when the image lacks it.
 			mk := dockerfile.Instruction{Cmd: "RUN", Args: []string{"id -u " + u + " >/dev/null 2>&1 || useradd --create-home --shell /bin/bash " + u},
-				Flags: map[string]string{"user": "root", "force": flags["force"]}, Text: "USER " + u}
+				Flags: map[string]string{"user": "root", "force": flags["force"]}, Text: "RUN useradd " + u}
 			tr.add(mk, name)
 		}
 		tr.add(dockerfile.Instruction{Cmd: "USER", Args: []string{u}, Flags: flags, Text: "USER " + u}, name)

@@ -38,7 +38,7 @@ const appTemplate = () => Template({ fileContextPath: ctx })
   .copy('hello.txt', '/opt/app/hello.txt')
   .copy('dir', '/opt/app/dir')
   .copy('dir/*.txt', 'txt/')
-  .runCmd('cat /opt/app/hello.txt > /opt/app/copied && whoami > /opt/app/whoami')
+  .runCmd('cat /opt/app/hello.txt > copied && whoami > whoami') // in user's home
   .runCmd('touch /etc/by-root', { user: 'root' })
   .setEnvs({ GREETING: 'hi there' })
   .setWorkdir('/opt/work')
@@ -47,8 +47,13 @@ const appTemplate = () => Template({ fileContextPath: ctx })
 
 async function build(template, name, opts = {}) {
   const logs = []
-  const info = await Template.build(template, name, { ...opts, onBuildLogs: (e) => logs.push(e.message) })
-  return { info, logs: logs.join('\n') }
+  try {
+    const info = await Template.build(template, name, { ...opts, onBuildLogs: (e) => logs.push(e.message) })
+    return { info, logs: logs.join('\n') }
+  } catch (e) {
+    // The SDK replaces a BuildError's stack with the builder call's.
+    throw new Error(`building ${name}: ${e.name}: ${e.message}\n${logs.join('\n')}`)
+  }
 }
 
 test('Template.build: fromTemplate base, copy, runCmd, setEnvs, setWorkdir, setStartCmd; a sandbox of it', async () => {
@@ -57,17 +62,18 @@ test('Template.build: fromTemplate base, copy, runCmd, setEnvs, setWorkdir, setS
   assert.match(info.buildId, /^[0-9a-f-]{36}$/)
   assert.match(logs, /Uploaded 'hello.txt'/)
   assert.match(logs, /RUN cat \/opt\/app\/hello.txt/)
+  assert.match(logs, /Skipping upload|Uploaded 'dir\/\*.txt'/)
 
   const sbx = await create(app)
   assert.equal(await sbx.files.read('/opt/app/hello.txt'), `hello ${run}\n`)
-  assert.equal(await sbx.files.read('/opt/app/copied'), `hello ${run}\n`)
+  assert.equal(await sbx.files.read('/home/user/copied'), `hello ${run}\n`)
   assert.equal(await sbx.files.read('/opt/app/dir/a.txt'), 'a\n')
   assert.equal((await sbx.commands.run('/opt/app/dir/sub/b.sh')).stdout, 'b\n')
   // A glob copies the files it matches, into the user's home when relative.
   assert.equal(await sbx.files.read('/home/user/txt/a.txt'), 'a\n')
   assert.equal(await sbx.files.exists('/home/user/txt/skip.md'), false)
   // From E2B's base template steps run as user, and copies are theirs.
-  assert.equal(await sbx.files.read('/opt/app/whoami'), 'user\n')
+  assert.equal(await sbx.files.read('/home/user/whoami'), 'user\n')
   assert.equal((await sbx.files.getInfo('/opt/app/hello.txt')).owner, 'user')
   assert.equal(await sbx.files.exists('/etc/by-root'), true)
   assert.equal(await sbx.files.read('/opt/work/here'), '/opt/work\n')
@@ -81,7 +87,7 @@ test('Template.build again: uploads skipped and steps cached; skipCache rebuilds
   const again = await build(appTemplate(), app)
   assert.match(again.logs, /Skipping upload of 'hello.txt', already cached/)
   assert.match(again.logs, /CACHED .*RUN cat/)
-  const forced = await build(appTemplate().skipCache(), app)
+  const forced = await build(appTemplate(), app, { skipCache: true })
   assert.doesNotMatch(forced.logs, /CACHED .*RUN cat/)
   const forced2 = await build(Template({ fileContextPath: ctx }).skipCache().fromTemplate('base').runCmd('echo once'), `${app}-forced`)
   const forced3 = await build(Template({ fileContextPath: ctx }).skipCache().fromTemplate('base').runCmd('echo once'), `${app}-forced`)
@@ -118,7 +124,7 @@ test('a failing step: BuildError, status error with the logs and the step', asyn
     .runCmd('echo about-to-fail; exit 3')
   await assert.rejects(Template.build(t(), `fail-${run}`), (e) => {
     assert.ok(e instanceof BuildError, String(e))
-    assert.match(e.message, /exited with 3/)
+    assert.equal(e.message, 'RUN echo about-to-fail; exit 3: the command exited with 3')
     return true
   })
   const info = await Template.buildInBackground(t(), `fail-${run}`)
