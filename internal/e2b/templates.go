@@ -256,7 +256,10 @@ const defaultTag = "default"
 // atoll version here (NAME:3); checkTag says whether a new one may be made.
 func parseName(in string) (name, tag string, err error) {
 	in = strings.ToLower(strings.TrimSpace(in))
-	name, tag, _ = strings.Cut(in, ":")
+	name, tag, hasTag := strings.Cut(in, ":")
+	if hasTag && tag == "" {
+		return "", "", bad("invalid tag in %q: empty", truncate(in))
+	}
 	if strings.Contains(name, "/") {
 		return "", "", bad("template name %q: namespaces (team/name) are not supported by atoll", truncate(in))
 	}
@@ -659,12 +662,16 @@ func (s *Server) translate(ctx context.Context, body startBuildBody) ([]dockerfi
 		tr.user, tr.workdir = "user", "/home/user"
 	case body.FromImage == "" || body.FromImage == e2bBaseImage || body.FromImage == e2bBaseImage+":latest":
 		// fromBaseImage(), the SDK's default: E2B's base image is atoll's
-		// base template here. As after any fromImage, steps run as root.
-		t, ok := s.cfg.Aliases["base"]
+		// base: the alias while there is one, else the template base, else
+		// the built-in template. As after any fromImage, steps run as root.
+		ref, ok := s.cfg.Aliases["base"]
 		if !ok {
-			t = "host"
+			ref = "base"
+			if _, err := s.cfg.Templates.Get(ctx, ref); err != nil {
+				ref = "host"
+			}
 		}
-		from.Args = []string{t}
+		from.Args = []string{ref}
 		tr.user = "root"
 	default:
 		from.Args = []string{body.FromImage}
