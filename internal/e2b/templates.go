@@ -397,11 +397,8 @@ func (s *Server) fileUploadLink(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "malformed files hash: want hex SHA-256")
 		return
 	}
-	if s.cfg.Templates.HasBuildFiles(hash) {
-		writeJSON(w, http.StatusCreated, map[string]any{"present": true})
-		return
-	}
-	// The URL names this server as the client reached it.
+	// The URL names this server as the client reached it. It comes with
+	// files already here too, for copy(…, {forceUpload: true}).
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
@@ -409,7 +406,7 @@ func (s *Server) fileUploadLink(w http.ResponseWriter, r *http.Request) {
 	expires := time.Now().Add(uploadURLTTL).Unix()
 	u := fmt.Sprintf("%s://%s/templates/%s/files/%s?expires=%d&signature=%s", scheme, r.Host, template, hash,
 		expires, s.uploadSignature(template, hash, expires))
-	writeJSON(w, http.StatusCreated, map[string]any{"present": false, "url": u})
+	writeJSON(w, http.StatusCreated, map[string]any{"present": s.cfg.Templates.HasBuildFiles(hash), "url": u})
 }
 
 func validFilesHash(h string) bool {
@@ -787,6 +784,11 @@ func (tr *translator) step(n int, st templateStep, files interface{ HasBuildFile
 		}
 		if !strings.Contains(owner, ":") {
 			owner += ":" + owner
+		}
+		for _, id := range strings.SplitN(owner, ":", 2) {
+			if _, err := strconv.Atoi(id); err != nil && id != "root" && id != "user" {
+				return bad("COPY owner %q: atoll takes root, user or numeric IDs", truncate(owner))
+			}
 		}
 		flags["chown"] = owner
 		if len(st.Args) > 3 && st.Args[3] != "" {

@@ -164,6 +164,7 @@ func TestTranslate(t *testing.T) {
 		{FromTemplate: "base", Steps: []templateStep{{Type: "USER", Args: []string{"$(reboot)"}}}},
 		{FromTemplate: "base", Steps: []templateStep{{Type: "ENV", Args: []string{"A=B", "c"}}}},
 		{FromTemplate: "base", Steps: []templateStep{{Type: "HEALTHCHECK"}}},
+		{FromTemplate: "base", Steps: []templateStep{{Type: "COPY", Args: []string{"a", "b", "alice"}, FilesHash: hash}}},
 	} {
 		if _, _, err := s.translate(context.Background(), body); err == nil {
 			t.Errorf("%+v: translated", body)

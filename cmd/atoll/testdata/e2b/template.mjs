@@ -93,6 +93,12 @@ test('Template.build again: uploads skipped and steps cached; skipCache rebuilds
   const forced3 = await build(Template({ fileContextPath: ctx }).skipCache().fromTemplate('base').runCmd('echo once'), `${app}-forced`)
   assert.doesNotMatch(forced3.logs, /CACHED/)
   assert.match(forced2.logs, /once/)
+  // forceUpload uploads the files again, and rebuilds the step.
+  const up = () => Template({ fileContextPath: ctx }).fromTemplate('base').copy('hello.txt', '/tmp/h', { forceUpload: true })
+  await build(up(), `${app}-upload`)
+  const upAgain = await build(up(), `${app}-upload`)
+  assert.match(upAgain.logs, /Uploaded 'hello.txt'/)
+  assert.doesNotMatch(upAgain.logs, /CACHED/)
 })
 
 test('Template.buildInBackground and getBuildStatus; exists', async () => {
