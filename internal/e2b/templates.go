@@ -98,8 +98,12 @@ type build struct {
 	stepText string // and the instruction
 }
 
-// engineStep is how atoll's build engine names the instruction that failed.
-var engineStep = regexp.MustCompile(`^step [0-9]+ \([A-Z]+\): `)
+// engineStep is how atoll's build engine names the instruction that
+// failed, and exitedWith how it says a RUN step's command failed.
+var (
+	engineStep = regexp.MustCompile(`^step [0-9]+ \([A-Z]+\): `)
+	exitedWith = regexp.MustCompile(`the command exited with ([0-9]+)`)
+)
 
 func (b *build) log(level, step, msg string) {
 	if len(b.logs) >= maxBuildLogs {
@@ -554,7 +558,10 @@ func (s *Server) runBuild(ctx context.Context, b *build, ins []dockerfile.Instru
 				// the SDK's step number (reason.step is).
 				msg = engineStep.ReplaceAllString(clientMessage(err, e.kind), "")
 				msg = strings.ReplaceAll(msg, e.kind.Error()+": ", "")
-				if b.stepText != "" {
+				// In E2B's words, which agent code may match on.
+				if cmd, ok := strings.CutPrefix(b.stepText, "RUN "); ok {
+					msg = fmt.Sprintf("failed to run command '%s': %s", cmd, exitedWith.ReplaceAllString(msg, "exit status $1"))
+				} else if b.stepText != "" {
 					msg = b.stepText + ": " + msg
 				}
 				break

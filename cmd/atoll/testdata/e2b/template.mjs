@@ -130,7 +130,7 @@ test('a failing step: BuildError, status error with the logs and the step', asyn
     .runCmd('echo about-to-fail; exit 3')
   await assert.rejects(Template.build(t(), `fail-${run}`), (e) => {
     assert.ok(e instanceof BuildError, String(e))
-    assert.equal(e.message, 'RUN echo about-to-fail; exit 3: the command exited with 3')
+    assert.equal(e.message, "failed to run command 'echo about-to-fail; exit 3': exit status 3") // E2B's words
     return true
   })
   const info = await Template.buildInBackground(t(), `fail-${run}`)
@@ -142,7 +142,7 @@ test('a failing step: BuildError, status error with the logs and the step', asyn
   }
   assert.equal(st.status, 'error')
   assert.equal(st.reason.step, '2')
-  assert.match(st.reason.message, /exited with 3/)
+  assert.match(st.reason.message, /exit status 3/)
   assert.ok(st.reason.logEntries.some((e) => e.message === 'about-to-fail'))
   assert.equal(await Template.exists(`fail-${run}`), false)
 })
