@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -15,6 +16,7 @@ import (
 	goruntime "runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
@@ -93,18 +95,7 @@ func (s *Service) buildTemplate(ctx context.Context, name, dockerfilePath string
 	if !templateName.MatchString(name) || name == layers.HostTemplate {
 		return api.Template{}, fmt.Errorf("%w: template names are 1-63 of [a-z0-9._-] and not %q", errdefs.ErrInvalid, layers.HostTemplate)
 	}
-	if events == nil {
-		events = func(api.BuildEvent) {}
-	}
-	s.tmplMu.Lock()
-	s.importing++
-	s.tmplMu.Unlock()
-	defer func() {
-		s.tmplMu.Lock()
-		s.importing--
-		s.tmplMu.Unlock()
-		s.collectLayers(context.WithoutCancel(ctx))
-	}()
+	defer s.beginImport(ctx)()
 
 	// The build context becomes a layer: unpacked safely (no escapes, no
 	// devices), read-only, and removed with the next collection.
@@ -129,14 +120,64 @@ func (s *Service) buildTemplate(ctx context.Context, name, dockerfilePath string
 	if err != nil {
 		return api.Template{}, err
 	}
+	return s.runBuild(ctx, name, ins, args, root, events)
+}
 
+// buildSteps builds template name from instructions given as data rather
+// than Dockerfile text: E2B's template builds, whose steps package e2b
+// translates. Beyond what Parse makes, the instructions may carry flags no
+// Dockerfile can: "files" on COPY names uploaded build files (see
+// addBuildFiles), which are then its build context; "user" on RUN runs that
+// step alone as the user, and "cwd" in that directory; "force" rebuilds the step, and so every step after
+// it, whatever the cache holds; "image" on FROM imports the reference from a
+// registry even if a template has that name.
+func (s *Service) buildSteps(ctx context.Context, name string, ins []dockerfile.Instruction, events func(api.BuildEvent)) (api.Template, error) {
+	if !templateName.MatchString(name) || name == layers.HostTemplate {
+		return api.Template{}, fmt.Errorf("%w: template names are 1-63 of [a-z0-9._-] and not %q", errdefs.ErrInvalid, layers.HostTemplate)
+	}
+	if len(ins) == 0 || ins[0].Cmd != "FROM" || len(ins[0].Args) != 1 {
+		return api.Template{}, fmt.Errorf("%w: a build starts from one template or image", errdefs.ErrInvalid)
+	}
+	for i, in := range ins[1:] {
+		if in.Cmd == "FROM" || !supportedStep[in.Cmd] {
+			return api.Template{}, fmt.Errorf("%w: step %d: unsupported instruction %q", errdefs.ErrInvalid, i+2, in.Cmd)
+		}
+	}
+	defer s.beginImport(ctx)()
+	return s.runBuild(ctx, name, ins, nil, nil, events)
+}
+
+// supportedStep are the instructions buildSteps takes after FROM.
+var supportedStep = map[string]bool{"RUN": true, "COPY": true, "ENV": true, "WORKDIR": true, "USER": true, "LABEL": true, "CMD": true, "ENTRYPOINT": true}
+
+// beginImport keeps the layer collector away while a build or upload holds
+// layers no version records yet; the function it returns ends that, and
+// collects what the build left unused.
+func (s *Service) beginImport(ctx context.Context) func() {
+	s.tmplMu.Lock()
+	s.importing++
+	s.tmplMu.Unlock()
+	return func() {
+		s.tmplMu.Lock()
+		s.importing--
+		s.tmplMu.Unlock()
+		s.collectLayers(context.WithoutCancel(ctx))
+	}
+}
+
+// runBuild applies ins in order and records the result as a new version of
+// name. ctxRoot is the build context of COPY steps without uploaded files.
+func (s *Service) runBuild(ctx context.Context, name string, ins []dockerfile.Instruction, args map[string]string, ctxRoot *os.Root, events func(api.BuildEvent)) (api.Template, error) {
+	if events == nil {
+		events = func(api.BuildEvent) {}
+	}
 	st := &buildState{vars: map[string]string{}}
 	declared := map[string]bool{}
 	for i, in := range ins {
 		announce := func(cached bool) {
 			events(api.BuildEvent{Type: "step", Step: i + 1, Steps: len(ins), Instruction: in.Text, Cached: cached})
 		}
-		if err := s.buildStep(ctx, st, in, args, declared, root, announce, events); err != nil {
+		if err := s.buildStep(ctx, st, in, args, declared, ctxRoot, announce, events); err != nil {
 			return api.Template{}, fmt.Errorf("step %d (%s): %w", i+1, in.Cmd, err)
 		}
 	}
@@ -163,15 +204,38 @@ func (s *Service) buildTemplate(ctx context.Context, name, dockerfilePath string
 // buildStep applies one instruction. It calls announce once, before doing the
 // work, saying whether the step's layer comes from the cache.
 func (s *Service) buildStep(ctx context.Context, st *buildState, in dockerfile.Instruction, args map[string]string, declared map[string]bool, ctxRoot *os.Root, announce func(cached bool), events func(api.BuildEvent)) error {
+	if in.Flags["force"] != "" {
+		// A key no earlier build made: this step and every one after it
+		// (whose keys chain from it) miss the cache.
+		st.chain("FORCE", newID())
+	}
 	if in.Cmd == "COPY" || in.Cmd == "ADD" {
+		if hash := in.Flags["files"]; hash != "" {
+			root, err := s.buildFilesRoot(hash)
+			if err != nil {
+				return err
+			}
+			defer root.Close()
+			ctxRoot = root
+		}
+		if ctxRoot == nil {
+			return fmt.Errorf("%w: %s without build files", errdefs.ErrInvalid, in.Cmd)
+		}
 		return s.buildCopy(st, in, ctxRoot, announce)
 	}
 	if in.Cmd == "RUN" {
-		st.chain("RUN", strconv.FormatBool(in.Exec), strings.Join(in.Args, "\x00"), strings.Join(st.env, "\x00"), st.user, st.workdir)
+		user, cwd := st.user, st.workdir
+		if u := in.Flags["user"]; u != "" {
+			user = u
+		}
+		if c := in.Flags["cwd"]; c != "" {
+			cwd = c
+		}
+		st.chain("RUN", strconv.FormatBool(in.Exec), strings.Join(in.Args, "\x00"), strings.Join(st.env, "\x00"), user, cwd)
 		cached := s.layers.HasLayer(st.key)
 		announce(cached)
 		if !cached {
-			if err := s.buildRun(ctx, st, in, events); err != nil {
+			if err := s.buildRun(ctx, st, user, cwd, in, events); err != nil {
 				return err
 			}
 		}
@@ -202,7 +266,7 @@ func (s *Service) buildConfig(ctx context.Context, st *buildState, in dockerfile
 		if err != nil {
 			return false, err
 		}
-		return false, s.buildFrom(ctx, st, ref)
+		return false, s.buildFrom(ctx, st, ref, in.Flags["image"] != "")
 	case "ENV":
 		for i := 0; i+1 < len(in.Args); i += 2 {
 			v, err := expand(in.Args[i+1])
@@ -277,15 +341,15 @@ func orRoot(dir string) string {
 }
 
 // buildFrom starts the build from an atoll template or an image reference.
-func (s *Service) buildFrom(ctx context.Context, st *buildState, ref string) error {
-	if ref == layers.HostTemplate {
+func (s *Service) buildFrom(ctx context.Context, st *buildState, ref string, image bool) error {
+	if ref == layers.HostTemplate && !image {
 		st.base = layers.HostTemplate
 		st.chain("FROM", ref)
 		return nil
 	}
 	// FROM NAME builds on NAME's current version; FROM NAME@VERSION on
 	// that one.
-	if _, t, err := s.resolve(ctx, ref); err == nil && t.ID != "" {
+	if _, t, err := s.resolve(ctx, ref); !image && err == nil && t.ID != "" {
 		st.base = t.Config.Base
 		st.layers = append([]string(nil), t.Layers...)
 		st.env = append([]string(nil), t.Config.Env...)
@@ -295,6 +359,9 @@ func (s *Service) buildFrom(ctx context.Context, st *buildState, ref string) err
 		return nil
 	}
 	img, err := s.layers.Import(ctx, layers.ImportSource{Ref: ref}, nil)
+	if err != nil && image {
+		return fmt.Errorf("importing image %s: %w", ref, err)
+	}
 	if err != nil {
 		return fmt.Errorf("FROM %s: not a template, and importing it failed: %w", ref, err)
 	}
@@ -318,9 +385,9 @@ func (s *Service) stackOf(st *buildState, name string) (layers.Template, error) 
 	return s.layers.ImageTemplate(name, st.layers)
 }
 
-// buildRun runs a RUN step in a hidden sandbox over the build so far and
-// turns what it wrote into the layer st.key.
-func (s *Service) buildRun(ctx context.Context, st *buildState, in dockerfile.Instruction, events func(api.BuildEvent)) error {
+// buildRun runs a RUN step as user in cwd, in a hidden sandbox over the
+// build so far, and turns what it wrote into the layer st.key.
+func (s *Service) buildRun(ctx context.Context, st *buildState, user, cwd string, in dockerfile.Instruction, events func(api.BuildEvent)) error {
 	tmpl, err := s.rootfsOf(st)
 	if err != nil {
 		return err
@@ -345,12 +412,12 @@ func (s *Service) buildRun(ctx context.Context, st *buildState, in dockerfile.In
 		return err
 	}
 	c := s.agentClient(sb.Socket)
-	if st.workdir != "" {
-		if _, err := c.Exec(ctx, api.ExecRequest{Cmd: []string{"mkdir", "-p", st.workdir}}); err != nil {
+	if cwd != "" {
+		if _, err := c.Exec(ctx, api.ExecRequest{Cmd: []string{"mkdir", "-p", cwd}}); err != nil {
 			return fmt.Errorf("making WORKDIR: %w", err)
 		}
 	}
-	req := api.ExecRequest{User: st.user, Cwd: st.workdir}
+	req := api.ExecRequest{User: user, Cwd: cwd}
 	if in.Exec {
 		req.Cmd = in.Args
 	} else {
@@ -491,6 +558,15 @@ func (s *Service) copyLayer(st *buildState, in dockerfile.Instruction, ctxRoot *
 		return true, nil
 	}
 	announce(false)
+	lowers, err := s.lowerRoots(st)
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		for _, l := range lowers {
+			l.Close()
+		}
+	}()
 	dir, err := s.layers.NewLayerDir()
 	if err != nil {
 		return false, err
@@ -532,7 +608,7 @@ func (s *Service) copyLayer(st *buildState, in dockerfile.Instruction, ctxRoot *
 		if target == "" || target == "." {
 			continue
 		}
-		if err := out.MkdirAll(path.Dir(target), 0o755); err != nil {
+		if err := mkdirLike(out, path.Dir(target), lowers); err != nil {
 			return false, err
 		}
 		switch {
@@ -570,6 +646,64 @@ func (s *Service) copyLayer(st *buildState, in dockerfile.Instruction, ctxRoot *
 		}
 	}
 	return false, s.layers.CommitLayer(st.key, dir)
+}
+
+// lowerRoots opens the layers under the one st builds next, top first.
+func (s *Service) lowerRoots(st *buildState) ([]*os.Root, error) {
+	lt, err := s.rootfsOf(st)
+	if err != nil {
+		return nil, err
+	}
+	if st.base != layers.HostTemplate {
+		defer s.layers.RemoveImageTemplate("build-"+st.key[:12], st.layers)
+	}
+	var roots []*os.Root
+	for _, d := range lt.Layers {
+		r, err := os.OpenRoot(d)
+		if err != nil {
+			for _, r := range roots {
+				r.Close()
+			}
+			return nil, err
+		}
+		roots = append(roots, r)
+	}
+	return roots, nil
+}
+
+// mkdirLike makes dir and its missing parents in the layer out as they are
+// in the layers under it (top first): their mode and owner. A COPY into
+// /home/user/app must not give the new layer a /home/user of root's, which
+// would hide the user's own from every sandbox of the template.
+func mkdirLike(out *os.Root, dir string, lowers []*os.Root) error {
+	dir = path.Clean(dir)
+	if dir == "." || dir == "/" || dir == "" {
+		return nil
+	}
+	if _, err := out.Lstat(dir); err == nil {
+		return nil
+	}
+	if err := mkdirLike(out, path.Dir(dir), lowers); err != nil {
+		return err
+	}
+	mode, uid, gid := os.FileMode(0o755), 0, 0
+	for _, l := range lowers {
+		fi, err := l.Stat(dir)
+		if err != nil {
+			continue
+		}
+		if sys, ok := fi.Sys().(*syscall.Stat_t); ok && fi.IsDir() {
+			mode, uid, gid = fi.Mode().Perm(), int(sys.Uid), int(sys.Gid)
+		}
+		break
+	}
+	if err := out.Mkdir(dir, mode); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	if err := out.Chmod(dir, mode); err != nil { // past the umask
+		return err
+	}
+	return out.Lchown(dir, uid, gid)
 }
 
 func copyInRoot(from *os.Root, src string, to *os.Root, dst string, mode os.FileMode) error {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/dockerfile"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/layers"
 	"github.com/atoll-dev/atoll/internal/runtime"
@@ -304,7 +305,7 @@ func (s *Service) collectLayers(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	used, tops := map[string]bool{}, map[string]bool{}
+	used, tops := s.pinnedBuildFiles(), map[string]bool{}
 	for _, v := range vs {
 		for _, l := range v.Layers {
 			used[l] = true
@@ -453,6 +454,21 @@ func (t Templates) Get(ctx context.Context, name string) (api.Template, error) {
 func (t Templates) Build(ctx context.Context, name, dockerfile string, buildArgs map[string]string, buildContext io.Reader, events func(api.BuildEvent)) (api.Template, error) {
 	return t.s.buildTemplate(ctx, name, dockerfile, buildArgs, buildContext, events)
 }
+
+// BuildSteps builds a template from instructions given as data; see
+// buildSteps.
+func (t Templates) BuildSteps(ctx context.Context, name string, ins []dockerfile.Instruction, events func(api.BuildEvent)) (api.Template, error) {
+	return t.s.buildSteps(ctx, name, ins, events)
+}
+
+// AddBuildFiles stores the files of a COPY step of BuildSteps; see
+// addBuildFiles.
+func (t Templates) AddBuildFiles(ctx context.Context, hash string, r io.Reader) error {
+	return t.s.addBuildFiles(ctx, hash, r)
+}
+
+// HasBuildFiles reports whether the build files hash are stored.
+func (t Templates) HasBuildFiles(hash string) bool { return t.s.hasBuildFiles(hash) }
 
 // Bootstrap makes a base template with debootstrap; see bootstrapTemplate.
 func (t Templates) Bootstrap(ctx context.Context, req api.BootstrapTemplateRequest, events func(api.BuildEvent)) (api.Template, error) {

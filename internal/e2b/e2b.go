@@ -79,6 +79,9 @@ type Config struct {
 	// Ports serves sandbox ports other than envd's (getHost URLs); nil
 	// answers them 502, as for a server without networking.
 	Ports Ports
+	// Templates builds templates for E2B's template SDK (admin keys only);
+	// nil answers its routes 501.
+	Templates Templates
 	// Aliases maps E2B template names to atoll templates; default
 	// {"base": "host"}.
 	Aliases map[string]string
@@ -92,6 +95,7 @@ type Server struct {
 	api     *http.ServeMux
 	envd    *envd.Server
 	reverse map[string]string // atoll template → E2B alias
+	builds  *builds
 	handler http.Handler
 }
 
@@ -111,7 +115,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Aliases == nil {
 		cfg.Aliases = map[string]string{"base": "host"}
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, api: http.NewServeMux(), reverse: map[string]string{}}
+	s := &Server{cfg: cfg, log: cfg.Logger, api: http.NewServeMux(), reverse: map[string]string{}, builds: newBuilds()}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -127,8 +131,12 @@ func New(cfg Config) (*Server, error) {
 // ServeHTTP serves the control plane and sandbox traffic.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
-// Close stops what the server keeps between requests (polling watchers).
-func (s *Server) Close() { s.envd.Close() }
+// Close stops what the server keeps between requests (polling watchers)
+// and ends the template builds running, waiting for them.
+func (s *Server) Close() {
+	s.envd.Close()
+	s.builds.close()
+}
 
 func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
 	if t, ok := sandboxTarget(r); ok {
@@ -188,14 +196,16 @@ func (s *Server) routes() {
 	m.Handle("GET /sandboxes/{sandboxID}/metrics", auth(s.metrics))
 	m.Handle("GET /sandboxes/metrics", auth(s.latestMetrics))
 	m.Handle("DELETE /templates/{templateID}", auth(s.deleteSnapshot))
+	s.templateRoutes()
 	// Parts of E2B's API atoll does not offer answer so, not "not found".
 	for _, p := range []struct{ pattern, what string }{
 		{"GET /sandboxes/{sandboxID}/logs", "sandbox logs"},
 		{"GET /v2/sandboxes/{sandboxID}/logs", "sandbox logs"},
-		{"/templates/", "template management (use atoll template)"},
-		{"/templates", "template management (use atoll template)"},
-		{"/v2/templates/", "template management (use atoll template)"},
-		{"/v3/templates", "template management (use atoll template)"},
+		{"/templates/", "this template call (use atoll template)"},
+		{"/templates", "listing and legacy builds of templates (use atoll template)"},
+		{"/v2/templates/", "this template call (use atoll template)"},
+		{"/v2/templates", "listing and legacy builds of templates (use atoll template)"},
+		{"/v3/templates", "template builds on this server (it has no template service)"},
 		{"/volumes", "volumes"},
 		{"/volumes/", "volumes"},
 		{"/secrets", "secrets"},

@@ -206,9 +206,9 @@ func checkMetadata(md map[string]string) error {
 // source resolves E2B's templateID: an alias ("base"), a snapshot ID or
 // name (E2B creates sandboxes from snapshots by naming them as the
 // template), or an atoll template name. E2B's tags name a template's
-// builds, as atoll's versions do: NAME:VERSION (a version number or ID) is
-// atoll's NAME@VERSION, and :default or :latest the version the name
-// points to.
+// builds, as atoll's versions and names do: NAME:VERSION (a version number
+// or ID) is atoll's NAME@VERSION, :default or :latest the version the name
+// points to, and another tag the atoll template NAME.TAG (atollRef).
 func (s *Server) source(ctx context.Context, id string) (tmpl, snap, alias string, err error) {
 	name, tag, hasTag := strings.Cut(id, ":")
 	if hasTag && (tag == "default" || tag == "latest") {
@@ -221,7 +221,10 @@ func (s *Server) source(ctx context.Context, id string) (tmpl, snap, alias strin
 		return t, "", name, nil
 	}
 	if hasTag {
-		return name + "@" + tag, "", "", nil
+		if !e2bTagPattern.MatchString(tag) {
+			return "", "", "", fmt.Errorf("template '%s' not found: %w", truncate(id), errdefs.ErrNotFound)
+		}
+		return atollRef(name, tag), "", "", nil
 	}
 	if validID(name) {
 		if _, err := s.cfg.Sandboxes.GetSnapshot(ctx, name); err == nil {
