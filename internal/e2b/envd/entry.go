@@ -144,6 +144,9 @@ func fileType(t string) filesystem.FileType {
 	return filesystem.FileType_FILE_TYPE_UNSPECIFIED
 }
 
+// dirBlock is the size of an empty directory on ext4 with 4 KiB blocks.
+const dirBlock = 4096
+
 // entry converts what the agent says about a file (lstat) to E2B's
 // EntryInfo. With follow, a symlink reports its target's type and mode, as
 // envd's Stat does; listings report the link itself.
@@ -160,6 +163,13 @@ func (c *call) entry(ctx context.Context, fi api.FileInfo, follow bool) *filesys
 		Group:        nameOr(a.groups, fi.GID),
 		ModifiedTime: timestamppb.New(fi.ModTime),
 		Metadata:     fi.Metadata,
+	}
+	// E2B's sandboxes are on ext4, where a directory's size is at least one
+	// block, and its SDK's tests count on a directory having a size; on
+	// atoll's btrfs layers an empty one has none. envd reports a
+	// directory's size as ext4 would at least; atoll's own API the real one.
+	if fi.Type == api.FileTypeDir && e.Size < dirBlock {
+		e.Size = dirBlock
 	}
 	if fi.Type == api.FileTypeSymlink {
 		target := fi.Target

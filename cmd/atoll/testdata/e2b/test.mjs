@@ -144,7 +144,12 @@ test('files: write, read, list, exists, getInfo', async () => {
   assert.equal(st.owner, 'user')
   assert.equal(st.permissions, '-rw-r--r--')
   assert.ok(st.modifiedTime instanceof Date)
-  assert.equal((await sbx.files.getInfo('/home/user/dir')).type, 'dir')
+  const dinfo = await sbx.files.getInfo('/home/user/dir')
+  assert.equal(dinfo.type, 'dir')
+  // envd on ext4: a directory has at least a block's size; an empty one too.
+  assert.ok(dinfo.size >= 4096, `dir size ${dinfo.size}`)
+  await sbx.files.makeDir('/home/user/emptydir')
+  assert.ok((await sbx.files.getInfo('/home/user/emptydir')).size >= 4096)
   await assert.rejects(sbx.files.read('/home/user/nope.txt'), FileNotFoundError)
   await assert.rejects(sbx.files.getInfo('/home/user/nope.txt'), FileNotFoundError)
 })
@@ -410,6 +415,9 @@ test('pause without memory: files kept, resume boots again', async () => {
   // The start time of PID 1 (the agent) tells one boot from the next.
   const boot = async (s) => (await s.commands.run("cut -d' ' -f22 /proc/1/stat")).stdout.trim()
   const before = await boot(p)
+  // And so does the kernel's boot ID, which E2B's own tests compare.
+  const bootID = async (s) => (await s.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout.trim()
+  const idBefore = await bootID(p)
   const bg = await p.commands.run('sleep 600', { background: true, timeoutMs: 0 })
   assert.equal(await p.pause({ keepMemory: false }), true)
   assert.equal(await p.pause({ keepMemory: false }), false, 'already paused')
@@ -425,6 +433,7 @@ test('pause without memory: files kept, resume boots again', async () => {
   assert.equal(await back.files.read('/home/user/state.txt'), 'kept')
   assert.deepEqual((await back.files.getInfo('/home/user/state.txt')).metadata, { kept: 'yes' })
   assert.notEqual(await boot(back), before, 'a new boot')
+  assert.notEqual(await bootID(back), idBefore, 'a new boot ID')
   assert.ok(!(await back.commands.list()).some((x) => x.pid === bg.pid), 'processes ended with the pause')
   // Killed, it cannot be paused either way.
   await back.kill()
