@@ -222,7 +222,7 @@ func (s *Server) source(ctx context.Context, id string) (tmpl, snap, alias strin
 	}
 	if hasTag {
 		if !e2bTagPattern.MatchString(tag) {
-			return "", "", "", fmt.Errorf("template '%s' not found: %w", truncate(id), errdefs.ErrNotFound)
+			return "", "", "", fmt.Errorf("template '%s': the tag is not a valid tag: %w", truncate(id), errdefs.ErrInvalid)
 		}
 		return atollRef(name, tag), "", "", nil
 	}
