@@ -360,7 +360,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		if err != nil {
 			return err
 		}
-		ecfg := e2b.Config{Sandboxes: svc, Auth: keys, TokenKey: tokenKey, Logger: log}
+		ecfg := e2b.Config{Sandboxes: svc, Templates: svc.Templates(), Auth: keys, TokenKey: tokenKey, Logger: log}
 		if proxy != nil {
 			ecfg.Ports = proxy
 		}

@@ -151,7 +151,12 @@ func (s *Server) bootstrapTemplate(w http.ResponseWriter, r *http.Request) {
 	}
 	st := startStream[api.BuildEvent](w)
 	t, err := ts.Bootstrap(r.Context(), req, func(ev api.BuildEvent) {
-		ev.Type, ev.Template, ev.Code, ev.Message = "log", nil, "", ""
+		// Log lines, and the steps of a Dockerfile built over the
+		// system (req.Build); the stream's end is finishBuild's.
+		if ev.Type != "step" {
+			ev.Type = "log"
+		}
+		ev.Template, ev.Code, ev.Message = nil, "", ""
 		st.event(ev)
 	})
 	s.finishBuild(st, r, t, err)
