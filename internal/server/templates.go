@@ -15,6 +15,7 @@ import (
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/templates"
 )
 
 // Templates is the template store the API serves. Errors carry errdefs kinds
@@ -147,6 +148,16 @@ func (s *Server) bootstrapTemplate(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := validTemplateName(req.Name); err != nil {
 		s.writeError(w, r, err)
+		return
+	}
+	// What the request names is checked before the stream starts, so that
+	// it is a 400 rather than an error event.
+	if req.Distro != "debian" {
+		writeJSONError(w, http.StatusBadRequest, "invalid", `distro must be "debian"`)
+		return
+	}
+	if _, ok := templates.Context(req.Build); req.Build != "" && !ok {
+		writeJSONError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("build %q: atoll ships %s", truncate(req.Build), strings.Join(templates.Names(), ", ")))
 		return
 	}
 	st := startStream[api.BuildEvent](w)
