@@ -177,7 +177,13 @@ func (s *Service) buildStep(ctx context.Context, st *buildState, in dockerfile.I
 		return s.buildCopy(st, in, ctxRoot, announce)
 	}
 	if in.Cmd == "RUN" {
-		st.chain("RUN", strconv.FormatBool(in.Exec), strings.Join(in.Args, "\x00"), strings.Join(st.env, "\x00"), st.user, st.workdir)
+		parts := []string{"RUN", strconv.FormatBool(in.Exec), strings.Join(in.Args, "\x00"), strings.Join(st.env, "\x00"), st.user, st.workdir}
+		if st.setuid {
+			// sudo works in the step's sandbox (appended only when set,
+			// so that other builds keep their cache).
+			parts = append(parts, "setuid")
+		}
+		st.chain(parts...)
 		cached := s.layers.HasLayer(st.key)
 		announce(cached)
 		if !cached {
