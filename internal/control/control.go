@@ -537,6 +537,7 @@ func (s *Service) spec(sb store.Sandbox, tmpl layers.Template, netw *runtime.Net
 		Env:       env,
 		User:      tmpl.User,
 		Workdir:   tmpl.Workdir,
+		Setuid:    tmpl.Setuid,
 		AgentPath: s.agentPath,
 		Network:   netw,
 	}, nil

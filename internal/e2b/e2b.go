@@ -79,14 +79,20 @@ type Config struct {
 	// Ports serves sandbox ports other than envd's (getHost URLs); nil
 	// answers them 502, as for a server without networking.
 	Ports Ports
-	// Templates builds templates for E2B's template SDK (admin keys only);
-	// nil answers its routes 501.
+	// Templates builds templates for E2B's template SDK (admin keys only)
+	// and tells which templates exist; nil answers the build routes 501
+	// and takes the first of each alias's list.
 	Templates Templates
-	// Aliases maps E2B template names to atoll templates; default
-	// {"base": "host"}.
-	Aliases map[string]string
+	// Aliases maps E2B template names to atoll templates, each to the
+	// first of its list that exists; default DefaultAliases.
+	Aliases map[string][]string
 	Logger  *slog.Logger // default slog.Default()
 }
+
+// DefaultAliases: E2B's default template is atoll's base template
+// (atoll template bootstrap base), which has what E2B's has, or the
+// built-in host template on a server without one.
+var DefaultAliases = map[string][]string{"base": {"base", "host"}}
 
 // Server serves the E2B-compatible API.
 type Server struct {
@@ -113,14 +119,16 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("e2b: Config.TokenKey must be at least 32 bytes")
 	}
 	if cfg.Aliases == nil {
-		cfg.Aliases = map[string]string{"base": "host"}
+		cfg.Aliases = DefaultAliases
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, api: http.NewServeMux(), reverse: map[string]string{}, builds: newBuilds()}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	for alias, tmpl := range cfg.Aliases {
-		s.reverse[tmpl] = alias
+	for alias, tmpls := range cfg.Aliases {
+		for _, t := range tmpls {
+			s.reverse[t] = alias
+		}
 	}
 	s.envd = envd.New(envd.Config{Logger: s.log})
 	s.routes()

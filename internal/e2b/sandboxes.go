@@ -214,11 +214,12 @@ func (s *Server) source(ctx context.Context, id string) (tmpl, snap, alias strin
 	if hasTag && (tag == "default" || tag == "latest") {
 		hasTag = false
 	}
-	if t, ok := s.cfg.Aliases[name]; ok {
+	if ts, ok := s.cfg.Aliases[name]; ok {
 		if hasTag {
 			return "", "", "", fmt.Errorf("template '%s' not found: %w", truncate(id), errdefs.ErrNotFound)
 		}
-		return t, "", name, nil
+		t, err := s.aliased(ctx, ts)
+		return t, "", name, err
 	}
 	if hasTag {
 		if !e2bTagPattern.MatchString(tag) {
@@ -243,6 +244,25 @@ func (s *Server) source(ctx context.Context, id string) (tmpl, snap, alias strin
 		}
 	}
 	return name, "", "", nil
+}
+
+// aliased is the first of an alias's templates that exists, or its last.
+func (s *Server) aliased(ctx context.Context, tmpls []string) (string, error) {
+	for _, t := range tmpls[:len(tmpls)-1] {
+		if s.cfg.Templates == nil {
+			return t, nil
+		}
+		// A removed name is listed while sandboxes hold its versions,
+		// but creates nothing.
+		tmpl, err := s.cfg.Templates.Get(ctx, t)
+		if err == nil && !tmpl.Removed {
+			return t, nil
+		}
+		if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return "", err
+		}
+	}
+	return tmpls[len(tmpls)-1], nil
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {

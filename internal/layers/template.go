@@ -27,6 +27,9 @@ type Template struct {
 	// StartCmd runs in the background when a sandbox boots; ReadyCmd must
 	// then succeed before the sandbox counts as created.
 	StartCmd, ReadyCmd string
+	// Setuid lets setuid programs (sudo) raise privileges in its
+	// sandboxes (runtime.Spec.Setuid).
+	Setuid bool
 }
 
 // HostTemplate is the zero-download template: the host's /usr (and /bin, /sbin,

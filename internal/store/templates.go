@@ -51,6 +51,8 @@ type TemplateConfig struct {
 	StartCmd   string   `json:"start_cmd,omitempty"`
 	ReadyCmd   string   `json:"ready_cmd,omitempty"`
 	PoolSize   int      `json:"pool_size,omitempty"` // sandboxes kept started ahead of demand
+	// Setuid lets setuid programs raise privileges (LABEL atoll.setuid).
+	Setuid bool `json:"setuid,omitempty"`
 }
 
 // TemplateName is a name and the version it points to.
