@@ -42,7 +42,7 @@ type Defaults struct {
 
 // Config configures a Service.
 type Config struct {
-	Store     *store.Store
+	Store     store.Store
 	Layers    *layers.Store
 	Runtimes  []runtime.Runtime
 	AgentPath string // host path of the agent binary
@@ -80,7 +80,7 @@ type Config struct {
 
 // Service manages sandboxes.
 type Service struct {
-	store     *store.Store
+	store     store.Store
 	layers    *layers.Store
 	runtimes  map[string]runtime.Runtime
 	agentPath string
