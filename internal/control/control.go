@@ -60,7 +60,7 @@ type Config struct {
 	CreateConcurrency int
 	CreateQueue       int
 	// Archive is where archived sandboxes' files go; nil disables archiving.
-	Archive *blob.Bucket
+	Archive blob.Store
 	// Unavailable names runtimes this node knows but cannot offer, with
 	// why (for clients: no host paths), so that asking for one is a clear
 	// 503 rather than an unknown runtime's 400.
@@ -104,7 +104,7 @@ type Service struct {
 	activityMu sync.Mutex
 	activity   map[string]time.Time
 
-	archive *blob.Bucket
+	archive blob.Store
 	// moving holds the progress of archives and restores in flight, by
 	// sandbox ID, under activityMu.
 	moving map[string]*counter

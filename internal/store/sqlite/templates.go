@@ -227,7 +227,7 @@ func (s *Store) VersionUsers(ctx context.Context, t string) (map[string]store.Ve
 		sql string
 		add func(u *store.VersionUse, n int)
 	}{
-		{`SELECT template_version, COUNT(*) FROM sandboxes WHERE template_version != '' AND state != '`+store.StatePooled+`'
+		{`SELECT template_version, COUNT(*) FROM sandboxes WHERE template_version != '' AND state != '` + store.StatePooled + `'
 			AND (? = '' OR tenant = ?) GROUP BY template_version`, func(u *store.VersionUse, n int) { u.Sandboxes = n }},
 		{`SELECT template_version, COUNT(*) FROM snapshots WHERE template_version != ''
 			AND (? = '' OR tenant = ?) GROUP BY template_version`, func(u *store.VersionUse, n int) { u.Snapshots = n }},
