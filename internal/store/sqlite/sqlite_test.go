@@ -1,12 +1,15 @@
 package sqlite
 
 import (
+	"bufio"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -46,6 +49,90 @@ func TestFileMode(t *testing.T) {
 			t.Errorf("%s: mode %v, %v; want 0600", filepath.Base(p), fi.Mode().Perm(), err)
 		}
 	}
+}
+
+// TestCrash kills a process that writes (SIGKILL: no Close, no
+// deferred anything) and opens its database again: every write it
+// acknowledged is there, each with its recorded transition, and the slots
+// are still distinct. The test binary is the writer, re-run as a helper.
+func TestCrash(t *testing.T) {
+	if path := os.Getenv("ATOLL_TEST_CRASH_DB"); path != "" {
+		crashWriter(path)
+		return
+	}
+	path := filepath.Join(t.TempDir(), "atoll.db")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCrash$")
+	cmd.Env = append(os.Environ(), "ATOLL_TEST_CRASH_DB="+path)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	acked := map[string]bool{}
+	sc := bufio.NewScanner(out)
+	for len(acked) < 200 && sc.Scan() {
+		if id, ok := strings.CutPrefix(sc.Text(), "ack "); ok {
+			acked[id] = true
+		}
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if len(acked) < 200 {
+		t.Fatalf("the writer acknowledged %d writes before it ended", len(acked))
+	}
+	ctx := context.Background()
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sbs, err := s.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots := map[int]bool{}
+	for _, sb := range sbs {
+		delete(acked, sb.ID)
+		if slots[sb.Slot] {
+			t.Errorf("slot %d twice", sb.Slot)
+		}
+		slots[sb.Slot] = true
+		if tr, err := s.Transitions(ctx, sb.ID); err != nil || len(tr) != 1 {
+			t.Errorf("%s: transitions %+v, %v", sb.ID, tr, err)
+		}
+	}
+	if len(acked) > 0 {
+		t.Errorf("%d acknowledged sandboxes lost in the crash", len(acked))
+	}
+}
+
+// crashWriter creates sandboxes from several goroutines until it is
+// killed, saying "ack <id>" once a create has returned.
+func crashWriter(path string) {
+	s, err := Open(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	var mu sync.Mutex
+	for g := range 4 {
+		go func() {
+			for i := 0; ; i++ {
+				id := fmt.Sprintf("g%d-%d", g, i)
+				if err := s.Create(context.Background(), storetest.NewSandbox(id)); err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					os.Exit(1)
+				}
+				mu.Lock()
+				fmt.Println("ack", id)
+				mu.Unlock()
+			}
+		}()
+	}
+	select {}
 }
 
 // A data directory made before tenants keeps working: its keys, sandboxes
