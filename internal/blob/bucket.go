@@ -189,9 +189,8 @@ func kind(err error, key string) error {
 // syncDir makes a directory's entries (a rename into it) durable.
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
-	if err != nil {
-		return err
+	if err == nil {
+		err = errors.Join(d.Sync(), d.Close())
 	}
-	defer d.Close()
-	return d.Sync()
+	return err
 }

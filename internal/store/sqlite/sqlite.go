@@ -692,19 +692,24 @@ func (s *Store) snapshots(ctx context.Context, where string, args ...any) ([]sto
 
 // SnapshotUsers counts the sandboxes created from each snapshot.
 func (s *Store) SnapshotUsers(ctx context.Context) (map[string]int, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT from_snapshot, COUNT(*) FROM sandboxes WHERE from_snapshot != '' GROUP BY from_snapshot`)
+	return s.counts(ctx, `SELECT from_snapshot, COUNT(*) FROM sandboxes WHERE from_snapshot != '' GROUP BY from_snapshot`)
+}
+
+// counts runs query, whose rows are a key and a count, into a map.
+func (s *Store) counts(ctx context.Context, query string, args ...any) (map[string]int, error) {
+	rows, err := s.rdb.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	out := map[string]int{}
 	for rows.Next() {
-		var id string
+		var key string
 		var n int
-		if err := rows.Scan(&id, &n); err != nil {
+		if err := rows.Scan(&key, &n); err != nil {
 			return nil, err
 		}
-		out[id] = n
+		out[key] = n
 	}
 	return out, rows.Err()
 }

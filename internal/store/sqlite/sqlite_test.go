@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 
@@ -22,13 +21,17 @@ import (
 
 // TestConformance holds the SQLite store to the store contract.
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, dir string) store.Store {
-		s, err := Open(filepath.Join(dir, "atoll.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	})
+	storetest.Run(t, func(t *testing.T, dir string) store.Store { return openDB(t, filepath.Join(dir, "atoll.db")) })
+}
+
+// openDB opens the database at path, which the caller closes.
+func openDB(t *testing.T, path string) *Store {
+	t.Helper()
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // TestFileMode: the database holds sandboxes' environments, so it and its
@@ -36,10 +39,7 @@ func TestConformance(t *testing.T) {
 func TestFileMode(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "atoll.db")
-	s, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openDB(t, path)
 	defer s.Close()
 	if err := s.AddKey(ctx, "h1aaaaaaaaaaaaaaaaaaaaaa", "first", ""); err != nil {
 		t.Fatal(err)
@@ -74,7 +74,8 @@ func TestCrash(t *testing.T) {
 	acked := map[string]bool{}
 	sc := bufio.NewScanner(out)
 	for len(acked) < 200 && sc.Scan() {
-		if id, ok := strings.CutPrefix(sc.Text(), "ack "); ok {
+		var id string
+		if _, err := fmt.Sscanf(sc.Text(), "ack %s", &id); err == nil {
 			acked[id] = true
 		}
 	}
@@ -84,10 +85,7 @@ func TestCrash(t *testing.T) {
 		t.Fatalf("the writer acknowledged %d writes before it ended", len(acked))
 	}
 	ctx := context.Background()
-	s, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openDB(t, path)
 	defer s.Close()
 	sbs, err := s.List(ctx)
 	if err != nil {
@@ -135,30 +133,35 @@ func crashWriter(path string) {
 	select {}
 }
 
-// A data directory made before tenants keeps working: its keys, sandboxes
-// and snapshots are the default tenant's.
-func TestMigrateToTenants(t *testing.T) {
-	ctx := context.Background()
+// oldDB makes a database as an older version left it: today's schema
+// without the columns and tables later versions added, then stmts.
+func oldDB(t *testing.T, stmts ...string) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "atoll.db")
 	db, err := sql.Open("sqlite", "file:"+path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range []string{schema,
+	defer db.Close()
+	for _, q := range append([]string{schema}, stmts...) {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(q, err)
+		}
+	}
+	return path
+}
+
+// A data directory made before tenants keeps working: its keys, sandboxes
+// and snapshots are the default tenant's.
+func TestMigrateToTenants(t *testing.T) {
+	ctx := context.Background()
+	path := oldDB(t,
 		`INSERT INTO api_keys (hash, created_at) VALUES ('0123456789abcdef0123456789', 1)`,
 		`INSERT INTO sandboxes (id, state, template, runtime, cpu, memory_mib, disk_gib, pids, env, labels, slot, created_at)
 			VALUES ('old', 'stopped', 'host', 'ns', 1, 512, 1, 100, '{}', '{}', 0, 1)`,
 		`INSERT INTO snapshots (id, name, sandbox_id, template, created_at) VALUES ('snap', '', 'old', 'host', 1)`,
-	} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	db.Close()
-	s, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	)
+	s := openDB(t, path)
 	defer s.Close()
 	if k, err := s.LookupKey(ctx, "0123456789abcdef0123456789"); err != nil || k.Tenant != tenant.Default {
 		t.Errorf("old key: %+v, %v", k, err)
@@ -193,12 +196,7 @@ func TestMigrateToTenants(t *testing.T) {
 // name, held by its sandboxes and snapshots.
 func TestMigrateTemplates(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "atoll.db")
-	db, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []string{schema, `CREATE TABLE templates (name TEXT PRIMARY KEY, source TEXT NOT NULL,
+	path := oldDB(t, `CREATE TABLE templates (name TEXT PRIMARY KEY, source TEXT NOT NULL,
 			digest TEXT NOT NULL, layers TEXT NOT NULL, size INTEGER NOT NULL, config TEXT NOT NULL, created_at INTEGER NOT NULL)`,
 		`INSERT INTO templates VALUES ('py', 'reg/py', 'sha256:ab', '["l1"]', 7, '{"workdir":"/app"}', 1)`,
 		`INSERT INTO sandboxes (id, state, template, runtime, cpu, memory_mib, disk_gib, pids, env, labels, slot, created_at)
@@ -206,17 +204,9 @@ func TestMigrateTemplates(t *testing.T) {
 		`INSERT INTO sandboxes (id, state, template, runtime, cpu, memory_mib, disk_gib, pids, env, labels, slot, created_at)
 			VALUES ('hosty', 'stopped', 'host', 'ns', 1, 512, 1, 100, '{}', '{}', 1, 1)`,
 		`INSERT INTO snapshots (id, name, sandbox_id, template, created_at) VALUES ('snap', '', 'old', 'py', 1)`,
-	} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatal(q, err)
-		}
-	}
-	db.Close()
+	)
 	for range 2 { // and again, migrated already
-		s, err := Open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := openDB(t, path)
 		v, err := s.GetTemplate(ctx, "py")
 		if err != nil || v.Number != 1 || v.Config.Workdir != "/app" || v.ID != store.VersionID("py", []string{"l1"}, store.TemplateConfig{Workdir: "/app"}) {
 			t.Errorf("migrated template: %+v, %v", v, err)
@@ -241,10 +231,7 @@ func TestMigrateTemplates(t *testing.T) {
 func TestGroupCommit(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "atoll.db")
-	s, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openDB(t, path)
 	const n = 48
 	for i := range n {
 		if err := s.Create(ctx, storetest.NewSandbox(fmt.Sprintf("old%d", i))); err != nil {
@@ -290,10 +277,7 @@ func TestGroupCommit(t *testing.T) {
 		t.Errorf("%d writes at once took %d commits: none shared one", 3*n, c)
 	}
 	s.Close()
-	s, err = Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s = openDB(t, path)
 	defer s.Close()
 	slots := map[int]string{}
 	sbs, err := s.List(ctx)

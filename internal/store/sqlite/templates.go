@@ -222,35 +222,24 @@ func (s *Store) CollectTemplates(ctx context.Context, ids ...string) ([]store.Te
 // VersionUsers counts the sandboxes (not pooled ones) and snapshots made from
 // each version: those of tenant t, or of every tenant if t is empty.
 func (s *Store) VersionUsers(ctx context.Context, t string) (map[string]store.VersionUse, error) {
+	sandboxes, err := s.counts(ctx, `SELECT template_version, COUNT(*) FROM sandboxes WHERE template_version != ''
+		AND state != '`+store.StatePooled+`' AND (? = '' OR tenant = ?) GROUP BY template_version`, t, t)
+	if err != nil {
+		return nil, err
+	}
+	snapshots, err := s.counts(ctx, `SELECT template_version, COUNT(*) FROM snapshots WHERE template_version != ''
+		AND (? = '' OR tenant = ?) GROUP BY template_version`, t, t)
+	if err != nil {
+		return nil, err
+	}
 	out := map[string]store.VersionUse{}
-	for _, q := range []struct {
-		sql string
-		add func(u *store.VersionUse, n int)
-	}{
-		{`SELECT template_version, COUNT(*) FROM sandboxes WHERE template_version != '' AND state != '` + store.StatePooled + `'
-			AND (? = '' OR tenant = ?) GROUP BY template_version`, func(u *store.VersionUse, n int) { u.Sandboxes = n }},
-		{`SELECT template_version, COUNT(*) FROM snapshots WHERE template_version != ''
-			AND (? = '' OR tenant = ?) GROUP BY template_version`, func(u *store.VersionUse, n int) { u.Snapshots = n }},
-	} {
-		rows, err := s.rdb.QueryContext(ctx, q.sql, t, t)
-		if err != nil {
-			return nil, err
-		}
-		for rows.Next() {
-			var id string
-			var n int
-			if err := rows.Scan(&id, &n); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			u := out[id]
-			q.add(&u, n)
-			out[id] = u
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
+	for id, n := range sandboxes {
+		out[id] = store.VersionUse{Sandboxes: n}
+	}
+	for id, n := range snapshots {
+		u := out[id]
+		u.Snapshots = n
+		out[id] = u
 	}
 	return out, nil
 }
@@ -258,22 +247,8 @@ func (s *Store) VersionUsers(ctx context.Context, t string) (map[string]store.Ve
 // TemplateUsers counts the sandboxes made from each template name: those of
 // tenant t, or of every tenant if t is empty.
 func (s *Store) TemplateUsers(ctx context.Context, t string) (map[string]int, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT template, COUNT(*) FROM sandboxes WHERE state != '`+store.StatePooled+`' AND (? = '' OR tenant = ?)
+	return s.counts(ctx, `SELECT template, COUNT(*) FROM sandboxes WHERE state != '`+store.StatePooled+`' AND (? = '' OR tenant = ?)
 		GROUP BY template`, t, t)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var name string
-		var n int
-		if err := rows.Scan(&name, &n); err != nil {
-			return nil, err
-		}
-		out[name] = n
-	}
-	return out, rows.Err()
 }
 
 type querier interface {

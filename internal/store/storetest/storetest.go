@@ -439,11 +439,11 @@ func testSnapshots(t *testing.T, s suite) {
 	if err := st.DeleteSnapshot(ctx, "snap"); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.DeleteSnapshot(ctx, "snap"); !errors.Is(err, errdefs.ErrNotFound) {
-		t.Errorf("double delete: %v", err)
-	}
-	if _, err := st.GetSnapshot(ctx, "snap"); !errors.Is(err, errdefs.ErrNotFound) {
-		t.Errorf("get deleted: %v", err)
+	_, getErr := st.GetSnapshot(ctx, "snap")
+	for what, err := range map[string]error{"double delete": st.DeleteSnapshot(ctx, "snap"), "get deleted": getErr} {
+		if !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("%s: %v, want not found", what, err)
+		}
 	}
 }
 
@@ -766,17 +766,12 @@ func testHostileIDs(t *testing.T, s suite) {
 		}
 	}
 	// All still there.
-	if _, err := st.Get(ctx, "a"); err != nil {
-		t.Errorf("sandbox a: %v", err)
-	}
-	if _, err := st.GetSnapshot(ctx, "a"); err != nil {
-		t.Errorf("snapshot a: %v", err)
-	}
-	if n, err := st.KeyCount(ctx); err != nil || n != 1 {
-		t.Errorf("%d keys, %v", n, err)
-	}
-	if _, err := st.GetTemplate(ctx, "a"); err != nil {
-		t.Errorf("template a: %v", err)
+	_, sbErr := st.Get(ctx, "a")
+	_, snErr := st.GetSnapshot(ctx, "a")
+	_, keyErr := st.LookupKey(ctx, strings.Repeat("a", 64))
+	_, tmplErr := st.GetTemplate(ctx, "a")
+	if err := errors.Join(sbErr, snErr, keyErr, tmplErr); err != nil {
+		t.Errorf("after hostile IDs: %v", err)
 	}
 }
 
