@@ -38,6 +38,7 @@ func Run(t *testing.T, open Open) {
 		{"UpdateIsCompareAndSet", testUpdateIsCompareAndSet},
 		{"UpdateAllIsAllOrNothing", testUpdateAllIsAllOrNothing},
 		{"ConcurrentWriters", testConcurrentWriters},
+		{"CollectRacesCreate", testCollectRacesCreate},
 		{"ListOrder", testListOrder},
 		{"Times", testTimes},
 		{"Snapshots", testSnapshots},
@@ -300,6 +301,51 @@ func testConcurrentWriters(t *testing.T, s suite) {
 	}
 	if sns, err := st.ListSnapshots(ctx, "contested"); err != nil || len(sns) != n {
 		t.Errorf("%d snapshots, %v; want %d", len(sns), err, n)
+	}
+}
+
+// testCollectRacesCreate races the collection of an unnamed version
+// against the creation of a sandbox of it: either the sandbox is recorded
+// and holds the version, or it is refused (not found) and the version is
+// gone; never a sandbox of a collected version.
+func testCollectRacesCreate(t *testing.T, s suite) {
+	ctx := context.Background()
+	st := s.fresh(t)
+	for i := range 20 {
+		v, _, err := st.PutTemplate(ctx, store.Template{Name: "race", Layers: []string{"l1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.DeleteTemplate(ctx, "race"); err != nil {
+			t.Fatal(err)
+		}
+		sb := NewSandbox(fmt.Sprintf("r%d", i))
+		sb.Template, sb.TemplateVersion = "race", v.ID
+		var createErr, collectErr error
+		var wg sync.WaitGroup
+		wg.Go(func() { createErr = st.Create(ctx, sb) })
+		wg.Go(func() { _, collectErr = st.CollectTemplates(ctx, v.ID) })
+		wg.Wait()
+		if collectErr != nil {
+			t.Fatal(collectErr)
+		}
+		_, verErr := st.TemplateVersion(ctx, v.ID)
+		switch {
+		case createErr == nil && verErr != nil:
+			t.Fatalf("round %d: a sandbox was recorded, but its version was collected (%v)", i, verErr)
+		case createErr != nil && !errors.Is(createErr, errdefs.ErrNotFound):
+			t.Fatalf("round %d: create: %v, want success or not found", i, createErr)
+		case createErr != nil && !errors.Is(verErr, errdefs.ErrNotFound):
+			t.Fatalf("round %d: create refused, yet the version is there (%v)", i, verErr)
+		}
+		if createErr == nil {
+			if err := st.Delete(ctx, sb.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := st.CollectTemplates(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
