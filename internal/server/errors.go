@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/json"
 	"errors"
 	"io/fs"
 	"net/http"
@@ -10,26 +9,10 @@ import (
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/httpkit"
 )
 
-// statusOf is the one table from error kinds to HTTP status codes.
-// Quota is 429 rather than 507: the limit is the tenant's, not the server's
-// storage, and clients already treat 429 as "wait or free something up".
-var statusOf = []struct {
-	kind   error
-	status int
-}{
-	{errdefs.ErrInvalid, http.StatusBadRequest},
-	{errdefs.ErrUnauthorized, http.StatusUnauthorized},
-	{errdefs.ErrForbidden, http.StatusForbidden},
-	{errdefs.ErrNotFound, http.StatusNotFound},
-	{errdefs.ErrConflict, http.StatusConflict},
-	{errdefs.ErrTooLarge, http.StatusRequestEntityTooLarge},
-	{errdefs.ErrQuota, http.StatusTooManyRequests},
-	{errdefs.ErrUnavailable, http.StatusServiceUnavailable},
-}
-
-// writeError answers err with the status of its kind. Errors of no kind are
+// writeError answers err with the status of its kind (api.ErrorCodes). Errors of no kind are
 // internal: the client sees only "internal error" and the log gets the rest.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status, body := s.errorBody(r, err)
@@ -42,10 +25,8 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 // errorBody is the status and body that answer err; it logs internal errors.
 // Streams that have already sent 200 report the body in their last event.
 func (s *Server) errorBody(r *http.Request, err error) (int, api.Error) {
-	for _, e := range statusOf {
-		if errors.Is(err, e.kind) {
-			return e.status, api.Error{Code: errdefs.Code(err), Message: clientMessage(err, e.kind)}
-		}
+	if kind := errdefs.Kind(err); kind != nil {
+		return errdefs.Status(err), api.Error{Code: errdefs.Code(err), Message: clientMessage(err, kind)}
 	}
 	s.log.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
 	return http.StatusInternalServerError, api.Error{Code: "internal", Message: "internal error"}
@@ -63,18 +44,9 @@ func clientMessage(err, kind error) string {
 	return err.Error()
 }
 
+// writeJSONError and writeJSON answer in atoll's shape (httpkit.Atoll).
 func writeJSONError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, api.Error{Code: code, Message: msg})
+	httpkit.Atoll.Error(w, status, code, msg)
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status = http.StatusInternalServerError
-		b = []byte(`{"code":"internal","message":"internal error"}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpkit.Atoll.JSON(w, status, v) }
