@@ -1,12 +1,10 @@
 package e2b
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
 	"net/http"
-	"os"
 	"strconv"
+	"strings"
 
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/httpkit"
@@ -40,13 +38,7 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 // clientMessage is err's message without errdefs' kind prefix, unless it
 // carries an OS error, whose text names host paths.
 func clientMessage(err, kind error) string {
-	var pe *fs.PathError
-	var le *os.LinkError
-	var se *os.SyscallError
-	if errors.As(err, &pe) || errors.As(err, &le) || errors.As(err, &se) {
-		return kind.Error()
-	}
-	return errdefs.Message(err)
+	return strings.TrimPrefix(httpkit.ClientMessage(err, kind), kind.Error()+": ")
 }
 
 // decode reads a JSON body leniently, as E2B does: unknown fields are

@@ -7,7 +7,10 @@ package httpkit
 
 import (
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"net/http"
+	"os"
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
@@ -65,4 +68,17 @@ func (s Surface) JSON(w http.ResponseWriter, status int, v any) {
 // Error answers an error body with status, code and message.
 func (s Surface) Error(w http.ResponseWriter, status int, code, msg string) {
 	s.JSON(w, status, s.Body(status, code, msg))
+}
+
+// ClientMessage is what a client may see of err, an error of kind: its
+// message, or the kind's text alone when it carries an OS error, whose text
+// names host paths.
+func ClientMessage(err, kind error) string {
+	var pe *fs.PathError
+	var le *os.LinkError
+	var se *os.SyscallError
+	if errors.As(err, &pe) || errors.As(err, &le) || errors.As(err, &se) {
+		return kind.Error()
+	}
+	return err.Error()
 }

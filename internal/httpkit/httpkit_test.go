@@ -2,10 +2,12 @@ package httpkit
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 
@@ -123,5 +125,20 @@ func TestSurfaceStatus(t *testing.T) {
 	Atoll.JSON(w, http.StatusOK, map[string]any{"ch": make(chan int)})
 	if w.Code != 500 || w.Header().Get("Content-Type") != "application/json" {
 		t.Errorf("a body that does not marshal: %d %q", w.Code, w.Body)
+	}
+}
+
+func TestClientMessage(t *testing.T) {
+	_, oserr := os.Open("/var/lib/atoll/secret/nothing-here")
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("%w: no sandbox x", errdefs.ErrNotFound), "not found: no sandbox x"},
+		{fmt.Errorf("%w: reading layer: %w", errdefs.ErrNotFound, oserr), "not found"},
+	} {
+		if got := ClientMessage(c.err, errdefs.ErrNotFound); got != c.want {
+			t.Errorf("ClientMessage(%q) = %q, want %q", c.err, got, c.want)
+		}
 	}
 }

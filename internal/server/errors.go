@@ -1,10 +1,7 @@
 package server
 
 import (
-	"errors"
-	"io/fs"
 	"net/http"
-	"os"
 	"strconv"
 
 	"github.com/atoll-dev/atoll/api"
@@ -12,8 +9,9 @@ import (
 	"github.com/atoll-dev/atoll/internal/httpkit"
 )
 
-// writeError answers err with the status of its kind (api.ErrorCodes). Errors of no kind are
-// internal: the client sees only "internal error" and the log gets the rest.
+// writeError answers err with the status of its kind (api.ErrorCodes).
+// Errors of no kind are internal: the client sees only "internal error" and
+// the log gets the rest.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status, body := s.errorBody(r, err)
 	if after := errdefs.RetryAfter(err); after > 0 {
@@ -34,15 +32,7 @@ func (s *Server) errorBody(r *http.Request, err error) (int, api.Error) {
 
 // clientMessage is err's message unless it carries an OS error, whose text
 // names host paths; then it is the kind's text alone.
-func clientMessage(err, kind error) string {
-	var pe *fs.PathError
-	var le *os.LinkError
-	var se *os.SyscallError
-	if errors.As(err, &pe) || errors.As(err, &le) || errors.As(err, &se) {
-		return kind.Error()
-	}
-	return err.Error()
-}
+func clientMessage(err, kind error) string { return httpkit.ClientMessage(err, kind) }
 
 // writeJSONError and writeJSON answer in atoll's shape (httpkit.Atoll).
 func writeJSONError(w http.ResponseWriter, status int, code, msg string) {
