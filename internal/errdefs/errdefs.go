@@ -43,23 +43,24 @@ var kinds = []struct {
 // Kind is the kind err is of, or nil for an error of no kind (a bug, or an
 // error nobody classified: internal).
 func Kind(err error) error {
-	for _, k := range kinds {
-		if errors.Is(err, k.kind) {
-			return k.kind
-		}
-	}
-	return nil
+	kind, _ := classify(err)
+	return kind
 }
 
 // Code is the stable machine-readable name of err's kind, as used in the JSON
 // error body {"code","message"}: "internal" for an error of no kind.
 func Code(err error) string {
+	_, code := classify(err)
+	return code
+}
+
+func classify(err error) (kind error, code string) {
 	for _, k := range kinds {
 		if errors.Is(err, k.kind) {
-			return k.code
+			return k.kind, k.code
 		}
 	}
-	return api.CodeInternal
+	return nil, api.CodeInternal
 }
 
 // FromCode is the inverse of Code, for clients that turn a JSON error back into a kind.
