@@ -232,7 +232,7 @@ type MetricList struct {
 
 // Error is the body of every 4xx and 5xx answer.
 type Error struct {
-	Code    string `json:"code"` // invalid, not_found, conflict, unavailable, unauthorized, quota_exceeded, too_large, internal
+	Code    string `json:"code"` // one of ErrorCodes: invalid, unauthorized, forbidden, not_found, conflict, too_large, quota_exceeded, unavailable, internal
 	Message string `json:"message"`
 }
 

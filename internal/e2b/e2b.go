@@ -14,7 +14,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/e2b/envd"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/httpkit"
 	"github.com/atoll-dev/atoll/internal/portproxy"
 	"github.com/atoll-dev/atoll/internal/tenant"
 )
@@ -132,7 +132,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.envd = envd.New(envd.Config{Logger: s.log})
 	s.routes()
-	s.handler = s.recoverPanics(http.HandlerFunc(s.dispatch))
+	s.handler = httpkit.LogRequests(s.log, "e2b request", httpkit.E2B.Recover(s.log, http.HandlerFunc(s.dispatch)))
 	return s, nil
 }
 
@@ -258,57 +258,4 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		// as another team's are on E2B.
 		next.ServeHTTP(w, r.WithContext(tenant.NewContext(r.Context(), t)))
 	})
-}
-
-// recoverPanics turns a panic into a logged 500 in E2B's error shape.
-func (s *Server) recoverPanics(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sw := &statusWriter{ResponseWriter: w}
-		start := time.Now()
-		defer func() {
-			if v := recover(); v != nil {
-				if v == http.ErrAbortHandler {
-					panic(v)
-				}
-				s.log.Error("panic in E2B handler", "method", r.Method, "path", r.URL.Path,
-					"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-				if sw.status == 0 {
-					writeError(sw, http.StatusInternalServerError, "internal error")
-				}
-			}
-			s.log.LogAttrs(r.Context(), slog.LevelDebug, "e2b request", slog.String("method", r.Method),
-				slog.String("path", r.URL.Path), slog.Int("status", sw.status), slog.Int64("ms", time.Since(start).Milliseconds()))
-		}()
-		next.ServeHTTP(sw, r)
-	})
-}
-
-// statusWriter remembers the status written, for logs and the panic handler.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(p []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(p)
-}
-
-// Unwrap lets http.ResponseController reach Flush, which streams need.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// Flush lets Connect streams flush event by event.
-func (w *statusWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
 }

@@ -567,10 +567,8 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	for _, k := range kids {
 		if k, err = s.cfg.Sandboxes.SetTimeout(r.Context(), k.ID, api.TimeoutRequest{TimeoutSec: t}); err != nil {
 			status, msg := http.StatusInternalServerError, "setting the fork's timeout failed"
-			for _, e := range statusOf {
-				if errors.Is(err, e.kind) {
-					status, msg = e.status, clientMessage(err, e.kind)
-				}
+			if kind := errdefs.Kind(err); kind != nil {
+				status, msg = errdefs.Status(err), clientMessage(err, kind)
 			}
 			out = append(out, forkResult{Error: &apiError{Code: status, Message: msg}})
 			continue

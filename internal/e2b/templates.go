@@ -552,19 +552,16 @@ func (s *Server) runBuild(ctx context.Context, b *build, ins []dockerfile.Instru
 	b.ended = time.Now()
 	if err != nil {
 		msg := "internal error"
-		for _, e := range statusOf {
-			if errors.Is(err, e.kind) {
-				// Without the engine's instruction number, which is not
-				// the SDK's step number (reason.step is).
-				msg = engineStep.ReplaceAllString(clientMessage(err, e.kind), "")
-				msg = strings.ReplaceAll(msg, e.kind.Error()+": ", "")
-				// In E2B's words, which agent code may match on.
-				if cmd, ok := strings.CutPrefix(b.stepText, "RUN "); ok {
-					msg = fmt.Sprintf("failed to run command '%s': %s", cmd, exitedWith.ReplaceAllString(msg, "exit status $1"))
-				} else if b.stepText != "" {
-					msg = b.stepText + ": " + msg
-				}
-				break
+		if kind := errdefs.Kind(err); kind != nil {
+			// Without the engine's instruction number, which is not
+			// the SDK's step number (reason.step is).
+			msg = engineStep.ReplaceAllString(clientMessage(err, kind), "")
+			msg = strings.ReplaceAll(msg, kind.Error()+": ", "")
+			// In E2B's words, which agent code may match on.
+			if cmd, ok := strings.CutPrefix(b.stepText, "RUN "); ok {
+				msg = fmt.Sprintf("failed to run command '%s': %s", cmd, exitedWith.ReplaceAllString(msg, "exit status $1"))
+			} else if b.stepText != "" {
+				msg = b.stepText + ": " + msg
 			}
 		}
 		if msg == "internal error" {
