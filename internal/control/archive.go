@@ -45,14 +45,14 @@ func (s *Service) Archive(ctx context.Context, id string) (api.Sandbox, error) {
 func (s *Service) archiveLocked(ctx context.Context, sb *store.Sandbox, reason string) error {
 	id := sb.ID
 	sb.State = api.StateArchiving
-	if err := s.store.Update(ctx, sb, api.StateStopped); err != nil {
+	if err := s.setState(ctx, sb, api.StateStopped); err != nil {
 		return err
 	}
 	back := func(err error) error {
 		s.log.Error("archiving sandbox", "sandbox", id, "err", err)
 		_ = s.archive.Delete(ctx, archiveKey(id))
 		sb.State = api.StateStopped
-		_ = s.store.Update(ctx, sb, api.StateArchiving)
+		_ = s.setState(ctx, sb, api.StateArchiving)
 		return fmt.Errorf("%w: archiving failed", errdefs.ErrUnavailable)
 	}
 	c, stop := s.track(id, "archiving", 0)
@@ -67,7 +67,7 @@ func (s *Service) archiveLocked(ctx context.Context, sb *store.Sandbox, reason s
 		return back(err)
 	}
 	sb.State, sb.Error = api.StateArchived, reason
-	return s.store.Update(ctx, sb, api.StateArchiving)
+	return s.setState(ctx, sb, api.StateArchiving)
 }
 
 // unarchiveLocked brings an archived sandbox's files back and records it
@@ -90,7 +90,7 @@ func (s *Service) unarchiveLocked(ctx context.Context, sb *store.Sandbox) error 
 		return fmt.Errorf("%w: restoring from the archive failed", errdefs.ErrUnavailable)
 	}
 	sb.State = api.StateStopped
-	if err := s.store.Update(ctx, sb, api.StateArchived); err != nil {
+	if err := s.setState(ctx, sb, api.StateArchived); err != nil {
 		return err
 	}
 	if err := s.archive.Delete(ctx, archiveKey(sb.ID)); err != nil {
@@ -116,7 +116,7 @@ func (s *Service) recoverArchiving(ctx context.Context, sb store.Sandbox) {
 		sb.State = api.StateArchived
 	}
 	s.log.Info("settling interrupted archive", "sandbox", sb.ID, "state", sb.State)
-	_ = s.store.Update(ctx, &sb, api.StateArchiving)
+	_ = s.setState(ctx, &sb, api.StateArchiving)
 }
 
 // Snapshots are archived the same way: the object is written whole before the

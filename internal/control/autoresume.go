@@ -37,7 +37,7 @@ func (s *Service) forTraffic(ctx context.Context, id string) (store.Sandbox, err
 	s.touch(id)
 	from := sb.State
 	s.setTimeout(&sb, time.Now().UTC())
-	if err := s.store.Update(ctx, &sb, from); err != nil {
+	if err := s.setState(ctx, &sb, from); err != nil {
 		return sb, err
 	}
 	s.log.Info("resumed sandbox on traffic", "sandbox", id, "ms", ms(t0))

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/atoll-dev/atoll/internal/lifecycle"
 	"io"
 	"io/fs"
 	"os"
@@ -32,7 +33,7 @@ import (
 // key of everything it depends on (the base layers, the instructions before it
 // and the files it copies), and the key is the layer's ID: an unchanged
 // rebuild only finds layers.
-const stateBuilding = "building"
+const stateBuilding = lifecycle.Building
 
 // buildState is the image being built, instruction by instruction.
 type buildState struct {
@@ -432,7 +433,7 @@ func (s *Service) buildRun(ctx context.Context, st *buildState, user, cwd string
 	bctx := context.WithoutCancel(ctx)
 	unlock := s.lock(sb.ID)
 	defer unlock()
-	if err := s.store.Create(bctx, &sb); err != nil {
+	if err := s.record(bctx, &sb); err != nil {
 		return err
 	}
 	defer s.discard(bctx, sb)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/atoll-dev/atoll/internal/lifecycle"
 	"log/slog"
 	"net"
 	"os"
@@ -252,7 +253,7 @@ func (s *Service) reapDead(ctx context.Context) {
 		return
 	}
 	for _, sb := range sbs {
-		if sb.State != api.StateRunning && sb.State != api.StatePaused {
+		if !lifecycle.Live(sb.State) {
 			continue
 		}
 		rt := s.runtimes[sb.Runtime]
@@ -261,7 +262,7 @@ func (s *Service) reapDead(ctx context.Context) {
 		}
 		unlock := s.lock(sb.ID)
 		cur, err := s.store.Get(ctx, sb.ID)
-		if err == nil && (cur.State == api.StateRunning || cur.State == api.StatePaused) && !rt.Alive(instance(cur)) {
+		if err == nil && lifecycle.Live(cur.State) && !rt.Alive(instance(cur)) {
 			s.log.Warn("sandbox init exited; marking stopped", "sandbox", cur.ID)
 			_ = s.stopLocked(ctx, &cur, "init exited")
 		}
@@ -458,7 +459,7 @@ func (s *Service) startLocked(ctx context.Context, sb *store.Sandbox, tmpl layer
 	if err := s.run(ctx, sb, tmpl, to, weight); err != nil {
 		return err
 	}
-	if err := s.store.Update(ctx, sb, from); err != nil {
+	if err := s.setState(ctx, sb, from); err != nil {
 		_ = s.runtimes[sb.Runtime].Stop(ctx, sb.ID, instance(*sb))
 		s.releaseNetwork(ctx, *sb)
 		return err
@@ -585,7 +586,7 @@ func (s *Service) discard(ctx context.Context, sb store.Sandbox) {
 	if err := s.layers.RemoveWritable(sb.ID); err != nil {
 		s.log.Error("removing writable layer", "sandbox", sb.ID, "err", err)
 	}
-	if err := s.store.Delete(ctx, sb.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+	if err := s.removeRecord(ctx, sb.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		s.log.Error("deleting sandbox record", "sandbox", sb.ID, "err", err)
 		return
 	}
@@ -684,7 +685,7 @@ func (s *Service) Stop(ctx context.Context, id string) (api.Sandbox, error) {
 		// Nothing runs: only the record changes.
 		now := time.Now().UTC()
 		sb.State, sb.StoppedAt = api.StateStopped, &now
-		if err := s.store.Update(ctx, &sb, api.StateShelved); err != nil {
+		if err := s.setState(ctx, &sb, api.StateShelved); err != nil {
 			return api.Sandbox{}, err
 		}
 	default:
@@ -702,13 +703,13 @@ func (s *Service) Stop(ctx context.Context, id string) (api.Sandbox, error) {
 func (s *Service) stopLocked(ctx context.Context, sb *store.Sandbox, reason string) error {
 	from := sb.State
 	sb.State = api.StateStopping
-	if err := s.store.Update(ctx, sb, from); err != nil {
+	if err := s.setState(ctx, sb, from); err != nil {
 		return err
 	}
 	if err := s.runtimes[sb.Runtime].Stop(ctx, sb.ID, instance(*sb)); err != nil {
 		s.log.Error("stopping sandbox", "sandbox", sb.ID, "err", err)
 		sb.State, sb.Error = api.StateError, "stopping failed; delete it"
-		_ = s.store.Update(ctx, sb, api.StateStopping)
+		_ = s.setState(ctx, sb, api.StateStopping)
 		return fmt.Errorf("%w: stopping sandbox failed", errdefs.ErrUnavailable)
 	}
 	s.releaseNetwork(ctx, *sb)
@@ -719,7 +720,7 @@ func (s *Service) stopLocked(ctx context.Context, sb *store.Sandbox, reason stri
 	sb.State, sb.Error, sb.StoppedAt = api.StateStopped, reason, &now
 	sb.PID, sb.StartTime, sb.Socket = 0, 0, ""
 	sb.ExpiresAt = nil
-	return s.store.Update(ctx, sb, api.StateStopping)
+	return s.setState(ctx, sb, api.StateStopping)
 }
 
 // Start runs a stopped sandbox again over the files it left.
@@ -752,13 +753,13 @@ func (s *Service) restartLocked(ctx context.Context, sb *store.Sandbox) error {
 		return err
 	}
 	sb.State = api.StateStarting
-	if err := s.store.Update(ctx, sb, api.StateStopped); err != nil {
+	if err := s.setState(ctx, sb, api.StateStopped); err != nil {
 		return err
 	}
 	if err := s.startLocked(ctx, sb, tmpl, api.StateStarting, api.StateRunning, 0); err != nil {
 		_ = s.runtimes[sb.Runtime].Cleanup(ctx, sb.ID)
 		sb.State = api.StateStopped
-		_ = s.store.Update(ctx, sb, api.StateStarting)
+		_ = s.setState(ctx, sb, api.StateStarting)
 		return err
 	}
 	return nil
@@ -788,7 +789,7 @@ func (s *Service) Delete(ctx context.Context, id string) error {
 func (s *Service) deleteLocked(ctx context.Context, sb store.Sandbox) error {
 	from := sb.State
 	sb.State = api.StateDeleting
-	if err := s.store.Update(ctx, &sb, from); err != nil {
+	if err := s.setState(ctx, &sb, from); err != nil {
 		return err
 	}
 	if rt := s.runtimes[sb.Runtime]; rt != nil {
@@ -812,7 +813,7 @@ func (s *Service) deleteLocked(ctx context.Context, sb store.Sandbox) error {
 			return fmt.Errorf("%w: deleting sandbox failed; try again", errdefs.ErrUnavailable)
 		}
 	}
-	if err := s.store.Delete(ctx, sb.ID); err != nil {
+	if err := s.removeRecord(ctx, sb.ID); err != nil {
 		return err
 	}
 	s.release(ctx, sb.TemplateVersion)
@@ -855,53 +856,15 @@ func (s *Service) Recover(ctx context.Context) error {
 		rt := s.runtimes[sb.Runtime]
 		if rt == nil {
 			sb.State, sb.Error = api.StateError, "runtime "+sb.Runtime+" is not available"
-			_ = s.store.Update(ctx, &sb, sb.State, api.StateRunning, api.StateStarting, api.StateStopping, api.StateStopped, api.StateCreating)
+			_ = s.setState(ctx, &sb, append([]string{sb.State}, lifecycle.RuntimeGone...)...)
 			continue
 		}
-		switch sb.State {
-		case api.StateCreating, statePooled, stateBuilding, statePrestarted:
-			// Never acknowledged: undo it completely.
-			s.log.Info("removing sandbox whose creation was interrupted", "sandbox", sb.ID)
-			s.discard(ctx, sb)
-		case api.StateDeleting:
-			s.log.Info("finishing interrupted delete", "sandbox", sb.ID)
-			if err := s.deleteLocked(ctx, sb); err != nil {
-				s.log.Error("finishing delete", "sandbox", sb.ID, "err", err)
-			}
-		case api.StateStarting, api.StateStopping:
-			s.log.Info("finishing interrupted start/stop as stopped", "sandbox", sb.ID)
-			_ = s.stopLocked(ctx, &sb, "")
-		case api.StateRunning, api.StatePaused:
-			if rt.Alive(instance(sb)) {
-				// The record says whether it is frozen: a snapshot or fork
-				// that the crash cut short left it frozen, and a pause or
-				// resume may have reached the freezer but not the record.
-				settle := rt.Resume
-				if sb.State == api.StatePaused {
-					settle = rt.Pause
-				}
-				if err := settle(ctx, sb.ID); err != nil {
-					s.log.Error("setting the freezer of a re-adopted sandbox", "sandbox", sb.ID, "state", sb.State, "err", err)
-				}
-				s.log.Info("re-adopted running sandbox", "sandbox", sb.ID, "pid", sb.PID)
-				continue
-			}
-			s.log.Warn("sandbox stopped while the server was down", "sandbox", sb.ID)
-			_ = s.stopLocked(ctx, &sb, "stopped while the server was down")
-		case api.StateSuspending, api.StateSuspended:
-			s.recoverSuspend(ctx, sb, rt)
-		case api.StateStopped, api.StateError, api.StateShelved:
-			// Nothing runs; make sure nothing is left from a crash (a
-			// shelve or a boot of a shelved sandbox cut short).
-			_ = rt.Cleanup(ctx, sb.ID)
-		case api.StateArchiving:
-			s.recoverArchiving(ctx, sb)
-		case api.StateArchived:
-			// A restore from the archive that a crash cut short.
-			if s.layers.WritableExists(sb.ID) {
-				_ = s.layers.RemoveWritable(sb.ID)
-			}
+		st, ok := lifecycle.Lookup(sb.State)
+		if !ok {
+			s.log.Warn("sandbox in a state this server does not know", "sandbox", sb.ID, "state", sb.State)
+			continue
 		}
+		recoveries[st.Recover](s, ctx, sb, rt)
 	}
 	s.removeForkImages()
 	if err := s.recoverNetworks(ctx); err != nil {
@@ -946,4 +909,60 @@ func (s *Service) Recover(ctx context.Context) error {
 	}
 	s.collectTemplates(ctx)
 	return nil
+}
+
+// recoveries is how Recover settles a sandbox found in a state at
+// start-up; lifecycle.States says which applies to each state.
+var recoveries = map[lifecycle.Recovery]func(s *Service, ctx context.Context, sb store.Sandbox, rt runtime.Runtime){
+	lifecycle.Discard: func(s *Service, ctx context.Context, sb store.Sandbox, _ runtime.Runtime) {
+		s.log.Info("removing sandbox whose creation was interrupted", "sandbox", sb.ID)
+		s.discard(ctx, sb)
+	},
+	lifecycle.FinishDelete: func(s *Service, ctx context.Context, sb store.Sandbox, _ runtime.Runtime) {
+		s.log.Info("finishing interrupted delete", "sandbox", sb.ID)
+		if err := s.deleteLocked(ctx, sb); err != nil {
+			s.log.Error("finishing delete", "sandbox", sb.ID, "err", err)
+		}
+	},
+	lifecycle.FinishStopped: func(s *Service, ctx context.Context, sb store.Sandbox, _ runtime.Runtime) {
+		s.log.Info("finishing interrupted start/stop as stopped", "sandbox", sb.ID)
+		_ = s.stopLocked(ctx, &sb, "")
+	},
+	lifecycle.Readopt:       (*Service).readopt,
+	lifecycle.SettleSuspend: (*Service).recoverSuspend,
+	lifecycle.Cleanup: func(_ *Service, ctx context.Context, sb store.Sandbox, rt runtime.Runtime) {
+		// Nothing runs; make sure nothing is left from a crash (a shelve
+		// or a boot of a shelved sandbox cut short).
+		_ = rt.Cleanup(ctx, sb.ID)
+	},
+	lifecycle.SettleArchive: func(s *Service, ctx context.Context, sb store.Sandbox, _ runtime.Runtime) {
+		s.recoverArchiving(ctx, sb)
+	},
+	lifecycle.DropRestore: func(s *Service, _ context.Context, sb store.Sandbox, _ runtime.Runtime) {
+		// A restore from the archive that a crash cut short.
+		if s.layers.WritableExists(sb.ID) {
+			_ = s.layers.RemoveWritable(sb.ID)
+		}
+	},
+}
+
+// readopt takes back running or paused sb if its init lives on, and
+// records it stopped if it died while the server was down.
+func (s *Service) readopt(ctx context.Context, sb store.Sandbox, rt runtime.Runtime) {
+	if rt.Alive(instance(sb)) {
+		// The record says whether it is frozen: a snapshot or fork that
+		// the crash cut short left it frozen, and a pause or resume may
+		// have reached the freezer but not the record.
+		settle := rt.Resume
+		if sb.State == api.StatePaused {
+			settle = rt.Pause
+		}
+		if err := settle(ctx, sb.ID); err != nil {
+			s.log.Error("setting the freezer of a re-adopted sandbox", "sandbox", sb.ID, "state", sb.State, "err", err)
+		}
+		s.log.Info("re-adopted running sandbox", "sandbox", sb.ID, "pid", sb.PID)
+		return
+	}
+	s.log.Warn("sandbox stopped while the server was down", "sandbox", sb.ID)
+	_ = s.stopLocked(ctx, &sb, "stopped while the server was down")
 }

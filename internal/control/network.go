@@ -232,7 +232,7 @@ func (s *Service) SetNetwork(ctx context.Context, id string, req api.NetworkPoli
 			return api.SandboxNetwork{}, fmt.Errorf("%w: setting the network policy failed", errdefs.ErrUnavailable)
 		}
 	}
-	if err := s.store.Update(ctx, &sb, sb.State); err != nil {
+	if err := s.setState(ctx, &sb, sb.State); err != nil {
 		if live {
 			_ = s.net.SetPolicy(ctx, sb.Slot, s.policyOf(old))
 		}

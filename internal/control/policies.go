@@ -3,6 +3,8 @@ package control
 import (
 	"context"
 	"fmt"
+	"github.com/atoll-dev/atoll/internal/lifecycle"
+	"slices"
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
@@ -42,7 +44,7 @@ func (s *Service) SetTimeout(ctx context.Context, id string, req api.TimeoutRequ
 		return api.Sandbox{}, err
 	}
 	defer unlock()
-	if sb.State != api.StateRunning && sb.State != api.StatePaused {
+	if !lifecycle.Live(sb.State) {
 		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s; a timeout applies to running sandboxes", errdefs.ErrConflict, id, sb.State)
 	}
 	sb.TimeoutSec, sb.ExpiresAt = req.TimeoutSec, nil
@@ -50,10 +52,91 @@ func (s *Service) SetTimeout(ctx context.Context, id string, req api.TimeoutRequ
 		exp := time.Now().UTC().Add(time.Duration(req.TimeoutSec) * time.Second)
 		sb.ExpiresAt = &exp
 	}
-	if err := s.store.Update(ctx, &sb, sb.State); err != nil {
+	if err := s.setState(ctx, &sb, sb.State); err != nil {
 		return api.Sandbox{}, err
 	}
 	return s.view(sb), nil
+}
+
+// lifecyclePolicy is one policy: the states it applies in, when it is due
+// for a sandbox, and what it does then.
+type lifecyclePolicy struct {
+	name   string
+	states []string
+	due    func(s *Service, sb store.Sandbox, now time.Time) bool
+	// busy, if set, vetoes a due policy in Run's sweep (not under the
+	// sandbox's lock): the sandbox is in use after all.
+	busy  func(s *Service, ctx context.Context, sb store.Sandbox) bool
+	apply func(s *Service, ctx context.Context, sb store.Sandbox)
+}
+
+// policies are applied in order: a sandbox gets the first that is due.
+var policies = []lifecyclePolicy{
+	{
+		name:   "timeout",
+		states: []string{api.StateRunning, api.StatePaused},
+		due: func(_ *Service, sb store.Sandbox, now time.Time) bool {
+			return sb.ExpiresAt != nil && now.After(*sb.ExpiresAt)
+		},
+		apply: func(s *Service, ctx context.Context, sb store.Sandbox) {
+			if sb.AutoResume {
+				s.pauseAtTimeout(ctx, sb)
+				return
+			}
+			s.log.Info("stopping sandbox at its timeout", "sandbox", sb.ID)
+			s.stopByPolicy(ctx, sb, "timeout")
+		},
+	},
+	{
+		name:   "auto-stop",
+		states: []string{api.StateRunning},
+		due: func(s *Service, sb store.Sandbox, now time.Time) bool {
+			return sb.AutoStopSec > 0 && now.Sub(s.lastActive(sb.ID)) > time.Duration(sb.AutoStopSec)*time.Second
+		},
+		busy: func(s *Service, ctx context.Context, sb store.Sandbox) bool {
+			if n, err := s.runtimes[sb.Runtime].Processes(ctx, sb.ID); err == nil && n > 1 {
+				s.touch(sb.ID) // its own processes are activity
+				return true
+			}
+			return false
+		},
+		apply: func(s *Service, ctx context.Context, sb store.Sandbox) {
+			s.log.Info("stopping idle sandbox", "sandbox", sb.ID)
+			s.stopByPolicy(ctx, sb, "auto-stop")
+		},
+	},
+	{
+		name:   "auto-delete",
+		states: []string{api.StateStopped},
+		due: func(_ *Service, sb store.Sandbox, now time.Time) bool {
+			return sb.Ephemeral || sb.AutoDeleteSec > 0 && sb.StoppedAt != nil && now.After(sb.StoppedAt.Add(time.Duration(sb.AutoDeleteSec)*time.Second))
+		},
+		apply: (*Service).deleteByPolicy,
+	},
+	{
+		name:   "auto-archive",
+		states: []string{api.StateStopped},
+		due: func(s *Service, sb store.Sandbox, now time.Time) bool {
+			return s.archive != nil && sb.AutoArchiveSec > 0 && sb.StoppedAt != nil &&
+				now.After(sb.StoppedAt.Add(time.Duration(sb.AutoArchiveSec)*time.Second))
+		},
+		apply: func(s *Service, ctx context.Context, sb store.Sandbox) {
+			s.log.Info("archiving sandbox by its policy", "sandbox", sb.ID)
+			if err := s.archiveLocked(ctx, &sb, "auto-archive"); err != nil {
+				s.log.Error("auto-archive", "sandbox", sb.ID, "err", err)
+			}
+		},
+	},
+}
+
+// dueOf returns the policy due for sb now, if any.
+func (s *Service) dueOf(sb store.Sandbox, now time.Time) (lifecyclePolicy, bool) {
+	for _, p := range policies {
+		if slices.Contains(p.states, sb.State) && p.due(s, sb, now) {
+			return p, true
+		}
+	}
+	return lifecyclePolicy{}, false
 }
 
 func (s *Service) applyPolicies(ctx context.Context) {
@@ -63,77 +146,36 @@ func (s *Service) applyPolicies(ctx context.Context) {
 	}
 	now := time.Now()
 	for _, sb := range sbs {
-		switch {
-		case (sb.State == api.StateRunning || sb.State == api.StatePaused) && sb.ExpiresAt != nil && now.After(*sb.ExpiresAt):
-			s.policy(ctx, sb.ID, "timeout")
-		case sb.State == api.StateRunning && sb.AutoStopSec > 0 && now.Sub(s.lastActive(sb.ID)) > time.Duration(sb.AutoStopSec)*time.Second:
-			if n, err := s.runtimes[sb.Runtime].Processes(ctx, sb.ID); err == nil && n > 1 {
-				s.touch(sb.ID) // its own processes are activity
-				continue
-			}
-			s.policy(ctx, sb.ID, "auto-stop")
-		case sb.State == api.StateStopped && (sb.Ephemeral ||
-			sb.AutoDeleteSec > 0 && sb.StoppedAt != nil && now.After(sb.StoppedAt.Add(time.Duration(sb.AutoDeleteSec)*time.Second))):
-			s.policy(ctx, sb.ID, "auto-delete")
-		case sb.State == api.StateStopped && s.archive != nil && sb.AutoArchiveSec > 0 && sb.StoppedAt != nil &&
-			now.After(sb.StoppedAt.Add(time.Duration(sb.AutoArchiveSec)*time.Second)):
-			s.policy(ctx, sb.ID, "auto-archive")
+		p, ok := s.dueOf(sb, now)
+		if !ok || p.busy != nil && p.busy(s, ctx, sb) {
+			continue
 		}
+		s.policy(ctx, sb.ID, p.name)
 	}
 }
 
-// policy applies one policy decision to sandbox id, after checking under its
-// lock that it still holds.
-func (s *Service) policy(ctx context.Context, id, reason string) {
+// policy applies policy name to sandbox id, after checking under its lock
+// that it is still the one due.
+func (s *Service) policy(ctx context.Context, id, name string) {
 	unlock := s.lock(id)
 	defer unlock()
 	sb, err := s.store.Get(ctx, id)
 	if err != nil {
 		return
 	}
-	now := time.Now()
-	switch reason {
-	case "timeout":
-		if (sb.State != api.StateRunning && sb.State != api.StatePaused) || sb.ExpiresAt == nil || !now.After(*sb.ExpiresAt) {
-			return
-		}
-		if sb.AutoResume {
-			s.pauseAtTimeout(ctx, sb)
-			return
-		}
-		s.log.Info("stopping sandbox at its timeout", "sandbox", id)
-		if err := s.stopLocked(ctx, &sb, "timeout"); err != nil {
-			s.log.Error("stopping at timeout", "sandbox", id, "err", err)
-			return
-		}
-		if sb.Ephemeral {
-			s.deleteByPolicy(ctx, sb)
-		}
-	case "auto-stop":
-		if sb.State != api.StateRunning || sb.AutoStopSec == 0 || now.Sub(s.lastActive(id)) <= time.Duration(sb.AutoStopSec)*time.Second {
-			return
-		}
-		s.log.Info("stopping idle sandbox", "sandbox", id)
-		if err := s.stopLocked(ctx, &sb, "auto-stop"); err != nil {
-			s.log.Error("auto-stop", "sandbox", id, "err", err)
-			return
-		}
-		if sb.Ephemeral {
-			s.deleteByPolicy(ctx, sb)
-		}
-	case "auto-delete":
-		if sb.State != api.StateStopped {
-			return
-		}
+	if p, ok := s.dueOf(sb, time.Now()); ok && p.name == name {
+		p.apply(s, ctx, sb)
+	}
+}
+
+// stopByPolicy stops sb for reason, deleting it if it is ephemeral.
+func (s *Service) stopByPolicy(ctx context.Context, sb store.Sandbox, reason string) {
+	if err := s.stopLocked(ctx, &sb, reason); err != nil {
+		s.log.Error(reason, "sandbox", sb.ID, "err", err)
+		return
+	}
+	if sb.Ephemeral {
 		s.deleteByPolicy(ctx, sb)
-	case "auto-archive":
-		if sb.State != api.StateStopped {
-			return
-		}
-		s.log.Info("archiving sandbox by its policy", "sandbox", id)
-		if err := s.archiveLocked(ctx, &sb, "auto-archive"); err != nil {
-			s.log.Error("auto-archive", "sandbox", id, "err", err)
-		}
 	}
 }
 
@@ -143,7 +185,7 @@ func (s *Service) pauseAtTimeout(ctx context.Context, sb store.Sandbox) {
 	s.log.Info("pausing auto-resume sandbox at its timeout", "sandbox", sb.ID)
 	if sb.State == api.StatePaused {
 		sb.ExpiresAt = nil
-		if err := s.store.Update(ctx, &sb, api.StatePaused); err != nil {
+		if err := s.setState(ctx, &sb, api.StatePaused); err != nil {
 			s.log.Error("pausing at timeout", "sandbox", sb.ID, "err", err)
 		}
 		return

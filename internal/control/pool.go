@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/atoll-dev/atoll/internal/lifecycle"
 	"net"
 	"time"
 
@@ -24,7 +25,7 @@ import (
 // store (so a crash can clean them up) in a state the API never shows. They
 // are the running server's, like prestarted processes: a graceful stop
 // discards them (discardPools), and a start discards any a crash left.
-const statePooled = store.StatePooled
+const statePooled = lifecycle.Pooled
 
 // poolWeight is the CPU weight of a pooled sandbox (default 100): filling the
 // pool must not slow the sandboxes being used.
@@ -168,7 +169,7 @@ func (s *Service) createPooled(ctx context.Context, tg poolTarget) (string, erro
 	}}
 	unlock := s.lock(sb.ID)
 	defer unlock()
-	if err := s.store.Create(ctx, &sb); err != nil {
+	if err := s.record(ctx, &sb); err != nil {
 		return "", err
 	}
 	// While it waits in the pool it yields the CPU to sandboxes in use.
@@ -259,7 +260,7 @@ func (s *Service) adoptPooled(ctx context.Context, id string, req api.CreateSand
 		exp := now.Add(time.Duration(req.TimeoutSec) * time.Second)
 		sb.ExpiresAt = &exp
 	}
-	if err := s.store.Update(ctx, &sb, statePooled); err != nil {
+	if err := s.setState(ctx, &sb, statePooled); err != nil {
 		return fail(err)
 	}
 	return s.view(sb), nil
@@ -277,11 +278,6 @@ func (s *Service) agentClient(sock string) *agent.Client {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", sock)
 	})
-}
-
-// hidden reports whether sb is one the API must not show.
-func hidden(sb store.Sandbox) bool {
-	return sb.State == statePooled || sb.State == stateBuilding || sb.State == statePrestarted
 }
 
 func notFound(id string) error { return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound) }

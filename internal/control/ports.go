@@ -65,7 +65,7 @@ func (s *Service) SetPorts(ctx context.Context, id string, req api.PortAccess) (
 		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s; try again", errdefs.ErrConflict, id, sb.State)
 	}
 	sb.Ports = req
-	if err := s.store.Update(ctx, &sb, sb.State); err != nil {
+	if err := s.setState(ctx, &sb, sb.State); err != nil {
 		return api.Sandbox{}, err
 	}
 	s.touch(id)

@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"errors"
+	"github.com/atoll-dev/atoll/internal/lifecycle"
 	"slices"
 	"time"
 
@@ -21,7 +22,7 @@ import (
 // thirds of a cold start. They are store rows in a state the API never shows,
 // so that their slots stay reserved; their processes die with the server, and
 // a restart discards the rows.
-const statePrestarted = "prestarted"
+const statePrestarted = lifecycle.Prestarted
 
 // fillPrestarted tops the prestarted sandboxes up to their target, one at a
 // time.
@@ -57,7 +58,7 @@ func (s *Service) createPrestarted(ctx context.Context, rt runtime.Preparer) (st
 	}}
 	unlock := s.lock(sb.ID)
 	defer unlock()
-	if err := s.store.Create(ctx, &sb); err != nil {
+	if err := s.record(ctx, &sb); err != nil {
 		return sb, err
 	}
 	spec := runtime.Spec{
@@ -98,7 +99,7 @@ func (s *Service) newSandbox(ctx context.Context, sb *store.Sandbox) (unlock fun
 		s.wakePool()
 		sb.ID, sb.Slot = pre.ID, pre.Slot
 		unlock := s.lock(sb.ID)
-		err := s.store.Update(ctx, sb, statePrestarted)
+		err := s.setState(ctx, sb, statePrestarted)
 		if err == nil {
 			return unlock, nil
 		}
@@ -109,7 +110,7 @@ func (s *Service) newSandbox(ctx context.Context, sb *store.Sandbox) (unlock fun
 	}
 	sb.ID = newID()
 	unlock = s.lock(sb.ID)
-	if err := s.store.Create(ctx, sb); err != nil {
+	if err := s.record(ctx, sb); err != nil {
 		unlock()
 		return nil, err
 	}
@@ -134,7 +135,7 @@ func (s *Service) newSandboxes(ctx context.Context, sbs []store.Sandbox) error {
 			sbs[i].ID, sbs[i].Slot = pre[i].ID, pre[i].Slot
 			adopt[i] = &sbs[i]
 		}
-		if err := s.store.UpdateAll(ctx, adopt, statePrestarted); err != nil {
+		if err := s.setStates(ctx, adopt, statePrestarted); err != nil {
 			// One went meanwhile: give up these and record anew.
 			for i := range pre {
 				s.discardIf(ctx, pre[i].ID, statePrestarted)

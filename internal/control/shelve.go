@@ -31,18 +31,18 @@ func (s *Service) Shelve(ctx context.Context, id string) (api.Sandbox, error) {
 	// which recovery would finish as stopped and an ephemeral sandbox's
 	// policy would then delete).
 	sb.State, sb.ExpiresAt = api.StateShelved, nil
-	if err := s.store.Update(ctx, &sb, from); err != nil {
+	if err := s.setState(ctx, &sb, from); err != nil {
 		return api.Sandbox{}, err
 	}
 	if err := s.runtimes[sb.Runtime].Stop(ctx, sb.ID, instance(sb)); err != nil {
 		s.log.Error("shelving sandbox", "sandbox", sb.ID, "err", err)
 		sb.State, sb.Error = api.StateError, "shelving failed; delete it"
-		_ = s.store.Update(ctx, &sb, api.StateShelved)
+		_ = s.setState(ctx, &sb, api.StateShelved)
 		return api.Sandbox{}, fmt.Errorf("%w: shelving sandbox failed", errdefs.ErrUnavailable)
 	}
 	s.releaseNetwork(ctx, sb)
 	sb.PID, sb.StartTime, sb.Socket = 0, 0, ""
-	if err := s.store.Update(ctx, &sb, api.StateShelved); err != nil {
+	if err := s.setState(ctx, &sb, api.StateShelved); err != nil {
 		return api.Sandbox{}, err
 	}
 	return s.view(sb), nil

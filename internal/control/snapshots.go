@@ -44,7 +44,7 @@ func (s *Service) pauseLocked(ctx context.Context, sb *store.Sandbox) error {
 	if sb.AutoResume {
 		sb.ExpiresAt = nil
 	}
-	if err := s.store.Update(ctx, sb, api.StateRunning); err != nil {
+	if err := s.setState(ctx, sb, api.StateRunning); err != nil {
 		_ = s.runtimes[sb.Runtime].Resume(ctx, sb.ID)
 		sb.State = api.StateRunning
 		return err
@@ -95,7 +95,7 @@ func (s *Service) thawLocked(ctx context.Context, sb *store.Sandbox) error {
 		return fmt.Errorf("%w: resuming failed", errdefs.ErrUnavailable)
 	}
 	sb.State = api.StateRunning
-	return s.store.Update(ctx, sb, api.StatePaused)
+	return s.setState(ctx, sb, api.StatePaused)
 }
 
 // frozen runs f with sb's processes frozen when it runs, so that its files
@@ -357,7 +357,7 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 	for i := range children {
 		running[i] = &children[i]
 	}
-	if err := s.store.UpdateAll(ctx, running, api.StateCreating); err != nil {
+	if err := s.setStates(ctx, running, api.StateCreating); err != nil {
 		return fail(err)
 	}
 	if image != "" {

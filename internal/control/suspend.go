@@ -78,7 +78,7 @@ func (s *Service) suspendLocked(ctx context.Context, sb *store.Sandbox) error {
 		return err
 	}
 	sb.State = api.StateSuspending
-	if err := s.store.Update(ctx, sb, api.StateRunning); err != nil {
+	if err := s.setState(ctx, sb, api.StateRunning); err != nil {
 		return err
 	}
 	err = cp.Checkpoint(ctx, id, instance(*sb), dir)
@@ -90,14 +90,14 @@ func (s *Service) suspendLocked(ctx context.Context, sb *store.Sandbox) error {
 		_ = os.RemoveAll(dir)
 		if s.runtimes[sb.Runtime].Alive(instance(*sb)) {
 			sb.State = api.StateRunning
-			_ = s.store.Update(ctx, sb, api.StateSuspending)
+			_ = s.setState(ctx, sb, api.StateSuspending)
 			return fmt.Errorf("%w: saving the sandbox's memory failed; it runs on", errdefs.ErrUnavailable)
 		}
 		_ = s.stopLocked(ctx, sb, "saving its memory to disk failed")
 		return fmt.Errorf("%w: saving the sandbox's memory failed; it is stopped, its files kept", errdefs.ErrUnavailable)
 	}
 	s.settleSuspended(ctx, sb)
-	if err := s.store.Update(ctx, sb, api.StateSuspending); err != nil {
+	if err := s.setState(ctx, sb, api.StateSuspending); err != nil {
 		return err
 	}
 	s.log.Debug("suspended", "sandbox", id, "op", "suspend", "ms", ms(t0))
@@ -132,7 +132,7 @@ func (s *Service) restoreLocked(ctx context.Context, sb *store.Sandbox) error {
 	if err := s.restoreFrom(ctx, cp, sb, tmpl, s.checkpointDir(sb.ID)); err != nil {
 		return fmt.Errorf("%w; it stays suspended", err)
 	}
-	if err := s.store.Update(ctx, sb, api.StateSuspended); err != nil {
+	if err := s.setState(ctx, sb, api.StateSuspended); err != nil {
 		_ = s.runtimes[sb.Runtime].Stop(ctx, sb.ID, instance(*sb))
 		s.releaseNetwork(ctx, *sb)
 		return err
@@ -276,7 +276,7 @@ func (s *Service) recoverSuspend(ctx context.Context, sb store.Sandbox, rt runti
 		if err == nil {
 			_ = os.RemoveAll(s.checkpointDir(sb.ID))
 			sb.State = api.StateRunning
-			_ = s.store.Update(ctx, &sb, api.StateSuspending)
+			_ = s.setState(ctx, &sb, api.StateSuspending)
 			return
 		}
 		s.log.Error("settling a sandbox whose suspend was cut short", "sandbox", sb.ID, "err", err)
@@ -301,7 +301,7 @@ func (s *Service) recoverSuspend(ctx context.Context, sb store.Sandbox, rt runti
 	if cp, err := s.checkpointer(sb); err == nil {
 		if tmpl, err := s.sandboxStack(ctx, sb); err == nil {
 			if err := s.restoreFrom(ctx, cp, &sb, tmpl, s.checkpointDir(sb.ID)); err == nil {
-				if err := s.store.Update(ctx, &sb, api.StateSuspending); err == nil {
+				if err := s.setState(ctx, &sb, api.StateSuspending); err == nil {
 					s.log.Info("restored a sandbox whose suspend was cut short", "sandbox", sb.ID)
 					_ = os.RemoveAll(s.checkpointDir(sb.ID))
 					return

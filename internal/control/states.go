@@ -1,0 +1,56 @@
+package control
+
+import (
+	"context"
+
+	"github.com/atoll-dev/atoll/internal/lifecycle"
+	"github.com/atoll-dev/atoll/internal/store"
+)
+
+// The sandbox's states and transitions are internal/lifecycle's tables; the
+// functions here are the only ones that write a sandbox's record, so every
+// change of state is checked against them before the store records it.
+// (TestStateWritesGoThroughTheTable holds the rest of the package to that.)
+
+// setState records sb, whose State is the state it moves to, if its
+// stored state is one of from. A move the table does not allow is refused
+// with a conflict naming both states, and nothing is written.
+func (s *Service) setState(ctx context.Context, sb *store.Sandbox, from ...string) error {
+	for _, f := range from {
+		if err := lifecycle.Check(f, sb.State); err != nil {
+			return err
+		}
+	}
+	return s.store.Update(ctx, sb, from...)
+}
+
+// setStates is setState for every sandbox of sbs, in one transaction.
+func (s *Service) setStates(ctx context.Context, sbs []*store.Sandbox, from ...string) error {
+	for _, sb := range sbs {
+		for _, f := range from {
+			if err := lifecycle.Check(f, sb.State); err != nil {
+				return err
+			}
+		}
+	}
+	return s.store.UpdateAll(ctx, sbs, from...)
+}
+
+// record makes sb's record, in the state it carries.
+func (s *Service) record(ctx context.Context, sb *store.Sandbox) error {
+	if err := lifecycle.Check("", sb.State); err != nil {
+		return err
+	}
+	return s.store.Create(ctx, sb)
+}
+
+// removeRecord removes sandbox id's record (the store records its move
+// to deleted). It checks no state: a failed create's discard removes
+// whatever is left whatever state it reached, which the table lists among
+// the transitions to deleted.
+func (s *Service) removeRecord(ctx context.Context, id string) error {
+	return s.store.Delete(ctx, id)
+}
+
+// hidden reports whether sb is one the API must not show.
+func hidden(sb store.Sandbox) bool { return !lifecycle.Visible(sb.State) }

@@ -1,0 +1,117 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/lifecycle"
+	"github.com/atoll-dev/atoll/internal/runtime"
+	"github.com/atoll-dev/atoll/internal/store"
+	"github.com/atoll-dev/atoll/internal/store/sqlite"
+)
+
+// TestStateWritesGoThroughTheTable checks that only states.go writes a
+// sandbox's record, so that no change of state bypasses lifecycle.Check.
+func TestStateWritesGoThroughTheTable(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writes := []string{"Update", "UpdateAll", "Create", "Delete"}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		if f == "states.go" || strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if !ok || !slices.Contains(writes, sel.Sel.Name) {
+				return true
+			}
+			if inner, ok := sel.X.(*ast.SelectorExpr); ok && inner.Sel.Name == "store" {
+				t.Errorf("%s: store.%s outside states.go: write the record through setState, setStates, record or removeRecord", fset.Position(sel.Pos()), sel.Sel.Name)
+			}
+			return true
+		})
+	}
+}
+
+// TestRecoveriesCoverEveryState checks that Recover knows what to do in
+// every state the table declares.
+func TestRecoveriesCoverEveryState(t *testing.T) {
+	for _, st := range lifecycle.States {
+		if recoveries[st.Recover] == nil {
+			t.Errorf("state %s: no recovery for %q", st.Name, st.Recover)
+		}
+	}
+	for _, p := range policies {
+		for _, st := range p.states {
+			if _, ok := lifecycle.Lookup(st); !ok || !lifecycle.Visible(st) {
+				t.Errorf("policy %s applies in %q, not a state the API shows", p.name, st)
+			}
+		}
+	}
+}
+
+// TestSetStateRefuses checks, on a real store, that a change of state the
+// table lacks is refused with a conflict naming both states, and that
+// nothing is written or recorded.
+func TestSetStateRefuses(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "atoll.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	s, err := New(Config{Store: st, Runtimes: []runtime.Runtime{nopRuntime{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conflict := func(err error, from, to string) {
+		t.Helper()
+		if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), from) || !strings.Contains(err.Error(), to) {
+			t.Errorf("got %v, want a conflict naming %s and %s", err, from, to)
+		}
+	}
+	sb := store.Sandbox{Sandbox: api.Sandbox{ID: newID(), State: api.StateRunning, Runtime: "ns", CreatedAt: time.Now().UTC()}}
+	conflict(s.record(ctx, &sb), "nothing", api.StateRunning)
+	if sbs, err := st.List(ctx); err != nil || len(sbs) != 0 {
+		t.Fatalf("a refused record was written: %v, %v", sbs, err)
+	}
+	sb.State = api.StateCreating
+	if err := s.record(ctx, &sb); err != nil {
+		t.Fatal(err)
+	}
+	sb.State = api.StateStopped
+	conflict(s.setState(ctx, &sb, api.StateCreating), api.StateCreating, api.StateStopped)
+	sb.State = api.StateArchived
+	conflict(s.setStates(ctx, []*store.Sandbox{&sb}, api.StateCreating), api.StateCreating, api.StateArchived)
+	if got, err := st.Get(ctx, sb.ID); err != nil || got.State != api.StateCreating {
+		t.Fatalf("after refused moves the record is %q (%v), want creating", got.State, err)
+	}
+	sb.State = api.StateRunning
+	if err := s.setState(ctx, &sb, api.StateCreating); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := st.Transitions(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr) != 2 || tr[0].To != api.StateCreating || tr[1].To != api.StateRunning {
+		t.Errorf("recorded transitions %+v, want creating then running", tr)
+	}
+}
