@@ -1,14 +1,17 @@
 // Package control is the sandbox state machine: it validates requests, records
-// every state change in the store before acknowledging it, drives the layer
-// store and the runtimes, re-adopts running sandboxes after a restart and
-// sweeps up what a crash left half-made.
+// every state change in the store before acknowledging it (through states.go,
+// against internal/lifecycle's table), drives the layer store and the
+// runtimes, re-adopts running sandboxes after a restart and sweeps up what a
+// crash left half-made. Templates (internal/templates) and the sandboxes kept
+// ready ahead of demand (internal/pools) are packages of their own that ask
+// it for sandboxes through small interfaces (scratch.go, pool.go,
+// prestart.go).
 package control
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/atoll-dev/atoll/internal/lifecycle"
 	"log/slog"
 	"net"
 	"os"
@@ -24,10 +27,13 @@ import (
 	"github.com/atoll-dev/atoll/internal/blob"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/layers"
+	"github.com/atoll-dev/atoll/internal/lifecycle"
 	"github.com/atoll-dev/atoll/internal/metrics"
 	"github.com/atoll-dev/atoll/internal/network"
+	"github.com/atoll-dev/atoll/internal/pools"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/store"
+	"github.com/atoll-dev/atoll/internal/templates"
 	"github.com/atoll-dev/atoll/internal/tenant"
 )
 
@@ -80,6 +86,20 @@ type Config struct {
 }
 
 // Service manages sandboxes.
+//
+// Lock order, first taken first:
+//
+//	a sandbox's lock (lock(id), held across a whole operation)
+//	  the locks of sandboxes it is making (a fork's children, new IDs
+//	  nobody else can know yet)
+//	  a snapshot's lock (lock(snapshotLock(id)), for a create or restore
+//	  from it)
+//	    templates' tmplMu (in Release, Collect), pools' mu
+//	mu, activityMu: leaves, held only to read or change their maps
+//
+// No lock of this package is taken under tmplMu or the pools' mu: those
+// packages call back here (StartScratch, StartPooled, DiscardIf) with
+// nothing held.
 type Service struct {
 	store     store.Store
 	layers    *layers.Store
@@ -94,11 +114,9 @@ type Service struct {
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex
 
-	// tmplMu serialises recording and deleting templates with the layer
-	// collector; importing counts imports in flight, which hold layers no
-	// template refers to yet.
-	tmplMu    sync.Mutex
-	importing int
+	// tmpls keeps templates; it starts its build steps' scratch sandboxes
+	// here (scratch.go).
+	tmpls *templates.Service
 
 	// activityMu guards activity: when each sandbox was last used, for
 	// auto-stop. It is not durable: a restart counts as activity.
@@ -113,16 +131,9 @@ type Service struct {
 	// admit bounds the creates that start sandboxes.
 	admit *admission
 
-	poolSize int
-	poolWake chan struct{}
-	// poolMu guards pool, the IDs of pooled sandboxes ready to hand out, by
-	// template.
-	poolMu sync.Mutex
-	pool   map[string][]string
-	// prestarted are the prestarted sandboxes ready to take, also under
-	// poolMu.
-	prestartSize int
-	prestarted   []store.Sandbox
+	// pools keeps sandboxes started ahead of demand; it makes and
+	// discards them here (pool.go, prestart.go).
+	pools *pools.Service
 
 	net     *network.Manager
 	netPool *network.Pool
@@ -170,29 +181,37 @@ func New(cfg Config) (*Service, error) {
 		cfg.CreateQueue = defaultCreateQueue
 	}
 	s := &Service{
-		admit:        newAdmission(cfg.CreateConcurrency, cfg.CreateQueue),
-		store:        cfg.Store,
-		layers:       cfg.Layers,
-		runtimes:     map[string]runtime.Runtime{},
-		unavailable:  cfg.Unavailable,
-		agentPath:    cfg.AgentPath,
-		defaults:     cfg.Defaults,
-		log:          cfg.Logger,
-		locks:        map[string]*sync.Mutex{},
-		poolSize:     cfg.WarmPool,
-		prestartSize: cfg.Prestart,
-		archive:      cfg.Archive,
-		pool:         map[string][]string{},
-		activity:     map[string]time.Time{},
-		moving:       map[string]*counter{},
-		poolWake:     make(chan struct{}, 1),
-		net:          cfg.Network,
-		netPool:      cfg.NetworkPool,
-		checkpoints:  cfg.CheckpointDir,
+		admit:       newAdmission(cfg.CreateConcurrency, cfg.CreateQueue),
+		store:       cfg.Store,
+		layers:      cfg.Layers,
+		runtimes:    map[string]runtime.Runtime{},
+		unavailable: cfg.Unavailable,
+		agentPath:   cfg.AgentPath,
+		defaults:    cfg.Defaults,
+		log:         cfg.Logger,
+		locks:       map[string]*sync.Mutex{},
+		archive:     cfg.Archive,
+		activity:    map[string]time.Time{},
+		moving:      map[string]*counter{},
+		net:         cfg.Network,
+		netPool:     cfg.NetworkPool,
+		checkpoints: cfg.CheckpointDir,
 	}
 	for _, r := range cfg.Runtimes {
 		s.runtimes[r.Name()] = r
 	}
+	s.tmpls = templates.New(templates.Config{
+		Store: cfg.Store, Layers: cfg.Layers, Runtimes: s.runtimes,
+		Defaults: templates.Defaults{Runtime: cfg.Defaults.Runtime}, Sandboxes: s, Logger: cfg.Logger,
+	})
+	prestart := cfg.Prestart
+	if _, ok := s.runtimes[d.Runtime].(runtime.Preparer); !ok {
+		prestart = 0
+	}
+	s.pools = pools.New(pools.Config{
+		Store: cfg.Store, Templates: s.tmpls, Sandboxes: s,
+		DefaultTemplate: d.Template, WarmPool: cfg.WarmPool, Prestart: prestart, Logger: cfg.Logger,
+	})
 	s.metrics = metrics.New(metrics.Config{Source: meterSource{s}, Interval: cfg.MetricsInterval, Logger: cfg.Logger})
 	if s.runtimes[d.Runtime] == nil {
 		return nil, fmt.Errorf("default runtime %q is not available", d.Runtime)
@@ -213,26 +232,7 @@ func (s *Service) Run(ctx context.Context) {
 	}()
 	go func() {
 		defer wg.Done()
-		defer s.discardPrestarted(context.WithoutCancel(ctx))
-		defer s.discardPools(context.WithoutCancel(ctx))
-		for {
-			s.fillPool(ctx)
-			s.fillPrestarted(ctx)
-			select {
-			case <-ctx.Done():
-				return
-			case <-s.poolWake:
-				// Let the sandbox just handed out run its first commands
-				// before refilling: starting a sandbox briefly blocks
-				// fork on the whole host (cgroup migration).
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(refillDelay):
-				}
-			case <-time.After(5 * time.Second): // retry after failures
-			}
-		}
+		s.pools.Run(ctx)
 	}()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -395,12 +395,12 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	if req.Snapshot != "" && snap.TemplateVersion != "" {
 		v, err = s.store.TemplateVersion(ctx, snap.TemplateVersion)
 	} else if req.Snapshot == "" {
-		req.Template, v, err = s.resolve(ctx, req.Template)
+		req.Template, v, err = s.tmpls.Resolve(ctx, req.Template)
 	}
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	tmpl, err := s.stack(v)
+	tmpl, err := s.tmpls.Stack(v)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -409,7 +409,7 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 		return api.Sandbox{}, err
 	}
 	if req.Snapshot == "" {
-		if sb, ok := s.takePooled(context.WithoutCancel(ctx), poolKey(req.Template, v), req, policy); ok {
+		if sb, ok := s.takePooled(context.WithoutCancel(ctx), pools.Key(req.Template, v), req, policy); ok {
 			return sb, nil
 		}
 	}
@@ -590,7 +590,7 @@ func (s *Service) discard(ctx context.Context, sb store.Sandbox) {
 		s.log.Error("deleting sandbox record", "sandbox", sb.ID, "err", err)
 		return
 	}
-	s.release(ctx, sb.TemplateVersion)
+	s.tmpls.Release(ctx, sb.TemplateVersion)
 }
 
 // Get returns one sandbox.
@@ -748,7 +748,7 @@ func (s *Service) Start(ctx context.Context, id string) (api.Sandbox, error) {
 // restartLocked starts stopped sb over its files, through starting; if that
 // fails, it is stopped again. The caller holds its lock.
 func (s *Service) restartLocked(ctx context.Context, sb *store.Sandbox) error {
-	tmpl, err := s.sandboxStack(ctx, *sb)
+	tmpl, err := s.tmpls.SandboxStack(ctx, *sb)
 	if err != nil {
 		return err
 	}
@@ -816,7 +816,7 @@ func (s *Service) deleteLocked(ctx context.Context, sb store.Sandbox) error {
 	if err := s.removeRecord(ctx, sb.ID); err != nil {
 		return err
 	}
-	s.release(ctx, sb.TemplateVersion)
+	s.tmpls.Release(ctx, sb.TemplateVersion)
 	return nil
 }
 
@@ -907,7 +907,7 @@ func (s *Service) Recover(ctx context.Context) error {
 	for _, u := range uploads {
 		_ = os.Remove(u)
 	}
-	s.collectTemplates(ctx)
+	s.tmpls.Collect(ctx)
 	return nil
 }
 

@@ -3,12 +3,12 @@ package control
 import (
 	"context"
 	"fmt"
-	"github.com/atoll-dev/atoll/internal/lifecycle"
 	"slices"
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/lifecycle"
 	"github.com/atoll-dev/atoll/internal/store"
 )
 

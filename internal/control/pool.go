@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/atoll-dev/atoll/internal/lifecycle"
 	"net"
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/agent"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/lifecycle"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/store"
 	"github.com/atoll-dev/atoll/internal/tenant"
@@ -31,123 +31,8 @@ const statePooled = lifecycle.Pooled
 // pool must not slow the sandboxes being used.
 const poolWeight = 5
 
-// refillDelay is how long the pool waits after handing a sandbox out before it
-// starts a replacement.
-const refillDelay = 100 * time.Millisecond
-
-// Pools are kept per template version (poolKey): when a name moves to a new
-// version, the old version's pool is drained (drainPools) and the new one's
-// filled, while sandboxes already handed out keep their version.
-
-// poolTarget is how many pooled sandboxes of a version to keep, and the
-// name they are made under.
-type poolTarget struct {
-	name string
-	v    store.Template
-	n    int
-}
-
-// poolKey is the pool of sandboxes of version v: its ID, or the name of the
-// built-in template, which has no versions.
-func poolKey(name string, v store.Template) string {
-	if v.ID == "" {
-		return name
-	}
-	return v.ID
-}
-
-// poolTargets is how many pooled sandboxes each version should have: the
-// default template's current one --warm-pool, and the current version of
-// each name whose pool size says so.
-func (s *Service) poolTargets(ctx context.Context) map[string]poolTarget {
-	targets := map[string]poolTarget{}
-	if s.poolSize > 0 {
-		if name, v, err := s.resolve(ctx, s.defaults.Template); err == nil {
-			targets[poolKey(name, v)] = poolTarget{name, v, s.poolSize}
-		}
-	}
-	ts, err := s.store.ListTemplates(ctx)
-	if err != nil {
-		return targets
-	}
-	for _, t := range ts {
-		if n := t.Current.Config.PoolSize; n > 0 {
-			targets[poolKey(t.Name, t.Current)] = poolTarget{t.Name, t.Current, n}
-		}
-	}
-	return targets
-}
-
-// fillPool tops each version's pool up to its size, one sandbox at a time.
-func (s *Service) fillPool(ctx context.Context) {
-	for key, tg := range s.poolTargets(ctx) {
-		for ctx.Err() == nil {
-			s.poolMu.Lock()
-			short := len(s.pool[key]) < tg.n
-			s.poolMu.Unlock()
-			if !short {
-				break
-			}
-			id, err := s.createPooled(ctx, tg)
-			if err != nil {
-				s.log.Warn("filling warm pool", "template", tg.name, "err", err)
-				break
-			}
-			if s.poolTargets(ctx)[key].n == 0 {
-				// The name moved on while its sandbox started.
-				s.drainPools(ctx)
-				break
-			}
-			s.poolMu.Lock()
-			s.pool[key] = append(s.pool[key], id)
-			s.poolMu.Unlock()
-		}
-	}
-}
-
-// drainPools discards the pooled sandboxes of versions no pool wants any
-// more (their name moved to another version, or went), including any the
-// filler is just finishing; discarding them releases their versions.
-func (s *Service) drainPools(ctx context.Context) {
-	targets := s.poolTargets(ctx)
-	s.poolMu.Lock()
-	for key := range s.pool {
-		if targets[key].n == 0 {
-			delete(s.pool, key)
-		}
-	}
-	s.poolMu.Unlock()
-	sbs, err := s.store.List(ctx)
-	if err != nil {
-		return
-	}
-	for _, sb := range sbs {
-		if sb.State != statePooled || targets[poolKey(sb.Template, store.Template{ID: sb.TemplateVersion})].n > 0 {
-			continue
-		}
-		s.discardIf(ctx, sb.ID, statePooled)
-	}
-}
-
-// discardPools discards every pooled sandbox, as the server stops: unlike
-// the sandboxes handed out, nobody would come back for them.
-func (s *Service) discardPools(ctx context.Context) {
-	s.poolMu.Lock()
-	clear(s.pool)
-	s.poolMu.Unlock()
-	sbs, err := s.store.List(ctx)
-	if err != nil {
-		return
-	}
-	for _, sb := range sbs {
-		if sb.State == statePooled {
-			s.discardIf(ctx, sb.ID, statePooled)
-		}
-	}
-}
-
-// discardIf discards sandbox id if it is still in state.
-func (s *Service) discardIf(ctx context.Context, id, state string) {
+// DiscardIf discards sandbox id if it is still in state.
+func (s *Service) DiscardIf(ctx context.Context, id, state string) {
 	unlock := s.lock(id)
 	defer unlock()
 	if cur, err := s.store.Get(ctx, id); err == nil && cur.State == state {
@@ -155,16 +40,18 @@ func (s *Service) discardIf(ctx context.Context, id, state string) {
 	}
 }
 
-func (s *Service) createPooled(ctx context.Context, tg poolTarget) (string, error) {
+// StartPooled starts a sandbox of version v, made under name, for a warm
+// pool.
+func (s *Service) StartPooled(ctx context.Context, name string, v store.Template) (string, error) {
 	// Once begun, finish: a half-made sandbox is cleaned up only at restart.
 	ctx = context.WithoutCancel(ctx)
 	d := s.defaults
-	tmpl, err := s.stack(tg.v)
+	tmpl, err := s.tmpls.Stack(v)
 	if err != nil {
 		return "", err
 	}
 	sb := store.Sandbox{Sandbox: api.Sandbox{
-		ID: newID(), State: statePooled, Template: tg.name, TemplateVersion: tg.v.ID, Runtime: d.Runtime,
+		ID: newID(), State: statePooled, Template: name, TemplateVersion: v.ID, Runtime: d.Runtime,
 		CPU: d.CPU, MemoryMiB: d.MemoryMiB, DiskGiB: d.DiskGiB, PIDs: d.PIDs, CreatedAt: time.Now().UTC(),
 	}}
 	unlock := s.lock(sb.ID)
@@ -194,15 +81,10 @@ func (s *Service) takePooled(ctx context.Context, key string, req api.CreateSand
 		return api.Sandbox{}, false
 	}
 	for {
-		s.poolMu.Lock()
-		if len(s.pool[key]) == 0 {
-			s.poolMu.Unlock()
+		id, ok := s.pools.Take(key)
+		if !ok {
 			return api.Sandbox{}, false
 		}
-		id := s.pool[key][0]
-		s.pool[key] = s.pool[key][1:]
-		s.poolMu.Unlock()
-		s.wakePool()
 		sb, err := s.adoptPooled(ctx, id, req, policy)
 		if err == nil {
 			return sb, true
@@ -264,13 +146,6 @@ func (s *Service) adoptPooled(ctx context.Context, id string, req api.CreateSand
 		return fail(err)
 	}
 	return s.view(sb), nil
-}
-
-func (s *Service) wakePool() {
-	select {
-	case s.poolWake <- struct{}{}:
-	default:
-	}
 }
 
 func (s *Service) agentClient(sock string) *agent.Client {

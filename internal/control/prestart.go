@@ -3,13 +3,13 @@ package control
 import (
 	"context"
 	"errors"
-	"github.com/atoll-dev/atoll/internal/lifecycle"
-	"slices"
+	"fmt"
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/egress"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/lifecycle"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/store"
 )
@@ -24,29 +24,14 @@ import (
 // a restart discards the rows.
 const statePrestarted = lifecycle.Prestarted
 
-// fillPrestarted tops the prestarted sandboxes up to their target, one at a
-// time.
-func (s *Service) fillPrestarted(ctx context.Context) {
+// Prestart starts a sandbox process of the default runtime, not yet bound
+// to files, for the pools to hand out.
+func (s *Service) Prestart(ctx context.Context) (store.Sandbox, error) {
 	rt, ok := s.runtimes[s.defaults.Runtime].(runtime.Preparer)
 	if !ok {
-		return
+		return store.Sandbox{}, fmt.Errorf("%w: runtime %s cannot prestart sandboxes", errdefs.ErrUnavailable, s.defaults.Runtime)
 	}
-	for ctx.Err() == nil {
-		s.poolMu.Lock()
-		short := len(s.prestarted) < s.prestartSize
-		s.poolMu.Unlock()
-		if !short {
-			return
-		}
-		sb, err := s.createPrestarted(ctx, rt)
-		if err != nil {
-			s.log.Warn("prestarting a sandbox", "err", err)
-			return
-		}
-		s.poolMu.Lock()
-		s.prestarted = append(s.prestarted, sb)
-		s.poolMu.Unlock()
-	}
+	return s.createPrestarted(ctx, rt)
 }
 
 func (s *Service) createPrestarted(ctx context.Context, rt runtime.Preparer) (store.Sandbox, error) {
@@ -88,15 +73,11 @@ func (s *Service) createPrestarted(ctx context.Context, rt runtime.Preparer) (st
 // ID. It returns with sb locked.
 func (s *Service) newSandbox(ctx context.Context, sb *store.Sandbox) (unlock func(), err error) {
 	for {
-		s.poolMu.Lock()
-		if len(s.prestarted) == 0 || s.prestarted[0].Runtime != sb.Runtime {
-			s.poolMu.Unlock()
+		taken := s.pools.TakePrestarted(sb.Runtime)
+		if len(taken) == 0 {
 			break
 		}
-		pre := s.prestarted[0]
-		s.prestarted = s.prestarted[1:]
-		s.poolMu.Unlock()
-		s.wakePool()
+		pre := taken[0]
 		sb.ID, sb.Slot = pre.ID, pre.Slot
 		unlock := s.lock(sb.ID)
 		err := s.setState(ctx, sb, statePrestarted)
@@ -120,16 +101,13 @@ func (s *Service) newSandbox(ctx context.Context, sb *store.Sandbox) (unlock fun
 // newSandboxes records sbs as newSandbox does, those that take prestarted
 // sandboxes in one transaction.
 func (s *Service) newSandboxes(ctx context.Context, sbs []store.Sandbox) error {
-	s.poolMu.Lock()
-	n := 0
-	for n < len(sbs) && n < len(s.prestarted) && s.prestarted[n].Runtime == sbs[n].Runtime {
-		n++
+	runtimes := make([]string, len(sbs))
+	for i, sb := range sbs {
+		runtimes[i] = sb.Runtime
 	}
-	pre := slices.Clone(s.prestarted[:n])
-	s.prestarted = s.prestarted[n:]
-	s.poolMu.Unlock()
+	pre := s.pools.TakePrestarted(runtimes...)
+	n := len(pre)
 	if n > 0 {
-		s.wakePool()
 		adopt := make([]*store.Sandbox, n)
 		for i := range pre {
 			sbs[i].ID, sbs[i].Slot = pre[i].ID, pre[i].Slot
@@ -138,7 +116,7 @@ func (s *Service) newSandboxes(ctx context.Context, sbs []store.Sandbox) error {
 		if err := s.setStates(ctx, adopt, statePrestarted); err != nil {
 			// One went meanwhile: give up these and record anew.
 			for i := range pre {
-				s.discardIf(ctx, pre[i].ID, statePrestarted)
+				s.DiscardIf(ctx, pre[i].ID, statePrestarted)
 				sbs[i].ID = ""
 			}
 			n = 0
@@ -155,18 +133,6 @@ func (s *Service) newSandboxes(ctx context.Context, sbs []store.Sandbox) error {
 		unlock()
 	}
 	return nil
-}
-
-// discardPrestarted removes the prestarted sandboxes, whose processes end
-// with the server anyway.
-func (s *Service) discardPrestarted(ctx context.Context) {
-	s.poolMu.Lock()
-	pre := s.prestarted
-	s.prestarted = nil
-	s.poolMu.Unlock()
-	for _, sb := range pre {
-		s.discardIf(ctx, sb.ID, statePrestarted)
-	}
 }
 
 // idMap is the host uid range of the sandbox in slot.

@@ -52,7 +52,7 @@ func (s *Service) Shelve(ctx context.Context, id string) (api.Sandbox, error) {
 // says shelved until the sandbox runs, so a failure or a crash in between
 // leaves it shelved, resumable again.
 func (s *Service) bootShelvedLocked(ctx context.Context, sb *store.Sandbox) error {
-	tmpl, err := s.sandboxStack(ctx, *sb)
+	tmpl, err := s.tmpls.SandboxStack(ctx, *sb)
 	if err != nil {
 		return err
 	}

@@ -233,7 +233,7 @@ func (s *Service) DeleteSnapshot(ctx context.Context, id string) error {
 			s.log.Error("removing archived snapshot", "snapshot", id, "err", err)
 		}
 	}
-	s.release(ctx, sn.TemplateVersion)
+	s.tmpls.Release(ctx, sn.TemplateVersion)
 	return nil
 }
 
@@ -276,7 +276,7 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 		return nil, err
 	}
 	// Children have the parent's version, whatever its name points to now.
-	tmpl, err := s.sandboxStack(ctx, parent)
+	tmpl, err := s.tmpls.SandboxStack(ctx, parent)
 	if err != nil {
 		unlock()
 		return nil, err

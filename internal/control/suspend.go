@@ -124,7 +124,7 @@ func (s *Service) restoreLocked(ctx context.Context, sb *store.Sandbox) error {
 	if !s.checkpointComplete(sb.ID) {
 		return fmt.Errorf("%w: sandbox %s has no memory image to resume from", errdefs.ErrConflict, sb.ID)
 	}
-	tmpl, err := s.sandboxStack(ctx, *sb)
+	tmpl, err := s.tmpls.SandboxStack(ctx, *sb)
 	if err != nil {
 		return err
 	}
@@ -299,7 +299,7 @@ func (s *Service) recoverSuspend(ctx context.Context, sb store.Sandbox, rt runti
 	// runtime finished saving it after the node died.
 	s.waitImageWritten(sb.ID)
 	if cp, err := s.checkpointer(sb); err == nil {
-		if tmpl, err := s.sandboxStack(ctx, sb); err == nil {
+		if tmpl, err := s.tmpls.SandboxStack(ctx, sb); err == nil {
 			if err := s.restoreFrom(ctx, cp, &sb, tmpl, s.checkpointDir(sb.ID)); err == nil {
 				if err := s.setState(ctx, &sb, api.StateSuspending); err == nil {
 					s.log.Info("restored a sandbox whose suspend was cut short", "sandbox", sb.ID)

@@ -24,7 +24,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/tenant"
 )
 
-// Templates is the part of atoll's template service (control.Templates)
+// Templates is the part of atoll's template service (templates.Service)
 // E2B's template SDK uses: builds from steps, the files their COPY steps
 // upload, and names. Errors carry errdefs kinds.
 type Templates interface {

@@ -1,4 +1,4 @@
-package control
+package templates
 
 import (
 	"bufio"
@@ -71,15 +71,7 @@ func (s *Service) bootstrapTemplate(ctx context.Context, req api.BootstrapTempla
 	if err != nil {
 		return api.Template{}, fmt.Errorf("%w: debootstrap is not installed on the server (apt-get install debootstrap)", errdefs.ErrUnavailable)
 	}
-	s.tmplMu.Lock()
-	s.importing++
-	s.tmplMu.Unlock()
-	defer func() {
-		s.tmplMu.Lock()
-		s.importing--
-		s.tmplMu.Unlock()
-		s.collectLayers(context.WithoutCancel(ctx))
-	}()
+	defer s.beginImport(ctx)()
 
 	dir, err := s.layers.NewLayerDir()
 	if err != nil {
@@ -153,4 +145,12 @@ func (s *Service) bootstrapTemplate(ctx context.Context, req api.BootstrapTempla
 		CreatedAt: time.Now().UTC(),
 	}
 	return s.recordTemplate(ctx, t)
+}
+
+// truncate cuts s to n bytes, for an error message.
+func truncate(s string, n int) string {
+	if len(s) > n {
+		s = s[:n] + "…"
+	}
+	return s
 }

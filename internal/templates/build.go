@@ -1,20 +1,19 @@
-package control
+package templates
 
 import (
 	"bufio"
 	"compress/gzip"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/atoll-dev/atoll/internal/lifecycle"
 	"io"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
-	goruntime "runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,7 +32,6 @@ import (
 // key of everything it depends on (the base layers, the instructions before it
 // and the files it copies), and the key is the layer's ID: an unchanged
 // rebuild only finds layers.
-const stateBuilding = lifecycle.Building
 
 // buildState is the image being built, instruction by instruction.
 type buildState struct {
@@ -219,7 +217,7 @@ func (s *Service) buildStep(ctx context.Context, st *buildState, in dockerfile.I
 	if in.Flags["force"] != "" {
 		// A key no earlier build made: this step and every one after it
 		// (whose keys chain from it) miss the cache.
-		st.chain("FORCE", newID())
+		st.chain("FORCE", rand.Text())
 	}
 	if in.Cmd == "COPY" || in.Cmd == "ADD" {
 		if hash := in.Flags["files"]; hash != "" {
@@ -375,7 +373,7 @@ func (s *Service) buildFrom(ctx context.Context, st *buildState, ref string, ima
 	// that one.
 	t, ok := st.from[ref]
 	if !ok && !image {
-		if _, v, err := s.resolve(ctx, ref); err == nil && v.ID != "" {
+		if _, v, err := s.Resolve(ctx, ref); err == nil && v.ID != "" {
 			t, ok = v, true
 		}
 	}
@@ -426,24 +424,16 @@ func (s *Service) buildRun(ctx context.Context, st *buildState, user, cwd string
 	if st.base != layers.HostTemplate {
 		defer s.layers.RemoveImageTemplate("build-"+st.key[:12], st.layers)
 	}
-	sb := store.Sandbox{Sandbox: api.Sandbox{
-		ID: newID(), State: stateBuilding, Template: "", Runtime: s.defaults.Runtime,
-		CPU: float64(goruntime.NumCPU()), MemoryMiB: 4096, DiskGiB: 64, PIDs: 4096, CreatedAt: time.Now().UTC(),
-	}}
 	bctx := context.WithoutCancel(ctx)
-	unlock := s.lock(sb.ID)
-	defer unlock()
-	if err := s.record(bctx, &sb); err != nil {
-		return err
-	}
-	defer s.discard(bctx, sb)
 	tmpl.Env = st.envMap()
 	tmpl.User, tmpl.Workdir = "", "" // set per exec below
 	tmpl.Setuid = st.setuid
-	if err := s.startLocked(bctx, &sb, tmpl, stateBuilding, stateBuilding, 0); err != nil {
+	sb, err := s.sandboxes.StartScratch(bctx, tmpl)
+	if err != nil {
 		return err
 	}
-	c := s.agentClient(sb.Socket)
+	defer sb.Discard(bctx)
+	c := sb.Agent()
 	if cwd != "" {
 		if _, err := c.Exec(ctx, api.ExecRequest{Cmd: []string{"mkdir", "-p", cwd}}); err != nil {
 			return fmt.Errorf("making WORKDIR: %w", err)
@@ -483,14 +473,14 @@ func (s *Service) buildRun(ctx context.Context, st *buildState, user, cwd string
 	if code != 0 {
 		return fmt.Errorf("%w: the command exited with %d", errdefs.ErrInvalid, code)
 	}
-	if err := s.runtimes[sb.Runtime].Stop(bctx, sb.ID, instance(sb)); err != nil {
+	if err := sb.Stop(bctx); err != nil {
 		return err
 	}
 	dir, err := s.layers.NewLayerDir()
 	if err != nil {
 		return err
 	}
-	if err := layers.CloneTree(filepath.Join(s.layers.WritableDir(sb.ID), "upper"), dir); err != nil {
+	if err := layers.CloneTree(filepath.Join(s.layers.WritableDir(sb.ID()), "upper"), dir); err != nil {
 		os.RemoveAll(dir)
 		return err
 	}

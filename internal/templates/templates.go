@@ -1,4 +1,4 @@
-package control
+package templates
 
 import (
 	"context"
@@ -35,15 +35,7 @@ func (s *Service) importTemplate(ctx context.Context, req api.ImportTemplateRequ
 	if (req.Ref == "") == (archive == nil) {
 		return api.Template{}, fmt.Errorf("%w: give an image reference or an archive", errdefs.ErrInvalid)
 	}
-	s.tmplMu.Lock()
-	s.importing++
-	s.tmplMu.Unlock()
-	defer func() {
-		s.tmplMu.Lock()
-		s.importing--
-		s.tmplMu.Unlock()
-		s.collectLayers(context.WithoutCancel(ctx))
-	}()
+	defer s.beginImport(ctx)()
 
 	src := layers.ImportSource{Ref: req.Ref, Username: req.Username, Password: req.Password, Insecure: req.Insecure}
 	source := req.Ref
@@ -99,10 +91,10 @@ func (s *Service) recordTemplate(ctx context.Context, t store.Template) (api.Tem
 	}
 	if prev != v.ID {
 		s.log.Info("template moved to a new version", "template", v.Name, "version", v.ID, "number", v.Number, "previous", prev)
-		s.drainPools(ctx)
-		s.collectTemplates(ctx, prev)
+		s.sandboxes.DrainPools(ctx)
+		s.Collect(ctx, prev)
 	}
-	s.wakePool()
+	s.sandboxes.WakePools()
 	return apiTemplate(t.Name, v, 0), nil
 }
 
@@ -246,8 +238,8 @@ func (s *Service) deleteTemplate(ctx context.Context, name string) (api.Template
 	if err != nil {
 		return api.TemplateRemoved{}, err
 	}
-	s.drainPools(ctx)
-	s.collectTemplates(ctx, cur.ID)
+	s.sandboxes.DrainPools(ctx)
+	s.Collect(ctx, cur.ID)
 	all, err := s.store.ListTemplateVersions(ctx)
 	if err != nil {
 		return api.TemplateRemoved{}, err
@@ -265,17 +257,17 @@ func (s *Service) deleteTemplate(ctx context.Context, name string) (api.Template
 	return out, nil
 }
 
-// release collects version id if nothing holds it any more: the sandbox or
+// Release collects version id if nothing holds it any more: the sandbox or
 // snapshot that held it has gone.
-func (s *Service) release(ctx context.Context, id string) {
+func (s *Service) Release(ctx context.Context, id string) {
 	if id != "" {
-		s.collectTemplates(ctx, id)
+		s.Collect(ctx, id)
 	}
 }
 
-// collectTemplates deletes the versions (among ids, or all) that nothing
+// Collect deletes the versions (among ids, or all) that nothing
 // holds, then the files no version needs.
-func (s *Service) collectTemplates(ctx context.Context, ids ...string) {
+func (s *Service) Collect(ctx context.Context, ids ...string) {
 	if len(ids) == 1 && ids[0] == "" {
 		return
 	}
@@ -336,10 +328,10 @@ func (s *Service) collectLayers(ctx context.Context) {
 	}
 }
 
-// resolve finds the version a create names: NAME is the current version of
+// Resolve finds the version a create names: NAME is the current version of
 // template NAME, NAME@N its version number N and NAME@ID the version ID.
 // The built-in template has no versions (the zero Template).
-func (s *Service) resolve(ctx context.Context, ref string) (name string, v store.Template, err error) {
+func (s *Service) Resolve(ctx context.Context, ref string) (name string, v store.Template, err error) {
 	name, ver, versioned := strings.Cut(ref, "@")
 	if name == layers.HostTemplate {
 		if versioned {
@@ -370,8 +362,8 @@ func (s *Service) resolve(ctx context.Context, ref string) (name string, v store
 	return name, v, nil
 }
 
-// stack is the layer stack and settings of sandboxes of version v.
-func (s *Service) stack(v store.Template) (layers.Template, error) {
+// Stack is the layer stack and settings of sandboxes of version v.
+func (s *Service) Stack(v store.Template) (layers.Template, error) {
 	if v.ID == "" {
 		return s.layers.Template(layers.HostTemplate)
 	}
@@ -397,9 +389,9 @@ func (s *Service) stack(v store.Template) (layers.Template, error) {
 	return lt, nil
 }
 
-// sandboxStack is the layer stack of sb: of the version it was made from,
+// SandboxStack is the layer stack of sb: of the version it was made from,
 // whatever its template's name points to now.
-func (s *Service) sandboxStack(ctx context.Context, sb store.Sandbox) (layers.Template, error) {
+func (s *Service) SandboxStack(ctx context.Context, sb store.Sandbox) (layers.Template, error) {
 	if sb.TemplateVersion == "" {
 		return s.layers.Template(layers.HostTemplate)
 	}
@@ -407,7 +399,7 @@ func (s *Service) sandboxStack(ctx context.Context, sb store.Sandbox) (layers.Te
 	if err != nil {
 		return layers.Template{}, err
 	}
-	return s.stack(v)
+	return s.Stack(v)
 }
 
 func (s *Service) hostTemplate(users int) api.Template {
@@ -432,58 +424,52 @@ func apiVersion(v store.Template, current bool, use store.VersionUse) api.Templa
 		Layers: v.Layers, Size: v.Size, Sandboxes: use.Sandboxes, Snapshots: use.Snapshots, CreatedAt: v.CreatedAt}
 }
 
-// Templates is the template side of a Service, for the API.
-type Templates struct{ s *Service }
-
-// Templates returns the Service's template operations.
-func (s *Service) Templates() Templates { return Templates{s} }
-
 // Import imports an image into a template; see importTemplate.
-func (t Templates) Import(ctx context.Context, req api.ImportTemplateRequest, archive io.Reader, progress func(api.ImportEvent)) (api.Template, error) {
-	return t.s.importTemplate(ctx, req, archive, progress)
+func (s *Service) Import(ctx context.Context, req api.ImportTemplateRequest, archive io.Reader, progress func(api.ImportEvent)) (api.Template, error) {
+	return s.importTemplate(ctx, req, archive, progress)
 }
 
 // List returns every template.
-func (t Templates) List(ctx context.Context) ([]api.Template, error) { return t.s.listTemplates(ctx) }
+func (s *Service) List(ctx context.Context) ([]api.Template, error) { return s.listTemplates(ctx) }
 
 // Get returns one template.
-func (t Templates) Get(ctx context.Context, name string) (api.Template, error) {
-	return t.s.getTemplate(ctx, name)
+func (s *Service) Get(ctx context.Context, name string) (api.Template, error) {
+	return s.getTemplate(ctx, name)
 }
 
 // Build builds a template from a Dockerfile; see buildTemplate.
-func (t Templates) Build(ctx context.Context, name, dockerfile string, buildArgs map[string]string, buildContext io.Reader, events func(api.BuildEvent)) (api.Template, error) {
-	return t.s.buildTemplate(ctx, name, dockerfile, buildArgs, buildContext, events)
+func (s *Service) Build(ctx context.Context, name, dockerfile string, buildArgs map[string]string, buildContext io.Reader, events func(api.BuildEvent)) (api.Template, error) {
+	return s.buildTemplate(ctx, name, dockerfile, buildArgs, buildContext, events)
 }
 
 // BuildSteps builds a template from instructions given as data; see
 // buildSteps.
-func (t Templates) BuildSteps(ctx context.Context, name string, ins []dockerfile.Instruction, events func(api.BuildEvent)) (api.Template, error) {
-	return t.s.buildSteps(ctx, name, ins, events)
+func (s *Service) BuildSteps(ctx context.Context, name string, ins []dockerfile.Instruction, events func(api.BuildEvent)) (api.Template, error) {
+	return s.buildSteps(ctx, name, ins, events)
 }
 
 // AddBuildFiles stores the files of a COPY step of BuildSteps; see
 // addBuildFiles.
-func (t Templates) AddBuildFiles(ctx context.Context, hash string, r io.Reader) error {
-	return t.s.addBuildFiles(ctx, hash, r)
+func (s *Service) AddBuildFiles(ctx context.Context, hash string, r io.Reader) error {
+	return s.addBuildFiles(ctx, hash, r)
 }
 
 // HasBuildFiles reports whether the build files hash are stored.
-func (t Templates) HasBuildFiles(hash string) bool { return t.s.hasBuildFiles(hash) }
+func (s *Service) HasBuildFiles(hash string) bool { return s.hasBuildFiles(hash) }
 
 // Bootstrap makes a base template with debootstrap; see bootstrapTemplate.
-func (t Templates) Bootstrap(ctx context.Context, req api.BootstrapTemplateRequest, events func(api.BuildEvent)) (api.Template, error) {
-	return t.s.bootstrapTemplate(ctx, req, events)
+func (s *Service) Bootstrap(ctx context.Context, req api.BootstrapTemplateRequest, events func(api.BuildEvent)) (api.Template, error) {
+	return s.bootstrapTemplate(ctx, req, events)
 }
 
 // Tag gives a template a second name.
-func (t Templates) Tag(ctx context.Context, name, tag string) (api.Template, error) {
-	return t.s.tagTemplate(ctx, name, tag)
+func (s *Service) Tag(ctx context.Context, name, tag string) (api.Template, error) {
+	return s.tagTemplate(ctx, name, tag)
 }
 
 // Delete removes a template's name; see deleteTemplate.
-func (t Templates) Delete(ctx context.Context, name string) (api.TemplateRemoved, error) {
-	return t.s.deleteTemplate(ctx, name)
+func (s *Service) Delete(ctx context.Context, name string) (api.TemplateRemoved, error) {
+	return s.deleteTemplate(ctx, name)
 }
 
 // tagTemplate points the name tag at the version ref names (NAME or
@@ -496,7 +482,7 @@ func (s *Service) tagTemplate(ctx context.Context, ref, tag string) (api.Templat
 		return api.Template{}, fmt.Errorf("%w: the built-in template cannot be tagged", errdefs.ErrInvalid)
 	}
 	s.tmplMu.Lock()
-	_, v, err := s.resolve(ctx, ref)
+	_, v, err := s.Resolve(ctx, ref)
 	var prev string
 	if err == nil {
 		prev, err = s.store.PointTemplate(ctx, tag, v.ID)
@@ -506,9 +492,9 @@ func (s *Service) tagTemplate(ctx context.Context, ref, tag string) (api.Templat
 		return api.Template{}, err
 	}
 	if prev != v.ID {
-		s.drainPools(ctx)
-		s.collectTemplates(ctx, prev)
-		s.wakePool()
+		s.sandboxes.DrainPools(ctx)
+		s.Collect(ctx, prev)
+		s.sandboxes.WakePools()
 	}
 	return apiTemplate(tag, v, 0), nil
 }

@@ -1,0 +1,298 @@
+// Package pools keeps sandboxes started ahead of demand, so that a create
+// skips most of a cold start: warm pools of whole sandboxes per template
+// version, handed out to a create that matches, and prestarted sandbox
+// processes not yet bound to files, which a create the pools cannot serve,
+// a fork child or a create from a snapshot takes. It decides how many of
+// each to keep and which to hand out; the sandbox state machine makes,
+// adopts and discards them through the narrow Sandboxes interface.
+//
+// Pooled and prestarted sandboxes are store rows in states the API never
+// shows (lifecycle.Pooled, lifecycle.Prestarted), so that a crash can clean
+// them up and their slots stay reserved. They are the running server's: Run
+// discards them as it ends, and a start discards any a crash left.
+package pools
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/atoll-dev/atoll/internal/lifecycle"
+	"github.com/atoll-dev/atoll/internal/store"
+)
+
+// Sandboxes is what pools ask of the sandbox state machine.
+type Sandboxes interface {
+	// StartPooled starts a sandbox of version v, made under name, in state
+	// lifecycle.Pooled, and returns its ID.
+	StartPooled(ctx context.Context, name string, v store.Template) (string, error)
+	// Prestart starts a sandbox process in state lifecycle.Prestarted.
+	Prestart(ctx context.Context) (store.Sandbox, error)
+	// DiscardIf discards sandbox id if it is still in state.
+	DiscardIf(ctx context.Context, id, state string)
+}
+
+// Templates resolves the default template's name to its current version.
+type Templates interface {
+	Resolve(ctx context.Context, ref string) (name string, v store.Template, err error)
+}
+
+// Config configures a Service.
+type Config struct {
+	Store     store.Store
+	Templates Templates
+	Sandboxes Sandboxes
+	// DefaultTemplate keeps WarmPool sandboxes of its current version;
+	// other templates keep as many as their pool size says (LABEL
+	// atoll.pool in their Dockerfile). 0 keeps none.
+	DefaultTemplate string
+	WarmPool        int
+	// Prestart is how many sandbox processes to keep prestarted; 0 (also
+	// for a default runtime that cannot prestart) keeps none.
+	Prestart int
+	Logger   *slog.Logger
+}
+
+// refillDelay is how long the pools wait after handing a sandbox out before
+// they start a replacement.
+const refillDelay = 100 * time.Millisecond
+
+// Service keeps the pools.
+type Service struct {
+	store        store.Store
+	tmpls        Templates
+	sandboxes    Sandboxes
+	defaultTmpl  string
+	poolSize     int
+	prestartSize int
+	log          *slog.Logger
+	wake         chan struct{}
+
+	// mu guards warm and prestarted. It is a leaf: nothing else is locked
+	// while it is held, and no call leaves the package under it.
+	mu sync.Mutex
+	// warm holds the IDs of pooled sandboxes ready to hand out, by Key.
+	warm map[string][]string
+	// prestarted are the prestarted sandboxes ready to take, oldest first.
+	prestarted []store.Sandbox
+}
+
+// New returns a Service; Run fills it.
+func New(cfg Config) *Service {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Service{
+		store: cfg.Store, tmpls: cfg.Templates, sandboxes: cfg.Sandboxes, defaultTmpl: cfg.DefaultTemplate,
+		poolSize: cfg.WarmPool, prestartSize: cfg.Prestart, log: cfg.Logger,
+		wake: make(chan struct{}, 1), warm: map[string][]string{},
+	}
+}
+
+// Run keeps the pools filled until ctx ends, then discards what they hold.
+func (p *Service) Run(ctx context.Context) {
+	defer p.discardPrestarted(context.WithoutCancel(ctx))
+	defer p.discardPools(context.WithoutCancel(ctx))
+	for {
+		p.fillPool(ctx)
+		p.fillPrestarted(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.wake:
+			// Let the sandbox just handed out run its first commands
+			// before refilling: starting a sandbox briefly blocks fork on
+			// the whole host (cgroup migration).
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(refillDelay):
+			}
+		case <-time.After(5 * time.Second): // retry after failures
+		}
+	}
+}
+
+// Wake has Run refill the pools.
+func (p *Service) Wake() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Pools are kept per template version (Key): when a name moves to a new
+// version, the old version's pool is drained (Drain) and the new one's
+// filled, while sandboxes already handed out keep their version.
+
+// target is how many pooled sandboxes of a version to keep, and the name
+// they are made under.
+type target struct {
+	name string
+	v    store.Template
+	n    int
+}
+
+// Key is the pool of sandboxes of version v: its ID, or the name of the
+// built-in template, which has no versions.
+func Key(name string, v store.Template) string {
+	if v.ID == "" {
+		return name
+	}
+	return v.ID
+}
+
+// targets is how many pooled sandboxes each version should have: the
+// default template's current one --warm-pool, and the current version of
+// each name whose pool size says so.
+func (p *Service) targets(ctx context.Context) map[string]target {
+	targets := map[string]target{}
+	if p.poolSize > 0 {
+		if name, v, err := p.tmpls.Resolve(ctx, p.defaultTmpl); err == nil {
+			targets[Key(name, v)] = target{name, v, p.poolSize}
+		}
+	}
+	ts, err := p.store.ListTemplates(ctx)
+	if err != nil {
+		return targets
+	}
+	for _, t := range ts {
+		if n := t.Current.Config.PoolSize; n > 0 {
+			targets[Key(t.Name, t.Current)] = target{t.Name, t.Current, n}
+		}
+	}
+	return targets
+}
+
+// fillPool tops each version's pool up to its size, one sandbox at a time.
+func (p *Service) fillPool(ctx context.Context) {
+	for key, tg := range p.targets(ctx) {
+		for ctx.Err() == nil {
+			p.mu.Lock()
+			short := len(p.warm[key]) < tg.n
+			p.mu.Unlock()
+			if !short {
+				break
+			}
+			id, err := p.sandboxes.StartPooled(ctx, tg.name, tg.v)
+			if err != nil {
+				p.log.Warn("filling warm pool", "template", tg.name, "err", err)
+				break
+			}
+			if p.targets(ctx)[key].n == 0 {
+				// The name moved on while its sandbox started.
+				p.Drain(ctx)
+				break
+			}
+			p.mu.Lock()
+			p.warm[key] = append(p.warm[key], id)
+			p.mu.Unlock()
+		}
+	}
+}
+
+// Drain discards the pooled sandboxes of versions no pool wants any more
+// (their name moved to another version, or went), including any the filler
+// is just finishing; discarding them releases their versions.
+func (p *Service) Drain(ctx context.Context) {
+	targets := p.targets(ctx)
+	p.mu.Lock()
+	for key := range p.warm {
+		if targets[key].n == 0 {
+			delete(p.warm, key)
+		}
+	}
+	p.mu.Unlock()
+	p.discardPooledWhere(ctx, func(sb store.Sandbox) bool {
+		return targets[Key(sb.Template, store.Template{ID: sb.TemplateVersion})].n == 0
+	})
+}
+
+// discardPools discards every pooled sandbox, as the server stops: unlike
+// the sandboxes handed out, nobody would come back for them.
+func (p *Service) discardPools(ctx context.Context) {
+	p.mu.Lock()
+	clear(p.warm)
+	p.mu.Unlock()
+	p.discardPooledWhere(ctx, func(store.Sandbox) bool { return true })
+}
+
+// discardPooledWhere discards the pooled sandboxes for which drop is true.
+func (p *Service) discardPooledWhere(ctx context.Context, drop func(store.Sandbox) bool) {
+	sbs, err := p.store.List(ctx)
+	if err != nil {
+		return
+	}
+	for _, sb := range sbs {
+		if sb.State == lifecycle.Pooled && drop(sb) {
+			p.sandboxes.DiscardIf(ctx, sb.ID, lifecycle.Pooled)
+		}
+	}
+}
+
+// Take hands out the ID of a pooled sandbox of pool key, if there is one,
+// and has the pool refilled.
+func (p *Service) Take(key string) (string, bool) {
+	p.mu.Lock()
+	if len(p.warm[key]) == 0 {
+		p.mu.Unlock()
+		return "", false
+	}
+	id := p.warm[key][0]
+	p.warm[key] = p.warm[key][1:]
+	p.mu.Unlock()
+	p.Wake()
+	return id, true
+}
+
+// fillPrestarted tops the prestarted sandboxes up to their target, one at
+// a time.
+func (p *Service) fillPrestarted(ctx context.Context) {
+	for ctx.Err() == nil {
+		p.mu.Lock()
+		short := len(p.prestarted) < p.prestartSize
+		p.mu.Unlock()
+		if !short {
+			return
+		}
+		sb, err := p.sandboxes.Prestart(ctx)
+		if err != nil {
+			p.log.Warn("prestarting a sandbox", "err", err)
+			return
+		}
+		p.mu.Lock()
+		p.prestarted = append(p.prestarted, sb)
+		p.mu.Unlock()
+	}
+}
+
+// TakePrestarted hands out prestarted sandboxes for sandboxes of runtimes,
+// in order, as long as the oldest prestarted ones are of those runtimes:
+// at most len(runtimes), maybe none.
+func (p *Service) TakePrestarted(runtimes ...string) []store.Sandbox {
+	p.mu.Lock()
+	n := 0
+	for n < len(runtimes) && n < len(p.prestarted) && p.prestarted[n].Runtime == runtimes[n] {
+		n++
+	}
+	pre := append([]store.Sandbox(nil), p.prestarted[:n]...)
+	p.prestarted = p.prestarted[n:]
+	p.mu.Unlock()
+	if n > 0 {
+		p.Wake()
+	}
+	return pre
+}
+
+// discardPrestarted removes the prestarted sandboxes, whose processes end
+// with the server anyway.
+func (p *Service) discardPrestarted(ctx context.Context) {
+	p.mu.Lock()
+	pre := p.prestarted
+	p.prestarted = nil
+	p.mu.Unlock()
+	for _, sb := range pre {
+		p.sandboxes.DiscardIf(ctx, sb.ID, lifecycle.Prestarted)
+	}
+}

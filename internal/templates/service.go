@@ -1,0 +1,82 @@
+// Package templates keeps atoll's templates: names pointing to immutable
+// versions of layer stacks, imported from OCI registries and archives,
+// built from Dockerfiles (each RUN step in a scratch sandbox the sandbox
+// state machine starts for it, through the narrow Sandboxes interface),
+// bootstrapped with debootstrap, tagged, resolved for creates and collected
+// once nothing holds them.
+package templates
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+
+	"github.com/atoll-dev/atoll/internal/agent"
+	"github.com/atoll-dev/atoll/internal/layers"
+	"github.com/atoll-dev/atoll/internal/runtime"
+	"github.com/atoll-dev/atoll/internal/store"
+)
+
+// Sandboxes is what templates ask of the sandbox state machine.
+type Sandboxes interface {
+	// StartScratch starts a sandbox over tmpl that the API never shows
+	// (lifecycle.Building), for a build step; the caller must Discard it.
+	StartScratch(ctx context.Context, tmpl layers.Template) (Scratch, error)
+	// DrainPools discards the warm-pool sandboxes of versions no template
+	// name pools any more; WakePools has the pools refilled.
+	DrainPools(ctx context.Context)
+	WakePools()
+}
+
+// Scratch is a running scratch sandbox.
+type Scratch interface {
+	// ID is its ID, which names its writable layer.
+	ID() string
+	// Agent is a client of its agent.
+	Agent() *agent.Client
+	// Stop ends its processes and keeps its files.
+	Stop(ctx context.Context) error
+	// Discard removes every trace of it.
+	Discard(ctx context.Context)
+}
+
+// Defaults are the node's default runtime, whose scratch sandboxes build
+// and whose layer images a template prepares.
+type Defaults struct {
+	Runtime string
+}
+
+// Config configures a Service.
+type Config struct {
+	Store     store.Store
+	Layers    *layers.Store
+	Runtimes  map[string]runtime.Runtime
+	Defaults  Defaults
+	Sandboxes Sandboxes
+	Logger    *slog.Logger
+}
+
+// Service keeps templates.
+type Service struct {
+	store     store.Store
+	layers    *layers.Store
+	runtimes  map[string]runtime.Runtime
+	defaults  Defaults
+	sandboxes Sandboxes
+	log       *slog.Logger
+
+	// tmplMu serialises recording and deleting templates with the layer
+	// collector; importing counts imports in flight, which hold layers no
+	// template refers to yet. Callers may hold a sandbox's lock when they
+	// take it, never the other way round.
+	tmplMu    sync.Mutex
+	importing int
+}
+
+// New returns a Service.
+func New(cfg Config) *Service {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Service{store: cfg.Store, layers: cfg.Layers, runtimes: cfg.Runtimes, defaults: cfg.Defaults, sandboxes: cfg.Sandboxes, log: cfg.Logger}
+}
