@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -113,14 +112,14 @@ directory (--data).`,
 // client returns a client of the server the flags, environment or data
 // directory name.
 func (g *globals) client() (*atoll.Client, error) {
-	url, err := setting(g.url, "ATOLL_URL", filepath.Join(g.data, "url"))
+	url, err := setting(g.url, "ATOLL_URL", dataDir(g.data).URL())
 	if err != nil {
 		return nil, err
 	}
 	if url == "" {
-		return nil, errors.New("no server: set --url or ATOLL_URL, or run \"atoll serve\" (which writes " + filepath.Join(g.data, "url") + ")")
+		return nil, errors.New("no server: set --url or ATOLL_URL, or run \"atoll serve\" (which writes " + dataDir(g.data).URL() + ")")
 	}
-	key, err := setting(g.apiKey, "ATOLL_API_KEY", filepath.Join(g.data, "api-key"))
+	key, err := setting(g.apiKey, "ATOLL_API_KEY", dataDir(g.data).APIKey())
 	if err != nil {
 		return nil, err
 	}

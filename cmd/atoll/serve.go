@@ -217,6 +217,8 @@ func startNetwork(cfg serveConfig, log *slog.Logger) (*network.Manager, error) {
 	return m, nil
 }
 
+// serve runs the server: it builds its parts in named steps, each over the
+// parts the steps before it made, then serves until ctx ends.
 func serve(ctx context.Context, cfg serveConfig) error {
 	if os.Geteuid() != 0 {
 		return errors.New("atoll serve needs root: sandboxes are made of namespaces, cgroups and mounts (try: sudo atoll serve)")
@@ -225,247 +227,348 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if cfg.debug {
 		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	data, err := filepath.Abs(cfg.data)
-	if err != nil {
-		return err
+	s := &serving{cfg: cfg, log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))}
+	defer s.close()
+	for _, step := range []func(context.Context) error{
+		s.openData,
+		s.openStores,
+		s.installAgent,
+		s.startRuntimes,
+		s.startNetwork,
+		s.startControl,
+		s.startPortProxy,
+		s.buildHandler,
+		s.listen,
+	} {
+		if err := step(ctx); err != nil {
+			return err
+		}
 	}
-	// 0711: sandboxes' unprivileged host uids traverse it to reach the agent
-	// binary and their mountpoints; nothing in it is listable or readable.
-	if err := os.MkdirAll(data, 0o711); err != nil {
-		return err
+	s.announce()
+	return s.run(ctx)
+}
+
+// serving is what serve's steps build.
+type serving struct {
+	cfg serveConfig
+	log *slog.Logger
+	dir dataDir
+	// closers undo steps, last first (close).
+	closers []func()
+
+	archive      blob.Store
+	store        *sqlite.Store
+	keys         *auth.Keys
+	key, keyPath string // the API key, if just made, and its file
+	layers       *layers.Store
+	agentPath    string
+	runtimes     []runtime.Runtime
+	unavailable  map[string]string
+	netm         *network.Manager
+	netPool      *network.Pool
+	svc          *control.Service
+	proxy        *portproxy.Proxy
+	proxyLn      net.Listener
+	handler      http.Handler
+	ln           net.Listener
+	url          string
+	tls          *http.Server // nil without --tls-listen
+	tlsLn        net.Listener
+}
+
+func (s *serving) onClose(f func()) { s.closers = append(s.closers, f) }
+
+func (s *serving) close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
 	}
-	if err := os.Chmod(data, 0o711); err != nil {
-		return err
-	}
-	if err := checkTraversable(data); err != nil {
-		return err
-	}
-	// The archive URL first: a wrong one fails before the layer image is made.
-	archiveURL := cfg.archive
+}
+
+// openData makes or checks the data directory.
+func (s *serving) openData(context.Context) (err error) {
+	s.dir, err = openDataDir(s.cfg.data)
+	return err
+}
+
+// openStores opens the archive store, the state store (making the first
+// API key if it has none) and the layer store. The archive URL first: a
+// wrong one fails before the layer image is made.
+func (s *serving) openStores(ctx context.Context) error {
+	archiveURL := s.cfg.archive
 	if archiveURL == "" {
-		archiveURL = "file://" + filepath.Join(data, "archive")
+		archiveURL = "file://" + s.dir.Archive()
 	}
 	bucket, err := blob.Open(ctx, archiveURL)
 	if err != nil {
 		return fmt.Errorf("--archive: %w", err)
 	}
-	defer bucket.Close()
-
-	st, err := sqlite.Open(filepath.Join(data, "atoll.db"))
+	s.archive = bucket
+	s.onClose(func() { bucket.Close() })
+	st, err := sqlite.Open(s.dir.Store())
 	if err != nil {
 		return fmt.Errorf("opening store: %w", err)
 	}
-	defer st.Close()
-	keys := auth.New(st)
-	key, keyPath, err := ensureAPIKey(ctx, keys, data)
-	if err != nil {
+	s.store = st
+	s.onClose(func() { st.Close() })
+	s.keys = auth.New(st)
+	if s.key, s.keyPath, err = ensureAPIKey(ctx, s.keys, s.dir); err != nil {
 		return err
 	}
-	ls, err := layers.Open(layers.Config{Dir: filepath.Join(data, "layers"), ImageSize: cfg.imageSize, DirtyLimit: cfg.dirty, Logger: log})
+	s.layers, err = layers.Open(layers.Config{Dir: s.dir.Layers(), ImageSize: s.cfg.imageSize, DirtyLimit: s.cfg.dirty, Logger: s.log})
 	if err != nil {
 		return fmt.Errorf("opening layer store: %w", err)
 	}
-	src, err := agentSource(cfg.agent)
+	return nil
+}
+
+// installAgent installs the agent binary sandboxes run as PID 1.
+func (s *serving) installAgent(context.Context) error {
+	src, err := agentSource(s.cfg.agent)
 	if err != nil {
 		return err
 	}
-	agentPath, err := control.InstallAgent(filepath.Join(data, "bin"), src)
-	if err != nil {
-		return err
-	}
+	s.agentPath, err = control.InstallAgent(s.dir.Bin(), src)
+	return err
+}
+
+// startRuntimes makes the runtimes this host can offer: ns always, gvisor
+// and vm where they work. Where a runtime does not, its constructor's error
+// is the reason clients see: the missing package, or the probe and what it
+// printed, for the operator to act on.
+func (s *serving) startRuntimes(context.Context) error {
 	// One set of template layer images for the ns and gvisor runtimes.
-	lw, err := lowers.New(filepath.Join(data, "lowers"), log)
+	lw, err := lowers.New(s.dir.Lowers(), s.log)
 	if err != nil {
 		return err
 	}
-	for _, old := range []string{filepath.Join(data, "run", "lowers"), filepath.Join(data, "run-gvisor", "lowers")} {
+	for _, old := range s.dir.OldLowers() {
 		_ = lowers.Discard(old) // where earlier versions kept them
 	}
-	nsrt, err := ns.New(ns.Config{RunRoot: filepath.Join(data, "run"), Lowers: lw, Logger: log})
+	nsrt, err := ns.New(ns.Config{RunRoot: s.dir.Run("ns"), Lowers: lw, Logger: s.log})
 	if err != nil {
 		return err
 	}
-	runtimes := []runtime.Runtime{nsrt}
-	unavailable := map[string]string{}
-	// gvisor is offered where runsc is installed and runs a probe sandbox.
-	// Where a runtime is not, its constructor's error is the reason
-	// clients see: the missing package, or the probe and what it printed,
-	// for the operator to act on.
-	if gv, err := gvisor.New(gvisor.Config{RunRoot: filepath.Join(data, "run-gvisor"),
-		PlatformCache: "/run/atoll/gvisor-platform", Lowers: lw, Logger: log}); err != nil {
-		log.Info("runtime gvisor not offered", "err", err)
-		unavailable["gvisor"] = err.Error()
-	} else {
-		runtimes = append(runtimes, gv)
-	}
-	netm, err := startNetwork(cfg, log)
-	if err != nil {
-		return err
-	}
-	// vm is offered where QEMU and a guest kernel are installed.
-	if vmrt, err := vm.New(vm.Config{RunRoot: filepath.Join(data, "run-vm"), AccelCache: "/run/atoll/vm-accel", Logger: log}); err != nil {
-		log.Info("runtime vm not offered", "err", err)
-		unavailable["vm"] = err.Error()
-	} else {
-		runtimes = append(runtimes, vmrt)
-	}
-	var netPool *network.Pool
-	if netm != nil {
-		defer netm.Close()
-		if cfg.netPool > 0 {
-			netPool = network.NewPool(netm, cfg.netPool)
+	s.runtimes = []runtime.Runtime{nsrt}
+	s.unavailable = map[string]string{}
+	offer := func(name string, rt runtime.Runtime, err error) {
+		if err != nil {
+			s.log.Info("runtime "+name+" not offered", "err", err)
+			s.unavailable[name] = err.Error()
+			return
 		}
+		s.runtimes = append(s.runtimes, rt)
 	}
+	// gvisor is offered where runsc is installed and runs a probe sandbox.
+	gv, err := gvisor.New(gvisor.Config{RunRoot: s.dir.Run("gvisor"),
+		PlatformCache: "/run/atoll/gvisor-platform", Lowers: lw, Logger: s.log})
+	offer("gvisor", gv, err)
+	// vm is offered where QEMU and a guest kernel are installed.
+	vmrt, err := vm.New(vm.Config{RunRoot: s.dir.Run("vm"), AccelCache: "/run/atoll/vm-accel", Logger: s.log})
+	offer("vm", vmrt, err)
+	return nil
+}
+
+// startNetwork gives sandboxes networks, unless --network says not to.
+func (s *serving) startNetwork(context.Context) error {
+	netm, err := startNetwork(s.cfg, s.log)
+	if err != nil || netm == nil {
+		return err
+	}
+	s.netm = netm
+	s.onClose(func() { netm.Close() })
+	if s.cfg.netPool > 0 {
+		s.netPool = network.NewPool(netm, s.cfg.netPool)
+	}
+	return nil
+}
+
+// startControl makes the sandbox state machine over the parts above and
+// reconciles it with what the host runs.
+func (s *serving) startControl(ctx context.Context) error {
+	cfg := s.cfg
 	svc, err := control.New(control.Config{
-		Store: st, Layers: ls, Runtimes: runtimes, Unavailable: unavailable, AgentPath: agentPath, Logger: log,
-		WarmPool: cfg.warmPool, Prestart: cfg.prestart, Archive: bucket,
+		Store: s.store, Layers: s.layers, Runtimes: s.runtimes, Unavailable: s.unavailable, AgentPath: s.agentPath, Logger: s.log,
+		WarmPool: cfg.warmPool, Prestart: cfg.prestart, Archive: s.archive,
 		CreateConcurrency: cfg.createConcurrency, CreateQueue: cfg.createQueue, MetricsInterval: cfg.metricsInterval,
-		Network: netm, NetworkPool: netPool, CheckpointDir: filepath.Join(data, "checkpoints"),
+		Network: s.netm, NetworkPool: s.netPool, CheckpointDir: s.dir.Checkpoints(),
 	})
 	if err != nil {
 		return err
 	}
+	s.svc = svc
 	if err := svc.Recover(ctx); err != nil {
 		return fmt.Errorf("recovering sandboxes: %w", err)
 	}
-	var proxy *portproxy.Proxy
-	var proxyLn net.Listener
-	if netm != nil && cfg.proxyListen != "" {
-		if proxyLn, err = net.Listen("tcp", cfg.proxyListen); err != nil {
-			return fmt.Errorf("--proxy-listen: %w", err)
-		}
-		defer proxyLn.Close()
-		key, err := portproxy.LoadKey(filepath.Join(data, "port-key"))
-		if err != nil {
-			return err
-		}
-		proxy, err = portproxy.New(portproxy.Config{
-			Sandboxes: svc, Key: key, Domain: cfg.proxyDomain,
-			URLPort: proxyLn.Addr().(*net.TCPAddr).Port, Logger: log,
-		})
-		if err != nil {
-			return err
-		}
+	return nil
+}
+
+// startPortProxy listens for sandbox port traffic (with networks and
+// --proxy-listen only).
+func (s *serving) startPortProxy(context.Context) error {
+	if s.netm == nil || s.cfg.proxyListen == "" {
+		return nil
 	}
-	scfg := server.Config{Sandboxes: svc, Templates: svc.Templates(), Runtimes: svc, Auth: keys, Keys: keys, Logger: log, Version: version}
-	if proxy != nil {
-		scfg.Ports = proxy
+	ln, err := net.Listen("tcp", s.cfg.proxyListen)
+	if err != nil {
+		return fmt.Errorf("--proxy-listen: %w", err)
+	}
+	s.proxyLn = ln
+	s.onClose(func() { ln.Close() })
+	key, err := portproxy.LoadKey(s.dir.PortKey())
+	if err != nil {
+		return err
+	}
+	s.proxy, err = portproxy.New(portproxy.Config{
+		Sandboxes: s.svc, Key: key, Domain: s.cfg.proxyDomain,
+		URLPort: ln.Addr().(*net.TCPAddr).Port, Logger: s.log,
+	})
+	return err
+}
+
+// buildHandler is the API: atoll's REST API, and E2B's beside it with
+// --e2b.
+func (s *serving) buildHandler(context.Context) error {
+	scfg := server.Config{Sandboxes: s.svc, Templates: s.svc.Templates(), Runtimes: s.svc, Auth: s.keys, Keys: s.keys, Logger: s.log, Version: version}
+	if s.proxy != nil {
+		scfg.Ports = s.proxy
 	}
 	srv, err := server.New(scfg)
 	if err != nil {
 		return err
 	}
-	handler := srv.Handler()
-	if cfg.e2b {
-		tokenKey, err := ensureSecret(filepath.Join(data, "e2b-token-key"))
-		if err != nil {
-			return err
-		}
-		ecfg := e2b.Config{Sandboxes: svc, Templates: svc.Templates(), Auth: keys, TokenKey: tokenKey, Logger: log}
-		if proxy != nil {
-			ecfg.Ports = proxy
-		}
-		e, err := e2b.New(ecfg)
-		if err != nil {
-			return err
-		}
-		defer e.Close()
-		handler = withE2B(handler, e)
+	s.handler = srv.Handler()
+	if !s.cfg.e2b {
+		return nil
 	}
-	ln, err := net.Listen("tcp", cfg.listen)
+	tokenKey, err := ensureSecret(s.dir.E2BTokenKey())
 	if err != nil {
 		return err
 	}
-	url := "http://" + ln.Addr().String()
-	if err := atomicfile.Write(filepath.Join(data, "url"), []byte(url+"\n"), 0o644); err != nil {
+	ecfg := e2b.Config{Sandboxes: s.svc, Templates: s.svc.Templates(), Auth: s.keys, TokenKey: tokenKey, Logger: s.log}
+	if s.proxy != nil {
+		ecfg.Ports = s.proxy
+	}
+	e, err := e2b.New(ecfg)
+	if err != nil {
 		return err
 	}
-	hs := server.NewHTTPServer(cfg.listen, handler)
-	var tlsLn net.Listener
-	var ts *http.Server
-	if cfg.tlsListen != "" {
-		ca, err := tlsca.Load(data)
-		if err != nil {
-			return err
-		}
-		if tlsLn, err = net.Listen("tcp", cfg.tlsListen); err != nil {
-			return fmt.Errorf("--tls-listen: %w", err)
-		}
-		defer tlsLn.Close()
-		_, port, _ := net.SplitHostPort(tlsLn.Addr().String())
-		if err := atomicfile.Write(filepath.Join(data, "tls-url"), []byte("https://localhost:"+port+"\n"), 0o644); err != nil {
-			return err
-		}
-		ts = server.NewHTTPServer(cfg.tlsListen, handler)
-		// HTTP/1.1 only, as on the plain listener: streams and websockets
-		// through the port proxy rely on it.
-		ts.TLSConfig = &tls.Config{GetCertificate: ca.GetCertificate, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}
-		ts.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
-	}
+	s.onClose(func() { e.Close() })
+	s.handler = withE2B(s.handler, e)
+	return nil
+}
 
-	fmt.Fprintf(cfg.out, "atoll %s listening on %s\n", version, url)
-	if key != "" {
-		fmt.Fprintf(cfg.out, "API key (shown once, saved in %s): %s\n", keyPath, key)
-	} else {
-		fmt.Fprintf(cfg.out, "API key in %s\n", keyPath)
+// listen opens the API's listeners, and writes their URLs for the local
+// CLI.
+func (s *serving) listen(context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.listen)
+	if err != nil {
+		return err
 	}
-	if proxy != nil {
-		fmt.Fprintf(cfg.out, "port proxy listening on %s for *.%s\n", proxyLn.Addr(), cfg.proxyDomain)
+	s.ln = ln
+	s.url = "http://" + ln.Addr().String()
+	if err := atomicfile.Write(s.dir.URL(), []byte(s.url+"\n"), 0o644); err != nil {
+		return err
+	}
+	if s.cfg.tlsListen == "" {
+		return nil
+	}
+	ca, err := tlsca.Load(s.dir.CA())
+	if err != nil {
+		return err
+	}
+	tlsLn, err := net.Listen("tcp", s.cfg.tlsListen)
+	if err != nil {
+		return fmt.Errorf("--tls-listen: %w", err)
+	}
+	s.tlsLn = tlsLn
+	s.onClose(func() { tlsLn.Close() })
+	_, port, _ := net.SplitHostPort(tlsLn.Addr().String())
+	if err := atomicfile.Write(s.dir.TLSURL(), []byte("https://localhost:"+port+"\n"), 0o644); err != nil {
+		return err
+	}
+	ts := server.NewHTTPServer(s.cfg.tlsListen, s.handler)
+	// HTTP/1.1 only, as on the plain listener: streams and websockets
+	// through the port proxy rely on it.
+	ts.TLSConfig = &tls.Config{GetCertificate: ca.GetCertificate, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}
+	ts.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+	s.tls = ts
+	return nil
+}
+
+// announce tells the operator where the server is and how to reach it.
+func (s *serving) announce() {
+	out, url := s.cfg.out, s.url
+	fmt.Fprintf(out, "atoll %s listening on %s\n", version, url)
+	if s.key != "" {
+		fmt.Fprintf(out, "API key (shown once, saved in %s): %s\n", s.keyPath, s.key)
+	} else {
+		fmt.Fprintf(out, "API key in %s\n", s.keyPath)
+	}
+	if s.proxy != nil {
+		fmt.Fprintf(out, "port proxy listening on %s for *.%s\n", s.proxyLn.Addr(), s.cfg.proxyDomain)
 	}
 	tlsPort := ""
-	if ts != nil {
-		_, tlsPort, _ = net.SplitHostPort(tlsLn.Addr().String())
-		fmt.Fprintf(cfg.out, "HTTPS on %s (https://localhost:%s, https://*.localhost:%s) with certificates from the CA %s\n",
-			tlsLn.Addr(), tlsPort, tlsPort, filepath.Join(data, tlsca.CertFile))
+	if s.tls != nil {
+		_, tlsPort, _ = net.SplitHostPort(s.tlsLn.Addr().String())
+		fmt.Fprintf(out, "HTTPS on %s (https://localhost:%s, https://*.localhost:%s) with certificates from the CA %s\n",
+			s.tlsLn.Addr(), tlsPort, tlsPort, s.dir.CACert())
 	}
-	fmt.Fprintf(cfg.out, "Try: atoll exec $(atoll create) -- python3 -c 'print(1)'\n")
-	if cfg.e2b {
+	fmt.Fprintf(out, "Try: atoll exec $(atoll create) -- python3 -c 'print(1)'\n")
+	if s.cfg.e2b {
 		hosts := ""
 		if tlsPort != "" {
-			hosts = fmt.Sprintf(" E2B_DOMAIN=localhost:%s NODE_EXTRA_CA_CERTS=%s", tlsPort, filepath.Join(data, tlsca.CertFile))
+			hosts = fmt.Sprintf(" E2B_DOMAIN=localhost:%s NODE_EXTRA_CA_CERTS=%s", tlsPort, s.dir.CACert())
 		}
-		fmt.Fprintf(cfg.out, "E2B SDKs: E2B_API_URL=%s E2B_SANDBOX_URL=%s%s (docs/e2b.md)\n", url, url, hosts)
+		fmt.Fprintf(out, "E2B SDKs: E2B_API_URL=%s E2B_SANDBOX_URL=%s%s (docs/e2b.md)\n", url, url, hosts)
 	}
+}
 
+// run serves until ctx ends or a listener fails, with the background work
+// (the network's resolver and proxy, its pool, the state machine's loops)
+// running beside; then it drains the listeners, leaving sandboxes running
+// for the next start to re-adopt.
+func (s *serving) run(ctx context.Context) error {
+	log := s.log
 	var wg sync.WaitGroup
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if cfg.pprof != "" {
-		stopPprof, err := servePprof(cfg.pprof, log)
+	if s.cfg.pprof != "" {
+		stopPprof, err := servePprof(s.cfg.pprof, log)
 		if err != nil {
 			return err
 		}
 		defer stopPprof()
 	}
-	if netm != nil {
+	if s.netm != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := netm.Run(runCtx); err != nil {
+			if err := s.netm.Run(runCtx); err != nil {
 				log.Error("sandbox resolver and egress proxy stopped", "err", err)
 			}
 		}()
 	}
-	if netPool != nil {
+	if s.netPool != nil {
 		wg.Add(1)
-		go func() { defer wg.Done(); netPool.Run(runCtx) }()
+		go func() { defer wg.Done(); s.netPool.Run(runCtx) }()
 	}
 	wg.Add(1)
-	go func() { defer wg.Done(); svc.Run(runCtx) }()
+	go func() { defer wg.Done(); s.svc.Run(runCtx) }()
+	hs := server.NewHTTPServer(s.cfg.listen, s.handler)
 	errc := make(chan error, 3)
-	go func() { errc <- hs.Serve(ln) }()
-	if ts != nil {
-		go func() { errc <- ts.ServeTLS(tlsLn, "", "") }()
+	go func() { errc <- hs.Serve(s.ln) }()
+	if s.tls != nil {
+		go func() { errc <- s.tls.ServeTLS(s.tlsLn, "", "") }()
 	}
 	var ps *http.Server
-	if proxy != nil {
+	if s.proxy != nil {
 		// The proxy's requests stream for as long as sandboxes' servers
 		// answer (websockets, downloads): no write timeout.
-		ps = &http.Server{Handler: proxy, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ps = &http.Server{Handler: s.proxy, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 			MaxHeaderBytes: 4 * server.MaxHeaderBytes, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
-		go func() { errc <- ps.Serve(proxyLn) }()
+		go func() { errc <- ps.Serve(s.proxyLn) }()
 	}
+	var err error
 	select {
 	case err = <-errc:
 	case <-ctx.Done():
@@ -474,8 +577,8 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		if ps != nil {
 			ps.Shutdown(sctx)
 		}
-		if ts != nil {
-			ts.Shutdown(sctx)
+		if s.tls != nil {
+			s.tls.Shutdown(sctx)
 		}
 		err = hs.Shutdown(sctx)
 		scancel()
@@ -541,10 +644,11 @@ func agentSource(flag string) (string, error) {
 }
 
 // ensureAPIKey creates the first API key, the admin's, when the store has
-// none: the key is written 0600 to data/api-key for the local CLI and only
-// its hash is stored. It returns the key only when it was just created.
-func ensureAPIKey(ctx context.Context, keys *auth.Keys, data string) (key, path string, err error) {
-	path = filepath.Join(data, "api-key")
+// none: the key is written 0600 to the data directory's APIKey file for the
+// local CLI and only its hash is stored. It returns the key only when it
+// was just created.
+func ensureAPIKey(ctx context.Context, keys *auth.Keys, dir dataDir) (key, path string, err error) {
+	path = dir.APIKey()
 	key, err = keys.EnsureFirst(ctx, func(key string) error {
 		return atomicfile.Write(path, []byte(key+"\n"), 0o600)
 	})
