@@ -31,6 +31,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/e2b"
 	"github.com/atoll-dev/atoll/internal/layers"
 	"github.com/atoll-dev/atoll/internal/network"
+	"github.com/atoll-dev/atoll/internal/node"
 	"github.com/atoll-dev/atoll/internal/portproxy"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/runtime/gvisor"
@@ -232,9 +233,11 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	for _, step := range []func(context.Context) error{
 		s.openData,
 		s.openStores,
+		s.openLayers,
 		s.installAgent,
 		s.startRuntimes,
 		s.startNetwork,
+		s.assembleNode,
 		s.startControl,
 		s.startPortProxy,
 		s.buildHandler,
@@ -266,6 +269,7 @@ type serving struct {
 	unavailable  map[string]string
 	netm         *network.Manager
 	netPool      *network.Pool
+	node         *node.Node
 	svc          *control.Service
 	proxy        *portproxy.Proxy
 	proxyLn      net.Listener
@@ -290,9 +294,9 @@ func (s *serving) openData(context.Context) (err error) {
 	return err
 }
 
-// openStores opens the archive store, the state store (making the first
-// API key if it has none) and the layer store. The archive URL first: a
-// wrong one fails before the layer image is made.
+// openStores opens the archive store and the state store, making the
+// first API key if it has none. The archive URL first: a wrong one fails
+// before the layer image is made.
 func (s *serving) openStores(ctx context.Context) error {
 	archiveURL := s.cfg.archive
 	if archiveURL == "" {
@@ -314,6 +318,11 @@ func (s *serving) openStores(ctx context.Context) error {
 	if s.key, s.keyPath, err = ensureAPIKey(ctx, s.keys, s.dir); err != nil {
 		return err
 	}
+	return nil
+}
+
+// openLayers opens the node's layer store.
+func (s *serving) openLayers(context.Context) (err error) {
 	s.layers, err = layers.Open(layers.Config{Dir: s.dir.Layers(), ImageSize: s.cfg.imageSize, DirtyLimit: s.cfg.dirty, Logger: s.log})
 	if err != nil {
 		return fmt.Errorf("opening layer store: %w", err)
@@ -382,15 +391,24 @@ func (s *serving) startNetwork(context.Context) error {
 	return nil
 }
 
-// startControl makes the sandbox state machine over the parts above and
-// reconciles it with what the host runs.
+// assembleNode puts the parts that run sandboxes (the layer store, the
+// agent, the runtimes, the network) together as this machine's node.
+func (s *serving) assembleNode(context.Context) error {
+	s.node = node.New(node.Config{
+		Runtimes: s.runtimes, Unavailable: s.unavailable, Layers: s.layers, AgentPath: s.agentPath,
+		Network: s.netm, NetworkPool: s.netPool, CheckpointDir: s.dir.Checkpoints(),
+	})
+	return nil
+}
+
+// startControl makes the control plane, the sandbox state machine, over
+// the store and the node, and reconciles it with what the node runs.
 func (s *serving) startControl(ctx context.Context) error {
 	cfg := s.cfg
 	svc, err := control.New(control.Config{
-		Store: s.store, Layers: s.layers, Runtimes: s.runtimes, Unavailable: s.unavailable, AgentPath: s.agentPath, Logger: s.log,
+		Store: s.store, Node: s.node, Logger: s.log,
 		WarmPool: cfg.warmPool, Prestart: cfg.prestart, Archive: s.archive,
 		CreateConcurrency: cfg.createConcurrency, CreateQueue: cfg.createQueue, MetricsInterval: cfg.metricsInterval,
-		Network: s.netm, NetworkPool: s.netPool, CheckpointDir: s.dir.Checkpoints(),
 	})
 	if err != nil {
 		return err

@@ -30,6 +30,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/lifecycle"
 	"github.com/atoll-dev/atoll/internal/metrics"
 	"github.com/atoll-dev/atoll/internal/network"
+	"github.com/atoll-dev/atoll/internal/node"
 	"github.com/atoll-dev/atoll/internal/pools"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/store"
@@ -49,11 +50,14 @@ type Defaults struct {
 
 // Config configures a Service.
 type Config struct {
-	Store     store.Store
-	Layers    *layers.Store
-	Runtimes  []runtime.Runtime
-	AgentPath string // host path of the agent binary
-	Defaults  Defaults
+	Store store.Store
+	// Node runs the sandboxes: runtimes, layers, networks, the agent
+	// binary, memory images. A runtime the node knows but cannot offer is
+	// a clear 503 rather than an unknown runtime's 400; without a network
+	// sandboxes have loopback only and network policies are refused;
+	// without a checkpoint directory suspending is.
+	Node     *node.Node
+	Defaults Defaults
 	// WarmPool is how many default sandboxes to keep started ahead of
 	// demand; 0 disables the pool.
 	WarmPool int
@@ -68,17 +72,6 @@ type Config struct {
 	CreateQueue       int
 	// Archive is where archived sandboxes' files go; nil disables archiving.
 	Archive blob.Store
-	// Unavailable names runtimes this node knows but cannot offer, with
-	// why (for clients: no host paths), so that asking for one is a clear
-	// 503 rather than an unknown runtime's 400.
-	Unavailable map[string]string
-	// Network gives sandboxes networks, taken from NetworkPool if set; nil
-	// runs them with loopback only and refuses network policies.
-	Network     *network.Manager
-	NetworkPool *network.Pool
-	// CheckpointDir holds the memory images of suspended sandboxes (paused
-	// to disk); empty refuses suspending.
-	CheckpointDir string
 	// MetricsInterval is how often running sandboxes are sampled for
 	// their metrics; default metrics.DefaultInterval (5 s, E2B's).
 	MetricsInterval time.Duration
@@ -180,28 +173,27 @@ func New(cfg Config) (*Service, error) {
 	if cfg.CreateQueue <= 0 {
 		cfg.CreateQueue = defaultCreateQueue
 	}
+	n := cfg.Node
+	netm, netPool := n.Network()
 	s := &Service{
 		admit:       newAdmission(cfg.CreateConcurrency, cfg.CreateQueue),
 		store:       cfg.Store,
-		layers:      cfg.Layers,
-		runtimes:    map[string]runtime.Runtime{},
-		unavailable: cfg.Unavailable,
-		agentPath:   cfg.AgentPath,
+		layers:      n.Layers(),
+		runtimes:    n.Runtimes(),
+		unavailable: n.Unavailable(),
+		agentPath:   n.AgentPath(),
 		defaults:    cfg.Defaults,
 		log:         cfg.Logger,
 		locks:       map[string]*sync.Mutex{},
 		archive:     cfg.Archive,
 		activity:    map[string]time.Time{},
 		moving:      map[string]*counter{},
-		net:         cfg.Network,
-		netPool:     cfg.NetworkPool,
-		checkpoints: cfg.CheckpointDir,
-	}
-	for _, r := range cfg.Runtimes {
-		s.runtimes[r.Name()] = r
+		net:         netm,
+		netPool:     netPool,
+		checkpoints: n.CheckpointDir(),
 	}
 	s.tmpls = templates.New(templates.Config{
-		Store: cfg.Store, Layers: cfg.Layers, Runtimes: s.runtimes,
+		Store: cfg.Store, Layers: s.layers, Runtimes: s.runtimes,
 		Defaults: templates.Defaults{Runtime: cfg.Defaults.Runtime}, Sandboxes: s, Logger: cfg.Logger,
 	})
 	prestart := cfg.Prestart

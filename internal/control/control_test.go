@@ -7,6 +7,7 @@ import (
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/node"
 	"github.com/atoll-dev/atoll/internal/runtime"
 )
 
@@ -15,7 +16,7 @@ type nopRuntime struct{ runtime.Runtime }
 func (nopRuntime) Name() string { return "ns" }
 
 func TestValidate(t *testing.T) {
-	s, err := New(Config{Runtimes: []runtime.Runtime{nopRuntime{}}})
+	s, err := New(Config{Node: node.New(node.Config{Runtimes: []runtime.Runtime{nopRuntime{}}})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func TestValidate(t *testing.T) {
 // TestUnavailableRuntime checks that asking for a runtime the node knows
 // but cannot offer (runsc missing) is a 503 saying why, not an unknown one.
 func TestUnavailableRuntime(t *testing.T) {
-	s, err := New(Config{Runtimes: []runtime.Runtime{nopRuntime{}}, Unavailable: map[string]string{"gvisor": "runsc is not installed"}})
+	s, err := New(Config{Node: node.New(node.Config{Runtimes: []runtime.Runtime{nopRuntime{}}, Unavailable: map[string]string{"gvisor": "runsc is not installed"}})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/lifecycle"
+	"github.com/atoll-dev/atoll/internal/node"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/store"
 	"github.com/atoll-dev/atoll/internal/store/sqlite"
@@ -77,7 +78,7 @@ func TestSetStateRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	s, err := New(Config{Store: st, Runtimes: []runtime.Runtime{nopRuntime{}}})
+	s, err := New(Config{Store: st, Node: node.New(node.Config{Runtimes: []runtime.Runtime{nopRuntime{}}})})
 	if err != nil {
 		t.Fatal(err)
 	}
