@@ -63,7 +63,8 @@ type resumption struct {
 
 // resumes is how resume brings back each state it applies to; resume of a
 // sandbox in any other state is a conflict. Adding a kind of pause means a
-// row here, its case in Recover, and its state in docs/lifecycle.md.
+// row here, and its state, transitions and recovery in internal/lifecycle
+// (whose test then asks for docs/lifecycle.md to be regenerated).
 var resumes = map[string]resumption{
 	api.StatePaused:    {(*Service).thawLocked, true},
 	api.StateSuspended: {(*Service).restoreLocked, true},
