@@ -174,6 +174,9 @@ func New(cfg Config) (*Service, error) {
 		cfg.CreateQueue = defaultCreateQueue
 	}
 	n := cfg.Node
+	if n == nil {
+		return nil, errors.New("control: no node to run sandboxes on")
+	}
 	netm, netPool := n.Network()
 	s := &Service{
 		admit:       newAdmission(cfg.CreateConcurrency, cfg.CreateQueue),

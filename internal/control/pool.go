@@ -24,7 +24,9 @@ import (
 // and ready commands: such sandboxes start warm. Pooled sandboxes are in the
 // store (so a crash can clean them up) in a state the API never shows. They
 // are the running server's, like prestarted processes: a graceful stop
-// discards them (discardPools), and a start discards any a crash left.
+// discards them, and a start discards any a crash left. internal/pools
+// decides how many to keep and which to hand out; this file makes them
+// (StartPooled), adopts one for a create (adoptPooled) and discards them.
 const statePooled = lifecycle.Pooled
 
 // poolWeight is the CPU weight of a pooled sandbox (default 100): filling the

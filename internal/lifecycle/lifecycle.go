@@ -120,14 +120,14 @@ var Transitions = []Transition{
 	{api.StateShelved, api.StateRunning, "resume (booted over its files)"},
 	{api.StateShelved, api.StateError, "pause without memory failed"},
 
-	{api.StateRunning, api.StateStopping, "stop, timeout, auto-stop, init exited"},
-	{api.StatePaused, api.StateStopping, "stop, timeout, init exited"},
-	{api.StateSuspended, api.StateStopping, "stop"},
+	{api.StateRunning, api.StateStopping, "stop, timeout, auto-stop, init exited, restore"},
+	{api.StatePaused, api.StateStopping, "stop, timeout, init exited, restore"},
+	{api.StateSuspended, api.StateStopping, "stop, restore"},
 	{api.StateSuspending, api.StateStopping, "pause to disk failed, recovery"},
 	{api.StateStarting, api.StateStopping, "recovery"},
 	{api.StateStopping, api.StateStopped, "stop"},
 	{api.StateShelved, api.StateStopped, "stop"},
-	{api.StateStopped, api.StateStarting, "start"},
+	{api.StateStopped, api.StateStarting, "start, restore"},
 	{api.StateStarting, api.StateRunning, "start"},
 	{api.StateStarting, api.StateStopped, "start failed"},
 
