@@ -345,6 +345,10 @@ func TestBackground(t *testing.T) {
 			if err := e.c.Signal(ctx, p.PID, sig); err != nil {
 				t.Fatal(err)
 			}
+			// Killed means gone, reaped, when the answer comes.
+			if err := syscall.Kill(p.PID, 0); !errors.Is(err, syscall.ESRCH) {
+				t.Errorf("%s: kill -0 right after the answer: %v, want ESRCH", sig, err)
+			}
 			if _, exit := collect(t, s); exit.Signal != "SIGKILL" {
 				t.Errorf("%s: got %+v", sig, exit)
 			}
