@@ -27,7 +27,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/atoll-dev/atoll/internal/network"
+	"github.com/atoll-dev/atoll/internal/netns"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/runtime/cgroup"
 	"github.com/atoll-dev/atoll/internal/runtime/host"
@@ -446,7 +446,7 @@ func (r *Runtime) stageMounts(spec runtime.Spec, dir string, pid int) (nsinit.Co
 		if err := os.Mkdir(sys, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 			return cfg, err
 		}
-		err = network.InNetns(spec.Network.Netns, func() error {
+		err = netns.Run(spec.Network.Netns, func() error {
 			return unix.Mount("sysfs", sys, "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
 		})
 		if err != nil {
