@@ -19,6 +19,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/agent"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/runtime/cgroup"
+	"github.com/atoll-dev/atoll/internal/runtime/confine"
 	"github.com/atoll-dev/atoll/internal/runtime/host"
 )
 
@@ -33,12 +34,9 @@ func cgroupPath(id string) string { return cgroupParent + "/" + id }
 const memoryOverhead = 32 << 20
 
 // keptCapabilities are Docker's defaults, as the ns runtime keeps; runsc
-// drops CAP_NET_RAW on its own unless --net-raw.
-var keptCapabilities = []string{
-	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
-	"CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_NET_RAW",
-	"CAP_SYS_CHROOT", "CAP_MKNOD", "CAP_AUDIT_WRITE", "CAP_SETFCAP",
-}
+// drops CAP_NET_RAW on its own unless --net-raw. No masked paths: the
+// sentry's /proc and /sys are its own (see package confine).
+var keptCapabilities = confine.CapabilityNames()
 
 // ociSpec is the OCI config of sandbox spec, whose bundle is dir, whose root
 // is mounted at rootfs and whose agent socket directory is sock.

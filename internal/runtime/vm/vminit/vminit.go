@@ -38,7 +38,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/atoll-dev/atoll/internal/agent"
-	"github.com/atoll-dev/atoll/internal/runtime/ns/nsinit"
+	"github.com/atoll-dev/atoll/internal/runtime/confine"
 	"github.com/atoll-dev/atoll/internal/runtime/vm/channel"
 )
 
@@ -319,7 +319,7 @@ func setup() error {
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return fmt.Errorf("setting the hostname: %w", err)
 	}
-	if err := nsinit.SetupLoopback(); err != nil {
+	if err := confine.Loopback(); err != nil {
 		return err
 	}
 	if cfg.Net != nil {
@@ -383,7 +383,7 @@ func enterRoot() error {
 	if err := unix.Chdir("/"); err != nil {
 		return err
 	}
-	if err := nsinit.MaskPaths(); err != nil {
+	if err := confine.MaskPaths(); err != nil {
 		return err
 	}
 	// Docker's set less CAP_MKNOD, for what the agent starts: a device
@@ -394,7 +394,7 @@ func enterRoot() error {
 	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, unix.CAP_MKNOD, 0); e != 0 {
 		return fmt.Errorf("dropping CAP_MKNOD: %w", e)
 	}
-	return nsinit.DropCapabilities()
+	return confine.DropCapabilities()
 }
 
 // setupNet gives the guest's network device the sandbox's addresses and
@@ -700,7 +700,7 @@ func mountRoot(cfg Config, disks map[string]string) error {
 		return fmt.Errorf("mounting the overlay root: %w", err)
 	}
 	for _, b := range cfg.Binds {
-		dst, err := mountpoint("/newroot", b.Target, true)
+		dst, err := confine.Mountpoint("/newroot", b.Target, true)
 		if err != nil {
 			return err
 		}
@@ -709,7 +709,7 @@ func mountRoot(cfg Config, disks map[string]string) error {
 		}
 	}
 	const common = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
-	if _, err := mountpoint("/newroot", "/proc", true); err != nil {
+	if _, err := confine.Mountpoint("/newroot", "/proc", true); err != nil {
 		return err
 	}
 	mounts := []struct {
@@ -723,7 +723,7 @@ func mountRoot(cfg Config, disks map[string]string) error {
 		{"/dev/mqueue", "mqueue", "", common},
 	}
 	for _, m := range mounts {
-		dst, err := mountpoint("/newroot", m.target, true)
+		dst, err := confine.Mountpoint("/newroot", m.target, true)
 		if err != nil {
 			return err
 		}
@@ -751,20 +751,6 @@ func mountRoot(cfg Config, disks map[string]string) error {
 		}
 	}
 	return nil
-}
-
-// mountpoint returns root+target, made a directory if it is missing (in the
-// writable layer, as ns does). Paths come from the runtime, and no sandbox
-// process runs yet.
-func mountpoint(root, target string, dir bool) (string, error) {
-	p := filepath.Join(root, target)
-	if fi, err := os.Lstat(p); err == nil {
-		if fi.IsDir() != dir || fi.Mode()&os.ModeSymlink != 0 {
-			return "", fmt.Errorf("mountpoint %s has the wrong type", target)
-		}
-		return p, nil
-	}
-	return p, os.MkdirAll(p, 0o755)
 }
 
 // setupCgroup makes the cgroup the agent, and so every process it starts,
