@@ -14,6 +14,7 @@ import (
 	"gocloud.dev/gcerrors"
 
 	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/atomicfile"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/store"
 )
@@ -102,7 +103,7 @@ func (s *Service) writeObject(ctx context.Context, key string, pack func(io.Writ
 		return err
 	}
 	if f != nil {
-		return syncDir(filepath.Dir(f.Name()))
+		return atomicfile.SyncDir(filepath.Dir(f.Name()))
 	}
 	return nil
 }

@@ -39,6 +39,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/atoll-dev/atoll/internal/agent"
+	"github.com/atoll-dev/atoll/internal/agent/launch"
 	"github.com/atoll-dev/atoll/internal/netns"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/runtime/cgroup"
@@ -97,7 +98,7 @@ var (
 // dev/.atoll/) stay hidden under it.
 const (
 	agentDir    = "/dev/.atoll"
-	agentInside = agentDir + "/atoll-agent"
+	agentInside = agentDir + "/" + launch.Name
 	sockInside  = agentDir + "/sock"
 	sockName    = "agent.sock"
 )

@@ -16,7 +16,7 @@ import (
 	"github.com/containerd/cgroups/v3/cgroup2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/atoll-dev/atoll/internal/agent"
+	"github.com/atoll-dev/atoll/internal/agent/launch"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/runtime/cgroup"
 	"github.com/atoll-dev/atoll/internal/runtime/confine"
@@ -91,13 +91,13 @@ func (r *Runtime) ociSpec(spec runtime.Spec, dir, rootfs, sock string) (*specs.S
 			// argv[0] is what the sandbox sees as PID 1's command line; the
 			// sentry finds it on this PATH. The agent clears its environment
 			// before it starts anything.
-			Args: []string{"atoll-agent"},
+			Args: []string{launch.Name},
 			Env: []string{
 				"PATH=" + agentDir,
-				agent.EnvVar + "=" + string(agentEnv),
-				agent.UserVar + "=" + spec.User,
-				agent.CwdVar + "=" + spec.Workdir,
-				agent.ListenVar + "=" + sockInside + "/" + sockName,
+				launch.EnvVar + "=" + string(agentEnv),
+				launch.UserVar + "=" + spec.User,
+				launch.CwdVar + "=" + spec.Workdir,
+				launch.ListenVar + "=" + sockInside + "/" + sockName,
 			},
 			Cwd: "/",
 			Capabilities: &specs.LinuxCapabilities{

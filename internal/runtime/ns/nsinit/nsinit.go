@@ -1,5 +1,5 @@
 // Package nsinit sets a namespace sandbox up from the inside. The node starts
-// the agent binary as "atoll-agent init", already in its own user, mount, PID,
+// the agent binary as "atoll-agent init" (launch.Init), already in its own user, mount, PID,
 // UTS, IPC, network (or one the node made for it) and cgroup namespaces and
 // its cgroups; Setup waits for the
 // node to prepare id-mapped layers, builds the sandbox's mount namespace (overlay
@@ -21,18 +21,9 @@ import (
 	seccomp "github.com/elastic/go-seccomp-bpf"
 	"golang.org/x/sys/unix"
 
-	"github.com/atoll-dev/atoll/internal/agent"
+	"github.com/atoll-dev/atoll/internal/agent/launch"
 	"github.com/atoll-dev/atoll/internal/runtime/confine"
 	"github.com/atoll-dev/atoll/internal/runtime/overlay"
-)
-
-// Arg is the first argument that selects this stage in the agent binary.
-const Arg = "init"
-
-// The init stage's inherited descriptors.
-const (
-	ListenerFD = 3 // the agent's listening socket, kept across exec
-	ControlFD  = 4 // stream socket to the node: Config in, Status out
 )
 
 // Config is what the node sends the init stage once its mounts are ready.
@@ -80,7 +71,7 @@ type Status struct {
 // is about to serve: that tells the node the sandbox is up. On failure Setup
 // tells the node why and exits.
 func Setup() (ready func()) {
-	ctl := os.NewFile(ControlFD, "control")
+	ctl := os.NewFile(launch.ControlFD, "control")
 	if err := setup(ctl); err != nil {
 		json.NewEncoder(ctl).Encode(Status{Error: err.Error()})
 		os.Exit(1)
@@ -95,7 +86,7 @@ func setup(ctl *os.File) error {
 	// Only the listener and the control socket are meant to reach the
 	// sandbox; anything else the node let through must not pass to the
 	// processes the agent starts.
-	if err := unix.CloseRange(ControlFD+1, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+	if err := unix.CloseRange(launch.ControlFD+1, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return fmt.Errorf("marking descriptors close-on-exec: %w", err)
 	}
 	// What does not depend on the configuration is done before waiting for
@@ -155,7 +146,7 @@ func setup(ctl *os.File) error {
 		return fmt.Errorf("loading seccomp filter: %w", err)
 	}
 	// The agent reads its defaults from its environment, then clears it.
-	for k, v := range map[string]string{agent.EnvVar: cfg.AgentEnv, agent.UserVar: cfg.User, agent.CwdVar: cfg.Workdir} {
+	for k, v := range map[string]string{launch.EnvVar: cfg.AgentEnv, launch.UserVar: cfg.User, launch.CwdVar: cfg.Workdir} {
 		if err := os.Setenv(k, v); err != nil {
 			return err
 		}

@@ -38,14 +38,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/atoll-dev/atoll/internal/agent"
+	"github.com/atoll-dev/atoll/internal/agent/launch"
 	"github.com/atoll-dev/atoll/internal/runtime/confine"
 	"github.com/atoll-dev/atoll/internal/runtime/vm/channel"
-)
-
-// Args are the agent's arguments for the two stages.
-const (
-	InitArg  = "vm-init"  // from the initramfs, as the kernel starts it
-	AgentArg = "vm-agent" // re-executed inside the sandbox's root
 )
 
 // Paths inside the initramfs.
@@ -53,7 +48,7 @@ const (
 	ConfigPath  = "/config.json"
 	ModulesDir  = "/modules"
 	ModuleOrder = "/modules/order" // module file names, one a line, in load order
-	AgentPath   = "/atoll-agent"
+	AgentPath   = "/" + launch.Name
 	// PortName is the virtio-serial port the agent serves on.
 	PortName = "atoll"
 )
@@ -130,15 +125,6 @@ type Usage struct {
 	DiskBytes   int64 `json:"disk_bytes"`
 	DiskTotal   int64 `json:"disk_total_bytes"`
 }
-
-const configVar = "ATOLL_VM_CONFIG"
-
-// The agent's descriptors of the port and of its socket to the guest's
-// init.
-const (
-	portFD    = 3
-	controlFD = 4
-)
 
 // control is a request of the agent to the guest's init, one JSON line
 // answered by one: Limits to set, the clock to set, or (neither) a count
@@ -338,9 +324,9 @@ func setup() error {
 	// The agent runs in a PID namespace of its own, as the sandbox's PID
 	// 1: the sandbox sees its own processes, not the guest kernel's
 	// threads. This process stays the guest's init, waiting for it.
-	cmd := exec.Command(AgentPath, AgentArg)
-	cmd.Args[0] = "atoll-agent"
-	cmd.Env = []string{configVar + "=" + string(b)}
+	cmd := exec.Command(AgentPath, launch.VMAgent)
+	cmd.Args[0] = launch.Name
+	cmd.Env = []string{launch.VMConfigVar + "=" + string(b)}
 	// The cgroup stays with this process, out of the sandbox's sight (a
 	// directory descriptor of the agent's would be a way into it through
 	// /proc/1/fd); the agent asks over a socket for what it needs.
@@ -843,14 +829,14 @@ func AgentMain() {
 
 func serve(log *slog.Logger) error {
 	var cfg Config
-	if err := json.Unmarshal([]byte(os.Getenv(configVar)), &cfg); err != nil {
-		return fmt.Errorf("parsing %s: %w", configVar, err)
+	if err := json.Unmarshal([]byte(os.Getenv(launch.VMConfigVar)), &cfg); err != nil {
+		return fmt.Errorf("parsing %s: %w", launch.VMConfigVar, err)
 	}
 	os.Clearenv()
 	// Nothing the agent starts inherits the port or the cgroup.
-	syscall.CloseOnExec(portFD)
-	syscall.CloseOnExec(controlFD)
-	cf := os.NewFile(controlFD, "control")
+	syscall.CloseOnExec(launch.PortFD)
+	syscall.CloseOnExec(launch.ControlFD)
+	cf := os.NewFile(launch.ControlFD, "control")
 	ctl := &controller{enc: json.NewEncoder(cf), dec: json.NewDecoder(cf)}
 	if err := enterRoot(); err != nil {
 		return err
@@ -895,7 +881,7 @@ func serve(log *slog.Logger) error {
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
 	log.Info("atoll-agent serving", "pid", os.Getpid())
-	return srv.Serve(channel.Listen(os.NewFile(portFD, "port")))
+	return srv.Serve(channel.Listen(os.NewFile(launch.PortFD, "port")))
 }
 
 // putControl handles a PUT whose JSON body, at most limit bytes, becomes the
