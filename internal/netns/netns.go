@@ -35,31 +35,12 @@ func Run(path string, fn func() error) error {
 
 // RunFd is Run for a namespace already open as target.
 func RunFd(target int, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("opening own network namespace: %w", err)
-			return
-		}
-		defer unix.Close(orig)
+	return elsewhere(func() error {
 		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("joining network namespace: %w", err)
-			return
+			return fmt.Errorf("joining network namespace: %w", err)
 		}
-		ferr := fn()
-		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
-			// Leave the thread locked: the runtime ends it with this goroutine.
-			errc <- errors.Join(ferr, fmt.Errorf("returning to own network namespace: %w", err))
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
+		return nil
+	}, fn)
 }
 
 // Create makes a network namespace, owned by the caller's user namespace,
@@ -72,6 +53,33 @@ func Create(path string, setup func() error) error {
 		return fmt.Errorf("creating namespace file: %w", err)
 	}
 	f.Close()
+	err = elsewhere(func() error {
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("unsharing network namespace: %w", err)
+		}
+		return nil
+	}, func() error {
+		if err := unix.Mount("/proc/thread-self/ns/net", path, "none", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("mounting network namespace: %w", err)
+		}
+		if setup != nil {
+			return setup()
+		}
+		return nil
+	})
+	if err != nil {
+		Remove(path)
+		return err
+	}
+	return nil
+}
+
+// elsewhere runs fn on a goroutine locked to its thread after enter has
+// moved that thread into another network namespace, then moves the thread
+// back to the one it came from. If it cannot go back, the thread stays
+// locked, so that the Go runtime ends it with the goroutine instead of
+// reusing it.
+func elsewhere(enter, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -82,29 +90,20 @@ func Create(path string, setup func() error) error {
 			return
 		}
 		defer unix.Close(orig)
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		if err := enter(); err != nil {
 			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("unsharing network namespace: %w", err)
+			errc <- err
 			return
 		}
-		err = unix.Mount("/proc/thread-self/ns/net", path, "none", unix.MS_BIND, "")
-		if err != nil {
-			err = fmt.Errorf("mounting network namespace: %w", err)
-		} else if setup != nil {
-			err = setup()
-		}
-		if serr := unix.Setns(orig, unix.CLONE_NEWNET); serr != nil {
-			errc <- errors.Join(err, fmt.Errorf("returning to own network namespace: %w", serr))
+		ferr := fn()
+		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+			errc <- errors.Join(ferr, fmt.Errorf("returning to own network namespace: %w", err))
 			return
 		}
 		runtime.UnlockOSThread()
-		errc <- err
+		errc <- ferr
 	}()
-	if err := <-errc; err != nil {
-		Remove(path)
-		return err
-	}
-	return nil
+	return <-errc
 }
 
 // Remove unmounts and removes a namespace made by Create; a path that
