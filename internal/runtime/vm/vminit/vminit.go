@@ -334,7 +334,7 @@ func setup() error {
 	if err != nil {
 		return err
 	}
-	cmd.ExtraFiles = []*os.File{os.NewFile(uintptr(port), "port"), os.NewFile(uintptr(ctl[1]), "control")}
+	cmd.ExtraFiles = []*os.File{os.NewFile(uintptr(port), "port"), os.NewFile(uintptr(ctl[1]), "control")} // launch.PortFD and ControlFD
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, UseCgroupFD: true, CgroupFD: cg}
 	if err := cmd.Start(); err != nil {
