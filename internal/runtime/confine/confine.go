@@ -13,10 +13,8 @@
 package confine
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -93,103 +91,4 @@ func DropCapabilities() error {
 		return fmt.Errorf("capset: %w", e)
 	}
 	return nil
-}
-
-// MaskedPaths and ReadonlyPaths follow runc's defaults for Docker.
-var MaskedPaths = []string{
-	"/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-	"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
-	"/proc/interrupts", "/sys/firmware", "/sys/devices/virtual/powercap",
-}
-
-var ReadonlyPaths = []string{
-	"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
-}
-
-// MaskPaths hides MaskedPaths (an empty read-only tmpfs over a directory,
-// /dev/null over a file) and makes ReadonlyPaths read-only, in the calling
-// process's root; paths the kernel lacks are skipped.
-func MaskPaths() error {
-	for _, p := range MaskedPaths {
-		fi, err := os.Stat(p)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("masking %s: %w", p, err)
-		}
-		if fi.IsDir() {
-			err = unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0")
-		} else {
-			err = unix.Mount("/dev/null", p, "", unix.MS_BIND, "")
-		}
-		if err != nil {
-			return fmt.Errorf("masking %s: %w", p, err)
-		}
-	}
-	for _, p := range ReadonlyPaths {
-		if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return fmt.Errorf("binding %s: %w", p, err)
-		}
-		flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
-		if err := unix.Mount(p, p, "", flags, ""); err != nil {
-			return fmt.Errorf("read-only %s: %w", p, err)
-		}
-	}
-	return nil
-}
-
-// Loopback brings lo up in the calling thread's network namespace: a
-// sandbox's own namespace, or the vm's guest. In a namespace the node made,
-// lo is up already and the sandbox could not change it.
-func Loopback() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("loopback socket: %w", err)
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("loopback flags: %w", err)
-	}
-	if ifr.Uint16()&unix.IFF_UP != 0 {
-		return nil
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("loopback up: %w", err)
-	}
-	return nil
-}
-
-// Mountpoint returns root+target after making sure it exists as a directory
-// (dir) or a file. Template layers normally provide mount points; making one
-// here writes it into the sandbox's writable layer. Paths come from the
-// node, not from the sandbox, and the root is not yet visible to any sandbox
-// process, so plain path operations are safe here.
-func Mountpoint(root, target string, dir bool) (string, error) {
-	p := filepath.Join(root, target)
-	if fi, err := os.Lstat(p); err == nil {
-		if fi.IsDir() != dir || fi.Mode()&os.ModeSymlink != 0 {
-			return "", fmt.Errorf("mountpoint %s has the wrong type", target)
-		}
-		return p, nil
-	}
-	if dir {
-		return p, os.MkdirAll(p, 0o755)
-	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return "", err
-	}
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		return "", err
-	}
-	return p, f.Close()
 }

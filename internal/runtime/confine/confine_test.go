@@ -12,27 +12,6 @@ import (
 	"github.com/atoll-dev/atoll/internal/runtime/confine"
 )
 
-const helperVar = "ATOLL_CONFINE_HELPER"
-
-// TestMain runs the test binary as a helper when helperVar is set: dropping
-// capabilities is for good, so it happens in a process of its own.
-func TestMain(m *testing.M) {
-	if os.Getenv(helperVar) == "drop" {
-		if err := confine.DropCapabilities(); err != nil {
-			fmt.Println("error:", err)
-			os.Exit(1)
-		}
-		b, err := os.ReadFile("/proc/self/status")
-		if err != nil {
-			fmt.Println("error:", err)
-			os.Exit(1)
-		}
-		os.Stdout.Write(b)
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
-
 // TestDropCapabilities checks that a root process keeps exactly Docker's
 // set, bounding set included, and nothing ambient or inheritable.
 func TestDropCapabilities(t *testing.T) {
@@ -118,4 +97,25 @@ func TestMountpoint(t *testing.T) {
 			t.Errorf("Mountpoint(%s, dir=%v) took a path of the wrong type", c.target, c.dir)
 		}
 	}
+}
+
+const helperVar = "ATOLL_CONFINE_HELPER"
+
+// TestMain runs the test binary as a helper when helperVar is set: dropping
+// capabilities is for good, so it happens in a process of its own.
+func TestMain(m *testing.M) {
+	if os.Getenv(helperVar) == "drop" {
+		if err := confine.DropCapabilities(); err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+		b, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+		os.Stdout.Write(b)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
 }
