@@ -232,7 +232,7 @@ type MetricList struct {
 
 // Error is the body of every 4xx and 5xx answer.
 type Error struct {
-	Code    string `json:"code"` // invalid, not_found, conflict, unavailable, unauthorized, quota_exceeded, too_large, internal
+	Code    string `json:"code"` // one of ErrorCodes: invalid, unauthorized, forbidden, not_found, conflict, too_large, quota_exceeded, unavailable, internal
 	Message string `json:"message"`
 }
 
@@ -456,7 +456,10 @@ type Template struct {
 	ReadyCmd string `json:"ready_cmd,omitempty"`
 	// PoolSize sandboxes of it are kept started, past their ready command,
 	// ahead of demand (Dockerfile LABEL atoll.pool).
-	PoolSize  int       `json:"pool_size,omitempty"`
+	PoolSize int `json:"pool_size,omitempty"`
+	// Setuid is set when setuid programs (sudo) may raise privileges in its
+	// sandboxes: no no_new_privs (Dockerfile LABEL atoll.setuid=true).
+	Setuid    bool      `json:"setuid,omitempty"`
 	Sandboxes int       `json:"sandboxes"` // how many sandboxes use it
 	CreatedAt time.Time `json:"created_at"`
 }
@@ -548,6 +551,10 @@ type BootstrapTemplateRequest struct {
 	Suite   string `json:"suite,omitempty"`   // default "bookworm"
 	Mirror  string `json:"mirror,omitempty"`  // default http://deb.debian.org/debian
 	Variant string `json:"variant,omitempty"` // debootstrap --variant: "minbase" (default) or "buildd"
+	// Build names a template atoll ships (its Dockerfile in templates/),
+	// built over the bootstrapped system: "base" is E2B's default template.
+	// Empty: the bootstrapped system is the template.
+	Build string `json:"build,omitempty"`
 }
 
 // Snapshot is an immutable copy of a sandbox's files at one instant.

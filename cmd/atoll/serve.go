@@ -39,7 +39,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/runtime/ns"
 	"github.com/atoll-dev/atoll/internal/runtime/vm"
 	"github.com/atoll-dev/atoll/internal/server"
-	"github.com/atoll-dev/atoll/internal/store"
+	"github.com/atoll-dev/atoll/internal/store/sqlite"
 	"github.com/atoll-dev/atoll/internal/tlsca"
 )
 
@@ -253,7 +253,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	}
 	defer bucket.Close()
 
-	st, err := store.Open(filepath.Join(data, "atoll.db"))
+	st, err := sqlite.Open(filepath.Join(data, "atoll.db"))
 	if err != nil {
 		return fmt.Errorf("opening store: %w", err)
 	}

@@ -474,24 +474,43 @@ pointed to before stays while sandboxes use it.`,
 func newTemplateBootstrapCmd(g *globals) *cobra.Command {
 	req := api.BootstrapTemplateRequest{}
 	cmd := &cobra.Command{
-		Use:   "bootstrap debian --name NAME",
-		Short: "Make a Debian base template with debootstrap",
-		Long: `Make a base template on the server with debootstrap, from a Debian package
-mirror: a real Debian with apt, for servers that cannot reach an image registry.
-The server needs the debootstrap package. debootstrap's log streams to stderr;
-the template's name is printed when it is ready.`,
-		Example: `  atoll template bootstrap debian --name debian
+		Use:   "bootstrap debian|base [--name NAME]",
+		Short: "Make a Debian template, or the base template, with debootstrap",
+		Long: `Make a template on the server with debootstrap, from a Debian package mirror:
+a real Debian with apt, for servers that cannot reach an image registry.
+
+"debian" makes the bootstrapped system the template (--name is required).
+"base" builds atoll's templates/base/Dockerfile over it: E2B's default
+template, with python, node and npm, curl, git, and the user "user" with
+passwordless sudo. It is named base unless --name says otherwise, and the E2B
+API's template "base" then means it (instead of the host template).
+
+The server needs the debootstrap package; "base" also needs its sandboxes to
+reach the mirror (networking on). The log streams to stderr; the template's
+name is printed when it is ready.`,
+		Example: `  atoll template bootstrap base
+  atoll template bootstrap debian --name debian
   atoll template bootstrap debian --name trixie --suite trixie --mirror http://deb.debian.org/debian`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			req.Distro = args[0]
+			if req.Distro != "debian" {
+				// atoll's own templates are built over Debian.
+				req.Distro, req.Build = "debian", args[0]
+				if req.Name == "" {
+					req.Name = args[0]
+				}
+			}
+			if req.Name == "" {
+				return errors.New(`required flag "name" not set`)
+			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			req.Distro = args[0]
-			t, err := c.BootstrapTemplate(cmd.Context(), req, func(ev api.BuildEvent) {
-				cmd.ErrOrStderr().Write(ev.Data)
-			})
+			out := &buildOutput{w: cmd.ErrOrStderr()}
+			t, err := c.BootstrapTemplate(cmd.Context(), req, out.event)
+			out.finish()
 			if err != nil {
 				return err
 			}
@@ -500,10 +519,9 @@ the template's name is printed when it is ready.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&req.Name, "name", "", "name of the template (required)")
+	f.StringVar(&req.Name, "name", "", "name of the template (required for debian; default base for base)")
 	f.StringVar(&req.Suite, "suite", "bookworm", "Debian suite")
 	f.StringVar(&req.Mirror, "mirror", "http://deb.debian.org/debian", "Debian mirror URL")
 	f.StringVar(&req.Variant, "variant", "minbase", "debootstrap variant: minbase or buildd")
-	cmd.MarkFlagRequired("name")
 	return cmd
 }

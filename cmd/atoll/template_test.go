@@ -158,6 +158,8 @@ func TestShortLayer(t *testing.T) {
 type memTemplates struct {
 	mu sync.Mutex
 	m  map[string]api.Template
+	// bootstrapped is the last bootstrap's request.
+	bootstrapped api.BootstrapTemplateRequest
 }
 
 func (s *memTemplates) Import(ctx context.Context, req api.ImportTemplateRequest, archive io.Reader, progress func(api.ImportEvent)) (api.Template, error) {
@@ -499,6 +501,41 @@ func TestTemplateCommands(t *testing.T) {
 		!strings.Contains(stderr, "the built-in template cannot be deleted") || !strings.Contains(stderr, "atoll: nope: template nope: not found") {
 		t.Errorf("template rm: %v\nstdout %q\nstderr %q", err, stdout, stderr)
 	}
+
+	// bootstrap base is a Debian bootstrap with atoll's base Dockerfile
+	// over it, named base unless --name says otherwise.
+	for _, tc := range []struct {
+		args       []string
+		want       api.BootstrapTemplateRequest
+		wantStderr string
+	}{
+		{[]string{"base"}, api.BootstrapTemplateRequest{Name: "base", Distro: "debian", Build: "base"}, "Step 1/4: FROM debian\n"},
+		{[]string{"base", "--name", "e2b-base", "--suite", "trixie"}, api.BootstrapTemplateRequest{Name: "e2b-base", Distro: "debian", Suite: "trixie", Build: "base"}, ""},
+		{[]string{"debian", "--name", "deb"}, api.BootstrapTemplateRequest{Name: "deb", Distro: "debian"}, ""},
+	} {
+		stdout, stderr, err := run("", append([]string{"template", "bootstrap"}, tc.args...)...)
+		got := tpls.bootstrapped
+		if tc.want.Suite == "" {
+			tc.want.Suite = "bookworm"
+		}
+		tc.want.Mirror, tc.want.Variant = "http://deb.debian.org/debian", "minbase"
+		if err != nil || stdout != tc.want.Name+"\n" || got != tc.want || !strings.Contains(stderr, tc.wantStderr) {
+			t.Errorf("template bootstrap %v: %v, stdout %q, stderr %q, request %+v, want %+v", tc.args, err, stdout, stderr, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"debian"}, `required flag "name" not set`},
+		{[]string{"python"}, `build "python": atoll ships base`},
+		{[]string{"../base", "--name", "x"}, `atoll ships base`},
+		{[]string{"base", "--name", "Base"}, "malformed template name"},
+	} {
+		if _, _, err := run("", append([]string{"template", "bootstrap"}, tc.args...)...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("template bootstrap %v: %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
 }
 
 // TestOpenArchiveReleases checks that an OCI layout's tar writer goroutine
@@ -535,9 +572,13 @@ func (s *memTemplates) Tag(ctx context.Context, name, tag string) (api.Template,
 
 func (s *memTemplates) Bootstrap(ctx context.Context, req api.BootstrapTemplateRequest, events func(api.BuildEvent)) (api.Template, error) {
 	events(api.BuildEvent{Type: "log", Data: []byte("I: Base system installed successfully.\n")})
+	if req.Build != "" {
+		events(api.BuildEvent{Type: "step", Step: 1, Steps: 4, Instruction: "FROM debian"})
+	}
 	t := api.Template{Name: req.Name, Source: "debootstrap " + req.Suite, Layers: []string{"l"}}
 	s.mu.Lock()
 	s.m[req.Name] = t
+	s.bootstrapped = req
 	s.mu.Unlock()
 	return t, nil
 }

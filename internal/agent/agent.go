@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"net"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/httpkit"
 )
 
 // Limits.
@@ -199,7 +199,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("PUT /files/tar", a.handleTarPut)
 	mux.HandleFunc("GET /files/watch", a.handleWatch)
 
-	return a.recoverer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return surface.Recover(a.log, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The mux's own 404 and 405 answers are plain text; ours are JSON.
 		if _, pattern := mux.Handler(r); pattern == "" {
 			writeError(w, errorf(errdefs.ErrNotFound, "no endpoint %s %s", r.Method, r.URL.Path))
@@ -207,24 +207,6 @@ func (a *Agent) Handler() http.Handler {
 		}
 		mux.ServeHTTP(w, r)
 	}))
-}
-
-// recoverer turns a panic into a 500 JSON answer as a last resort.
-func (a *Agent) recoverer(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() {
-			v := recover()
-			if v == nil {
-				return
-			}
-			if v == http.ErrAbortHandler {
-				panic(v)
-			}
-			a.log.Error("panic serving request", "op", r.Method+" "+r.URL.Path, "panic", v)
-			writeJSON(w, http.StatusInternalServerError, api.Error{Code: "internal", Message: "internal error"})
-		}()
-		next.ServeHTTP(w, r)
-	})
 }
 
 // handleSetEnv replaces the default environment of processes started from now on.
@@ -264,64 +246,29 @@ func errorf(kind error, format string, args ...any) error {
 	return &kindError{kind: kind, msg: fmt.Sprintf(format, args...)}
 }
 
-// statusOf maps an error kind to its HTTP status: the one table.
-func statusOf(err error) int {
-	switch {
-	case errors.Is(err, errdefs.ErrInvalid):
-		return http.StatusBadRequest
-	case errors.Is(err, errdefs.ErrNotFound):
-		return http.StatusNotFound
-	case errors.Is(err, errdefs.ErrConflict):
-		return http.StatusConflict
-	case errors.Is(err, errdefs.ErrTooLarge):
-		return http.StatusRequestEntityTooLarge
-	case errors.Is(err, errdefs.ErrQuota):
-		return http.StatusInsufficientStorage
-	case errors.Is(err, errdefs.ErrUnavailable):
-		return http.StatusServiceUnavailable
-	case errors.Is(err, errdefs.ErrUnauthorized):
-		return http.StatusUnauthorized
-	}
-	return http.StatusInternalServerError
+// surface is how the agent answers: atoll's shape and statuses, except that
+// its one quota, a full disk (ENOSPC, EDQUOT), is 507 Insufficient Storage:
+// the disk is the sandbox's own, not a tenant's limit (docs/agent-protocol.md).
+var surface = httpkit.Surface{
+	Body:     httpkit.Atoll.Body,
+	Statuses: map[string]int{api.CodeQuota: http.StatusInsufficientStorage},
 }
 
 func writeError(w http.ResponseWriter, err error) {
-	status := statusOf(err)
-	msg := err.Error()
+	status := surface.Status(err)
+	msg := errdefs.Message(err)
 	if status == http.StatusInternalServerError {
-		msg = "internal error: " + msg
+		msg = "internal error: " + err.Error()
 	}
 	writeJSON(w, status, api.Error{Code: errdefs.Code(err), Message: msg})
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { surface.JSON(w, status, v) }
 
 // decodeJSON decodes exactly one JSON value of at most maxJSONBody bytes,
 // rejecting unknown fields.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	body := http.MaxBytesReader(w, r.Body, maxJSONBody)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-			return errorf(errdefs.ErrTooLarge, "request body is larger than %d bytes", maxJSONBody)
-		}
-		if errors.Is(err, io.EOF) {
-			return errorf(errdefs.ErrInvalid, "request body is empty")
-		}
-		return errorf(errdefs.ErrInvalid, "decoding request body: %v", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-			return errorf(errdefs.ErrTooLarge, "request body is larger than %d bytes", maxJSONBody)
-		}
-		return errorf(errdefs.ErrInvalid, "request body has data after the JSON value")
-	}
-	return nil
+	return httpkit.DecodeJSON(w, r, v, httpkit.Body{Limit: maxJSONBody})
 }
 
 // ndjson writes a stream of JSON lines, flushing each.

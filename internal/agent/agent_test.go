@@ -220,7 +220,7 @@ func TestRecoverer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	h := a.recoverer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))
+	h := surface.Recover(a.log, http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
 	var got api.Error

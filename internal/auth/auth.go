@@ -23,14 +23,14 @@ import (
 
 // Keys checks and issues the API keys kept in a store.
 type Keys struct {
-	st *store.Store
+	st store.Store
 	// mu guards known, the keys found valid, by hash.
 	mu    sync.Mutex
 	known map[string]store.Key
 }
 
 // New returns the Keys of st.
-func New(st *store.Store) *Keys { return &Keys{st: st, known: map[string]store.Key{}} }
+func New(st store.Store) *Keys { return &Keys{st: st, known: map[string]store.Key{}} }
 
 // Hash is the stored form of key.
 func Hash(key string) string {

@@ -11,13 +11,14 @@ import (
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/store"
+	"github.com/atoll-dev/atoll/internal/store/sqlite"
 	"github.com/atoll-dev/atoll/internal/tenant"
 )
 
 func TestKeys(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "atoll.db")
-	st, err := store.Open(path)
+	st, err := sqlite.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,67 +1,79 @@
-// Package blob opens the object storage that archived sandboxes go to, by
-// URL, through gocloud.dev/blob: file:///path (the default, a local
-// directory) or s3://bucket for Amazon S3 and S3-compatible stores, e.g.
-//
-//	s3://archive?endpoint=http://127.0.0.1:9000&region=us-east-1&use_path_style=true
-//
-// An s3:// bucket takes its credentials from the AWS SDK's usual sources
-// (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE and ~/.aws, an
-// instance role); its query parameters are those of gocloud.dev/blob/s3blob's
-// URLOpener. Any bucket takes prefix=dir/ to keep its objects under dir/.
+// Package blob declares the object store that archived sandboxes and
+// snapshots go to, and the contract every implementation keeps; Open opens
+// one by URL (bucket.go): a local directory or S3. Each implementation
+// proves itself with the conformance suite in blob/blobtest.
 package blob
 
 import (
 	"context"
 	"fmt"
-	"net/url"
-	"os"
+	"io"
 	"strings"
+	"unicode/utf8"
 
-	gblob "gocloud.dev/blob"
-	_ "gocloud.dev/blob/fileblob" // file:// buckets
-	_ "gocloud.dev/blob/s3blob"   // s3:// buckets
+	"github.com/atoll-dev/atoll/internal/errdefs"
 )
 
-// Bucket is an object store bucket.
-type Bucket = gblob.Bucket
+// Store is the contract. Keys are slash-separated relative paths
+// (CheckKey); a key of another shape is errdefs.ErrInvalid, before the
+// store is touched, so that no key can name a place outside the store.
+type Store interface {
+	// Put writes the object key with what write writes, streamed (an
+	// object of any size passes through in bounded memory), and replaces
+	// an object of key atomically: a reader sees the old object whole or
+	// the new one whole. It is durable when Put returns nil. If write or
+	// the store fails, Put returns the error and key keeps what it held.
+	// Of concurrent Puts to one key, one wins whole; a Get meanwhile may
+	// fail, but never returns a mix.
+	Put(ctx context.Context, key string, write func(io.Writer) error) error
+	// Get opens the object key; errdefs.ErrNotFound if there is none.
+	Get(ctx context.Context, key string) (Object, error)
+	// Delete removes the object key; errdefs.ErrNotFound if there is none.
+	Delete(ctx context.Context, key string) error
+	// List returns the keys that begin with prefix, sorted. Besides the
+	// objects Put wrote, it may show a store's own temporary objects
+	// (a local directory's "<key>.<random>.tmp" of a Put cut short by a
+	// crash), which Delete removes.
+	List(ctx context.Context, prefix string) ([]string, error)
+	Close() error
+}
 
-// Open opens the bucket at rawURL, creating a file:// bucket's directory.
-// It checks the URL, not the store: an unreachable store or a missing bucket
-// shows at the first read or write.
-func Open(ctx context.Context, rawURL string) (*Bucket, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("parsing bucket URL: %w", err)
+// Object is an object being read.
+type Object interface {
+	io.ReadCloser
+	// Size is the object's length in bytes.
+	Size() int64
+}
+
+// maxKey bounds a key's length: S3's limit.
+const maxKey = 1024
+
+// CheckKey returns errdefs.ErrInvalid unless key is a relative path of
+// UTF-8 segments joined by "/", none empty, "." or "..", without NUL,
+// control characters or backslashes, at most 1024 bytes long.
+func CheckKey(key string) error {
+	if key == "" || len(key) > maxKey || !utf8.ValidString(key) {
+		return fmt.Errorf("%w: object key must be 1 to %d bytes of UTF-8", errdefs.ErrInvalid, maxKey)
 	}
-	switch u.Scheme {
-	case "file":
-		dir := u.Path
-		if u.Host == "." { // file://./dir, relative, as fileblob reads it
-			dir = strings.TrimPrefix(dir, "/")
-		} else if u.Host != "" || dir == "" {
-			return nil, fmt.Errorf("bucket URL %s: want file:///absolute/path or file://./relative/path", rawURL)
+	for _, r := range key {
+		if r < 0x20 || r == 0x7f || r == '\\' {
+			return fmt.Errorf("%w: object key %q has a control character or backslash", errdefs.ErrInvalid, key)
 		}
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, err
-		}
-		// A file bucket writes each object to a temporary file beside it,
-		// not in $TMPDIR: the rename that commits the object then never
-		// crosses file systems, and what a crash leaves stays in the
-		// bucket, under the object's key, where start-up finds it.
-		if q := u.Query(); !q.Has("no_tmp_dir") {
-			q.Set("no_tmp_dir", "1")
-			u.RawQuery = q.Encode()
-		}
-	case "s3":
-		if u.Host == "" {
-			return nil, fmt.Errorf("bucket URL %s: no bucket name (want s3://bucket?...)", rawURL)
-		}
-	default:
-		return nil, fmt.Errorf("bucket URL %s: unsupported scheme %q (want file:// or s3://)", rawURL, u.Scheme)
 	}
-	b, err := gblob.DefaultURLMux().OpenBucketURL(ctx, u)
-	if err != nil {
-		return nil, fmt.Errorf("opening bucket: %w", err)
+	for _, seg := range strings.Split(key, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return fmt.Errorf("%w: object key %q is not a relative path of named parts", errdefs.ErrInvalid, key)
+		}
 	}
-	return b, nil
+	return nil
+}
+
+// checkPrefix is CheckKey for List's prefix, which may be empty or end in
+// "/" or a part's beginning.
+func checkPrefix(prefix string) error {
+	p := strings.TrimSuffix(prefix, "/")
+	if p == "" && prefix != "/" {
+		return nil
+	}
+	return CheckKey(p)
 }

@@ -1,95 +1,50 @@
-package blob
+package blob_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	gblob "gocloud.dev/blob"
-	"gocloud.dev/gcerrors"
-
+	"github.com/atoll-dev/atoll/internal/blob"
+	"github.com/atoll-dev/atoll/internal/blob/blobtest"
 	"github.com/atoll-dev/atoll/internal/testenv"
 )
 
-// TestBlob runs what the archive needs of a bucket against each kind of
-// store: write, read back, list, delete, and NotFound for a missing key.
-func TestBlob(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		url  func(t *testing.T) string
-	}{
-		{"file", func(t *testing.T) string { return "file://" + t.TempDir() + "/archive" }},
-		{"s3", func(t *testing.T) string { return testenv.S3URL(t) }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
-			b, err := Open(ctx, tc.url(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer b.Close()
+// TestConformance holds both kinds of bucket to the store contract: a
+// local directory, and S3 (the server scripts/test.sh starts).
+func TestConformance(t *testing.T) {
+	t.Run("file", func(t *testing.T) {
+		blobtest.Run(t, func(t *testing.T) blob.Store { return open(t, "file://"+t.TempDir()+"/archive") })
+	})
+	t.Run("s3", func(t *testing.T) {
+		u := testenv.S3URL(t)
+		blobtest.Run(t, func(t *testing.T) blob.Store {
 			// A prefix of its own, so that runs sharing a bucket don't meet.
 			var r [8]byte
 			rand.Read(r[:])
-			prefix := "blobtest-" + hex.EncodeToString(r[:]) + "/"
-			key := prefix + "sandboxes/x.tar"
-			// Archives are large: past 16 MiB the S3 writer switches to a
-			// multipart upload, here in 5 MiB parts (S3's smallest).
-			// Random, so that parts out of order show.
-			data := make([]byte, 17<<20)
-			rand.Read(data)
-
-			w, err := b.NewWriter(ctx, key, &gblob.WriterOptions{BufferSize: 5 << 20})
-			if err != nil {
-				t.Fatal(err)
+			sep := "?"
+			if strings.Contains(u, "?") {
+				sep = "&"
 			}
-			if _, err := w.Write(data); err != nil {
-				t.Fatal(err)
-			}
-			if err := w.Close(); err != nil {
-				t.Fatalf("writing %s: %v", key, err)
-			}
-			got, err := b.ReadAll(ctx, key)
-			if err != nil || !bytes.Equal(got, data) {
-				t.Fatalf("reading %s back: %d bytes, %v; want %d bytes", key, len(got), err, len(data))
-			}
-
-			it := b.List(&gblob.ListOptions{Prefix: prefix})
-			var keys []string
-			for {
-				obj, err := it.Next(ctx)
-				if err == io.EOF {
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				keys = append(keys, obj.Key)
-			}
-			if len(keys) != 1 || keys[0] != key {
-				t.Errorf("listing %s: %q, want [%q]", prefix, keys, key)
-			}
-
-			if err := b.Delete(ctx, key); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := b.NewReader(ctx, key, nil); gcerrors.Code(err) != gcerrors.NotFound {
-				t.Errorf("reading a deleted key: %v, want NotFound", err)
-			}
-			if err := b.Delete(ctx, key); gcerrors.Code(err) != gcerrors.NotFound {
-				t.Errorf("deleting a deleted key: %v, want NotFound", err)
-			}
-			if _, err := b.NewReader(ctx, prefix+"never-written", nil); gcerrors.Code(err) != gcerrors.NotFound {
-				t.Errorf("reading a missing key: %v, want NotFound", err)
-			}
+			return open(t, u+sep+"prefix=blobtest-"+hex.EncodeToString(r[:])+"/")
 		})
+	})
+}
+
+func open(t *testing.T, url string) *blob.Bucket {
+	t.Helper()
+	b, err := blob.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return b
 }
 
 // TestBlobBadURL checks that a URL atoll cannot use fails at Open, which
@@ -104,7 +59,7 @@ func TestBlobBadURL(t *testing.T) {
 		{"file://relative/dir", "want file:///absolute/path"},
 		{"s3://arch ive", "invalid character"},
 	} {
-		b, err := Open(context.Background(), tc.url)
+		b, err := blob.Open(context.Background(), tc.url)
 		if err == nil {
 			b.Close()
 			t.Errorf("Open(%q) succeeded", tc.url)
@@ -118,39 +73,66 @@ func TestBlobBadURL(t *testing.T) {
 
 // TestFileBucketTempBeside: a file bucket writes an object to a temporary
 // file beside it, where a crash's leftover can be found under the object's
-// key, and hands that file to BeforeWrite, so that a caller can sync it.
+// key and deleted, and leaves none once Put returns.
 func TestFileBucketTempBeside(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "bucket")
-	b, err := Open(ctx, "file://"+dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := open(t, "file://"+dir)
 	defer b.Close()
-	var f *os.File
-	w, err := b.NewWriter(ctx, "sandboxes/x.tar", &gblob.WriterOptions{
-		BeforeWrite: func(as func(any) bool) error { as(&f); return nil },
+	var during []string
+	err := b.Put(ctx, "sandboxes/x.tar", func(w io.Writer) error {
+		if _, err := w.Write(make([]byte, 1024)); err != nil {
+			return err
+		}
+		var err error
+		during, err = b.List(ctx, "sandboxes/x.tar.")
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Write(make([]byte, 1024)); err != nil {
-		t.Fatal(err)
+	if len(during) != 1 || !strings.HasSuffix(during[0], ".tmp") {
+		t.Fatalf("temporary objects while writing: %q, want one beside the key", during)
 	}
-	if f == nil || filepath.Dir(f.Name()) != filepath.Join(dir, "sandboxes") {
-		t.Fatalf("temporary file %v, want one in %s", f, filepath.Join(dir, "sandboxes"))
-	}
-	it := b.List(&gblob.ListOptions{Prefix: "sandboxes/x.tar."})
-	if obj, err := it.Next(ctx); err != nil || filepath.Join(dir, obj.Key) != f.Name() {
-		t.Errorf("listing the temporary file: %+v %v", obj, err)
-	}
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
+	if _, err := os.Stat(filepath.Join(dir, during[0])); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("temporary file after Put: %v", err)
 	}
 	if fi, err := os.Stat(filepath.Join(dir, "sandboxes", "x.tar")); err != nil || fi.Size() != 1024 {
 		t.Errorf("object: %v %v", fi, err)
+	}
+	// A leftover, as a crash leaves it, is listed and deleted by its key.
+	left := filepath.Join(dir, "sandboxes", "y.tar.123.tmp")
+	if err := os.WriteFile(left, []byte("part"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if keys, err := b.List(ctx, "sandboxes/y.tar."); err != nil || len(keys) != 1 {
+		t.Fatalf("leftover: %q, %v", keys, err)
+	} else if err := b.Delete(ctx, keys[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(left); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("leftover after Delete: %v", err)
+	}
+}
+
+// TestFileBucketConfined: hostile keys write nothing outside a file
+// bucket's directory.
+func TestFileBucketConfined(t *testing.T) {
+	ctx := context.Background()
+	parent := t.TempDir()
+	b := open(t, "file://"+filepath.Join(parent, "archive", "bucket"))
+	defer b.Close()
+	for _, k := range []string{"../x", "../../x", "/x", "a/../../x", "..\\x"} {
+		b.Put(ctx, k, func(w io.Writer) error { _, err := w.Write([]byte("evil")); return err })
+	}
+	var found []string
+	filepath.WalkDir(parent, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			found = append(found, p)
+		}
+		return err
+	})
+	if len(found) != 0 {
+		t.Errorf("hostile keys wrote %q", found)
 	}
 }

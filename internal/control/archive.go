@@ -5,29 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 
-	gblob "gocloud.dev/blob"
-	"gocloud.dev/gcerrors"
-
 	"github.com/atoll-dev/atoll/api"
-	"github.com/atoll-dev/atoll/internal/atomicfile"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/store"
 )
 
 // Archiving moves a stopped sandbox's files to object storage and frees its
 // local disk; starting it brings them back. The object is written whole
-// before the local copy goes (gocloud writers commit on Close), and every step
-// is recorded first, so a crash leaves either the local files or a complete
-// object, never neither.
+// before the local copy goes (a blob.Store's Put is whole and durable, or
+// nothing), and every step is recorded first, so a crash leaves either the
+// local files or a complete object, never neither.
 
 func archiveKey(id string) string { return "sandboxes/" + id + ".tar" }
 
-func isNotExist(err error) bool { return gcerrors.Code(err) == gcerrors.NotFound }
+func isNotExist(err error) bool { return errors.Is(err, errdefs.ErrNotFound) }
 
 // Archive moves a stopped sandbox's files to the archive store.
 func (s *Service) Archive(ctx context.Context, id string) (api.Sandbox, error) {
@@ -63,7 +57,7 @@ func (s *Service) archiveLocked(ctx context.Context, sb *store.Sandbox, reason s
 	}
 	c, stop := s.track(id, "archiving", 0)
 	defer stop()
-	err := s.writeObject(ctx, archiveKey(id), func(w io.Writer) error {
+	err := s.archive.Put(ctx, archiveKey(id), func(w io.Writer) error {
 		return s.layers.PackWritable(id, io.MultiWriter(w, c))
 	})
 	if err != nil {
@@ -76,45 +70,13 @@ func (s *Service) archiveLocked(ctx context.Context, sb *store.Sandbox, reason s
 	return s.store.Update(ctx, sb, api.StateArchiving)
 }
 
-// writeObject writes the object key with pack, durably by the time it
-// returns: in a file bucket the file is synced before the rename that
-// commits it and its directory after, so that a power cut after the local
-// files go still leaves the object whole. (Object stores' writes are durable
-// when Close returns.)
-func (s *Service) writeObject(ctx context.Context, key string, pack func(io.Writer) error) error {
-	var f *os.File
-	w, err := s.archive.NewWriter(ctx, key, &gblob.WriterOptions{
-		BeforeWrite: func(as func(any) bool) error { as(&f); return nil },
-	})
-	if err != nil {
-		return err
-	}
-	if err := pack(w); err != nil {
-		w.Close()
-		return err
-	}
-	if f != nil {
-		if err := f.Sync(); err != nil {
-			w.Close()
-			return err
-		}
-	}
-	if err := w.Close(); err != nil {
-		return err
-	}
-	if f != nil {
-		return atomicfile.SyncDir(filepath.Dir(f.Name()))
-	}
-	return nil
-}
-
 // unarchiveLocked brings an archived sandbox's files back and records it
 // stopped; the object goes once that is recorded.
 func (s *Service) unarchiveLocked(ctx context.Context, sb *store.Sandbox) error {
 	if s.archive == nil {
 		return fmt.Errorf("%w: this server has no archive store", errdefs.ErrUnavailable)
 	}
-	r, err := s.archive.NewReader(ctx, archiveKey(sb.ID), nil)
+	r, err := s.archive.Get(ctx, archiveKey(sb.ID))
 	if err != nil {
 		return fmt.Errorf("%w: reading the archive failed", errdefs.ErrUnavailable)
 	}
@@ -194,7 +156,7 @@ func (s *Service) ArchiveSnapshot(ctx context.Context, id string) (api.Snapshot,
 		_ = s.store.SetSnapshotState(ctx, id, api.SnapshotArchiving, api.SnapshotReady)
 		return api.Snapshot{}, fmt.Errorf("%w: archiving failed", errdefs.ErrUnavailable)
 	}
-	err = s.writeObject(ctx, snapshotKey(id), func(w io.Writer) error { return s.layers.PackSnapshot(id, w) })
+	err = s.archive.Put(ctx, snapshotKey(id), func(w io.Writer) error { return s.layers.PackSnapshot(id, w) })
 	if err != nil {
 		return back(err)
 	}
@@ -230,7 +192,7 @@ func (s *Service) unarchiveSnapshot(ctx context.Context, id string) error {
 	if s.archive == nil {
 		return fmt.Errorf("%w: this server has no archive store", errdefs.ErrUnavailable)
 	}
-	r, err := s.archive.NewReader(ctx, snapshotKey(id), nil)
+	r, err := s.archive.Get(ctx, snapshotKey(id))
 	if err != nil {
 		return fmt.Errorf("%w: reading the archived snapshot failed", errdefs.ErrUnavailable)
 	}
@@ -319,17 +281,14 @@ func (s *Service) progress(id string) *api.Progress {
 // removeObjectTemps removes the temporary files that a file bucket keeps
 // beside object key while writing it (see blob.Open).
 func (s *Service) removeObjectTemps(ctx context.Context, key string) {
-	it := s.archive.List(&gblob.ListOptions{Prefix: key + "."})
-	for {
-		obj, err := it.Next(ctx)
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				s.log.Error("listing archive temporary files", "object", key, "err", err)
-			}
-			return
-		}
-		if strings.HasSuffix(obj.Key, ".tmp") {
-			if err := s.archive.Delete(ctx, obj.Key); err != nil {
+	keys, err := s.archive.List(ctx, key+".")
+	if err != nil {
+		s.log.Error("listing archive temporary files", "object", key, "err", err)
+		return
+	}
+	for _, k := range keys {
+		if strings.HasSuffix(k, ".tmp") {
+			if err := s.archive.Delete(ctx, k); err != nil {
 				s.log.Error("removing archive temporary file", "object", key, "err", err)
 			}
 		}

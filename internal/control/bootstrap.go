@@ -2,6 +2,7 @@ package control
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -12,19 +13,25 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/layers"
 	"github.com/atoll-dev/atoll/internal/store"
+	"github.com/atoll-dev/atoll/templates"
 )
 
 var suiteName = regexp.MustCompile(`^[a-z][a-z0-9-]{1,31}$`)
 
 // bootstrapTemplate makes a base template with debootstrap from a Debian
 // mirror: a real Debian with apt, on hosts that cannot reach an image
-// registry. The root debootstrap writes becomes the template's one layer.
+// registry. The root debootstrap writes becomes the template's one layer,
+// or, with req.Build, the layer that one of atoll's own Dockerfiles
+// (package templates) builds over as FROM debian: the bootstrapped system
+// is never a template of its own then, so a rebuild moves the name from one
+// finished template to the next.
 func (s *Service) bootstrapTemplate(ctx context.Context, req api.BootstrapTemplateRequest, events func(api.BuildEvent)) (api.Template, error) {
 	if !templateName.MatchString(req.Name) || req.Name == layers.HostTemplate {
 		return api.Template{}, fmt.Errorf("%w: bad template name", errdefs.ErrInvalid)
@@ -49,6 +56,13 @@ func (s *Service) bootstrapTemplate(ctx context.Context, req api.BootstrapTempla
 	}
 	if req.Variant != "minbase" && req.Variant != "buildd" {
 		return api.Template{}, fmt.Errorf("%w: variant must be minbase or buildd", errdefs.ErrInvalid)
+	}
+	var buildCtx []byte
+	if req.Build != "" {
+		var ok bool
+		if buildCtx, ok = templates.Context(req.Build); !ok {
+			return api.Template{}, fmt.Errorf("%w: build must be one of %s", errdefs.ErrInvalid, strings.Join(templates.Names(), ", "))
+		}
 	}
 	if events == nil {
 		events = func(api.BuildEvent) {}
@@ -117,6 +131,15 @@ func (s *Service) bootstrapTemplate(ctx context.Context, req api.BootstrapTempla
 	}
 	committed = true
 	os.RemoveAll(dir)
+	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"}
+	source := "debootstrap " + req.Suite + " " + req.Mirror
+	if buildCtx != nil {
+		// The build holds the layer: collections wait for the import count
+		// this bootstrap raised.
+		system := store.Template{Layers: []string{id}, Config: store.TemplateConfig{Env: env}}
+		return s.buildOver(ctx, req.Name, "Dockerfile", nil, bytes.NewReader(buildCtx),
+			map[string]store.Template{"debian": system}, source+" + templates/"+req.Build, events)
+	}
 	lt, err := s.layers.ImageTemplate(req.Name, []string{id})
 	if err != nil {
 		return api.Template{}, err
@@ -125,8 +148,8 @@ func (s *Service) bootstrapTemplate(ctx context.Context, req api.BootstrapTempla
 		return api.Template{}, err
 	}
 	t := store.Template{
-		Name: req.Name, Source: "debootstrap " + req.Suite + " " + req.Mirror, Layers: []string{id},
-		Config:    store.TemplateConfig{Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"}},
+		Name: req.Name, Source: source, Layers: []string{id},
+		Config:    store.TemplateConfig{Env: env},
 		CreatedAt: time.Now().UTC(),
 	}
 	return s.recordTemplate(ctx, t)

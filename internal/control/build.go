@@ -48,6 +48,10 @@ type buildState struct {
 	start   string // LABEL atoll.start
 	ready   string // LABEL atoll.ready
 	pool    int    // LABEL atoll.pool
+	setuid  bool   // LABEL atoll.setuid
+	// from names versions FROM takes before atoll's templates: the
+	// system a bootstrap made, for the Dockerfile it builds over it.
+	from map[string]store.Template
 }
 
 func (b *buildState) envMap() map[string]string {
@@ -92,6 +96,12 @@ func (b *buildState) expandVars() map[string]string {
 }
 
 func (s *Service) buildTemplate(ctx context.Context, name, dockerfilePath string, args map[string]string, buildCtx io.Reader, events func(api.BuildEvent)) (api.Template, error) {
+	return s.buildOver(ctx, name, dockerfilePath, args, buildCtx, nil, "build", events)
+}
+
+// buildOver builds as buildTemplate does, with FROM taking the versions in
+// from first, and records the template with source.
+func (s *Service) buildOver(ctx context.Context, name, dockerfilePath string, args map[string]string, buildCtx io.Reader, from map[string]store.Template, source string, events func(api.BuildEvent)) (api.Template, error) {
 	if !templateName.MatchString(name) || name == layers.HostTemplate {
 		return api.Template{}, fmt.Errorf("%w: template names are 1-63 of [a-z0-9._-] and not %q", errdefs.ErrInvalid, layers.HostTemplate)
 	}
@@ -120,7 +130,7 @@ func (s *Service) buildTemplate(ctx context.Context, name, dockerfilePath string
 	if err != nil {
 		return api.Template{}, err
 	}
-	return s.runBuild(ctx, name, ins, args, root, events)
+	return s.runBuild(ctx, name, ins, args, root, from, source, events)
 }
 
 // buildSteps builds template name from instructions given as data rather
@@ -144,7 +154,7 @@ func (s *Service) buildSteps(ctx context.Context, name string, ins []dockerfile.
 		}
 	}
 	defer s.beginImport(ctx)()
-	return s.runBuild(ctx, name, ins, nil, nil, events)
+	return s.runBuild(ctx, name, ins, nil, nil, nil, "build", events)
 }
 
 // supportedStep are the instructions buildSteps takes after FROM.
@@ -166,12 +176,13 @@ func (s *Service) beginImport(ctx context.Context) func() {
 }
 
 // runBuild applies ins in order and records the result as a new version of
-// name. ctxRoot is the build context of COPY steps without uploaded files.
-func (s *Service) runBuild(ctx context.Context, name string, ins []dockerfile.Instruction, args map[string]string, ctxRoot *os.Root, events func(api.BuildEvent)) (api.Template, error) {
+// name, made by source. ctxRoot is the build context of COPY steps without
+// uploaded files; FROM takes the versions in from first.
+func (s *Service) runBuild(ctx context.Context, name string, ins []dockerfile.Instruction, args map[string]string, ctxRoot *os.Root, from map[string]store.Template, source string, events func(api.BuildEvent)) (api.Template, error) {
 	if events == nil {
 		events = func(api.BuildEvent) {}
 	}
-	st := &buildState{vars: map[string]string{}}
+	st := &buildState{vars: map[string]string{}, from: from}
 	declared := map[string]bool{}
 	for i, in := range ins {
 		announce := func(cached bool) {
@@ -184,10 +195,10 @@ func (s *Service) runBuild(ctx context.Context, name string, ins []dockerfile.In
 
 	size := int64(0)
 	t := store.Template{
-		Name: name, Source: "build", Layers: st.layers, Size: size,
+		Name: name, Source: source, Layers: st.layers, Size: size,
 		Config: store.TemplateConfig{
 			Base: st.base, Env: st.env, Workdir: st.workdir, User: st.user, Entrypoint: st.entry, Cmd: st.cmd,
-			StartCmd: st.start, ReadyCmd: st.ready, PoolSize: st.pool,
+			StartCmd: st.start, ReadyCmd: st.ready, PoolSize: st.pool, Setuid: st.setuid,
 		},
 		CreatedAt: time.Now().UTC(),
 	}
@@ -231,7 +242,13 @@ func (s *Service) buildStep(ctx context.Context, st *buildState, in dockerfile.I
 		if c := in.Flags["cwd"]; c != "" {
 			cwd = c
 		}
-		st.chain("RUN", strconv.FormatBool(in.Exec), strings.Join(in.Args, "\x00"), strings.Join(st.env, "\x00"), user, cwd)
+		parts := []string{"RUN", strconv.FormatBool(in.Exec), strings.Join(in.Args, "\x00"), strings.Join(st.env, "\x00"), user, cwd}
+		if st.setuid {
+			// sudo works in the step's sandbox (appended only when set,
+			// so that other builds keep their cache).
+			parts = append(parts, "setuid")
+		}
+		st.chain(parts...)
 		cached := s.layers.HasLayer(st.key)
 		announce(cached)
 		if !cached {
@@ -296,6 +313,12 @@ func (s *Service) buildConfig(ctx context.Context, st *buildState, in dockerfile
 					return false, fmt.Errorf("%w: atoll.pool must be a number from 0 to 64", errdefs.ErrInvalid)
 				}
 				st.pool = n
+			case "atoll.setuid":
+				b, err := strconv.ParseBool(v)
+				if err != nil {
+					return false, fmt.Errorf("%w: atoll.setuid must be true or false", errdefs.ErrInvalid)
+				}
+				st.setuid = b
 			}
 		}
 		return false, nil
@@ -349,12 +372,19 @@ func (s *Service) buildFrom(ctx context.Context, st *buildState, ref string, ima
 	}
 	// FROM NAME builds on NAME's current version; FROM NAME@VERSION on
 	// that one.
-	if _, t, err := s.resolve(ctx, ref); !image && err == nil && t.ID != "" {
+	t, ok := st.from[ref]
+	if !ok && !image {
+		if _, v, err := s.resolve(ctx, ref); err == nil && v.ID != "" {
+			t, ok = v, true
+		}
+	}
+	if ok {
 		st.base = t.Config.Base
 		st.layers = append([]string(nil), t.Layers...)
 		st.env = append([]string(nil), t.Config.Env...)
 		st.workdir, st.user, st.cmd, st.entry = t.Config.Workdir, t.Config.User, t.Config.Cmd, t.Config.Entrypoint
 		st.start, st.ready, st.pool = t.Config.StartCmd, t.Config.ReadyCmd, t.Config.PoolSize
+		st.setuid = t.Config.Setuid
 		st.chain(append([]string{"FROM", st.base}, st.layers...)...)
 		return nil
 	}
@@ -408,6 +438,7 @@ func (s *Service) buildRun(ctx context.Context, st *buildState, user, cwd string
 	defer s.discard(bctx, sb)
 	tmpl.Env = st.envMap()
 	tmpl.User, tmpl.Workdir = "", "" // set per exec below
+	tmpl.Setuid = st.setuid
 	if err := s.startLocked(bctx, &sb, tmpl, stateBuilding, stateBuilding, 0); err != nil {
 		return err
 	}

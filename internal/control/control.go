@@ -42,7 +42,7 @@ type Defaults struct {
 
 // Config configures a Service.
 type Config struct {
-	Store     *store.Store
+	Store     store.Store
 	Layers    *layers.Store
 	Runtimes  []runtime.Runtime
 	AgentPath string // host path of the agent binary
@@ -60,7 +60,7 @@ type Config struct {
 	CreateConcurrency int
 	CreateQueue       int
 	// Archive is where archived sandboxes' files go; nil disables archiving.
-	Archive *blob.Bucket
+	Archive blob.Store
 	// Unavailable names runtimes this node knows but cannot offer, with
 	// why (for clients: no host paths), so that asking for one is a clear
 	// 503 rather than an unknown runtime's 400.
@@ -80,7 +80,7 @@ type Config struct {
 
 // Service manages sandboxes.
 type Service struct {
-	store     *store.Store
+	store     store.Store
 	layers    *layers.Store
 	runtimes  map[string]runtime.Runtime
 	agentPath string
@@ -104,7 +104,7 @@ type Service struct {
 	activityMu sync.Mutex
 	activity   map[string]time.Time
 
-	archive *blob.Bucket
+	archive blob.Store
 	// moving holds the progress of archives and restores in flight, by
 	// sandbox ID, under activityMu.
 	moving map[string]*counter
@@ -537,6 +537,7 @@ func (s *Service) spec(sb store.Sandbox, tmpl layers.Template, netw *runtime.Net
 		Env:       env,
 		User:      tmpl.User,
 		Workdir:   tmpl.Workdir,
+		Setuid:    tmpl.Setuid,
 		AgentPath: s.agentPath,
 		Network:   netw,
 	}, nil

@@ -24,7 +24,7 @@ import (
 // store (so a crash can clean them up) in a state the API never shows. They
 // are the running server's, like prestarted processes: a graceful stop
 // discards them (discardPools), and a start discards any a crash left.
-const statePooled = "pooled"
+const statePooled = store.StatePooled
 
 // poolWeight is the CPU weight of a pooled sandbox (default 100): filling the
 // pool must not slow the sandboxes being used.

@@ -393,6 +393,7 @@ func (s *Service) stack(v store.Template) (layers.Template, error) {
 	}
 	lt.User, lt.Workdir = v.Config.User, v.Config.Workdir
 	lt.StartCmd, lt.ReadyCmd = v.Config.StartCmd, v.Config.ReadyCmd
+	lt.Setuid = v.Config.Setuid
 	return lt, nil
 }
 
@@ -421,7 +422,7 @@ func apiTemplate(name string, v store.Template, users int) api.Template {
 		Source: v.Source, Digest: v.Digest, Layers: v.Layers, Size: v.Size,
 		Env: v.Config.Env, Workdir: v.Config.Workdir, User: v.Config.User,
 		Entrypoint: v.Config.Entrypoint, Cmd: v.Config.Cmd, StartCmd: v.Config.StartCmd, ReadyCmd: v.Config.ReadyCmd,
-		PoolSize:  v.Config.PoolSize,
+		PoolSize: v.Config.PoolSize, Setuid: v.Config.Setuid,
 		Sandboxes: users, CreatedAt: v.CreatedAt,
 	}
 }

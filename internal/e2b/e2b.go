@@ -14,7 +14,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/e2b/envd"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/httpkit"
 	"github.com/atoll-dev/atoll/internal/portproxy"
 	"github.com/atoll-dev/atoll/internal/tenant"
 )
@@ -79,14 +79,20 @@ type Config struct {
 	// Ports serves sandbox ports other than envd's (getHost URLs); nil
 	// answers them 502, as for a server without networking.
 	Ports Ports
-	// Templates builds templates for E2B's template SDK (admin keys only);
-	// nil answers its routes 501.
+	// Templates builds templates for E2B's template SDK (admin keys only)
+	// and tells which templates exist; nil answers the build routes 501
+	// and takes the first of each alias's list.
 	Templates Templates
-	// Aliases maps E2B template names to atoll templates; default
-	// {"base": "host"}.
-	Aliases map[string]string
+	// Aliases maps E2B template names to atoll templates, each to the
+	// first of its list that exists; default DefaultAliases.
+	Aliases map[string][]string
 	Logger  *slog.Logger // default slog.Default()
 }
+
+// DefaultAliases: E2B's default template is atoll's base template
+// (atoll template bootstrap base), which has what E2B's has, or the
+// built-in host template on a server without one.
+var DefaultAliases = map[string][]string{"base": {"base", "host"}}
 
 // Server serves the E2B-compatible API.
 type Server struct {
@@ -113,18 +119,20 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("e2b: Config.TokenKey must be at least 32 bytes")
 	}
 	if cfg.Aliases == nil {
-		cfg.Aliases = map[string]string{"base": "host"}
+		cfg.Aliases = DefaultAliases
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, api: http.NewServeMux(), reverse: map[string]string{}, builds: newBuilds()}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	for alias, tmpl := range cfg.Aliases {
-		s.reverse[tmpl] = alias
+	for alias, tmpls := range cfg.Aliases {
+		for _, t := range tmpls {
+			s.reverse[t] = alias
+		}
 	}
 	s.envd = envd.New(envd.Config{Logger: s.log})
 	s.routes()
-	s.handler = s.recoverPanics(http.HandlerFunc(s.dispatch))
+	s.handler = httpkit.LogRequests(s.log, "e2b request", httpkit.E2B.Recover(s.log, http.HandlerFunc(s.dispatch)))
 	return s, nil
 }
 
@@ -250,57 +258,4 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		// as another team's are on E2B.
 		next.ServeHTTP(w, r.WithContext(tenant.NewContext(r.Context(), t)))
 	})
-}
-
-// recoverPanics turns a panic into a logged 500 in E2B's error shape.
-func (s *Server) recoverPanics(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sw := &statusWriter{ResponseWriter: w}
-		start := time.Now()
-		defer func() {
-			if v := recover(); v != nil {
-				if v == http.ErrAbortHandler {
-					panic(v)
-				}
-				s.log.Error("panic in E2B handler", "method", r.Method, "path", r.URL.Path,
-					"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-				if sw.status == 0 {
-					writeError(sw, http.StatusInternalServerError, "internal error")
-				}
-			}
-			s.log.LogAttrs(r.Context(), slog.LevelDebug, "e2b request", slog.String("method", r.Method),
-				slog.String("path", r.URL.Path), slog.Int("status", sw.status), slog.Int64("ms", time.Since(start).Milliseconds()))
-		}()
-		next.ServeHTTP(sw, r)
-	})
-}
-
-// statusWriter remembers the status written, for logs and the panic handler.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(p []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(p)
-}
-
-// Unwrap lets http.ResponseController reach Flush, which streams need.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// Flush lets Connect streams flush event by event.
-func (w *statusWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
 }

@@ -1,11 +1,17 @@
 package e2b
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
 )
 
 func TestSandboxTarget(t *testing.T) {
@@ -72,5 +78,56 @@ func TestCursor(t *testing.T) {
 		if _, err := parseCursor(bad); err == nil {
 			t.Errorf("parseCursor(%q) succeeded", bad)
 		}
+	}
+}
+
+// templateSet is the server's templates as the alias resolution sees them.
+type templateSet map[string]api.Template
+
+func (ts templateSet) Get(ctx context.Context, name string) (api.Template, error) {
+	if name == "broken" {
+		return api.Template{}, errors.New("store down")
+	}
+	if t, ok := ts[name]; ok {
+		return t, nil
+	}
+	return api.Template{}, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
+}
+
+// getOnly is a Templates of which alias resolution calls Get alone.
+type getOnly struct {
+	Templates
+	set templateSet
+}
+
+func (g getOnly) Get(ctx context.Context, name string) (api.Template, error) {
+	return g.set.Get(ctx, name)
+}
+
+// TestAliases: "base" is atoll's base template when the server has one,
+// else the host template.
+func TestAliases(t *testing.T) {
+	tests := []struct {
+		name    string
+		have    Templates
+		aliases []string
+		want    string
+		wantErr bool
+	}{
+		{"base exists", getOnly{set: templateSet{"base": {Name: "base"}}}, DefaultAliases["base"], "base", false},
+		{"no base", getOnly{set: templateSet{"other": {Name: "other"}}}, DefaultAliases["base"], "host", false},
+		{"base removed, held by sandboxes", getOnly{set: templateSet{"base": {Name: "base", Removed: true}}}, DefaultAliases["base"], "host", false},
+		{"no template store", nil, DefaultAliases["base"], "base", false},
+		{"store fails", getOnly{set: templateSet{}}, []string{"broken", "host"}, "", true},
+		{"one choice", getOnly{set: templateSet{}}, []string{"host"}, "host", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Server{cfg: Config{Templates: tc.have}}
+			got, err := s.aliased(context.Background(), tc.aliases)
+			if (err != nil) != tc.wantErr || got != tc.want {
+				t.Errorf("aliased(%v) = %q, %v; want %q (error %v)", tc.aliases, got, err, tc.want, tc.wantErr)
+			}
+		})
 	}
 }

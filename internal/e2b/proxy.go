@@ -85,7 +85,7 @@ func (e proxyError) write(w http.ResponseWriter, id string, port int) {
 		apiError
 		SandboxID string `json:"sandboxId"`
 		Port      int    `json:"port,omitempty"`
-	}{apiError{e.status, e.message}, id, port})
+	}{apiError{Code: e.status, Message: e.message}, id, port})
 }
 
 func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, t target) {

@@ -214,15 +214,16 @@ func (s *Server) source(ctx context.Context, id string) (tmpl, snap, alias strin
 	if hasTag && (tag == "default" || tag == "latest") {
 		hasTag = false
 	}
-	if t, ok := s.cfg.Aliases[name]; ok {
+	if ts, ok := s.cfg.Aliases[name]; ok {
 		if hasTag {
 			return "", "", "", fmt.Errorf("template '%s' not found: %w", truncate(id), errdefs.ErrNotFound)
 		}
-		return t, "", name, nil
+		t, err := s.aliased(ctx, ts)
+		return t, "", name, err
 	}
 	if hasTag {
 		if !e2bTagPattern.MatchString(tag) {
-			return "", "", "", fmt.Errorf("template '%s' not found: %w", truncate(id), errdefs.ErrNotFound)
+			return "", "", "", fmt.Errorf("template '%s': the tag is not a valid tag: %w", truncate(id), errdefs.ErrInvalid)
 		}
 		return atollRef(name, tag), "", "", nil
 	}
@@ -243,6 +244,25 @@ func (s *Server) source(ctx context.Context, id string) (tmpl, snap, alias strin
 		}
 	}
 	return name, "", "", nil
+}
+
+// aliased is the first of an alias's templates that exists, or its last.
+func (s *Server) aliased(ctx context.Context, tmpls []string) (string, error) {
+	for _, t := range tmpls[:len(tmpls)-1] {
+		if s.cfg.Templates == nil {
+			return t, nil
+		}
+		// A removed name is listed while sandboxes hold its versions,
+		// but creates nothing.
+		tmpl, err := s.cfg.Templates.Get(ctx, t)
+		if err == nil && !tmpl.Removed {
+			return t, nil
+		}
+		if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return "", err
+		}
+	}
+	return tmpls[len(tmpls)-1], nil
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
@@ -547,10 +567,8 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	for _, k := range kids {
 		if k, err = s.cfg.Sandboxes.SetTimeout(r.Context(), k.ID, api.TimeoutRequest{TimeoutSec: t}); err != nil {
 			status, msg := http.StatusInternalServerError, "setting the fork's timeout failed"
-			for _, e := range statusOf {
-				if errors.Is(err, e.kind) {
-					status, msg = e.status, clientMessage(err, e.kind)
-				}
+			if kind := errdefs.Kind(err); kind != nil {
+				status, msg = errdefs.Status(err), clientMessage(err, kind)
 			}
 			out = append(out, forkResult{Error: &apiError{Code: status, Message: msg}})
 			continue

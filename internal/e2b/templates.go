@@ -552,19 +552,16 @@ func (s *Server) runBuild(ctx context.Context, b *build, ins []dockerfile.Instru
 	b.ended = time.Now()
 	if err != nil {
 		msg := "internal error"
-		for _, e := range statusOf {
-			if errors.Is(err, e.kind) {
-				// Without the engine's instruction number, which is not
-				// the SDK's step number (reason.step is).
-				msg = engineStep.ReplaceAllString(clientMessage(err, e.kind), "")
-				msg = strings.ReplaceAll(msg, e.kind.Error()+": ", "")
-				// In E2B's words, which agent code may match on.
-				if cmd, ok := strings.CutPrefix(b.stepText, "RUN "); ok {
-					msg = fmt.Sprintf("failed to run command '%s': %s", cmd, exitedWith.ReplaceAllString(msg, "exit status $1"))
-				} else if b.stepText != "" {
-					msg = b.stepText + ": " + msg
-				}
-				break
+		if kind := errdefs.Kind(err); kind != nil {
+			// Without the engine's instruction number, which is not
+			// the SDK's step number (reason.step is).
+			msg = engineStep.ReplaceAllString(clientMessage(err, kind), "")
+			msg = strings.ReplaceAll(msg, kind.Error()+": ", "")
+			// In E2B's words, which agent code may match on.
+			if cmd, ok := strings.CutPrefix(b.stepText, "RUN "); ok {
+				msg = fmt.Sprintf("failed to run command '%s': %s", cmd, exitedWith.ReplaceAllString(msg, "exit status $1"))
+			} else if b.stepText != "" {
+				msg = b.stepText + ": " + msg
 			}
 		}
 		if msg == "internal error" {
@@ -653,7 +650,9 @@ func (s *Server) translate(ctx context.Context, body startBuildBody) ([]dockerfi
 			if tag != "" {
 				return nil, nil, fmt.Errorf("template '%s' not found: %w", truncate(body.FromTemplate), errdefs.ErrNotFound)
 			}
-			ref = t
+			if ref, err = s.aliased(ctx, t); err != nil {
+				return nil, nil, err
+			}
 		} else if _, err := s.cfg.Templates.Get(ctx, atollName(name, tag)); err != nil && !isVersionRef(tag) {
 			if errors.Is(err, errdefs.ErrNotFound) {
 				return nil, nil, fmt.Errorf("base template '%s' not found: %w", truncate(body.FromTemplate), errdefs.ErrNotFound)
@@ -665,15 +664,16 @@ func (s *Server) translate(ctx context.Context, body startBuildBody) ([]dockerfi
 		// base template does.
 		tr.user, tr.workdir = "user", "/home/user"
 	case body.FromImage == "" || body.FromImage == e2bBaseImage || body.FromImage == e2bBaseImage+":latest":
-		// fromBaseImage(), the SDK's default: E2B's base image is atoll's
-		// base: the alias while there is one, else the template base, else
-		// the built-in template. As after any fromImage, steps run as root.
-		ref, ok := s.cfg.Aliases["base"]
+		// fromBaseImage(), the SDK's default: E2B's base image is what
+		// the alias base names (atoll's base template where there is one,
+		// else the built-in one). As after any fromImage, steps run as root.
+		alias, ok := s.cfg.Aliases["base"]
 		if !ok {
-			ref = "base"
-			if _, err := s.cfg.Templates.Get(ctx, ref); err != nil {
-				ref = "host"
-			}
+			alias = DefaultAliases["base"]
+		}
+		ref, err := s.aliased(ctx, alias)
+		if err != nil {
+			return nil, nil, err
 		}
 		from.Args = []string{ref}
 		tr.user = "root"

@@ -91,7 +91,7 @@ func (f templates) AddBuildFiles(context.Context, string, io.Reader) error { ret
 
 func TestTranslate(t *testing.T) {
 	hash := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-	s := &Server{cfg: Config{Aliases: map[string]string{"base": "host"},
+	s := &Server{cfg: Config{Aliases: map[string][]string{"base": {"host"}},
 		Templates: templates{names: map[string]bool{"app.v1": true}, files: map[string]bool{hash: true}}}}
 	ins, steps, err := s.translate(context.Background(), startBuildBody{
 		FromTemplate: "base",

@@ -1,11 +1,15 @@
 // Package errdefs holds the few kinds of error that cross package and process
 // boundaries. Code wraps them with context (fmt.Errorf("...: %w", errdefs.ErrNotFound))
-// and checks them with errors.Is; the HTTP layer maps each kind to one status code.
+// and checks them with errors.Is; each kind has one code of api.ErrorCodes, and
+// through it one HTTP status.
 package errdefs
 
 import (
 	"errors"
+	"strings"
 	"time"
+
+	"github.com/atoll-dev/atoll/api"
 )
 
 var (
@@ -20,51 +24,67 @@ var (
 	ErrTooLarge  = errors.New("too large")
 )
 
+// kinds is the one table from kinds to codes, and through api.ErrorCodes to
+// HTTP statuses. An error of several kinds takes the first row's.
+var kinds = []struct {
+	kind error
+	code string
+}{
+	{ErrInvalid, api.CodeInvalid},
+	{ErrUnauthorized, api.CodeUnauthorized},
+	{ErrForbidden, api.CodeForbidden},
+	{ErrNotFound, api.CodeNotFound},
+	{ErrConflict, api.CodeConflict},
+	{ErrTooLarge, api.CodeTooLarge},
+	{ErrQuota, api.CodeQuota},
+	{ErrUnavailable, api.CodeUnavailable},
+}
+
+// Kind is the kind err is of, or nil for an error of no kind (a bug, or an
+// error nobody classified: internal).
+func Kind(err error) error {
+	kind, _ := classify(err)
+	return kind
+}
+
 // Code is the stable machine-readable name of err's kind, as used in the JSON
-// error body {"code","message"}.
+// error body {"code","message"}: "internal" for an error of no kind.
 func Code(err error) string {
-	switch {
-	case errors.Is(err, ErrInvalid):
-		return "invalid"
-	case errors.Is(err, ErrNotFound):
-		return "not_found"
-	case errors.Is(err, ErrConflict):
-		return "conflict"
-	case errors.Is(err, ErrUnavailable):
-		return "unavailable"
-	case errors.Is(err, ErrUnauthorized):
-		return "unauthorized"
-	case errors.Is(err, ErrForbidden):
-		return "forbidden"
-	case errors.Is(err, ErrQuota):
-		return "quota_exceeded"
-	case errors.Is(err, ErrTooLarge):
-		return "too_large"
+	_, code := classify(err)
+	return code
+}
+
+func classify(err error) (kind error, code string) {
+	for _, k := range kinds {
+		if errors.Is(err, k.kind) {
+			return k.kind, k.code
+		}
 	}
-	return "internal"
+	return nil, api.CodeInternal
 }
 
 // FromCode is the inverse of Code, for clients that turn a JSON error back into a kind.
 func FromCode(code string) error {
-	switch code {
-	case "invalid":
-		return ErrInvalid
-	case "not_found":
-		return ErrNotFound
-	case "conflict":
-		return ErrConflict
-	case "unavailable":
-		return ErrUnavailable
-	case "unauthorized":
-		return ErrUnauthorized
-	case "forbidden":
-		return ErrForbidden
-	case "quota_exceeded":
-		return ErrQuota
-	case "too_large":
-		return ErrTooLarge
+	for _, k := range kinds {
+		if k.code == code {
+			return k.kind
+		}
 	}
 	return nil
+}
+
+// Status is the HTTP status of err's kind in api.ErrorCodes; 500 for an
+// error of no kind.
+func Status(err error) int { return api.StatusOf(Code(err)) }
+
+// Message is err's message without its kind's name in front, for surfaces
+// whose body carries the kind apart (E2B's API, the agent).
+func Message(err error) string {
+	msg := err.Error()
+	if k := Kind(err); k != nil {
+		msg = strings.TrimPrefix(msg, k.Error()+": ")
+	}
+	return msg
 }
 
 // Busy is an error of a server that cannot take an operation now but could

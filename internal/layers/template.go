@@ -26,6 +26,9 @@ type Template struct {
 	// StartCmd runs in the background when a sandbox boots; ReadyCmd must
 	// then succeed before the sandbox counts as created.
 	StartCmd, ReadyCmd string
+	// Setuid lets setuid programs (sudo) raise privileges in its
+	// sandboxes (runtime.Spec.Setuid).
+	Setuid bool
 }
 
 // Bind is a read-only host directory seen inside a sandbox at Target. It is

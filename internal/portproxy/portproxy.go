@@ -14,7 +14,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,6 +31,7 @@ import (
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/httpkit"
 )
 
 // Headers and parameters of the proxy's protocol. None of them reaches the
@@ -438,13 +438,11 @@ func isDialError(err error) bool {
 	return errors.As(err, &oe) && oe.Op == "dial"
 }
 
+// writeError answers in atoll's shape, never cached: the next request may
+// find the sandbox or port there.
 func writeError(w http.ResponseWriter, status int, code, msg string) {
-	b, _ := json.Marshal(api.Error{Code: code, Message: msg})
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
+	httpkit.Atoll.Error(w, status, code, msg)
 }
 
 func truncate(s string, n int) string {

@@ -28,6 +28,11 @@ type Spec struct {
 	// User and Workdir are the defaults for processes that name none (an
 	// image's USER and WORKDIR); empty means root in its home directory.
 	User, Workdir string
+	// Setuid lets setuid and file-capability programs (sudo) raise a
+	// process's privileges, up to what the sandbox's root holds: no
+	// no_new_privs, and setuid bits honoured on the template's layers.
+	// Off, nothing in the sandbox gains privileges by exec.
+	Setuid bool
 	// AgentPath is the host path of the atoll-agent binary. It runs as the
 	// sandbox's PID 1 and is neither copied nor mounted into the sandbox.
 	AgentPath string

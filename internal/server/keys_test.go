@@ -12,14 +12,14 @@ import (
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/auth"
-	"github.com/atoll-dev/atoll/internal/store"
+	"github.com/atoll-dev/atoll/internal/store/sqlite"
 )
 
 // TestKeyRoutes runs the key routes and the admin check over real keys in
 // a real store: admin keys issue, list and revoke keys and change
 // templates; other keys get 403, bad keys 401, bad input 400.
 func TestKeyRoutes(t *testing.T) {
-	st, err := store.Open(filepath.Join(t.TempDir(), "atoll.db"))
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "atoll.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,16 +2,14 @@ package server
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/egress"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/httpkit"
 )
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
@@ -272,27 +270,5 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
 // rejecting unknown fields and trailing data. An empty body leaves v as it is
 // when emptyOK.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) error {
-	if r.ContentLength > MaxJSONBody {
-		return fmt.Errorf("%w: request body is larger than %d bytes", errdefs.ErrTooLarge, MaxJSONBody)
-	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxJSONBody))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil {
-		if _, err = dec.Token(); err == io.EOF {
-			return nil
-		} else if err == nil {
-			return fmt.Errorf("%w: request body holds more than one JSON value", errdefs.ErrInvalid)
-		}
-	}
-	var mbe *http.MaxBytesError
-	switch {
-	case errors.As(err, &mbe):
-		return fmt.Errorf("%w: request body is larger than %d bytes", errdefs.ErrTooLarge, MaxJSONBody)
-	case err == io.EOF && emptyOK:
-		return nil
-	case err == io.EOF:
-		return fmt.Errorf("%w: empty request body", errdefs.ErrInvalid)
-	}
-	return fmt.Errorf("%w: malformed JSON body: %s", errdefs.ErrInvalid, strings.TrimPrefix(err.Error(), "json: "))
+	return httpkit.DecodeJSON(w, r, v, httpkit.Body{Limit: MaxJSONBody, EmptyOK: emptyOK})
 }

@@ -12,11 +12,11 @@ import (
 	"net"
 	"net/http"
 	"regexp"
-	"runtime/debug"
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/httpkit"
 	"github.com/atoll-dev/atoll/internal/tenant"
 )
 
@@ -150,7 +150,8 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.mux.Handle(rt.pattern(), h)
 	}
-	s.handler = s.recoverPanics(s.logRequests(s.limitHeaders(http.HandlerFunc(s.route))))
+	s.handler = httpkit.LogRequests(s.log, "http request",
+		httpkit.Atoll.Recover(s.log, s.limitHeaders(http.HandlerFunc(s.route))))
 	return s, nil
 }
 
@@ -277,67 +278,6 @@ func (s *Server) limitHeaders(next http.Handler) http.Handler {
 			return
 		}
 		next.ServeHTTP(w, r)
-	})
-}
-
-// statusWriter remembers the status written, for logs and for the panic handler.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(p []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(p)
-}
-
-// Unwrap lets http.ResponseController reach Flush and Hijack, which streaming
-// and websocket forwarding need.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-func (s *Server) logRequests(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w}
-		next.ServeHTTP(sw, r)
-		status := sw.status
-		if status == 0 {
-			status = http.StatusOK
-		}
-		s.log.LogAttrs(r.Context(), slog.LevelDebug, "http request",
-			slog.String("method", r.Method), slog.String("path", r.URL.Path),
-			slog.Int("status", status), slog.Int64("ms", time.Since(start).Milliseconds()))
-	})
-}
-
-// recoverPanics turns a panic in a handler into a logged 500 JSON answer.
-func (s *Server) recoverPanics(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sw := &statusWriter{ResponseWriter: w}
-		defer func() {
-			v := recover()
-			if v == nil {
-				return
-			}
-			if v == http.ErrAbortHandler {
-				panic(v) // the standard way to abort a response; net/http handles it quietly
-			}
-			s.log.Error("panic in handler", "method", r.Method, "path", r.URL.Path,
-				"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-			if sw.status == 0 {
-				writeJSONError(sw, http.StatusInternalServerError, "internal", "internal error")
-			}
-		}()
-		next.ServeHTTP(sw, r)
 	})
 }
 

@@ -952,20 +952,34 @@ func TestForwardWebsocket(t *testing.T) {
 }
 
 func TestStatusTable(t *testing.T) {
-	for _, e := range statusOf {
-		if code := errdefs.Code(e.kind); code == "internal" {
-			t.Errorf("kind %v has no code", e.kind)
+	// Every kind has a code, and the server answers it with the status and
+	// code of api.ErrorCodes' row.
+	s := &Server{log: slog.New(slog.DiscardHandler)}
+	r := httptest.NewRequest("GET", "/", nil)
+	for _, row := range api.ErrorCodes {
+		kind := errdefs.FromCode(row.Code)
+		if kind == nil {
+			if row.Code != api.CodeInternal {
+				t.Errorf("code %s has no kind", row.Code)
+			}
+			continue
+		}
+		if code := errdefs.Code(kind); code == "internal" {
+			t.Errorf("kind %v has no code", kind)
+		}
+		status, body := s.errorBody(r, fmt.Errorf("%w: something", kind))
+		if status != row.Status || body.Code != row.Code {
+			t.Errorf("kind %v: answered %d %s, want %d %s", kind, status, body.Code, row.Status, row.Code)
 		}
 	}
 	// Every kind errdefs knows has a status.
-	for _, code := range []string{"invalid", "not_found", "conflict", "unavailable", "unauthorized", "quota_exceeded", "too_large"} {
+	for _, code := range []string{"invalid", "not_found", "conflict", "unavailable", "unauthorized", "forbidden", "quota_exceeded", "too_large"} {
 		kind := errdefs.FromCode(code)
-		found := false
-		for _, e := range statusOf {
-			found = found || e.kind == kind
-		}
-		if !found {
+		if kind == nil || api.StatusOf(code) == http.StatusInternalServerError {
 			t.Errorf("code %s has no status", code)
 		}
+	}
+	if status, body := s.errorBody(r, errors.New("a bug")); status != http.StatusInternalServerError || body.Code != "internal" {
+		t.Errorf("an error of no kind: %d %s", status, body.Code)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/templates"
 )
 
 // Templates is the template store the API serves. Errors carry errdefs kinds
@@ -149,9 +150,24 @@ func (s *Server) bootstrapTemplate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	// What the request names is checked before the stream starts, so that
+	// it is a 400 rather than an error event.
+	if req.Distro != "debian" {
+		writeJSONError(w, http.StatusBadRequest, "invalid", `distro must be "debian"`)
+		return
+	}
+	if _, ok := templates.Context(req.Build); req.Build != "" && !ok {
+		writeJSONError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("build %q: atoll ships %s", truncate(req.Build), strings.Join(templates.Names(), ", ")))
+		return
+	}
 	st := startStream[api.BuildEvent](w)
 	t, err := ts.Bootstrap(r.Context(), req, func(ev api.BuildEvent) {
-		ev.Type, ev.Template, ev.Code, ev.Message = "log", nil, "", ""
+		// Log lines, and the steps of a Dockerfile built over the
+		// system (req.Build); the stream's end is finishBuild's.
+		if ev.Type != "step" {
+			ev.Type = "log"
+		}
+		ev.Template, ev.Code, ev.Message = nil, "", ""
 		st.event(ev)
 	})
 	s.finishBuild(st, r, t, err)

@@ -321,6 +321,12 @@ func TestTemplateBadInput(t *testing.T) {
 		{"archive without name", "POST", "/v1/templates/import", tarOf(t, "a"), []string{"Content-Type", "application/x-tar"}, 400, "invalid"},
 		{"archive with bad name", "POST", "/v1/templates/import?name=../x", tarOf(t, "a"), []string{"Content-Type", "application/x-tar"}, 400, "invalid"},
 		{"archive with long name", "POST", "/v1/templates/import?name=" + long, tarOf(t, "a"), []string{"Content-Type", "application/x-tar"}, 400, "invalid"},
+
+		{"bootstrap of an unknown distro", "POST", "/v1/templates/bootstrap", `{"name":"x","distro":"alpine"}`, []string{"Content-Type", "application/json"}, 400, "invalid"},
+		{"bootstrap of an unknown build", "POST", "/v1/templates/bootstrap", `{"name":"x","distro":"debian","build":"python"}`, []string{"Content-Type", "application/json"}, 400, "invalid"},
+		{"bootstrap of a build outside templates", "POST", "/v1/templates/bootstrap", `{"name":"x","distro":"debian","build":"../base"}`, []string{"Content-Type", "application/json"}, 400, "invalid"},
+		{"bootstrap of a build path", "POST", "/v1/templates/bootstrap", `{"name":"x","distro":"debian","build":"base/Dockerfile"}`, []string{"Content-Type", "application/json"}, 400, "invalid"},
+		{"bootstrap of the current directory", "POST", "/v1/templates/bootstrap", `{"name":"x","distro":"debian","build":"."}`, []string{"Content-Type", "application/json"}, 400, "invalid"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, body := f.with(t).do(tc.method, tc.path, tc.body, tc.headers...)

@@ -1,716 +1,157 @@
-// Package store keeps atoll's durable state: sandboxes, their state transitions,
-// snapshots, templates and API keys (hashed), each sandbox, snapshot and key
-// with its tenant. It is an embedded SQLite database (modernc.org/sqlite, no cgo)
-// in WAL mode with synchronous=FULL, so a committed change survives a crash of
-// the process or the machine; PostgreSQL joins it for cluster mode.
+// Package store declares atoll's durable state and the contract every store
+// of it keeps: sandboxes and their state transitions, snapshots, template
+// versions and API keys (hashed), each sandbox, snapshot and key with its
+// tenant. The control plane and the key check depend on this package only;
+// an implementation lives in a package of its own (store/sqlite, embedded,
+// for one machine) and proves itself with the conformance suite in
+// store/storetest, which any later implementation runs too.
 package store
 
-import (
-	"context"
-	"database/sql"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"net/url"
-	"os"
-	"sync/atomic"
-	"time"
+import "context"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
-
-	"github.com/atoll-dev/atoll/api"
-	"github.com/atoll-dev/atoll/internal/errdefs"
-	"github.com/atoll-dev/atoll/internal/tenant"
-)
-
-// Store is the database.
-type Store struct {
-	// db is the one writing connection; rdb serves reads on connections of
-	// their own, which in WAL mode never wait for a write's commit.
-	db, rdb *sql.DB
-
-	// writes feed the group commit (group.go), which ends when closing is
-	// closed and then closes stopped.
-	writes           chan write
-	closing, stopped chan struct{}
-	// commits counts the group commit's transactions, for its test.
-	commits atomic.Int64
+// Store is the contract. The promises below hold for every implementation,
+// and storetest checks each of them:
+//
+//   - Durable when acknowledged: a write that returns nil is committed, and
+//     is there after Close and a reopen, or after a crash of the process or
+//     the machine. A write that returns an error changed nothing.
+//   - Errors are errdefs kinds, checked with errors.Is: ErrNotFound for an ID,
+//     name or hash the store does not hold (whatever its shape: an ID is only
+//     ever compared, never parsed or spliced into a query); ErrConflict for a
+//     refused compare-and-set and for a second row of an ID, name or hash
+//     that must be unique; ErrInvalid for an argument of the wrong shape
+//     where a method says so, and for a value the store cannot hold exactly
+//     (it never stores a changed one).
+//   - Lists are in a total order that each method names, the same on every
+//     call, so that a caller paging over a list (the APIs do, by position
+//     or by the last row seen) meets every row once. The store itself does
+//     not page.
+//   - Every sandbox, snapshot and key has a tenant; "" is written as
+//     tenant.Default. Reads by ID are not scoped: the caller, which knows
+//     the asking tenant, checks a row's Tenant. Methods that take a tenant
+//     count only that tenant's rows.
+//   - Times come back in UTC, to the microsecond at least.
+//   - Safe for concurrent use; concurrent writes are each applied or
+//     refused whole, as if one after another.
+type Store interface {
+	Sandboxes
+	Snapshots
+	Templates
+	Keys
+	// TenantInUse reports whether tenant t has keys, sandboxes or
+	// snapshots.
+	TenantInUse(ctx context.Context, t string) (bool, error)
+	// Close waits for the writes under way, then releases the store.
+	Close() error
 }
 
-// Sandbox is a sandbox's row: what the API shows plus what the node needs to
-// find it again.
-type Sandbox struct {
-	api.Sandbox
-	Slot      int    // index of its uid range and quota project; unique among sandboxes
-	PID       int    // of its init process while running
-	StartTime uint64 // of PID
-	Socket    string // agent socket while running
-	// TimeoutSec is the hard TTL a start sets ExpiresAt from.
-	TimeoutSec int64
-	// FromSnapshot is the snapshot it was created from, if any.
-	FromSnapshot string
-	// Policy is its egress policy as the API shows it (egress.Policy.API);
-	// empty is allow-all.
-	Policy api.NetworkPolicy
-	// Tenant owns it (package tenant); rows of older versions belong to
-	// tenant.Default.
-	Tenant string
-	// api.Sandbox.TemplateVersion is the version of Template it was made
-	// from, which it holds (see templates.go).
+// Sandboxes are the sandbox rows and their recorded state changes.
+type Sandboxes interface {
+	// Create records a new sandbox and its first state (a transition from
+	// ""). It chooses sb.Slot, the lowest slot no live sandbox holds, and
+	// writes "" tenant as tenant.Default into sb.Tenant; on error sb is as it
+	// came. An ID already recorded is ErrConflict; a TemplateVersion the
+	// store does not hold ("" is the built-in template, always held) is
+	// ErrNotFound.
+	Create(ctx context.Context, sb *Sandbox) error
+	// Update writes sb if its stored state is one of from, checked and
+	// written atomically, and records the transition if the state changed;
+	// otherwise it changes nothing and returns ErrConflict (ErrNotFound if
+	// there is no such sandbox).
+	Update(ctx context.Context, sb *Sandbox, from ...string) error
+	// UpdateAll is Update of every sandbox of sbs, atomically: all are
+	// written, or none.
+	UpdateAll(ctx context.Context, sbs []*Sandbox, from ...string) error
+	// Delete removes a sandbox and records its transition to "deleted";
+	// its slot is free again. ErrNotFound if there is none.
+	Delete(ctx context.Context, id string) error
+	// Get returns one sandbox, as last written.
+	Get(ctx context.Context, id string) (Sandbox, error)
+	// List returns every sandbox (of every tenant), by CreatedAt, then ID.
+	List(ctx context.Context) ([]Sandbox, error)
+	// Transitions returns a sandbox's recorded state changes in the order
+	// they were made; they outlive the sandbox's row.
+	Transitions(ctx context.Context, id string) ([]Transition, error)
+	// SnapshotUsers counts the sandboxes created from each snapshot.
+	SnapshotUsers(ctx context.Context) (map[string]int, error)
 }
 
-const schema = `
-CREATE TABLE IF NOT EXISTS sandboxes (
-	id TEXT PRIMARY KEY,
-	state TEXT NOT NULL,
-	template TEXT NOT NULL,
-	runtime TEXT NOT NULL,
-	cpu REAL NOT NULL,
-	memory_mib INTEGER NOT NULL,
-	disk_gib INTEGER NOT NULL,
-	pids INTEGER NOT NULL,
-	env TEXT NOT NULL,
-	labels TEXT NOT NULL,
-	error TEXT NOT NULL DEFAULT '',
-	slot INTEGER NOT NULL UNIQUE,
-	created_at INTEGER NOT NULL,
-	started_at INTEGER,
-	stopped_at INTEGER,
-	pid INTEGER NOT NULL DEFAULT 0,
-	start_time INTEGER NOT NULL DEFAULT 0,
-	socket TEXT NOT NULL DEFAULT ''
-);
-CREATE TABLE IF NOT EXISTS transitions (
-	seq INTEGER PRIMARY KEY AUTOINCREMENT,
-	sandbox_id TEXT NOT NULL,
-	from_state TEXT NOT NULL,
-	to_state TEXT NOT NULL,
-	reason TEXT NOT NULL DEFAULT '',
-	at INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS transitions_sandbox ON transitions(sandbox_id);
-CREATE TABLE IF NOT EXISTS template_versions (
-	id TEXT PRIMARY KEY,
-	name TEXT NOT NULL,
-	number INTEGER NOT NULL,
-	source TEXT NOT NULL,
-	digest TEXT NOT NULL,
-	layers TEXT NOT NULL,
-	size INTEGER NOT NULL,
-	config TEXT NOT NULL,
-	created_at INTEGER NOT NULL,
-	UNIQUE (name, number)
-);
-CREATE TABLE IF NOT EXISTS template_names (
-	name TEXT PRIMARY KEY,
-	version TEXT NOT NULL REFERENCES template_versions(id)
-);
-CREATE TABLE IF NOT EXISTS snapshots (
-	id TEXT PRIMARY KEY,
-	name TEXT NOT NULL,
-	sandbox_id TEXT NOT NULL,
-	template TEXT NOT NULL,
-	created_at INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS api_keys (
-	hash TEXT PRIMARY KEY,
-	created_at INTEGER NOT NULL
-);
-`
-
-// Open opens (creating if needed) the database at path.
-func Open(path string) (*Store, error) {
-	// The database holds sandboxes' environments: readable by root only.
-	// SQLite gives its -wal and -shm files the database file's mode.
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("creating database: %w", err)
-	}
-	f.Close()
-	if err := os.Chmod(path, 0o600); err != nil {
-		return nil, err
-	}
-	q := url.Values{}
-	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(1)"} {
-		q.Add("_pragma", p)
-	}
-	dsn := "file:" + path + "?" + q.Encode()
-	db, err := sql.Open("sqlite", dsn)
-	if err != nil {
-		return nil, err
-	}
-	// One connection: SQLite has one writer anyway, and this keeps
-	// read-modify-write transactions free of SQLITE_BUSY.
-	db.SetMaxOpenConns(1)
-	if _, err := db.Exec(schema); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("creating schema: %w", err)
-	}
-	if err := migrate(db); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("migrating schema: %w", err)
-	}
-	q.Add("_pragma", "query_only(1)")
-	rdb, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	rdb.SetMaxOpenConns(readConns)
-	s := &Store{db: db, rdb: rdb, writes: make(chan write), closing: make(chan struct{}), stopped: make(chan struct{})}
-	go s.commitLoop()
-	return s, nil
+// Snapshots are the snapshot rows.
+type Snapshots interface {
+	// PutSnapshot records a snapshot; an ID already recorded is
+	// ErrConflict.
+	PutSnapshot(ctx context.Context, sn Snapshot) error
+	// SetSnapshotState moves snapshot id from state from to state to,
+	// atomically; if it is not in state from it changes nothing and
+	// returns ErrConflict.
+	SetSnapshotState(ctx context.Context, id, from, to string) error
+	// GetSnapshot returns one snapshot.
+	GetSnapshot(ctx context.Context, id string) (Snapshot, error)
+	// ListSnapshots returns the snapshots of sandboxID, or all if it is
+	// empty, by CreatedAt, then ID.
+	ListSnapshots(ctx context.Context, sandboxID string) ([]Snapshot, error)
+	// DeleteSnapshot removes a snapshot.
+	DeleteSnapshot(ctx context.Context, id string) error
 }
 
-// readConns is how many reads may run at once.
-const readConns = 4
-
-// Close closes the database, once the writes under way are committed.
-func (s *Store) Close() error {
-	close(s.closing)
-	<-s.stopped
-	return errors.Join(s.rdb.Close(), s.db.Close())
+// Templates are names that point to immutable versions (see Template), and
+// the count of what holds each version.
+type Templates interface {
+	// PutTemplate records t as a version of t.Name and points the name at
+	// it, atomically. A version of the same ID (the same content) is reused
+	// rather than recorded twice. It returns the version as recorded (ID,
+	// Number: one more than the highest of the name's versions left) and
+	// the ID of the version the name pointed to before ("" if none).
+	PutTemplate(ctx context.Context, t Template) (Template, string, error)
+	// PointTemplate points name at the existing version id (a second name
+	// for it) and returns the ID of the version name pointed to before.
+	PointTemplate(ctx context.Context, name, id string) (string, error)
+	// GetTemplate returns the version name points to.
+	GetTemplate(ctx context.Context, name string) (Template, error)
+	// GetTemplateVersion returns the version of name that ref names: its
+	// number, or its ID (of a version made under name or one name points
+	// to). A ref that is neither a number from 1 (without leading zeros)
+	// nor of ValidVersionID's shape is ErrInvalid.
+	GetTemplateVersion(ctx context.Context, name, ref string) (Template, error)
+	// TemplateVersion returns version id.
+	TemplateVersion(ctx context.Context, id string) (Template, error)
+	// ListTemplates returns every name with its current version, by name.
+	ListTemplates(ctx context.Context) ([]TemplateName, error)
+	// ListTemplateVersions returns every version, by name and number.
+	ListTemplateVersions(ctx context.Context) ([]Template, error)
+	// DeleteTemplate removes name; its versions stay while anything else
+	// holds them.
+	DeleteTemplate(ctx context.Context, name string) error
+	// CollectTemplates deletes the versions nothing holds (only among ids,
+	// if any are given) and returns them; atomically, so that a sandbox
+	// recorded at the same time either holds its version or is refused.
+	CollectTemplates(ctx context.Context, ids ...string) ([]Template, error)
+	// VersionUsers counts the sandboxes (not pooled ones: StatePooled) and
+	// snapshots made from each version: those of tenant t, or of every
+	// tenant if t is empty.
+	VersionUsers(ctx context.Context, t string) (map[string]VersionUse, error)
+	// TemplateUsers counts the sandboxes (not pooled ones) made from each
+	// template name: those of tenant t, or of every tenant if t is empty.
+	TemplateUsers(ctx context.Context, t string) (map[string]int, error)
 }
 
-// added are columns later versions added to tables, with their definitions.
-var added = []struct{ table, column, def string }{
-	{"sandboxes", "timeout_sec", "INTEGER NOT NULL DEFAULT 0"},
-	{"sandboxes", "expires_at", "INTEGER"},
-	{"sandboxes", "ephemeral", "INTEGER NOT NULL DEFAULT 0"},
-	{"sandboxes", "auto_delete_sec", "INTEGER NOT NULL DEFAULT 0"},
-	{"sandboxes", "auto_stop_sec", "INTEGER NOT NULL DEFAULT 0"},
-	{"sandboxes", "from_snapshot", "TEXT NOT NULL DEFAULT ''"},
-	{"sandboxes", "auto_archive_sec", "INTEGER NOT NULL DEFAULT 0"},
-	{"snapshots", "state", "TEXT NOT NULL DEFAULT 'ready'"},
-	{"sandboxes", "egress", "TEXT NOT NULL DEFAULT ''"},
-	{"sandboxes", "public_ports", "INTEGER NOT NULL DEFAULT 0"},
-	// Tenants: what older versions made is the first key's, the default
-	// tenant's (tenant.Default).
-	{"sandboxes", "tenant", "TEXT NOT NULL DEFAULT 'default'"},
-	{"snapshots", "tenant", "TEXT NOT NULL DEFAULT 'default'"},
-	{"api_keys", "name", "TEXT NOT NULL DEFAULT ''"},
-	{"api_keys", "tenant", "TEXT NOT NULL DEFAULT 'default'"},
-	// Template versions (see templates.go): '' is the built-in template,
-	// which has none; migrateTemplates fills them in for older rows.
-	{"sandboxes", "template_version", "TEXT NOT NULL DEFAULT ''"},
-	{"snapshots", "template_version", "TEXT NOT NULL DEFAULT ''"},
-	{"sandboxes", "auto_resume", "INTEGER NOT NULL DEFAULT 0"},
+// Keys are the API keys, stored only as hashes (see Key).
+type Keys interface {
+	// AddKey stores the hash of an API key, its name and its tenant; a hash
+	// already stored is ErrConflict.
+	AddKey(ctx context.Context, hash, name, tenant string) error
+	// LookupKey returns the key whose hash is hash.
+	LookupKey(ctx context.Context, hash string) (Key, error)
+	// ListKeys returns every key, by CreatedAt, then hash.
+	ListKeys(ctx context.Context) ([]Key, error)
+	// DeleteKey removes the key with ID id, unless it is the last key of
+	// the default tenant (the admin's), which would leave nobody to issue
+	// keys: that is ErrConflict.
+	DeleteKey(ctx context.Context, id string) error
+	// KeyCount is the number of stored keys.
+	KeyCount(ctx context.Context) (int, error)
 }
 
-// migrate adds the columns a database made by an older version lacks, and
-// turns its templates into versions.
-func migrate(db *sql.DB) error {
-	if err := addColumns(db); err != nil {
-		return err
-	}
-	// Collection asks, per version, whether a sandbox or snapshot holds it.
-	if _, err := db.Exec(`CREATE INDEX IF NOT EXISTS sandboxes_template_version ON sandboxes(template_version);
-		CREATE INDEX IF NOT EXISTS snapshots_template_version ON snapshots(template_version)`); err != nil {
-		return err
-	}
-	return migrateTemplates(db)
-}
-
-func addColumns(db *sql.DB) error {
-	for _, a := range added {
-		var n int
-		if err := db.QueryRow(`SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?`, a.table, a.column).Scan(&n); err != nil {
-			return err
-		}
-		if n == 0 {
-			if _, err := db.Exec(`ALTER TABLE ` + a.table + ` ADD COLUMN ` + a.column + ` ` + a.def); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-const columns = `id, state, template, runtime, cpu, memory_mib, disk_gib, pids, env, labels, error,
-	slot, created_at, started_at, stopped_at, pid, start_time, socket,
-	timeout_sec, expires_at, ephemeral, auto_delete_sec, auto_stop_sec, from_snapshot,
-	auto_archive_sec, egress, public_ports, tenant, template_version, auto_resume`
-
-// Create inserts a new sandbox, choosing its slot (the lowest one free), and
-// records its first state.
-func (s *Store) Create(ctx context.Context, sb *Sandbox) error {
-	slot, tenant := sb.Slot, sb.Tenant
-	err := s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error { return create(ctx, tx, sb) })
-	if err != nil {
-		// Undone: sb is as it came.
-		sb.Slot, sb.Tenant = slot, tenant
-	}
-	return err
-}
-
-func create(ctx context.Context, tx *sql.Tx, sb *Sandbox) error {
-	slot := 0
-	rows, err := tx.QueryContext(ctx, `SELECT slot FROM sandboxes ORDER BY slot`)
-	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		var n int
-		if err := rows.Scan(&n); err != nil {
-			rows.Close()
-			return err
-		}
-		if n != slot {
-			break
-		}
-		slot++
-	}
-	rows.Close()
-	sb.Slot = slot
-	sb.Tenant = tenantOf(sb.Tenant)
-	// In the transaction that holds the version: a collection of it
-	// cannot slip in between.
-	if err := versionExists(ctx, tx, sb.TemplateVersion); err != nil {
-		return err
-	}
-	env, _ := json.Marshal(orEmpty(sb.Env))
-	labels, _ := json.Marshal(orEmpty(sb.Labels))
-	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
-		sb.ID, sb.State, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
-		string(env), string(labels), sb.Error, sb.Slot, sb.CreatedAt.UnixNano(),
-		nanos(sb.StartedAt), nanos(sb.StoppedAt), sb.PID, int64(sb.StartTime), sb.Socket,
-		sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec, sb.FromSnapshot,
-		sb.AutoArchiveSec, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant), sb.TemplateVersion, sb.AutoResume)
-	if err != nil {
-		return fmt.Errorf("inserting sandbox: %w", err)
-	}
-	return transition(ctx, tx, sb.ID, "", sb.State, "")
-}
-
-// Update writes sb if its stored state is one of from, and records the
-// transition; otherwise it changes nothing and returns errdefs.ErrConflict.
-func (s *Store) Update(ctx context.Context, sb *Sandbox, from ...string) error {
-	return s.UpdateAll(ctx, []*Sandbox{sb}, from...)
-}
-
-// UpdateAll is Update of every sandbox of sbs, in one transaction: all are
-// written, or none.
-func (s *Store) UpdateAll(ctx context.Context, sbs []*Sandbox, from ...string) error {
-	return s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		for _, sb := range sbs {
-			if err := update(ctx, tx, sb, from); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
-
-func update(ctx context.Context, tx *sql.Tx, sb *Sandbox, from []string) error {
-	var cur string
-	if err := tx.QueryRowContext(ctx, `SELECT state FROM sandboxes WHERE id = ?`, sb.ID).Scan(&cur); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("sandbox %s: %w", sb.ID, errdefs.ErrNotFound)
-		}
-		return err
-	}
-	if !contains(from, cur) {
-		return fmt.Errorf("sandbox %s is %s: %w", sb.ID, cur, errdefs.ErrConflict)
-	}
-	if err := versionExists(ctx, tx, sb.TemplateVersion); err != nil {
-		return err
-	}
-	env, _ := json.Marshal(orEmpty(sb.Env))
-	labels, _ := json.Marshal(orEmpty(sb.Labels))
-	_, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state=?, error=?, template=?, runtime=?, cpu=?, memory_mib=?,
-		disk_gib=?, pids=?, env=?, labels=?, created_at=?, started_at=?, stopped_at=?, pid=?, start_time=?, socket=?,
-		timeout_sec=?, expires_at=?, ephemeral=?, auto_delete_sec=?, auto_stop_sec=?,
-		auto_archive_sec=?, from_snapshot=?, egress=?, public_ports=?, tenant=?, template_version=?, auto_resume=? WHERE id=?`,
-		sb.State, sb.Error, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
-		string(env), string(labels), sb.CreatedAt.UnixNano(), nanos(sb.StartedAt), nanos(sb.StoppedAt),
-		sb.PID, int64(sb.StartTime), sb.Socket, sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec,
-		sb.AutoArchiveSec, sb.FromSnapshot, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant), sb.TemplateVersion, sb.AutoResume, sb.ID)
-	if err != nil {
-		return err
-	}
-	if cur != sb.State {
-		return transition(ctx, tx, sb.ID, cur, sb.State, sb.Error)
-	}
-	return nil
-}
-
-// Delete removes a sandbox's row.
-func (s *Store) Delete(ctx context.Context, id string) error {
-	return s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error { return deleteSandbox(ctx, tx, id) })
-}
-
-func deleteSandbox(ctx context.Context, tx *sql.Tx, id string) error {
-	var cur string
-	if err := tx.QueryRowContext(ctx, `SELECT state FROM sandboxes WHERE id = ?`, id).Scan(&cur); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
-		}
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id); err != nil {
-		return err
-	}
-	return transition(ctx, tx, id, cur, "deleted", "")
-}
-
-// Get returns one sandbox.
-func (s *Store) Get(ctx context.Context, id string) (Sandbox, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT `+columns+` FROM sandboxes WHERE id = ?`, id)
-	if err != nil {
-		return Sandbox{}, err
-	}
-	sbs, err := scan(rows)
-	if err != nil {
-		return Sandbox{}, err
-	}
-	if len(sbs) == 0 {
-		return Sandbox{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
-	}
-	return sbs[0], nil
-}
-
-// List returns all sandboxes, oldest first.
-func (s *Store) List(ctx context.Context) ([]Sandbox, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT `+columns+` FROM sandboxes ORDER BY created_at, id`)
-	if err != nil {
-		return nil, err
-	}
-	return scan(rows)
-}
-
-// Transition is one recorded state change.
-type Transition struct {
-	From, To, Reason string
-	At               time.Time
-}
-
-// Transitions returns a sandbox's recorded state changes, oldest first.
-func (s *Store) Transitions(ctx context.Context, id string) ([]Transition, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT from_state, to_state, reason, at FROM transitions WHERE sandbox_id = ? ORDER BY seq`, id)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Transition
-	for rows.Next() {
-		var t Transition
-		var at int64
-		if err := rows.Scan(&t.From, &t.To, &t.Reason, &at); err != nil {
-			return nil, err
-		}
-		t.At = time.Unix(0, at).UTC()
-		out = append(out, t)
-	}
-	return out, rows.Err()
-}
-
-// Key is a stored API key: never the key itself, only its SHA-256 hash,
-// whose first 20 hex digits are the key's ID.
-type Key struct {
-	ID        string
-	Hash      string
-	Name      string
-	Tenant    string
-	CreatedAt time.Time
-}
-
-// KeyID is the ID of the key whose hash is hash.
-func KeyID(hash string) string {
-	if len(hash) < 20 {
-		return hash
-	}
-	return hash[:20]
-}
-
-// AddKey stores the hash of an API key, its name and its tenant.
-func (s *Store) AddKey(ctx context.Context, hash, name, tenant string) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO api_keys (hash, created_at, name, tenant) VALUES (?, ?, ?, ?)`,
-		hash, time.Now().UnixNano(), name, tenantOf(tenant))
-	return err
-}
-
-// LookupKey returns the key whose hash is hash; errdefs.ErrNotFound if
-// there is none.
-func (s *Store) LookupKey(ctx context.Context, hash string) (Key, error) {
-	ks, err := s.keys(ctx, `WHERE hash = ?`, hash)
-	if err != nil {
-		return Key{}, err
-	}
-	if len(ks) == 0 {
-		return Key{}, fmt.Errorf("key: %w", errdefs.ErrNotFound)
-	}
-	return ks[0], nil
-}
-
-// ListKeys returns every key, oldest first.
-func (s *Store) ListKeys(ctx context.Context) ([]Key, error) {
-	return s.keys(ctx, `ORDER BY created_at, hash`)
-}
-
-// DeleteKey removes the key with ID id, unless it is the last key of the
-// default tenant (the admin's), which would leave nobody to issue keys.
-func (s *Store) DeleteKey(ctx context.Context, id string) error {
-	adminTenant := tenant.Default
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	var hash, tenant string
-	err = tx.QueryRowContext(ctx, `SELECT hash, tenant FROM api_keys WHERE substr(hash, 1, 20) = ?`, id).Scan(&hash, &tenant)
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("key %s: %w", id, errdefs.ErrNotFound)
-	}
-	if err != nil {
-		return err
-	}
-	if tenant == adminTenant {
-		var n int
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM api_keys WHERE tenant = ?`, adminTenant).Scan(&n); err != nil {
-			return err
-		}
-		if n <= 1 {
-			return fmt.Errorf("%w: key %s is the last admin key; create another first", errdefs.ErrConflict, id)
-		}
-	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM api_keys WHERE hash = ?`, hash); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
-
-func (s *Store) keys(ctx context.Context, where string, args ...any) ([]Key, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT hash, name, tenant, created_at FROM api_keys `+where, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Key
-	for rows.Next() {
-		var k Key
-		var created int64
-		if err := rows.Scan(&k.Hash, &k.Name, &k.Tenant, &created); err != nil {
-			return nil, err
-		}
-		k.ID = KeyID(k.Hash)
-		k.CreatedAt = time.Unix(0, created).UTC()
-		out = append(out, k)
-	}
-	return out, rows.Err()
-}
-
-// TenantInUse reports whether tenant t has keys, sandboxes or snapshots.
-func (s *Store) TenantInUse(ctx context.Context, t string) (bool, error) {
-	var n int
-	err := s.rdb.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM api_keys WHERE tenant = ?)
-		+ (SELECT COUNT(*) FROM sandboxes WHERE tenant = ?) + (SELECT COUNT(*) FROM snapshots WHERE tenant = ?)`, t, t, t).Scan(&n)
-	return n > 0, err
-}
-
-// KeyCount is the number of stored keys.
-func (s *Store) KeyCount(ctx context.Context) (int, error) {
-	var n int
-	err := s.rdb.QueryRowContext(ctx, `SELECT COUNT(*) FROM api_keys`).Scan(&n)
-	return n, err
-}
-
-// tenantOf is the tenant column of a row: "" (a caller that predates
-// tenants) is the default tenant.
-func tenantOf(t string) string {
-	if t == "" {
-		return tenant.Default
-	}
-	return t
-}
-
-func transition(ctx context.Context, tx *sql.Tx, id, from, to, reason string) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO transitions (sandbox_id, from_state, to_state, reason, at) VALUES (?,?,?,?,?)`,
-		id, from, to, reason, time.Now().UnixNano())
-	return err
-}
-
-func scan(rows *sql.Rows) ([]Sandbox, error) {
-	defer rows.Close()
-	var out []Sandbox
-	for rows.Next() {
-		var sb Sandbox
-		var env, labels string
-		var created int64
-		var started, stopped, expires sql.NullInt64
-		var startTime int64
-		var policy string
-		if err := rows.Scan(&sb.ID, &sb.State, &sb.Template, &sb.Runtime, &sb.CPU, &sb.MemoryMiB, &sb.DiskGiB,
-			&sb.PIDs, &env, &labels, &sb.Error, &sb.Slot, &created, &started, &stopped, &sb.PID, &startTime, &sb.Socket,
-			&sb.TimeoutSec, &expires, &sb.Ephemeral, &sb.AutoDeleteSec, &sb.AutoStopSec, &sb.FromSnapshot,
-			&sb.AutoArchiveSec, &policy, &sb.Ports.Public, &sb.Tenant, &sb.TemplateVersion, &sb.AutoResume); err != nil {
-			return nil, err
-		}
-		if policy != "" {
-			if err := json.Unmarshal([]byte(policy), &sb.Policy); err != nil {
-				return nil, err
-			}
-		}
-		sb.ExpiresAt = fromNanos(expires)
-		sb.StartTime = uint64(startTime)
-		if err := json.Unmarshal([]byte(env), &sb.Env); err != nil {
-			return nil, err
-		}
-		if err := json.Unmarshal([]byte(labels), &sb.Labels); err != nil {
-			return nil, err
-		}
-		if len(sb.Env) == 0 {
-			sb.Env = nil
-		}
-		if len(sb.Labels) == 0 {
-			sb.Labels = nil
-		}
-		sb.CreatedAt = time.Unix(0, created).UTC()
-		sb.StartedAt = fromNanos(started)
-		sb.StoppedAt = fromNanos(stopped)
-		out = append(out, sb)
-	}
-	return out, rows.Err()
-}
-
-// policyJSON is the egress column: empty for allow-all.
-func policyJSON(p api.NetworkPolicy) string {
-	if p.Egress == "" && len(p.Allow) == 0 && len(p.Deny) == 0 && p.Bandwidth == nil {
-		return ""
-	}
-	b, _ := json.Marshal(p)
-	return string(b)
-}
-
-func nanos(t *time.Time) any {
-	if t == nil {
-		return nil
-	}
-	return t.UnixNano()
-}
-
-func fromNanos(n sql.NullInt64) *time.Time {
-	if !n.Valid {
-		return nil
-	}
-	t := time.Unix(0, n.Int64).UTC()
-	return &t
-}
-
-func orEmpty(m map[string]string) map[string]string {
-	if m == nil {
-		return map[string]string{}
-	}
-	return m
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-// Snapshot is a snapshot's row.
-type Snapshot struct {
-	ID, Name, SandboxID, Template string
-	TemplateVersion               string // the version of Template its sandbox was made from
-	State                         string // api.SnapshotReady, ...
-	Tenant                        string // who owns it: its sandbox's tenant
-	CreatedAt                     time.Time
-}
-
-// PutSnapshot records a snapshot.
-func (s *Store) PutSnapshot(ctx context.Context, sn Snapshot) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (id, name, sandbox_id, template, created_at, state, tenant, template_version)
-		VALUES (?,?,?,?,?,?,?,?)`,
-		sn.ID, sn.Name, sn.SandboxID, sn.Template, sn.CreatedAt.UnixNano(), sn.State, tenantOf(sn.Tenant), sn.TemplateVersion)
-	return err
-}
-
-// SetSnapshotState moves snapshot id from state from to state to; if it is
-// not in state from it changes nothing and returns errdefs.ErrConflict.
-func (s *Store) SetSnapshotState(ctx context.Context, id, from, to string) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE snapshots SET state = ? WHERE id = ? AND state = ?`, to, id, from)
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		if _, err := s.GetSnapshot(ctx, id); err != nil {
-			return err
-		}
-		return fmt.Errorf("snapshot %s is not %s: %w", id, from, errdefs.ErrConflict)
-	}
-	return nil
-}
-
-// GetSnapshot returns one snapshot.
-func (s *Store) GetSnapshot(ctx context.Context, id string) (Snapshot, error) {
-	sns, err := s.snapshots(ctx, `WHERE id = ?`, id)
-	if err != nil {
-		return Snapshot{}, err
-	}
-	if len(sns) == 0 {
-		return Snapshot{}, fmt.Errorf("snapshot %s: %w", id, errdefs.ErrNotFound)
-	}
-	return sns[0], nil
-}
-
-// ListSnapshots returns the snapshots of sandboxID, or all if it is empty.
-func (s *Store) ListSnapshots(ctx context.Context, sandboxID string) ([]Snapshot, error) {
-	if sandboxID == "" {
-		return s.snapshots(ctx, `ORDER BY created_at, id`)
-	}
-	return s.snapshots(ctx, `WHERE sandbox_id = ? ORDER BY created_at, id`, sandboxID)
-}
-
-// DeleteSnapshot removes a snapshot's row.
-func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?`, id)
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("snapshot %s: %w", id, errdefs.ErrNotFound)
-	}
-	return nil
-}
-
-func (s *Store) snapshots(ctx context.Context, where string, args ...any) ([]Snapshot, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT id, name, sandbox_id, template, created_at, state, tenant, template_version FROM snapshots `+where, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Snapshot
-	for rows.Next() {
-		var sn Snapshot
-		var created int64
-		if err := rows.Scan(&sn.ID, &sn.Name, &sn.SandboxID, &sn.Template, &created, &sn.State, &sn.Tenant, &sn.TemplateVersion); err != nil {
-			return nil, err
-		}
-		sn.CreatedAt = time.Unix(0, created).UTC()
-		out = append(out, sn)
-	}
-	return out, rows.Err()
-}
-
-// SnapshotUsers counts the sandboxes created from each snapshot.
-func (s *Store) SnapshotUsers(ctx context.Context) (map[string]int, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT from_snapshot, COUNT(*) FROM sandboxes WHERE from_snapshot != '' GROUP BY from_snapshot`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var id string
-		var n int
-		if err := rows.Scan(&id, &n); err != nil {
-			return nil, err
-		}
-		out[id] = n
-	}
-	return out, rows.Err()
-}
+// StatePooled is the state of a sandbox started ahead of demand for a warm
+// pool: it belongs to no user yet, so the use counts leave it out.
+const StatePooled = "pooled"

@@ -15,7 +15,7 @@ import (
 // Error is an error answer of the server.
 type Error struct {
 	StatusCode int    // HTTP status
-	Code       string // invalid, not_found, conflict, unavailable, unauthorized, forbidden, quota_exceeded, too_large, internal
+	Code       string // one of api.ErrorCodes: invalid, not_found, conflict, unavailable, unauthorized, forbidden, quota_exceeded, too_large, internal
 	Message    string
 	// RetryAfter is the server's Retry-After, if it sent one: it was busy
 	// (503) or the caller over a rate (429), and the same request may
@@ -34,7 +34,8 @@ func (e *Error) Error() string {
 func (e *Error) Is(target error) bool {
 	k, ok := kinds[e.Code]
 	if !ok {
-		k = kindOfStatus[e.StatusCode]
+		// An answer without a JSON body, e.g. from a proxy.
+		k = kinds[api.CodeOf(e.StatusCode)]
 	}
 	return k != nil && k == target
 }
@@ -51,52 +52,24 @@ var (
 	ErrTooLarge     = errors.New("too large")
 )
 
+// kinds are the sentinels of the codes of api.ErrorCodes, whose statuses
+// the server answers with.
 var kinds = map[string]error{
-	"invalid":        ErrInvalid,
-	"not_found":      ErrNotFound,
-	"conflict":       ErrConflict,
-	"unavailable":    ErrUnavailable,
-	"unauthorized":   ErrUnauthorized,
-	"forbidden":      ErrForbidden,
-	"quota_exceeded": ErrQuota,
-	"too_large":      ErrTooLarge,
+	api.CodeInvalid:      ErrInvalid,
+	api.CodeNotFound:     ErrNotFound,
+	api.CodeConflict:     ErrConflict,
+	api.CodeUnavailable:  ErrUnavailable,
+	api.CodeUnauthorized: ErrUnauthorized,
+	api.CodeForbidden:    ErrForbidden,
+	api.CodeQuota:        ErrQuota,
+	api.CodeTooLarge:     ErrTooLarge,
 }
 
-// kindOfStatus classifies answers without a JSON body, e.g. from a proxy.
-var kindOfStatus = map[int]error{
-	http.StatusBadRequest:                  ErrInvalid,
-	http.StatusUnauthorized:                ErrUnauthorized,
-	http.StatusForbidden:                   ErrForbidden,
-	http.StatusNotFound:                    ErrNotFound,
-	http.StatusConflict:                    ErrConflict,
-	http.StatusRequestEntityTooLarge:       ErrTooLarge,
-	http.StatusRequestHeaderFieldsTooLarge: ErrTooLarge,
-	http.StatusTooManyRequests:             ErrQuota,
-	http.StatusBadGateway:                  ErrUnavailable,
-	http.StatusServiceUnavailable:          ErrUnavailable,
-	http.StatusGatewayTimeout:              ErrUnavailable,
-}
-
-// statusOfCode is the status the server answers each code with, for errors
-// that arrive inside a stream that had already started with 200.
-var statusOfCode = map[string]int{
-	"invalid":        http.StatusBadRequest,
-	"unauthorized":   http.StatusUnauthorized,
-	"not_found":      http.StatusNotFound,
-	"conflict":       http.StatusConflict,
-	"too_large":      http.StatusRequestEntityTooLarge,
-	"quota_exceeded": http.StatusTooManyRequests,
-	"unavailable":    http.StatusServiceUnavailable,
-	"internal":       http.StatusInternalServerError,
-}
-
-// errorOfCode is the Error a status answer with code and message would have been.
+// errorOfCode is the Error a status answer with code and message would have
+// been, for errors that arrive inside a stream that had already started
+// with 200.
 func errorOfCode(code, message string) *Error {
-	status, ok := statusOfCode[code]
-	if !ok {
-		status = http.StatusInternalServerError
-	}
-	return &Error{StatusCode: status, Code: code, Message: message}
+	return &Error{StatusCode: api.StatusOf(code), Code: code, Message: message}
 }
 
 func errorFrom(resp *http.Response) error {

@@ -11,7 +11,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,10 +21,12 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/agent"
 	"github.com/atoll-dev/atoll/internal/e2b/envd/spec/filesystem/filesystemconnect"
 	"github.com/atoll-dev/atoll/internal/e2b/envd/spec/process/processconnect"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/httpkit"
 )
 
 // Version is the envd version reported to SDKs, which gate features on
@@ -196,16 +197,23 @@ func checkSignature(r *http.Request, sb Sandbox, operation string) error {
 	return nil
 }
 
+// surface is envd's HTTP error shape, E2B's, and where its statuses differ
+// from api.ErrorCodes: E2B's envd answers a full disk with 507, which the
+// SDKs raise as NotEnoughSpaceError; and unavailable is none of envd's
+// statuses: an agent that says so answered (500), one that did not is gone
+// (502), as httpStatus decides for errors of no kind.
+var surface = httpkit.Surface{
+	Body: httpkit.E2B.Body,
+	Statuses: map[string]int{
+		api.CodeQuota:       http.StatusInsufficientStorage,
+		api.CodeUnavailable: 0,
+		api.CodeForbidden:   0, // the agent never says forbidden
+	},
+}
+
 // writeError answers an HTTP (not RPC) request with envd's error shape.
 func writeError(w http.ResponseWriter, status int, msg string) {
-	b, _ := json.Marshal(struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	}{status, msg})
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	w.Write(b)
+	surface.Error(w, status, "", msg)
 }
 
 // message is what a client may see of err: the agent's own message, which
@@ -228,6 +236,17 @@ func message(err error) string {
 	return "sandbox agent is unreachable"
 }
 
+// connectCodes are the Connect codes E2B's envd gives errors of each code.
+var connectCodes = map[string]connect.Code{
+	api.CodeInvalid:      connect.CodeInvalidArgument,
+	api.CodeNotFound:     connect.CodeNotFound,
+	api.CodeConflict:     connect.CodeFailedPrecondition,
+	api.CodeQuota:        connect.CodeResourceExhausted,
+	api.CodeTooLarge:     connect.CodeResourceExhausted,
+	api.CodeUnauthorized: connect.CodeUnauthenticated,
+	api.CodeUnavailable:  connect.CodeUnavailable,
+}
+
 // rpcError turns an agent error into a Connect error with the code E2B's
 // envd would give.
 func rpcError(err error) error {
@@ -239,47 +258,24 @@ func rpcError(err error) error {
 		return err
 	}
 	code := connect.CodeUnavailable // the agent did not answer: the sandbox is going away
-	switch {
+	var se *agent.StatusError
+	switch c, ok := connectCodes[errdefs.Code(err)]; {
 	case errors.Is(err, context.Canceled):
 		code = connect.CodeCanceled
 	case errors.Is(err, context.DeadlineExceeded):
 		code = connect.CodeDeadlineExceeded
-	case errors.Is(err, errdefs.ErrInvalid):
-		code = connect.CodeInvalidArgument
-	case errors.Is(err, errdefs.ErrNotFound):
-		code = connect.CodeNotFound
-	case errors.Is(err, errdefs.ErrConflict):
-		code = connect.CodeFailedPrecondition
-	case errors.Is(err, errdefs.ErrQuota), errors.Is(err, errdefs.ErrTooLarge):
-		code = connect.CodeResourceExhausted
-	case errors.Is(err, errdefs.ErrUnauthorized):
-		code = connect.CodeUnauthenticated
-	case errors.Is(err, errdefs.ErrUnavailable):
-		code = connect.CodeUnavailable
-	default:
-		var se *agent.StatusError
-		if errors.As(err, &se) {
-			code = connect.CodeInternal
-		}
+	case ok:
+		code = c
+	case errors.As(err, &se):
+		code = connect.CodeInternal
 	}
 	return connect.NewError(code, errors.New(message(err)))
 }
 
 // httpStatus is the envd HTTP status of an agent error.
 func httpStatus(err error) int {
-	switch {
-	case errors.Is(err, errdefs.ErrInvalid):
-		return http.StatusBadRequest
-	case errors.Is(err, errdefs.ErrNotFound):
-		return http.StatusNotFound
-	case errors.Is(err, errdefs.ErrUnauthorized):
-		return http.StatusUnauthorized
-	case errors.Is(err, errdefs.ErrQuota):
-		return http.StatusInsufficientStorage
-	case errors.Is(err, errdefs.ErrConflict):
-		return http.StatusConflict
-	case errors.Is(err, errdefs.ErrTooLarge):
-		return http.StatusRequestEntityTooLarge
+	if st := surface.Status(err); st != 0 && st != http.StatusInternalServerError {
+		return st
 	}
 	var se *agent.StatusError
 	if errors.As(err, &se) {

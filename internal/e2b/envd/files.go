@@ -3,7 +3,6 @@ package envd
 import (
 	"compress/gzip"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -229,9 +228,4 @@ func (c *call) writeFile(ctx context.Context, p string, body io.Reader, meta map
 	return fileEntry{Path: fi.Path, Name: fi.Name, Type: "file", Metadata: fi.Metadata}, 0, nil
 }
 
-func writeJSON(w http.ResponseWriter, v any) {
-	b, _ := json.Marshal(v)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	w.Write(b)
-}
+func writeJSON(w http.ResponseWriter, v any) { surface.JSON(w, http.StatusOK, v) }

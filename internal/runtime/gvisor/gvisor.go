@@ -302,6 +302,11 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (i
 	if spec.Network != nil {
 		args = []string{"--network=sandbox"}
 	}
+	if spec.Setuid {
+		// The sentry ignores setuid bits unless told (and unless the
+		// spec's noNewPrivileges, which spec() leaves off then).
+		args = append(args, "--allow-suid")
+	}
 	if image == "" {
 		args = append(args, "run", "--detach")
 	} else {

@@ -104,7 +104,7 @@ func (r *Runtime) ociSpec(spec runtime.Spec, dir, rootfs, sock string) (*specs.S
 				Bounding: keptCapabilities, Effective: keptCapabilities, Permitted: keptCapabilities,
 			},
 			Rlimits:         rlimits,
-			NoNewPrivileges: true,
+			NoNewPrivileges: !spec.Setuid,
 		},
 		Root:     &specs.Root{Path: rootfs},
 		Hostname: spec.Hostname,

@@ -408,14 +408,21 @@ func (r *Runtime) stageMounts(spec runtime.Spec, dir string, pid int) (nsinit.Co
 		User:     spec.User,
 		Workdir:  spec.Workdir,
 		AgentEnv: string(agentEnv),
+		Setuid:   spec.Setuid,
 	}
 	const ro = unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOSUID
+	// The template's setuid programs (sudo) are on its layers; the ids
+	// they raise to are the sandbox's own (the mount is id-mapped).
+	layerAttr := uint64(ro)
+	if spec.Setuid {
+		layerAttr &^= unix.MOUNT_ATTR_NOSUID
+	}
 	lower, err := r.lowers.Mount(context.Background(), spec.Rootfs.Layers)
 	if err != nil {
 		return cfg, err
 	}
 	for i, l := range lower {
-		p, err := stage(l, "l"+strconv.Itoa(i), ro)
+		p, err := stage(l, "l"+strconv.Itoa(i), layerAttr)
 		if err != nil {
 			return cfg, err
 		}

@@ -226,6 +226,7 @@ func Run(t *testing.T, rt runtime.Runtime, env Env) {
 		testPrepare(t, rt, p, env)
 	})
 	t.Run("ManyLayers", func(t *testing.T) { testManyLayers(t, rt, env) })
+	t.Run("Setuid", func(t *testing.T) { testSetuid(t, rt, env) })
 	t.Run("PrepareLayers", func(t *testing.T) {
 		p, ok := rt.(runtime.LayerPreparer)
 		if !ok {
@@ -905,6 +906,57 @@ func testManyLayers(t *testing.T, rt runtime.Runtime, env Env) {
 	}
 }
 
+// testSetuid runs a setuid-root copy of id(1), on a layer of the template,
+// as the unprivileged user: only with Spec.Setuid does it run as the
+// sandbox's root (how sudo works), and only then is no_new_privs unset.
+func testSetuid(t *testing.T, rt runtime.Runtime, env Env) {
+	layer := t.TempDir()
+	if err := os.Chmod(layer, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(layer, "suid"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	id, err := os.ReadFile("/usr/bin/id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(layer, "suid", "id")
+	if err := os.WriteFile(bin, id, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(bin, 0o755|os.ModeSetuid); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		setuid bool
+		want   string // euid of the setuid program run by uid 1000
+	}{{false, "1000\n"}, {true, "0\n"}} {
+		t.Run(fmt.Sprint("setuid=", tc.setuid), func(t *testing.T) {
+			sb := New(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 256 << 20, PIDs: 64}, 256<<20)
+			sb.Spec.Rootfs.Layers = append([]string{layer}, sb.Spec.Rootfs.Layers...)
+			sb.Spec.Setuid = tc.setuid
+			if p, ok := rt.(runtime.LayerPreparer); ok {
+				if err := p.PrepareLayers(context.Background(), sb.Spec.Rootfs.Layers); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sb.start(t, rt)
+			if out, errOut, code := sb.ShAs(t, "user", "/suid/id -u"); out != tc.want || code != 0 {
+				t.Errorf("setuid root program as user: %q %q (exit %d), want %q", out, errOut, code, tc.want)
+			}
+			if out, _, _ := sb.ShAs(t, "user", "id -u"); out != "1000\n" {
+				t.Errorf("user's own uid: %q", out)
+			}
+			// gVisor's /proc has no NoNewPrivs line.
+			nnp := map[bool]string{false: "1\n", true: "0\n"}[tc.setuid]
+			if out, _, _ := sb.ShAs(t, "user", "grep NoNewPrivs /proc/self/status | awk '{print $2}'"); out != "" && out != nnp {
+				t.Errorf("no_new_privs: %q, want %q", out, nnp)
+			}
+		})
+	}
+}
+
 // testPrepareLayers prepares a new layer over the host template's, then
 // starts a sandbox over them that sees the layer's file; a layer that is not
 // there is an error.
@@ -974,8 +1026,9 @@ func testDiskQuota(t *testing.T, rt runtime.Runtime, env Env) {
 	}
 }
 
-// usageScript holds 128 MiB and spins on a core for 3 s, in the background.
-const usageScript = `nohup python3 -c "import time; b = b'x' * (128 << 20); t = time.time(); exec('while time.time() - t < 3: pass'); time.sleep(600)" >/dev/null 2>&1 &`
+// usageScript holds 128 MiB and spins until it has had 2.5 s of CPU (not of
+// the clock: on a loaded host that takes longer), in the background.
+const usageScript = `nohup python3 -c "import time; b = b'x' * (128 << 20); t = time.process_time(); exec('while time.process_time() - t < 2.5: pass'); time.sleep(600)" >/dev/null 2>&1 &`
 
 // testUsage checks that Usage counts what the sandbox's processes use: the
 // CPU time of one that spins, the memory it holds and gives back.
@@ -998,7 +1051,7 @@ func testUsage(t *testing.T, rt runtime.Runtime, m runtime.Meter, env Env) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after spinning 3 s with 128 MiB: %+v (idle %+v)", u, before)
+			t.Fatalf("after spinning 2.5 s of CPU with 128 MiB: %+v (idle %+v)", u, before)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -485,7 +485,7 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, dir string, gn
 		m.MAC = gnet.MAC
 	}
 	cfg := vminit.Config{
-		Hostname: spec.Hostname, Writable: "rw", Env: spec.Env, User: spec.User, Workdir: spec.Workdir, Net: gnet,
+		Hostname: spec.Hostname, Writable: "rw", Env: spec.Env, User: spec.User, Workdir: spec.Workdir, Setuid: spec.Setuid, Net: gnet,
 		Limits: vminit.Limits{CPU: spec.Limits.CPU, MemoryBytes: spec.Limits.MemoryBytes, PIDs: spec.Limits.PIDs},
 	}
 	disk := filepath.Join(dir, diskName)

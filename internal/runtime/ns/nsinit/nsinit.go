@@ -36,6 +36,9 @@ type Config struct {
 	AgentEnv string   `json:"agent_env"`
 	User     string   `json:"user,omitempty"`    // default user of processes
 	Workdir  string   `json:"workdir,omitempty"` // default working directory
+	// Setuid leaves no_new_privs unset, so that setuid programs (sudo)
+	// work (runtime.Spec.Setuid).
+	Setuid bool `json:"setuid,omitempty"`
 	// Net is set when the sandbox runs in a network namespace the node made
 	// (see runtime.Network).
 	Net *Net `json:"net,omitempty"`
@@ -128,22 +131,8 @@ func setup(ctl *os.File) error {
 	if err := confine.MaskPaths(); err != nil {
 		return err
 	}
-	if err := confine.DropCapabilities(); err != nil {
+	if err := dropPrivileges(filter, cfg.Setuid); err != nil {
 		return err
-	}
-	// Capabilities are gone, so loading a filter needs no_new_privs on the
-	// loading thread: set it on every thread, and keep this goroutine on one
-	// thread while the filter loads. TSYNC then puts the filter on every
-	// thread of the process.
-	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
-		return fmt.Errorf("setting no_new_privs: %w", e)
-	}
-	filter.Flag = seccomp.FilterFlagTSync
-	goruntime.LockOSThread()
-	err = seccomp.LoadFilter(filter)
-	goruntime.UnlockOSThread()
-	if err != nil {
-		return fmt.Errorf("loading seccomp filter: %w", err)
 	}
 	// The agent reads its defaults from its environment, then clears it.
 	for k, v := range map[string]string{launch.EnvVar: cfg.AgentEnv, launch.UserVar: cfg.User, launch.CwdVar: cfg.Workdir} {
@@ -152,6 +141,44 @@ func setup(ctl *os.File) error {
 		}
 	}
 	return nil
+}
+
+// dropPrivileges drops the capabilities and loads the seccomp filter on
+// every thread. TSYNC puts the filter on every thread of the process; this
+// goroutine keeps to one thread while it loads.
+//
+// Loading a filter takes no_new_privs or CAP_SYS_ADMIN (of the sandbox's
+// own user namespace). By default capabilities go first and no_new_privs is
+// set on every thread, so nothing in the sandbox gains privileges by exec.
+// With setuid, the filter loads while CAP_SYS_ADMIN is still held and
+// no_new_privs stays unset, so that setuid programs such as sudo raise a
+// process to the sandbox's root: at most the capabilities kept here, under
+// the same filter, in the sandbox's user namespace.
+func dropPrivileges(filter seccomp.Filter, setuid bool) error {
+	load := func() error {
+		filter.Flag = seccomp.FilterFlagTSync
+		filter.NoNewPrivs = !setuid
+		goruntime.LockOSThread()
+		err := seccomp.LoadFilter(filter)
+		goruntime.UnlockOSThread()
+		if err != nil {
+			return fmt.Errorf("loading seccomp filter: %w", err)
+		}
+		return nil
+	}
+	if setuid {
+		if err := load(); err != nil {
+			return err
+		}
+		return confine.DropCapabilities()
+	}
+	if err := confine.DropCapabilities(); err != nil {
+		return err
+	}
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
+		return fmt.Errorf("setting no_new_privs: %w", e)
+	}
+	return load()
 }
 
 // newCgroupNS puts every thread of the process in one new cgroup namespace,

@@ -64,7 +64,9 @@ type Config struct {
 	Env      map[string]string `json:"env,omitempty"`
 	User     string            `json:"user,omitempty"`
 	Workdir  string            `json:"workdir,omitempty"`
-	Limits   Limits            `json:"limits"`
+	// Setuid leaves no_new_privs unset (runtime.Spec.Setuid).
+	Setuid bool   `json:"setuid,omitempty"`
+	Limits Limits `json:"limits"`
 	// Net, if set, is the guest's network: its eth0 takes the sandbox's
 	// addresses and routes.
 	Net *Net `json:"net,omitempty"`
@@ -840,6 +842,13 @@ func serve(log *slog.Logger) error {
 	ctl := &controller{enc: json.NewEncoder(cf), dec: json.NewDecoder(cf)}
 	if err := enterRoot(); err != nil {
 		return err
+	}
+	// As in an ns sandbox: nothing the agent starts gains privileges by
+	// exec, unless the template's setuid programs (sudo) are to work.
+	if !cfg.Setuid {
+		if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
+			return fmt.Errorf("setting no_new_privs: %w", e)
+		}
 	}
 	a, err := agent.New(agent.Config{DefaultEnv: cfg.Env, Logger: log, Reap: true, DefaultUser: cfg.User, DefaultCwd: cfg.Workdir})
 	if err != nil {

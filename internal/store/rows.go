@@ -1,0 +1,62 @@
+package store
+
+import (
+	"time"
+
+	"github.com/atoll-dev/atoll/api"
+)
+
+// Sandbox is a sandbox's row: what the API shows plus what the node needs to
+// find it again.
+type Sandbox struct {
+	api.Sandbox
+	Slot      int    // index of its uid range and quota project; unique among sandboxes
+	PID       int    // of its init process while running
+	StartTime uint64 // of PID
+	Socket    string // agent socket while running
+	// TimeoutSec is the hard TTL a start sets ExpiresAt from.
+	TimeoutSec int64
+	// FromSnapshot is the snapshot it was created from, if any.
+	FromSnapshot string
+	// Policy is its egress policy as the API shows it (egress.Policy.API);
+	// empty is allow-all.
+	Policy api.NetworkPolicy
+	// Tenant owns it (package tenant); rows of older versions belong to
+	// tenant.Default.
+	Tenant string
+	// api.Sandbox.TemplateVersion is the version of Template it was made
+	// from, which it holds (see Templates).
+}
+
+// Transition is one recorded state change.
+type Transition struct {
+	From, To, Reason string
+	At               time.Time
+}
+
+// Key is a stored API key: never the key itself, only its SHA-256 hash,
+// whose first 20 hex digits are the key's ID.
+type Key struct {
+	ID        string
+	Hash      string
+	Name      string
+	Tenant    string
+	CreatedAt time.Time
+}
+
+// KeyID is the ID of the key whose hash is hash.
+func KeyID(hash string) string {
+	if len(hash) < 20 {
+		return hash
+	}
+	return hash[:20]
+}
+
+// Snapshot is a snapshot's row.
+type Snapshot struct {
+	ID, Name, SandboxID, Template string
+	TemplateVersion               string // the version of Template its sandbox was made from
+	State                         string // api.SnapshotReady, ...
+	Tenant                        string // who owns it: its sandbox's tenant
+	CreatedAt                     time.Time
+}
