@@ -24,6 +24,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/atoll-dev/atoll/internal/agentbin"
 	"github.com/atoll-dev/atoll/internal/atomicfile"
 	"github.com/atoll-dev/atoll/internal/auth"
 	"github.com/atoll-dev/atoll/internal/blob"
@@ -270,7 +271,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if err != nil {
 		return err
 	}
-	agentPath, err := control.InstallAgent(filepath.Join(data, "bin"), src)
+	agentPath, err := agentbin.Install(filepath.Join(data, "bin"), src)
 	if err != nil {
 		return err
 	}
