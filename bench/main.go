@@ -31,7 +31,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/atoll-dev/atoll/api"
-	"github.com/atoll-dev/atoll/internal/network"
+	"github.com/atoll-dev/atoll/internal/netns"
 	"github.com/atoll-dev/atoll/internal/runtime/host"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
@@ -283,8 +283,8 @@ func startServer(work, name string, pool, prestart int, extra ...string) *server
 }
 
 // startServerIn starts `atoll serve` with flags args (and serverArgs),
-// inside the network namespace at netns unless it is "".
-func startServerIn(work, name, netns string, args ...string) *server {
+// inside the network namespace at ns unless it is "".
+func startServerIn(work, name, ns string, args ...string) *server {
 	bin := filepath.Join(work, "atoll")
 	if _, err := os.Stat(bin); err != nil {
 		// Both binaries, as `go install ./cmd/...` would put them: the server
@@ -311,9 +311,9 @@ func startServerIn(work, name, netns string, args ...string) *server {
 		// the file stays open until stop.
 		cmd.Stderr = io.MultiWriter(logFile, serverLog)
 	}
-	if netns != "" {
+	if ns != "" {
 		// Born in the namespace: Start runs on a thread that joined it.
-		check(network.InNetns(netns, cmd.Start))
+		check(netns.Run(ns, cmd.Start))
 	} else {
 		check(cmd.Start())
 	}
@@ -329,7 +329,7 @@ func startServerIn(work, name, netns string, args ...string) *server {
 	key, err := os.ReadFile(filepath.Join(data, "api-key"))
 	check(err)
 	srv := &server{bin: bin, cmd: cmd, data: data, url: strings.TrimSpace(string(url)), key: strings.TrimSpace(string(key)),
-		netns: netns, args: args, log: logPath, logFile: logFile}
+		netns: ns, args: args, log: logPath, logFile: logFile}
 	servers = append(servers, srv)
 	return srv
 }
@@ -347,7 +347,7 @@ func (s *server) dial(ctx context.Context, netw, addr string) (conn net.Conn, er
 	if s.netns == "" {
 		return (&net.Dialer{}).DialContext(ctx, netw, addr)
 	}
-	err = network.InNetns(s.netns, func() (err error) {
+	err = netns.Run(s.netns, func() (err error) {
 		conn, err = (&net.Dialer{}).DialContext(ctx, netw, addr)
 		return err
 	})
@@ -375,7 +375,7 @@ func (s *server) stop() {
 		"--warm-pool", "0", "--prestart", "0", "--network-pool", "0")...)
 	start := last.Start
 	if s.netns != "" {
-		start = func() error { return network.InNetns(s.netns, last.Start) }
+		start = func() error { return netns.Run(s.netns, last.Start) }
 	}
 	if out, err := last.StdoutPipe(); err == nil && start() == nil {
 		sc := bufio.NewScanner(out)

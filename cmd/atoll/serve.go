@@ -24,6 +24,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/atoll-dev/atoll/internal/agentbin"
 	"github.com/atoll-dev/atoll/internal/atomicfile"
 	"github.com/atoll-dev/atoll/internal/auth"
 	"github.com/atoll-dev/atoll/internal/blob"
@@ -336,7 +337,7 @@ func (s *serving) installAgent(context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.agentPath, err = control.InstallAgent(s.dir.Bin(), src)
+	s.agentPath, err = agentbin.Install(s.dir.Bin(), src)
 	return err
 }
 

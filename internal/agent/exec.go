@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"golang.org/x/sys/unix"
 
 	"github.com/atoll-dev/atoll/api"
 )
@@ -145,8 +146,24 @@ func (a *Agent) handleSignal(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	// A process sent SIGKILL is gone when the answer comes, as callers
+	// (and E2B's SDK tests, which check with kill -0 right after) expect;
+	// without the wait it may still be dying, or a zombie not yet reaped.
+	if sig == unix.SIGKILL {
+		t := time.NewTimer(killWait)
+		defer t.Stop()
+		select {
+		case <-p.reaped:
+		case <-t.C:
+		case <-r.Context().Done():
+		}
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
+
+// killWait bounds how long a SIGKILL's answer waits for the process to be
+// reaped: one stuck in the kernel (uninterruptible I/O) is answered anyway.
+const killWait = 5 * time.Second
 
 func (a *Agent) handleResize(w http.ResponseWriter, r *http.Request) {
 	p, err := a.process(r.PathValue("pid"))

@@ -11,25 +11,12 @@ import (
 	"os/signal"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/atoll-dev/atoll/internal/agent/launch"
 )
 
-// EnvVar holds the sandbox's default environment for Main, as a JSON object.
-const EnvVar = "ATOLL_AGENT_ENV"
-
-// UserVar and CwdVar hold the default user and working directory for Main.
-const (
-	UserVar = "ATOLL_AGENT_USER"
-	CwdVar  = "ATOLL_AGENT_CWD"
-)
-
-// ListenVar, when set, is a unix socket path Main listens on instead of the
-// listener inherited as fd 3: runtimes that cannot hand a listening socket
-// into the sandbox (gvisor's sentry cannot accept on a host socket it did not
-// bind) let the agent bind one in a directory the host also sees.
-const ListenVar = "ATOLL_AGENT_LISTEN"
-
-// Main is atoll-agent's main: it serves the listener inherited as fd 3 (or
-// the socket at $ATOLL_AGENT_LISTEN) until SIGTERM, reaping every child. It
+// Main is atoll-agent's main: it serves the listener inherited as launch.ListenerFD
+// (or the socket at $ATOLL_AGENT_LISTEN) until SIGTERM, reaping every child. It
 // calls ready, if not nil, just before it serves.
 func Main(ready func()) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -41,13 +28,13 @@ func Main(ready func()) {
 
 func run(log *slog.Logger, ready func()) error {
 	var env map[string]string
-	if s := os.Getenv(EnvVar); s != "" {
+	if s := os.Getenv(launch.EnvVar); s != "" {
 		if err := json.Unmarshal([]byte(s), &env); err != nil {
-			return fmt.Errorf("parsing %s: %w", EnvVar, err)
+			return fmt.Errorf("parsing %s: %w", launch.EnvVar, err)
 		}
 	}
-	defaultUser, defaultCwd := os.Getenv(UserVar), os.Getenv(CwdVar)
-	listenPath := os.Getenv(ListenVar)
+	defaultUser, defaultCwd := os.Getenv(launch.UserVar), os.Getenv(launch.CwdVar)
+	listenPath := os.Getenv(launch.ListenVar)
 	// Children get their environment from the request, never the agent's.
 	os.Clearenv()
 
@@ -135,7 +122,7 @@ func (a *Agent) serveReleasable(ctx context.Context, log *slog.Logger, ln net.Li
 	}
 }
 
-// listener is the socket at path if path is set, else the one inherited as fd 3.
+// listener is the socket at path if path is set, else the one inherited as launch.ListenerFD.
 func listener(path string) (net.Listener, error) {
 	if path != "" {
 		// A socket left by an earlier run of the same sandbox is stale.
@@ -146,7 +133,7 @@ func listener(path string) (net.Listener, error) {
 		}
 		return ln, nil
 	}
-	f := os.NewFile(3, "listener")
+	f := os.NewFile(launch.ListenerFD, "listener")
 	if f == nil {
 		return nil, errors.New("no listener on fd 3")
 	}

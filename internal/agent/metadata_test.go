@@ -184,9 +184,17 @@ func TestWatchEntries(t *testing.T) {
 	if _, err := e.c.Write(ctx, d+"/f", strings.NewReader("hello"), WriteOptions{Metadata: map[string]string{"k": "v"}}); err != nil {
 		t.Fatal(err)
 	}
-	os.Remove(d + "/f")
 	var got []api.WatchEvent
 	timeout := time.After(5 * time.Second)
+	// The file goes only once the first event has come: an entry is
+	// looked up when its event is, and a file removed before then has none.
+	select {
+	case ev := <-events:
+		got = append(got, ev)
+	case <-timeout:
+		t.Fatal("no event for the write")
+	}
+	os.Remove(d + "/f")
 	for len(got) == 0 || got[len(got)-1].Type != api.WatchRemove {
 		select {
 		case ev := <-events:

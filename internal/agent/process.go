@@ -214,6 +214,7 @@ type process struct {
 
 	mu     sync.Mutex
 	exited bool           // reaped: the pid may be reused, never signal it
+	reaped chan struct{}  // closed once exited is set
 	exit   *api.ExecEvent // the final event, once output is drained
 	subs   map[*subscriber]struct{}
 }
@@ -388,6 +389,7 @@ func (a *Agent) start(s *spec, withSub bool) (*process, *subscriber, error) {
 		isPTY:      s.pty != nil,
 		background: s.bg || s.detach, // listed after it exits, to whoever reconnects
 		status:     make(chan unix.WaitStatus, 1),
+		reaped:     make(chan struct{}),
 		closing:    a.closing,
 		subs:       make(map[*subscriber]struct{}),
 	}
@@ -538,6 +540,7 @@ func (a *Agent) monitor(p *process, timer *time.Timer) {
 	p.mu.Lock()
 	p.exited = true
 	p.mu.Unlock()
+	close(p.reaped)
 	if timer != nil {
 		timer.Stop()
 	}

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/agent/launch"
 )
 
 func TestExec(t *testing.T) {
@@ -345,6 +346,10 @@ func TestBackground(t *testing.T) {
 			if err := e.c.Signal(ctx, p.PID, sig); err != nil {
 				t.Fatal(err)
 			}
+			// Killed means gone, reaped, when the answer comes.
+			if err := syscall.Kill(p.PID, 0); !errors.Is(err, syscall.ESRCH) {
+				t.Errorf("%s: kill -0 right after the answer: %v, want ESRCH", sig, err)
+			}
 			if _, exit := collect(t, s); exit.Signal != "SIGKILL" {
 				t.Errorf("%s: got %+v", sig, exit)
 			}
@@ -516,7 +521,7 @@ func startAgentProcess(t *testing.T, env map[string]string) (*Client, *exec.Cmd)
 	ln.Close()
 	envJSON, _ := json.Marshal(env)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"=1", EnvVar+"="+string(envJSON), "ATOLL_TEST_LEAK=leak")
+	cmd.Env = append(os.Environ(), helperEnv+"=1", launch.EnvVar+"="+string(envJSON), "ATOLL_TEST_LEAK=leak")
 	cmd.ExtraFiles = []*os.File{f}
 	var logs bytes.Buffer
 	cmd.Stderr = &logs
@@ -557,7 +562,7 @@ func TestAgentProcess(t *testing.T) {
 		if !strings.Contains(env, "SANDBOX=sb1\n") {
 			t.Errorf("default env missing:\n%s", env)
 		}
-		for _, leak := range []string{"ATOLL_TEST_LEAK", EnvVar, helperEnv} {
+		for _, leak := range []string{"ATOLL_TEST_LEAK", launch.EnvVar, helperEnv} {
 			if strings.Contains(env, leak) {
 				t.Errorf("agent's own %s leaked:\n%s", leak, env)
 			}
@@ -643,7 +648,7 @@ func TestAgentProcessListenPath(t *testing.T) {
 	needRoot(t)
 	sock := filepath.Join(shortTempDir(t), "agent.sock")
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"=1", ListenVar+"="+sock)
+	cmd.Env = append(os.Environ(), helperEnv+"=1", launch.ListenVar+"="+sock)
 	var logs bytes.Buffer
 	cmd.Stderr = &logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

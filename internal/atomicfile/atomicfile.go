@@ -34,6 +34,12 @@ func Write(path string, b []byte, mode os.FileMode) error {
 	if err := os.Rename(f.Name(), path); err != nil {
 		return err
 	}
+	return SyncDir(dir)
+}
+
+// SyncDir fsyncs directory dir, so that the names made, renamed or removed
+// in it last through a crash.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

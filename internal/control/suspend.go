@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/atomicfile"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/layers"
 	"github.com/atoll-dev/atoll/internal/runtime"
@@ -363,7 +364,7 @@ func writeMarker(dir string) error {
 	if err := syncFile(filepath.Join(dir, completeMarker), os.O_CREATE|os.O_WRONLY); err != nil {
 		return err
 	}
-	return syncDir(dir)
+	return atomicfile.SyncDir(dir)
 }
 
 // syncFile opens path with flag and syncs it.

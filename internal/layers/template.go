@@ -12,14 +12,13 @@ import (
 	"time"
 
 	"github.com/atoll-dev/atoll/internal/errdefs"
-	"github.com/atoll-dev/atoll/internal/runtime"
 )
 
 // Template is what a sandbox's root file system is made from.
 type Template struct {
 	Name   string
-	Layers []string       // read-only layer directories, top first
-	Binds  []runtime.Bind // host directories mounted read-only
+	Layers []string // read-only layer directories, top first
+	Binds  []Bind   // host directories mounted read-only
 	Env    map[string]string
 	// User and Workdir are the defaults of its processes (image USER and
 	// WORKDIR); empty means root in its home.
@@ -30,6 +29,14 @@ type Template struct {
 	// Setuid lets setuid programs (sudo) raise privileges in its
 	// sandboxes (runtime.Spec.Setuid).
 	Setuid bool
+}
+
+// Bind is a read-only host directory seen inside a sandbox at Target. It is
+// part of what a template is made of, so it lives here, with the layers,
+// and the runtimes take it from here (runtime.Rootfs).
+type Bind struct {
+	Source string
+	Target string
 }
 
 // HostTemplate is the zero-download template: the host's /usr (and /bin, /sbin,
@@ -59,7 +66,7 @@ func (s *Store) Template(name string) (Template, error) {
 	for _, d := range hostDirs {
 		fi, err := os.Lstat("/" + d)
 		if err == nil && fi.IsDir() {
-			t.Binds = append(t.Binds, runtime.Bind{Source: "/" + d, Target: "/" + d})
+			t.Binds = append(t.Binds, Bind{Source: "/" + d, Target: "/" + d})
 		}
 	}
 	return t, nil

@@ -17,7 +17,7 @@
 // Sweep removes what belongs to no live slot.
 //
 // The namespace is made by the Manager, so it is owned by the initial user
-// namespace. The sandbox process joins it (InNetns) and then makes its own
+// namespace. The sandbox process joins it (netns.Run) and then makes its own
 // user namespace; being root there gives it no power over the network
 // namespace: it cannot change its addresses, routes or firewall, open raw
 // or packet sockets, or send router advertisements. The Manager sets
@@ -109,9 +109,9 @@
 // # Joining the namespace
 //
 // A runtime that starts the sandbox with exec.Cmd drops CLONE_NEWNET from
-// SysProcAttr.Cloneflags and starts the command inside InNetns:
+// SysProcAttr.Cloneflags and starts the command inside netns.Run:
 //
-//	err := network.InNetns(att.Netns, func() error { return cmd.Start() })
+//	err := netns.Run(att.Netns, func() error { return cmd.Start() })
 //
 // The child is forked from a thread that is in the namespace, so it is born
 // in it, and CLONE_NEWUSER then gives it a user namespace that does not own

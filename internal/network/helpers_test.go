@@ -19,9 +19,10 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
+	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/atoll-dev/atoll/internal/netns"
 	"github.com/atoll-dev/atoll/internal/testenv"
 )
 
@@ -75,13 +76,13 @@ func newTopology(t testing.TB, cfg Config) *topology {
 	if err := Probe(); err != nil {
 		testenv.Skip(t, err.Error())
 	}
-	if err := prepareNetnsDir(testNetnsIn); err != nil {
+	if err := netns.PrepareDir(testNetnsIn); err != nil {
 		t.Fatal(err)
 	}
 	tp := &topology{id: uniqueID(t)}
 	mk := func(role string) string {
 		p := filepath.Join(testNetnsIn, "atollt-"+tp.id+"-"+role)
-		if err := newNetns(p, func() error {
+		if err := netns.Create(p, func() error {
 			lo, err := netlink.LinkByName("lo")
 			if err != nil {
 				return err
@@ -90,7 +91,7 @@ func newTopology(t testing.TB, cfg Config) *topology {
 		}); err != nil {
 			t.Fatalf("making %s namespace: %v", role, err)
 		}
-		t.Cleanup(func() { removeNetns(p) })
+		t.Cleanup(func() { netns.Remove(p) })
 		return p
 	}
 	tp.host, tp.inet, tp.lan = mk("host"), mk("inet"), mk("lan")
@@ -99,7 +100,7 @@ func newTopology(t testing.TB, cfg Config) *topology {
 		t.Fatal(err)
 	}
 	defer unix.Close(fd)
-	tp.hostHandle, err = netlink.NewHandleAt(netns.NsHandle(fd))
+	tp.hostHandle, err = netlink.NewHandleAt(vnetns.NsHandle(fd))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +181,7 @@ func (tp *topology) link(t testing.TB, name, peer string, mtu int, hostAddrs, pe
 		}
 	}
 	configure(tp.hostHandle, name, hostAddrs)
-	err = InNetns(peer, func() error {
+	err = netns.Run(peer, func() error {
 		h, err := netlink.NewHandle()
 		if err != nil {
 			return err
@@ -198,7 +199,7 @@ func (tp *topology) link(t testing.TB, name, peer string, mtu int, hostAddrs, pe
 func listenIn(t testing.TB, path, network, addr string) net.Listener {
 	t.Helper()
 	var ln net.Listener
-	err := InNetns(path, func() (err error) {
+	err := netns.Run(path, func() (err error) {
 		ln, err = net.Listen(network, addr)
 		return err
 	})
@@ -248,7 +249,7 @@ func serveTCP(t testing.TB, path, addr string) {
 func serveUDP(t testing.TB, path, addr string) {
 	t.Helper()
 	var pc net.PacketConn
-	err := InNetns(path, func() (err error) {
+	err := netns.Run(path, func() (err error) {
 		pc, err = net.ListenPacket("udp", addr)
 		return err
 	})
@@ -276,7 +277,7 @@ const dialTimeout = 2 * time.Second
 // dialIn connects from inside path.
 func dialIn(path, network, addr string) (net.Conn, error) {
 	var c net.Conn
-	err := InNetns(path, func() (err error) {
+	err := netns.Run(path, func() (err error) {
 		c, err = (&net.Dialer{Timeout: dialTimeout}).Dial(network, addr)
 		return err
 	})

@@ -19,18 +19,19 @@ import (
 	"github.com/miekg/dns"
 	"github.com/ti-mo/conntrack"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
+	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/atoll-dev/atoll/internal/egress"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/netns"
 )
 
 // Attachment is what a sandbox's runtime needs to know about its network.
 type Attachment struct {
 	Slot int
 	// Netns is the path of the sandbox's network namespace: start the
-	// sandbox's first process inside it (InNetns) instead of giving it a
+	// sandbox's first process inside it (netns.Run) instead of giving it a
 	// network namespace of its own.
 	Netns string
 	// HostLink is the host end of the veth, a port of the bridge; Link is
@@ -114,14 +115,14 @@ func New(cfg Config) (*Manager, error) {
 		if err != nil {
 			return nil, fmt.Errorf("opening host network namespace: %w", err)
 		}
-		m.nl, err = netlink.NewHandleAt(netns.NsHandle(m.hostNS))
+		m.nl, err = netlink.NewHandleAt(vnetns.NsHandle(m.hostNS))
 	} else {
 		m.nl, err = netlink.NewHandle()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("opening netlink: %w", err)
 	}
-	if err := prepareNetnsDir(cfg.NetnsDir); err != nil {
+	if err := netns.PrepareDir(cfg.NetnsDir); err != nil {
 		return nil, err
 	}
 	m.mtu = cfg.MTU
@@ -256,7 +257,7 @@ func (m *Manager) inHost(fn func() error) error {
 	if m.hostNS < 0 {
 		return fn()
 	}
-	return inNetnsFd(m.hostNS, fn)
+	return netns.RunFd(m.hostNS, fn)
 }
 
 // uplinkMTU is the MTU of the IPv4 default route's interface, or 1500.
@@ -518,7 +519,7 @@ func (m *Manager) Lookup(slot int) (*Attachment, error) {
 		return nil, err
 	}
 	a := m.attachment(slot)
-	if !isNetns(a.Netns) {
+	if !netns.Mounted(a.Netns) {
 		return nil, fmt.Errorf("%w: network of slot %d", errdefs.ErrNotFound, slot)
 	}
 	return a, nil
@@ -583,7 +584,7 @@ func (m *Manager) create(name string) (_ *entry, err error) {
 			}
 		}
 	}()
-	err = newNetns(e.nsPath, func() error {
+	err = netns.Create(e.nsPath, func() error {
 		for _, kv := range [][2]string{
 			// Static addresses: no router advertisements, no DAD delay.
 			{"net.ipv6.conf.all.accept_ra", "0"},
@@ -682,7 +683,7 @@ func (m *Manager) assign(e *entry, slot int, pol egress.Policy) (a *Attachment, 
 	host := &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: e.host, Name: e.name}}
 	if e.name != name {
 		newPath := filepath.Join(m.cfg.NetnsDir, name)
-		if err := renameNetns(e.nsPath, newPath); err != nil {
+		if err := netns.Rename(e.nsPath, newPath); err != nil {
 			if errors.Is(err, os.ErrExist) {
 				err = fmt.Errorf("%w: network slot %d is attached", errdefs.ErrConflict, slot)
 			}
@@ -857,7 +858,7 @@ func (m *Manager) destroy(e *entry) error {
 			err = fmt.Errorf("deleting veth %s: %w", e.name, derr)
 		}
 	}
-	return errors.Join(err, removeNetns(e.nsPath))
+	return errors.Join(err, netns.Remove(e.nsPath))
 }
 
 func (m *Manager) addElements(slot int, pol egress.Policy) error {
@@ -1095,7 +1096,7 @@ func (m *Manager) Sweep(ctx context.Context, inUse []int) error {
 	}
 	for _, e := range ents {
 		if stale(e.Name()) {
-			if err := removeNetns(filepath.Join(m.cfg.NetnsDir, e.Name())); err != nil {
+			if err := netns.Remove(filepath.Join(m.cfg.NetnsDir, e.Name())); err != nil {
 				errs = append(errs, err)
 			}
 			removed++

@@ -12,11 +12,12 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/atoll-dev/atoll/internal/egress"
+	"github.com/atoll-dev/atoll/internal/netns"
 )
 
 // eth0MAC is the MAC of the sandbox's link in the namespace at path.
 func eth0MAC(path string) (mac string, err error) {
-	err = InNetns(path, func() error {
+	err = netns.Run(path, func() error {
 		l, err := netlink.LinkByName(sandboxLink)
 		if err == nil {
 			mac = l.Attrs().HardwareAddr.String()
@@ -54,7 +55,7 @@ func TestReusedSlotAnswersAtOnce(t *testing.T) {
 		}
 		defer m.Release(ctx, slot)
 		var ln net.Listener
-		if err := InNetns(a.Netns, func() (err error) { ln, err = net.Listen("tcp", "[::]:8080"); return err }); err != nil {
+		if err := netns.Run(a.Netns, func() (err error) { ln, err = net.Listen("tcp", "[::]:8080"); return err }); err != nil {
 			return err
 		}
 		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -189,7 +190,7 @@ func TestMACPinned(t *testing.T) {
 	if _, err := getWithin(tp.host, u, time.Second); err != nil {
 		t.Fatalf("positive control, host to the victim: %v", err)
 	}
-	err = InNetns(thief.Netns, func() error {
+	err = netns.Run(thief.Netns, func() error {
 		l, err := netlink.LinkByName(sandboxLink)
 		if err != nil {
 			return err

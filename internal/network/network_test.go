@@ -21,6 +21,7 @@ import (
 
 	"github.com/atoll-dev/atoll/internal/egress"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/netns"
 	"github.com/atoll-dev/atoll/internal/testenv"
 )
 
@@ -88,7 +89,7 @@ func TestNetwork(t *testing.T) {
 			t.Errorf("pool attachment named %s %s", b.Netns, b.HostLink)
 		}
 		for _, att := range []*Attachment{a, b} {
-			err := InNetns(att.Netns, func() error {
+			err := netns.Run(att.Netns, func() error {
 				eth0, err := netlink.LinkByName("eth0")
 				if err != nil {
 					return err
@@ -250,17 +251,17 @@ func TestNetwork(t *testing.T) {
 		tx := filepath.Join(testNetnsIn, "atollt-"+tp.id+"-tx")
 		rx := filepath.Join(testNetnsIn, "atollt-"+tp.id+"-rx")
 		for _, p := range []string{tx, rx} {
-			if err := newNetns(p, nil); err != nil {
+			if err := netns.Create(p, nil); err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { removeNetns(p) })
+			t.Cleanup(func() { netns.Remove(p) })
 		}
 		rxfd, err := unix.Open(rx, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer unix.Close(rxfd)
-		err = InNetns(tx, func() error {
+		err = netns.Run(tx, func() error {
 			attrs := netlink.NewLinkAttrs()
 			attrs.Name = "eth0"
 			if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: attrs, PeerName: "eth0", PeerNamespace: netlink.NsFd(rxfd)}); err != nil {
@@ -275,7 +276,7 @@ func TestNetwork(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = InNetns(rx, func() error {
+		err = netns.Run(rx, func() error {
 			if err := writeSysctl("net.ipv6.conf.eth0.accept_ra", "2"); err != nil {
 				return err
 			}
@@ -290,7 +291,7 @@ func TestNetwork(t *testing.T) {
 		}
 		took := func(path, link string) bool {
 			var found bool
-			InNetns(path, func() error {
+			netns.Run(path, func() error {
 				l, err := netlink.LinkByName(link)
 				if err != nil {
 					return err
@@ -334,7 +335,7 @@ func TestNetwork(t *testing.T) {
 	})
 
 	t.Run("host ignores router advertisements", func(t *testing.T) {
-		err := InNetns(tp.host, func() error {
+		err := netns.Run(tp.host, func() error {
 			for _, k := range []string{"accept_ra", "accept_redirects"} {
 				v, err := readSysctl("net.ipv6.conf." + tp.id + "." + k)
 				if err != nil {
@@ -402,7 +403,7 @@ func runIn(path string, sandbox bool, args ...string) ([]byte, error) {
 	}
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := InNetns(path, cmd.Start); err != nil {
+	if err := netns.Run(path, cmd.Start); err != nil {
 		return nil, err
 	}
 	err := cmd.Wait()
@@ -605,7 +606,7 @@ func TestReleaseLeavesNothing(t *testing.T) {
 	if after := takeCensus(t, tp, 5, 6); after != (census{}) {
 		t.Errorf("after release: %+v, want nothing (before: %+v)", after, before)
 	}
-	if exists(cold.Netns) || isNetns(warm.Netns) {
+	if exists(cold.Netns) || netns.Mounted(warm.Netns) {
 		t.Error("namespace files left")
 	}
 	// Releasing again is fine; so is attaching the slot anew.
@@ -646,7 +647,7 @@ func TestSweep(t *testing.T) {
 	}
 	// A half-made slot: a namespace file with no veth.
 	half := filepath.Join(m.cfg.NetnsDir, m.cfg.slotName(9))
-	if err := newNetns(half, nil); err != nil {
+	if err := netns.Create(half, nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -789,7 +790,7 @@ func sendRA(path string) error {
 	}
 	prefix := rogueRAPrefix.Addr().As16()
 	ra = append(ra, prefix[:]...)
-	return InNetns(path, func() error {
+	return netns.Run(path, func() error {
 		c, err := net.ListenPacket("ip6:ipv6-icmp", "::")
 		if err != nil {
 			return err

@@ -20,6 +20,7 @@ import (
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/egress"
+	"github.com/atoll-dev/atoll/internal/netns"
 	"github.com/atoll-dev/atoll/internal/network/nettest"
 )
 
@@ -35,7 +36,7 @@ const (
 // answers on every address.
 func (tp *topology) internet(t testing.TB) *nettest.DNS {
 	t.Helper()
-	err := InNetns(tp.inet, func() error {
+	err := netns.Run(tp.inet, func() error {
 		l, err := netlink.LinkByName("eth0")
 		if err != nil {
 			return err

@@ -12,6 +12,8 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/atoll-dev/atoll/internal/layers"
 )
 
 // Spec is everything a backend needs to start one sandbox.
@@ -87,13 +89,7 @@ type Rootfs struct {
 	// what persists across stop and start.
 	Writable string
 	// Binds are host directories mounted read-only at Target inside the sandbox.
-	Binds []Bind
-}
-
-// Bind is a read-only host directory seen inside the sandbox.
-type Bind struct {
-	Source string
-	Target string
+	Binds []layers.Bind
 }
 
 // Limits bound a sandbox's resources. Zero means unlimited.

@@ -39,7 +39,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/atoll-dev/atoll/internal/agent"
-	"github.com/atoll-dev/atoll/internal/network"
+	"github.com/atoll-dev/atoll/internal/agent/launch"
+	"github.com/atoll-dev/atoll/internal/netns"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/runtime/cgroup"
 	"github.com/atoll-dev/atoll/internal/runtime/host"
@@ -97,7 +98,7 @@ var (
 // dev/.atoll/) stay hidden under it.
 const (
 	agentDir    = "/dev/.atoll"
-	agentInside = agentDir + "/atoll-agent"
+	agentInside = agentDir + "/" + launch.Name
 	sockInside  = agentDir + "/sock"
 	sockName    = "agent.sock"
 )
@@ -414,7 +415,7 @@ func subcommand(args []string) string {
 // for runsc to take: runsc moves them from the host's interface into its
 // own stack, so a namespace a sandbox ran in before has none left.
 func checkNetns(path string) error {
-	return network.InNetns(path, func() error {
+	return netns.Run(path, func() error {
 		eth0, err := netlink.LinkByName("eth0")
 		if err != nil {
 			return fmt.Errorf("the sandbox's network has no eth0: %w", err)

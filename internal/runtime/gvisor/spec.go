@@ -16,9 +16,10 @@ import (
 	"github.com/containerd/cgroups/v3/cgroup2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/atoll-dev/atoll/internal/agent"
+	"github.com/atoll-dev/atoll/internal/agent/launch"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/runtime/cgroup"
+	"github.com/atoll-dev/atoll/internal/runtime/confine"
 	"github.com/atoll-dev/atoll/internal/runtime/host"
 )
 
@@ -33,12 +34,9 @@ func cgroupPath(id string) string { return cgroupParent + "/" + id }
 const memoryOverhead = 32 << 20
 
 // keptCapabilities are Docker's defaults, as the ns runtime keeps; runsc
-// drops CAP_NET_RAW on its own unless --net-raw.
-var keptCapabilities = []string{
-	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
-	"CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_NET_RAW",
-	"CAP_SYS_CHROOT", "CAP_MKNOD", "CAP_AUDIT_WRITE", "CAP_SETFCAP",
-}
+// drops CAP_NET_RAW on its own unless --net-raw. No masked paths: the
+// sentry's /proc and /sys are its own (see package confine).
+var keptCapabilities = confine.CapabilityNames()
 
 // ociSpec is the OCI config of sandbox spec, whose bundle is dir, whose root
 // is mounted at rootfs and whose agent socket directory is sock.
@@ -93,13 +91,13 @@ func (r *Runtime) ociSpec(spec runtime.Spec, dir, rootfs, sock string) (*specs.S
 			// argv[0] is what the sandbox sees as PID 1's command line; the
 			// sentry finds it on this PATH. The agent clears its environment
 			// before it starts anything.
-			Args: []string{"atoll-agent"},
+			Args: []string{launch.Name},
 			Env: []string{
 				"PATH=" + agentDir,
-				agent.EnvVar + "=" + string(agentEnv),
-				agent.UserVar + "=" + spec.User,
-				agent.CwdVar + "=" + spec.Workdir,
-				agent.ListenVar + "=" + sockInside + "/" + sockName,
+				launch.EnvVar + "=" + string(agentEnv),
+				launch.UserVar + "=" + spec.User,
+				launch.CwdVar + "=" + spec.Workdir,
+				launch.ListenVar + "=" + sockInside + "/" + sockName,
 			},
 			Cwd: "/",
 			Capabilities: &specs.LinuxCapabilities{

@@ -27,7 +27,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/atoll-dev/atoll/internal/network"
+	"github.com/atoll-dev/atoll/internal/agent/launch"
+	"github.com/atoll-dev/atoll/internal/netns"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/runtime/cgroup"
 	"github.com/atoll-dev/atoll/internal/runtime/host"
@@ -263,13 +264,13 @@ func (r *Runtime) prepare(spec runtime.Spec) (_ *prepared, err error) {
 	}
 
 	idmap := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(spec.IDMap.HostID), Size: int(spec.IDMap.Size)}}
-	cmd := exec.Command(spec.AgentPath, nsinit.Arg)
+	cmd := exec.Command(spec.AgentPath, launch.Init)
 	// argv[0] is what the sandbox sees in /proc/1/cmdline: not a host path.
-	cmd.Args[0] = "atoll-agent"
+	cmd.Args[0] = launch.Name
 	cmd.Env = []string{}
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.ExtraFiles = []*os.File{lnFile, childCtl} // fds 3 and 4, see nsinit
+	cmd.ExtraFiles = []*os.File{lnFile, childCtl} // launch.ListenerFD and ControlFD
 	// Every namespace at once, so that all threads of the agent share
 	// them; the cgroup namespace is rooted where the process is born, in
 	// the sandbox's cgroup, and a network made for the sandbox is joined
@@ -453,7 +454,7 @@ func (r *Runtime) stageMounts(spec runtime.Spec, dir string, pid int) (nsinit.Co
 		if err := os.Mkdir(sys, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 			return cfg, err
 		}
-		err = network.InNetns(spec.Network.Netns, func() error {
+		err = netns.Run(spec.Network.Netns, func() error {
 			return unix.Mount("sysfs", sys, "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
 		})
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/atoll-dev/atoll/internal/egress"
+	"github.com/atoll-dev/atoll/internal/netns"
 	"github.com/atoll-dev/atoll/internal/network"
 	"github.com/atoll-dev/atoll/internal/network/nettest"
 	"github.com/atoll-dev/atoll/internal/runtime"
@@ -121,7 +122,7 @@ print(":".join("%02x" % x for x in b[18:24]))'`
 func linkMAC(t *testing.T, path string) string {
 	t.Helper()
 	var mac string
-	err := network.InNetns(path, func() error {
+	err := netns.Run(path, func() error {
 		l, err := netlink.LinkByName("eth0")
 		if err == nil {
 			mac = l.Attrs().HardwareAddr.String()

@@ -9,7 +9,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/atoll-dev/atoll/internal/network"
+	"github.com/atoll-dev/atoll/internal/netns"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/runtime/vm/vminit"
 )
@@ -37,7 +37,7 @@ const netnsName = "netns"
 // (vminit's readdressNet) in place of the one it was saved with.
 func plumb(n *runtime.Network, hostname string) (*vminit.Net, error) {
 	var out vminit.Net
-	err := network.InNetns(n.Netns, func() error {
+	err := netns.Run(n.Netns, func() error {
 		eth0, err := netlink.LinkByName(sandboxLink)
 		if err != nil {
 			return fmt.Errorf("the namespace has no %s: %w", sandboxLink, err)
@@ -139,7 +139,7 @@ func unplumb(path string) error {
 	if _, err := os.Stat(path); err != nil {
 		return nil
 	}
-	return network.InNetns(path, func() error {
+	return netns.Run(path, func() error {
 		unplumbHere()
 		return nil
 	})

@@ -55,6 +55,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/atoll-dev/atoll/internal/agent"
+	"github.com/atoll-dev/atoll/internal/agent/launch"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/runtime/cgroup"
@@ -625,7 +626,7 @@ func memoryMB(limit int64) int64 {
 // qemuArgs is QEMU's command line for sandbox id in dir.
 func (r *Runtime) qemuArgs(id, dir string, m machine) []string {
 	args := append([]string{"-name", "atoll-" + id},
-		r.machineArgs(m.Accel, m.VCPUs, m.MemoryMB, filepath.Join(dir, initrdName), vminit.InitArg)...)
+		r.machineArgs(m.Accel, m.VCPUs, m.MemoryMB, filepath.Join(dir, initrdName), launch.VMInit)...)
 	args = append(args,
 		"-display", "none",
 		"-serial", "file:"+filepath.Join(dir, consoleName),
@@ -776,7 +777,7 @@ func (r *Runtime) startProxy(ctx context.Context, agentPath, dir string) error {
 	}
 	defer logf.Close()
 	left := time.Until(deadline(ctx))
-	cmd := exec.CommandContext(ctx, agentPath, channel.ProxyArg, filepath.Join(dir, chanName), filepath.Join(dir, sockName), left.String())
+	cmd := exec.CommandContext(ctx, agentPath, launch.VMProxy, filepath.Join(dir, chanName), filepath.Join(dir, sockName), left.String())
 	cmd.Cancel = func() error { return cmd.Process.Kill() }
 	cmd.WaitDelay = 5 * time.Second
 	var out bytes.Buffer

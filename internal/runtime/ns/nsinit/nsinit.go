@@ -1,5 +1,5 @@
 // Package nsinit sets a namespace sandbox up from the inside. The node starts
-// the agent binary as "atoll-agent init", already in its own user, mount, PID,
+// the agent binary as "atoll-agent init" (launch.Init), already in its own user, mount, PID,
 // UTS, IPC, network (or one the node made for it) and cgroup namespaces and
 // its cgroups; Setup waits for the
 // node to prepare id-mapped layers, builds the sandbox's mount namespace (overlay
@@ -12,30 +12,18 @@ package nsinit
 import (
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
-	"strconv"
-	"strings"
 	"syscall"
-	"unsafe"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
 	"golang.org/x/sys/unix"
 
-	"github.com/atoll-dev/atoll/internal/agent"
+	"github.com/atoll-dev/atoll/internal/agent/launch"
+	"github.com/atoll-dev/atoll/internal/runtime/confine"
 	"github.com/atoll-dev/atoll/internal/runtime/overlay"
-)
-
-// Arg is the first argument that selects this stage in the agent binary.
-const Arg = "init"
-
-// The init stage's inherited descriptors.
-const (
-	ListenerFD = 3 // the agent's listening socket, kept across exec
-	ControlFD  = 4 // stream socket to the node: Config in, Status out
 )
 
 // Config is what the node sends the init stage once its mounts are ready.
@@ -86,7 +74,7 @@ type Status struct {
 // is about to serve: that tells the node the sandbox is up. On failure Setup
 // tells the node why and exits.
 func Setup() (ready func()) {
-	ctl := os.NewFile(ControlFD, "control")
+	ctl := os.NewFile(launch.ControlFD, "control")
 	if err := setup(ctl); err != nil {
 		json.NewEncoder(ctl).Encode(Status{Error: err.Error()})
 		os.Exit(1)
@@ -101,12 +89,12 @@ func setup(ctl *os.File) error {
 	// Only the listener and the control socket are meant to reach the
 	// sandbox; anything else the node let through must not pass to the
 	// processes the agent starts.
-	if err := unix.CloseRange(ControlFD+1, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+	if err := unix.CloseRange(launch.ControlFD+1, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return fmt.Errorf("marking descriptors close-on-exec: %w", err)
 	}
 	// What does not depend on the configuration is done before waiting for
 	// it: the node may have started this process ahead of demand.
-	if err := setupLoopback(); err != nil {
+	if err := confine.Loopback(); err != nil {
 		return err
 	}
 	filter, err := seccompFilter()
@@ -140,14 +128,14 @@ func setup(ctl *os.File) error {
 	if err := pivot(cfg.Rootfs); err != nil {
 		return err
 	}
-	if err := maskPaths(); err != nil {
+	if err := confine.MaskPaths(); err != nil {
 		return err
 	}
-	if err := confine(filter, cfg.Setuid); err != nil {
+	if err := dropPrivileges(filter, cfg.Setuid); err != nil {
 		return err
 	}
 	// The agent reads its defaults from its environment, then clears it.
-	for k, v := range map[string]string{agent.EnvVar: cfg.AgentEnv, agent.UserVar: cfg.User, agent.CwdVar: cfg.Workdir} {
+	for k, v := range map[string]string{launch.EnvVar: cfg.AgentEnv, launch.UserVar: cfg.User, launch.CwdVar: cfg.Workdir} {
 		if err := os.Setenv(k, v); err != nil {
 			return err
 		}
@@ -155,8 +143,8 @@ func setup(ctl *os.File) error {
 	return nil
 }
 
-// confine drops the capabilities and loads the seccomp filter on every
-// thread. TSYNC puts the filter on every thread of the process; this
+// dropPrivileges drops the capabilities and loads the seccomp filter on
+// every thread. TSYNC puts the filter on every thread of the process; this
 // goroutine keeps to one thread while it loads.
 //
 // Loading a filter takes no_new_privs or CAP_SYS_ADMIN (of the sandbox's
@@ -166,7 +154,7 @@ func setup(ctl *os.File) error {
 // no_new_privs stays unset, so that setuid programs such as sudo raise a
 // process to the sandbox's root: at most the capabilities kept here, under
 // the same filter, in the sandbox's user namespace.
-func confine(filter seccomp.Filter, setuid bool) error {
+func dropPrivileges(filter seccomp.Filter, setuid bool) error {
 	load := func() error {
 		filter.Flag = seccomp.FilterFlagTSync
 		filter.NoNewPrivs = !setuid
@@ -182,9 +170,9 @@ func confine(filter seccomp.Filter, setuid bool) error {
 		if err := load(); err != nil {
 			return err
 		}
-		return dropCapabilities()
+		return confine.DropCapabilities()
 	}
-	if err := dropCapabilities(); err != nil {
+	if err := confine.DropCapabilities(); err != nil {
 		return err
 	}
 	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
@@ -224,7 +212,7 @@ func buildRoot(cfg Config) error {
 		return fmt.Errorf("mounting overlay root: %w", err)
 	}
 	for _, b := range cfg.Binds {
-		dst, err := mountpoint(root, b.Target, true)
+		dst, err := confine.Mountpoint(root, b.Target, true)
 		if err != nil {
 			return err
 		}
@@ -248,7 +236,7 @@ func buildRoot(cfg Config) error {
 		mounts = append(mounts, mnt{"/sys", "sysfs", "", common | unix.MS_RDONLY})
 	}
 	for _, m := range mounts {
-		dst, err := mountpoint(root, m.target, true)
+		dst, err := confine.Mountpoint(root, m.target, true)
 		if err != nil {
 			return err
 		}
@@ -263,7 +251,7 @@ func buildRoot(cfg Config) error {
 	}
 	// Device nodes cannot be made in a user namespace; bind the host's.
 	for _, d := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
-		dst, err := mountpoint(root, "/dev/"+d, false)
+		dst, err := confine.Mountpoint(root, "/dev/"+d, false)
 		if err != nil {
 			return err
 		}
@@ -318,7 +306,7 @@ func bootID(root string) error {
 // mountNet mounts what the node prepared for a sandbox with a network: its
 // sysfs, and its resolv.conf and hosts over the image's.
 func mountNet(root string, n *Net) error {
-	dst, err := mountpoint(root, "/sys", true)
+	dst, err := confine.Mountpoint(root, "/sys", true)
 	if err != nil {
 		return err
 	}
@@ -335,7 +323,7 @@ func mountNet(root string, n *Net) error {
 				return fmt.Errorf("replacing the symlink %s: %w", target, err)
 			}
 		}
-		dst, err := mountpoint(root, target, false)
+		dst, err := confine.Mountpoint(root, target, false)
 		if err != nil {
 			return err
 		}
@@ -346,32 +334,6 @@ func mountNet(root string, n *Net) error {
 		}
 	}
 	return nil
-}
-
-// mountpoint returns root+target after making sure it exists as a directory or
-// file. Template layers normally provide mountpoints; creating one here writes
-// it into the sandbox's writable layer. Paths come from the node, not from the
-// sandbox, and the root is not yet visible to any sandbox process, so plain
-// path operations are safe here.
-func mountpoint(root, target string, dir bool) (string, error) {
-	p := filepath.Join(root, target)
-	if fi, err := os.Lstat(p); err == nil {
-		if fi.IsDir() != dir || fi.Mode()&os.ModeSymlink != 0 {
-			return "", fmt.Errorf("mountpoint %s has the wrong type", target)
-		}
-		return p, nil
-	}
-	if dir {
-		return p, os.MkdirAll(p, 0o755)
-	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return "", err
-	}
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		return "", err
-	}
-	return p, f.Close()
 }
 
 func pivot(root string) error {
@@ -388,131 +350,3 @@ func pivot(root string) error {
 	}
 	return unix.Chdir("/")
 }
-
-// maskedPaths and readonlyPaths follow runc's defaults for Docker.
-var maskedPaths = []string{
-	"/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-	"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
-	"/proc/interrupts", "/sys/firmware", "/sys/devices/virtual/powercap",
-}
-
-var readonlyPaths = []string{
-	"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
-}
-
-func maskPaths() error {
-	for _, p := range maskedPaths {
-		fi, err := os.Stat(p)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("masking %s: %w", p, err)
-		}
-		if fi.IsDir() {
-			err = unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0")
-		} else {
-			err = unix.Mount("/dev/null", p, "", unix.MS_BIND, "")
-		}
-		if err != nil {
-			return fmt.Errorf("masking %s: %w", p, err)
-		}
-	}
-	for _, p := range readonlyPaths {
-		if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return fmt.Errorf("binding %s: %w", p, err)
-		}
-		flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
-		if err := unix.Mount(p, p, "", flags, ""); err != nil {
-			return fmt.Errorf("read-only %s: %w", p, err)
-		}
-	}
-	return nil
-}
-
-// setupLoopback brings up lo in the new network namespace. In a namespace
-// the node made, lo is up already and the sandbox could not change it.
-func setupLoopback() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("loopback socket: %w", err)
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("loopback flags: %w", err)
-	}
-	if ifr.Uint16()&unix.IFF_UP != 0 {
-		return nil
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("loopback up: %w", err)
-	}
-	return nil
-}
-
-// keptCapabilities is Docker's default capability set.
-var keptCapabilities = map[int]bool{
-	unix.CAP_CHOWN: true, unix.CAP_DAC_OVERRIDE: true, unix.CAP_FOWNER: true,
-	unix.CAP_FSETID: true, unix.CAP_KILL: true, unix.CAP_SETGID: true,
-	unix.CAP_SETUID: true, unix.CAP_SETPCAP: true, unix.CAP_NET_BIND_SERVICE: true,
-	unix.CAP_NET_RAW: true, unix.CAP_SYS_CHROOT: true, unix.CAP_MKNOD: true,
-	unix.CAP_AUDIT_WRITE: true, unix.CAP_SETFCAP: true,
-}
-
-// dropCapabilities shrinks every thread's bounding, permitted, effective and
-// inheritable sets to keptCapabilities and clears the ambient set: the agent
-// and every process it starts hold at most those, and none can regain the
-// others. Capabilities are per thread, hence AllThreadsSyscall (which needs a
-// binary without cgo, as the agent is).
-func dropCapabilities() error {
-	last := unix.CAP_LAST_CAP
-	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
-		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-			last = n
-		}
-	}
-	for c := 0; c <= last; c++ {
-		if keptCapabilities[c] {
-			continue
-		}
-		if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); e != 0 {
-			return fmt.Errorf("dropping capability %d: %w", c, e)
-		}
-	}
-	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); e != 0 {
-		return fmt.Errorf("clearing ambient capabilities: %w", e)
-	}
-	var mask [2]uint32
-	for c := range keptCapabilities {
-		mask[c/32] |= 1 << (c % 32)
-	}
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	data := [2]unix.CapUserData{
-		{Effective: mask[0], Permitted: mask[0]},
-		{Effective: mask[1], Permitted: mask[1]},
-	}
-	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
-		return fmt.Errorf("capset: %w", e)
-	}
-	return nil
-}
-
-// MaskPaths and DropCapabilities confine the vm runtime's guest the way an
-// ns sandbox is confined: masked and read-only /proc and /sys paths, and
-// Docker's default capabilities for everything its init starts.
-func MaskPaths() error { return maskPaths() }
-
-// DropCapabilities: see MaskPaths.
-func DropCapabilities() error { return dropCapabilities() }
-
-// SetupLoopback brings lo up, for the vm runtime's guest as for a sandbox
-// with a network namespace of its own.
-func SetupLoopback() error { return setupLoopback() }

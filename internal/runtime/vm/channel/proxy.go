@@ -14,11 +14,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
-)
 
-// ProxyArg is the agent binary's first argument that makes it the host-side
-// proxy: atoll-agent vm-proxy CHARDEV-SOCKET LISTEN-SOCKET TIMEOUT.
-const ProxyArg = "vm-proxy"
+	"github.com/atoll-dev/atoll/internal/agent/launch"
+)
 
 // PIDFileVar, if set, names the file the detached proxy writes its PID to.
 const PIDFileVar = "ATOLL_VM_PROXY_PIDFILE"
@@ -26,7 +24,7 @@ const PIDFileVar = "ATOLL_VM_PROXY_PIDFILE"
 // childVar marks the detached second stage of the proxy.
 const childVar = "ATOLL_VM_PROXY_CHILD"
 
-// ProxyMain runs the proxy for args (after ProxyArg) and exits. The first
+// ProxyMain runs the proxy for args (after launch.VMProxy) and exits. The first
 // stage starts the second detached, in a session of its own, and exits 0
 // once that one has a session with the guest and listens, so that the
 // proxy outlives the node that started it (a restarted node re-adopts the
@@ -69,7 +67,7 @@ func detach(args []string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(self, append([]string{ProxyArg}, args...)...)
+	cmd := exec.Command(self, append([]string{launch.VMProxy}, args...)...)
 	cmd.Env = append(os.Environ(), childVar+"=1")
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.Stderr = os.Stderr // the runtime's log file

@@ -38,14 +38,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/atoll-dev/atoll/internal/agent"
-	"github.com/atoll-dev/atoll/internal/runtime/ns/nsinit"
+	"github.com/atoll-dev/atoll/internal/agent/launch"
+	"github.com/atoll-dev/atoll/internal/runtime/confine"
 	"github.com/atoll-dev/atoll/internal/runtime/vm/channel"
-)
-
-// Args are the agent's arguments for the two stages.
-const (
-	InitArg  = "vm-init"  // from the initramfs, as the kernel starts it
-	AgentArg = "vm-agent" // re-executed inside the sandbox's root
 )
 
 // Paths inside the initramfs.
@@ -53,7 +48,7 @@ const (
 	ConfigPath  = "/config.json"
 	ModulesDir  = "/modules"
 	ModuleOrder = "/modules/order" // module file names, one a line, in load order
-	AgentPath   = "/atoll-agent"
+	AgentPath   = "/" + launch.Name
 	// PortName is the virtio-serial port the agent serves on.
 	PortName = "atoll"
 )
@@ -132,15 +127,6 @@ type Usage struct {
 	DiskBytes   int64 `json:"disk_bytes"`
 	DiskTotal   int64 `json:"disk_total_bytes"`
 }
-
-const configVar = "ATOLL_VM_CONFIG"
-
-// The agent's descriptors of the port and of its socket to the guest's
-// init.
-const (
-	portFD    = 3
-	controlFD = 4
-)
 
 // control is a request of the agent to the guest's init, one JSON line
 // answered by one: Limits to set, the clock to set, or (neither) a count
@@ -321,7 +307,7 @@ func setup() error {
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return fmt.Errorf("setting the hostname: %w", err)
 	}
-	if err := nsinit.SetupLoopback(); err != nil {
+	if err := confine.Loopback(); err != nil {
 		return err
 	}
 	if cfg.Net != nil {
@@ -340,9 +326,9 @@ func setup() error {
 	// The agent runs in a PID namespace of its own, as the sandbox's PID
 	// 1: the sandbox sees its own processes, not the guest kernel's
 	// threads. This process stays the guest's init, waiting for it.
-	cmd := exec.Command(AgentPath, AgentArg)
-	cmd.Args[0] = "atoll-agent"
-	cmd.Env = []string{configVar + "=" + string(b)}
+	cmd := exec.Command(AgentPath, launch.VMAgent)
+	cmd.Args[0] = launch.Name
+	cmd.Env = []string{launch.VMConfigVar + "=" + string(b)}
 	// The cgroup stays with this process, out of the sandbox's sight (a
 	// directory descriptor of the agent's would be a way into it through
 	// /proc/1/fd); the agent asks over a socket for what it needs.
@@ -350,7 +336,7 @@ func setup() error {
 	if err != nil {
 		return err
 	}
-	cmd.ExtraFiles = []*os.File{os.NewFile(uintptr(port), "port"), os.NewFile(uintptr(ctl[1]), "control")}
+	cmd.ExtraFiles = []*os.File{os.NewFile(uintptr(port), "port"), os.NewFile(uintptr(ctl[1]), "control")} // launch.PortFD and ControlFD
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, UseCgroupFD: true, CgroupFD: cg}
 	if err := cmd.Start(); err != nil {
@@ -385,7 +371,7 @@ func enterRoot() error {
 	if err := unix.Chdir("/"); err != nil {
 		return err
 	}
-	if err := nsinit.MaskPaths(); err != nil {
+	if err := confine.MaskPaths(); err != nil {
 		return err
 	}
 	// Docker's set less CAP_MKNOD, for what the agent starts: a device
@@ -396,7 +382,7 @@ func enterRoot() error {
 	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, unix.CAP_MKNOD, 0); e != 0 {
 		return fmt.Errorf("dropping CAP_MKNOD: %w", e)
 	}
-	return nsinit.DropCapabilities()
+	return confine.DropCapabilities()
 }
 
 // setupNet gives the guest's network device the sandbox's addresses and
@@ -702,7 +688,7 @@ func mountRoot(cfg Config, disks map[string]string) error {
 		return fmt.Errorf("mounting the overlay root: %w", err)
 	}
 	for _, b := range cfg.Binds {
-		dst, err := mountpoint("/newroot", b.Target, true)
+		dst, err := confine.Mountpoint("/newroot", b.Target, true)
 		if err != nil {
 			return err
 		}
@@ -711,7 +697,7 @@ func mountRoot(cfg Config, disks map[string]string) error {
 		}
 	}
 	const common = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
-	if _, err := mountpoint("/newroot", "/proc", true); err != nil {
+	if _, err := confine.Mountpoint("/newroot", "/proc", true); err != nil {
 		return err
 	}
 	mounts := []struct {
@@ -725,7 +711,7 @@ func mountRoot(cfg Config, disks map[string]string) error {
 		{"/dev/mqueue", "mqueue", "", common},
 	}
 	for _, m := range mounts {
-		dst, err := mountpoint("/newroot", m.target, true)
+		dst, err := confine.Mountpoint("/newroot", m.target, true)
 		if err != nil {
 			return err
 		}
@@ -753,20 +739,6 @@ func mountRoot(cfg Config, disks map[string]string) error {
 		}
 	}
 	return nil
-}
-
-// mountpoint returns root+target, made a directory if it is missing (in the
-// writable layer, as ns does). Paths come from the runtime, and no sandbox
-// process runs yet.
-func mountpoint(root, target string, dir bool) (string, error) {
-	p := filepath.Join(root, target)
-	if fi, err := os.Lstat(p); err == nil {
-		if fi.IsDir() != dir || fi.Mode()&os.ModeSymlink != 0 {
-			return "", fmt.Errorf("mountpoint %s has the wrong type", target)
-		}
-		return p, nil
-	}
-	return p, os.MkdirAll(p, 0o755)
 }
 
 // setupCgroup makes the cgroup the agent, and so every process it starts,
@@ -859,14 +831,14 @@ func AgentMain() {
 
 func serve(log *slog.Logger) error {
 	var cfg Config
-	if err := json.Unmarshal([]byte(os.Getenv(configVar)), &cfg); err != nil {
-		return fmt.Errorf("parsing %s: %w", configVar, err)
+	if err := json.Unmarshal([]byte(os.Getenv(launch.VMConfigVar)), &cfg); err != nil {
+		return fmt.Errorf("parsing %s: %w", launch.VMConfigVar, err)
 	}
 	os.Clearenv()
 	// Nothing the agent starts inherits the port or the cgroup.
-	syscall.CloseOnExec(portFD)
-	syscall.CloseOnExec(controlFD)
-	cf := os.NewFile(controlFD, "control")
+	syscall.CloseOnExec(launch.PortFD)
+	syscall.CloseOnExec(launch.ControlFD)
+	cf := os.NewFile(launch.ControlFD, "control")
 	ctl := &controller{enc: json.NewEncoder(cf), dec: json.NewDecoder(cf)}
 	if err := enterRoot(); err != nil {
 		return err
@@ -918,7 +890,7 @@ func serve(log *slog.Logger) error {
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
 	log.Info("atoll-agent serving", "pid", os.Getpid())
-	return srv.Serve(channel.Listen(os.NewFile(portFD, "port")))
+	return srv.Serve(channel.Listen(os.NewFile(launch.PortFD, "port")))
 }
 
 // putControl handles a PUT whose JSON body, at most limit bytes, becomes the

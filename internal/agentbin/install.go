@@ -1,4 +1,4 @@
-package control
+package agentbin
 
 import (
 	"crypto/sha256"
@@ -9,13 +9,16 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/atoll-dev/atoll/internal/agent/launch"
+	"github.com/atoll-dev/atoll/internal/atomicfile"
 )
 
-// InstallAgent copies the agent binary src into dir under a name made from its
+// Install copies the agent binary src into dir under a name made from its
 // content hash and returns the copy's path. Sandboxes run the copy, so it
 // must outlive the process that started them (a `go run` binary does not) and
 // must never change under a running sandbox; a new build gets a new name.
-func InstallAgent(dir, src string) (string, error) {
+func Install(dir, src string) (string, error) {
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return "", err
 	}
@@ -35,7 +38,7 @@ func InstallAgent(dir, src string) (string, error) {
 	if _, err := io.Copy(h, in); err != nil {
 		return "", err
 	}
-	dst := filepath.Join(dir, "atoll-agent-"+hex.EncodeToString(h.Sum(nil))[:16])
+	dst := filepath.Join(dir, launch.Name+"-"+hex.EncodeToString(h.Sum(nil))[:16])
 	if _, err := os.Stat(dst); err == nil {
 		return dst, nil
 	}
@@ -65,16 +68,7 @@ func InstallAgent(dir, src string) (string, error) {
 	if err := os.Rename(tmp.Name(), dst); err != nil {
 		return "", err
 	}
-	return dst, syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return dst, atomicfile.SyncDir(dir)
 }
 
 // checkStatic refuses an agent binary that needs a dynamic loader: it runs in

@@ -1,35 +1,85 @@
-package network
+// Package netns enters and makes network namespaces that are bound at
+// paths. A thread joins one to run a function (Run): that is how a runtime
+// starts a sandbox's first process in the namespace package network made for
+// it, and how network configures the namespace from outside. The package is
+// a leaf, so that the runtimes need not import network (nftables, DNS,
+// proxies) to join a namespace.
+package netns
 
 import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
-	"strings"
 
 	"golang.org/x/sys/unix"
 )
 
-// InNetns runs fn on an OS thread that has joined the network namespace at
+// Run runs fn on an OS thread that has joined the network namespace at
 // path, and returns fn's error. Sockets that fn opens, netlink sockets
-// included, stay in that namespace after InNetns returns; a child process
+// included, stay in that namespace after Run returns; a child process
 // that fn starts (exec.Cmd.Start) is born in it, which is how a sandbox
-// process joins a pre-made namespace: see the package comment.
+// process joins a pre-made namespace (see package network).
 //
 // fn runs on a goroutine of its own that is locked to its thread; if the
 // thread cannot be returned to the namespace it came from, the thread is
 // discarded instead of being reused.
-func InNetns(path string, fn func() error) error {
+func Run(path string, fn func() error) error {
 	target, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("opening network namespace: %w", err)
 	}
 	defer unix.Close(target)
-	return inNetnsFd(target, fn)
+	return RunFd(target, fn)
 }
 
-func inNetnsFd(target int, fn func() error) error {
+// RunFd is Run for a namespace already open as target.
+func RunFd(target int, fn func() error) error {
+	return elsewhere(func() error {
+		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("joining network namespace: %w", err)
+		}
+		return nil
+	}, fn)
+}
+
+// Create makes a network namespace, owned by the caller's user namespace,
+// bind-mounted at path (which must not exist), and runs setup on a thread
+// inside it before returning. The namespace lives until path is unmounted
+// and nothing else holds it.
+func Create(path string, setup func() error) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
+	if err != nil {
+		return fmt.Errorf("creating namespace file: %w", err)
+	}
+	f.Close()
+	err = elsewhere(func() error {
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("unsharing network namespace: %w", err)
+		}
+		return nil
+	}, func() error {
+		if err := unix.Mount("/proc/thread-self/ns/net", path, "none", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("mounting network namespace: %w", err)
+		}
+		if setup != nil {
+			return setup()
+		}
+		return nil
+	})
+	if err != nil {
+		Remove(path)
+		return err
+	}
+	return nil
+}
+
+// elsewhere runs fn on a goroutine locked to its thread after enter has
+// moved that thread into another network namespace, then moves the thread
+// back to the one it came from. If it cannot go back, the thread stays
+// locked, so that the Go runtime ends it with the goroutine instead of
+// reusing it.
+func elsewhere(enter, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -40,14 +90,13 @@ func inNetnsFd(target int, fn func() error) error {
 			return
 		}
 		defer unix.Close(orig)
-		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+		if err := enter(); err != nil {
 			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("joining network namespace: %w", err)
+			errc <- err
 			return
 		}
 		ferr := fn()
 		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
-			// Leave the thread locked: the runtime ends it with this goroutine.
 			errc <- errors.Join(ferr, fmt.Errorf("returning to own network namespace: %w", err))
 			return
 		}
@@ -57,54 +106,9 @@ func inNetnsFd(target int, fn func() error) error {
 	return <-errc
 }
 
-// newNetns makes a network namespace, owned by the caller's user namespace,
-// bind-mounted at path (which must not exist), and runs setup on a thread
-// inside it before returning. The namespace lives until path is unmounted
-// and nothing else holds it.
-func newNetns(path string, setup func() error) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
-	if err != nil {
-		return fmt.Errorf("creating namespace file: %w", err)
-	}
-	f.Close()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("opening own network namespace: %w", err)
-			return
-		}
-		defer unix.Close(orig)
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("unsharing network namespace: %w", err)
-			return
-		}
-		err = unix.Mount("/proc/thread-self/ns/net", path, "none", unix.MS_BIND, "")
-		if err != nil {
-			err = fmt.Errorf("mounting network namespace: %w", err)
-		} else if setup != nil {
-			err = setup()
-		}
-		if serr := unix.Setns(orig, unix.CLONE_NEWNET); serr != nil {
-			errc <- errors.Join(err, fmt.Errorf("returning to own network namespace: %w", serr))
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- err
-	}()
-	if err := <-errc; err != nil {
-		removeNetns(path)
-		return err
-	}
-	return nil
-}
-
-// removeNetns unmounts and removes a namespace made by newNetns; a path that
+// Remove unmounts and removes a namespace made by Create; a path that
 // is already gone is not an error.
-func removeNetns(path string) error {
+func Remove(path string) error {
 	err := unix.Unmount(path, unix.MNT_DETACH)
 	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("unmounting network namespace: %w", err)
@@ -115,10 +119,10 @@ func removeNetns(path string) error {
 	return nil
 }
 
-// renameNetns moves the namespace mounted at from to to. A move (MS_MOVE) is
+// Rename moves the namespace mounted at from to to. A move (MS_MOVE) is
 // not allowed under a shared mount such as the namespace directory, so the
 // namespace is bound again at the new path and the old mount dropped.
-func renameNetns(from, to string) error {
+func Rename(from, to string) error {
 	f, err := os.OpenFile(to, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
 	if err != nil {
 		return fmt.Errorf("creating namespace file: %w", err)
@@ -128,13 +132,13 @@ func renameNetns(from, to string) error {
 		os.Remove(to)
 		return fmt.Errorf("binding network namespace: %w", err)
 	}
-	return removeNetns(from)
+	return Remove(from)
 }
 
-// prepareNetnsDir makes dir a mount point with shared propagation, as
+// PrepareDir makes dir a mount point with shared propagation, as
 // iproute2 does for /run/netns, so that unmounting a namespace there also
 // drops the copies that mount namespaces made since hold.
-func prepareNetnsDir(dir string) error {
+func PrepareDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -151,26 +155,11 @@ func prepareNetnsDir(dir string) error {
 	return nil
 }
 
-// isNetns reports whether path is a mounted network namespace.
-func isNetns(path string) bool {
+// Mounted reports whether path is a mounted network namespace.
+func Mounted(path string) bool {
 	var st unix.Statfs_t
 	if err := unix.Statfs(path, &st); err != nil {
 		return false
 	}
 	return st.Type == unix.NSFS_MAGIC
-}
-
-// writeSysctl sets a sysctl under /proc/sys of the calling thread's network
-// namespace; name uses dots ("net.ipv4.ip_forward").
-func writeSysctl(name, value string) error {
-	p := filepath.Join("/proc/sys", strings.ReplaceAll(name, ".", "/"))
-	if err := os.WriteFile(p, []byte(value), 0o644); err != nil {
-		return fmt.Errorf("setting %s: %w", name, err)
-	}
-	return nil
-}
-
-func readSysctl(name string) (string, error) {
-	b, err := os.ReadFile(filepath.Join("/proc/sys", strings.ReplaceAll(name, ".", "/")))
-	return strings.TrimSpace(string(b)), err
 }

@@ -1,0 +1,94 @@
+// Package confine holds the steps that confine a sandbox's processes from
+// the inside, shared by the runtimes so that each is defined once: Docker's
+// default capability set (the ns init and the vm's guest init drop to it,
+// the gvisor runtime asks runsc for it), runc's masked and read-only /proc
+// and /sys paths, bringing loopback up, and making mount points in a root
+// being built.
+//
+// gvisor takes the capability names only: its /proc and /sys are the
+// sentry's own, and runsc does not apply an OCI spec's masked paths.
+//
+// The functions here run inside the sandbox, in the agent binary, so the
+// package is a leaf: it imports nothing of atoll's.
+package confine
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Capability is one Linux capability, by number and by the name OCI specs
+// use.
+type Capability struct {
+	Number int
+	Name   string
+}
+
+// Capabilities is Docker's default capability set: what root in a sandbox
+// keeps.
+var Capabilities = []Capability{
+	{unix.CAP_CHOWN, "CAP_CHOWN"}, {unix.CAP_DAC_OVERRIDE, "CAP_DAC_OVERRIDE"},
+	{unix.CAP_FOWNER, "CAP_FOWNER"}, {unix.CAP_FSETID, "CAP_FSETID"},
+	{unix.CAP_KILL, "CAP_KILL"}, {unix.CAP_SETGID, "CAP_SETGID"},
+	{unix.CAP_SETUID, "CAP_SETUID"}, {unix.CAP_SETPCAP, "CAP_SETPCAP"},
+	{unix.CAP_NET_BIND_SERVICE, "CAP_NET_BIND_SERVICE"}, {unix.CAP_NET_RAW, "CAP_NET_RAW"},
+	{unix.CAP_SYS_CHROOT, "CAP_SYS_CHROOT"}, {unix.CAP_MKNOD, "CAP_MKNOD"},
+	{unix.CAP_AUDIT_WRITE, "CAP_AUDIT_WRITE"}, {unix.CAP_SETFCAP, "CAP_SETFCAP"},
+}
+
+// CapabilityNames are the names of Capabilities, for an OCI spec.
+func CapabilityNames() []string {
+	names := make([]string, len(Capabilities))
+	for i, c := range Capabilities {
+		names[i] = c.Name
+	}
+	return names
+}
+
+// DropCapabilities shrinks every thread's bounding, permitted, effective and
+// inheritable sets to Capabilities and clears the ambient set: the caller
+// and every process it starts hold at most those, and none can regain the
+// others. Capabilities are per thread, hence AllThreadsSyscall (which needs a
+// binary without cgo, as the agent is).
+func DropCapabilities() error {
+	kept := make(map[int]bool, len(Capabilities))
+	for _, c := range Capabilities {
+		kept[c.Number] = true
+	}
+	last := unix.CAP_LAST_CAP
+	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			last = n
+		}
+	}
+	for c := 0; c <= last; c++ {
+		if kept[c] {
+			continue
+		}
+		if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); e != 0 {
+			return fmt.Errorf("dropping capability %d: %w", c, e)
+		}
+	}
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); e != 0 {
+		return fmt.Errorf("clearing ambient capabilities: %w", e)
+	}
+	var mask [2]uint32
+	for c := range kept {
+		mask[c/32] |= 1 << (c % 32)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	data := [2]unix.CapUserData{
+		{Effective: mask[0], Permitted: mask[0]},
+		{Effective: mask[1], Permitted: mask[1]},
+	}
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
+		return fmt.Errorf("capset: %w", e)
+	}
+	return nil
+}
