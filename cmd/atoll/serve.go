@@ -283,6 +283,16 @@ type serving struct {
 
 func (s *serving) onClose(f func()) { s.closers = append(s.closers, f) }
 
+// listenFor listens on addr, the value of flag, until serve ends.
+func (s *serving) listenFor(flag, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	s.onClose(func() { ln.Close() })
+	return ln, nil
+}
+
 func (s *serving) close() {
 	for i := len(s.closers) - 1; i >= 0; i-- {
 		s.closers[i]()
@@ -427,12 +437,11 @@ func (s *serving) startPortProxy(context.Context) error {
 	if s.netm == nil || s.cfg.proxyListen == "" {
 		return nil
 	}
-	ln, err := net.Listen("tcp", s.cfg.proxyListen)
+	ln, err := s.listenFor("--proxy-listen", s.cfg.proxyListen)
 	if err != nil {
-		return fmt.Errorf("--proxy-listen: %w", err)
+		return err
 	}
 	s.proxyLn = ln
-	s.onClose(func() { ln.Close() })
 	key, err := portproxy.LoadKey(s.dir.PortKey())
 	if err != nil {
 		return err
@@ -495,12 +504,11 @@ func (s *serving) listen(context.Context) error {
 	if err != nil {
 		return err
 	}
-	tlsLn, err := net.Listen("tcp", s.cfg.tlsListen)
+	tlsLn, err := s.listenFor("--tls-listen", s.cfg.tlsListen)
 	if err != nil {
-		return fmt.Errorf("--tls-listen: %w", err)
+		return err
 	}
 	s.tlsLn = tlsLn
-	s.onClose(func() { tlsLn.Close() })
 	_, port, _ := net.SplitHostPort(tlsLn.Addr().String())
 	if err := atomicfile.Write(s.dir.TLSURL(), []byte("https://localhost:"+port+"\n"), 0o644); err != nil {
 		return err
