@@ -3,6 +3,8 @@ package control
 import (
 	"context"
 
+	"github.com/atoll-dev/atoll/api"
+
 	"github.com/atoll-dev/atoll/internal/lifecycle"
 	"github.com/atoll-dev/atoll/internal/store"
 )
@@ -44,11 +46,17 @@ func (s *Service) record(ctx context.Context, sb *store.Sandbox) error {
 	return s.store.Create(ctx, sb)
 }
 
-// removeRecord removes sandbox id's record (the store records its move
-// to deleted). It checks no state: a failed create's discard removes
-// whatever is left whatever state it reached, which the table lists among
-// the transitions to deleted.
+// removeRecord removes sandbox id's record; the store records its move to
+// deleted. It reads the stored state rather than trusting a caller's copy:
+// a failed create's discard holds the copy it started from.
 func (s *Service) removeRecord(ctx context.Context, id string) error {
+	cur, err := s.store.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := lifecycle.Check(cur.State, api.StateDeleted); err != nil {
+		return err
+	}
 	return s.store.Delete(ctx, id)
 }
 

@@ -108,11 +108,39 @@ func TestSetStateRefuses(t *testing.T) {
 	if err := s.setState(ctx, &sb, api.StateCreating); err != nil {
 		t.Fatal(err)
 	}
+	conflict(s.removeRecord(ctx, sb.ID), api.StateRunning, api.StateDeleted)
 	tr, err := st.Transitions(ctx, sb.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(tr) != 2 || tr[0].To != api.StateCreating || tr[1].To != api.StateRunning {
 		t.Errorf("recorded transitions %+v, want creating then running", tr)
+	}
+}
+
+// TestRemoveRecord checks that a record in a state the table lets go is
+// removed, and one in another is not.
+func TestRemoveRecord(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "atoll.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	s, err := New(Config{Store: st, Node: node.New(node.Config{Runtimes: []runtime.Runtime{nopRuntime{}}})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, state := range []string{api.StateCreating, lifecycle.Pooled, lifecycle.Prestarted, lifecycle.Building} {
+		sb := store.Sandbox{Sandbox: api.Sandbox{ID: newID(), State: state, Runtime: "ns", CreatedAt: time.Now().UTC()}}
+		if err := s.record(ctx, &sb); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.removeRecord(ctx, sb.ID); err != nil {
+			t.Errorf("removing a %s record: %v", state, err)
+		}
+		if _, err := st.Get(ctx, sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("a %s record is still there after its removal: %v", state, err)
+		}
 	}
 }
