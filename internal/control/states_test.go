@@ -68,20 +68,28 @@ func TestRecoveriesCoverEveryState(t *testing.T) {
 	}
 }
 
+// newStoreService returns a Service over a real store of its own, and the
+// store.
+func newStoreService(t *testing.T) (*Service, store.Store) {
+	t.Helper()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "atoll.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	s, err := New(Config{Store: st, Node: node.New(node.Config{Runtimes: []runtime.Runtime{nopRuntime{}}})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, st
+}
+
 // TestSetStateRefuses checks, on a real store, that a change of state the
 // table lacks is refused with a conflict naming both states, and that
 // nothing is written or recorded.
 func TestSetStateRefuses(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "atoll.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	s, err := New(Config{Store: st, Node: node.New(node.Config{Runtimes: []runtime.Runtime{nopRuntime{}}})})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, st := newStoreService(t)
 	conflict := func(err error, from, to string) {
 		t.Helper()
 		if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), from) || !strings.Contains(err.Error(), to) {
@@ -122,15 +130,7 @@ func TestSetStateRefuses(t *testing.T) {
 // removed, and one in another is not.
 func TestRemoveRecord(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "atoll.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	s, err := New(Config{Store: st, Node: node.New(node.Config{Runtimes: []runtime.Runtime{nopRuntime{}}})})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, st := newStoreService(t)
 	for _, state := range []string{api.StateCreating, lifecycle.Pooled, lifecycle.Prestarted, lifecycle.Building} {
 		sb := store.Sandbox{Sandbox: api.Sandbox{ID: newID(), State: state, Runtime: "ns", CreatedAt: time.Now().UTC()}}
 		if err := s.record(ctx, &sb); err != nil {
