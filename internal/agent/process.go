@@ -397,37 +397,10 @@ func (a *Agent) start(s *spec, withSub bool) (*process, *subscriber, error) {
 	if withSub {
 		sub, _ = p.subscribe()
 	}
-
-	var child []*os.File // closed once the child has them
 	attr := &syscall.SysProcAttr{}
-	if s.pty != nil {
-		ptmx, tty, err := pty.Open()
-		if err != nil {
-			return nil, nil, errorf(errdefs.ErrUnavailable, "opening terminal: %v", err)
-		}
-		if err := pty.Setsize(ptmx, &pty.Winsize{Rows: s.pty.Rows, Cols: s.pty.Cols}); err != nil {
-			ptmx.Close()
-			tty.Close()
-			return nil, nil, fmt.Errorf("sizing terminal: %w", err)
-		}
-		p.ptmx, p.stdinF, p.outputs = ptmx, ptmx, []*os.File{ptmx}
-		child = []*os.File{tty, tty, tty}
-		attr.Setsid, attr.Setctty, attr.Ctty = true, true, 0
-	} else {
-		var fds [6]*os.File // stdin r w, stdout r w, stderr r w
-		for i := 0; i < 6; i += 2 {
-			r, w, err := os.Pipe()
-			if err != nil {
-				for _, f := range fds[:i] {
-					f.Close()
-				}
-				return nil, nil, errorf(errdefs.ErrUnavailable, "creating pipes: %v", err)
-			}
-			fds[i], fds[i+1] = r, w
-		}
-		p.stdinF, p.outputs = fds[1], []*os.File{fds[2], fds[4]}
-		child = []*os.File{fds[0], fds[3], fds[5]}
-		attr.Setpgid = true
+	child, err := p.openStdio(s, attr)
+	if err != nil {
+		return nil, nil, err
 	}
 	if s.acct.uid != 0 || s.acct.gid != 0 {
 		groups := make([]uint32, len(s.acct.groups))
@@ -436,7 +409,52 @@ func (a *Agent) start(s *spec, withSub bool) (*process, *subscriber, error) {
 		}
 		attr.Credential = &syscall.Credential{Uid: uint32(s.acct.uid), Gid: uint32(s.acct.gid), Groups: groups}
 	}
+	if err := a.spawn(p, s, child, attr); err != nil {
+		return nil, nil, err
+	}
+	a.supervise(p, s)
+	a.log.Debug("process started", "op", "exec", "pid", p.pid, "pty", p.isPTY, "background", p.background)
+	return p, sub, nil
+}
 
+// openStdio makes p's side of the process's standard files, a terminal or
+// three pipes, and returns the child's side, which spawn closes. It sets in
+// attr what the terminal or the pipes ask of the child's session.
+func (p *process) openStdio(s *spec, attr *syscall.SysProcAttr) (child []*os.File, err error) {
+	if s.pty != nil {
+		ptmx, tty, err := pty.Open()
+		if err != nil {
+			return nil, errorf(errdefs.ErrUnavailable, "opening terminal: %v", err)
+		}
+		if err := pty.Setsize(ptmx, &pty.Winsize{Rows: s.pty.Rows, Cols: s.pty.Cols}); err != nil {
+			ptmx.Close()
+			tty.Close()
+			return nil, fmt.Errorf("sizing terminal: %w", err)
+		}
+		p.ptmx, p.stdinF, p.outputs = ptmx, ptmx, []*os.File{ptmx}
+		attr.Setsid, attr.Setctty, attr.Ctty = true, true, 0
+		return []*os.File{tty, tty, tty}, nil
+	}
+	var fds [6]*os.File // stdin r w, stdout r w, stderr r w
+	for i := 0; i < 6; i += 2 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			for _, f := range fds[:i] {
+				f.Close()
+			}
+			return nil, errorf(errdefs.ErrUnavailable, "creating pipes: %v", err)
+		}
+		fds[i], fds[i+1] = r, w
+	}
+	p.stdinF, p.outputs = fds[1], []*os.File{fds[2], fds[4]}
+	attr.Setpgid = true
+	return []*os.File{fds[0], fds[3], fds[5]}, nil
+}
+
+// spawn starts the process with child as its standard files, unless the
+// agent is shutting down, and registers it with the reaper before it can
+// exit. On failure p's side of the files is closed too.
+func (a *Agent) spawn(p *process, s *spec, child []*os.File, attr *syscall.SysProcAttr) error {
 	a.procMu.Lock()
 	closed := a.closed
 	a.procMu.Unlock()
@@ -463,14 +481,20 @@ func (a *Agent) start(s *spec, withSub bool) (*process, *subscriber, error) {
 			f.Close()
 		}
 		if _, ok := err.(*kindError); ok {
-			return nil, nil, err
+			return err
 		}
-		return nil, nil, startError(s.argv[0], err)
+		return startError(s.argv[0], err)
 	}
 	p.pid = proc.Pid
 	p.startedAt = time.Now().UTC()
 	proc.Release() // we wait with wait4, not through os.Process
+	return nil
+}
 
+// supervise starts what follows a started process: its wait (unless the
+// agent reaps), its listing, its output readers, its timeout, the feeding
+// of its stdin and its monitor.
+func (a *Agent) supervise(p *process, s *spec) {
 	if !a.cfg.Reap {
 		a.wg.Go(func() {
 			var ws unix.WaitStatus
@@ -518,8 +542,6 @@ func (a *Agent) start(s *spec, withSub bool) (*process, *subscriber, error) {
 		})
 	}
 	a.wg.Go(func() { a.monitor(p, timer) })
-	a.log.Debug("process started", "op", "exec", "pid", p.pid, "pty", p.isPTY, "background", p.background)
-	return p, sub, nil
 }
 
 func startError(name string, err error) error {
