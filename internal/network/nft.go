@@ -209,7 +209,29 @@ func (rs *ruleset) install(c *nftables.Conn, cfg Config, slots map[int]*slotKern
 	c.AddTable(rs.table)
 
 	// Chains come first: rules and verdict map elements jump to them.
-	br := cfg.Bridge
+	chs := rs.addChains(c)
+	if err := rs.addSets(c, cfg); err != nil {
+		return err
+	}
+	rs.addForwardRules(c, cfg, chs)
+	rs.addInputRules(c, cfg, chs)
+	rs.addNATRules(c, cfg, chs)
+	for _, slot := range slices.Sorted(maps.Keys(slots)) {
+		if err := rs.addSlot(c, cfg, slot, slots[slot]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// chains are the table's chains that install's rules go into.
+type chains struct {
+	egress, fromSB, toSB, inputSB *nftables.Chain // regular, jumped to
+	forward, input, pre, post     *nftables.Chain // base, on the hooks
+}
+
+// addChains queues the table's regular chains and its base chains.
+func (rs *ruleset) addChains(c *nftables.Conn) chains {
 	t := rs.table
 	regular := func(name string) *nftables.Chain {
 		return c.AddChain(&nftables.Chain{Name: name, Table: t})
@@ -227,7 +249,13 @@ func (rs *ruleset) install(c *nftables.Conn, cfg Config, slots map[int]*slotKern
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest, Policy: &accept})
 	post := c.AddChain(&nftables.Chain{Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource, Policy: &accept})
+	return chains{egress: egress, fromSB: fromSB, toSB: toSB, inputSB: inputSB,
+		forward: forward, input: input, pre: pre, post: post}
+}
 
+// addSets queues the table's sets: the operator's allowed and blocked
+// prefixes and the gateway ports filled from cfg, the per-sandbox ones empty.
+func (rs *ruleset) addSets(c *nftables.Conn, cfg Config) error {
 	var allow4, allow6 []netip.Prefix
 	for _, p := range cfg.Allow {
 		switch {
@@ -270,10 +298,21 @@ func (rs *ruleset) install(c *nftables.Conn, cfg Config, slots map[int]*slotKern
 		}
 	}
 
+	return nil
+}
+
+// cat joins expression lists into one rule's expressions.
+func cat(parts ...[]expr.Any) []expr.Any { return slices.Concat(parts...) }
+
+// addForwardRules queues the base filter chains' jumps for bridge traffic and
+// what is routed through the bridge: from sandboxes (to their slot's chain,
+// then egress), and into them.
+func (rs *ruleset) addForwardRules(c *nftables.Conn, cfg Config, chs chains) {
+	br := cfg.Bridge
 	add := func(ch *nftables.Chain, exprs ...expr.Any) {
-		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs})
+		c.AddRule(&nftables.Rule{Table: rs.table, Chain: ch, Exprs: exprs})
 	}
-	cat := func(parts ...[]expr.Any) []expr.Any { return slices.Concat(parts...) }
+	forward, input, fromSB, egress, toSB := chs.forward, chs.input, chs.fromSB, chs.egress, chs.toSB
 
 	// The base chains only look at traffic to or from the bridge; the host's
 	// other traffic passes untouched (policy accept).
@@ -305,6 +344,14 @@ func (rs *ruleset) install(c *nftables.Conn, cfg Config, slots map[int]*slotKern
 	// reaches sandboxes through the output hook, which this table leaves be.
 	add(toSB, cat(ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))...)
 	add(toSB, verdict(expr.VerdictDrop)...)
+}
+
+// addInputRules queues what sandboxes may send to the host itself.
+func (rs *ruleset) addInputRules(c *nftables.Conn, cfg Config, chs chains) {
+	add := func(ch *nftables.Chain, exprs ...expr.Any) {
+		c.AddRule(&nftables.Rule{Table: rs.table, Chain: ch, Exprs: exprs})
+	}
+	inputSB := chs.inputSB
 
 	// Sandbox to the host: replies, neighbour discovery, ping and the
 	// gateway ports, on the gateway addresses only. Router solicitations and
@@ -336,6 +383,17 @@ func (rs *ruleset) install(c *nftables.Conn, cfg Config, slots map[int]*slotKern
 	add(inputSB, &expr.Meta{Key: expr.MetaKeyPKTTYPE, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{unix.PACKET_HOST}}, &expr.Verdict{Kind: expr.VerdictDrop})
 	addReject(c, inputSB)
+}
+
+// addNATRules queues the address translations: web traffic of sandboxes
+// whose policy names hosts to the egress proxy, and masquerade on the way out.
+func (rs *ruleset) addNATRules(c *nftables.Conn, cfg Config, chs chains) {
+	br := cfg.Bridge
+	add := func(ch *nftables.Chain, exprs ...expr.Any) {
+		c.AddRule(&nftables.Rule{Table: rs.table, Chain: ch, Exprs: exprs})
+	}
+	pre, post := chs.pre, chs.post
+	gw4, gw6 := cfg.gateway4().AsSlice(), cfg.gateway6().AsSlice()
 
 	// Ports 80 and 443 of sandboxes whose policy allows names go to the
 	// egress proxy on the gateway, which checks Host and SNI.
@@ -362,13 +420,6 @@ func (rs *ruleset) install(c *nftables.Conn, cfg Config, slots map[int]*slotKern
 	// Sandboxes leave through any other interface with the host's address.
 	add(post, cat(nfproto(unix.NFPROTO_IPV4), ip4Saddr(), prefixMatch(cfg.Subnet4), ifnameNot(expr.MetaKeyOIFNAME, br), []expr.Any{&expr.Masq{}})...)
 	add(post, cat(nfproto(unix.NFPROTO_IPV6), ip6Saddr(), prefixMatch(cfg.Subnet6), ifnameNot(expr.MetaKeyOIFNAME, br), []expr.Any{&expr.Masq{}})...)
-
-	for _, slot := range slices.Sorted(maps.Keys(slots)) {
-		if err := rs.addSlot(c, cfg, slot, slots[slot]); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // addReject queues rules that refuse what match matches, at once instead of
@@ -397,7 +448,6 @@ func (rs *ruleset) addSlot(c *nftables.Conn, cfg Config, slot int, k *slotKernel
 		return err
 	}
 	add := func(exprs ...expr.Any) { c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs}) }
-	cat := func(parts ...[]expr.Any) []expr.Any { return slices.Concat(parts...) }
 	v4, v6 := nfproto(unix.NFPROTO_IPV4), nfproto(unix.NFPROTO_IPV6)
 	addReject(c, ch, cat(v4, ip4Daddr(), lookup(sets[kindDeny4]))...)
 	addReject(c, ch, cat(v6, ip6Daddr(), lookup(sets[kindDeny6]))...)
