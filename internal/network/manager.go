@@ -1076,8 +1076,47 @@ func (m *Manager) Sweep(ctx context.Context, inUse []int) error {
 		return m.cfg.isWarmName(name) && !owned[name]
 	}
 
-	var errs []error
-	removed := 0
+	var sw sweep
+	if err := m.sweepLinks(&sw, stale); err != nil {
+		return err
+	}
+	m.sweepNetns(&sw, stale)
+	m.nftMu.Lock()
+	m.sweepAddrElements(&sw, keep)
+	m.sweepSlotObjects(&sw, keep)
+	m.nftMu.Unlock()
+	m.sweepSlotStates(keep)
+	m.sweepNeighbours(&sw, keep)
+	// Only sandbox addresses: the host's own traffic from the gateway
+	// (IGMP reports, say) is not ours to cut.
+	n, err := m.flushConntrack(anyAddr(func(a netip.Addr) bool {
+		slot, ok := m.cfg.slotOf(a)
+		return ok && !keep[slot]
+	}))
+	sw.fail(err)
+	sw.removed += n
+	if sw.removed > 0 {
+		m.log.Info("network swept", "op", "sweep", "removed", sw.removed, "kept", len(keep))
+	}
+	return errors.Join(sw.errs...)
+}
+
+// sweep counts what Sweep's steps removed and gathers what they failed at:
+// a step that fails goes on with the next.
+type sweep struct {
+	removed int
+	errs    []error
+}
+
+func (sw *sweep) fail(err error) {
+	if err != nil {
+		sw.errs = append(sw.errs, err)
+	}
+}
+
+// sweepLinks deletes the stale veths. Not listing the links at all stops
+// the Sweep.
+func (m *Manager) sweepLinks(sw *sweep, stale func(string) bool) error {
 	links, err := m.nl.LinkList()
 	if err != nil {
 		return fmt.Errorf("listing links: %w", err)
@@ -1085,29 +1124,34 @@ func (m *Manager) Sweep(ctx context.Context, inUse []int) error {
 	for _, l := range links {
 		if name := l.Attrs().Name; stale(name) {
 			if err := m.nl.LinkDel(l); err != nil {
-				errs = append(errs, fmt.Errorf("deleting veth %s: %w", name, err))
+				sw.fail(fmt.Errorf("deleting veth %s: %w", name, err))
 			}
-			removed++
+			sw.removed++
 		}
 	}
+	return nil
+}
+
+// sweepNetns removes the stale named network namespaces.
+func (m *Manager) sweepNetns(sw *sweep, stale func(string) bool) {
 	ents, err := os.ReadDir(m.cfg.NetnsDir)
-	if err != nil {
-		errs = append(errs, err)
-	}
+	sw.fail(err)
 	for _, e := range ents {
 		if stale(e.Name()) {
-			if err := netns.Remove(filepath.Join(m.cfg.NetnsDir, e.Name())); err != nil {
-				errs = append(errs, err)
-			}
-			removed++
+			sw.fail(netns.Remove(filepath.Join(m.cfg.NetnsDir, e.Name())))
+			sw.removed++
 		}
 	}
+}
+
+// sweepAddrElements deletes the per-address set elements (verdict map, open,
+// proxied) of addresses outside the kept slots. The caller holds nftMu.
+func (m *Manager) sweepAddrElements(sw *sweep, keep map[int]bool) {
 	var addrs []netip.Addr
-	m.nftMu.Lock()
 	for _, s := range []*nftables.Set{m.rs.sandbox4, m.rs.sandbox6, m.rs.open4, m.rs.open6, m.rs.proxied4, m.rs.proxied6} {
 		elems, err := m.nft.GetSetElements(s)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("listing firewall elements: %w", err))
+			sw.fail(fmt.Errorf("listing firewall elements: %w", err))
 			continue
 		}
 		for _, el := range elems {
@@ -1121,15 +1165,17 @@ func (m *Manager) Sweep(ctx context.Context, inUse []int) error {
 		}
 	}
 	if len(addrs) > 0 {
-		if err := m.deleteAddrElements(addrs); err != nil {
-			errs = append(errs, err)
-		}
-		removed += len(addrs)
+		sw.fail(m.deleteAddrElements(addrs))
+		sw.removed += len(addrs)
 	}
-	// Slot chains and sets of slots not kept.
+}
+
+// sweepSlotObjects deletes the slot chains and sets of slots not kept. The
+// caller holds nftMu.
+func (m *Manager) sweepSlotObjects(sw *sweep, keep map[int]bool) {
 	staleSlots := map[int]bool{}
 	if chains, err := m.nft.ListChainsOfTableFamily(nftables.TableFamilyINet); err != nil {
-		errs = append(errs, fmt.Errorf("listing chains: %w", err))
+		sw.fail(fmt.Errorf("listing chains: %w", err))
 	} else {
 		for _, c := range chains {
 			if slot, ok := parseSlotObject(c.Name); ok && c.Table.Name == m.rs.table.Name && !keep[slot] {
@@ -1138,7 +1184,7 @@ func (m *Manager) Sweep(ctx context.Context, inUse []int) error {
 		}
 	}
 	if sets, err := m.nft.GetSets(m.rs.table); err != nil {
-		errs = append(errs, fmt.Errorf("listing sets: %w", err))
+		sw.fail(fmt.Errorf("listing sets: %w", err))
 	} else {
 		for _, s := range sets {
 			if slot, ok := parseSlotObject(s.Name); ok && !keep[slot] {
@@ -1147,12 +1193,14 @@ func (m *Manager) Sweep(ctx context.Context, inUse []int) error {
 		}
 	}
 	for slot := range staleSlots {
-		if err := m.deleteSlotPiecewise(slot); err != nil {
-			errs = append(errs, err)
-		}
-		removed++
+		sw.fail(m.deleteSlotPiecewise(slot))
+		sw.removed++
 	}
-	m.nftMu.Unlock()
+}
+
+// sweepSlotStates forgets the in-memory state of slots not kept and closes
+// their connections.
+func (m *Manager) sweepSlotStates(keep map[int]bool) {
 	m.slotsMu.Lock()
 	var gone []*slotState
 	for slot, st := range m.slots {
@@ -1165,38 +1213,28 @@ func (m *Manager) Sweep(ctx context.Context, inUse []int) error {
 	for _, st := range gone {
 		st.closeConns()
 	}
-	if neighs, err := m.nl.NeighList(m.bridgeIx, netlink.FAMILY_ALL); err != nil {
-		errs = append(errs, fmt.Errorf("listing neighbour entries: %w", err))
-	} else {
-		var gone []netip.Addr
-		for _, n := range neighs {
-			a, ok := netip.AddrFromSlice(n.IP)
-			if !ok {
-				continue
-			}
-			if slot, ok := m.cfg.slotOf(a); ok && !keep[slot] {
-				gone = append(gone, a.Unmap())
-			}
-		}
-		if err := m.forgetNeighbours(gone...); err != nil {
-			errs = append(errs, err)
-		}
-		removed += len(gone)
-	}
-	// Only sandbox addresses: the host's own traffic from the gateway
-	// (IGMP reports, say) is not ours to cut.
-	n, err := m.flushConntrack(anyAddr(func(a netip.Addr) bool {
-		slot, ok := m.cfg.slotOf(a)
-		return ok && !keep[slot]
-	}))
+}
+
+// sweepNeighbours forgets the bridge's neighbour entries of addresses in
+// slots not kept.
+func (m *Manager) sweepNeighbours(sw *sweep, keep map[int]bool) {
+	neighs, err := m.nl.NeighList(m.bridgeIx, netlink.FAMILY_ALL)
 	if err != nil {
-		errs = append(errs, err)
+		sw.fail(fmt.Errorf("listing neighbour entries: %w", err))
+		return
 	}
-	removed += n
-	if removed > 0 {
-		m.log.Info("network swept", "op", "sweep", "removed", removed, "kept", len(keep))
+	var gone []netip.Addr
+	for _, n := range neighs {
+		a, ok := netip.AddrFromSlice(n.IP)
+		if !ok {
+			continue
+		}
+		if slot, ok := m.cfg.slotOf(a); ok && !keep[slot] {
+			gone = append(gone, a.Unmap())
+		}
 	}
-	return errors.Join(errs...)
+	sw.fail(m.forgetNeighbours(gone...))
+	sw.removed += len(gone)
 }
 
 func ipNet(p netip.Prefix) *net.IPNet {
