@@ -124,27 +124,12 @@ func (a *Agent) handleWatch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	wt, err := newWatcher(p, recursive && fi.IsDir())
 	if err != nil {
-		writeError(w, errorf(errdefs.ErrUnavailable, "creating inotify instance: %v", err))
+		writeError(w, err)
 		return
 	}
-	wt := &watcher{fd: fd, f: os.NewFile(uintptr(fd), "inotify"), paths: make(map[int]string)}
 	defer wt.f.Close()
-	if recursive && fi.IsDir() {
-		err = wt.addTree(p)
-	} else {
-		err = wt.add(p)
-	}
-	if err != nil {
-		writeError(w, fsError(err))
-		return
-	}
-	for wd, wp := range wt.paths {
-		if wp == p {
-			wt.rootWD = wd
-		}
-	}
 
 	stream, err := startNDJSON(w)
 	if err != nil {
@@ -163,7 +148,39 @@ func (a *Agent) handleWatch(w http.ResponseWriter, r *http.Request) {
 	// A deadline, not Close, ends the read: the fd stays valid for add.
 	stop := context.AfterFunc(r.Context(), func() { wt.f.SetReadDeadline(time.Now()) })
 	defer stop()
+	wt.relay(send, recursive)
+}
 
+// newWatcher watches p, and with tree every directory below it too. Its
+// errors carry their kind.
+func newWatcher(p string, tree bool) (*watcher, error) {
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return nil, errorf(errdefs.ErrUnavailable, "creating inotify instance: %v", err)
+	}
+	wt := &watcher{fd: fd, f: os.NewFile(uintptr(fd), "inotify"), paths: make(map[int]string)}
+	if tree {
+		err = wt.addTree(p)
+	} else {
+		err = wt.add(p)
+	}
+	if err != nil {
+		wt.f.Close()
+		return nil, fsError(err)
+	}
+	for wd, wp := range wt.paths {
+		if wp == p {
+			wt.rootWD = wd
+		}
+	}
+	return wt, nil
+}
+
+// relay reads inotify events and sends them as watch events until nothing
+// is watched any more, the read fails (the request's end sets a deadline)
+// or send fails. A write's temporary file is folded into one event on its
+// target; with recursive, a new directory is watched and its entries sent.
+func (wt *watcher) relay(send func(typ, path string) error, recursive bool) {
 	// writes holds, by rename cookie, the writes whose temporary file has
 	// left its name: whether each made its target.
 	writes := make(map[uint32]bool)
