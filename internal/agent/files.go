@@ -234,16 +234,9 @@ func (a *Agent) writeFile(r *http.Request) (api.FileInfo, error) {
 	if err != nil {
 		return api.FileInfo{}, err
 	}
-	mode, modeGiven := os.FileMode(0o644), false
-	if s := r.URL.Query().Get("mode"); s != "" {
-		m, err := strconv.ParseUint(s, 8, 32)
-		if err != nil {
-			return api.FileInfo{}, errorf(errdefs.ErrInvalid, "bad mode %q: want octal", s)
-		}
-		if mode, err = fileMode(uint32(m)); err != nil {
-			return api.FileInfo{}, err
-		}
-		modeGiven = true
+	mode, modeGiven, err := queryMode(r)
+	if err != nil {
+		return api.FileInfo{}, err
 	}
 	// Write through a symlink, as a shell redirection would.
 	target := p
@@ -311,14 +304,8 @@ func (a *Agent) writeFile(r *http.Request) (api.FileInfo, error) {
 	// before the rename, a file never shows without the metadata it was
 	// written with.
 	if len(meta) > 0 {
-		if err := filemeta.Write(int(tmp.Fd()), meta); err != nil {
-			if filemeta.Unsupported(err) {
-				return api.FileInfo{}, errorf(errdefs.ErrInvalid, "the file system of %s keeps no metadata (user extended attributes)", dir)
-			}
-			if errors.Is(err, syscall.E2BIG) || errors.Is(err, syscall.ERANGE) {
-				return api.FileInfo{}, errorf(errdefs.ErrInvalid, "the file system of %s keeps no metadata this large", dir)
-			}
-			return api.FileInfo{}, fsError(fmt.Errorf("writing metadata of %s: %w", p, err))
+		if err := writeMetadata(tmp, meta, dir, p); err != nil {
+			return api.FileInfo{}, err
 		}
 	}
 	if err := tmp.Sync(); err != nil {
@@ -336,6 +323,40 @@ func (a *Agent) writeFile(r *http.Request) (api.FileInfo, error) {
 		addMetadata(&info)
 	}
 	return info, err
+}
+
+// queryMode reads the mode query parameter, in octal; without it the mode is
+// 0644 and given is false.
+func queryMode(r *http.Request) (mode os.FileMode, given bool, err error) {
+	s := r.URL.Query().Get("mode")
+	if s == "" {
+		return 0o644, false, nil
+	}
+	m, err := strconv.ParseUint(s, 8, 32)
+	if err != nil {
+		return 0, false, errorf(errdefs.ErrInvalid, "bad mode %q: want octal", s)
+	}
+	if mode, err = fileMode(uint32(m)); err != nil {
+		return 0, false, err
+	}
+	return mode, true, nil
+}
+
+// writeMetadata sets meta on tmp, the temporary file in dir of a write to p,
+// with the refusals of a file system that keeps none, or none this large,
+// told apart.
+func writeMetadata(tmp *os.File, meta map[string]string, dir, p string) error {
+	err := filemeta.Write(int(tmp.Fd()), meta)
+	if err == nil {
+		return nil
+	}
+	if filemeta.Unsupported(err) {
+		return errorf(errdefs.ErrInvalid, "the file system of %s keeps no metadata (user extended attributes)", dir)
+	}
+	if errors.Is(err, syscall.E2BIG) || errors.Is(err, syscall.ERANGE) {
+		return errorf(errdefs.ErrInvalid, "the file system of %s keeps no metadata this large", dir)
+	}
+	return fsError(fmt.Errorf("writing metadata of %s: %w", p, err))
 }
 
 // fileOwner is who files and directories a call creates belong to; -1
