@@ -54,6 +54,10 @@ type Config struct {
 }
 
 // Agent serves the agent protocol. Create it with New.
+//
+// Lock order: procMu, then a process's mu (Close and supervise kill
+// processes under procMu). reapMu and envMu are taken on their own, never
+// with another lock held or taken under them.
 type Agent struct {
 	cfg    Config
 	log    *slog.Logger

@@ -191,6 +191,10 @@ func isExecutable(p string) error {
 }
 
 // process is a process the agent started.
+//
+// Lock order: stdinMu and mu are never held together; stdinMu may be held
+// for as long as a write to the process's stdin blocks, so nothing waits
+// for it while holding mu. Agent.procMu comes before mu.
 type process struct {
 	pid        int
 	argv       []string

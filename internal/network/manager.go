@@ -51,6 +51,17 @@ type Attachment struct {
 // Manager owns the host side of sandbox networking: the bridge, the
 // nftables table, and one namespace and veth per attached slot. Its methods
 // are safe for concurrent use, for different slots.
+//
+// Lock order (a lock is taken only while holding those above it):
+//
+//	mu (shared by Attach, Release, SetPolicy and the warm pool; exclusive by Sweep)
+//	  warmMu
+//	  slotsMu
+//	    nftMu
+//	    proxyConn.mu (allowedBy, under slotsMu)
+//	  ctMu (never with slotsMu or nftMu held: conntrack walks are slow)
+//
+// Pool.mu is taken on its own, never with a Manager lock held.
 type Manager struct {
 	cfg Config
 	log *slog.Logger
