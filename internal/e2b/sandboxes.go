@@ -529,8 +529,11 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, s.sandbox(sb))
 }
 
-// fork creates count sandboxes from a sandbox's current files. atoll forks
-// copy files, not memory: the children start fresh processes.
+// fork creates count sandboxes from a sandbox's current files. E2B's forks
+// carry the parent's memory; this one asks for a files-only fork
+// (api.ForkRequest.Memory unset), so the children start fresh processes on
+// every runtime, including those whose memory forks atoll's own API offers
+// (capability memory_fork).
 func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	id, ok := sandboxID(w, r)
 	if !ok {

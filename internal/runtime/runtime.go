@@ -1,8 +1,11 @@
 // Package runtime is the contract between the node and the backends that run
 // sandboxes (ns, gvisor and vm). A backend turns a Spec (layers, limits,
 // identity) into a running sandbox whose PID 1 is atoll-agent, reachable on a unix
-// socket, and tears it down again. Storage belongs to the layer store and lifecycle
-// bookkeeping to the control plane; a runtime only runs things.
+// socket, and tears it down again. The layer store owns a sandbox's files and
+// the control plane its lifecycle bookkeeping; a runtime may still derive
+// storage of its own from the layers it is given, which it keeps and prunes
+// itself (lowers' erofs images of template layers, the vm's erofs disks,
+// kernel and initramfs).
 // runtimetest holds the conformance suite every backend passes.
 package runtime
 
