@@ -212,15 +212,7 @@ func (r *Runtime) prepare(spec runtime.Spec) (_ *prepared, err error) {
 		_ = r.cleanupDir(spec.ID)
 	}()
 
-	sock := r.SocketPath(spec.ID)
-	_ = os.Remove(sock)
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
-	if err != nil {
-		return nil, fmt.Errorf("agent socket: %w", err)
-	}
-	ln.SetUnlinkOnClose(false)
-	lnFile, err := ln.File()
-	ln.Close()
+	lnFile, err := listenAgent(r.SocketPath(spec.ID))
 	if err != nil {
 		return nil, err
 	}
@@ -230,39 +222,82 @@ func (r *Runtime) prepare(spec runtime.Spec) (_ *prepared, err error) {
 	if err != nil {
 		return nil, err
 	}
-	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
+	if p.ctl, childCtl, err = controlPair(); err != nil {
 		return nil, err
 	}
-	// The node's end is non-blocking, so that reads from it can time out.
-	if err := unix.SetNonblock(pair[0], true); err != nil {
-		unix.Close(pair[0])
-		unix.Close(pair[1])
-		return nil, err
-	}
-	p.ctl = os.NewFile(uintptr(pair[0]), "control")
-	childCtl = os.NewFile(uintptr(pair[1]), "control-child")
 	logFile, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	defer logFile.Close()
 
-	// The staging directory is a shared mount, so that the id-mapped layers
-	// mounted there after the sandbox's mount namespace exists still appear
-	// in it (as a slave, nothing flows back). It stays until the sandbox is
-	// configured.
-	mnt := filepath.Join(dir, "mnt")
-	if err := os.MkdirAll(mnt, 0o711); err != nil {
+	if err := stagingMount(filepath.Join(dir, "mnt")); err != nil {
 		return nil, err
 	}
+
+	cmd := initCommand(spec, p.netns, logFile, lnFile, childCtl)
+	inside, err := p.cg.StartMoved(cmd, p.netns)
+	if err != nil {
+		return nil, fmt.Errorf("starting sandbox init: %w", err)
+	}
+	p.cmd, p.newCgroupNS = cmd, !inside
+	// Reap our child when it ends; after a node restart the host's init does.
+	go func() { _ = cmd.Wait() }()
+	return p, nil
+}
+
+// listenAgent opens the agent's socket at sock, replacing a stale one, and
+// returns it as a file for the sandbox's init to inherit. The socket stays
+// on disk when the node's copy is closed.
+func listenAgent(sock string) (*os.File, error) {
+	_ = os.Remove(sock)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("agent socket: %w", err)
+	}
+	ln.SetUnlinkOnClose(false)
+	lnFile, err := ln.File()
+	ln.Close()
+	return lnFile, err
+}
+
+// controlPair makes the control socket pair between the node and the
+// sandbox's init: node is the node's end, child the init's.
+func controlPair() (node, child *os.File, err error) {
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The node's end is non-blocking, so that reads from it can time out.
+	if err := unix.SetNonblock(pair[0], true); err != nil {
+		unix.Close(pair[0])
+		unix.Close(pair[1])
+		return nil, nil, err
+	}
+	return os.NewFile(uintptr(pair[0]), "control"), os.NewFile(uintptr(pair[1]), "control-child"), nil
+}
+
+// stagingMount makes mnt, the staging directory, a shared mount, so that
+// the id-mapped layers mounted there after the sandbox's mount namespace
+// exists still appear in it (as a slave, nothing flows back). It stays
+// until the sandbox is configured.
+func stagingMount(mnt string) error {
+	if err := os.MkdirAll(mnt, 0o711); err != nil {
+		return err
+	}
 	if err := unix.Mount(mnt, mnt, "", unix.MS_BIND, ""); err != nil {
-		return nil, fmt.Errorf("staging mount: %w", err)
+		return fmt.Errorf("staging mount: %w", err)
 	}
 	if err := unix.Mount("", mnt, "", unix.MS_SHARED, ""); err != nil {
-		return nil, fmt.Errorf("staging mount: %w", err)
+		return fmt.Errorf("staging mount: %w", err)
 	}
+	return nil
+}
 
+// initCommand is the sandbox's init, the agent in its init role, to be
+// started in new namespaces (joining netns, if set, for the network) with
+// the agent socket and its end of the control pair.
+func initCommand(spec runtime.Spec, netns string, logFile, lnFile, childCtl *os.File) *exec.Cmd {
 	idmap := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(spec.IDMap.HostID), Size: int(spec.IDMap.Size)}}
 	cmd := exec.Command(spec.AgentPath, launch.Init)
 	// argv[0] is what the sandbox sees in /proc/1/cmdline: not a host path.
@@ -277,7 +312,7 @@ func (r *Runtime) prepare(spec runtime.Spec) (_ *prepared, err error) {
 	// the same way (see cgroup.start).
 	clone := uintptr(syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
 		syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWCGROUP)
-	if p.netns == "" {
+	if netns == "" {
 		clone |= syscall.CLONE_NEWNET
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -294,14 +329,7 @@ func (r *Runtime) prepare(spec runtime.Spec) (_ *prepared, err error) {
 		// clears this once configured.
 		Pdeathsig: syscall.SIGKILL,
 	}
-	inside, err := p.cg.StartMoved(cmd, p.netns)
-	if err != nil {
-		return nil, fmt.Errorf("starting sandbox init: %w", err)
-	}
-	p.cmd, p.newCgroupNS = cmd, !inside
-	// Reap our child when it ends; after a node restart the host's init does.
-	go func() { _ = cmd.Wait() }()
-	return p, nil
+	return cmd
 }
 
 // Start implements runtime.Runtime, finishing a prepared process if there is
