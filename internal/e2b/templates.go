@@ -733,7 +733,21 @@ func home(user string) string {
 	return "/home/" + user
 }
 
-func (tr *translator) step(n int, st templateStep, files interface{ HasBuildFiles(string) bool }) error {
+// stepTypes are the template step types atoll translates, by E2B's name.
+var stepTypes = map[string]func(tr *translator, name string, st templateStep, flags map[string]string, files buildFiles) error{
+	"RUN":     (*translator).runStep,
+	"COPY":    (*translator).copyStep,
+	"ENV":     (*translator).envStep,
+	"WORKDIR": (*translator).workdirStep,
+	"USER":    (*translator).userStep,
+}
+
+// buildFiles says whether the files of a COPY were uploaded.
+type buildFiles interface{ HasBuildFiles(string) bool }
+
+// step translates the template's step n (from 1) into Dockerfile
+// instructions.
+func (tr *translator) step(n int, st templateStep, files buildFiles) error {
 	name := strconv.Itoa(n)
 	flags := map[string]string{}
 	if st.Force {
@@ -744,109 +758,133 @@ func (tr *translator) step(n int, st templateStep, files interface{ HasBuildFile
 			return bad("NUL byte in an argument")
 		}
 	}
-	switch strings.ToUpper(st.Type) {
-	case "RUN":
-		if len(st.Args) < 1 || st.Args[0] == "" {
-			return bad("RUN needs a command")
-		}
-		flags["user"] = tr.user
-		if len(st.Args) > 1 && st.Args[1] != "" {
-			flags["user"] = st.Args[1]
-		}
-		// As E2B's: in the working directory, else the user's home.
-		flags["cwd"] = tr.workdir
-		if tr.workdir == "" {
-			flags["cwd"] = home(flags["user"])
-		}
-		tr.add(dockerfile.Instruction{Cmd: "RUN", Args: st.Args[:1], Flags: flags, Text: "RUN " + st.Args[0]}, name)
-	case "COPY":
-		if len(st.Args) < 2 {
-			return bad("COPY needs a source and a destination")
-		}
-		if !validFilesHash(st.FilesHash) {
-			return bad("COPY needs the filesHash of its uploaded files")
-		}
-		if !files.HasBuildFiles(st.FilesHash) {
-			return bad("the files of COPY %s were not uploaded: ask GET /templates/{templateID}/files/%s", truncate(st.Args[0]), st.FilesHash)
-		}
-		src, err := copySource(st.Args[0])
-		if err != nil {
-			return err
-		}
-		dest := st.Args[1]
-		if !strings.HasPrefix(dest, "/") {
-			base := tr.workdir
-			if base == "" {
-				base = home(tr.user)
-			}
-			slash := strings.HasSuffix(dest, "/")
-			dest = strings.TrimSuffix(base, "/") + "/" + dest
-			if slash && !strings.HasSuffix(dest, "/") {
-				dest += "/"
-			}
-		}
-		owner := tr.user
-		if len(st.Args) > 2 && st.Args[2] != "" {
-			owner = st.Args[2]
-		}
-		if !strings.Contains(owner, ":") {
-			owner += ":" + owner
-		}
-		for _, id := range strings.SplitN(owner, ":", 2) {
-			if _, err := strconv.Atoi(id); err != nil && id != "root" && id != "user" {
-				return bad("COPY owner %q: atoll takes root, user or numeric IDs", truncate(owner))
-			}
-		}
-		flags["chown"] = owner
-		if len(st.Args) > 3 && st.Args[3] != "" {
-			flags["chmod"] = st.Args[3]
-		}
-		flags["files"] = st.FilesHash
-		tr.add(dockerfile.Instruction{Cmd: "COPY", Args: []string{src, dest}, Flags: flags, Text: "COPY " + st.Args[0] + " " + st.Args[1]}, name)
-	case "ENV":
-		if len(st.Args) == 0 || len(st.Args)%2 != 0 {
-			return bad("ENV needs keys and values")
-		}
-		for i := 0; i < len(st.Args); i += 2 {
-			if st.Args[i] == "" || strings.ContainsAny(st.Args[i], "= ") {
-				return bad("ENV key %q", truncate(st.Args[i]))
-			}
-		}
-		tr.add(dockerfile.Instruction{Cmd: "ENV", Args: st.Args, Flags: flags, Text: "ENV " + strings.Join(st.Args, " ")}, name)
-	case "WORKDIR":
-		if len(st.Args) < 1 || st.Args[0] == "" {
-			return bad("WORKDIR needs a path")
-		}
-		dir := st.Args[0]
-		if !strings.HasPrefix(dir, "/") {
-			base := tr.workdir
-			if base == "" {
-				base = "/"
-			}
-			dir = strings.TrimSuffix(base, "/") + "/" + dir
-		}
-		// As E2B's: the directories it makes belong to the user.
-		mk := dockerfile.Instruction{Cmd: "RUN", Args: []string{workdirScript(dir, tr.user)},
-			Flags: map[string]string{"user": "root", "force": flags["force"]}, Text: "RUN mkdir -p " + dir}
-		tr.add(mk, name)
-		tr.add(dockerfile.Instruction{Cmd: "WORKDIR", Args: []string{dir}, Flags: flags, Text: "WORKDIR " + dir}, name)
-		tr.workdir = dir
-	case "USER":
-		if len(st.Args) < 1 || !userPattern.MatchString(st.Args[0]) {
-			return bad("USER needs a user name of [a-z0-9_-]")
-		}
-		u := st.Args[0]
-		if u != "root" && u != "user" {
-			// E2B's USER makes the user when the image lacks it.
-			mk := dockerfile.Instruction{Cmd: "RUN", Args: []string{"id -u " + u + " >/dev/null 2>&1 || useradd --create-home --shell /bin/bash " + u},
-				Flags: map[string]string{"user": "root", "force": flags["force"]}, Text: "RUN useradd " + u}
-			tr.add(mk, name)
-		}
-		tr.add(dockerfile.Instruction{Cmd: "USER", Args: []string{u}, Flags: flags, Text: "USER " + u}, name)
-		tr.user = u
-	default:
+	translate, ok := stepTypes[strings.ToUpper(st.Type)]
+	if !ok {
 		return bad("step type %q is not supported by atoll", truncate(st.Type))
 	}
+	return translate(tr, name, st, flags, files)
+}
+
+// runStep translates RUN: a command as the given user (else the current
+// one), in the working directory, else the user's home, as E2B's RUN does.
+func (tr *translator) runStep(name string, st templateStep, flags map[string]string, files buildFiles) error {
+	if len(st.Args) < 1 || st.Args[0] == "" {
+		return bad("RUN needs a command")
+	}
+	flags["user"] = tr.user
+	if len(st.Args) > 1 && st.Args[1] != "" {
+		flags["user"] = st.Args[1]
+	}
+	// As E2B's: in the working directory, else the user's home.
+	flags["cwd"] = tr.workdir
+	if tr.workdir == "" {
+		flags["cwd"] = home(flags["user"])
+	}
+	tr.add(dockerfile.Instruction{Cmd: "RUN", Args: st.Args[:1], Flags: flags, Text: "RUN " + st.Args[0]}, name)
+	return nil
+}
+
+// copyStep translates COPY: uploaded files (named by their filesHash) to a
+// destination relative to the working directory, else the user's home,
+// owned by root, user or numeric IDs.
+func (tr *translator) copyStep(name string, st templateStep, flags map[string]string, files buildFiles) error {
+	if len(st.Args) < 2 {
+		return bad("COPY needs a source and a destination")
+	}
+	if !validFilesHash(st.FilesHash) {
+		return bad("COPY needs the filesHash of its uploaded files")
+	}
+	if !files.HasBuildFiles(st.FilesHash) {
+		return bad("the files of COPY %s were not uploaded: ask GET /templates/{templateID}/files/%s", truncate(st.Args[0]), st.FilesHash)
+	}
+	src, err := copySource(st.Args[0])
+	if err != nil {
+		return err
+	}
+	dest := st.Args[1]
+	if !strings.HasPrefix(dest, "/") {
+		base := tr.workdir
+		if base == "" {
+			base = home(tr.user)
+		}
+		slash := strings.HasSuffix(dest, "/")
+		dest = strings.TrimSuffix(base, "/") + "/" + dest
+		if slash && !strings.HasSuffix(dest, "/") {
+			dest += "/"
+		}
+	}
+	owner := tr.user
+	if len(st.Args) > 2 && st.Args[2] != "" {
+		owner = st.Args[2]
+	}
+	if !strings.Contains(owner, ":") {
+		owner += ":" + owner
+	}
+	for _, id := range strings.SplitN(owner, ":", 2) {
+		if _, err := strconv.Atoi(id); err != nil && id != "root" && id != "user" {
+			return bad("COPY owner %q: atoll takes root, user or numeric IDs", truncate(owner))
+		}
+	}
+	flags["chown"] = owner
+	if len(st.Args) > 3 && st.Args[3] != "" {
+		flags["chmod"] = st.Args[3]
+	}
+	flags["files"] = st.FilesHash
+	tr.add(dockerfile.Instruction{Cmd: "COPY", Args: []string{src, dest}, Flags: flags, Text: "COPY " + st.Args[0] + " " + st.Args[1]}, name)
+	return nil
+}
+
+// envStep translates ENV: key, value pairs.
+func (tr *translator) envStep(name string, st templateStep, flags map[string]string, files buildFiles) error {
+	if len(st.Args) == 0 || len(st.Args)%2 != 0 {
+		return bad("ENV needs keys and values")
+	}
+	for i := 0; i < len(st.Args); i += 2 {
+		if st.Args[i] == "" || strings.ContainsAny(st.Args[i], "= ") {
+			return bad("ENV key %q", truncate(st.Args[i]))
+		}
+	}
+	tr.add(dockerfile.Instruction{Cmd: "ENV", Args: st.Args, Flags: flags, Text: "ENV " + strings.Join(st.Args, " ")}, name)
+	return nil
+}
+
+// workdirStep translates WORKDIR: the directory is made, owned by the user
+// as on E2B, and becomes the working directory.
+func (tr *translator) workdirStep(name string, st templateStep, flags map[string]string, files buildFiles) error {
+	if len(st.Args) < 1 || st.Args[0] == "" {
+		return bad("WORKDIR needs a path")
+	}
+	dir := st.Args[0]
+	if !strings.HasPrefix(dir, "/") {
+		base := tr.workdir
+		if base == "" {
+			base = "/"
+		}
+		dir = strings.TrimSuffix(base, "/") + "/" + dir
+	}
+	// As E2B's: the directories it makes belong to the user.
+	mk := dockerfile.Instruction{Cmd: "RUN", Args: []string{workdirScript(dir, tr.user)},
+		Flags: map[string]string{"user": "root", "force": flags["force"]}, Text: "RUN mkdir -p " + dir}
+	tr.add(mk, name)
+	tr.add(dockerfile.Instruction{Cmd: "WORKDIR", Args: []string{dir}, Flags: flags, Text: "WORKDIR " + dir}, name)
+	tr.workdir = dir
+	return nil
+}
+
+// userStep translates USER: the user is made when the image lacks it.
+func (tr *translator) userStep(name string, st templateStep, flags map[string]string, files buildFiles) error {
+	if len(st.Args) < 1 || !userPattern.MatchString(st.Args[0]) {
+		return bad("USER needs a user name of [a-z0-9_-]")
+	}
+	u := st.Args[0]
+	if u != "root" && u != "user" {
+		// E2B's USER makes the user when the image lacks it.
+		mk := dockerfile.Instruction{Cmd: "RUN", Args: []string{"id -u " + u + " >/dev/null 2>&1 || useradd --create-home --shell /bin/bash " + u},
+			Flags: map[string]string{"user": "root", "force": flags["force"]}, Text: "RUN useradd " + u}
+		tr.add(mk, name)
+	}
+	tr.add(dockerfile.Instruction{Cmd: "USER", Args: []string{u}, Flags: flags, Text: "USER " + u}, name)
+	tr.user = u
 	return nil
 }
 
