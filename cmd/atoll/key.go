@@ -27,6 +27,11 @@ import, build, tag or delete templates.
 
 The server keeps only a hash of each key: "key create" prints the key once.`,
 	}
+	cmd.AddCommand(newKeyCreateCmd(g), newKeyListCmd(g), newKeyRmCmd(g))
+	return cmd
+}
+
+func newKeyCreateCmd(g *globals) *cobra.Command {
 	var tenant string
 	var asJSON bool
 	create := &cobra.Command{
@@ -63,6 +68,10 @@ wants E2B's format, e2b_ and the hex part: E2B_API_KEY=e2b_${KEY#atoll_}.`,
 	create.MarkFlagRequired("name")
 	create.Flags().StringVar(&tenant, "tenant", "", "tenant of the key (default: a new one named after the key)")
 	create.Flags().BoolVar(&asJSON, "json", false, "print JSON: ID, name, tenant and the key")
+	return create
+}
+
+func newKeyListCmd(g *globals) *cobra.Command {
 	var listJSON bool
 	list := &cobra.Command{
 		Use:     "ls",
@@ -95,7 +104,11 @@ made. The keys themselves are not kept, so they cannot be listed.`,
 		},
 	}
 	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
-	rm := &cobra.Command{
+	return list
+}
+
+func newKeyRmCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use:   "rm ID...",
 		Short: "Revoke keys at once (not the last admin key)",
 		Long: `Revoke keys by ID (from "atoll key ls"): requests with them are refused at
@@ -117,6 +130,4 @@ admin key cannot be revoked.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(create, list, rm)
-	return cmd
 }
