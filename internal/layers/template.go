@@ -128,6 +128,24 @@ func buildHostSkeleton(dst string) error {
 	if err := os.RemoveAll(tmp); err != nil {
 		return err
 	}
+	if err := writeSkeleton(tmp); err != nil {
+		return err
+	}
+	if err := mirrorHostDirs(tmp); err != nil {
+		return err
+	}
+	if err := linkHostEtc(tmp); err != nil {
+		return err
+	}
+	if err := syncTree(tmp); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
+}
+
+// writeSkeleton makes, in tmp (the layer being built), the directories and /etc files of atoll's
+// own making: users, hosts, resolver and shell setup.
+func writeSkeleton(tmp string) error {
 	dirs := []struct {
 		path string
 		mode os.FileMode
@@ -166,6 +184,12 @@ func buildHostSkeleton(dst string) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// mirrorHostDirs makes, in tmp, each of hostDirs as the host has it: a
+// symlink to the same target or an empty directory to mount over.
+func mirrorHostDirs(tmp string) error {
 	for _, d := range hostDirs {
 		fi, err := os.Lstat("/" + d)
 		switch {
@@ -185,6 +209,12 @@ func buildHostSkeleton(dst string) error {
 			}
 		}
 	}
+	return nil
+}
+
+// linkHostEtc copies and links into tmp's /etc the host's pieces that
+// programs from its /usr expect.
+func linkHostEtc(tmp string) error {
 	// Public pieces of the host's /etc that programs from its /usr expect:
 	// the CA bundle, the dynamic linker's cache, the alternatives symlinks
 	// (awk, which, editor...) and os-release.
@@ -219,10 +249,7 @@ func buildHostSkeleton(dst string) error {
 			return err
 		}
 	}
-	if err := syncTree(tmp); err != nil {
-		return err
-	}
-	return os.Rename(tmp, dst)
+	return nil
 }
 
 func copyFile(src, dst string) error {
