@@ -65,17 +65,40 @@ func burst(r *report, work string, cfg burstConfig) {
 		return fetchProfiles(pprofAddr, filepath.Join(cfg.pprof, name))
 	}
 
-	// (a) The burst: create → ready, then `true` in each, then delete all.
-	codes.reset()
-	done := profile("burst")
-	cpu0 := cpuOf(srv.cmd.Process.Pid)
+	b := &burstRun{r: r, c: c, codes: codes, cfg: cfg, mode: mode, profile: profile, pid: srv.cmd.Process.Pid}
+	b.creates(ctx)
+
+	// (b) The peers at the same parallelism, in the host template's layer.
+	burstPeers(r, work, filepath.Join(srv.data, "layers", "templates", "host-v2"), cfg)
+
+	b.sustained(ctx)
+}
+
+// burstRun is what the burst's phases share: the server's client, its
+// status counter and process, and how to profile a phase.
+type burstRun struct {
+	r       *report
+	c       *atoll.Client
+	codes   *statusCounter
+	cfg     burstConfig
+	mode    string
+	profile func(name string) func()
+	pid     int // the server's
+}
+
+// creates is the burst (a): create → ready, then `true` in each, then
+// delete all.
+func (b *burstRun) creates(ctx context.Context) {
+	b.codes.reset()
+	done := b.profile("burst")
+	cpu0 := cpuOf(b.pid)
 	t0 := time.Now()
 	var mu sync.Mutex
 	var ids []string
 	var lat, ready []time.Duration
-	errs := parallel(cfg.n, cfg.clients, func(int) error {
+	errs := parallel(b.cfg.n, b.cfg.clients, func(int) error {
 		t := time.Now()
-		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+		sb, err := b.c.CreateSandbox(ctx, api.CreateSandboxRequest{})
 		if err != nil {
 			return err
 		}
@@ -87,20 +110,20 @@ func burst(r *report, work string, cfg burstConfig) {
 	})
 	createWall := time.Since(t0)
 	done()
-	r.add("burst: create → ready (API)", mode, lat)
-	r.rate("burst: creates", mode, len(ids), createWall, errs, codes.summary())
+	b.r.add("burst: create → ready (API)", b.mode, lat)
+	b.r.rate("burst: creates", b.mode, len(ids), createWall, errs, b.codes.summary())
 	sort.Slice(ready, func(i, j int) bool { return ready[i] < ready[j] })
-	for _, k := range []int{100, cfg.n} {
+	for _, k := range []int{100, b.cfg.n} {
 		if k <= len(ready) {
-			r.note(fmt.Sprintf("burst: %d sandboxes ready %s after the first request", k, ms(ready[k-1])))
+			b.r.note(fmt.Sprintf("burst: %d sandboxes ready %s after the first request", k, ms(ready[k-1])))
 		}
 	}
-	codes.reset()
+	b.codes.reset()
 	var execs []time.Duration
 	t0 = time.Now()
-	errs = parallel(len(ids), cfg.clients, func(i int) error {
+	errs = parallel(len(ids), b.cfg.clients, func(i int) error {
 		t := time.Now()
-		code, err := c.Exec(ctx, ids[i], api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard)
+		code, err := b.c.Exec(ctx, ids[i], api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard)
 		if err == nil && code != 0 {
 			err = fmt.Errorf("true exited %d", code)
 		}
@@ -109,46 +132,46 @@ func burst(r *report, work string, cfg burstConfig) {
 		mu.Unlock()
 		return err
 	})
-	r.add("burst: first exec `true` (API)", mode, execs)
-	r.rate("burst: first execs", mode, len(execs)-errs, time.Since(t0), errs, codes.summary())
-	codes.reset()
+	b.r.add("burst: first exec `true` (API)", b.mode, execs)
+	b.r.rate("burst: first execs", b.mode, len(execs)-errs, time.Since(t0), errs, b.codes.summary())
+	b.codes.reset()
 	var dels []time.Duration
 	t0 = time.Now()
-	errs = parallel(len(ids), cfg.clients, func(i int) error {
+	errs = parallel(len(ids), b.cfg.clients, func(i int) error {
 		t := time.Now()
-		err := c.DeleteSandbox(ctx, ids[i])
+		err := b.c.DeleteSandbox(ctx, ids[i])
 		mu.Lock()
 		dels = append(dels, time.Since(t))
 		mu.Unlock()
 		return err
 	})
-	r.add("burst: delete (API)", mode, dels)
-	r.rate("burst: deletes", mode, len(dels)-errs, time.Since(t0), errs, codes.summary())
+	b.r.add("burst: delete (API)", b.mode, dels)
+	b.r.rate("burst: deletes", b.mode, len(dels)-errs, time.Since(t0), errs, b.codes.summary())
 	// Deleted sandboxes' processes have been reaped by the server, so
 	// their CPU time is in its children's.
-	r.note(fmt.Sprintf("burst: CPU time per sandbox (create, exec, delete; the server and its sandboxes' processes): %s",
-		cpuOf(srv.cmd.Process.Pid).per(cpu0, len(ids))))
+	b.r.note(fmt.Sprintf("burst: CPU time per sandbox (create, exec, delete; the server and its sandboxes' processes): %s",
+		cpuOf(b.pid).per(cpu0, len(ids))))
+}
 
-	// (b) The peers at the same parallelism, in the host template's layer.
-	burstPeers(r, work, filepath.Join(srv.data, "layers", "templates", "host-v2"), cfg)
-
-	// (c) Sustained: creates at the same parallelism, each sandbox deleted
-	// behind them by as many clients, so that the pools refill as they go.
-	codes.reset()
-	done = profile("sustained")
-	scpu0 := cpuOf(srv.cmd.Process.Pid)
+// sustained is (c): creates at the same parallelism, each sandbox deleted
+// behind them by as many clients, so that the pools refill as they go.
+func (b *burstRun) sustained(ctx context.Context) {
+	var mu sync.Mutex
+	b.codes.reset()
+	done := b.profile("sustained")
+	scpu0 := cpuOf(b.pid)
 	var slat, sdel []time.Duration
 	var created, deleted, derrs atomic.Int64
-	toDelete := make(chan string, cfg.sustained)
+	toDelete := make(chan string, b.cfg.sustained)
 	var dwg sync.WaitGroup
-	t0 = time.Now()
-	for w := 0; w < cfg.clients; w++ {
+	t0 := time.Now()
+	for w := 0; w < b.cfg.clients; w++ {
 		dwg.Add(1)
 		go func() {
 			defer dwg.Done()
 			for id := range toDelete {
 				t := time.Now()
-				if err := c.DeleteSandbox(ctx, id); err != nil {
+				if err := b.c.DeleteSandbox(ctx, id); err != nil {
 					derrs.Add(1)
 					fmt.Fprintf(os.Stderr, "bench: sustained delete: %v\n", err)
 					continue
@@ -160,9 +183,9 @@ func burst(r *report, work string, cfg burstConfig) {
 			}
 		}()
 	}
-	errs = parallel(cfg.sustained, cfg.clients, func(int) error {
+	errs := parallel(b.cfg.sustained, b.cfg.clients, func(int) error {
 		t := time.Now()
-		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+		sb, err := b.c.CreateSandbox(ctx, api.CreateSandboxRequest{})
 		if err != nil {
 			return err
 		}
@@ -173,19 +196,19 @@ func burst(r *report, work string, cfg burstConfig) {
 		toDelete <- sb.ID
 		return nil
 	})
-	createWall = time.Since(t0)
+	createWall := time.Since(t0)
 	close(toDelete)
 	dwg.Wait()
 	deleteWall := time.Since(t0)
 	done()
-	r.add("sustained: create → ready (API), deletes behind", mode, slat)
-	r.add("sustained: delete (API), behind the creates", mode, sdel)
-	sum := codes.summary()
-	r.rate("sustained: creates, deletes behind", mode, int(created.Load()), createWall, errs, sum)
-	r.rate("sustained: deletes (from the first create to the last delete)", mode, int(deleted.Load()), deleteWall, int(derrs.Load()), sum)
-	if cfg.sustained > 0 {
-		r.note(fmt.Sprintf("sustained: CPU time per sandbox (create, delete): %s",
-			cpuOf(srv.cmd.Process.Pid).per(scpu0, cfg.sustained)))
+	b.r.add("sustained: create → ready (API), deletes behind", b.mode, slat)
+	b.r.add("sustained: delete (API), behind the creates", b.mode, sdel)
+	sum := b.codes.summary()
+	b.r.rate("sustained: creates, deletes behind", b.mode, int(created.Load()), createWall, errs, sum)
+	b.r.rate("sustained: deletes (from the first create to the last delete)", b.mode, int(deleted.Load()), deleteWall, int(derrs.Load()), sum)
+	if b.cfg.sustained > 0 {
+		b.r.note(fmt.Sprintf("sustained: CPU time per sandbox (create, delete): %s",
+			cpuOf(b.pid).per(scpu0, b.cfg.sustained)))
 	}
 }
 

@@ -113,6 +113,16 @@ func runtimeFigures(r *report, c *atoll.Client, rt api.Runtime, n int) {
 	sb, err = c.CreateSandbox(ctx, req)
 	check(err)
 	defer c.DeleteSandbox(ctx, sb.ID)
+	sandboxOpFigures(r, c, rt, sb, count)
+	idleMemoryFigure(r, c, req)
+}
+
+// sandboxOpFigures times what can be done to the running sandbox sb, count
+// times each (fewer for the slow ones): exec, pause and resume in memory
+// and to disk, and forks, as rt's capabilities allow.
+func sandboxOpFigures(r *report, c *atoll.Client, rt api.Runtime, sb api.Sandbox, count int) {
+	ctx := context.Background()
+	name := rt.Name
 	var execs []time.Duration
 	for i := 0; i < count*3; i++ {
 		t0 := time.Now()
@@ -179,9 +189,13 @@ func runtimeFigures(r *report, c *atoll.Client, rt api.Runtime, n int) {
 		}
 		r.add(name+": fork into 1 with memory (API)", "sequential", mforks)
 	}
+}
 
-	// Host memory an idle sandbox takes: MemAvailable before and after
-	// starting k of them, settled.
+// idleMemoryFigure notes the host memory an idle sandbox takes:
+// MemAvailable before and after starting k of them, settled.
+func idleMemoryFigure(r *report, c *atoll.Client, req api.CreateSandboxRequest) {
+	ctx := context.Background()
+	name := req.Runtime
 	const k = 4
 	time.Sleep(2 * time.Second)
 	before := memAvailable()
