@@ -497,83 +497,16 @@ func (s *Service) buildCopy(st *buildState, in dockerfile.Instruction, ctxRoot *
 }
 
 func (s *Service) copyLayer(st *buildState, in dockerfile.Instruction, ctxRoot *os.Root, announce func(cached bool)) (bool, error) {
-	expand := func(v string) (string, error) { return dockerfile.Expand(v, st.expandVars()) }
-	args := make([]string, len(in.Args))
-	for i, a := range in.Args {
-		v, err := expand(a)
-		if err != nil {
-			return false, err
-		}
-		args[i] = v
-	}
-	srcs, dst := args[:len(args)-1], args[len(args)-1]
-	if !path.IsAbs(dst) {
-		d := path.Join(orRoot(st.workdir), dst)
-		if strings.HasSuffix(dst, "/") {
-			d += "/"
-		}
-		dst = d
-	}
-	uid, gid := -1, -1
-	if own := in.Flags["chown"]; own != "" {
-		u, g, _ := strings.Cut(own, ":")
-		var err error
-		if uid, err = idOf(u); err != nil {
-			return false, err
-		}
-		gid = uid
-		if g != "" {
-			if gid, err = idOf(g); err != nil {
-				return false, err
-			}
-		}
+	srcs, dst, uid, gid, err := copyArgs(st, in)
+	if err != nil {
+		return false, err
 	}
 	// Hash what is copied, so the cache sees changed files.
-	type item struct{ src, rel string }
-	var items []item
-	h := sha256.New()
-	for _, src := range srcs {
-		if in.Cmd == "ADD" && (strings.Contains(src, "://") || strings.HasPrefix(src, "git@")) {
-			return false, fmt.Errorf("%w: ADD of URLs is not supported; download in a RUN step", errdefs.ErrInvalid)
-		}
-		clean := path.Clean("/" + src)[1:]
-		if clean == "" {
-			clean = "."
-		}
-		if strings.Contains(src, "..") && path.Clean(src) != clean {
-			return false, fmt.Errorf("%w: %s source %q leaves the build context", errdefs.ErrInvalid, in.Cmd, src)
-		}
-		if _, err := ctxRoot.Lstat(clean); err != nil {
-			return false, fmt.Errorf("%w: %s source %q: not in the build context", errdefs.ErrInvalid, in.Cmd, src)
-		}
-		err := fs.WalkDir(ctxRoot.FS(), clean, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			fi, err := d.Info()
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(h, "%s\x00%o\x00%d\x00", p, fi.Mode(), fi.Size())
-			if fi.Mode().IsRegular() {
-				f, err := ctxRoot.Open(p)
-				if err != nil {
-					return err
-				}
-				_, err = io.Copy(h, f)
-				f.Close()
-				if err != nil {
-					return err
-				}
-			}
-			items = append(items, item{src: clean, rel: p})
-			return nil
-		})
-		if err != nil {
-			return false, err
-		}
+	items, sum, err := copySources(ctxRoot, in.Cmd, srcs)
+	if err != nil {
+		return false, err
 	}
-	st.chain(in.Cmd, strings.Join(srcs, "\x00"), dst, in.Flags["chown"], in.Flags["chmod"], hex.EncodeToString(h.Sum(nil)))
+	st.chain(in.Cmd, strings.Join(srcs, "\x00"), dst, in.Flags["chown"], in.Flags["chmod"], hex.EncodeToString(sum))
 	if s.layers.HasLayer(st.key) {
 		announce(true)
 		st.layers = append(st.layers, st.key)
@@ -598,76 +531,186 @@ func (s *Service) copyLayer(st *buildState, in dockerfile.Instruction, ctxRoot *
 		return false, err
 	}
 	defer out.Close()
-	toDir := strings.HasSuffix(dst, "/") || len(srcs) > 1
+	t := copyTarget{out: out, dir: dir, dst: dst, toDir: strings.HasSuffix(dst, "/") || len(srcs) > 1,
+		uid: uid, gid: gid, lowers: lowers}
 	for _, it := range items {
-		fi, err := ctxRoot.Lstat(it.rel)
-		if err != nil {
+		if err := s.copyItem(ctxRoot, in, it, t); err != nil {
 			return false, err
-		}
-		// ADD unpacks a local tar archive (plain or gzip) into the destination.
-		if in.Cmd == "ADD" && it.rel == it.src && fi.Mode().IsRegular() {
-			if ok, err := s.addArchive(ctxRoot, it.rel, out, dir, dst, uid, gid); err != nil {
-				return false, err
-			} else if ok {
-				continue
-			}
-		}
-		srcIsDir := false
-		if sfi, err := ctxRoot.Lstat(it.src); err == nil && sfi.IsDir() {
-			srcIsDir = true
-		}
-		var target string
-		switch {
-		case srcIsDir:
-			rel, _ := filepath.Rel(it.src, it.rel)
-			target = path.Join(dst, rel)
-		case toDir:
-			target = path.Join(dst, path.Base(it.rel))
-		default:
-			target = dst
-		}
-		target = strings.TrimPrefix(path.Clean(target), "/")
-		if target == "" || target == "." {
-			continue
-		}
-		if err := mkdirLike(out, path.Dir(target), lowers); err != nil {
-			return false, err
-		}
-		switch {
-		case fi.IsDir():
-			if err := out.MkdirAll(target, fi.Mode().Perm()); err != nil {
-				return false, err
-			}
-		case fi.Mode()&os.ModeSymlink != 0:
-			link, err := ctxRoot.Readlink(it.rel)
-			if err != nil {
-				return false, err
-			}
-			out.Remove(target)
-			if err := out.Symlink(link, target); err != nil {
-				return false, err
-			}
-		case fi.Mode().IsRegular():
-			if err := copyInRoot(ctxRoot, it.rel, out, target, fi.Mode().Perm()); err != nil {
-				return false, err
-			}
-		}
-		if uid >= 0 {
-			if err := out.Lchown(target, uid, gid); err != nil {
-				return false, err
-			}
-		}
-		if m := in.Flags["chmod"]; m != "" && fi.Mode()&os.ModeSymlink == 0 {
-			mode, err := strconv.ParseUint(m, 8, 32)
-			if err != nil || mode > 0o7777 {
-				return false, fmt.Errorf("%w: --chmod=%s", errdefs.ErrInvalid, m)
-			}
-			if err := out.Chmod(target, os.FileMode(mode)); err != nil {
-				return false, err
-			}
 		}
 	}
 	return false, s.layers.CommitLayer(st.key, dir)
+}
+
+// copyArgs expands a COPY or ADD's arguments into its sources and its
+// absolute destination, and its --chown into IDs (-1 when not given).
+func copyArgs(st *buildState, in dockerfile.Instruction) (srcs []string, dst string, uid, gid int, err error) {
+	expand := func(v string) (string, error) { return dockerfile.Expand(v, st.expandVars()) }
+	args := make([]string, len(in.Args))
+	for i, a := range in.Args {
+		v, err := expand(a)
+		if err != nil {
+			return nil, "", -1, -1, err
+		}
+		args[i] = v
+	}
+	srcs, dst = args[:len(args)-1], args[len(args)-1]
+	if !path.IsAbs(dst) {
+		d := path.Join(orRoot(st.workdir), dst)
+		if strings.HasSuffix(dst, "/") {
+			d += "/"
+		}
+		dst = d
+	}
+	uid, gid = -1, -1
+	if own := in.Flags["chown"]; own != "" {
+		u, g, _ := strings.Cut(own, ":")
+		if uid, err = idOf(u); err != nil {
+			return nil, "", -1, -1, err
+		}
+		gid = uid
+		if g != "" {
+			if gid, err = idOf(g); err != nil {
+				return nil, "", -1, -1, err
+			}
+		}
+	}
+	return srcs, dst, uid, gid, nil
+}
+
+// copyItem is a file or directory of the build context that a COPY or ADD
+// copies: rel, found under src, one of its sources.
+type copyItem struct{ src, rel string }
+
+// copySources checks that the sources are in the build context and lists
+// what they hold, with a hash of its names, modes, sizes and contents.
+func copySources(ctxRoot *os.Root, cmd string, srcs []string) ([]copyItem, []byte, error) {
+	var items []copyItem
+	h := sha256.New()
+	for _, src := range srcs {
+		if cmd == "ADD" && (strings.Contains(src, "://") || strings.HasPrefix(src, "git@")) {
+			return nil, nil, fmt.Errorf("%w: ADD of URLs is not supported; download in a RUN step", errdefs.ErrInvalid)
+		}
+		clean := path.Clean("/" + src)[1:]
+		if clean == "" {
+			clean = "."
+		}
+		if strings.Contains(src, "..") && path.Clean(src) != clean {
+			return nil, nil, fmt.Errorf("%w: %s source %q leaves the build context", errdefs.ErrInvalid, cmd, src)
+		}
+		if _, err := ctxRoot.Lstat(clean); err != nil {
+			return nil, nil, fmt.Errorf("%w: %s source %q: not in the build context", errdefs.ErrInvalid, cmd, src)
+		}
+		err := fs.WalkDir(ctxRoot.FS(), clean, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(h, "%s\x00%o\x00%d\x00", p, fi.Mode(), fi.Size())
+			if fi.Mode().IsRegular() {
+				f, err := ctxRoot.Open(p)
+				if err != nil {
+					return err
+				}
+				_, err = io.Copy(h, f)
+				f.Close()
+				if err != nil {
+					return err
+				}
+			}
+			items = append(items, copyItem{src: clean, rel: p})
+			return nil
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	return items, h.Sum(nil), nil
+}
+
+// copyTarget is where a COPY or ADD writes: out, the new layer's directory
+// dir opened as a root, over lowers; dst is the destination in the image,
+// a directory when toDir; uid and gid own what is written unless -1.
+type copyTarget struct {
+	out      *os.Root
+	dir, dst string
+	toDir    bool
+	uid, gid int
+	lowers   []*os.Root
+}
+
+// copyItem writes one item into the layer, an archive ADD unpacks
+// included.
+func (s *Service) copyItem(ctxRoot *os.Root, in dockerfile.Instruction, it copyItem, t copyTarget) error {
+	fi, err := ctxRoot.Lstat(it.rel)
+	if err != nil {
+		return err
+	}
+	// ADD unpacks a local tar archive (plain or gzip) into the destination.
+	if in.Cmd == "ADD" && it.rel == it.src && fi.Mode().IsRegular() {
+		if ok, err := s.addArchive(ctxRoot, it.rel, t.out, t.dir, t.dst, t.uid, t.gid); err != nil {
+			return err
+		} else if ok {
+			return nil
+		}
+	}
+	srcIsDir := false
+	if sfi, err := ctxRoot.Lstat(it.src); err == nil && sfi.IsDir() {
+		srcIsDir = true
+	}
+	var target string
+	switch {
+	case srcIsDir:
+		rel, _ := filepath.Rel(it.src, it.rel)
+		target = path.Join(t.dst, rel)
+	case t.toDir:
+		target = path.Join(t.dst, path.Base(it.rel))
+	default:
+		target = t.dst
+	}
+	target = strings.TrimPrefix(path.Clean(target), "/")
+	if target == "" || target == "." {
+		return nil
+	}
+	if err := mkdirLike(t.out, path.Dir(target), t.lowers); err != nil {
+		return err
+	}
+	switch {
+	case fi.IsDir():
+		if err := t.out.MkdirAll(target, fi.Mode().Perm()); err != nil {
+			return err
+		}
+	case fi.Mode()&os.ModeSymlink != 0:
+		link, err := ctxRoot.Readlink(it.rel)
+		if err != nil {
+			return err
+		}
+		t.out.Remove(target)
+		if err := t.out.Symlink(link, target); err != nil {
+			return err
+		}
+	case fi.Mode().IsRegular():
+		if err := copyInRoot(ctxRoot, it.rel, t.out, target, fi.Mode().Perm()); err != nil {
+			return err
+		}
+	}
+	if t.uid >= 0 {
+		if err := t.out.Lchown(target, t.uid, t.gid); err != nil {
+			return err
+		}
+	}
+	if m := in.Flags["chmod"]; m != "" && fi.Mode()&os.ModeSymlink == 0 {
+		mode, err := strconv.ParseUint(m, 8, 32)
+		if err != nil || mode > 0o7777 {
+			return fmt.Errorf("%w: --chmod=%s", errdefs.ErrInvalid, m)
+		}
+		if err := t.out.Chmod(target, os.FileMode(mode)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // lowerRoots opens the layers under the one st builds next, top first.
