@@ -5,14 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/atoll-dev/atoll/api"
-	"github.com/atoll-dev/atoll/internal/testenv"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
@@ -23,10 +21,7 @@ import (
 // say when to retry when told not to, and the CLI's create retries too.
 // Nothing refused leaves anything behind.
 func TestCreateFlood(t *testing.T) {
-	testenv.RequireRoot(t)
-	data := filepath.Join(testenv.Dir(t), "data")
-	d := startDaemon(t, data, "--warm-pool", "0", "--prestart", "0", "--create-concurrency", "1", "--create-queue", "2")
-	c := d.client()
+	d, data, c := startRooted(t, "--warm-pool", "0", "--prestart", "0", "--create-concurrency", "1", "--create-queue", "2")
 	ctx := context.Background()
 	// The first create makes the template's layer images, which stay.
 	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})

@@ -127,10 +127,7 @@ poll:
 // TestArchiveSnapshot archives a snapshot and brings it back by creating a
 // sandbox from it and by restoring a sandbox to it.
 func TestArchiveSnapshot(t *testing.T) {
-	testenv.RequireRoot(t)
-	data := filepath.Join(testenv.Dir(t), "data")
-	d := startDaemon(t, data)
-	c := d.client()
+	_, data, c := startRooted(t)
 	ctx := context.Background()
 	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
 	if err != nil {

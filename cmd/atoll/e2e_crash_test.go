@@ -20,10 +20,7 @@ import (
 // TestKillDuringCreate kills the daemon while creates are in flight: after a
 // restart every listed sandbox works, and nothing is left of the others.
 func TestKillDuringCreate(t *testing.T) {
-	testenv.RequireRoot(t)
-	data := filepath.Join(testenv.Dir(t), "data")
-	d := startDaemon(t, data, "--warm-pool", "0")
-	c := d.client()
+	d, data, c := startRooted(t, "--warm-pool", "0")
 	ctx := context.Background()
 	// Warm the template so creates are in their interesting part; what is
 	// on the host then is the baseline.
@@ -472,10 +469,7 @@ func logMessages(log string) map[string]int {
 // once, and kills the daemon in the middle of a fork: every snapshot is whole,
 // a deleted sandbox never runs again, and nothing is left behind.
 func TestStateRaces(t *testing.T) {
-	testenv.RequireRoot(t)
-	data := filepath.Join(testenv.Dir(t), "data")
-	d := startDaemon(t, data)
-	c := d.client()
+	d, data, c := startRooted(t)
 	ctx := context.Background()
 	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
 	if err != nil {

@@ -104,6 +104,17 @@ func startDaemon(t *testing.T, data string, args ...string) *daemon {
 	return startDaemonIn(t, data, "", args...)
 }
 
+// startRooted needs root (see testenv.RequireRoot), then starts `atoll
+// serve` on a fresh data directory with the extra flags args, and returns
+// it with that directory and a client.
+func startRooted(t *testing.T, args ...string) (d *daemon, data string, c *atoll.Client) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	data = filepath.Join(testenv.Dir(t), "data")
+	d = startDaemon(t, data, args...)
+	return d, data, d.client()
+}
+
 // startDaemonIn starts `atoll serve` inside the network namespace at netns.
 func startDaemonIn(t *testing.T, data, netns string, args ...string) *daemon {
 	t.Helper()

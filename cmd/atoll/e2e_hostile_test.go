@@ -20,10 +20,7 @@ import (
 // TestHostileInput sends bad input through the real server: every answer is
 // a 4xx JSON error and the host is untouched.
 func TestHostileInput(t *testing.T) {
-	testenv.RequireRoot(t)
-	data := filepath.Join(testenv.Dir(t), "data")
-	d := startDaemon(t, data)
-	c := d.client()
+	d, _, c := startRooted(t)
 	ctx := context.Background()
 	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
 	if err != nil {

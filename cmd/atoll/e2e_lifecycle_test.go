@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
-	"github.com/atoll-dev/atoll/internal/testenv"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
@@ -20,10 +18,7 @@ import (
 // env, labels) holds whether the sandbox came from the warm pool or was
 // started cold: the first creates after the pool fills are pool hits.
 func TestCreateSettingsApply(t *testing.T) {
-	testenv.RequireRoot(t)
-	data := filepath.Join(testenv.Dir(t), "data")
-	d := startDaemon(t, data)
-	c := d.client()
+	_, _, c := startRooted(t)
 	ctx := context.Background()
 	time.Sleep(3 * time.Second) // let the pool of 2 fill
 	for i := 0; i < 4; i++ {
@@ -69,10 +64,7 @@ func TestCreateSettingsApply(t *testing.T) {
 // TestLifecyclePolicies: a timeout stops a sandbox and can be extended; an
 // ephemeral sandbox is deleted when it stops; auto-delete removes a stopped one.
 func TestLifecyclePolicies(t *testing.T) {
-	testenv.RequireRoot(t)
-	data := filepath.Join(testenv.Dir(t), "data")
-	d := startDaemon(t, data)
-	c := d.client()
+	_, data, c := startRooted(t)
 	ctx := context.Background()
 	waitState := func(id, want string, within time.Duration) string {
 		deadline := time.Now().Add(within)

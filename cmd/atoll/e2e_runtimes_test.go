@@ -159,33 +159,7 @@ func TestGvisorEndToEnd(t *testing.T) {
 	if out, _ := sh(t, c, id, "dmesg | head -1"); !strings.Contains(out, "gVisor") {
 		t.Errorf("dmesg is not gVisor's: %q", out)
 	}
-	if out, code := sh(t, c, id, "echo kept > /root/state && mkdir -p /home/user/p && echo x > /home/user/p/f"); code != 0 {
-		t.Fatal(out)
-	}
-	if _, err := c.StopSandbox(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.StartSandbox(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	if out, _ := sh(t, c, id, "cat /root/state /home/user/p/f"); out != "kept\nx\n" {
-		t.Errorf("after stop/start: %q", out)
-	}
-
-	// A crash of the daemon leaves the sandbox running; the next one
-	// re-adopts it.
-	d.kill()
-	d.start()
-	c = d.client()
-	if sb, err := c.GetSandbox(ctx, id); err != nil || sb.State != api.StateRunning {
-		t.Fatalf("after daemon restart: %+v, %v", sb, err)
-	}
-	if out, _ := sh(t, c, id, "cat /root/state"); out != "kept\n" {
-		t.Errorf("after daemon restart: %q", out)
-	}
-	if err := c.DeleteSandbox(ctx, id); err != nil {
-		t.Fatal(err)
-	}
+	checkKeptAndReadopted(t, d, id)
 	if left := leftovers(data, id); len(left) > 0 {
 		t.Errorf("left after delete: %v", left)
 	}
@@ -220,30 +194,7 @@ func TestVMEndToEnd(t *testing.T) {
 	if out, _ := sh(t, c, id, "uname -r"); strings.TrimSpace(out) == hostRelease || out == "" {
 		t.Errorf("uname -r in the vm: %q, the host's is %q", out, hostRelease)
 	}
-	if out, code := sh(t, c, id, "echo kept > /root/state && mkdir -p /home/user/p && echo x > /home/user/p/f"); code != 0 {
-		t.Fatal(out)
-	}
-	if _, err := c.StopSandbox(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.StartSandbox(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	if out, _ := sh(t, c, id, "cat /root/state /home/user/p/f"); out != "kept\nx\n" {
-		t.Errorf("after stop/start: %q", out)
-	}
-	d.kill()
-	d.start()
-	c = d.client()
-	if sb, err := c.GetSandbox(ctx, id); err != nil || sb.State != api.StateRunning {
-		t.Fatalf("after daemon restart: %+v, %v", sb, err)
-	}
-	if out, _ := sh(t, c, id, "cat /root/state"); out != "kept\n" {
-		t.Errorf("after daemon restart: %q", out)
-	}
-	if err := c.DeleteSandbox(ctx, id); err != nil {
-		t.Fatal(err)
-	}
+	checkKeptAndReadopted(t, d, id)
 	left := leftovers(data, id)
 	if _, err := os.Stat(filepath.Join(data, "run-vm", "sandboxes", id)); err == nil {
 		left = append(left, "run-vm/sandboxes/"+id)
@@ -263,5 +214,41 @@ func TestServeNeedsRoot(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "needs root") {
 		t.Errorf("atoll serve as nobody: %v: %s", err, out)
+	}
+}
+
+// checkKeptAndReadopted checks that sandbox id keeps its files across stop
+// and start, and that a crash of the daemon leaves it running for the next
+// one to re-adopt; then it deletes it.
+func checkKeptAndReadopted(t *testing.T, d *daemon, id string) {
+	t.Helper()
+	c := d.client()
+	ctx := context.Background()
+	if out, code := sh(t, c, id, "echo kept > /root/state && mkdir -p /home/user/p && echo x > /home/user/p/f"); code != 0 {
+		t.Fatal(out)
+	}
+	if _, err := c.StopSandbox(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.StartSandbox(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := sh(t, c, id, "cat /root/state /home/user/p/f"); out != "kept\nx\n" {
+		t.Errorf("after stop/start: %q", out)
+	}
+
+	// A crash of the daemon leaves the sandbox running; the next one
+	// re-adopts it.
+	d.kill()
+	d.start()
+	c = d.client()
+	if sb, err := c.GetSandbox(ctx, id); err != nil || sb.State != api.StateRunning {
+		t.Fatalf("after daemon restart: %+v, %v", sb, err)
+	}
+	if out, _ := sh(t, c, id, "cat /root/state"); out != "kept\n" {
+		t.Errorf("after daemon restart: %q", out)
+	}
+	if err := c.DeleteSandbox(ctx, id); err != nil {
+		t.Fatal(err)
 	}
 }

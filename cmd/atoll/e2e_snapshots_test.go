@@ -13,17 +13,13 @@ import (
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
-	"github.com/atoll-dev/atoll/internal/testenv"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
 // TestSnapshotsAndForks takes snapshots, forks, restores, pauses and resumes
 // real sandboxes through the SDK.
 func TestSnapshotsAndForks(t *testing.T) {
-	testenv.RequireRoot(t)
-	data := filepath.Join(testenv.Dir(t), "data")
-	d := startDaemon(t, data)
-	c := d.client()
+	d, data, c := startRooted(t)
 	ctx := context.Background()
 	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Labels: map[string]string{"role": "parent"}})
 	if err != nil {

@@ -54,15 +54,7 @@ func TestSuspendEndToEnd(t *testing.T) {
 	if _, err := c.StartProcess(ctx, id, api.ExecRequest{Shell: counterShell}); err != nil {
 		t.Fatal(err)
 	}
-	count := func() int {
-		t.Helper()
-		out, code := sh(t, c, id, "cat /root/count")
-		n, err := strconv.Atoi(strings.TrimSpace(out))
-		if code != 0 || err != nil {
-			t.Fatalf("count: %q %d", out, code)
-		}
-		return n
-	}
+	count := func() int { t.Helper(); return readCounter(t, c, id) }
 	time.Sleep(time.Second)
 	if n := count(); n < 2 {
 		t.Fatalf("positive control: the counter counts: %d", n)
@@ -273,15 +265,7 @@ func TestVMSuspendEndToEnd(t *testing.T) {
 	if _, err := c.StartProcess(ctx, id, api.ExecRequest{Shell: counterShell}); err != nil {
 		t.Fatal(err)
 	}
-	count := func() int {
-		t.Helper()
-		out, code := sh(t, c, id, "cat /root/count")
-		n, err := strconv.Atoi(strings.TrimSpace(out))
-		if code != 0 || err != nil {
-			t.Fatalf("count: %q %d", out, code)
-		}
-		return n
-	}
+	count := func() int { t.Helper(); return readCounter(t, c, id) }
 	time.Sleep(2 * time.Second)
 	if n := count(); n < 2 {
 		t.Fatalf("positive control: the counter counts: %d", n)
@@ -316,4 +300,15 @@ func TestVMSuspendEndToEnd(t *testing.T) {
 	if err := c.DeleteSandbox(ctx, id); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// readCounter reads the count counterShell keeps in sandbox id.
+func readCounter(t *testing.T, c *atoll.Client, id string) int {
+	t.Helper()
+	out, code := sh(t, c, id, "cat /root/count")
+	n, err := strconv.Atoi(strings.TrimSpace(out))
+	if code != 0 || err != nil {
+		t.Fatalf("count: %q %d", out, code)
+	}
+	return n
 }

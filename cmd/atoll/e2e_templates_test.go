@@ -128,10 +128,7 @@ type tarEntry struct {
 // layer; an image of more layers than an overlay stacks is refused with a
 // 400 and leaves no template.
 func TestTemplateManyLayers(t *testing.T) {
-	testenv.RequireRoot(t)
-	data := filepath.Join(testenv.Dir(t), "data")
-	d := startDaemon(t, data)
-	c := d.client()
+	_, _, c := startRooted(t)
 	ctx := context.Background()
 	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	defer reg.Close()
@@ -197,10 +194,7 @@ func TestTemplateManyLayers(t *testing.T) {
 // the registry protocol) and from a docker archive, runs the image's own
 // binary in sandboxes made from it, and deletes the template and its layers.
 func TestTemplateImport(t *testing.T) {
-	testenv.RequireRoot(t)
-	data := filepath.Join(testenv.Dir(t), "data")
-	d := startDaemon(t, data)
-	c := d.client()
+	d, data, c := startRooted(t)
 	ctx := context.Background()
 	img := testImage(t)
 
@@ -336,10 +330,7 @@ func TestTemplateImport(t *testing.T) {
 // template, runs a sandbox from it, rebuilds it from the cache, and refuses a
 // COPY from outside the build context.
 func TestTemplateBuild(t *testing.T) {
-	testenv.RequireRoot(t)
-	data := filepath.Join(testenv.Dir(t), "data")
-	d := startDaemon(t, data)
-	c := d.client()
+	d, _, c := startRooted(t)
 	ctx := context.Background()
 	dir := testenv.Dir(t)
 	os.MkdirAll(filepath.Join(dir, "src", "sub"), 0o755)

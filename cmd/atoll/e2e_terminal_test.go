@@ -21,10 +21,7 @@ import (
 // TestTerminalAndWatch drives a PTY shell over the websocket and a directory
 // watch through the real server and agent.
 func TestTerminalAndWatch(t *testing.T) {
-	testenv.RequireRoot(t)
-	data := filepath.Join(testenv.Dir(t), "data")
-	d := startDaemon(t, data)
-	c := d.client()
+	_, _, c := startRooted(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})

@@ -6,13 +6,11 @@ import (
 	"errors"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
-	"github.com/atoll-dev/atoll/internal/testenv"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
@@ -21,10 +19,7 @@ import (
 // through a kill -9 of the server, and resume boots it again (a new PID 1)
 // over the same files. Wrong states and another tenant's key are refused.
 func TestShelveEndToEnd(t *testing.T) {
-	testenv.RequireRoot(t)
-	data := filepath.Join(testenv.Dir(t), "data")
-	d := startDaemon(t, data, "--warm-pool", "0")
-	c := d.client()
+	d, data, c := startRooted(t, "--warm-pool", "0")
 	ctx := context.Background()
 	// The template's layers stay mounted once a sandbox used them.
 	var sb api.Sandbox

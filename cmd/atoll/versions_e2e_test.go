@@ -84,10 +84,7 @@ func pooledVersions(t *testing.T, data string) []string {
 // snapshot; a removed name's versions stay while in use. Hostile version
 // references and another tenant's hold on a version answer 4xx.
 func TestTemplateVersions(t *testing.T) {
-	testenv.RequireRoot(t)
-	data := filepath.Join(testenv.Dir(t), "data")
-	d := startDaemon(t, data, "--warm-pool", "0")
-	c := d.client()
+	d, data, c := startRooted(t, "--warm-pool", "0")
 	ctx := context.Background()
 	dir := testenv.Dir(t)
 	versionOf := func(id string) string {
@@ -385,10 +382,7 @@ func TestTemplateVersions(t *testing.T) {
 // sandbox runs on, and the layers, sandboxes and mounts of the rebuild are
 // gone; a rebuild then succeeds.
 func TestKillDuringTemplateRebuild(t *testing.T) {
-	testenv.RequireRoot(t)
-	data := filepath.Join(testenv.Dir(t), "data")
-	d := startDaemon(t, data, "--warm-pool", "0")
-	c := d.client()
+	d, data, c := startRooted(t, "--warm-pool", "0")
 	ctx := context.Background()
 	dir := testenv.Dir(t)
 	versionedApp(t, dir, "one")
@@ -474,10 +468,7 @@ func tinyImage(t *testing.T, text string) v1.Image {
 // stop and start; when the sandbox goes, so do the old image's layer and
 // the template's top layer over it.
 func TestTemplateReimport(t *testing.T) {
-	testenv.RequireRoot(t)
-	data := filepath.Join(testenv.Dir(t), "data")
-	d := startDaemon(t, data, "--warm-pool", "0")
-	c := d.client()
+	d, data, c := startRooted(t, "--warm-pool", "0")
 	ctx := context.Background()
 	read := func(id string) string {
 		t.Helper()
