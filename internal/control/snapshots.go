@@ -9,6 +9,7 @@ import (
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/layers"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/store"
 	"github.com/atoll-dev/atoll/internal/tenant"
@@ -263,16 +264,8 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 			return nil, err
 		}
 	}
-	labels := map[string]string{}
-	for k, v := range parent.Labels {
-		labels[k] = v
-	}
-	for k, v := range req.Labels {
-		labels[k] = v
-	}
-	check := api.CreateSandboxRequest{Template: parent.Template, Runtime: parent.Runtime, CPU: parent.CPU,
-		MemoryMiB: parent.MemoryMiB, DiskGiB: parent.DiskGiB, PIDs: parent.PIDs, Env: parent.Env, Labels: labels}
-	if err := s.validate(&check); err != nil {
+	children, err := s.forkRecords(parent, req)
+	if err != nil {
 		unlock()
 		return nil, err
 	}
@@ -283,7 +276,6 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 		return nil, err
 	}
 	t0 := time.Now()
-	children := make([]store.Sandbox, 0, req.Count)
 	image := "" // the parent's memory, for a fork with memory
 	fail := func(err error) ([]api.Sandbox, error) {
 		for _, c := range children {
@@ -294,13 +286,6 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 		}
 		return nil, err
 	}
-	for i := 0; i < req.Count; i++ {
-		children = append(children, store.Sandbox{Sandbox: api.Sandbox{
-			State: api.StateCreating, Template: parent.Template, TemplateVersion: parent.TemplateVersion, Runtime: parent.Runtime,
-			CPU: parent.CPU, MemoryMiB: parent.MemoryMiB, DiskGiB: parent.DiskGiB, PIDs: parent.PIDs,
-			Env: parent.Env, Labels: labels, CreatedAt: time.Now().UTC(), Ports: parent.Ports,
-		}, Policy: parent.Policy, Tenant: parent.Tenant})
-	}
 	if err := s.newSandboxes(ctx, children); err != nil {
 		unlock()
 		return nil, err
@@ -308,31 +293,80 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 	if req.Memory {
 		image, err = s.captureForFork(ctx, &parent, children)
 	} else {
-		// The parent is frozen only while its writable layer is copied
-		// once, for the first child, which costs the same whatever it
-		// holds. The other children copy the first child's layer, which
-		// holds still (the child has not started): each btrfs snapshot
-		// commits a transaction, and the parent need not wait for all.
-		first := children[0]
-		err = s.frozen(ctx, parent, "fork", func() error {
-			_, err := s.layers.ForkWritable(parent.ID, first.ID, first.DiskGiB<<30)
-			return err
-		})
-		for _, c := range children[1:] {
-			if err != nil {
-				break
-			}
-			_, err = s.layers.ForkWritable(first.ID, c.ID, c.DiskGiB<<30)
-		}
+		err = s.copyForkLayers(ctx, parent, children)
 	}
 	unlock()
 	if err != nil {
 		return fail(err)
 	}
 	s.log.Debug("children recorded and copied", "sandbox", id, "op", "fork", "ms", ms(t0))
-	// Children start concurrently, and stay recorded as creating until all
-	// run: then one transaction records them running, so that a crash
-	// leaves all of them or (see Recover) none.
+	if err := s.startForkChildren(ctx, children, cp, tmpl, image); err != nil {
+		return fail(err)
+	}
+	if image != "" {
+		if err := os.RemoveAll(image); err != nil {
+			s.log.Error("removing a fork's memory image", "sandbox", id, "err", err)
+		}
+	}
+	out := make([]api.Sandbox, len(children))
+	for i, c := range children {
+		out[i] = s.view(c)
+	}
+	return out, nil
+}
+
+// forkRecords makes the records of req.Count children of parent: its
+// settings and version, its labels with req's over them.
+func (s *Service) forkRecords(parent store.Sandbox, req api.ForkRequest) ([]store.Sandbox, error) {
+	labels := map[string]string{}
+	for k, v := range parent.Labels {
+		labels[k] = v
+	}
+	for k, v := range req.Labels {
+		labels[k] = v
+	}
+	check := api.CreateSandboxRequest{Template: parent.Template, Runtime: parent.Runtime, CPU: parent.CPU,
+		MemoryMiB: parent.MemoryMiB, DiskGiB: parent.DiskGiB, PIDs: parent.PIDs, Env: parent.Env, Labels: labels}
+	if err := s.validate(&check); err != nil {
+		return nil, err
+	}
+	children := make([]store.Sandbox, 0, req.Count)
+	for i := 0; i < req.Count; i++ {
+		children = append(children, store.Sandbox{Sandbox: api.Sandbox{
+			State: api.StateCreating, Template: parent.Template, TemplateVersion: parent.TemplateVersion, Runtime: parent.Runtime,
+			CPU: parent.CPU, MemoryMiB: parent.MemoryMiB, DiskGiB: parent.DiskGiB, PIDs: parent.PIDs,
+			Env: parent.Env, Labels: labels, CreatedAt: time.Now().UTC(), Ports: parent.Ports,
+		}, Policy: parent.Policy, Tenant: parent.Tenant})
+	}
+	return children, nil
+}
+
+// copyForkLayers gives each child a copy of parent's writable layer. The
+// parent is frozen only while its layer is copied once, for the first
+// child, which costs the same whatever it holds. The other children copy
+// the first child's layer, which holds still (the child has not started):
+// each btrfs snapshot commits a transaction, and the parent need not wait
+// for all.
+func (s *Service) copyForkLayers(ctx context.Context, parent store.Sandbox, children []store.Sandbox) error {
+	first := children[0]
+	err := s.frozen(ctx, parent, "fork", func() error {
+		_, err := s.layers.ForkWritable(parent.ID, first.ID, first.DiskGiB<<30)
+		return err
+	})
+	for _, c := range children[1:] {
+		if err != nil {
+			break
+		}
+		_, err = s.layers.ForkWritable(first.ID, c.ID, c.DiskGiB<<30)
+	}
+	return err
+}
+
+// startForkChildren starts the children concurrently, from the parent's
+// memory image when there is one. They stay recorded as creating until all
+// run: then one transaction records them running, so that a crash leaves
+// all of them or (see Recover) none.
+func (s *Service) startForkChildren(ctx context.Context, children []store.Sandbox, cp runtime.Checkpointer, tmpl layers.Template, image string) error {
 	errs := make(chan error, len(children))
 	for i := range children {
 		go func(c *store.Sandbox) {
@@ -352,25 +386,13 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 		}
 	}
 	if firstErr != nil {
-		return fail(firstErr)
+		return firstErr
 	}
 	running := make([]*store.Sandbox, len(children))
 	for i := range children {
 		running[i] = &children[i]
 	}
-	if err := s.setStates(ctx, running, api.StateCreating); err != nil {
-		return fail(err)
-	}
-	if image != "" {
-		if err := os.RemoveAll(image); err != nil {
-			s.log.Error("removing a fork's memory image", "sandbox", id, "err", err)
-		}
-	}
-	out := make([]api.Sandbox, len(children))
-	for i, c := range children {
-		out[i] = s.view(c)
-	}
-	return out, nil
+	return s.setStates(ctx, running, api.StateCreating)
 }
 
 // Restore rolls a sandbox's files back to a snapshot of the same template;
