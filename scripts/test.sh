@@ -13,7 +13,9 @@ export PATH="$PATH:/usr/local/go/bin"
 need=""
 # erofs-utils makes the merged image of a template's layers under every
 # sandbox's root (internal/runtime/lowers).
-for p in btrfs-progs erofs-utils python3 git iproute2 util-linux procps debootstrap curl; do
+# postgresql is the store of cluster mode (internal/store/postgres): the
+# run starts a throwaway server of it below.
+for p in btrfs-progs erofs-utils python3 git iproute2 util-linux procps debootstrap curl postgresql; do
 	dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 # node and npm run the official e2b SDK against atoll (cmd/atoll/e2b_test.go,
@@ -74,6 +76,17 @@ hoststate() {
 before=$(mktemp)
 hoststate >"$before"
 
+# What the run starts (S3 and PostgreSQL servers) stops when it ends.
+s3pid="" s3dir="" pgdir="" pgctl=""
+cleanup() {
+	if [ -n "$s3pid" ]; then kill "$s3pid" 2>/dev/null || :; fi
+	if [ -n "$pgctl" ]; then runuser -u postgres -- "$pgctl" stop -D "$pgdir/data" -m immediate -s >/dev/null 2>&1 || :; fi
+	rm -rf "$s3dir" "$pgdir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
 # An S3-compatible server for the archive tests, unless ATOLL_TEST_S3_URL
 # already names a bucket: gofakes3 on a port the kernel picks (it logs it),
 # its data in a temporary directory; it stops when this script ends.
@@ -81,10 +94,6 @@ if [ -z "${ATOLL_TEST_S3_URL:-}" ]; then
 	gobin="$(go env GOPATH)/bin"
 	GOBIN="$gobin" go install github.com/johannesboyne/gofakes3/cmd/gofakes3@v1.2.0
 	s3dir=$(mktemp -d)
-	s3pid=""
-	trap 'if [ -n "$s3pid" ]; then kill "$s3pid" 2>/dev/null || :; fi; rm -rf "$s3dir"' EXIT
-	trap 'exit 130' INT
-	trap 'exit 143' TERM
 	"$gobin/gofakes3" -host 127.0.0.1:0 -backend bolt -bolt.db "$s3dir/s3.db" \
 		-initialbucket atoll-test -quiet 2>"$s3dir/log" &
 	s3pid=$!
@@ -102,6 +111,43 @@ if [ -z "${ATOLL_TEST_S3_URL:-}" ]; then
 	done
 	export ATOLL_TEST_S3_URL="s3://atoll-test?endpoint=http://127.0.0.1:$port&region=us-east-1&use_path_style=true&disable_https=true"
 	export AWS_ACCESS_KEY_ID=atoll-test AWS_SECRET_ACCESS_KEY=atoll-test
+fi
+
+# A PostgreSQL server for the store tests (internal/store/postgres), unless
+# ATOLL_TEST_POSTGRES_URL already names one: a cluster made for this run in
+# a temporary directory, owned by the postgres user (the server refuses to
+# run as root), listening only on a unix socket there, trusting local
+# connections; removed when this script ends.
+if [ -z "${ATOLL_TEST_POSTGRES_URL:-}" ]; then
+	pgbin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+	pgdir=$(mktemp -d)
+	chown postgres: "$pgdir"
+	runuser -u postgres -- "$pgbin/initdb" -D "$pgdir/data" -U postgres --auth=trust --no-sync >"$pgdir/initdb.log" 2>&1 || {
+		echo "test.sh: initdb failed:" >&2
+		cat "$pgdir/initdb.log" >&2
+		exit 1
+	}
+	pgctl="$pgbin/pg_ctl"
+	# No TCP; the socket in pgdir; room for the suite's parallel pools.
+	runuser -u postgres -- "$pgctl" start -D "$pgdir/data" -l "$pgdir/log" -s \
+		-o "-c listen_addresses='' -c unix_socket_directories='$pgdir' -c max_connections=200" || {
+		echo "test.sh: PostgreSQL did not start:" >&2
+		cat "$pgdir/log" >&2
+		exit 1
+	}
+	tries=0
+	until "$pgbin/pg_isready" -q -h "$pgdir"; do
+		if [ "$tries" -ge 100 ]; then
+			echo "test.sh: PostgreSQL is not ready after 10s:" >&2
+			cat "$pgdir/log" >&2
+			exit 1
+		fi
+		sleep 0.1
+		tries=$((tries + 1))
+	done
+	export ATOLL_TEST_POSTGRES_URL="postgres:///postgres?host=$pgdir&user=postgres"
+	# TestServerRestart restarts it under a store in use.
+	export ATOLL_TEST_POSTGRES_CTL="runuser -u postgres -- $pgctl -D $pgdir/data -l $pgdir/log -s -w -m fast"
 fi
 
 status=0

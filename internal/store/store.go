@@ -3,8 +3,8 @@
 // versions and API keys (hashed), each sandbox, snapshot and key with its
 // tenant. The control plane and the key check depend on this package only;
 // an implementation lives in a package of its own (store/sqlite, embedded,
-// for one machine) and proves itself with the conformance suite in
-// store/storetest, which any later implementation runs too.
+// for one machine; store/postgres, shared by the nodes of a cluster) and
+// proves itself with the conformance suite in store/storetest.
 package store
 
 import "context"

@@ -1,0 +1,299 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/store"
+)
+
+// columns are a sandbox row's, in the order of scanSandbox and args.
+const columns = `id, state, template, template_version, runtime, cpu, memory_mib, disk_gib, pids, env, labels, error,
+	slot, created_at, started_at, stopped_at, pid, start_time, socket,
+	timeout_sec, expires_at, ephemeral, auto_delete_sec, auto_stop_sec, auto_archive_sec, auto_resume,
+	from_snapshot, egress, public_ports, tenant`
+
+// args are sb's values for columns.
+func args(sb *store.Sandbox) []any {
+	env, _ := json.Marshal(orEmpty(sb.Env))
+	labels, _ := json.Marshal(orEmpty(sb.Labels))
+	return []any{sb.ID, sb.State, sb.Template, sb.TemplateVersion, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
+		string(env), string(labels), sb.Error,
+		sb.Slot, sb.CreatedAt, sb.StartedAt, sb.StoppedAt, sb.PID, int64(sb.StartTime), sb.Socket,
+		sb.TimeoutSec, sb.ExpiresAt, sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec, sb.AutoArchiveSec, sb.AutoResume,
+		sb.FromSnapshot, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant)}
+}
+
+// Create records a new sandbox in the lowest free slot, and its first
+// state.
+func (s *Store) Create(ctx context.Context, sb *store.Sandbox) error {
+	if err := checkText(sb); err != nil {
+		return err
+	}
+	slot, tn := sb.Slot, sb.Tenant
+	err := s.write(ctx, func(tx pgx.Tx) error {
+		// The lowest slot no row holds. Two nodes choosing at once
+		// collide on the unique slot, and the loser runs again.
+		if err := tx.QueryRow(ctx, `SELECT COALESCE(MIN(n), 0) FROM (
+				SELECT 0 AS n WHERE NOT EXISTS (SELECT 1 FROM sandboxes WHERE slot = 0)
+				UNION ALL
+				SELECT slot + 1 FROM sandboxes s WHERE NOT EXISTS (SELECT 1 FROM sandboxes t WHERE t.slot = s.slot + 1)
+			) free`).Scan(&sb.Slot); err != nil {
+			return err
+		}
+		sb.Tenant = tenantOf(sb.Tenant)
+		// In the transaction that records the sandbox: a collection of
+		// its version cannot slip in between (serializable).
+		if err := versionExists(ctx, tx, sb.TemplateVersion); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES
+			($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28,$29,$30)`,
+			args(sb)...); err != nil {
+			return fmt.Errorf("inserting sandbox: %w", err)
+		}
+		return transition(ctx, tx, sb.ID, "", sb.State, "")
+	})
+	if err != nil {
+		// Undone: sb is as it came.
+		sb.Slot, sb.Tenant = slot, tn
+		if errors.Is(err, errdefs.ErrConflict) {
+			return fmt.Errorf("sandbox %s exists already: %w", sb.ID, errdefs.ErrConflict)
+		}
+	}
+	return err
+}
+
+// Update writes sb if its stored state is one of from, and records the
+// transition.
+func (s *Store) Update(ctx context.Context, sb *store.Sandbox, from ...string) error {
+	return s.UpdateAll(ctx, []*store.Sandbox{sb}, from...)
+}
+
+// UpdateAll is Update of every sandbox of sbs, in one transaction.
+func (s *Store) UpdateAll(ctx context.Context, sbs []*store.Sandbox, from ...string) error {
+	for _, sb := range sbs {
+		if !storable(sb.ID) {
+			return fmt.Errorf("sandbox %s: %w", sb.ID, errdefs.ErrNotFound)
+		}
+		if err := checkText(sb); err != nil {
+			return err
+		}
+	}
+	return s.write(ctx, func(tx pgx.Tx) error {
+		for _, sb := range sbs {
+			if err := update(ctx, tx, sb, from); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func update(ctx context.Context, tx pgx.Tx, sb *store.Sandbox, from []string) error {
+	var cur string
+	if err := tx.QueryRow(ctx, `SELECT state FROM sandboxes WHERE id = $1 FOR UPDATE`, sb.ID).Scan(&cur); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("sandbox %s: %w", sb.ID, errdefs.ErrNotFound)
+		}
+		return err
+	}
+	if !slices.Contains(from, cur) {
+		return fmt.Errorf("sandbox %s is %s: %w", sb.ID, cur, errdefs.ErrConflict)
+	}
+	if err := versionExists(ctx, tx, sb.TemplateVersion); err != nil {
+		return err
+	}
+	// Every column but the slot, which stays as Create chose it.
+	a := slices.Delete(args(sb), 12, 13)
+	if _, err := tx.Exec(ctx, `UPDATE sandboxes SET state=$2, template=$3, template_version=$4, runtime=$5, cpu=$6,
+		memory_mib=$7, disk_gib=$8, pids=$9, env=$10, labels=$11, error=$12, created_at=$13, started_at=$14,
+		stopped_at=$15, pid=$16, start_time=$17, socket=$18, timeout_sec=$19, expires_at=$20, ephemeral=$21,
+		auto_delete_sec=$22, auto_stop_sec=$23, auto_archive_sec=$24, auto_resume=$25, from_snapshot=$26, egress=$27,
+		public_ports=$28, tenant=$29 WHERE id=$1`, a...); err != nil {
+		return err
+	}
+	if cur != sb.State {
+		return transition(ctx, tx, sb.ID, cur, sb.State, sb.Error)
+	}
+	return nil
+}
+
+// Delete removes a sandbox's row and records its transition to deleted.
+func (s *Store) Delete(ctx context.Context, id string) error {
+	if !storable(id) {
+		return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	return s.write(ctx, func(tx pgx.Tx) error {
+		var cur string
+		if err := tx.QueryRow(ctx, `DELETE FROM sandboxes WHERE id = $1 RETURNING state`, id).Scan(&cur); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+			}
+			return err
+		}
+		return transition(ctx, tx, id, cur, "deleted", "")
+	})
+}
+
+// Get returns one sandbox.
+func (s *Store) Get(ctx context.Context, id string) (store.Sandbox, error) {
+	if !storable(id) {
+		return store.Sandbox{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	sbs, err := s.sandboxes(ctx, `WHERE id = $1`, id)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	if len(sbs) == 0 {
+		return store.Sandbox{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	return sbs[0], nil
+}
+
+// List returns every sandbox, by creation, then ID.
+func (s *Store) List(ctx context.Context) ([]store.Sandbox, error) {
+	return s.sandboxes(ctx, `ORDER BY created_at, id`)
+}
+
+func (s *Store) sandboxes(ctx context.Context, where string, a ...any) ([]store.Sandbox, error) {
+	var out []store.Sandbox
+	err := s.read(ctx, func(q querier) error {
+		rows, err := q.Query(ctx, `SELECT `+columns+` FROM sandboxes `+where, a...)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, scanSandbox)
+		return err
+	})
+	return out, err
+}
+
+func scanSandbox(row pgx.CollectableRow) (store.Sandbox, error) {
+	var sb store.Sandbox
+	var env, labels, policy string
+	var startTime int64
+	if err := row.Scan(&sb.ID, &sb.State, &sb.Template, &sb.TemplateVersion, &sb.Runtime, &sb.CPU, &sb.MemoryMiB,
+		&sb.DiskGiB, &sb.PIDs, &env, &labels, &sb.Error,
+		&sb.Slot, &sb.CreatedAt, &sb.StartedAt, &sb.StoppedAt, &sb.PID, &startTime, &sb.Socket,
+		&sb.TimeoutSec, &sb.ExpiresAt, &sb.Ephemeral, &sb.AutoDeleteSec, &sb.AutoStopSec, &sb.AutoArchiveSec, &sb.AutoResume,
+		&sb.FromSnapshot, &policy, &sb.Ports.Public, &sb.Tenant); err != nil {
+		return sb, err
+	}
+	sb.StartTime = uint64(startTime)
+	sb.CreatedAt = sb.CreatedAt.UTC()
+	sb.StartedAt, sb.StoppedAt, sb.ExpiresAt = utc(sb.StartedAt), utc(sb.StoppedAt), utc(sb.ExpiresAt)
+	if policy != "" {
+		if err := json.Unmarshal([]byte(policy), &sb.Policy); err != nil {
+			return sb, err
+		}
+	}
+	if err := json.Unmarshal([]byte(env), &sb.Env); err != nil {
+		return sb, err
+	}
+	if err := json.Unmarshal([]byte(labels), &sb.Labels); err != nil {
+		return sb, err
+	}
+	if len(sb.Env) == 0 {
+		sb.Env = nil
+	}
+	if len(sb.Labels) == 0 {
+		sb.Labels = nil
+	}
+	return sb, nil
+}
+
+// Transitions returns a sandbox's recorded state changes, oldest first.
+func (s *Store) Transitions(ctx context.Context, id string) ([]store.Transition, error) {
+	if !storable(id) {
+		return nil, nil
+	}
+	var out []store.Transition
+	err := s.read(ctx, func(q querier) error {
+		rows, err := q.Query(ctx, `SELECT from_state, to_state, reason, at FROM transitions WHERE sandbox_id = $1 ORDER BY seq`, id)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Transition, error) {
+			var t store.Transition
+			err := row.Scan(&t.From, &t.To, &t.Reason, &t.At)
+			t.At = t.At.UTC()
+			return t, err
+		})
+		return err
+	})
+	return out, err
+}
+
+func transition(ctx context.Context, tx pgx.Tx, id, from, to, reason string) error {
+	_, err := tx.Exec(ctx, `INSERT INTO transitions (sandbox_id, from_state, to_state, reason, at) VALUES ($1, $2, $3, $4, $5)`,
+		id, from, to, reason, time.Now())
+	return err
+}
+
+// SnapshotUsers counts the sandboxes created from each snapshot.
+func (s *Store) SnapshotUsers(ctx context.Context) (map[string]int, error) {
+	return s.counts(ctx, `SELECT from_snapshot, COUNT(*) FROM sandboxes WHERE from_snapshot <> '' GROUP BY from_snapshot`)
+}
+
+// counts runs query, whose rows are a key and a count, into a map.
+func (s *Store) counts(ctx context.Context, query string, a ...any) (map[string]int, error) {
+	out := map[string]int{}
+	err := s.read(ctx, func(q querier) error {
+		clear(out)
+		rows, err := q.Query(ctx, query, a...)
+		if err != nil {
+			return err
+		}
+		var key string
+		var n int
+		_, err = pgx.ForEachRow(rows, []any{&key, &n}, func() error { out[key] = n; return nil })
+		return err
+	})
+	return out, err
+}
+
+// checkText returns ErrInvalid if sb holds what PostgreSQL's text cannot
+// (the contract stores values exactly or refuses them): its JSON columns
+// escape a NUL, but not UTF-8 that is not valid, and its other columns can
+// hold neither.
+func checkText(sb *store.Sandbox) error {
+	for _, m := range []map[string]string{sb.Env, sb.Labels} {
+		for k, v := range m {
+			if !utf8.ValidString(k) || !utf8.ValidString(v) {
+				return fmt.Errorf("%w: sandbox %s: labels and environment must be UTF-8", errdefs.ErrInvalid, sb.ID)
+			}
+		}
+	}
+	for _, v := range []string{sb.ID, sb.State, sb.Template, sb.TemplateVersion, sb.Runtime, sb.Error, sb.Socket, sb.FromSnapshot, sb.Tenant} {
+		if !storable(v) {
+			return fmt.Errorf("%w: sandbox %.40q: text with a NUL or not UTF-8", errdefs.ErrInvalid, sb.ID)
+		}
+	}
+	return nil
+}
+
+// policyJSON is the egress column: empty for allow-all.
+func policyJSON(p api.NetworkPolicy) string {
+	if p.Egress == "" && len(p.Allow) == 0 && len(p.Deny) == 0 && p.Bandwidth == nil {
+		return ""
+	}
+	b, _ := json.Marshal(p)
+	return string(b)
+}
+
+func orEmpty(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
