@@ -14,7 +14,12 @@ import "context"
 //
 //   - Durable when acknowledged: a write that returns nil is committed, and
 //     is there after Close and a reopen, or after a crash of the process or
-//     the machine. A write that returns an error changed nothing.
+//     the machine. A write that returns an error changed nothing, with one
+//     exception no networked database can rule out: ErrUnavailable from a
+//     store whose connection was lost during the commit itself (PostgreSQL)
+//     may come from a write that was applied. Callers that retry such a
+//     write must find its effect already there acceptable (creates carry
+//     their IDs, so a retried one is ErrConflict, not a duplicate).
 //   - Errors are errdefs kinds, checked with errors.Is: ErrNotFound for an ID,
 //     name or hash the store does not hold (whatever its shape: an ID is only
 //     ever compared, never parsed or spliced into a query); ErrConflict for a
