@@ -793,6 +793,10 @@ func testFileMetadata(t *testing.T, rt runtime.Runtime, env Env) {
 	sb := Start(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 512 << 20, PIDs: 256}, 1<<30)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	// The directory exists before the watch: a recursive watch learns of a
+	// new directory by an event, and what is written in it before the
+	// watch reaches it is not seen (a slow, emulated guest loses that race).
+	sb.MustSh(t, "mkdir -p /root/meta")
 	ws, err := sb.Client.WatchWith(ctx, "/root", agent.WatchOptions{Recursive: true, Entries: true, NoNetworkMounts: true})
 	if err != nil {
 		t.Fatalf("watching /root, refusing network file systems: %v", err)
