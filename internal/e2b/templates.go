@@ -947,16 +947,13 @@ func (s *Server) assignTags(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("%q is an alias of an atoll template here, which cannot be tagged", name))
 		return
 	}
-	var tags []string
+	tags, err := normalTags(body.Tags)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
 	var version string
-	for _, t := range body.Tags {
-		t = strings.ToLower(strings.TrimSpace(t))
-		if t != defaultTag {
-			if err := checkTag(t); err != nil {
-				s.writeErr(w, r, err)
-				return
-			}
-		}
+	for _, t := range tags {
 		if len(atollName(name, t)) > 63 {
 			writeError(w, http.StatusBadRequest, "template name and tag are longer than 63 characters together")
 			return
@@ -967,9 +964,24 @@ func (s *Server) assignTags(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		version = v.VersionID
-		tags = append(tags, t)
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"tags": tags, "buildID": s.builds.buildIDOf(version)})
+}
+
+// normalTags lower-cases and trims the tags of a tag request and checks
+// each (the default tag names the template itself), before any is applied.
+func normalTags(raw []string) ([]string, error) {
+	tags := make([]string, 0, len(raw))
+	for _, t := range raw {
+		t = strings.ToLower(strings.TrimSpace(t))
+		if t != defaultTag {
+			if err := checkTag(t); err != nil {
+				return nil, err
+			}
+		}
+		tags = append(tags, t)
+	}
+	return tags, nil
 }
 
 type removeTagsBody struct {
@@ -992,14 +1004,12 @@ func (s *Server) removeTags(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "tags are required")
 		return
 	}
-	for _, t := range body.Tags {
-		t = strings.ToLower(strings.TrimSpace(t))
-		if t != defaultTag {
-			if err := checkTag(t); err != nil {
-				s.writeErr(w, r, err)
-				return
-			}
-		}
+	tags, err := normalTags(body.Tags)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	for _, t := range tags {
 		// The name itself is the default tag: removing it removes the
 		// name, as atoll template rm does.
 		if _, err := s.cfg.Templates.Delete(r.Context(), atollName(name, t)); err != nil {
