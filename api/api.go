@@ -26,6 +26,10 @@ const (
 	StateDeleting  = "deleting"
 	StateDeleted   = "deleted" // only in the answer to a stop of an ephemeral sandbox
 	StateError     = "error"
+	// A lost sandbox was on a cluster node whose lease expired: the node
+	// is fenced, and the sandbox can be restored on another node from the
+	// latest state that reached object storage.
+	StateLost = "lost"
 )
 
 // Sandbox is a sandbox as the API reports it.
@@ -65,6 +69,8 @@ type Sandbox struct {
 	// Ports says who may open the sandbox's ports through the server's port
 	// proxy.
 	Ports PortAccess `json:"ports"`
+	// Node is the cluster node that runs it; absent on a single machine.
+	Node string `json:"node,omitempty"`
 }
 
 // PortAccess says who may open a sandbox's ports through the port proxy

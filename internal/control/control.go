@@ -933,6 +933,11 @@ var recoveries = map[lifecycle.Recovery]func(s *Service, ctx context.Context, sb
 	lifecycle.SettleArchive: func(s *Service, ctx context.Context, sb store.Sandbox, _ runtime.Runtime) {
 		s.recoverArchiving(ctx, sb)
 	},
+	lifecycle.Relinquish: func(_ *Service, ctx context.Context, sb store.Sandbox, rt runtime.Runtime) {
+		// The cluster fenced this node and restores the sandbox
+		// elsewhere: nothing of it may go on running here.
+		_ = rt.Cleanup(ctx, sb.ID)
+	},
 	lifecycle.DropRestore: func(s *Service, _ context.Context, sb store.Sandbox, _ runtime.Runtime) {
 		// A restore from the archive that a crash cut short.
 		if s.layers.WritableExists(sb.ID) {

@@ -54,6 +54,10 @@ const (
 	// them (the object is whole) it is archived.
 	SettleArchive Recovery = "stopped if its files are still local, else archived"
 	// DropRestore: the files of a restore from the archive cut short go.
+	// Relinquish: the cluster fenced this node and marked the sandbox
+	// lost; whatever of it still runs here stops, and its record is left
+	// for the cluster to restore elsewhere.
+	Relinquish  Recovery = "stop what of it still runs here; the cluster restores it elsewhere"
 	DropRestore Recovery = "remove the files of a cut-short restore"
 )
 
@@ -87,6 +91,7 @@ var States = []State{
 	{Name: api.StateArchived, Visible: true, Recover: DropRestore},
 	{Name: api.StateError, Visible: true, Recover: Cleanup},
 	{Name: api.StateDeleting, Visible: true, Recover: FinishDelete},
+	{Name: api.StateLost, Visible: true, Recover: Relinquish},
 }
 
 // Transition is one allowed change of state.
@@ -143,6 +148,7 @@ var Transitions = []Transition{
 	{api.StateStopping, api.StateError, "stop failed, recovery (runtime gone)"},
 
 	{Any, api.StateDeleting, "delete, auto-delete, ephemeral stop"},
+	{Any, api.StateLost, "its node's lease expired (cluster)"},
 	{api.StateDeleting, api.StateDeleted, "delete"},
 	{api.StateCreating, api.StateDeleted, "create failed, recovery"},
 	{Pooled, api.StateDeleted, "pool drained, recovery"},

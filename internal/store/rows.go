@@ -10,7 +10,7 @@ import (
 // find it again.
 type Sandbox struct {
 	api.Sandbox
-	Slot      int    // index of its uid range and quota project; unique among sandboxes
+	Slot      int    // index of its uid range and quota project; unique among its node's sandboxes
 	PID       int    // of its init process while running
 	StartTime uint64 // of PID
 	Socket    string // agent socket while running
@@ -24,6 +24,11 @@ type Sandbox struct {
 	// Tenant owns it (package tenant); rows of older versions belong to
 	// tenant.Default.
 	Tenant string
+	// LostFrom is the state it was in when its node was fenced and it
+	// became api.StateLost (see Cluster.Expire).
+	LostFrom string
+	// api.Sandbox.Node is the cluster node that runs it ("" on a single
+	// machine); Slot is unique among that node's sandboxes.
 	// api.Sandbox.TemplateVersion is the version of Template it was made
 	// from, which it holds (see Templates).
 }

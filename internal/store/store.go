@@ -53,7 +53,8 @@ type Store interface {
 // Sandboxes are the sandbox rows and their recorded state changes.
 type Sandboxes interface {
 	// Create records a new sandbox and its first state (a transition from
-	// ""). It chooses sb.Slot, the lowest slot no live sandbox holds, and
+	// ""). It chooses sb.Slot, the lowest slot no live sandbox of sb.Node
+	// holds, and
 	// writes "" tenant as tenant.Default into sb.Tenant; on error sb is as it
 	// came. An ID already recorded is ErrConflict; a TemplateVersion the
 	// store does not hold ("" is the built-in template, always held) is
@@ -72,8 +73,12 @@ type Sandboxes interface {
 	Delete(ctx context.Context, id string) error
 	// Get returns one sandbox, as last written.
 	Get(ctx context.Context, id string) (Sandbox, error)
-	// List returns every sandbox (of every tenant), by CreatedAt, then ID.
+	// List returns every sandbox (of every tenant and node), by
+	// CreatedAt, then ID.
 	List(ctx context.Context) ([]Sandbox, error)
+	// ListNode returns the sandboxes of node ("" on a single machine: all
+	// of them), in List's order.
+	ListNode(ctx context.Context, node string) ([]Sandbox, error)
 	// Transitions returns a sandbox's recorded state changes in the order
 	// they were made; they outlive the sandbox's row.
 	Transitions(ctx context.Context, id string) ([]Transition, error)

@@ -297,3 +297,18 @@ func orEmpty(m map[string]string) map[string]string {
 	}
 	return m
 }
+
+// ListNode returns the sandboxes of node, in List's order.
+func (s *Store) ListNode(ctx context.Context, node string) ([]store.Sandbox, error) {
+	all, err := s.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var mine []store.Sandbox
+	for _, sb := range all {
+		if sb.Node == node {
+			mine = append(mine, sb)
+		}
+	}
+	return mine, nil
+}

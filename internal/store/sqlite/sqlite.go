@@ -715,3 +715,18 @@ func (s *Store) counts(ctx context.Context, query string, args ...any) (map[stri
 }
 
 var _ store.Store = (*Store)(nil)
+
+// ListNode returns the sandboxes of node, in List's order.
+func (s *Store) ListNode(ctx context.Context, node string) ([]store.Sandbox, error) {
+	all, err := s.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var mine []store.Sandbox
+	for _, sb := range all {
+		if sb.Node == node {
+			mine = append(mine, sb)
+		}
+	}
+	return mine, nil
+}

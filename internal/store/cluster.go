@@ -1,0 +1,143 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+)
+
+// Cluster is what a store shared by the nodes of a cluster (store/postgres)
+// keeps besides Store: the nodes, their leases and epochs, placements, and
+// the cluster's shared secrets. storetest.Cluster checks its promises.
+//
+// Leases and epochs. A node joins under a new epoch, one more than its last,
+// and holds a lease it renews by heartbeat. Once its lease has run out,
+// Expire fences it: its sandboxes are marked lost, and nothing written under
+// that epoch is accepted again (ErrFenced), even if the node comes back from
+// a partition still believing it owns them. A node that restarts joins again
+// under a new epoch and re-adopts the sandboxes still recorded as its own.
+//
+// Sandboxes carry the Node that runs them. Writes a node makes go through
+// As(node, epoch), which refuses every write once that epoch is no longer
+// the node's current, live one; and a node writes only its own sandboxes.
+type Cluster interface {
+	Store
+	// Join records node n (Name, Address, Version, Runtimes, Labels,
+	// Capacity) as live under a new epoch, returned, with a lease until
+	// now+ttl. A node joining again keeps its Schedule (cordoned,
+	// draining) and its sandboxes; its earlier epoch is fenced from now on.
+	Join(ctx context.Context, n Node, ttl time.Duration) (epoch int64, err error)
+	// Renew extends node name's lease to now+ttl and records st, if epoch
+	// is its current epoch and it is live; else ErrFenced.
+	Renew(ctx context.Context, name string, epoch int64, ttl time.Duration, st NodeStatus) error
+	// Nodes returns every node, by name, each with Committed: what its
+	// sandboxes hold now (see Holds).
+	Nodes(ctx context.Context) ([]Node, error)
+	// SetSchedule sets node name's Schedule ("", NodeCordoned,
+	// NodeDraining). ErrNotFound for no such node.
+	SetSchedule(ctx context.Context, name, schedule string) error
+	// Expire fences every live node whose lease ran out before now: the
+	// node becomes NodeFenced, and each of its sandboxes (not those
+	// deleting) becomes api.StateLost, recording the state it was in as
+	// LostFrom, with a transition whose reason is cause. It returns the
+	// nodes fenced. Several nodes expiring at once fence each node once.
+	Expire(ctx context.Context, now time.Time, cause string) ([]Node, error)
+	// Place records each placement's sandbox on its Node (sb.Node set by
+	// the caller), as Create does (slot: the lowest its node's live
+	// sandboxes leave free), if that node is live, schedulable
+	// (Schedule ""), offers sb.Runtime, and has room: its Committed plus
+	// sb's resources within its Capacity; else ErrNoRoom for that
+	// placement. Each placement is applied or refused on its own, and
+	// concurrent Places never commit a node beyond its capacity. errs[i]
+	// is placement i's.
+	Place(ctx context.Context, sbs []*Sandbox) (errs []error)
+	// As is the view node name writes through under epoch: its Create
+	// places on the node (as Place, schedulable or not: forks and pools
+	// are the node's own business), and every write through it (sandbox,
+	// snapshot) is refused with ErrFenced unless epoch is the node's
+	// current epoch and the node is live. A sandbox write through it of a
+	// sandbox of another node is ErrFenced too. Reads are the Store's.
+	As(name string, epoch int64) Store
+	// Secret returns the value kept under name, first storing make()'s if
+	// there is none; when several nodes ask at once, every one gets the
+	// same value (the first stored).
+	Secret(ctx context.Context, name string, make func() ([]byte, error)) ([]byte, error)
+}
+
+// ErrFenced is a write under an epoch that is no longer its node's current,
+// live one, or of a sandbox of another node. The node must stop acting on
+// what it believed it owned.
+var ErrFenced = fmt.Errorf("node fenced: its lease expired or another node owns this: %w", errdefs.ErrUnavailable)
+
+// ErrNoRoom is a placement on a node that cannot take it: not live, not
+// schedulable, without the runtime, or without the capacity. The scheduler
+// tries another node.
+var ErrNoRoom = fmt.Errorf("node has no room for the sandbox: %w", errdefs.ErrUnavailable)
+
+// IsFenced reports whether err is ErrFenced.
+func IsFenced(err error) bool { return errors.Is(err, ErrFenced) }
+
+// Node states and schedules.
+const (
+	NodeLive   = "live"
+	NodeFenced = "fenced" // lease expired; its sandboxes are lost
+
+	NodeCordoned = "cordoned" // takes no new placements
+	NodeDraining = "draining" // takes none, and its sandboxes move away
+)
+
+// Resources are what a node has, or what sandboxes hold.
+type Resources struct {
+	CPU       float64 `json:"cpu"`
+	MemoryMiB int64   `json:"memory_mib"`
+	DiskGiB   int64   `json:"disk_gib"`
+	Sandboxes int     `json:"sandboxes"`
+}
+
+// Node is a member of a cluster.
+type Node struct {
+	Name     string // unique; chosen by the operator
+	Address  string // host:port of its node-to-node listener
+	Version  string
+	Runtimes []string
+	Labels   map[string]string
+	Capacity Resources
+	// Committed is what the node's sandboxes hold (Nodes fills it).
+	Committed Resources
+	Epoch     int64
+	State     string // NodeLive, NodeFenced
+	Schedule  string // "", NodeCordoned, NodeDraining
+	JoinedAt  time.Time
+	// Heartbeat is the last renewal; LeaseExpires when the lease runs out.
+	Heartbeat, LeaseExpires time.Time
+	// Status is what the node last reported.
+	Status NodeStatus
+}
+
+// NodeStatus is what a node reports with each heartbeat.
+type NodeStatus struct {
+	// Templates are the template version IDs whose layers the node holds,
+	// for locality.
+	Templates []string `json:"templates,omitempty"`
+	// Pooled counts the warm sandboxes the node holds, by template
+	// version ID ("" the built-in).
+	Pooled map[string]int `json:"pooled,omitempty"`
+}
+
+// Holds reports what a sandbox in state holds on its node: compute (its CPU
+// and memory) while it has processes or may have them soon, and a slot (its
+// disk and one of the node's sandbox count) while its files are on the node.
+// Place and Nodes count sandboxes by it.
+func Holds(state string) (compute, slot bool) {
+	switch state {
+	case api.StateStopped, api.StateStopping, api.StateError, api.StateArchiving, api.StateSuspended, api.StateShelved:
+		return false, true
+	case api.StateArchived, api.StateLost, api.StateDeleting:
+		return false, false
+	}
+	return true, true
+}
