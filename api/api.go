@@ -639,3 +639,61 @@ type CreateKeyRequest struct {
 	Name   string `json:"name"`
 	Tenant string `json:"tenant,omitempty"`
 }
+
+// Node is a node of a cluster as GET /v1/nodes reports it.
+type Node struct {
+	Name     string            `json:"name"`
+	Address  string            `json:"address"` // of its node-to-node listener
+	Version  string            `json:"version,omitempty"`
+	Runtimes []string          `json:"runtimes"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	// Capacity is what the node offers; Committed what its sandboxes hold.
+	Capacity  NodeResources `json:"capacity"`
+	Committed NodeResources `json:"committed"`
+	// State is live or fenced (its lease expired: its sandboxes are lost).
+	State string `json:"state"`
+	// Schedule is "" (takes new sandboxes), cordoned (takes none) or
+	// draining (takes none, and its sandboxes move away).
+	Schedule     string    `json:"schedule,omitempty"`
+	Epoch        int64     `json:"epoch"`
+	JoinedAt     time.Time `json:"joined_at"`
+	Heartbeat    time.Time `json:"heartbeat"`
+	LeaseExpires time.Time `json:"lease_expires"`
+	// Templates are the template version IDs whose layers it holds.
+	Templates []string `json:"templates,omitempty"`
+}
+
+// Node schedules.
+const (
+	NodeCordoned = "cordoned"
+	NodeDraining = "draining"
+)
+
+// NodeResources are a node's capacity or what is committed on it.
+type NodeResources struct {
+	CPU       float64 `json:"cpu"`
+	MemoryMiB int64   `json:"memory_mib"`
+	DiskGiB   int64   `json:"disk_gib"`
+	Sandboxes int     `json:"sandboxes"`
+}
+
+// NodeList is GET /v1/nodes's answer.
+type NodeList struct {
+	Nodes []Node `json:"nodes"`
+}
+
+// ValidNodeName reports whether name can name a node: 1-63 of [a-z0-9-],
+// starting with a letter or digit (a DNS label, so it fits certificates
+// and hostnames).
+func ValidNodeName(name string) bool {
+	if len(name) == 0 || len(name) > 63 || name[0] == '-' {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}

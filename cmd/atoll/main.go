@@ -106,6 +106,9 @@ directory (--data).`,
 	key := newKeyCmd(g)
 	key.GroupID = "server"
 	root.AddCommand(key)
+	node := newNodeCmd(g)
+	node.GroupID = "server"
+	root.AddCommand(node)
 	return root
 }
 

@@ -3,6 +3,8 @@ package server
 import (
 	"net/http"
 	"strings"
+
+	"github.com/atoll-dev/atoll/api"
 )
 
 // route is one entry of the API. The table is the source of the mux and of the
@@ -91,6 +93,10 @@ func (s *Server) routes() []route {
 		{"POST", "/v1/keys", true, s.admin(s.createKey)},
 		{"GET", "/v1/keys", true, s.admin(s.listKeys)},
 		{"DELETE", "/v1/keys/{key}", true, s.admin(s.deleteKey)},
+		{"GET", "/v1/nodes", true, s.admin(s.listNodes)},
+		{"POST", "/v1/nodes/{node}/cordon", true, s.admin(s.setSchedule(api.NodeCordoned))},
+		{"POST", "/v1/nodes/{node}/uncordon", true, s.admin(s.setSchedule(""))},
+		{"POST", "/v1/nodes/{node}/drain", true, s.admin(s.setSchedule(api.NodeDraining))},
 	}
 	for _, ar := range agentRoutes {
 		rts = append(rts, route{ar.method, sandboxPath + ar.path, true, s.forward(strings.Contains(ar.path, "{pid}"), ar.jsonBody)})

@@ -87,6 +87,14 @@ type Runtimes interface {
 	Runtimes() []api.Runtime
 }
 
+// Nodes are a cluster's nodes (the cluster layer of `atoll serve --cluster`).
+type Nodes interface {
+	List(ctx context.Context) ([]api.Node, error)
+	// SetSchedule cordons (api.NodeCordoned), drains (api.NodeDraining)
+	// or uncordons ("") node name; errdefs.ErrNotFound for no such node.
+	SetSchedule(ctx context.Context, name, schedule string) error
+}
+
 // Keys issues and revokes API keys (auth.Keys).
 type Keys interface {
 	Create(ctx context.Context, req api.CreateKeyRequest) (api.APIKey, error)
@@ -110,6 +118,7 @@ type Config struct {
 	Runtimes  Runtimes  // nil: GET /v1/runtimes answers 503 unavailable
 	Auth      Authenticator
 	Keys      Keys         // nil: the key routes answer 503 unavailable
+	Nodes     Nodes        // nil (one machine, not a cluster): the node routes answer 409 conflict
 	Logger    *slog.Logger // default slog.Default()
 	Version   string       // reported by GET /v1/health
 }

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	atoll "github.com/atoll-dev/atoll/sdk/go"
+)
+
+func newNodeCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "List, cordon and drain a cluster's nodes (admin keys only)",
+		Long: `A cluster's nodes ("atoll serve --cluster postgres://..."; docs/cluster.md):
+each runs sandboxes and answers the whole API. "node ls" shows each node's
+capacity, what its sandboxes hold, its lease and its schedule; "cordon"
+stops placing new sandboxes on a node, "uncordon" lets it take them again,
+and "drain" cordons it and moves its sandboxes to other nodes. On a single
+machine these commands answer that the server is not a cluster.`,
+		Example: `  atoll node ls
+  atoll node cordon node-b
+  atoll node drain node-b`,
+	}
+	cmd.AddCommand(newNodeListCmd(g),
+		newNodeScheduleCmd(g, "cordon", "Stop placing new sandboxes on nodes", (*atoll.Client).CordonNode),
+		newNodeScheduleCmd(g, "uncordon", "Let nodes take new sandboxes again", (*atoll.Client).UncordonNode),
+		newNodeScheduleCmd(g, "drain", "Cordon nodes and move their sandboxes to other nodes", (*atoll.Client).DrainNode))
+	return cmd
+}
+
+func newNodeListCmd(g *globals) *cobra.Command {
+	var listJSON bool
+	list := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List the nodes: capacity, committed, lease, schedule",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			ns, err := c.ListNodes(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if listJSON {
+				return renderJSON(cmd.OutOrStdout(), ns)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tSTATE\tSCHEDULE\tSANDBOXES\tCPU\tMEMORY\tDISK\tRUNTIMES\tVERSION\tLEASE")
+			now := time.Now()
+			for _, n := range ns {
+				sched := n.Schedule
+				if sched == "" {
+					sched = "-"
+				}
+				lease := "expired " + now.Sub(n.LeaseExpires).Round(time.Second).String() + " ago"
+				if n.LeaseExpires.After(now) {
+					lease = "renewed " + now.Sub(n.Heartbeat).Round(time.Second).String() + " ago"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%g/%g\t%s/%s\t%d/%d GiB\t%s\t%s\t%s\n", n.Name, n.State, sched,
+					n.Committed.Sandboxes, n.Capacity.Sandboxes, n.Committed.CPU, n.Capacity.CPU,
+					mib(n.Committed.MemoryMiB), mib(n.Capacity.MemoryMiB), n.Committed.DiskGiB, n.Capacity.DiskGiB,
+					strings.Join(n.Runtimes, ","), n.Version, lease)
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
+	return list
+}
+
+// mib renders MiB as MiB or GiB.
+func mib(m int64) string {
+	if m >= 1024 && m%1024 == 0 {
+		return fmt.Sprintf("%dGi", m/1024)
+	}
+	return fmt.Sprintf("%dMi", m)
+}
+
+func newNodeScheduleCmd(g *globals, verb, short string, do func(*atoll.Client, context.Context, string) error) *cobra.Command {
+	return &cobra.Command{
+		Use:   verb + " NODE...",
+		Short: short,
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			for _, name := range args {
+				if err := do(c, cmd.Context(), name); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+}
