@@ -88,6 +88,7 @@ func (c *Client) prepare(n Node, req *http.Request) {
 // to close.
 func (c *Client) Do(ctx context.Context, n Node, req *http.Request) (*http.Response, error) {
 	req = req.Clone(ctx)
+	req.RequestURI = "" // a server's request, passed on as it is
 	c.prepare(n, req)
 	resp, err := c.transport(n).RoundTrip(req)
 	if err != nil {

@@ -125,9 +125,16 @@ type Directory struct {
 	list func(ctx context.Context) ([]store.Node, error)
 	ttl  time.Duration
 
+	// mu is held while listing, so that requests arriving together wait
+	// for one listing rather than each making its own.
 	mu    sync.Mutex
 	nodes map[string]store.Node
 	at    time.Time // when nodes was listed
+	// failed is when listing last failed, with err: the store is asked
+	// again only minRefresh later, so that an outage costs each request a
+	// wait for one listing at most.
+	failed time.Time
+	err    error
 }
 
 // DirectoryTTL is how long a Directory trusts its list by default: a node
@@ -154,9 +161,13 @@ func (d *Directory) Node(ctx context.Context, name string, fresh bool) (store.No
 	defer d.mu.Unlock()
 	age := time.Since(d.at)
 	if d.nodes == nil || age > d.ttl || fresh && age > minRefresh {
+		if time.Since(d.failed) < minRefresh {
+			return store.Node{}, false, d.err
+		}
 		ns, err := d.list(ctx)
 		if err != nil {
-			return store.Node{}, false, fmt.Errorf("listing the cluster's nodes: %w", err)
+			d.failed, d.err = time.Now(), fmt.Errorf("listing the cluster's nodes: %w", err)
+			return store.Node{}, false, d.err
 		}
 		d.nodes = make(map[string]store.Node, len(ns))
 		for _, n := range ns {

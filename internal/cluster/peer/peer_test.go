@@ -127,7 +127,7 @@ const (
 	testWait = 10 * time.Second
 )
 
-func newCluster(t *testing.T, names ...string) *cluster {
+func newCluster(t testing.TB, names ...string) *cluster {
 	t.Helper()
 	var sec secrets
 	ca, err := LoadCA(context.Background(), sec.Secret)
@@ -478,5 +478,31 @@ func TestNoLoop(t *testing.T) {
 	}
 	if a.served.Load() != 0 || b.served.Load() != 1 {
 		t.Errorf("served: a %d, b %d; want 0 and 1", a.served.Load(), b.served.Load())
+	}
+}
+
+// BenchmarkRouted: a small GET served by its owner directly, and through
+// another node's router (mTLS, pooled connections).
+func BenchmarkRouted(b *testing.B) {
+	c := newCluster(b, "a", "b")
+	for _, bc := range []struct{ name, url string }{
+		{"direct", c.nodes["b"].public.URL},
+		{"routed", c.nodes["a"].public.URL},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			req, _ := http.NewRequest("GET", bc.url+"/v1/sandboxes/"+onB, nil)
+			req.Header.Set("Authorization", keyT1)
+			for b.Loop() {
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					b.Fatal(resp.Status)
+				}
+			}
+		})
 	}
 }

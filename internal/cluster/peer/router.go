@@ -62,7 +62,7 @@ type RouterConfig struct {
 	Self string
 	// Locate finds a sandbox's owner.
 	Locate Locate
-	// Client carries routed requests to their owners.
+	// Client carries routed requests to their owners (required).
 	Client *Client
 	// Surface is the shape of the router's own error answers to r;
 	// httpkit.Atoll when nil.

@@ -6,9 +6,12 @@ import (
 	"crypto/x509"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -315,4 +318,39 @@ func TestSharedCA(t *testing.T) {
 
 func x509VerifyOptions(ca *CA) x509.VerifyOptions {
 	return x509.VerifyOptions{Roots: ca.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+}
+
+// TestStoreDown: while the nodes cannot be listed, node calls are answered
+// 503 without the store's words, and requests about sandboxes elsewhere
+// 503; listing is not retried for every request.
+func TestStoreDown(t *testing.T) {
+	var lists atomic.Int64
+	down := errors.New("dial tcp 10.9.9.9:5432: connection refused")
+	dir := NewDirectory(func(context.Context) ([]store.Node, error) { lists.Add(1); return nil, down }, 0)
+	h := Guard(dir.Live, http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("served") }), nil)
+	var sec secrets
+	ca, _ := LoadCA(context.Background(), sec.Secret)
+	id, _ := ca.NewIdentity("a", "127.0.0.1:1", 0)
+	c, _ := id.Certificate()
+	for i := 0; i < 20; i++ {
+		r := httptest.NewRequest("GET", "/v1/sandboxes/"+onB, nil)
+		r.TLS = &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{c.Leaf}}}
+		r.Header.Set(HeaderEpoch, "1")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		e := decode[api.Error](t, w.Body.Bytes())
+		if w.Code != http.StatusServiceUnavailable || e.Code != api.CodeUnavailable || strings.Contains(e.Message, "10.9.9.9") {
+			t.Fatalf("%d %+v", w.Code, e)
+		}
+	}
+	if n := lists.Load(); n != 1 {
+		t.Errorf("listed %d times for 20 requests in a burst, want 1", n)
+	}
+	loc := LocateBy(func(context.Context, string) (string, string, error) { return "b", api.StateRunning, nil }, dir)
+	rt := NewRouter(RouterConfig{Self: "a", Locate: loc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	w := httptest.NewRecorder()
+	rt.Wrap(http.NotFoundHandler()).ServeHTTP(w, httptest.NewRequest("GET", "/v1/sandboxes/"+onB+"/exec", nil))
+	if e := decode[api.Error](t, w.Body.Bytes()); w.Code != http.StatusServiceUnavailable || strings.Contains(e.Message, "10.9.9.9") {
+		t.Errorf("router with the store down: %d %+v", w.Code, e)
+	}
 }
