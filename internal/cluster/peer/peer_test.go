@@ -226,6 +226,13 @@ func (c *cluster) api(n *node) http.Handler {
 				}
 			}
 			return
+		case strings.HasSuffix(r.URL.Path, "/sink"):
+			n, _ := io.Copy(io.Discard, r.Body)
+			fmt.Fprintf(w, "%d\n", n)
+			return
+		case strings.HasSuffix(r.URL.Path, "/source"):
+			io.Copy(w, io.LimitReader(zeros{}, 64<<20))
+			return
 		case strings.HasSuffix(r.URL.Path, "/ws"):
 			conn, err := websocket.Accept(w, r, nil)
 			if err != nil {
@@ -506,3 +513,40 @@ func BenchmarkRouted(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRoutedStream: 64 MiB up (a file written) and down (a file
+// read), directly and routed.
+func BenchmarkRoutedStream(b *testing.B) {
+	c := newCluster(b, "a", "b")
+	const size = 64 << 20
+	for _, bc := range []struct{ name, url string }{
+		{"direct", c.nodes["b"].public.URL},
+		{"routed", c.nodes["a"].public.URL},
+	} {
+		for _, dir := range []string{"up", "down"} {
+			b.Run(bc.name+"-"+dir, func(b *testing.B) {
+				b.SetBytes(size)
+				for b.Loop() {
+					req, _ := http.NewRequest("GET", bc.url+"/v1/sandboxes/"+onB+"/files/source", nil)
+					if dir == "up" {
+						req, _ = http.NewRequest("PUT", bc.url+"/v1/sandboxes/"+onB+"/files/sink", io.LimitReader(zeros{}, size))
+					}
+					req.Header.Set("Authorization", keyT1)
+					resp, err := http.DefaultClient.Do(req)
+					if err != nil {
+						b.Fatal(err)
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						b.Fatal(resp.Status)
+					}
+				}
+			})
+		}
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }

@@ -103,9 +103,16 @@ func TestWrongCA(t *testing.T) {
 	// as its roots, so that only b's check of its certificate stops it.
 	cfg := imp.ClientTLS("b", b.addr)
 	cfg.RootCAs = c.ca.Pool()
+	// a's certificate from the right CA, but expired.
+	old, err := c.ca.sign("a", c.nodes["a"].addr, time.Millisecond, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
 	for name, cfg := range map[string]*tls.Config{
 		"other CA":       cfg,
 		"no certificate": {RootCAs: c.ca.Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13},
+		"expired":        {RootCAs: c.ca.Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{*old}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			conn, err := tls.Dial("tcp", b.addr, cfg)
