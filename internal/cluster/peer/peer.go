@@ -8,13 +8,19 @@
 // Wiring, on each node:
 //
 //	ca, _ := peer.LoadCA(ctx, cluster.Secret)
-//	id, _ := ca.NewIdentity(name, nodeAddress, 0)
+//	id, _ := ca.NewIdentity(name, nodeAddress, 0) // nodeAddress: store.Node.Address
 //	dir := peer.NewDirectory(cluster.Nodes, 0)
-//	client := peer.NewClient(id, epoch)
-//	// the node-to-node listener: the API as is, plus /cluster/v1/...
-//	nodeSrv := &http.Server{TLSConfig: id.ServerTLS(), Handler: peer.Guard(dir.Live, api, log)}
-//	// the public listeners
-//	pub := (&peer.Router{Self: name, Locate: ..., Client: client}).Wrap(api)
+//	client := peer.NewClient(id, currentEpoch)
+//	router := peer.NewRouter(peer.RouterConfig{Self: name, Client: client, Listener: "api",
+//		Locate: peer.LocateBy(sandboxNodeAndState, dir)})
+//	// the public listeners, each behind its router
+//	public := router.Wrap(api)
+//	ports := router.For("ports").Wrap(portProxy)
+//	// the node-to-node listener: each listener's handler as is, and the
+//	// nodes' own endpoints (/cluster/v1/...)
+//	handlers := map[string]http.Handler{"": internal, "api": api, "ports": portProxy}
+//	nodeSrv := &http.Server{TLSConfig: id.ServerTLS(), Handler: peer.Guard(dir.Live, peer.Listeners(handlers), log)}
+//	nodeSrv.ListenAndServeTLS("", "")
 //
 // A routed request reaches the owner on its node-to-node listener, where
 // Guard marks it (in its context) as routed; the Router serves a routed
@@ -56,6 +62,12 @@ const (
 	// HeaderRouted names the node that routed a client's request, for the
 	// owner's logs.
 	HeaderRouted = headerPrefix + "Routed-By"
+	// HeaderListener names the public listener a routed request came in
+	// on (RouterConfig.Listener): the same request means different things
+	// on different listeners (a host {port}-{id}.{domain} is envd's on the
+	// API's listener, a sandbox's port on the port proxy's), so the owner
+	// serves it with that listener's handler (Listeners).
+	HeaderListener = headerPrefix + "Listener"
 )
 
 // stripPeerHeaders removes the node-to-node headers from h.
@@ -69,11 +81,34 @@ func stripPeerHeaders(h http.Header) {
 
 type peerKey struct{}
 
+// sender is what Guard knows of a request: the node that sent it, and for
+// a routed request the listener it came in on.
+type sender struct {
+	node, listener string
+}
+
 // From returns the node that sent r, if r came in through Guard from a
 // live member: a request routed to this node, or a node's own call.
 func From(r *http.Request) (node string, ok bool) {
-	node, ok = r.Context().Value(peerKey{}).(string)
-	return node, ok
+	s, ok := r.Context().Value(peerKey{}).(sender)
+	return s.node, ok
+}
+
+// Listeners serves the node-to-node listener with the handler of the
+// public listener each routed request came in on, by RouterConfig.Listener
+// name; a node's own call names none and goes to handlers[""] (the
+// /cluster/v1/ endpoints, say). A name with no handler is a 404. Put it
+// behind Guard.
+func Listeners(handlers map[string]http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s, _ := r.Context().Value(peerKey{}).(sender)
+		h, ok := handlers[s.listener]
+		if !ok {
+			httpkit.Atoll.Error(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("this node serves no listener %q", truncate(s.listener, 64)))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Live reports nil if node name is a live member of the cluster under
@@ -112,7 +147,7 @@ func Guard(live Live, next http.Handler, log *slog.Logger) http.Handler {
 			}
 			return
 		}
-		ctx := context.WithValue(r.Context(), peerKey{}, name)
+		ctx := context.WithValue(r.Context(), peerKey{}, sender{node: name, listener: r.Header.Get(HeaderListener)})
 		stripPeerHeaders(r.Header)
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})

@@ -103,7 +103,8 @@ type node struct {
 	id     *Identity
 	epoch  atomic.Int64
 	client *Client
-	public *httptest.Server
+	public *httptest.Server // the API's listener
+	ports  *httptest.Server // the port proxy's
 	peer   *http.Server
 	addr   string
 	served atomic.Int64 // requests its API served
@@ -158,15 +159,20 @@ func newCluster(t testing.TB, names ...string) *cluster {
 		}
 		n.client = NewClient(n.id, n.epoch.Load)
 		dir := NewDirectory(c.w.list, 50*time.Millisecond)
-		router := NewRouter(RouterConfig{Self: name, Locate: LocateBy(c.w.sandbox(name), dir), Client: n.client, Logger: log})
+		router := NewRouter(RouterConfig{Self: name, Listener: "api", Locate: LocateBy(c.w.sandbox(name), dir), Client: n.client, Logger: log})
 		api := router.Wrap(c.api(n))
-		// The node listener serves the API behind the router too, as an
-		// integrator might: From keeps a routed request here.
-		n.peer = &http.Server{Handler: Guard(dir.Live, api, log), TLSConfig: n.id.ServerTLS(), ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		ports := router.For("ports").Wrap(c.ports(n))
+		// The node listener serves each listener's handler behind its
+		// router too, as an integrator might: From keeps a routed request
+		// here.
+		handlers := map[string]http.Handler{"": c.api(n), "api": api, "ports": ports}
+		n.peer = &http.Server{Handler: Guard(dir.Live, Listeners(handlers), log), TLSConfig: n.id.ServerTLS(), ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 		go n.peer.ServeTLS(ln, "", "")
 		t.Cleanup(func() { n.peer.Close() })
 		n.public = httptest.NewServer(api)
 		t.Cleanup(n.public.Close)
+		n.ports = httptest.NewServer(ports)
+		t.Cleanup(n.ports.Close)
 		t.Cleanup(n.client.Close)
 		c.w.nodes[name] = store.Node{Name: name, Address: n.addr, Epoch: n.epoch.Load(), State: store.NodeLive}
 		c.nodes[name] = n
@@ -182,6 +188,7 @@ type answer struct {
 	Body     string `json:"body"`
 	Host     string `json:"host"`
 	Peer     string `json:"peer_headers"`
+	Listener string `json:"listener"`
 }
 
 // api is node n's API: it serves the sandboxes the world places on n, to
@@ -268,7 +275,24 @@ func (c *cluster) api(n *node) http.Handler {
 		}
 		b, _ := io.ReadAll(r.Body)
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(answer{Node: n.name, Sandbox: id, RoutedBy: from, Body: string(b), Host: r.Host, Peer: strings.Join(peerHeaders, ",")})
+		json.NewEncoder(w).Encode(answer{Node: n.name, Sandbox: id, RoutedBy: from, Body: string(b), Host: r.Host, Peer: strings.Join(peerHeaders, ","), Listener: "api"})
+	})
+}
+
+// ports is node n's port proxy: a host {port}-{id}.{domain} of a sandbox
+// on n is answered as its port's.
+func (c *cluster) ports(n *node) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := hostID(r.Host)
+		c.w.mu.Lock()
+		sb, ok := c.w.sandboxes[id]
+		c.w.mu.Unlock()
+		if !ok || sb.node != n.name {
+			http.Error(w, "no such sandbox port", http.StatusNotFound)
+			return
+		}
+		from, _ := From(r)
+		json.NewEncoder(w).Encode(answer{Node: n.name, Sandbox: id, RoutedBy: from, Host: r.Host, Listener: "ports"})
 	})
 }
 
@@ -327,12 +351,16 @@ func decode[T any](t *testing.T, b []byte) T {
 func TestRouted(t *testing.T) {
 	c := newCluster(t, "a", "b", "c")
 	a := c.nodes["a"].public.URL
+	ports := c.nodes["a"].ports.URL
 	big := strings.Repeat("x", 3<<20)
 	for _, tc := range []struct {
 		name, method, url, body string
 		hdr                     map[string]string
 		node, routedBy          string
 	}{
+		// The same host on the port proxy's listener is the port's.
+		{"port proxy", "GET", ports + "/index.html", "", map[string]string{"Host": "8080-" + onB + ".localhost"}, "b", "a"},
+		{"port proxy own", "GET", ports + "/", "", map[string]string{"Host": "8080-" + onA + ".localhost"}, "a", ""},
 		{"get on b", "GET", a + "/v1/sandboxes/" + onB, "", nil, "b", "a"},
 		{"post on c", "POST", a + "/v1/sandboxes/" + onC + "/exec?x=1", `{"cmd":["ls"]}`, nil, "c", "a"},
 		{"big put on b", "PUT", a + "/v1/sandboxes/" + onB + "/files?path=/x", big, nil, "b", "a"},
@@ -361,6 +389,13 @@ func TestRouted(t *testing.T) {
 			if got.Node != tc.node || got.RoutedBy != tc.routedBy || got.Body != tc.body || got.Peer != "" {
 				t.Errorf("answered by %q routed by %q, peer headers %q, body %d bytes; want %q by %q, body %d bytes",
 					got.Node, got.RoutedBy, got.Peer, len(got.Body), tc.node, tc.routedBy, len(tc.body))
+			}
+			wantListener := "api"
+			if strings.HasPrefix(tc.url, ports+"/") {
+				wantListener = "ports"
+			}
+			if got.Listener != wantListener {
+				t.Errorf("served by the %s listener's handler, want %s's", got.Listener, wantListener)
 			}
 			if h := tc.hdr["Host"]; h != "" && got.Host != h {
 				t.Errorf("owner saw host %q, want %q", got.Host, h)

@@ -60,6 +60,10 @@ func LocateBy(sandbox func(ctx context.Context, id string) (node, state string, 
 type RouterConfig struct {
 	// Self is this node's name: its sandboxes are served here.
 	Self string
+	// Listener names the public listener the router serves, for the owner
+	// to serve a routed request with the same listener's handler
+	// (Listeners). For only the API's listener, any name, even "", will do.
+	Listener string
 	// Locate finds a sandbox's owner.
 	Locate Locate
 	// Client carries routed requests to their owners (required).
@@ -85,6 +89,14 @@ func NewRouter(cfg RouterConfig) *Router {
 	if cfg.Surface == nil {
 		cfg.Surface = func(*http.Request) httpkit.Surface { return httpkit.Atoll }
 	}
+	return &Router{cfg: cfg}
+}
+
+// For returns a Router like rt for the public listener named listener,
+// with the same locator and client.
+func (rt *Router) For(listener string) *Router {
+	cfg := rt.cfg
+	cfg.Listener = listener
 	return &Router{cfg: cfg}
 }
 
@@ -141,6 +153,7 @@ func (rt *Router) proxy(n Node, id string) *httputil.ReverseProxy {
 			pr.Out.Host = pr.In.Host
 			pr.Out.Header.Set(HeaderEpoch, strconv.FormatInt(c.epoch(), 10))
 			pr.Out.Header.Set(HeaderRouted, rt.cfg.Self)
+			pr.Out.Header.Set(HeaderListener, rt.cfg.Listener)
 		},
 		Transport: c.transport(n),
 		// Streams (exec output, watches, logs) flush as they come.
