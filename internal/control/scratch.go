@@ -67,5 +67,9 @@ func (c *scratch) Discard(ctx context.Context) {
 // DrainPools discards the pooled sandboxes of versions no pool wants.
 func (s *Service) DrainPools(ctx context.Context) { s.pools.Drain(ctx) }
 
+// Pooled counts the pooled sandboxes ready to hand out, by template
+// version ID ("" the built-in), for a cluster node's heartbeat.
+func (s *Service) Pooled() map[string]int { return s.pools.Pooled() }
+
 // WakePools has the pools refilled.
 func (s *Service) WakePools() { s.pools.Wake() }

@@ -289,6 +289,22 @@ func (p *Service) TakePrestarted(runtimes ...string) []store.Sandbox {
 	return pre
 }
 
+// Pooled counts the pooled sandboxes ready to hand out, by template
+// version ID ("" the built-in template), as a cluster node reports them
+// (store.NodeStatus.Pooled).
+func (p *Service) Pooled() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := map[string]int{}
+	for key, ids := range p.warm {
+		if !store.ValidVersionID(key) {
+			key = "" // the built-in template's pool is kept by its name
+		}
+		n[key] += len(ids)
+	}
+	return n
+}
+
 // Forget empties the pools without discarding what they held, and returns
 // the IDs of the sandboxes they held: for a node that lost its lease in a
 // cluster, which must stop them without writing to the store.
