@@ -187,6 +187,23 @@ func TestClusterNodeScope(t *testing.T) {
 		}
 	}
 
+	// An operation asked of a about b's sandbox is refused for the
+	// cluster layer to route, and changes nothing.
+	id := theirs["running, dead"]
+	for op, do := range map[string]func() error{
+		"stop":   func() error { _, err := a.Stop(ctx, id); return err },
+		"delete": func() error { return a.Delete(ctx, id) },
+		"agent":  func() error { _, err := a.AgentDialer(ctx, id); return err },
+	} {
+		var e *ElsewhereError
+		if err := do(); !errors.As(err, &e) || e.Node != "b" || !errors.Is(err, errdefs.ErrUnavailable) {
+			t.Errorf("%s of b's sandbox on a: %v, want an ElsewhereError naming b", op, err)
+		}
+	}
+	if st, n := history(t, a.st, id); (hist{st, n}) != before["running, dead"] {
+		t.Errorf("b's sandbox is %s with %d transitions after a refused operations on it, was %+v", st, n, before["running, dead"])
+	}
+
 	// The API still lists the whole cluster's sandboxes.
 	all, err := a.List(ctx, "", nil)
 	if err != nil {
