@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
@@ -111,7 +112,8 @@ func (s *Service) createPlaced(ctx context.Context, sb store.Sandbox, req api.Cr
 // creating by a Placer (here or on another node), as Create runs one it
 // recorded itself. A node's internal endpoint calls it for Peers.RunOn.
 // Another node's sandbox, or one not creating, is a conflict; one the
-// placed-row sweep discarded meanwhile is not found.
+// placed-row sweep discarded meanwhile is not found. A create refused for
+// want of a turn (a Busy error) gives its placement back at once.
 func (s *Service) RunPlaced(ctx context.Context, id string) (api.Sandbox, error) {
 	if err := checkID(id); err != nil {
 		return api.Sandbox{}, err
@@ -119,23 +121,25 @@ func (s *Service) RunPlaced(ctx context.Context, id string) (api.Sandbox, error)
 	if err := s.usable(); err != nil {
 		return api.Sandbox{}, err
 	}
-	leave, err := s.admit.enter(ctx)
-	if err != nil {
-		// Give the capacity back now rather than at the sweep.
-		s.discardPlaced(context.WithoutCancel(ctx), id, 0)
-		return api.Sandbox{}, err
-	}
-	defer leave()
-	ctx = context.WithoutCancel(ctx)
+	// The lock first: while the create waits for its turn, the row is
+	// held, and the placed-row sweep leaves it alone.
 	unlock := s.lock(id)
 	defer unlock()
-	sb, err := s.store.Get(ctx, id)
+	sb, err := s.store.Get(context.WithoutCancel(ctx), id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
 	if sb.Node != s.name || sb.State != api.StateCreating {
 		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s on node %q, not placed on this node", errdefs.ErrConflict, id, sb.State, sb.Node)
 	}
+	leave, err := s.admit.enter(ctx)
+	if err != nil {
+		// Give the capacity back now rather than at the sweep.
+		s.discard(context.WithoutCancel(ctx), sb)
+		return api.Sandbox{}, err
+	}
+	defer leave()
+	ctx = context.WithoutCancel(ctx)
 	tmpl, err := s.tmpls.SandboxStack(ctx, sb)
 	if err != nil {
 		s.discard(ctx, sb)
@@ -150,39 +154,54 @@ func (s *Service) RunPlaced(ctx context.Context, id string) (api.Sandbox, error)
 }
 
 // sweepPlaced discards this node's rows left creating for longer than
-// placedTTL that no operation here holds. It is safe: every create that
-// records or takes a row in state creating here (Create, RunPlaced, a
-// fork's children) holds the row's lock until the row has left that
-// state or is gone, so a row whose lock is free and that is still creating
-// under it is one whose RunPlaced never came (the placing node died, or
-// its RunOn never arrived) or came after the sweep, which then finds it
-// gone. Only a cluster node sweeps: on a single machine every creating row
-// is held, or is Recover's.
+// placedTTL on which no operation of this Service ever began. It is safe:
+// every operation that records or takes a row in state creating here
+// (Create, RunPlaced, a fork's children) locks it first, which leaves the
+// row's entry in s.locks, and the sweep takes a row only by making that
+// entry itself (lockUnseen), atomically. So a row it takes is one that
+// nothing here has begun to run: a placement whose RunPlaced never came
+// (the placing node died between Place and RunOn) or comes after the
+// sweep and then finds it gone, or the half-made create of a process of
+// this node that crashed. Only a cluster node sweeps: on a single machine
+// creating rows are Recover's.
 func (s *Service) sweepPlaced(ctx context.Context, sbs []store.Sandbox) {
 	if s.name == "" {
 		return
 	}
 	for _, sb := range sbs {
 		if sb.State == api.StateCreating && time.Since(sb.CreatedAt) > placedTTL {
-			s.discardPlaced(ctx, sb.ID, placedTTL)
+			s.discardPlaced(ctx, sb.ID)
 		}
 	}
 }
 
 // discardPlaced discards placed row id if it is still creating on this
-// node, older than age, and no operation here holds it.
-func (s *Service) discardPlaced(ctx context.Context, id string, age time.Duration) {
-	unlock, ok := s.tryLock(id)
+// node, older than placedTTL, and no operation here ever began on it.
+func (s *Service) discardPlaced(ctx context.Context, id string) {
+	unlock, ok := s.lockUnseen(id)
 	if !ok {
 		return
 	}
 	defer unlock()
 	cur, err := s.store.Get(ctx, id)
-	if err != nil || cur.Node != s.name || cur.State != api.StateCreating || time.Since(cur.CreatedAt) < age {
+	if err != nil || cur.Node != s.name || cur.State != api.StateCreating || time.Since(cur.CreatedAt) < placedTTL {
 		return
 	}
 	s.log.Info("discarding placed sandbox nobody ran", "sandbox", id, "node", s.name)
 	s.discard(ctx, cur)
+}
+
+// lockUnseen locks sandbox id if this Service has never locked it.
+func (s *Service) lockUnseen(id string) (unlock func(), ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.locks[id] != nil {
+		return nil, false
+	}
+	l := &sync.Mutex{}
+	l.Lock()
+	s.locks[id] = l
+	return l.Unlock, true
 }
 
 // fencedWrite is what every store write of sandboxes goes through (states.go):

@@ -370,8 +370,9 @@ func TestClusterRunPlaced(t *testing.T) {
 		t.Errorf("RunPlaced of a malformed ID: %v, want invalid", err)
 	}
 
-	// Placed rows nobody ran: a young one stays, an old one held by an
-	// operation here stays, an old free one goes.
+	// Placed rows nobody ran: a young one stays, an old one an operation
+	// here began on (holds, or held: a fork's child between its record
+	// and its start) stays, an old one nothing here began on goes.
 	old := time.Now().UTC().Add(-2 * placedTTL)
 	young := insert(t, a.st, store.Sandbox{Sandbox: api.Sandbox{State: api.StateCreating, Node: "a"}})
 	held := insert(t, a.st, store.Sandbox{Sandbox: api.Sandbox{State: api.StateCreating, Node: "a", CreatedAt: old}})

@@ -297,15 +297,6 @@ func (s *Service) lock(id string) func() {
 	return l.Unlock
 }
 
-// tryLock locks sandbox id if no operation holds it.
-func (s *Service) tryLock(id string) (unlock func(), ok bool) {
-	l := s.mutex(id)
-	if !l.TryLock() {
-		return nil, false
-	}
-	return l.Unlock, true
-}
-
 func (s *Service) mutex(id string) *sync.Mutex {
 	s.mu.Lock()
 	defer s.mu.Unlock()
