@@ -213,14 +213,20 @@ func (s *Service) unarchiveSnapshot(ctx context.Context, id string) error {
 }
 
 // recoverSnapshots settles snapshot archives and restores a crash cut short,
-// as recoverArchiving does for sandboxes.
-func (s *Service) recoverSnapshots(ctx context.Context) error {
+// as recoverArchiving does for sandboxes. In a cluster, snapshots are
+// shared: a node settles only those whose files it holds or whose sandbox
+// (of mine, this node's sandboxes) it runs, never another node's archive
+// in flight.
+func (s *Service) recoverSnapshots(ctx context.Context, mine map[string]bool) error {
 	sns, err := s.store.ListSnapshots(ctx, "")
 	if err != nil {
 		return err
 	}
 	for _, sn := range sns {
 		local := s.layers.SnapshotExists(sn.ID)
+		if s.name != "" && !local && !mine[sn.SandboxID] {
+			continue
+		}
 		switch {
 		case sn.State == api.SnapshotArchiving && local:
 			if s.archive != nil {

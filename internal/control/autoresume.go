@@ -14,6 +14,9 @@ import (
 // running). Anything else is returned as it is, for the caller to refuse.
 func (s *Service) forTraffic(ctx context.Context, id string) (store.Sandbox, error) {
 	sb, err := s.get(ctx, id)
+	if err == nil {
+		err = s.here(sb)
+	}
 	if err != nil || !sb.AutoResume || !resumes[sb.State].onTraffic {
 		return sb, err
 	}

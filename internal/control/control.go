@@ -20,6 +20,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -75,7 +76,12 @@ type Config struct {
 	// MetricsInterval is how often running sandboxes are sampled for
 	// their metrics; default metrics.DefaultInterval (5 s, E2B's).
 	MetricsInterval time.Duration
-	Logger          *slog.Logger
+	// Placer and Peers make the Service a node of a cluster, with a
+	// named Node and a fenced store (see cluster.go); nil on a single
+	// machine.
+	Placer Placer
+	Peers  Peers
+	Logger *slog.Logger
 }
 
 // Service manages sandboxes.
@@ -94,7 +100,11 @@ type Config struct {
 // packages call back here (StartScratch, StartPooled, DiscardIf) with
 // nothing held.
 type Service struct {
-	store     store.Store
+	store store.Store
+	// name is the node's (Config.Node.Name()); "" on a single machine.
+	name      string
+	placer    Placer
+	peers     Peers
 	layers    *layers.Store
 	runtimes  map[string]runtime.Runtime
 	agentPath string
@@ -103,9 +113,14 @@ type Service struct {
 	// unavailable is Config.Unavailable.
 	unavailable map[string]string
 
-	// locks serialise operations on one sandbox; mu guards the map.
-	mu    sync.Mutex
-	locks map[string]*sync.Mutex
+	// locks serialise operations on one sandbox; mu guards the map, and
+	// fenced: the sandboxes whose writes the cluster refused (or recorded
+	// lost), which this node no longer acts on (cluster.go).
+	mu     sync.Mutex
+	locks  map[string]*sync.Mutex
+	fenced map[string]bool
+	// relinquished is set by Relinquish: the node runs nothing more.
+	relinquished atomic.Bool
 
 	// tmpls keeps templates; it starts its build steps' scratch sandboxes
 	// here (scratch.go).
@@ -181,6 +196,10 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{
 		admit:       newAdmission(cfg.CreateConcurrency, cfg.CreateQueue),
 		store:       cfg.Store,
+		name:        n.Name(),
+		placer:      cfg.Placer,
+		peers:       cfg.Peers,
+		fenced:      map[string]bool{},
 		layers:      n.Layers(),
 		runtimes:    n.Runtimes(),
 		unavailable: n.Unavailable(),
@@ -205,7 +224,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s.pools = pools.New(pools.Config{
 		Store: cfg.Store, Templates: s.tmpls, Sandboxes: s,
-		DefaultTemplate: d.Template, WarmPool: cfg.WarmPool, Prestart: prestart, Logger: cfg.Logger,
+		DefaultTemplate: d.Template, WarmPool: cfg.WarmPool, Prestart: prestart, Node: n.Name(), Logger: cfg.Logger,
 	})
 	s.metrics = metrics.New(metrics.Config{Source: meterSource{s}, Interval: cfg.MetricsInterval, Logger: cfg.Logger})
 	if s.runtimes[d.Runtime] == nil {
@@ -236,19 +255,26 @@ func (s *Service) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			s.reapDead(ctx)
-			s.applyPolicies(ctx)
+			if s.relinquished.Load() {
+				continue
+			}
+			sbs, err := s.store.ListNode(ctx, s.name)
+			if err != nil {
+				continue
+			}
+			s.relinquishLost(ctx, sbs)
+			s.reapDead(ctx, sbs)
+			s.applyPolicies(ctx, sbs)
+			s.sweepPlaced(ctx, sbs)
 		}
 	}
 }
 
-func (s *Service) reapDead(ctx context.Context) {
-	sbs, err := s.store.List(ctx)
-	if err != nil {
-		return
-	}
+// reapDead records stopped the sandboxes of sbs (this node's) whose init
+// died on its own.
+func (s *Service) reapDead(ctx context.Context, sbs []store.Sandbox) {
 	for _, sb := range sbs {
-		if !lifecycle.Live(sb.State) {
+		if !lifecycle.Live(sb.State) || s.isFenced(sb.ID) {
 			continue
 		}
 		rt := s.runtimes[sb.Runtime]
@@ -257,7 +283,7 @@ func (s *Service) reapDead(ctx context.Context) {
 		}
 		unlock := s.lock(sb.ID)
 		cur, err := s.store.Get(ctx, sb.ID)
-		if err == nil && lifecycle.Live(cur.State) && !rt.Alive(instance(cur)) {
+		if err == nil && cur.Node == s.name && lifecycle.Live(cur.State) && !rt.Alive(instance(cur)) {
 			s.log.Warn("sandbox init exited; marking stopped", "sandbox", cur.ID)
 			_ = s.stopLocked(ctx, &cur, "init exited")
 		}
@@ -266,15 +292,20 @@ func (s *Service) reapDead(ctx context.Context) {
 }
 
 func (s *Service) lock(id string) func() {
+	l := s.mutex(id)
+	l.Lock()
+	return l.Unlock
+}
+
+func (s *Service) mutex(id string) *sync.Mutex {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	l := s.locks[id]
 	if l == nil {
 		l = &sync.Mutex{}
 		s.locks[id] = l
 	}
-	s.mu.Unlock()
-	l.Lock()
-	return l.Unlock
+	return l
 }
 
 // ms is the time since t0 in fractional milliseconds, for logs.
@@ -395,9 +426,14 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	tmpl, err := s.tmpls.Stack(v)
-	if err != nil {
-		return api.Sandbox{}, err
+	// The node that runs the sandbox stacks its template: here, unless
+	// a placer may send it elsewhere (RunPlaced stacks it there).
+	placed := s.placer != nil && req.Snapshot == ""
+	var tmpl layers.Template
+	if !placed {
+		if tmpl, err = s.tmpls.Stack(v); err != nil {
+			return api.Sandbox{}, err
+		}
 	}
 	policy, err := s.checkPolicy(req.Runtime, req.Network)
 	if err != nil {
@@ -408,14 +444,6 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 			return sb, nil
 		}
 	}
-	leave, err := s.admit.enter(ctx)
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	defer leave()
-	// The work goes on if the client hangs up: a half-made sandbox would be
-	// worse than an unwanted whole one, which the client can delete.
-	ctx = context.WithoutCancel(ctx)
 	sb := store.Sandbox{Sandbox: api.Sandbox{
 		State: api.StateCreating, Template: req.Template, TemplateVersion: v.ID, Runtime: req.Runtime,
 		CPU: req.CPU, MemoryMiB: req.MemoryMiB, DiskGiB: req.DiskGiB, PIDs: req.PIDs,
@@ -423,6 +451,23 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 		Ephemeral: req.Ephemeral, AutoDeleteSec: req.AutoDeleteSec, AutoStopSec: req.AutoStopSec,
 		AutoArchiveSec: req.AutoArchiveSec, AutoResume: req.AutoResume, Ports: portAccess(req.Ports),
 	}, TimeoutSec: req.TimeoutSec, FromSnapshot: req.Snapshot, Policy: policy, Tenant: tenant.Of(ctx)}
+	// In a cluster a new sandbox goes where the placer says; one from a
+	// snapshot stays with the snapshot's files, on this node.
+	if placed {
+		return s.createPlaced(ctx, sb, req)
+	}
+	if err := s.usable(); err != nil {
+		return api.Sandbox{}, err
+	}
+	leave, err := s.admit.enter(ctx)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	defer leave()
+	sb.CreatedAt = time.Now().UTC()
+	// The work goes on if the client hangs up: a half-made sandbox would be
+	// worse than an unwanted whole one, which the client can delete.
+	ctx = context.WithoutCancel(ctx)
 	t0 := time.Now()
 	unlock, err := s.newSandbox(ctx, &sb)
 	if err != nil {
@@ -430,22 +475,32 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	}
 	defer unlock()
 	s.log.Debug("recorded", "sandbox", sb.ID, "op", "create", "ms", ms(t0))
-	if req.Snapshot != "" {
+	if err := s.startCreated(ctx, &sb, tmpl, snap); err != nil {
+		return api.Sandbox{}, err
+	}
+	s.log.Debug("created", "sandbox", sb.ID, "op", "create", "ms", ms(t0))
+	return s.view(sb), nil
+}
+
+// startCreated starts sb, recorded in state creating (from snap's files if
+// snap has an ID), and records it running; if that fails, it is discarded.
+// The caller holds its lock.
+func (s *Service) startCreated(ctx context.Context, sb *store.Sandbox, tmpl layers.Template, snap store.Snapshot) error {
+	if snap.ID != "" {
 		err := s.withSnapshot(ctx, snap.ID, func() error {
 			_, err := s.layers.WritableFromSnapshot(snap.ID, sb.ID, sb.DiskGiB<<30)
 			return err
 		})
 		if err != nil {
-			s.discard(ctx, sb)
-			return api.Sandbox{}, err
+			s.discard(ctx, *sb)
+			return err
 		}
 	}
-	if err := s.startLocked(ctx, &sb, tmpl, api.StateCreating, api.StateRunning, 0); err != nil {
-		s.discard(ctx, sb)
-		return api.Sandbox{}, err
+	if err := s.startLocked(ctx, sb, tmpl, api.StateCreating, api.StateRunning, 0); err != nil {
+		s.discard(ctx, *sb)
+		return err
 	}
-	s.log.Debug("created", "sandbox", sb.ID, "op", "create", "ms", ms(t0))
-	return s.view(sb), nil
+	return nil
 }
 
 // startLocked starts sb (in state from) and records it in state to. The
@@ -653,6 +708,9 @@ func (s *Service) acquire(ctx context.Context, id, want string) (sb store.Sandbo
 	}
 	unlock = s.lock(id)
 	sb, err = s.get(ctx, id)
+	if err == nil {
+		err = s.here(sb)
+	}
 	if err == nil && want != "" && sb.State != want {
 		err = fmt.Errorf("%w: sandbox %s is %s, not %s", errdefs.ErrConflict, id, sb.State, want)
 	}
@@ -841,13 +899,18 @@ func (s *Service) AgentDialer(ctx context.Context, id string) (func(ctx context.
 // operations a crash cut short are finished or undone, and leftovers that no
 // record owns are removed.
 func (s *Service) Recover(ctx context.Context) error {
-	sbs, err := s.store.List(ctx)
+	sbs, err := s.store.ListNode(ctx, s.name)
 	if err != nil {
 		return err
 	}
 	known := map[string]bool{}
 	for _, sb := range sbs {
 		known[sb.ID] = true
+		if s.name != "" && sb.State == api.StateCreating && time.Since(sb.CreatedAt) < placedTTL {
+			// Maybe placed here by another node and about to be run
+			// (RunPlaced); if not, the placed-row sweep discards it.
+			continue
+		}
 		rt := s.runtimes[sb.Runtime]
 		if rt == nil {
 			sb.State, sb.Error = api.StateError, "runtime "+sb.Runtime+" is not available"
@@ -865,7 +928,7 @@ func (s *Service) Recover(ctx context.Context) error {
 	if err := s.recoverNetworks(ctx); err != nil {
 		return err
 	}
-	if err := s.recoverSnapshots(ctx); err != nil {
+	if err := s.recoverSnapshots(ctx, known); err != nil {
 		return err
 	}
 	// Snapshots taken just before a crash, never recorded.

@@ -24,7 +24,7 @@ type meterSource struct{ s *Service }
 // are not sampled: no tenant has them yet, and their use so far is not
 // the one that gets them's.
 func (m meterSource) Sandboxes(ctx context.Context) ([]metrics.Target, error) {
-	sbs, err := m.s.store.List(ctx)
+	sbs, err := m.s.store.ListNode(ctx, m.s.name)
 	if err != nil {
 		return nil, err
 	}

@@ -157,7 +157,7 @@ func (s *Service) recoverNetworks(ctx context.Context) error {
 	if s.net == nil {
 		return nil
 	}
-	sbs, err := s.store.List(ctx)
+	sbs, err := s.store.ListNode(ctx, s.name)
 	if err != nil {
 		return err
 	}

@@ -139,13 +139,15 @@ func (s *Service) dueOf(sb store.Sandbox, now time.Time) (lifecyclePolicy, bool)
 	return lifecyclePolicy{}, false
 }
 
-func (s *Service) applyPolicies(ctx context.Context) {
-	sbs, err := s.store.List(ctx)
-	if err != nil {
-		return
-	}
+// applyPolicies applies the policies due for the sandboxes of sbs (this
+// node's). Lost sandboxes are in no policy's states; those whose writes the
+// cluster refused are left alone.
+func (s *Service) applyPolicies(ctx context.Context, sbs []store.Sandbox) {
 	now := time.Now()
 	for _, sb := range sbs {
+		if s.isFenced(sb.ID) {
+			continue
+		}
 		p, ok := s.dueOf(sb, now)
 		if !ok || p.busy != nil && p.busy(s, ctx, sb) {
 			continue
@@ -160,8 +162,8 @@ func (s *Service) policy(ctx context.Context, id, name string) {
 	unlock := s.lock(id)
 	defer unlock()
 	sb, err := s.store.Get(ctx, id)
-	if err != nil {
-		return
+	if err != nil || sb.Node != s.name {
+		return // gone, or moved to another node meanwhile
 	}
 	if p, ok := s.dueOf(sb, time.Now()); ok && p.name == name {
 		p.apply(s, ctx, sb)

@@ -35,6 +35,9 @@ const poolWeight = 5
 
 // DiscardIf discards sandbox id if it is still in state.
 func (s *Service) DiscardIf(ctx context.Context, id, state string) {
+	if s.relinquished.Load() {
+		return // Relinquish stopped it; the store is not this node's to write
+	}
 	unlock := s.lock(id)
 	defer unlock()
 	if cur, err := s.store.Get(ctx, id); err == nil && cur.State == state {
@@ -47,6 +50,9 @@ func (s *Service) DiscardIf(ctx context.Context, id, state string) {
 func (s *Service) StartPooled(ctx context.Context, name string, v store.Template) (string, error) {
 	// Once begun, finish: a half-made sandbox is cleaned up only at restart.
 	ctx = context.WithoutCancel(ctx)
+	if err := s.usable(); err != nil {
+		return "", err
+	}
 	d := s.defaults
 	tmpl, err := s.tmpls.Stack(v)
 	if err != nil {

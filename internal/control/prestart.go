@@ -27,6 +27,9 @@ const statePrestarted = lifecycle.Prestarted
 // Prestart starts a sandbox process of the default runtime, not yet bound
 // to files, for the pools to hand out.
 func (s *Service) Prestart(ctx context.Context) (store.Sandbox, error) {
+	if err := s.usable(); err != nil {
+		return store.Sandbox{}, err
+	}
 	rt, ok := s.runtimes[s.defaults.Runtime].(runtime.Preparer)
 	if !ok {
 		return store.Sandbox{}, fmt.Errorf("%w: runtime %s cannot prestart sandboxes", errdefs.ErrUnavailable, s.defaults.Runtime)

@@ -26,6 +26,9 @@ func (s *Service) Templates() *templates.Service { return s.tmpls }
 // API never shows (so that it gets a uid range and a crash cleans it up),
 // and holds its lock until it is discarded.
 func (s *Service) StartScratch(ctx context.Context, tmpl layers.Template) (templates.Scratch, error) {
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
 	sb := store.Sandbox{Sandbox: api.Sandbox{
 		ID: newID(), State: lifecycle.Building, Template: "", Runtime: s.defaults.Runtime,
 		CPU: float64(goruntime.NumCPU()), MemoryMiB: 4096, DiskGiB: 64, PIDs: 4096, CreatedAt: time.Now().UTC(),
@@ -63,6 +66,10 @@ func (c *scratch) Discard(ctx context.Context) {
 
 // DrainPools discards the pooled sandboxes of versions no pool wants.
 func (s *Service) DrainPools(ctx context.Context) { s.pools.Drain(ctx) }
+
+// Pooled counts the pooled sandboxes ready to hand out, by template
+// version ID ("" the built-in), for a cluster node's heartbeat.
+func (s *Service) Pooled() map[string]int { return s.pools.Pooled() }
 
 // WakePools has the pools refilled.
 func (s *Service) WakePools() { s.pools.Wake() }

@@ -23,7 +23,7 @@ func (s *Service) setState(ctx context.Context, sb *store.Sandbox, from ...strin
 			return err
 		}
 	}
-	return s.store.Update(ctx, sb, from...)
+	return s.fencedWrite(ctx, s.store.Update(ctx, sb, from...), sb)
 }
 
 // setStates is setState for every sandbox of sbs, in one transaction.
@@ -35,14 +35,18 @@ func (s *Service) setStates(ctx context.Context, sbs []*store.Sandbox, from ...s
 			}
 		}
 	}
-	return s.store.UpdateAll(ctx, sbs, from...)
+	return s.fencedWrite(ctx, s.store.UpdateAll(ctx, sbs, from...), sbs...)
 }
 
-// record makes sb's record, in the state it carries.
+// record makes sb's record, in the state it carries, on this node: the
+// rows a node makes itself (not placed ones) are its own.
 func (s *Service) record(ctx context.Context, sb *store.Sandbox) error {
 	if err := lifecycle.Check("", sb.State); err != nil {
 		return err
 	}
+	sb.Node = s.name
+	// Nothing of sb runs yet: a refusal (store.ErrFenced, unavailable)
+	// only goes back to the caller.
 	return s.store.Create(ctx, sb)
 }
 
@@ -57,7 +61,7 @@ func (s *Service) removeRecord(ctx context.Context, id string) error {
 	if err := lifecycle.Check(cur.State, api.StateDeleted); err != nil {
 		return err
 	}
-	return s.store.Delete(ctx, id)
+	return s.fencedWrite(ctx, s.store.Delete(ctx, id), &cur)
 }
 
 // hidden reports whether sb is one the API must not show.

@@ -18,6 +18,9 @@ import (
 
 // Config names a node's parts.
 type Config struct {
+	// Name is the node's name in a cluster (store.Node.Name), which its
+	// sandboxes' rows carry; "" on a single machine.
+	Name     string
 	Runtimes []runtime.Runtime
 	// Unavailable names runtimes this node knows but cannot offer, with
 	// why (for clients: no host paths).
@@ -48,6 +51,9 @@ func New(cfg Config) *Node {
 	}
 	return n
 }
+
+// Name is the node's name in its cluster; "" on a single machine.
+func (n *Node) Name() string { return n.cfg.Name }
 
 // Runtimes are the runtimes the node offers, by name.
 func (n *Node) Runtimes() map[string]runtime.Runtime { return n.runtimes }

@@ -51,7 +51,10 @@ type Config struct {
 	// Prestart is how many sandbox processes to keep prestarted; 0 (also
 	// for a default runtime that cannot prestart) keeps none.
 	Prestart int
-	Logger   *slog.Logger
+	// Node is the cluster node whose pooled sandboxes these are (the
+	// rows it scans); "" on a single machine.
+	Node   string
+	Logger *slog.Logger
 }
 
 // refillDelay is how long the pools wait after handing a sandbox out before
@@ -61,6 +64,7 @@ const refillDelay = 100 * time.Millisecond
 // Service keeps the pools.
 type Service struct {
 	store        store.Store
+	node         string
 	tmpls        Templates
 	sandboxes    Sandboxes
 	defaultTmpl  string
@@ -84,7 +88,7 @@ func New(cfg Config) *Service {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Service{
-		store: cfg.Store, tmpls: cfg.Templates, sandboxes: cfg.Sandboxes, defaultTmpl: cfg.DefaultTemplate,
+		store: cfg.Store, node: cfg.Node, tmpls: cfg.Templates, sandboxes: cfg.Sandboxes, defaultTmpl: cfg.DefaultTemplate,
 		poolSize: cfg.WarmPool, prestartSize: cfg.Prestart, log: cfg.Logger,
 		wake: make(chan struct{}, 1), warm: map[string][]string{},
 	}
@@ -220,7 +224,7 @@ func (p *Service) discardPools(ctx context.Context) {
 
 // discardPooledWhere discards the pooled sandboxes for which drop is true.
 func (p *Service) discardPooledWhere(ctx context.Context, drop func(store.Sandbox) bool) {
-	sbs, err := p.store.List(ctx)
+	sbs, err := p.store.ListNode(ctx, p.node)
 	if err != nil {
 		return
 	}
@@ -283,6 +287,40 @@ func (p *Service) TakePrestarted(runtimes ...string) []store.Sandbox {
 		p.Wake()
 	}
 	return pre
+}
+
+// Pooled counts the pooled sandboxes ready to hand out, by template
+// version ID ("" the built-in template), as a cluster node reports them
+// (store.NodeStatus.Pooled).
+func (p *Service) Pooled() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := map[string]int{}
+	for key, ids := range p.warm {
+		if !store.ValidVersionID(key) {
+			key = "" // the built-in template's pool is kept by its name
+		}
+		n[key] += len(ids)
+	}
+	return n
+}
+
+// Forget empties the pools without discarding what they held, and returns
+// the IDs of the sandboxes they held: for a node that lost its lease in a
+// cluster, which must stop them without writing to the store.
+func (p *Service) Forget() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var ids []string
+	for _, w := range p.warm {
+		ids = append(ids, w...)
+	}
+	for _, sb := range p.prestarted {
+		ids = append(ids, sb.ID)
+	}
+	clear(p.warm)
+	p.prestarted = nil
+	return ids
 }
 
 // discardPrestarted removes the prestarted sandboxes, whose processes end

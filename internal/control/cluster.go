@@ -1,0 +1,339 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/store"
+)
+
+// A Service is one node of a cluster when its node has a name
+// (node.Config.Name). Then:
+//
+//   - Everything it does on its own (Recover, the sweeps, the lifecycle
+//     policies, metrics, networks, pools) is about the rows of its node
+//     (store.ListNode); the API's List and Get still see the whole cluster.
+//   - Rows it makes itself (forks, pool fills, prestarts, build scratch
+//     sandboxes, creates from snapshots) carry its name: record sets it.
+//   - A create the warm pool cannot serve is placed by Config.Placer, and
+//     run here (RunPlaced) or on the chosen node (Config.Peers.RunOn). A
+//     pool hit on this node skips placement: the pooled row is on this
+//     node already and holds its share of the node's capacity.
+//   - Its store is the fenced view store.Cluster.As(name, epoch): a write
+//     refused with store.ErrFenced means the sandbox is no longer this
+//     node's to run (the node lost its lease, or the sandbox moved), so its
+//     processes here are stopped, nothing is retried, and the caller gets
+//     the error (an errdefs.ErrUnavailable). Relinquish stops everything
+//     once the cluster layer learns the whole node was fenced.
+//
+// With no name and no Placer, none of this changes what a single machine
+// does.
+
+// Placer chooses the node a new sandbox runs on and records it there.
+type Placer interface {
+	// Place sets sb.Node to the node chosen for sb (made for req; its ID,
+	// resources, runtime and template version set, in state creating)
+	// and records sb on that node (store.Cluster.Place), trying other
+	// nodes while they have no room. An error means sb is recorded
+	// nowhere.
+	Place(ctx context.Context, sb *store.Sandbox, req api.CreateSandboxRequest) error
+}
+
+// Peers reaches the other nodes of the cluster.
+type Peers interface {
+	// RunOn has node run sandbox id, placed on it and recorded in state
+	// creating (the node's RunPlaced), and returns the sandbox as it
+	// answered.
+	RunOn(ctx context.Context, node, id string) (api.Sandbox, error)
+}
+
+// ElsewhereError is an operation asked of this node about a sandbox another
+// node runs: the cluster layer routes such requests to Node, and this node
+// never acts on another's sandbox (its processes, socket and slot are that
+// node's). It is an errdefs.ErrUnavailable.
+type ElsewhereError struct {
+	ID, Node string
+}
+
+func (e *ElsewhereError) Error() string {
+	return fmt.Sprintf("sandbox %s runs on node %s, not this one", e.ID, e.Node)
+}
+
+func (e *ElsewhereError) Unwrap() error { return errdefs.ErrUnavailable }
+
+// here returns an *ElsewhereError if sb is another node's.
+func (s *Service) here(sb store.Sandbox) error {
+	if sb.Node != s.name {
+		return &ElsewhereError{ID: sb.ID, Node: sb.Node}
+	}
+	return nil
+}
+
+// placedTTL bounds how long a placed row may wait in state creating for
+// the RunPlaced that runs it. The node it is placed on discards it after
+// that (sweepPlaced), so that a placing node that died between Place and
+// RunOn leaves nothing behind but a short-lived reservation.
+const placedTTL = 2 * time.Minute
+
+// Node is the name of the cluster node this Service runs; "" on a single
+// machine.
+func (s *Service) Node() string { return s.name }
+
+// createPlaced records the sandbox for req through the placer and has the
+// chosen node run it.
+func (s *Service) createPlaced(ctx context.Context, sb store.Sandbox, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	if err := s.usable(); err != nil {
+		return api.Sandbox{}, err
+	}
+	sb.ID = newID()
+	t0 := time.Now()
+	if err := s.placer.Place(ctx, &sb, req); err != nil {
+		return api.Sandbox{}, err
+	}
+	s.log.Debug("placed", "sandbox", sb.ID, "node", sb.Node, "op", "create", "ms", ms(t0))
+	// As for a local create: once placed, finish whatever the client does.
+	ctx = context.WithoutCancel(ctx)
+	if sb.Node == s.name {
+		return s.RunPlaced(ctx, sb.ID)
+	}
+	if s.peers == nil {
+		// The row waits for its node's sweep (placedTTL).
+		return api.Sandbox{}, fmt.Errorf("%w: sandbox placed on node %s, which this node cannot reach", errdefs.ErrUnavailable, sb.Node)
+	}
+	return s.peers.RunOn(ctx, sb.Node, sb.ID)
+}
+
+// RunPlaced runs sandbox id, placed on this node and recorded in state
+// creating by a Placer (here or on another node), as Create runs one it
+// recorded itself. A node's internal endpoint calls it for Peers.RunOn.
+// Another node's sandbox, or one not creating, is a conflict; one the
+// placed-row sweep discarded meanwhile is not found. A create refused for
+// want of a turn (a Busy error) gives its placement back at once.
+func (s *Service) RunPlaced(ctx context.Context, id string) (api.Sandbox, error) {
+	if err := checkID(id); err != nil {
+		return api.Sandbox{}, err
+	}
+	if err := s.usable(); err != nil {
+		return api.Sandbox{}, err
+	}
+	// The lock first: while the create waits for its turn, the row is
+	// held, and the placed-row sweep leaves it alone.
+	unlock := s.lock(id)
+	defer unlock()
+	sb, err := s.store.Get(context.WithoutCancel(ctx), id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	if sb.Node != s.name || sb.State != api.StateCreating {
+		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s on node %q, not placed on this node", errdefs.ErrConflict, id, sb.State, sb.Node)
+	}
+	leave, err := s.admit.enter(ctx)
+	if err != nil {
+		// Give the capacity back now rather than at the sweep.
+		s.discard(context.WithoutCancel(ctx), sb)
+		return api.Sandbox{}, err
+	}
+	defer leave()
+	ctx = context.WithoutCancel(ctx)
+	tmpl, err := s.tmpls.SandboxStack(ctx, sb)
+	if err != nil {
+		s.discard(ctx, sb)
+		return api.Sandbox{}, err
+	}
+	t0 := time.Now()
+	if err := s.startCreated(ctx, &sb, tmpl, store.Snapshot{}); err != nil {
+		return api.Sandbox{}, err
+	}
+	s.log.Debug("created", "sandbox", sb.ID, "op", "create", "ms", ms(t0))
+	return s.view(sb), nil
+}
+
+// sweepPlaced discards this node's rows left creating for longer than
+// placedTTL on which no operation of this Service ever began. It is safe:
+// every operation that records or takes a row in state creating here
+// (Create, RunPlaced, a fork's children) locks it first, which leaves the
+// row's entry in s.locks, and the sweep takes a row only by making that
+// entry itself (lockUnseen), atomically. So a row it takes is one that
+// nothing here has begun to run: a placement whose RunPlaced never came
+// (the placing node died between Place and RunOn) or comes after the
+// sweep and then finds it gone, or the half-made create of a process of
+// this node that crashed. Only a cluster node sweeps: on a single machine
+// creating rows are Recover's.
+func (s *Service) sweepPlaced(ctx context.Context, sbs []store.Sandbox) {
+	if s.name == "" {
+		return
+	}
+	for _, sb := range sbs {
+		if sb.State == api.StateCreating && time.Since(sb.CreatedAt) > placedTTL {
+			s.discardPlaced(ctx, sb.ID)
+		}
+	}
+}
+
+// discardPlaced discards placed row id if it is still creating on this
+// node, older than placedTTL, and no operation here ever began on it.
+func (s *Service) discardPlaced(ctx context.Context, id string) {
+	unlock, ok := s.lockUnseen(id)
+	if !ok {
+		return
+	}
+	defer unlock()
+	cur, err := s.store.Get(ctx, id)
+	if err != nil || cur.Node != s.name || cur.State != api.StateCreating || time.Since(cur.CreatedAt) < placedTTL {
+		return
+	}
+	s.log.Info("discarding placed sandbox nobody ran", "sandbox", id, "node", s.name)
+	s.discard(ctx, cur)
+}
+
+// lockUnseen locks sandbox id if this Service has never locked it.
+func (s *Service) lockUnseen(id string) (unlock func(), ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.locks[id] != nil {
+		return nil, false
+	}
+	l := &sync.Mutex{}
+	l.Lock()
+	s.locks[id] = l
+	return l.Unlock, true
+}
+
+// fencedWrite is what every store write of sandboxes goes through (states.go):
+// an error other than store.ErrFenced is returned as it is. ErrFenced means
+// the sandboxes of sbs are no longer this node's to run: their processes
+// here are stopped (nothing is written: the store would refuse it), the
+// sweeps leave them alone from now on, and the caller gets the error, an
+// errdefs.ErrUnavailable, to return without retrying.
+func (s *Service) fencedWrite(ctx context.Context, err error, sbs ...*store.Sandbox) error {
+	if !store.IsFenced(err) {
+		return err
+	}
+	for _, sb := range sbs {
+		s.mu.Lock()
+		already := s.fenced[sb.ID]
+		s.fenced[sb.ID] = true
+		s.mu.Unlock()
+		if already {
+			continue
+		}
+		s.log.Warn("the cluster refused a write; stopping the sandbox here", "sandbox", sb.ID, "node", s.name, "err", err)
+		s.stopHere(ctx, *sb)
+	}
+	if len(sbs) == 1 {
+		return fmt.Errorf("sandbox %s: %w", sbs[0].ID, err)
+	}
+	return err
+}
+
+// stopHere stops what of sb runs on this node and its network, without a
+// write to the store. A copy of another node's row (a sandbox that moved)
+// names nothing here.
+func (s *Service) stopHere(ctx context.Context, sb store.Sandbox) {
+	if sb.Node != s.name {
+		return
+	}
+	if rt := s.runtimes[sb.Runtime]; rt != nil {
+		if err := rt.Cleanup(ctx, sb.ID); err != nil {
+			s.log.Error("stopping sandbox", "sandbox", sb.ID, "err", err)
+		}
+	}
+	// The network goes with it: the cluster runs the sandbox elsewhere,
+	// if anywhere.
+	s.releaseNetwork(ctx, sb)
+}
+
+// isFenced reports whether a write about sandbox id was refused as fenced.
+func (s *Service) isFenced(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fenced[id]
+}
+
+// errRelinquished is what a Service that relinquished its sandboxes
+// answers.
+var errRelinquished = fmt.Errorf("%w: this node lost its cluster lease and no longer runs sandboxes", errdefs.ErrUnavailable)
+
+// usable refuses work once the node relinquished its sandboxes.
+func (s *Service) usable() error {
+	if s.relinquished.Load() {
+		return errRelinquished
+	}
+	return nil
+}
+
+// Relinquish stops every sandbox process of this node, without a write to
+// the store, for the cluster layer to call when it learns this node was
+// fenced: the cluster has recorded its sandboxes lost and restores them
+// elsewhere, so nothing of them may go on running here. From then on the
+// Service starts nothing, its sweeps and policies stop, and the creates it
+// is asked for are refused as unavailable; the node joins again (a new
+// epoch, a new Service whose Recover settles its rows) to serve again.
+//
+// It finds the sandboxes without the store, which a partitioned node may
+// not reach: every writable layer on the node, the pools' sandboxes, every
+// sandbox this Service has locked, and the node's rows if the store
+// answers.
+func (s *Service) Relinquish(ctx context.Context) error {
+	s.relinquished.Store(true)
+	ids := map[string]bool{}
+	for _, id := range s.pools.Forget() {
+		ids[id] = true
+	}
+	wids, werr := s.layers.WritableIDs()
+	for _, id := range wids {
+		ids[id] = true
+	}
+	s.mu.Lock()
+	for id := range s.locks {
+		ids[id] = true
+	}
+	s.mu.Unlock()
+	if sbs, err := s.store.ListNode(ctx, s.name); err == nil {
+		for _, sb := range sbs {
+			ids[sb.ID] = true
+		}
+	}
+	var errs []error
+	if werr != nil {
+		errs = append(errs, fmt.Errorf("listing writable layers: %w", werr))
+	}
+	for id := range ids {
+		for _, rt := range s.runtimes {
+			if err := rt.Cleanup(ctx, id); err != nil {
+				errs = append(errs, fmt.Errorf("stopping sandbox %s: %w", id, err))
+			}
+		}
+	}
+	if s.net != nil {
+		if err := s.net.Sweep(ctx, nil); err != nil {
+			errs = append(errs, fmt.Errorf("removing sandbox networks: %w", err))
+		}
+	}
+	s.log.Warn("relinquished every sandbox of the node", "node", s.name, "sandboxes", len(ids))
+	return errors.Join(errs...)
+}
+
+// relinquishLost stops the local processes of this node's sandboxes the
+// cluster recorded lost (api.StateLost) while this Service ran: the
+// cluster restores them elsewhere. It writes nothing, and does it once per
+// sandbox; every other policy and sweep leaves lost sandboxes alone.
+func (s *Service) relinquishLost(ctx context.Context, sbs []store.Sandbox) {
+	for _, sb := range sbs {
+		if sb.State != api.StateLost || s.isFenced(sb.ID) {
+			continue
+		}
+		s.mu.Lock()
+		s.fenced[sb.ID] = true
+		s.mu.Unlock()
+		s.log.Warn("sandbox recorded lost; stopping it here", "sandbox", sb.ID, "node", s.name)
+		unlock := s.lock(sb.ID)
+		s.stopHere(ctx, sb)
+		unlock()
+	}
+}
