@@ -53,8 +53,10 @@ type Config struct {
 	// /run/netns, so that `ip netns exec atoll0-17 ...` works.
 	NetnsDir string
 	// Table is the nftables table (family inet) that holds all of atoll's
-	// rules, default "atoll". The Manager owns it and rewrites it whole at
-	// start.
+	// rules, default "atoll" for the default bridge and "atoll-<bridge>"
+	// for any other, so that servers sharing a namespace with bridges of
+	// their own never rewrite each other's. The Manager owns it and
+	// rewrites it whole at start.
 	Table string
 	// HostNetns, if set, is the path of the network namespace that plays
 	// the host: the bridge, routes, sysctls, nftables table and conntrack
@@ -130,6 +132,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Table == "" {
 		c.Table = "atoll"
+		if c.Bridge != "atoll0" {
+			c.Table = "atoll-" + c.Bridge
+		}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
