@@ -37,16 +37,12 @@ import (
 // LAN, and the nodes themselves reach each other and those servers.
 func TestClusterNodesShareAHost(t *testing.T) {
 	testenv.RequireRoot(t)
-	if testenv.Strict() && os.Getenv("ATOLL_TEST_POSTGRES_URL") == "" {
-		t.Fatal("ATOLL_TEST_POSTGRES_URL is not set (scripts/test.sh starts a PostgreSQL server and sets it)")
-	}
 	start := time.Now()
 	cl := netcluster.New(t, netcluster.Config{Bin: atollBinary(t),
 		// No sandboxes made ahead of demand: every one on the host is the
 		// test's, and three nodes on two cores start faster.
 		Args: []string{"--warm-pool", "0", "--prestart", "0"}})
 	t.Logf("3 nodes up in %s", time.Since(start).Round(time.Millisecond))
-	nettest.ServeHTTP(t, cl.LANNetns, "lan", netip.AddrPortFrom(netcluster.Public, 80).String(), false)
 	ctx := context.Background()
 
 	// Two sandboxes per node, made on all nodes at once.
@@ -113,68 +109,7 @@ func TestClusterNodesShareAHost(t *testing.T) {
 	}
 
 	t.Run("sandboxes reach no node address", func(t *testing.T) {
-		n1, n2 := cl.Nodes[0], cl.Nodes[1]
-		targets := map[string]netip.AddrPort{
-			"its own node's API":        netip.AddrPortFrom(n1.Addr, 7400),
-			"its own node's port proxy": netip.AddrPortFrom(n1.Addr, 7401),
-			"another node's API":        netip.AddrPortFrom(n2.Addr, 7400),
-			"another node's port proxy": netip.AddrPortFrom(n2.Addr, 7401),
-		}
-		// What the host serves on loopback, offered to the nodes on the
-		// gateway: a stand-in always, the test servers when they run.
-		standIn := nettest.Listen(t, "/proc/self/ns/net", "tcp", "127.0.0.1:0")
-		go func() {
-			for {
-				c, err := standIn.Accept()
-				if err != nil {
-					return
-				}
-				// Answers the request tcpGet sends, so that a sandbox
-				// reaching it would see an answer.
-				c.SetDeadline(time.Now().Add(5 * time.Second))
-				bufio.NewReader(c).ReadString('\n')
-				c.Write([]byte("host\n"))
-				c.Close()
-			}
-		}()
-		targets["a host service on the gateway"] = cl.Forward(standIn.Addr().String())
-		var pg netip.AddrPort
-		if u := cl.PostgresURL(); u != "" {
-			pg = hostPortOf(t, u)
-			targets["PostgreSQL on the gateway"] = pg
-		}
-		if u := cl.S3URL(); u != "" {
-			pu, err := url.Parse(u)
-			if err != nil {
-				t.Fatal(err)
-			}
-			targets["the S3 server on the gateway"] = hostPortOf(t, pu.Query().Get("endpoint"))
-		}
-		c := n1.Client()
-		id := ids[0][0]
-		// The positive control: the path out of the sandbox to the LAN
-		// works, so a refusal below is the firewall's.
-		if out, code := sh(t, c, id, tcpGet(netip.AddrPortFrom(netcluster.Public, 80))); code != 0 || !strings.HasPrefix(out, "lan ") {
-			t.Fatalf("sandbox on node 1 to a public address on the LAN: %q (exit %d)", out, code)
-		}
-		for what, ap := range targets {
-			// And the nodes reach it themselves.
-			conn, err := n1.Dial(ctx, "tcp", ap.String())
-			if err != nil {
-				t.Errorf("node 1 to %s (%s): %v", what, ap, err)
-			} else {
-				conn.Close()
-			}
-			if out, code := sh(t, c, id, tcpGet(ap)); code == 0 {
-				t.Errorf("sandbox on node 1 reached %s (%s): %q", what, ap, out)
-			}
-		}
-		if pg.IsValid() {
-			// The forwarded PostgreSQL answers the protocol, from a node.
-			if got := pgSSLAnswer(t, n1, pg); got != 'N' && got != 'S' {
-				t.Errorf("PostgreSQL through the gateway answered %q to an SSLRequest", got)
-			}
-		}
+		noNodeReach(t, cl, cl.Nodes[0].Client(), ids[0][0])
 	})
 
 	t.Run("kill -9 and restart of node 1", func(t *testing.T) {
@@ -229,6 +164,100 @@ func TestClusterNodesShareAHost(t *testing.T) {
 		intact(t, 2, "the partition")
 	})
 	t.Logf("all in %s", time.Since(start).Round(time.Millisecond))
+}
+
+// TestClusterDenyOutranksAllow runs two nodes whose operator allowed
+// sandboxes all of 10.0.0.0/8 (for a mirror, say), which holds the nodes'
+// own LAN: sandboxes reach the mirror, and still no node address, because
+// a server refuses its sandboxes the networks it listens on whatever it
+// allows.
+func TestClusterDenyOutranksAllow(t *testing.T) {
+	testenv.RequireRoot(t)
+	cl := netcluster.New(t, netcluster.Config{Bin: atollBinary(t), Nodes: 2,
+		Args: []string{"--warm-pool", "0", "--prestart", "0", "--network-pool", "0", "--network-allow", "10.0.0.0/8"}})
+	mirror := netip.MustParsePrefix("10.251.0.1/24")
+	cl.AddAddr(mirror)
+	nettest.ServeHTTP(t, cl.LANNetns, "mirror", netip.AddrPortFrom(mirror.Addr(), 80).String(), false)
+	c := cl.Nodes[0].Client()
+	sb, err := c.CreateSandbox(context.Background(), api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, code := sh(t, c, sb.ID, tcpGet(netip.AddrPortFrom(mirror.Addr(), 80))); code != 0 || !strings.HasPrefix(out, "mirror ") {
+		t.Fatalf("sandbox to the allowed mirror %s: %q (exit %d)", mirror.Addr(), out, code)
+	}
+	noNodeReach(t, cl, c, sb.ID)
+}
+
+// noNodeReach checks that sandbox id on the cluster's first node reaches
+// no node address: the API and port proxy of its own node and of another,
+// and what the host offers the nodes on the LAN's gateway (a stand-in
+// service always; the PostgreSQL and S3 servers when the test script runs
+// them). The positive controls: the sandbox reaches a public address on
+// the same LAN, and the node itself reaches every one of those addresses.
+func noNodeReach(t *testing.T, cl *netcluster.Cluster, c *atoll.Client, id string) {
+	t.Helper()
+	if testenv.Strict() && os.Getenv("ATOLL_TEST_POSTGRES_URL") == "" {
+		t.Fatal("ATOLL_TEST_POSTGRES_URL is not set (scripts/test.sh starts a PostgreSQL server and sets it)")
+	}
+	ctx := context.Background()
+	n1, n2 := cl.Nodes[0], cl.Nodes[1]
+	targets := map[string]netip.AddrPort{
+		"its own node's API":        netip.AddrPortFrom(n1.Addr, 7400),
+		"its own node's port proxy": netip.AddrPortFrom(n1.Addr, 7401),
+		"another node's API":        netip.AddrPortFrom(n2.Addr, 7400),
+		"another node's port proxy": netip.AddrPortFrom(n2.Addr, 7401),
+	}
+	standIn := nettest.Listen(t, "/proc/self/ns/net", "tcp", "127.0.0.1:0")
+	go func() {
+		for {
+			c, err := standIn.Accept()
+			if err != nil {
+				return
+			}
+			// Answers the request tcpGet sends, so that a sandbox
+			// reaching it would see an answer.
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			bufio.NewReader(c).ReadString('\n')
+			c.Write([]byte("host\n"))
+			c.Close()
+		}
+	}()
+	targets["a host service on the gateway"] = cl.Forward(standIn.Addr().String())
+	var pg netip.AddrPort
+	if u := cl.PostgresURL(); u != "" {
+		pg = hostPortOf(t, u)
+		targets["PostgreSQL on the gateway"] = pg
+	}
+	if u := cl.S3URL(); u != "" {
+		pu, err := url.Parse(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		targets["the S3 server on the gateway"] = hostPortOf(t, pu.Query().Get("endpoint"))
+	}
+	// The path out of the sandbox to the LAN works, so a refusal below is
+	// the firewall's.
+	if out, code := sh(t, c, id, tcpGet(netip.AddrPortFrom(netcluster.Public, 80))); code != 0 || !strings.HasPrefix(out, "lan ") {
+		t.Fatalf("sandbox on node 1 to a public address on the LAN: %q (exit %d)", out, code)
+	}
+	for what, ap := range targets {
+		conn, err := n1.Dial(ctx, "tcp", ap.String())
+		if err != nil {
+			t.Errorf("node 1 to %s (%s): %v", what, ap, err)
+		} else {
+			conn.Close()
+		}
+		if out, code := sh(t, c, id, tcpGet(ap)); code == 0 {
+			t.Errorf("sandbox on node 1 reached %s (%s): %q", what, ap, out)
+		}
+	}
+	if pg.IsValid() {
+		// The forwarded PostgreSQL answers the protocol, from a node.
+		if got := pgSSLAnswer(t, n1, pg); got != 'N' && got != 'S' {
+			t.Errorf("PostgreSQL through the gateway answered %q to an SSLRequest", got)
+		}
+	}
 }
 
 // hostPrint is what the host holds of a running sandbox: the processes in

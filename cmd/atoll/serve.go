@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -176,6 +177,18 @@ func networkConfig(cfg serveConfig, log *slog.Logger) (network.Config, error) {
 		}
 		nc.Allow = append(nc.Allow, p)
 	}
+	// Sandboxes never reach the networks this server listens on: that is
+	// where its peers are (docs/network.md).
+	addrs, err := listenAddrs(cfg.listen, cfg.proxyListen, cfg.tlsListen)
+	if err != nil {
+		return nc, err
+	}
+	if nc.Deny, err = network.PeerSubnets(addrs, cmp.Or(cfg.bridge, "atoll0")); err != nil {
+		return nc, err
+	}
+	if len(nc.Deny) > 0 {
+		log.Info("sandboxes are refused the networks the server listens on", "deny", fmt.Sprint(nc.Deny))
+	}
 	for _, u := range cfg.dnsUpstream {
 		ap, err := netip.ParseAddrPort(u)
 		if err != nil {
@@ -188,6 +201,35 @@ func networkConfig(cfg serveConfig, log *slog.Logger) (network.Config, error) {
 		nc.Upstream = append(nc.Upstream, ap)
 	}
 	return nc, nil
+}
+
+// listenAddrs are the IP addresses of listeners (HOST:PORT, "" for
+// none): an empty host is the unspecified address, a name is looked up.
+func listenAddrs(listeners ...string) ([]netip.Addr, error) {
+	var out []netip.Addr
+	for _, l := range listeners {
+		if l == "" {
+			continue
+		}
+		host, _, err := net.SplitHostPort(l)
+		if err != nil {
+			return nil, fmt.Errorf("listen address %q: %w", l, err)
+		}
+		if host == "" {
+			out = append(out, netip.IPv6Unspecified())
+			continue
+		}
+		if a, err := netip.ParseAddr(host); err == nil {
+			out = append(out, a)
+			continue
+		}
+		as, err := net.DefaultResolver.LookupNetIP(context.Background(), "ip", host)
+		if err != nil {
+			return nil, fmt.Errorf("listen address %q: %w", l, err)
+		}
+		out = append(out, as...)
+	}
+	return out, nil
 }
 
 // startNetwork makes the sandboxes' network as --network says: nil when it

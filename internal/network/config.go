@@ -49,6 +49,11 @@ type Config struct {
 	// (BlockedPrefixes: private, link-local, metadata, multicast...) that
 	// the operator lets sandboxes reach, such as an internal package mirror.
 	Allow []netip.Prefix
+	// Deny lists destination prefixes that sandboxes never reach, whatever
+	// Allow or their own policy say: the network of the server's peers
+	// (other nodes of a cluster, its PostgreSQL), which an operator's
+	// Allow for a mirror must not open by accident.
+	Deny []netip.Prefix
 	// NetnsDir is where sandbox namespaces are bind-mounted, default
 	// /run/netns, so that `ip netns exec atoll0-17 ...` works.
 	NetnsDir string
@@ -126,6 +131,12 @@ func (c Config) withDefaults() (Config, error) {
 		if !p.IsValid() {
 			return c, fmt.Errorf("%w: allowed prefix %s", errdefs.ErrInvalid, p)
 		}
+	}
+	for i, p := range c.Deny {
+		if !p.IsValid() {
+			return c, fmt.Errorf("%w: denied prefix %s", errdefs.ErrInvalid, p)
+		}
+		c.Deny[i] = p.Masked()
 	}
 	if c.NetnsDir == "" {
 		c.NetnsDir = "/run/netns"

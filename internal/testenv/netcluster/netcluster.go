@@ -54,7 +54,8 @@ import (
 // Addresses on the LAN. 10.250.0.0/24 is private, so a node's sandboxes are
 // refused it by the egress firewall's defaults (network.BlockedPrefixes);
 // Public is a documentation address on the LAN's bridge that they may reach,
-// the positive control for such refusals.
+// the positive control for such refusals: it serves HTTP on port 80,
+// answering "lan CLIENT HOST".
 var (
 	Gateway = netip.MustParseAddr("10.250.0.1")
 	LAN     = netip.MustParsePrefix("10.250.0.0/24")
@@ -124,6 +125,7 @@ func New(t testing.TB, cfg Config) *Cluster {
 	if err != nil {
 		testenv.Skip(t, fmt.Sprintf("making the cluster's LAN bridge: %v", err))
 	}
+	nettest.ServeHTTP(t, c.LANNetns, "lan", netip.AddrPortFrom(Public, 80).String(), false)
 	for i := range cfg.Nodes {
 		c.Nodes = append(c.Nodes, c.newNode(i+1, cfg))
 	}
@@ -167,6 +169,22 @@ func New(t testing.TB, cfg Config) *Cluster {
 
 func addr(p netip.Prefix) *netlink.Addr {
 	return &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
+}
+
+// AddAddr gives the LAN's bridge one more address, p (such as
+// 10.251.0.1/24), for a test server there.
+func (c *Cluster) AddAddr(p netip.Prefix) {
+	c.t.Helper()
+	err := nettest.In(c.LANNetns, func() error {
+		br, err := netlink.LinkByName("br0")
+		if err != nil {
+			return err
+		}
+		return netlink.AddrAdd(br, addr(p))
+	})
+	if err != nil {
+		c.t.Fatalf("adding %s to the LAN: %v", p, err)
+	}
 }
 
 // Node is one `atoll serve` in its namespace.
