@@ -284,6 +284,10 @@ func (n *Node) register() {
 	t := n.c.t
 	t.Cleanup(func() {
 		n.Kill()
+		// A test that ended in a partition: the LAN reaches the node again.
+		if err := n.linkUp(true); err != nil {
+			t.Errorf("cleanup: node %d: %v", n.Index, err)
+		}
 		if err := n.start([]string{"--warm-pool", "0", "--prestart", "0", "--network-pool", "0"}); err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			c := n.Client()
@@ -444,6 +448,13 @@ func (n *Node) Restore() { n.setLink(true) }
 
 func (n *Node) setLink(up bool) {
 	n.c.t.Helper()
+	if err := n.linkUp(up); err != nil {
+		n.c.t.Fatal(err)
+	}
+}
+
+// linkUp sets the node's link on the LAN up or down.
+func (n *Node) linkUp(up bool) error {
 	err := nettest.In(n.c.LANNetns, func() error {
 		l, err := netlink.LinkByName(n.lanLink())
 		if err != nil {
@@ -455,8 +466,9 @@ func (n *Node) setLink(up bool) {
 		return netlink.LinkSetDown(l)
 	})
 	if err != nil {
-		n.c.t.Fatalf("setting node %d's link up=%v: %v", n.Index, up, err)
+		return fmt.Errorf("setting node %d's link up=%v: %w", n.Index, up, err)
 	}
+	return nil
 }
 
 // Client is a client of the node's API with its admin key, connecting from
