@@ -70,13 +70,20 @@ hoststate() {
 		awk '{print "mount " $5}' /proc/self/mountinfo
 		losetup -n -l -O NAME,BACK-FILE 2>/dev/null | sed 's/^/loop /'
 		find /sys/fs/cgroup -mindepth 2 -maxdepth 4 -type d -path '*/atoll*/*' 2>/dev/null | sed 's/^/cgroup /'
+		# The cluster tests' nodes' cgroup parents (--cgroup-parent atoll-c*).
+		find /sys/fs/cgroup -mindepth 1 -maxdepth 2 -type d -name 'atoll-c*' 2>/dev/null | sed 's/^/cgroup /'
 		ip netns list 2>/dev/null | sed 's/^/netns /'
 	} | sort -u
 }
 before=$(mktemp)
 hoststate >"$before"
 
-# What the run starts (S3 and PostgreSQL servers) stops when it ends.
+# What the run starts (S3 and PostgreSQL servers) stops when it ends. They
+# listen on loopback and a unix socket only: the cluster tests' nodes, each
+# in a network namespace of its own, reach them through a forwarder the
+# test harness runs on its LAN's gateway address (internal/testenv/
+# netcluster: Cluster.PostgresURL and S3URL are their URLs as nodes use
+# them), so nothing here depends on the cluster's addresses.
 s3pid="" s3dir="" pgdir="" pgctl=""
 cleanup() {
 	if [ -n "$s3pid" ]; then kill "$s3pid" 2>/dev/null || :; fi

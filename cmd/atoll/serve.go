@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -62,6 +63,7 @@ type serveConfig struct {
 	e2b                            bool
 	debug                          bool
 	pprof                          string // loopback address for net/http/pprof; "" for none
+	cgroupParent                   string // names the runtimes' host cgroups (runtimeCgroups)
 	out                            io.Writer
 
 	network     string // auto, on or off
@@ -136,6 +138,7 @@ the data directory (port-key).`,
 	f.BoolVar(&cfg.e2b, "e2b", true, "also serve the E2B-compatible API and sandbox traffic on the listener (see docs/e2b.md)")
 	f.BoolVar(&cfg.debug, "debug", false, "log debug messages")
 	f.StringVar(&cfg.pprof, "debug-pprof", "", "serve Go's profiles (net/http/pprof) at http://ADDR/debug/pprof/, on a loopback address only, without authentication")
+	f.StringVar(&cfg.cgroupParent, "cgroup-parent", "atoll", `names the host cgroups below which sandboxes get theirs: /NAME (ns), /NAME-gvisor and /NAME-vm; servers that share a host each need their own, as they need their own --data and --network-bridge`)
 	f.StringVar(&cfg.network, "network", "auto", "sandbox networking: auto (on if the kernel can enforce it), on or off")
 	f.StringVar(&cfg.bridge, "network-bridge", "", `bridge for sandboxes; also names their namespaces and veths (default "atoll0")`)
 	f.StringVar(&cfg.subnet4, "network-subnet4", "", "sandboxes' IPv4 subnet (default 10.213.0.0/16)")
@@ -174,6 +177,18 @@ func networkConfig(cfg serveConfig, log *slog.Logger) (network.Config, error) {
 		}
 		nc.Allow = append(nc.Allow, p)
 	}
+	// Sandboxes never reach the networks this server listens on: that is
+	// where its peers are (docs/network.md).
+	addrs, err := listenAddrs(cfg.listen, cfg.proxyListen, cfg.tlsListen)
+	if err != nil {
+		return nc, err
+	}
+	if nc.Deny, err = network.PeerSubnets(addrs, cmp.Or(cfg.bridge, "atoll0")); err != nil {
+		return nc, err
+	}
+	if len(nc.Deny) > 0 {
+		log.Info("sandboxes are refused the networks the server listens on", "deny", fmt.Sprint(nc.Deny))
+	}
 	for _, u := range cfg.dnsUpstream {
 		ap, err := netip.ParseAddrPort(u)
 		if err != nil {
@@ -186,6 +201,35 @@ func networkConfig(cfg serveConfig, log *slog.Logger) (network.Config, error) {
 		nc.Upstream = append(nc.Upstream, ap)
 	}
 	return nc, nil
+}
+
+// listenAddrs are the IP addresses of listeners (HOST:PORT, "" for
+// none): an empty host is the unspecified address, a name is looked up.
+func listenAddrs(listeners ...string) ([]netip.Addr, error) {
+	var out []netip.Addr
+	for _, l := range listeners {
+		if l == "" {
+			continue
+		}
+		host, _, err := net.SplitHostPort(l)
+		if err != nil {
+			return nil, fmt.Errorf("listen address %q: %w", l, err)
+		}
+		if host == "" {
+			out = append(out, netip.IPv6Unspecified())
+			continue
+		}
+		if a, err := netip.ParseAddr(host); err == nil {
+			out = append(out, a)
+			continue
+		}
+		as, err := net.DefaultResolver.LookupNetIP(context.Background(), "ip", host)
+		if err != nil {
+			return nil, fmt.Errorf("listen address %q: %w", l, err)
+		}
+		out = append(out, as...)
+	}
+	return out, nil
 }
 
 // startNetwork makes the sandboxes' network as --network says: nil when it
@@ -301,6 +345,9 @@ func (s *serving) close() {
 
 // openData makes or checks the data directory.
 func (s *serving) openData(context.Context) (err error) {
+	if _, err := runtimeCgroups(s.cfg.cgroupParent); err != nil {
+		return err // before anything is made
+	}
 	s.dir, err = openDataDir(s.cfg.data)
 	return err
 }
@@ -364,7 +411,11 @@ func (s *serving) startRuntimes(context.Context) error {
 	for _, old := range s.dir.OldLowers() {
 		_ = lowers.Discard(old) // where earlier versions kept them
 	}
-	nsrt, err := ns.New(ns.Config{RunRoot: s.dir.Run("ns"), Lowers: lw, Logger: s.log})
+	cg, err := runtimeCgroups(s.cfg.cgroupParent)
+	if err != nil {
+		return err
+	}
+	nsrt, err := ns.New(ns.Config{RunRoot: s.dir.Run("ns"), Lowers: lw, CgroupParent: cg.ns, Logger: s.log})
 	if err != nil {
 		return err
 	}
@@ -380,12 +431,41 @@ func (s *serving) startRuntimes(context.Context) error {
 	}
 	// gvisor is offered where runsc is installed and runs a probe sandbox.
 	gv, err := gvisor.New(gvisor.Config{RunRoot: s.dir.Run("gvisor"),
-		PlatformCache: "/run/atoll/gvisor-platform", Lowers: lw, Logger: s.log})
+		PlatformCache: "/run/atoll/gvisor-platform", Lowers: lw, CgroupParent: cg.gvisor, Logger: s.log})
 	offer("gvisor", gv, err)
 	// vm is offered where QEMU and a guest kernel are installed.
-	vmrt, err := vm.New(vm.Config{RunRoot: s.dir.Run("vm"), AccelCache: "/run/atoll/vm-accel", Logger: s.log})
+	vmrt, err := vm.New(vm.Config{RunRoot: s.dir.Run("vm"), AccelCache: "/run/atoll/vm-accel", CgroupParent: cg.vm, Logger: s.log})
 	offer("vm", vmrt, err)
 	return nil
+}
+
+// cgroupParents are the host cgroups below which each runtime makes its
+// sandboxes' own.
+type cgroupParents struct{ ns, gvisor, vm string }
+
+// runtimeCgroups derives the runtimes' cgroup parents from --cgroup-parent:
+// one name, so that a server's cgroups are all found by it and a second
+// server on the host needs one flag to keep out of them. Each runtime
+// reconciles only the sandboxes of its own data directory, but a kill of
+// everything in a cgroup, or an operator's look at one, must never meet
+// another server's processes.
+func runtimeCgroups(name string) (cgroupParents, error) {
+	if !validCgroupName(name) {
+		return cgroupParents{}, fmt.Errorf("--cgroup-parent %q: want 1 to 64 bytes of [a-z0-9_-], starting with a letter", name)
+	}
+	return cgroupParents{ns: "/" + name, gvisor: "/" + name + "-gvisor", vm: "/" + name + "-vm"}, nil
+}
+
+func validCgroupName(s string) bool {
+	if len(s) == 0 || len(s) > 64 || s[0] < 'a' || s[0] > 'z' {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // startNetwork gives sandboxes networks, unless --network says not to.

@@ -49,12 +49,19 @@ type Config struct {
 	// (BlockedPrefixes: private, link-local, metadata, multicast...) that
 	// the operator lets sandboxes reach, such as an internal package mirror.
 	Allow []netip.Prefix
+	// Deny lists destination prefixes that sandboxes never reach, whatever
+	// Allow or their own policy say: the network of the server's peers
+	// (other nodes of a cluster, its PostgreSQL), which an operator's
+	// Allow for a mirror must not open by accident.
+	Deny []netip.Prefix
 	// NetnsDir is where sandbox namespaces are bind-mounted, default
 	// /run/netns, so that `ip netns exec atoll0-17 ...` works.
 	NetnsDir string
 	// Table is the nftables table (family inet) that holds all of atoll's
-	// rules, default "atoll". The Manager owns it and rewrites it whole at
-	// start.
+	// rules, default "atoll" for the default bridge and "atoll-<bridge>"
+	// for any other, so that servers sharing a namespace with bridges of
+	// their own never rewrite each other's. The Manager owns it and
+	// rewrites it whole at start.
 	Table string
 	// HostNetns, if set, is the path of the network namespace that plays
 	// the host: the bridge, routes, sysctls, nftables table and conntrack
@@ -125,11 +132,20 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("%w: allowed prefix %s", errdefs.ErrInvalid, p)
 		}
 	}
+	for i, p := range c.Deny {
+		if !p.IsValid() {
+			return c, fmt.Errorf("%w: denied prefix %s", errdefs.ErrInvalid, p)
+		}
+		c.Deny[i] = p.Masked()
+	}
 	if c.NetnsDir == "" {
 		c.NetnsDir = "/run/netns"
 	}
 	if c.Table == "" {
 		c.Table = "atoll"
+		if c.Bridge != "atoll0" {
+			c.Table = "atoll-" + c.Bridge
+		}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -25,6 +25,12 @@ func TestConfigDefaults(t *testing.T) {
 	if other.Subnet6 == c.Subnet6 {
 		t.Errorf("bridges atoll0 and atoll1 share IPv6 subnet %s", c.Subnet6)
 	}
+	if other.Table != "atoll-atoll1" {
+		t.Errorf("bridge atoll1's table is %q, want atoll-atoll1: servers sharing a namespace would rewrite each other's", other.Table)
+	}
+	if _, err := (Config{Deny: []netip.Prefix{{}}}).withDefaults(); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("an invalid denied prefix: %v, want ErrInvalid", err)
+	}
 	again, _ := Config{}.withDefaults()
 	if again.Subnet6 != c.Subnet6 {
 		t.Errorf("default IPv6 subnet changed between calls: %s, %s", c.Subnet6, again.Subnet6)

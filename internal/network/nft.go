@@ -53,6 +53,8 @@ const (
 	setBlocked6  = "blocked6" //
 	setAllow4    = "allow4"   // interval set of Config.Allow
 	setAllow6    = "allow6"   //
+	setDeny4     = "deny4"    // interval set of Config.Deny
+	setDeny6     = "deny6"    //
 	setTCPPorts  = "gw_tcp"   // gateway ports sandboxes may reach
 	setUDPPorts  = "gw_udp"   //
 	setOpen4     = "open4"    // sandbox addresses whose policy is allow-all
@@ -163,6 +165,7 @@ type ruleset struct {
 	table              *nftables.Table
 	sandbox4, sandbox6 *nftables.Set
 	allow4, allow6     *nftables.Set
+	deny4, deny6       *nftables.Set
 	blocked4, blocked6 *nftables.Set
 	tcpPorts, udpPorts *nftables.Set
 	open4, open6       *nftables.Set
@@ -187,6 +190,8 @@ func newRuleset(table string) *ruleset {
 		open6:    &nftables.Set{Table: t, ID: 10, Name: setOpen6, KeyType: nftables.TypeIP6Addr},
 		proxied4: &nftables.Set{Table: t, ID: 11, Name: setProxied4, KeyType: nftables.TypeIPAddr},
 		proxied6: &nftables.Set{Table: t, ID: 12, Name: setProxied6, KeyType: nftables.TypeIP6Addr},
+		deny4:    &nftables.Set{Table: t, ID: 13, Name: setDeny4, Interval: true, KeyType: nftables.TypeIPAddr},
+		deny6:    &nftables.Set{Table: t, ID: 14, Name: setDeny6, Interval: true, KeyType: nftables.TypeIP6Addr},
 	}
 }
 
@@ -256,17 +261,8 @@ func (rs *ruleset) addChains(c *nftables.Conn) chains {
 // addSets queues the table's sets: the operator's allowed and blocked
 // prefixes and the gateway ports filled from cfg, the per-sandbox ones empty.
 func (rs *ruleset) addSets(c *nftables.Conn, cfg Config) error {
-	var allow4, allow6 []netip.Prefix
-	for _, p := range cfg.Allow {
-		switch {
-		case p.Addr().Is4():
-			allow4 = append(allow4, p)
-		case p.Addr().Is4In6() && p.Bits() >= 96:
-			allow4 = append(allow4, netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96))
-		default:
-			allow6 = append(allow6, p)
-		}
-	}
+	allow4, allow6 := byFamily(cfg.Allow)
+	deny4, deny6 := byFamily(cfg.Deny)
 	var blocked4, blocked6 []netip.Prefix
 	for _, p := range BlockedPrefixes {
 		if p.Addr().Is4() {
@@ -284,6 +280,8 @@ func (rs *ruleset) addSets(c *nftables.Conn, cfg Config) error {
 		{rs.sandbox6, nil},
 		{rs.allow4, intervalElems(allow4)},
 		{rs.allow6, intervalElems(allow6)},
+		{rs.deny4, intervalElems(deny4)},
+		{rs.deny6, intervalElems(deny6)},
 		{rs.blocked4, intervalElems(blocked4)},
 		{rs.blocked6, intervalElems(blocked6)},
 		{rs.tcpPorts, portElems(tcpPorts)},
@@ -299,6 +297,22 @@ func (rs *ruleset) addSets(c *nftables.Conn, cfg Config) error {
 	}
 
 	return nil
+}
+
+// byFamily splits prefixes into IPv4 ones (IPv4-mapped IPv6 prefixes
+// among them, unmapped) and IPv6 ones.
+func byFamily(ps []netip.Prefix) (v4, v6 []netip.Prefix) {
+	for _, p := range ps {
+		switch {
+		case p.Addr().Is4():
+			v4 = append(v4, p)
+		case p.Addr().Is4In6() && p.Bits() >= 96:
+			v4 = append(v4, netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96))
+		default:
+			v6 = append(v6, p)
+		}
+	}
+	return v4, v6
 }
 
 // cat joins expression lists into one rule's expressions.
@@ -332,8 +346,11 @@ func (rs *ruleset) addForwardRules(c *nftables.Conn, cfg Config, chs chains) {
 	add(fromSB, verdict(expr.VerdictDrop)...)
 
 	// What every sandbox's policy lets through still passes here: the
+	// denied prefixes are refused, whatever else is allowed, and the
 	// operator's blocked prefixes are refused unless the operator allowed
 	// them.
+	addReject(c, egress, cat(nfproto(unix.NFPROTO_IPV4), ip4Daddr(), lookup(rs.deny4))...)
+	addReject(c, egress, cat(nfproto(unix.NFPROTO_IPV6), ip6Daddr(), lookup(rs.deny6))...)
 	add(egress, cat(nfproto(unix.NFPROTO_IPV4), ip4Daddr(), lookup(rs.allow4), verdict(expr.VerdictAccept))...)
 	add(egress, cat(nfproto(unix.NFPROTO_IPV6), ip6Daddr(), lookup(rs.allow6), verdict(expr.VerdictAccept))...)
 	addReject(c, egress, cat(nfproto(unix.NFPROTO_IPV4), ip4Daddr(), lookup(rs.blocked4))...)

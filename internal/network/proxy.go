@@ -339,7 +339,8 @@ func (m *Manager) proxyAllows(ctx context.Context, slot int, name string, dst ne
 }
 
 // forbiddenDst reports whether the proxy must not connect to a whatever the
-// sandbox's policy says: the operator's blocked prefixes (unless allowed),
+// sandbox's policy says: the denied prefixes, the operator's blocked
+// prefixes (unless allowed),
 // the sandboxes' subnets and the host's own addresses. The firewall keeps
 // sandboxes from them; the proxy connects from the host and must do the
 // same.
@@ -347,6 +348,11 @@ func (m *Manager) forbiddenDst(a netip.Addr) bool {
 	a = a.Unmap()
 	if m.cfg.Subnet4.Contains(a) || m.cfg.Subnet6.Contains(a) {
 		return true
+	}
+	for _, p := range m.cfg.Deny {
+		if p.Contains(a) {
+			return true
+		}
 	}
 	allowed := false
 	for _, p := range m.cfg.Allow {

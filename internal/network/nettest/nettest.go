@@ -31,6 +31,8 @@ import (
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/atoll-dev/atoll/internal/netns"
 )
 
 // Dir is where the namespaces are bind-mounted.
@@ -74,7 +76,10 @@ func In(path string, fn func() error) error {
 func NewNetns(t testing.TB, name string) string {
 	t.Helper()
 	path := filepath.Join(Dir, name)
-	if err := os.MkdirAll(Dir, 0o755); err != nil {
+	// Shared, as atoll serve (and iproute2) makes it: were it made so
+	// after this namespace is bound there, by a server the test starts,
+	// the binding would be hidden under the new mount and outlive the test.
+	if err := netns.PrepareDir(Dir); err != nil {
 		t.Fatal(err)
 	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)

@@ -66,7 +66,10 @@ type Config struct {
 	// Lowers builds and mounts the template layers' images, shared with the
 	// other runtimes of the node; nil makes one in RunRoot/lowers.
 	Lowers *lowers.Images
-	Logger *slog.Logger
+	// CgroupParent is where runsc makes each sandbox's host cgroup,
+	// default /atoll-gvisor. Servers that share a host each need their own.
+	CgroupParent string
+	Logger       *slog.Logger
 }
 
 // ErrNoRunsc is New's error when runsc is not installed.
@@ -75,6 +78,7 @@ var ErrNoRunsc = errors.New("runsc (gVisor) is not installed")
 // Runtime is the gvisor backend.
 type Runtime struct {
 	runRoot  string
+	cgParent string // Config.CgroupParent
 	runsc    string
 	platform string
 	version  string
@@ -122,7 +126,10 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, ErrNoRunsc
 	}
 
-	r := &Runtime{runRoot: cfg.RunRoot, runsc: path, log: cfg.Logger}
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = DefaultCgroupParent
+	}
+	r := &Runtime{runRoot: cfg.RunRoot, cgParent: cfg.CgroupParent, runsc: path, log: cfg.Logger}
 	r.version = runscVersion(path)
 	help, _ := exec.Command(path, "flags").CombinedOutput()
 	flags := string(help)
@@ -510,7 +517,7 @@ func (r *Runtime) Cleanup(ctx context.Context, id string) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := removeCgroups(id); err != nil {
+	if err := r.removeCgroups(id); err != nil {
 		errs = append(errs, err)
 	}
 	dir := r.runDir(id)
@@ -573,7 +580,7 @@ func (r *Runtime) Processes(ctx context.Context, id string) (int, error) {
 // memory file, which the host counts as shared memory. So used includes
 // the sentry's own (as a VM's includes its guest kernel's).
 func (r *Runtime) Usage(ctx context.Context, id string) (runtime.Usage, error) {
-	u, err := cgroup.ReadUsage(cgroupPath(id))
+	u, err := cgroup.ReadUsage(r.cgroupPath(id))
 	if err != nil {
 		return runtime.Usage{}, fmt.Errorf("reading cgroup: %w", err)
 	}
@@ -718,7 +725,7 @@ func (r *Runtime) hostSockets(pid int, id string) []string {
 	// The gofer binds them in its own network namespace: look in those of
 	// every process of the sandbox, once each.
 	seen := map[string]bool{}
-	for _, p := range append([]int{pid}, cgroupPIDs(id)...) {
+	for _, p := range append([]int{pid}, r.cgroupPIDs(id)...) {
 		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", p))
 		if err != nil || seen[ns] {
 			continue

@@ -23,10 +23,10 @@ import (
 	"github.com/atoll-dev/atoll/internal/runtime/host"
 )
 
-// cgroupParent is where runsc makes each sandbox's host cgroup.
-const cgroupParent = "/atoll-gvisor"
+// DefaultCgroupParent is Config.CgroupParent's default.
+const DefaultCgroupParent = "/atoll-gvisor"
 
-func cgroupPath(id string) string { return cgroupParent + "/" + id }
+func (r *Runtime) cgroupPath(id string) string { return r.cgParent + "/" + id }
 
 // memoryOverhead is added to a sandbox's memory limit for the sentry and
 // gofer themselves (about 20 MiB idle), so that the limit is what the
@@ -115,7 +115,7 @@ func (r *Runtime) ociSpec(spec runtime.Spec, dir, rootfs, sock string) (*specs.S
 				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace},
 			},
 			Resources:   resources(spec.Limits),
-			CgroupsPath: cgroupPath(spec.ID),
+			CgroupsPath: r.cgroupPath(spec.ID),
 		},
 	}, nil
 }
@@ -157,7 +157,7 @@ func swapAccounting() bool {
 func (r *Runtime) Update(ctx context.Context, id string, l runtime.Limits) error {
 	res := resources(l)
 	if cgroups.Mode() == cgroups.Unified {
-		m, err := cgroup2.Load(cgroupPath(id))
+		m, err := cgroup2.Load(r.cgroupPath(id))
 		if err != nil {
 			return fmt.Errorf("loading cgroup: %w", err)
 		}
@@ -165,7 +165,7 @@ func (r *Runtime) Update(ctx context.Context, id string, l runtime.Limits) error
 			return err
 		}
 	} else {
-		c, err := cgroup1.Load(cgroup1.StaticPath(cgroupPath(id)), cgroup1.WithHierarchy(v1Hierarchy))
+		c, err := cgroup1.Load(cgroup1.StaticPath(r.cgroupPath(id)), cgroup1.WithHierarchy(v1Hierarchy))
 		if err != nil {
 			return fmt.Errorf("loading cgroup: %w", err)
 		}
@@ -199,10 +199,10 @@ func v1Hierarchy() ([]cgroup1.Subsystem, error) {
 
 // cgroupPIDs lists the host processes in sandbox id's cgroup: sentry, gofer
 // and platform stubs.
-func cgroupPIDs(id string) []int {
-	f := filepath.Join("/sys/fs/cgroup", cgroupPath(id), "cgroup.procs")
+func (r *Runtime) cgroupPIDs(id string) []int {
+	f := filepath.Join("/sys/fs/cgroup", r.cgroupPath(id), "cgroup.procs")
 	if cgroups.Mode() != cgroups.Unified {
-		f = filepath.Join("/sys/fs/cgroup/pids", cgroupPath(id), "cgroup.procs")
+		f = filepath.Join("/sys/fs/cgroup/pids", r.cgroupPath(id), "cgroup.procs")
 	}
 	b, _ := os.ReadFile(f)
 	var pids []int
@@ -217,14 +217,14 @@ func cgroupPIDs(id string) []int {
 // removeCgroups kills what is left in sandbox id's host cgroups and removes
 // them, on every v1 hierarchy runsc used or on v2. runsc delete does this
 // itself; this is for what a crash left.
-func removeCgroups(id string) error {
+func (r *Runtime) removeCgroups(id string) error {
 	var dirs []string
 	if cgroups.Mode() == cgroups.Unified {
-		dirs = []string{filepath.Join("/sys/fs/cgroup", cgroupPath(id))}
+		dirs = []string{filepath.Join("/sys/fs/cgroup", r.cgroupPath(id))}
 	} else {
 		ents, _ := os.ReadDir("/sys/fs/cgroup")
 		for _, e := range ents {
-			dirs = append(dirs, filepath.Join("/sys/fs/cgroup", e.Name(), cgroupPath(id)))
+			dirs = append(dirs, filepath.Join("/sys/fs/cgroup", e.Name(), r.cgroupPath(id)))
 		}
 	}
 	var errs []error

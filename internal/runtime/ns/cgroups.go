@@ -7,10 +7,10 @@ import (
 	"github.com/atoll-dev/atoll/internal/runtime/cgroup"
 )
 
-// cgroupParent is the cgroup under which every sandbox gets its own.
-const cgroupParent = "/atoll"
+// DefaultCgroupParent is Config.CgroupParent's default.
+const DefaultCgroupParent = "/atoll"
 
-func cgroupPath(id string) string { return cgroupParent + "/" + id }
+func (r *Runtime) cgroupPath(id string) string { return r.cgParent + "/" + id }
 
 func resources(l runtime.Limits) *specs.LinuxResources {
 	r := &specs.LinuxResources{CPU: cgroup.CPU(l.CPUWeight, l.CPU)}
@@ -26,8 +26,10 @@ func resources(l runtime.Limits) *specs.LinuxResources {
 	return r
 }
 
-func newCgroup(id string, l runtime.Limits) (*cgroup.Cgroup, error) {
-	return cgroup.New(cgroupPath(id), resources(l))
+func (r *Runtime) newCgroup(id string, l runtime.Limits) (*cgroup.Cgroup, error) {
+	return cgroup.New(r.cgroupPath(id), resources(l))
 }
 
-func loadCgroup(id string) (*cgroup.Cgroup, error) { return cgroup.Load(cgroupPath(id)) }
+func (r *Runtime) loadCgroup(id string) (*cgroup.Cgroup, error) {
+	return cgroup.Load(r.cgroupPath(id))
+}

@@ -45,13 +45,17 @@ type Config struct {
 	// Lowers builds and mounts the template layers' images, shared with the
 	// other runtimes of the node; nil makes one in RunRoot/lowers.
 	Lowers *lowers.Images
-	Logger *slog.Logger
+	// CgroupParent is the cgroup below which each sandbox gets its own,
+	// default /atoll. Servers that share a host each need their own.
+	CgroupParent string
+	Logger       *slog.Logger
 }
 
 // Runtime is the ns backend.
 type Runtime struct {
-	runRoot string
-	log     *slog.Logger
+	runRoot  string
+	cgParent string // Config.CgroupParent
+	log      *slog.Logger
 
 	mu       sync.Mutex
 	prepared map[string]*prepared // by sandbox ID
@@ -96,7 +100,10 @@ func New(cfg Config) (*Runtime, error) {
 			return nil, err
 		}
 	}
-	return &Runtime{runRoot: cfg.RunRoot, log: cfg.Logger, prepared: map[string]*prepared{}, lowers: lw}, nil
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = DefaultCgroupParent
+	}
+	return &Runtime{runRoot: cfg.RunRoot, cgParent: cfg.CgroupParent, log: cfg.Logger, prepared: map[string]*prepared{}, lowers: lw}, nil
 }
 
 // Name implements runtime.Runtime.
@@ -218,7 +225,7 @@ func (r *Runtime) prepare(spec runtime.Spec) (_ *prepared, err error) {
 	}
 	defer lnFile.Close()
 
-	p.cg, err = newCgroup(spec.ID, spec.Limits)
+	p.cg, err = r.newCgroup(spec.ID, spec.Limits)
 	if err != nil {
 		return nil, err
 	}
@@ -539,7 +546,7 @@ func (r *Runtime) unmountStaging(dir string) {
 
 // Stop implements runtime.Runtime.
 func (r *Runtime) Stop(ctx context.Context, id string, inst runtime.Instance) error {
-	if cg, err := loadCgroup(id); err == nil {
+	if cg, err := r.loadCgroup(id); err == nil {
 		// Frozen processes cannot die: thaw a paused sandbox first.
 		_ = cg.Thaw()
 	}
@@ -557,7 +564,7 @@ func (r *Runtime) Cleanup(ctx context.Context, id string) error {
 		p.ctl.Close()
 	}
 	var errs []error
-	if cg, err := loadCgroup(id); err == nil {
+	if cg, err := r.loadCgroup(id); err == nil {
 		_ = cg.Thaw()
 		if err := cg.KillAll(10 * time.Second); err != nil {
 			errs = append(errs, err)
@@ -586,7 +593,7 @@ func (r *Runtime) cleanupDir(id string) error {
 
 // Pause implements runtime.Runtime with the cgroup freezer.
 func (r *Runtime) Pause(ctx context.Context, id string) error {
-	cg, err := loadCgroup(id)
+	cg, err := r.loadCgroup(id)
 	if err != nil {
 		return fmt.Errorf("loading cgroup: %w", err)
 	}
@@ -595,7 +602,7 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 
 // Resume implements runtime.Runtime.
 func (r *Runtime) Resume(ctx context.Context, id string) error {
-	cg, err := loadCgroup(id)
+	cg, err := r.loadCgroup(id)
 	if err != nil {
 		return fmt.Errorf("loading cgroup: %w", err)
 	}
@@ -604,7 +611,7 @@ func (r *Runtime) Resume(ctx context.Context, id string) error {
 
 // Processes implements runtime.Runtime from the sandbox's cgroup.
 func (r *Runtime) Processes(ctx context.Context, id string) (int, error) {
-	cg, err := loadCgroup(id)
+	cg, err := r.loadCgroup(id)
 	if err != nil {
 		return 0, err
 	}
@@ -616,7 +623,7 @@ func (r *Runtime) Processes(ctx context.Context, id string) (int, error) {
 // every process of it; its page cache (tmpfs files too) is not counted as
 // used, as envd does not count the kernel's in an E2B sandbox.
 func (r *Runtime) Usage(ctx context.Context, id string) (runtime.Usage, error) {
-	u, err := cgroup.ReadUsage(cgroupPath(id))
+	u, err := cgroup.ReadUsage(r.cgroupPath(id))
 	if err != nil {
 		return runtime.Usage{}, fmt.Errorf("reading cgroup: %w", err)
 	}
@@ -625,7 +632,7 @@ func (r *Runtime) Usage(ctx context.Context, id string) (runtime.Usage, error) {
 
 // Update implements runtime.Runtime.
 func (r *Runtime) Update(ctx context.Context, id string, l runtime.Limits) error {
-	cg, err := loadCgroup(id)
+	cg, err := r.loadCgroup(id)
 	if err != nil {
 		return fmt.Errorf("loading cgroup: %w", err)
 	}

@@ -83,7 +83,10 @@ type Config struct {
 	// this QEMU and kernel (in /run: until the host reboots), so that a
 	// node restart does not wait for a KVM that hangs again.
 	AccelCache string
-	Logger     *slog.Logger
+	// CgroupParent is where each VM's QEMU gets a host cgroup of its own,
+	// default /atoll-vm. Servers that share a host each need their own.
+	CgroupParent string
+	Logger       *slog.Logger
 }
 
 // Errors New returns when the runtime cannot be offered.
@@ -95,6 +98,7 @@ var (
 // Runtime is the vm backend.
 type Runtime struct {
 	runRoot  string
+	cgParent string // Config.CgroupParent
 	qemu     string
 	bzImage  string // the kernel as installed
 	once     sync.Once
@@ -193,7 +197,10 @@ func New(cfg Config) (*Runtime, error) {
 	if _, err := os.Stat(kernel); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoKernel, err)
 	}
-	r := &Runtime{runRoot: cfg.RunRoot, qemu: qemu, bzImage: kernel, modules: modules, accel: cfg.Accel, accelCache: cfg.AccelCache, log: cfg.Logger, tscKHz: hostTSCKHz()}
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = DefaultCgroupParent
+	}
+	r := &Runtime{runRoot: cfg.RunRoot, cgParent: cfg.CgroupParent, qemu: qemu, bzImage: kernel, modules: modules, accel: cfg.Accel, accelCache: cfg.AccelCache, log: cfg.Logger, tscKHz: hostTSCKHz()}
 	if err := os.MkdirAll(r.cacheDir(), 0o700); err != nil {
 		return nil, err
 	}
@@ -681,7 +688,7 @@ func (r *Runtime) machineArgs(accel string, vcpus int, memoryMB int64, initrd, i
 // runQEMU starts QEMU, which daemonizes once its devices are set up, in the
 // network namespace netns if set.
 func (r *Runtime) runQEMU(ctx context.Context, id, dir, netns string, l runtime.Limits, args []string) error {
-	cg, err := cgroup.New(cgroupPath(id), hostResources(l))
+	cg, err := cgroup.New(r.cgroupPath(id), hostResources(l))
 	if err != nil {
 		return err
 	}
@@ -701,10 +708,10 @@ func (r *Runtime) runQEMU(ctx context.Context, id, dir, netns string, l runtime.
 	return nil
 }
 
-// cgroupParent is where each VM's QEMU gets a host cgroup of its own.
-const cgroupParent = "/atoll-vm"
+// DefaultCgroupParent is Config.CgroupParent's default.
+const DefaultCgroupParent = "/atoll-vm"
 
-func cgroupPath(id string) string { return cgroupParent + "/" + id }
+func (r *Runtime) cgroupPath(id string) string { return r.cgParent + "/" + id }
 
 // hostResources are the limits of a VM's host cgroup: its share of
 // contended CPU (l.CPUWeight, as ns gives it) and a backstop on QEMU's
@@ -717,8 +724,8 @@ func hostResources(l runtime.Limits) *specs.LinuxResources {
 }
 
 // removeCgroup kills what is left in VM id's host cgroup and removes it.
-func removeCgroup(id string) error {
-	cg, err := cgroup.Load(cgroupPath(id))
+func (r *Runtime) removeCgroup(id string) error {
+	cg, err := cgroup.Load(r.cgroupPath(id))
 	if err != nil {
 		return nil // none, or not all of it: nothing runs in it
 	}
@@ -850,7 +857,7 @@ func (r *Runtime) Cleanup(ctx context.Context, id string) error {
 			_ = os.Rename(disk, filepath.Join(string(from), diskName))
 		}
 	}
-	if err := removeCgroup(id); err != nil {
+	if err := r.removeCgroup(id); err != nil {
 		errs = append(errs, err)
 	}
 	if netns, err := os.ReadFile(filepath.Join(dir, netnsName)); err == nil {
@@ -995,7 +1002,7 @@ func (r *Runtime) Update(ctx context.Context, id string, l runtime.Limits) error
 	if err := r.guestCall(ctx, id, http.MethodPut, vminit.LimitsPath, gl, nil); err != nil {
 		return fmt.Errorf("updating vm %s: %w", id, err)
 	}
-	cg, err := cgroup.Load(cgroupPath(id))
+	cg, err := cgroup.Load(r.cgroupPath(id))
 	if err != nil {
 		return fmt.Errorf("updating vm %s: %w", id, err)
 	}
