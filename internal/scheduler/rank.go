@@ -7,7 +7,6 @@ package scheduler
 
 import (
 	"fmt"
-	"hash/fnv"
 	"math"
 	"slices"
 	"sort"
@@ -110,11 +109,12 @@ type Filtered struct {
 const Band = 0.02
 
 // term is one weighted part of a node's score. value is 0..1, higher is
-// better; it sees the node as it would be after the placement.
+// better; it sees the node (k-th of the class, n) as it would be after the
+// placement.
 type term struct {
 	name   string
 	weight float64
-	value  func(c *rankCtx, n *store.Node) float64
+	value  func(c *rankCtx, k int, n *store.Node) float64
 }
 
 // terms is the score: a warm sandbox of the template waiting on the node is
@@ -130,8 +130,8 @@ var terms = [...]term{
 }
 
 // poolValue is 1 on a node with a warm sandbox of the template.
-func poolValue(c *rankCtx, n *store.Node) float64 {
-	if n.Status.Pooled[c.req.TemplateVersion] > 0 {
+func poolValue(c *rankCtx, k int, n *store.Node) float64 {
+	if len(n.Status.Pooled) > 0 && n.Status.Pooled[c.req.TemplateVersion] > 0 {
 		return 1
 	}
 	return 0
@@ -139,8 +139,8 @@ func poolValue(c *rankCtx, n *store.Node) float64 {
 
 // localityValue is 1 on a node holding the template's layers; every node
 // holds the built-in template's.
-func localityValue(c *rankCtx, n *store.Node) float64 {
-	if c.req.TemplateVersion == "" || slices.Contains(n.Status.Templates, c.req.TemplateVersion) {
+func localityValue(c *rankCtx, k int, n *store.Node) float64 {
+	if c.class.local[k] {
 		return 1
 	}
 	return 0
@@ -148,18 +148,20 @@ func localityValue(c *rankCtx, n *store.Node) float64 {
 
 // freeValue is the share of the node's scarcest resource left free after
 // the placement: spreading the load.
-func freeValue(c *rankCtx, n *store.Node) float64 {
-	need := c.need
+func freeValue(c *rankCtx, k int, n *store.Node) float64 {
+	need := &c.need
 	free := 1.0
-	share := func(capacity, committed, need float64) {
+	if n.Capacity.CPU > 0 {
+		free = min(free, (n.Capacity.CPU-n.Committed.CPU-need.CPU)/n.Capacity.CPU)
+	}
+	share := func(capacity, committed, need int64) {
 		if capacity > 0 {
-			free = min(free, (capacity-committed-need)/capacity)
+			free = min(free, float64(capacity-committed-need)/float64(capacity))
 		}
 	}
-	share(n.Capacity.CPU, n.Committed.CPU, need.CPU)
-	share(float64(n.Capacity.MemoryMiB), float64(n.Committed.MemoryMiB), float64(need.MemoryMiB))
-	share(float64(n.Capacity.DiskGiB), float64(n.Committed.DiskGiB), float64(need.DiskGiB))
-	share(float64(n.Capacity.Sandboxes), float64(n.Committed.Sandboxes), float64(need.Sandboxes))
+	share(n.Capacity.MemoryMiB, n.Committed.MemoryMiB, need.MemoryMiB)
+	share(n.Capacity.DiskGiB, n.Committed.DiskGiB, need.DiskGiB)
+	share(int64(n.Capacity.Sandboxes), int64(n.Committed.Sandboxes), int64(need.Sandboxes))
 	return max(free, 0)
 }
 
@@ -167,61 +169,57 @@ func freeValue(c *rankCtx, n *store.Node) float64 {
 // label) with the fewest sandboxes per node, falling towards 0 as its
 // group's load nears the most loaded group's; 0 for a node without the
 // label.
-func spreadValue(c *rankCtx, n *store.Node) float64 {
-	if c.req.Spread == "" {
-		return 0
-	}
-	v, ok := n.Labels[c.req.Spread]
-	if !ok {
+func spreadValue(c *rankCtx, k int, n *store.Node) float64 {
+	g := c.class.group[k]
+	if g < 0 {
 		return 0
 	}
 	if c.maxShare == 0 {
 		return 1
 	}
-	return 1 - (c.groups[v].share()-c.minShare)/c.maxShare
+	return 1 - (c.shares[g]-c.minShare)/c.maxShare
 }
 
-// group is the nodes of one value of the spread label.
-type group struct{ nodes, sandboxes int }
-
-func (g group) share() float64 { return float64(g.sandboxes) / float64(g.nodes) }
-
 // filter is one reason a node cannot take a sandbox: refuses says whether
-// it applies, why says it in words (only asked for when explaining).
+// it applies, why says it in words (only asked for when explaining). A
+// static filter depends only on the request's class and the node as read
+// from the store, not on what is committed on it: a scheduler applies the
+// static ones once per view for a burst of alike requests.
 type filter struct {
 	name    string
+	static  bool
 	refuses func(c *rankCtx, n *store.Node) bool
 	why     func(c *rankCtx, n *store.Node) string
 }
 
-// filters are checked in order; the first that refuses a node is its
-// reason.
+// filters are checked in order, the static ones first; the first that
+// refuses a node is its reason.
 var filters = []filter{
-	{"avoid",
-		func(c *rankCtx, n *store.Node) bool { return c.avoid(n.Name) },
-		func(c *rankCtx, n *store.Node) string { return "refused the placement" }},
-	{"snapshot",
+	{"snapshot", true,
 		func(c *rankCtx, n *store.Node) bool { return c.req.SnapshotNode != "" && n.Name != c.req.SnapshotNode },
 		func(c *rankCtx, n *store.Node) string { return "snapshot is on node " + c.req.SnapshotNode }},
-	{"state",
+	{"state", true,
 		func(c *rankCtx, n *store.Node) bool { return n.State != store.NodeLive },
 		func(c *rankCtx, n *store.Node) string { return n.State }},
-	{"lease",
+	{"lease", true,
 		func(c *rankCtx, n *store.Node) bool { return !c.now.Before(n.LeaseExpires) },
 		func(c *rankCtx, n *store.Node) string {
 			return "lease expired " + c.now.Sub(n.LeaseExpires).Round(time.Second).String() + " ago"
 		}},
-	{"schedule",
+	{"schedule", true,
 		func(c *rankCtx, n *store.Node) bool { return n.Schedule != "" },
 		func(c *rankCtx, n *store.Node) string { return n.Schedule }},
-	{"runtime",
+	{"runtime", true,
 		func(c *rankCtx, n *store.Node) bool { return !slices.Contains(n.Runtimes, c.req.Runtime) },
 		func(c *rankCtx, n *store.Node) string { return "no runtime " + c.req.Runtime }},
-	{"selector",
+	{"selector", true,
 		func(c *rankCtx, n *store.Node) bool { return c.mismatch(n) != "" },
 		func(c *rankCtx, n *store.Node) string { return "selector " + c.mismatch(n) }},
-	{"room",
-		func(c *rankCtx, n *store.Node) bool { return !fits(n, c.need) },
+	{"avoid", false,
+		func(c *rankCtx, n *store.Node) bool { return len(c.avoided) > 0 && c.avoided[n.Name] },
+		func(c *rankCtx, n *store.Node) string { return "refused the placement" }},
+	{"room", false,
+		func(c *rankCtx, n *store.Node) bool { return !fits(n, &c.need) },
 		func(c *rankCtx, n *store.Node) string { return "no room: " + short(n, c.need) }},
 }
 
@@ -230,7 +228,7 @@ const epsilon = 1e-9
 
 // fits reports whether need fits in n beside what it has committed: every
 // resource within capacity, as the store's Place checks.
-func fits(n *store.Node, need store.Resources) bool {
+func fits(n *store.Node, need *store.Resources) bool {
 	return n.Committed.CPU+need.CPU <= n.Capacity.CPU+epsilon &&
 		n.Committed.MemoryMiB+need.MemoryMiB <= n.Capacity.MemoryMiB &&
 		n.Committed.DiskGiB+need.DiskGiB <= n.Capacity.DiskGiB &&
@@ -256,6 +254,46 @@ func short(n *store.Node, need store.Resources) string {
 	return strings.Join(s, ", ")
 }
 
+// class is what the static filters leave of a view's nodes for a class of
+// requests (classKey), and what else of the ranking depends only on the
+// class: which nodes hold the template, their spread groups, the hashes of
+// their names.
+type class struct {
+	nodes    []int   // indexes into the view
+	local    []bool  // by position in nodes
+	group    []int32 // spread group by position in nodes, -1 without the label
+	hash     []uint64
+	groups   int
+	excluded map[string]int // by the static filters
+	// expires is the first lease of nodes to run out: the class is stale
+	// from then on.
+	expires time.Time
+}
+
+// classKey is what of req the static filters and class read.
+func classKey(req *Request) string {
+	var b strings.Builder
+	b.WriteString(req.Runtime)
+	b.WriteByte(0)
+	b.WriteString(req.TemplateVersion)
+	b.WriteByte(0)
+	b.WriteString(req.SnapshotNode)
+	b.WriteByte(0)
+	b.WriteString(req.Spread)
+	keys := make([]string, 0, len(req.Selector))
+	for k := range req.Selector {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		b.WriteByte(0)
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(req.Selector[k])
+	}
+	return b.String()
+}
+
 // rankCtx is one ranking's inputs and what it precomputes from them.
 type rankCtx struct {
 	req      *Request
@@ -263,13 +301,12 @@ type rankCtx struct {
 	need     store.Resources
 	avoided  map[string]bool // req.Avoid, and the caller's own
 	selector []string        // req.Selector's keys, sorted
-	// The spread groups of the nodes that passed, and the least and most
-	// sandboxes per node among them.
-	groups             map[string]group
+	class    *class
+	// The spread groups' sandboxes per node (of the nodes that pass), and
+	// the least and most of them.
+	shares             []float64
 	minShare, maxShare float64
 }
-
-func (c *rankCtx) avoid(name string) bool { return c.avoided[name] }
 
 // mismatch is the first "key=value" of the selector node n does not carry,
 // or "".
@@ -291,6 +328,19 @@ type options struct {
 	explain bool
 	// avoid are more nodes to skip, as refused.
 	avoid map[string]bool
+	// class is the static filters' result for this request's class on
+	// nodes, made by newClass; nil to make it here.
+	class *class
+	// scratch is reused between rankings by one caller.
+	scratch *scratch
+}
+
+// scratch is a ranking's working memory, kept by a caller that ranks many.
+type scratch struct {
+	score  []float64
+	passed []bool
+	counts []int
+	sums   []int
 }
 
 // Rank ranks nodes for req at time now: every node that can take the
@@ -301,20 +351,11 @@ func Rank(nodes []store.Node, req Request, now time.Time) Decision {
 	return rank(nodes, &req, now, options{explain: true})
 }
 
-// scored is a node that passed, with its score and term values.
-type scored struct {
-	n      *store.Node
-	score  float64
-	values [len(terms)]float64 // by terms' order
-	hash   uint64
-	tied   bool
-}
-
-func rank(nodes []store.Node, req *Request, now time.Time, o options) Decision {
-	c := &rankCtx{req: req, now: now, need: req.need(), avoided: o.avoid}
+func newCtx(req *Request, now time.Time, avoid map[string]bool) *rankCtx {
+	c := &rankCtx{req: req, now: now, need: req.need(), avoided: avoid}
 	if len(req.Avoid) > 0 {
-		c.avoided = make(map[string]bool, len(req.Avoid)+len(o.avoid))
-		for k := range o.avoid {
+		c.avoided = make(map[string]bool, len(req.Avoid)+len(avoid))
+		for k := range avoid {
 			c.avoided[k] = true
 		}
 		for _, name := range req.Avoid {
@@ -325,74 +366,158 @@ func rank(nodes []store.Node, req *Request, now time.Time, o options) Decision {
 		c.selector = append(c.selector, k)
 	}
 	sort.Strings(c.selector)
+	return c
+}
 
-	d := Decision{Sandbox: req.Sandbox}
-	passed := make([]int, 0, len(nodes))
+// newClass applies the static filters to nodes for req's class. With d,
+// it records each node refused, with why, in d.Filtered.
+func newClass(nodes []store.Node, req *Request, now time.Time, d *Decision) *class {
+	c := newCtx(req, now, nil)
+	cl := &class{excluded: map[string]int{}}
+	groups := map[string]int32{}
 	for i := range nodes {
 		n := &nodes[i]
-		refused := -1
+		refused := false
 		for f := range filters {
-			if filters[f].refuses(c, n) {
-				refused = f
+			if filters[f].static && filters[f].refuses(c, n) {
+				cl.excluded[filters[f].name]++
+				if d != nil {
+					d.Filtered = append(d.Filtered, Filtered{Node: n.Name, Filter: filters[f].name, Reason: filters[f].why(c, n)})
+				}
+				refused = true
 				break
 			}
 		}
-		if refused < 0 {
-			passed = append(passed, i)
+		if refused {
 			continue
 		}
-		if d.Excluded == nil {
-			d.Excluded = map[string]int{}
+		if cl.expires.IsZero() || n.LeaseExpires.Before(cl.expires) {
+			cl.expires = n.LeaseExpires
 		}
-		d.Excluded[filters[refused].name]++
+		cl.nodes = append(cl.nodes, i)
+		cl.local = append(cl.local, req.TemplateVersion == "" || slices.Contains(n.Status.Templates, req.TemplateVersion))
+		g := int32(-1)
+		if v, ok := n.Labels[req.Spread]; ok && req.Spread != "" {
+			if g, ok = groups[v]; !ok {
+				g = int32(len(groups))
+				groups[v] = g
+			}
+		}
+		cl.group = append(cl.group, g)
+		cl.hash = append(cl.hash, nameHash(n.Name))
+	}
+	cl.groups = len(groups)
+	if len(cl.nodes) == 0 {
+		cl.expires = now.Add(time.Hour) // nothing to run out; a new view replaces it
+	}
+	return cl
+}
+
+func rank(nodes []store.Node, req *Request, now time.Time, o options) Decision {
+	d := Decision{Sandbox: req.Sandbox, Excluded: map[string]int{}}
+	cl := o.class
+	if cl == nil {
+		var explain *Decision
 		if o.explain {
-			d.Filtered = append(d.Filtered, Filtered{Node: n.Name, Filter: filters[refused].name, Reason: filters[refused].why(c, n)})
+			explain = &d
+		}
+		cl = newClass(nodes, req, now, explain)
+	}
+	for k, v := range cl.excluded {
+		d.Excluded[k] = v
+	}
+	c := newCtx(req, now, o.avoid)
+	c.class = cl
+	sc := o.scratch
+	if sc == nil {
+		sc = &scratch{}
+	}
+	m := len(cl.nodes)
+	sc.score = slices.Grow(sc.score[:0], m)[:m]
+	sc.passed = slices.Grow(sc.passed[:0], m)[:m]
+
+	// The dynamic filters, node by node.
+	for k, i := range cl.nodes {
+		n := &nodes[i]
+		sc.passed[k] = true
+		for f := range filters {
+			if !filters[f].static && filters[f].refuses(c, n) {
+				sc.passed[k] = false
+				d.Excluded[filters[f].name]++
+				if o.explain {
+					d.Filtered = append(d.Filtered, Filtered{Node: n.Name, Filter: filters[f].name, Reason: filters[f].why(c, n)})
+				}
+				break
+			}
+		}
+		if sc.passed[k] {
+			d.Passed++
 		}
 	}
-	d.Passed = len(passed)
-	if len(passed) == 0 {
+	if len(d.Excluded) == 0 {
+		d.Excluded = nil
+	}
+	if o.explain {
+		// In the order of nodes, whichever filter refused them.
+		order := make(map[string]int, len(nodes))
+		for i := range nodes {
+			order[nodes[i].Name] = i
+		}
+		sort.SliceStable(d.Filtered, func(a, b int) bool { return order[d.Filtered[a].Node] < order[d.Filtered[b].Node] })
+	}
+	if d.Passed == 0 {
 		d.Candidates = []Candidate{}
 		return d
 	}
 
-	if req.Spread != "" {
-		c.groups = map[string]group{}
-		for _, i := range passed {
-			if v, ok := nodes[i].Labels[req.Spread]; ok {
-				g := c.groups[v]
-				g.nodes++
-				g.sandboxes += nodes[i].Committed.Sandboxes
-				c.groups[v] = g
+	// The spread groups' load among the nodes that passed.
+	if cl.groups > 0 {
+		sc.counts = slices.Grow(sc.counts[:0], cl.groups)[:cl.groups]
+		sc.sums = slices.Grow(sc.sums[:0], cl.groups)[:cl.groups]
+		clear(sc.counts)
+		clear(sc.sums)
+		for k, i := range cl.nodes {
+			if g := cl.group[k]; g >= 0 && sc.passed[k] {
+				sc.counts[g]++
+				sc.sums[g] += nodes[i].Committed.Sandboxes
 			}
 		}
+		c.shares = make([]float64, cl.groups)
 		c.minShare = math.Inf(1)
-		for _, g := range c.groups {
-			c.minShare = min(c.minShare, g.share())
-			c.maxShare = max(c.maxShare, g.share())
+		for g := range c.shares {
+			if sc.counts[g] == 0 {
+				continue
+			}
+			c.shares[g] = float64(sc.sums[g]) / float64(sc.counts[g])
+			c.minShare = min(c.minShare, c.shares[g])
+			c.maxShare = max(c.maxShare, c.shares[g])
 		}
 	}
 
 	best := math.Inf(-1)
-	all := make([]scored, len(passed))
-	for j, i := range passed {
-		s := &all[j]
-		s.n = &nodes[i]
+	for k, i := range cl.nodes {
+		if !sc.passed[k] {
+			continue
+		}
+		var score float64
 		for t := range terms {
-			s.values[t] = terms[t].value(c, s.n)
-			s.score += terms[t].weight * s.values[t]
+			score += terms[t].weight * terms[t].value(c, k, &nodes[i])
 		}
-		best = max(best, s.score)
+		sc.score[k] = score
+		best = max(best, score)
 	}
-	seed := fnv.New64a()
-	seed.Write([]byte(req.Sandbox))
-	base := seed.Sum64()
-	for j := range all {
-		s := &all[j]
-		if s.tied = s.score >= best-Band; s.tied {
-			s.hash = mix(base, s.n.Name)
-		}
+
+	// The first keep in order, by insertion: the scheduler keeps a few of
+	// a thousand nodes, where a full sort would cost more than the rest
+	// of the ranking.
+	base := sandboxHash(req.Sandbox)
+	type entry struct {
+		k     int
+		score float64
+		hash  uint64
+		tied  bool
 	}
-	before := func(a, b *scored) bool {
+	before := func(a, b *entry) bool {
 		if a.tied != b.tied {
 			return a.tied
 		}
@@ -402,50 +527,62 @@ func rank(nodes []store.Node, req *Request, now time.Time, o options) Decision {
 		if a.score != b.score {
 			return a.score > b.score
 		}
-		return a.n.Name < b.n.Name
+		return nodes[cl.nodes[a.k]].Name < nodes[cl.nodes[b.k]].Name
 	}
-	keep := len(all)
+	keep := d.Passed
 	if o.keep > 0 && o.keep < keep {
 		keep = o.keep
 	}
-	// The first keep in order, by insertion: the scheduler keeps a few of
-	// a thousand nodes, where a full sort would cost more than the rest
-	// of the ranking.
-	top := make([]*scored, 0, keep)
-	for j := range all {
-		s := &all[j]
-		if len(top) == keep && !before(s, top[keep-1]) {
+	top := make([]entry, 0, keep)
+	for k := range cl.nodes {
+		if !sc.passed[k] {
 			continue
 		}
-		at := sort.Search(len(top), func(k int) bool { return before(s, top[k]) })
+		e := entry{k: k, score: sc.score[k], tied: sc.score[k] >= best-Band}
+		if e.tied {
+			e.hash = mix(base, cl.hash[k])
+		}
+		if len(top) == keep && !before(&e, &top[keep-1]) {
+			continue
+		}
+		at := sort.Search(len(top), func(j int) bool { return before(&e, &top[j]) })
 		if len(top) < keep {
-			top = append(top, nil)
+			top = append(top, entry{})
 		}
 		copy(top[at+1:], top[at:])
-		top[at] = s
+		top[at] = e
 	}
 	d.Candidates = make([]Candidate, len(top))
-	for k, s := range top {
-		cd := Candidate{Node: s.n.Name, Score: round(s.score), Tied: s.tied, Parts: make([]Part, len(terms))}
+	for j, e := range top {
+		n := &nodes[cl.nodes[e.k]]
+		cd := Candidate{Node: n.Name, Score: round(e.score), Tied: e.tied, Parts: make([]Part, len(terms))}
 		for t := range terms {
-			cd.Parts[t] = Part{Term: terms[t].name, Value: round(s.values[t]), Weighted: round(terms[t].weight * s.values[t])}
+			v := terms[t].value(c, e.k, n)
+			cd.Parts[t] = Part{Term: terms[t].name, Value: round(v), Weighted: round(terms[t].weight * v)}
 		}
-		d.Candidates[k] = cd
+		d.Candidates[j] = cd
 	}
 	return d
 }
 
-// mix is the tie-break hash of a sandbox (its FNV-1a hash, base) and a
-// node: FNV-1a continued over the node's name, then a finaliser so that
-// names differing in one letter land far apart.
-func mix(base uint64, node string) uint64 {
-	h := base ^ 0xff // separates "ab"+"c" from "a"+"bc"
-	h *= 1099511628211
-	for i := 0; i < len(node); i++ {
-		h ^= uint64(node[i])
+// sandboxHash is FNV-1a of a sandbox ID; nameHash the same of a node's
+// name, after a separator.
+func sandboxHash(id string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(id); i++ {
+		h ^= uint64(id[i])
 		h *= 1099511628211
 	}
-	// splitmix64's finaliser.
+	return h
+}
+
+func nameHash(name string) uint64 { return sandboxHash("\x00" + name) }
+
+// mix is the tie-break hash of a sandbox and a node: their hashes
+// combined, through splitmix64's finaliser so that names differing in one
+// letter land far apart.
+func mix(sandbox, node uint64) uint64 {
+	h := sandbox ^ (node * 0x9e3779b97f4a7c15)
 	h ^= h >> 30
 	h *= 0xbf58476d1ce4e5b9
 	h ^= h >> 27

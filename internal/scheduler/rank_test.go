@@ -65,7 +65,7 @@ func TestRankFilters(t *testing.T) {
 		node("mem-full", committed(1, 7900, 1)),
 		node("count-full", committed(1, 1024, 8)),
 		node("all-full", committed(8, 8192, 8)),
-		node("refused"),
+		node("refused", label("zone", "b")),
 	}
 	r := req("sb1")
 	r.Runtime = "gvisor"
@@ -153,7 +153,9 @@ func TestRankPreferences(t *testing.T) {
 	}
 	tv := func(r Request, v string) Request { r.TemplateVersion = v; return r }
 	spread := func(r Request, k string) Request { r.Spread = k; return r }
-	big := func(n *store.Node) { n.Capacity = store.Resources{CPU: 16, MemoryMiB: 16384, DiskGiB: 160, Sandboxes: 16} }
+	big := func(n *store.Node) {
+		n.Capacity = store.Resources{CPU: 16, MemoryMiB: 16384, DiskGiB: 160, Sandboxes: 16}
+	}
 	tests := []struct {
 		name  string
 		nodes []store.Node
@@ -337,9 +339,19 @@ func BenchmarkRank1000(b *testing.B) {
 	}
 	r := req("")
 	r.Spread = "zone"
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		r.Sandbox = fmt.Sprintf("sb-%d", i)
-		rank(nodes, &r, now, options{keep: 8})
-	}
+	b.Run("whole", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			r.Sandbox = fmt.Sprintf("sb-%d", i)
+			rank(nodes, &r, now, options{keep: 8})
+		}
+	})
+	b.Run("class cached", func(b *testing.B) {
+		cl, sc := newClass(nodes, &r, now, nil), &scratch{}
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			r.Sandbox = fmt.Sprintf("sb-%d", i)
+			rank(nodes, &r, now, options{keep: 8, class: cl, scratch: sc})
+		}
+	})
 }

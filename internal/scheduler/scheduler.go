@@ -197,6 +197,10 @@ type loopState struct {
 	index   map[string]int
 	have    bool
 	refused map[string]bool // nodes that refused a placement since the view was read
+	// classes are the static filters' results on view, by classKey: a
+	// burst is thousands of alike requests.
+	classes map[string]*class
+	scratch scratch
 	adjusts []*adjust
 	seq     int64
 
@@ -213,7 +217,7 @@ type loopState struct {
 
 func (s *Scheduler) loop() {
 	defer close(s.done)
-	st := &loopState{refused: map[string]bool{}, fresh: make(chan refreshed, 1), results: make(chan batchDone, s.cfg.Inflight)}
+	st := &loopState{refused: map[string]bool{}, classes: map[string]*class{}, fresh: make(chan refreshed, 1), results: make(chan batchDone, s.cfg.Inflight)}
 	tick := time.NewTicker(s.cfg.Refresh)
 	defer tick.Stop()
 	batchTimer := time.NewTimer(time.Hour)
@@ -322,6 +326,7 @@ func (s *Scheduler) refreshDone(st *loopState, r refreshed) {
 		return
 	}
 	st.view, st.have = r.nodes, true
+	clear(st.classes)
 	st.index = make(map[string]int, len(r.nodes))
 	for i := range st.view {
 		st.index[st.view[i].Name] = i
@@ -389,7 +394,17 @@ func (s *Scheduler) dispatch(st *loopState) {
 			continue
 		}
 		refused := j.dec.Refused
-		j.dec = rank(st.view, &j.req, now, options{keep: s.cfg.Keep, explain: j.req.Explain, avoid: st.refused})
+		o := options{keep: s.cfg.Keep, explain: j.req.Explain, avoid: st.refused, scratch: &st.scratch}
+		if !o.explain {
+			key := classKey(&j.req)
+			cl := st.classes[key]
+			if cl == nil || !now.Before(cl.expires) {
+				cl = newClass(st.view, &j.req, now, nil)
+				st.classes[key] = cl
+			}
+			o.class = cl
+		}
+		j.dec = rank(st.view, &j.req, now, o)
 		j.dec.Refused = refused
 		if len(j.dec.Candidates) == 0 {
 			if !j.fresh {
