@@ -23,9 +23,13 @@ import (
 	"github.com/atoll-dev/atoll/internal/tenant"
 )
 
-// Store is a pool of connections to the database.
+// Store is a pool of connections to the database, or a node's view of it
+// (As).
 type Store struct {
 	pool *pgxpool.Pool
+	// as is the node and epoch a view writes under; nil for the store
+	// itself.
+	as *writer
 }
 
 // Open connects to the database that url names (a postgres:// URL or a
@@ -52,6 +56,9 @@ func Open(ctx context.Context, url string) (*Store, error) {
 
 // Close waits for the queries under way, then closes the connections.
 func (s *Store) Close() error {
+	if s.as != nil {
+		return nil // a view: the store owns the pool
+	}
 	s.pool.Close()
 	return nil
 }
@@ -74,13 +81,25 @@ const retryFor = 30 * time.Second
 // it must change nothing outside the transaction but its result. A
 // connection lost during the commit is ErrUnavailable: the write may or may
 // not have been applied, and only the caller can tell.
+//
+// Through a node's view (As), every write first checks, in its
+// transaction, that the view's epoch is still the node's live one.
 func (s *Store) write(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return s.writeAt(ctx, pgx.Serializable, s.as, fn)
+}
+
+// writeAt is write at isolation level iso, checking as's epoch (if as is
+// not nil) first.
+func (s *Store) writeAt(ctx context.Context, iso pgx.TxIsoLevel, as *writer, fn func(tx pgx.Tx) error) error {
 	return retry(ctx, func() (bool, error) {
-		tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})
+		tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso})
 		if err != nil {
 			return retryable(err, nil), wrap(err)
 		}
 		defer tx.Rollback(context.WithoutCancel(ctx))
+		if err := as.check(ctx, tx); err != nil {
+			return retryable(err, tx.Conn()), wrap(err)
+		}
 		if err := fn(tx); err != nil {
 			return retryable(err, tx.Conn()), wrap(err)
 		}
@@ -149,7 +168,7 @@ var retryCodes = map[string]bool{
 // number); PostgreSQL usually reports that as a serialization failure, but
 // not always.
 var retryConstraints = map[string]bool{
-	"sandboxes_slot_key":                true,
+	"sandboxes_node_slot_key":           true,
 	"template_versions_name_number_key": true,
 }
 
@@ -162,7 +181,8 @@ func retryable(err error, conn *pgx.Conn) bool {
 		return false
 	case errors.As(err, &pe):
 		return retryCodes[pe.Code] || pe.Code == "23505" && retryConstraints[pe.ConstraintName]
-	case errors.Is(err, errdefs.ErrNotFound), errors.Is(err, errdefs.ErrConflict), errors.Is(err, errdefs.ErrInvalid):
+	case errors.Is(err, errdefs.ErrNotFound), errors.Is(err, errdefs.ErrConflict), errors.Is(err, errdefs.ErrInvalid),
+		errors.Is(err, store.ErrFenced), errors.Is(err, store.ErrNoRoom):
 		return false
 	}
 	// Not the server's answer: the connection failed (or was never made).

@@ -20,7 +20,7 @@ import (
 const columns = `id, state, template, template_version, runtime, cpu, memory_mib, disk_gib, pids, env, labels, error,
 	slot, created_at, started_at, stopped_at, pid, start_time, socket,
 	timeout_sec, expires_at, ephemeral, auto_delete_sec, auto_stop_sec, auto_archive_sec, auto_resume,
-	from_snapshot, egress, public_ports, tenant`
+	from_snapshot, egress, public_ports, tenant, node, lost_from`
 
 // args are sb's values for columns.
 func args(sb *store.Sandbox) []any {
@@ -30,24 +30,30 @@ func args(sb *store.Sandbox) []any {
 		string(env), string(labels), sb.Error,
 		sb.Slot, sb.CreatedAt, sb.StartedAt, sb.StoppedAt, sb.PID, int64(sb.StartTime), sb.Socket,
 		sb.TimeoutSec, sb.ExpiresAt, sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec, sb.AutoArchiveSec, sb.AutoResume,
-		sb.FromSnapshot, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant)}
+		sb.FromSnapshot, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant), sb.Node, sb.LostFrom}
 }
 
-// Create records a new sandbox in the lowest free slot, and its first
-// state.
+// Create records a new sandbox in the lowest slot free on its node, and
+// its first state. Through a node's view (As) it is a placement on that
+// node (cluster.go).
 func (s *Store) Create(ctx context.Context, sb *store.Sandbox) error {
+	if s.as != nil {
+		return s.createAs(ctx, sb)
+	}
 	if err := checkText(sb); err != nil {
 		return err
 	}
 	slot, tn := sb.Slot, sb.Tenant
 	err := s.write(ctx, func(tx pgx.Tx) error {
-		// The lowest slot no row holds. Two nodes choosing at once
-		// collide on the unique slot, and the loser runs again.
-		if err := tx.QueryRow(ctx, `SELECT COALESCE(MIN(n), 0) FROM (
-				SELECT 0 AS n WHERE NOT EXISTS (SELECT 1 FROM sandboxes WHERE slot = 0)
-				UNION ALL
-				SELECT slot + 1 FROM sandboxes s WHERE NOT EXISTS (SELECT 1 FROM sandboxes t WHERE t.slot = s.slot + 1)
-			) free`).Scan(&sb.Slot); err != nil {
+		// Placements choose slots under their node's row lock (Place);
+		// so does this, if the node is a member. Two creates choosing at
+		// once otherwise collide on the unique (node, slot), and the
+		// loser runs again.
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM nodes WHERE name = $1 FOR UPDATE`, sb.Node); err != nil {
+			return err
+		}
+		var err error
+		if sb.Slot, err = freeSlot(ctx, tx, sb.Node); err != nil {
 			return err
 		}
 		sb.Tenant = tenantOf(sb.Tenant)
@@ -56,9 +62,7 @@ func (s *Store) Create(ctx context.Context, sb *store.Sandbox) error {
 		if err := versionExists(ctx, tx, sb.TemplateVersion); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES
-			($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28,$29,$30)`,
-			args(sb)...); err != nil {
+		if _, err := tx.Exec(ctx, insertSandbox, args(sb)...); err != nil {
 			return fmt.Errorf("inserting sandbox: %w", err)
 		}
 		return transition(ctx, tx, sb.ID, "", sb.State, "")
@@ -71,6 +75,21 @@ func (s *Store) Create(ctx context.Context, sb *store.Sandbox) error {
 		}
 	}
 	return err
+}
+
+const insertSandbox = `INSERT INTO sandboxes (` + columns + `) VALUES
+	($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28,$29,$30,$31,$32)`
+
+// freeSlot is the lowest slot no sandbox of node holds.
+func freeSlot(ctx context.Context, tx pgx.Tx, node string) (int, error) {
+	var slot int
+	err := tx.QueryRow(ctx, `SELECT COALESCE(MIN(n), 0) FROM (
+			SELECT 0 AS n WHERE NOT EXISTS (SELECT 1 FROM sandboxes WHERE node = $1 AND slot = 0)
+			UNION ALL
+			SELECT slot + 1 FROM sandboxes s WHERE node = $1
+				AND NOT EXISTS (SELECT 1 FROM sandboxes t WHERE t.node = $1 AND t.slot = s.slot + 1)
+		) free`, node).Scan(&slot)
+	return slot, err
 }
 
 // Update writes sb if its stored state is one of from, and records the
@@ -91,7 +110,7 @@ func (s *Store) UpdateAll(ctx context.Context, sbs []*store.Sandbox, from ...str
 	}
 	return s.write(ctx, func(tx pgx.Tx) error {
 		for _, sb := range sbs {
-			if err := update(ctx, tx, sb, from); err != nil {
+			if err := update(ctx, tx, s.as, sb, from); err != nil {
 				return err
 			}
 		}
@@ -99,12 +118,15 @@ func (s *Store) UpdateAll(ctx context.Context, sbs []*store.Sandbox, from ...str
 	})
 }
 
-func update(ctx context.Context, tx pgx.Tx, sb *store.Sandbox, from []string) error {
-	var cur string
-	if err := tx.QueryRow(ctx, `SELECT state FROM sandboxes WHERE id = $1 FOR UPDATE`, sb.ID).Scan(&cur); err != nil {
+func update(ctx context.Context, tx pgx.Tx, as *writer, sb *store.Sandbox, from []string) error {
+	var cur, node string
+	if err := tx.QueryRow(ctx, `SELECT state, node FROM sandboxes WHERE id = $1 FOR UPDATE`, sb.ID).Scan(&cur, &node); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("sandbox %s: %w", sb.ID, errdefs.ErrNotFound)
 		}
+		return err
+	}
+	if err := as.owns(sb.ID, node, sb.Node); err != nil {
 		return err
 	}
 	if !slices.Contains(from, cur) {
@@ -113,13 +135,28 @@ func update(ctx context.Context, tx pgx.Tx, sb *store.Sandbox, from []string) er
 	if err := versionExists(ctx, tx, sb.TemplateVersion); err != nil {
 		return err
 	}
-	// Every column but the slot, which stays as Create chose it.
+	// Every column but the slot, which stays as Create chose it, unless
+	// the sandbox moves to another node: then it takes that node's lowest
+	// free one.
+	if node != sb.Node {
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM nodes WHERE name = $1 FOR UPDATE`, sb.Node); err != nil {
+			return err
+		}
+		slot, err := freeSlot(ctx, tx, sb.Node)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE sandboxes SET node = $2, slot = $3 WHERE id = $1`, sb.ID, sb.Node, slot); err != nil {
+			return err
+		}
+		sb.Slot = slot
+	}
 	a := slices.Delete(args(sb), 12, 13)
 	if _, err := tx.Exec(ctx, `UPDATE sandboxes SET state=$2, template=$3, template_version=$4, runtime=$5, cpu=$6,
 		memory_mib=$7, disk_gib=$8, pids=$9, env=$10, labels=$11, error=$12, created_at=$13, started_at=$14,
 		stopped_at=$15, pid=$16, start_time=$17, socket=$18, timeout_sec=$19, expires_at=$20, ephemeral=$21,
 		auto_delete_sec=$22, auto_stop_sec=$23, auto_archive_sec=$24, auto_resume=$25, from_snapshot=$26, egress=$27,
-		public_ports=$28, tenant=$29 WHERE id=$1`, a...); err != nil {
+		public_ports=$28, tenant=$29, node=$30, lost_from=$31 WHERE id=$1`, a...); err != nil {
 		return err
 	}
 	if cur != sb.State {
@@ -134,12 +171,15 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 		return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
 	return s.write(ctx, func(tx pgx.Tx) error {
-		var cur string
-		if err := tx.QueryRow(ctx, `DELETE FROM sandboxes WHERE id = $1 RETURNING state`, id).Scan(&cur); err != nil {
+		var cur, node string
+		if err := tx.QueryRow(ctx, `DELETE FROM sandboxes WHERE id = $1 RETURNING state, node`, id).Scan(&cur, &node); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 			}
 			return err
+		}
+		if err := s.as.owns(id, node, node); err != nil {
+			return err // and the transaction's rollback undoes the delete
 		}
 		return transition(ctx, tx, id, cur, "deleted", "")
 	})
@@ -186,7 +226,7 @@ func scanSandbox(row pgx.CollectableRow) (store.Sandbox, error) {
 		&sb.DiskGiB, &sb.PIDs, &env, &labels, &sb.Error,
 		&sb.Slot, &sb.CreatedAt, &sb.StartedAt, &sb.StoppedAt, &sb.PID, &startTime, &sb.Socket,
 		&sb.TimeoutSec, &sb.ExpiresAt, &sb.Ephemeral, &sb.AutoDeleteSec, &sb.AutoStopSec, &sb.AutoArchiveSec, &sb.AutoResume,
-		&sb.FromSnapshot, &policy, &sb.Ports.Public, &sb.Tenant); err != nil {
+		&sb.FromSnapshot, &policy, &sb.Ports.Public, &sb.Tenant, &sb.Node, &sb.LostFrom); err != nil {
 		return sb, err
 	}
 	sb.StartTime = uint64(startTime)
@@ -274,7 +314,7 @@ func checkText(sb *store.Sandbox) error {
 			}
 		}
 	}
-	for _, v := range []string{sb.ID, sb.State, sb.Template, sb.TemplateVersion, sb.Runtime, sb.Error, sb.Socket, sb.FromSnapshot, sb.Tenant} {
+	for _, v := range []string{sb.ID, sb.State, sb.Template, sb.TemplateVersion, sb.Runtime, sb.Error, sb.Socket, sb.FromSnapshot, sb.Tenant, sb.Node, sb.LostFrom} {
 		if !storable(v) {
 			return fmt.Errorf("%w: sandbox %.40q: text with a NUL or not UTF-8", errdefs.ErrInvalid, sb.ID)
 		}
@@ -300,15 +340,8 @@ func orEmpty(m map[string]string) map[string]string {
 
 // ListNode returns the sandboxes of node, in List's order.
 func (s *Store) ListNode(ctx context.Context, node string) ([]store.Sandbox, error) {
-	all, err := s.List(ctx)
-	if err != nil {
-		return nil, err
+	if !storable(node) {
+		return nil, nil
 	}
-	var mine []store.Sandbox
-	for _, sb := range all {
-		if sb.Node == node {
-			mine = append(mine, sb)
-		}
-	}
-	return mine, nil
+	return s.sandboxes(ctx, `WHERE node = $1 ORDER BY created_at, id`, node)
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -52,7 +53,7 @@ CREATE TABLE IF NOT EXISTS sandboxes (
 	env TEXT NOT NULL,
 	labels TEXT NOT NULL,
 	error TEXT NOT NULL DEFAULT '',
-	slot INTEGER NOT NULL UNIQUE,
+	slot INTEGER NOT NULL,
 	created_at INTEGER NOT NULL,
 	started_at INTEGER,
 	stopped_at INTEGER,
@@ -175,6 +176,10 @@ var added = []struct{ table, column, def string }{
 	{"sandboxes", "template_version", "TEXT NOT NULL DEFAULT ''"},
 	{"snapshots", "template_version", "TEXT NOT NULL DEFAULT ''"},
 	{"sandboxes", "auto_resume", "INTEGER NOT NULL DEFAULT 0"},
+	// Cluster mode: the node that runs it ('' on one machine), and the
+	// state a lost sandbox was in.
+	{"sandboxes", "node", "TEXT NOT NULL DEFAULT ''"},
+	{"sandboxes", "lost_from", "TEXT NOT NULL DEFAULT ''"},
 }
 
 // migrate adds the columns a database made by an older version lacks, and
@@ -183,12 +188,49 @@ func migrate(db *sql.DB) error {
 	if err := addColumns(db); err != nil {
 		return err
 	}
+	if err := slotPerNode(db); err != nil {
+		return err
+	}
 	// Collection asks, per version, whether a sandbox or snapshot holds it.
+	// A slot is unique among its node's sandboxes; ListNode reads a node's.
 	if _, err := db.Exec(`CREATE INDEX IF NOT EXISTS sandboxes_template_version ON sandboxes(template_version);
-		CREATE INDEX IF NOT EXISTS snapshots_template_version ON snapshots(template_version)`); err != nil {
+		CREATE INDEX IF NOT EXISTS snapshots_template_version ON snapshots(template_version);
+		CREATE UNIQUE INDEX IF NOT EXISTS sandboxes_node_slot ON sandboxes(node, slot);
+		CREATE INDEX IF NOT EXISTS sandboxes_node ON sandboxes(node, created_at, id)`); err != nil {
 		return err
 	}
 	return migrateTemplates(db)
+}
+
+// slotPerNode rebuilds a sandboxes table made before cluster mode, whose
+// slot column is unique across the table, without that constraint (the
+// unique index on node and slot replaces it): SQLite cannot drop a
+// column's UNIQUE, so the table is made again under its own definition
+// less that word, its rows copied over, in one transaction (SQLite's own
+// recipe for a changed table).
+func slotPerNode(db *sql.DB) error {
+	var def string
+	if err := db.QueryRow(`SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'sandboxes'`).Scan(&def); err != nil {
+		return err
+	}
+	const old = "slot INTEGER NOT NULL UNIQUE"
+	if !strings.Contains(def, old) {
+		return nil
+	}
+	def = strings.Replace(def, old, "slot INTEGER NOT NULL", 1)
+	def = strings.Replace(def, "CREATE TABLE sandboxes", "CREATE TABLE sandboxes_new", 1)
+	tx, err := db.Begin()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	for _, q := range []string{def, `INSERT INTO sandboxes_new SELECT * FROM sandboxes`, `DROP TABLE sandboxes`,
+		`ALTER TABLE sandboxes_new RENAME TO sandboxes`} {
+		if _, err := tx.Exec(q); err != nil {
+			return fmt.Errorf("rebuilding sandboxes: %w", err)
+		}
+	}
+	return tx.Commit()
 }
 
 func addColumns(db *sql.DB) error {
@@ -209,7 +251,7 @@ func addColumns(db *sql.DB) error {
 const columns = `id, state, template, runtime, cpu, memory_mib, disk_gib, pids, env, labels, error,
 	slot, created_at, started_at, stopped_at, pid, start_time, socket,
 	timeout_sec, expires_at, ephemeral, auto_delete_sec, auto_stop_sec, from_snapshot,
-	auto_archive_sec, egress, public_ports, tenant, template_version, auto_resume`
+	auto_archive_sec, egress, public_ports, tenant, template_version, auto_resume, node, lost_from`
 
 // Create inserts a new sandbox, choosing its slot (the lowest one free), and
 // records its first state.
@@ -224,23 +266,10 @@ func (s *Store) Create(ctx context.Context, sb *store.Sandbox) error {
 }
 
 func create(ctx context.Context, tx *sql.Tx, sb *store.Sandbox) error {
-	slot := 0
-	rows, err := tx.QueryContext(ctx, `SELECT slot FROM sandboxes ORDER BY slot`)
+	slot, err := freeSlot(ctx, tx, sb.Node)
 	if err != nil {
 		return err
 	}
-	for rows.Next() {
-		var n int
-		if err := rows.Scan(&n); err != nil {
-			rows.Close()
-			return err
-		}
-		if n != slot {
-			break
-		}
-		slot++
-	}
-	rows.Close()
 	if err := checkText(sb); err != nil {
 		return err
 	}
@@ -253,16 +282,38 @@ func create(ctx context.Context, tx *sql.Tx, sb *store.Sandbox) error {
 	}
 	env, _ := json.Marshal(orEmpty(sb.Env))
 	labels, _ := json.Marshal(orEmpty(sb.Labels))
-	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		sb.ID, sb.State, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
 		string(env), string(labels), sb.Error, sb.Slot, unixNano(sb.CreatedAt),
 		nanos(sb.StartedAt), nanos(sb.StoppedAt), sb.PID, int64(sb.StartTime), sb.Socket,
 		sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec, sb.FromSnapshot,
-		sb.AutoArchiveSec, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant), sb.TemplateVersion, sb.AutoResume)
+		sb.AutoArchiveSec, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant), sb.TemplateVersion, sb.AutoResume,
+		sb.Node, sb.LostFrom)
 	if err != nil {
 		return fmt.Errorf("inserting sandbox: %w", uniqueConflict(err, "sandbox "+sb.ID))
 	}
 	return transition(ctx, tx, sb.ID, "", sb.State, "")
+}
+
+// freeSlot is the lowest slot no sandbox of node holds.
+func freeSlot(ctx context.Context, tx *sql.Tx, node string) (int, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT slot FROM sandboxes WHERE node = ? ORDER BY slot`, node)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	slot := 0
+	for rows.Next() {
+		var n int
+		if err := rows.Scan(&n); err != nil {
+			return 0, err
+		}
+		if n != slot {
+			break
+		}
+		slot++
+	}
+	return slot, rows.Err()
 }
 
 // Update writes sb if its stored state is one of from, and records the
@@ -285,8 +336,8 @@ func (s *Store) UpdateAll(ctx context.Context, sbs []*store.Sandbox, from ...str
 }
 
 func update(ctx context.Context, tx *sql.Tx, sb *store.Sandbox, from []string) error {
-	var cur string
-	if err := tx.QueryRowContext(ctx, `SELECT state FROM sandboxes WHERE id = ?`, sb.ID).Scan(&cur); err != nil {
+	var cur, node string
+	if err := tx.QueryRowContext(ctx, `SELECT state, node FROM sandboxes WHERE id = ?`, sb.ID).Scan(&cur, &node); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("sandbox %s: %w", sb.ID, errdefs.ErrNotFound)
 		}
@@ -301,16 +352,28 @@ func update(ctx context.Context, tx *sql.Tx, sb *store.Sandbox, from []string) e
 	if err := versionExists(ctx, tx, sb.TemplateVersion); err != nil {
 		return err
 	}
+	// The slot stays as Create chose it, unless the sandbox moves to
+	// another node: then it takes that node's lowest free one.
+	if node != sb.Node {
+		slot, err := freeSlot(ctx, tx, sb.Node)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET node = ?, slot = ? WHERE id = ?`, sb.Node, slot, sb.ID); err != nil {
+			return err
+		}
+		sb.Slot = slot
+	}
 	env, _ := json.Marshal(orEmpty(sb.Env))
 	labels, _ := json.Marshal(orEmpty(sb.Labels))
 	_, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state=?, error=?, template=?, runtime=?, cpu=?, memory_mib=?,
 		disk_gib=?, pids=?, env=?, labels=?, created_at=?, started_at=?, stopped_at=?, pid=?, start_time=?, socket=?,
 		timeout_sec=?, expires_at=?, ephemeral=?, auto_delete_sec=?, auto_stop_sec=?,
-		auto_archive_sec=?, from_snapshot=?, egress=?, public_ports=?, tenant=?, template_version=?, auto_resume=? WHERE id=?`,
+		auto_archive_sec=?, from_snapshot=?, egress=?, public_ports=?, tenant=?, template_version=?, auto_resume=?, lost_from=? WHERE id=?`,
 		sb.State, sb.Error, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
 		string(env), string(labels), unixNano(sb.CreatedAt), nanos(sb.StartedAt), nanos(sb.StoppedAt),
 		sb.PID, int64(sb.StartTime), sb.Socket, sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec,
-		sb.AutoArchiveSec, sb.FromSnapshot, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant), sb.TemplateVersion, sb.AutoResume, sb.ID)
+		sb.AutoArchiveSec, sb.FromSnapshot, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant), sb.TemplateVersion, sb.AutoResume, sb.LostFrom, sb.ID)
 	if err != nil {
 		return err
 	}
@@ -528,7 +591,8 @@ func scan(rows *sql.Rows) ([]store.Sandbox, error) {
 		if err := rows.Scan(&sb.ID, &sb.State, &sb.Template, &sb.Runtime, &sb.CPU, &sb.MemoryMiB, &sb.DiskGiB,
 			&sb.PIDs, &env, &labels, &sb.Error, &sb.Slot, &created, &started, &stopped, &sb.PID, &startTime, &sb.Socket,
 			&sb.TimeoutSec, &expires, &sb.Ephemeral, &sb.AutoDeleteSec, &sb.AutoStopSec, &sb.FromSnapshot,
-			&sb.AutoArchiveSec, &policy, &sb.Ports.Public, &sb.Tenant, &sb.TemplateVersion, &sb.AutoResume); err != nil {
+			&sb.AutoArchiveSec, &policy, &sb.Ports.Public, &sb.Tenant, &sb.TemplateVersion, &sb.AutoResume,
+			&sb.Node, &sb.LostFrom); err != nil {
 			return nil, err
 		}
 		if policy != "" {
@@ -718,15 +782,9 @@ var _ store.Store = (*Store)(nil)
 
 // ListNode returns the sandboxes of node, in List's order.
 func (s *Store) ListNode(ctx context.Context, node string) ([]store.Sandbox, error) {
-	all, err := s.List(ctx)
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+columns+` FROM sandboxes WHERE node = ? ORDER BY created_at, id`, node)
 	if err != nil {
 		return nil, err
 	}
-	var mine []store.Sandbox
-	for _, sb := range all {
-		if sb.Node == node {
-			mine = append(mine, sb)
-		}
-	}
-	return mine, nil
+	return scan(rows)
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -295,5 +296,36 @@ func TestGroupCommit(t *testing.T) {
 	}
 	if len(sbs) != 2*n {
 		t.Errorf("%d sandboxes after reopening, want %d", len(sbs), 2*n)
+	}
+}
+
+// A database made before cluster mode, whose slots were unique across the
+// table: its sandboxes keep their slots, and slots become unique per node.
+func TestMigrateSlotPerNode(t *testing.T) {
+	ctx := context.Background()
+	old := strings.Replace(schema, "slot INTEGER NOT NULL,", "slot INTEGER NOT NULL UNIQUE,", 1)
+	if old == schema {
+		t.Fatal("the schema's slot column changed; update the test")
+	}
+	path := oldDB(t, `DROP TABLE sandboxes`, old,
+		`INSERT INTO sandboxes (id, state, template, runtime, cpu, memory_mib, disk_gib, pids, env, labels, slot, created_at)
+			VALUES ('old', 'stopped', 'host', 'ns', 1, 512, 1, 100, '{}', '{}', 0, 1)`)
+	for range 2 { // and again, migrated already
+		s := openDB(t, path)
+		if sb, err := s.Get(ctx, "old"); err != nil || sb.Slot != 0 || sb.Node != "" {
+			t.Errorf("old sandbox: %+v, %v", sb, err)
+		}
+		s.Close()
+	}
+	s := openDB(t, path)
+	defer s.Close()
+	sb := storetest.NewSandbox("there")
+	sb.Node = "n1"
+	if err := s.Create(ctx, sb); err != nil || sb.Slot != 0 {
+		t.Fatalf("slot %d on another node: %v", sb.Slot, err)
+	}
+	here := storetest.NewSandbox("here")
+	if err := s.Create(ctx, here); err != nil || here.Slot != 1 {
+		t.Fatalf("slot %d beside the old one: %v", here.Slot, err)
 	}
 }

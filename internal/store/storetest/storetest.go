@@ -48,6 +48,7 @@ func Run(t *testing.T, open Open) {
 		{"Durable", testDurable},
 		{"HostileIDs", testHostileIDs},
 		{"HostileValues", testHostileValues},
+		{"Nodes", testNodes},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, s) })
 	}

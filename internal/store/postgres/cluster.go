@@ -1,0 +1,379 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/store"
+)
+
+// The cluster (store.Cluster): nodes with leases and epochs, placements,
+// fenced writes, shared secrets.
+//
+// Locks. A node's row is the lock of its capacity and its slots: Place
+// holds it FOR UPDATE while it sums what the node's sandboxes hold and adds
+// its own, so concurrent placements on one node take turns and each sees
+// the others' sandboxes. Placements run at read committed, where every
+// statement sees what committed before it began: after the lock, the sum
+// is exact, and no serialization failure ever throws a whole batch away.
+// (Serializable would add nothing here but retries: the lock already
+// orders every writer of a node's capacity.) A view's write (As) holds the
+// row FOR SHARE, so Join and Expire, which update it, wait for the writes
+// under way and fence those that come after.
+
+var _ store.Cluster = (*Store)(nil)
+
+// writer is the node and epoch a view (As) writes under.
+type writer struct {
+	node  string
+	epoch int64
+}
+
+// check returns ErrFenced unless w's epoch is its node's current one and
+// the node is live, and holds the node's row so until the commit.
+func (w *writer) check(ctx context.Context, tx pgx.Tx) error {
+	if w == nil {
+		return nil
+	}
+	var epoch int64
+	var state string
+	err := tx.QueryRow(ctx, `SELECT epoch, state FROM nodes WHERE name = $1 FOR SHARE`, w.node).Scan(&epoch, &state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("node %q has not joined: %w", w.node, store.ErrFenced)
+	}
+	if err != nil {
+		return err
+	}
+	return w.live(epoch, state)
+}
+
+// live returns ErrFenced unless epoch and state are w's node's under w.
+func (w *writer) live(epoch int64, state string) error {
+	if epoch != w.epoch || state != store.NodeLive {
+		return fmt.Errorf("node %q epoch %d (now %d, %s): %w", w.node, w.epoch, epoch, state, store.ErrFenced)
+	}
+	return nil
+}
+
+// owns returns ErrFenced if a sandbox recorded on node stored, written as
+// on node written, is not w's node's (nil w owns everything).
+func (w *writer) owns(id, stored, written string) error {
+	if w == nil || stored == w.node && written == w.node {
+		return nil
+	}
+	return fmt.Errorf("sandbox %s is node %q's, not %q's: %w", id, stored, w.node, store.ErrFenced)
+}
+
+// As is node name's view under epoch.
+func (s *Store) As(name string, epoch int64) store.Store {
+	return &Store{pool: s.pool, as: &writer{node: name, epoch: epoch}}
+}
+
+// createAs is Create through a view: a placement on the view's node,
+// schedulable or not, within its capacity (forks and warm pools on a full
+// node are refused as the scheduler's placements are).
+func (s *Store) createAs(ctx context.Context, sb *store.Sandbox) error {
+	node := sb.Node
+	switch node {
+	case "":
+		sb.Node = s.as.node
+	case s.as.node:
+	default:
+		return s.as.owns(sb.ID, node, node)
+	}
+	err := s.place(ctx, []*store.Sandbox{sb}, s.as)[0]
+	if err != nil {
+		sb.Node = node
+	}
+	return err
+}
+
+// Join records n as live under a new epoch.
+func (s *Store) Join(ctx context.Context, n store.Node, ttl time.Duration) (int64, error) {
+	if err := checkNode(n); err != nil {
+		return 0, err
+	}
+	if ttl <= 0 {
+		return 0, fmt.Errorf("%w: lease of %v", errdefs.ErrInvalid, ttl)
+	}
+	runtimes, _ := json.Marshal(orEmptyList(n.Runtimes))
+	labels, _ := json.Marshal(orEmpty(n.Labels))
+	now := time.Now()
+	var epoch int64
+	err := s.writeAt(ctx, pgx.ReadCommitted, nil, func(tx pgx.Tx) error {
+		// One statement: a concurrent Join of the same name waits for
+		// this one's row, then adds one to its epoch.
+		return tx.QueryRow(ctx, `INSERT INTO nodes (name, address, version, runtimes, labels, cpu, memory_mib, disk_gib,
+				sandboxes, epoch, state, schedule, joined_at, heartbeat, lease_expires, status)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 1, 'live', '', $10, $10, $11, '{}')
+			ON CONFLICT (name) DO UPDATE SET address = excluded.address, version = excluded.version,
+				runtimes = excluded.runtimes, labels = excluded.labels, cpu = excluded.cpu,
+				memory_mib = excluded.memory_mib, disk_gib = excluded.disk_gib, sandboxes = excluded.sandboxes,
+				epoch = nodes.epoch + 1, state = 'live', joined_at = excluded.joined_at,
+				heartbeat = excluded.heartbeat, lease_expires = excluded.lease_expires, status = '{}'
+			RETURNING epoch`,
+			n.Name, n.Address, n.Version, string(runtimes), string(labels), n.Capacity.CPU, n.Capacity.MemoryMiB,
+			n.Capacity.DiskGiB, n.Capacity.Sandboxes, now, now.Add(ttl)).Scan(&epoch)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("joining node %.40q: %w", n.Name, err)
+	}
+	return epoch, nil
+}
+
+// checkNode returns ErrInvalid for a node the table cannot hold exactly or
+// that makes no sense: no name, text with a NUL or not UTF-8, a capacity
+// below zero or not a number.
+func checkNode(n store.Node) error {
+	texts := append([]string{n.Name, n.Address, n.Version}, n.Runtimes...)
+	for k, v := range n.Labels {
+		texts = append(texts, k, v)
+	}
+	for _, v := range texts {
+		if !storable(v) {
+			return fmt.Errorf("%w: node %.40q: text with a NUL or not UTF-8", errdefs.ErrInvalid, n.Name)
+		}
+	}
+	c := n.Capacity
+	switch {
+	case n.Name == "":
+		return fmt.Errorf("%w: a node needs a name", errdefs.ErrInvalid)
+	case !resourcesValid(c):
+		return fmt.Errorf("%w: node %.40q: capacity %+v", errdefs.ErrInvalid, n.Name, c)
+	}
+	return nil
+}
+
+// resourcesValid reports whether r is a number of each, none below zero.
+func resourcesValid(r store.Resources) bool {
+	return r.CPU >= 0 && !math.IsInf(r.CPU, 0) && r.MemoryMiB >= 0 && r.DiskGiB >= 0 && r.Sandboxes >= 0
+}
+
+// Renew extends node name's lease, if epoch is its live one.
+func (s *Store) Renew(ctx context.Context, name string, epoch int64, ttl time.Duration, st store.NodeStatus) error {
+	if ttl <= 0 {
+		return fmt.Errorf("%w: lease of %v", errdefs.ErrInvalid, ttl)
+	}
+	for _, v := range st.Templates {
+		if !utf8.ValidString(v) {
+			return fmt.Errorf("%w: node status: template IDs must be UTF-8", errdefs.ErrInvalid)
+		}
+	}
+	for k := range st.Pooled {
+		if !utf8.ValidString(k) {
+			return fmt.Errorf("%w: node status: template IDs must be UTF-8", errdefs.ErrInvalid)
+		}
+	}
+	if !storable(name) {
+		return fmt.Errorf("node %.40q: %w", name, store.ErrFenced)
+	}
+	status, _ := json.Marshal(st)
+	now := time.Now()
+	return s.writeAt(ctx, pgx.ReadCommitted, nil, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE nodes SET heartbeat = $3, lease_expires = $4, status = $5
+			WHERE name = $1 AND epoch = $2 AND state = 'live'`, name, epoch, now, now.Add(ttl), string(status))
+		if err == nil && tag.RowsAffected() == 0 {
+			return fmt.Errorf("renewing node %.40q epoch %d: %w", name, epoch, store.ErrFenced)
+		}
+		return err
+	})
+}
+
+// nodeColumns are a node row's, in scanNode's order.
+const nodeColumns = `name, address, version, runtimes, labels, cpu, memory_mib, disk_gib, sandboxes,
+	epoch, state, schedule, joined_at, heartbeat, lease_expires, status`
+
+func scanNode(row pgx.CollectableRow) (store.Node, error) {
+	var n store.Node
+	var runtimes, labels, status string
+	if err := row.Scan(&n.Name, &n.Address, &n.Version, &runtimes, &labels, &n.Capacity.CPU, &n.Capacity.MemoryMiB,
+		&n.Capacity.DiskGiB, &n.Capacity.Sandboxes, &n.Epoch, &n.State, &n.Schedule, &n.JoinedAt, &n.Heartbeat,
+		&n.LeaseExpires, &status); err != nil {
+		return n, err
+	}
+	n.JoinedAt, n.Heartbeat, n.LeaseExpires = n.JoinedAt.UTC(), n.Heartbeat.UTC(), n.LeaseExpires.UTC()
+	for _, j := range []struct {
+		text string
+		v    any
+	}{{runtimes, &n.Runtimes}, {labels, &n.Labels}, {status, &n.Status}} {
+		if err := json.Unmarshal([]byte(j.text), j.v); err != nil {
+			return n, err
+		}
+	}
+	if len(n.Runtimes) == 0 {
+		n.Runtimes = nil
+	}
+	if len(n.Labels) == 0 {
+		n.Labels = nil
+	}
+	return n, nil
+}
+
+// Nodes returns every node, by name, with what its sandboxes hold.
+func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
+	var out []store.Node
+	err := s.read(ctx, func(q querier) error {
+		rows, err := q.Query(ctx, `SELECT `+nodeColumns+` FROM nodes ORDER BY name`)
+		if err != nil {
+			return err
+		}
+		if out, err = pgx.CollectRows(rows, scanNode); err != nil {
+			return err
+		}
+		committed := map[string]*store.Resources{}
+		for i := range out {
+			committed[out[i].Name] = &out[i].Committed
+		}
+		rows, err = q.Query(ctx, `SELECT node, state, SUM(cpu), SUM(memory_mib), SUM(disk_gib), COUNT(*)
+			FROM sandboxes WHERE node <> '' GROUP BY node, state`)
+		if err != nil {
+			return err
+		}
+		var node, state string
+		var sum store.Resources
+		_, err = pgx.ForEachRow(rows, []any{&node, &state, &sum.CPU, &sum.MemoryMiB, &sum.DiskGiB, &sum.Sandboxes}, func() error {
+			if c := committed[node]; c != nil {
+				add(c, state, sum)
+			}
+			return nil
+		})
+		return err
+	})
+	return out, err
+}
+
+// add adds to c what sandboxes in state, holding r between them (r's
+// Sandboxes their count), hold on their node (store.Holds).
+func add(c *store.Resources, state string, r store.Resources) {
+	compute, slot := store.Holds(state)
+	if compute {
+		c.CPU += r.CPU
+		c.MemoryMiB += r.MemoryMiB
+	}
+	if slot {
+		c.DiskGiB += r.DiskGiB
+		c.Sandboxes += r.Sandboxes
+	}
+}
+
+// SetSchedule sets node name's schedule.
+func (s *Store) SetSchedule(ctx context.Context, name, schedule string) error {
+	switch schedule {
+	case "", store.NodeCordoned, store.NodeDraining:
+	default:
+		return fmt.Errorf("%w: schedule %.40q", errdefs.ErrInvalid, schedule)
+	}
+	if !storable(name) {
+		return fmt.Errorf("node %.40q: %w", name, errdefs.ErrNotFound)
+	}
+	return s.writeAt(ctx, pgx.ReadCommitted, nil, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE nodes SET schedule = $2 WHERE name = $1`, name, schedule)
+		if err == nil && tag.RowsAffected() == 0 {
+			return fmt.Errorf("node %.40q: %w", name, errdefs.ErrNotFound)
+		}
+		return err
+	})
+}
+
+// Expire fences the live nodes whose lease ran out before now, and marks
+// their sandboxes lost.
+func (s *Store) Expire(ctx context.Context, now time.Time, cause string) ([]store.Node, error) {
+	if !storable(cause) {
+		return nil, fmt.Errorf("%w: cause: text with a NUL or not UTF-8", errdefs.ErrInvalid)
+	}
+	var fenced []store.Node
+	err := s.writeAt(ctx, pgx.ReadCommitted, nil, func(tx pgx.Tx) error {
+		// In name order, as Place locks them. At read committed a node
+		// another Expire fenced while this one waited for its row is
+		// checked again, found fenced, and left out: each is fenced once.
+		rows, err := tx.Query(ctx, `SELECT name FROM nodes WHERE state = 'live' AND lease_expires < $1
+			ORDER BY name FOR UPDATE`, now)
+		if err != nil {
+			return err
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(names) == 0 {
+			fenced = nil
+			return err
+		}
+		rows, err = tx.Query(ctx, `UPDATE nodes SET state = 'fenced' WHERE name = ANY($1) RETURNING `+nodeColumns, names)
+		if err != nil {
+			return err
+		}
+		if fenced, err = pgx.CollectRows(rows, scanNode); err != nil {
+			return err
+		}
+		slices.SortFunc(fenced, func(a, b store.Node) int { return cmpString(a.Name, b.Name) })
+		_, err = tx.Exec(ctx, `WITH lost AS (
+				UPDATE sandboxes SET lost_from = state, state = $2 WHERE node = ANY($1) AND state NOT IN ($2, $3)
+				RETURNING id, lost_from)
+			INSERT INTO transitions (sandbox_id, from_state, to_state, reason, at)
+			SELECT id, lost_from, $2, $4, $5 FROM lost`, names, api.StateLost, api.StateDeleting, cause, time.Now())
+		return err
+	})
+	return fenced, err
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Secret returns the value kept under name, storing make()'s first if
+// there is none.
+func (s *Store) Secret(ctx context.Context, name string, make func() ([]byte, error)) ([]byte, error) {
+	if !storable(name) {
+		return nil, fmt.Errorf("%w: secret name: text with a NUL or not UTF-8", errdefs.ErrInvalid)
+	}
+	get := func(q querier, v *[]byte) (bool, error) {
+		err := q.QueryRow(ctx, `SELECT value FROM secrets WHERE name = $1`, name).Scan(v)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	var v []byte
+	var found bool
+	if err := s.read(ctx, func(q querier) (err error) { found, err = get(q, &v); return err }); err != nil || found {
+		return v, err
+	}
+	mine, err := make()
+	if err != nil {
+		return nil, err
+	}
+	if mine == nil {
+		mine = []byte{}
+	}
+	err = s.writeAt(ctx, pgx.ReadCommitted, nil, func(tx pgx.Tx) error {
+		// A concurrent first call's insert makes this one wait for its
+		// commit, then do nothing; the next statement sees its value.
+		if _, err := tx.Exec(ctx, `INSERT INTO secrets (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING`, name, mine); err != nil {
+			return err
+		}
+		_, err := get(tx, &v)
+		return err
+	})
+	return v, err
+}
+
+func orEmptyList(l []string) []string {
+	if l == nil {
+		return []string{}
+	}
+	return l
+}

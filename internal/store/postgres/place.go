@@ -1,0 +1,241 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/store"
+)
+
+// Place records each placement's sandbox on its node, if it has room.
+//
+// One read-committed transaction for the batch, in two round trips: the
+// first locks the target nodes (in name order, as Expire does: no
+// deadlock) and reads what their sandboxes hold, which IDs exist and which
+// versions; the second inserts the placements that fit, each with its
+// first transition. A retry (a lost connection, a deadlock) runs the whole
+// batch again from the start, so nothing of an attempt survives into the
+// next but the arguments as they came.
+func (s *Store) Place(ctx context.Context, sbs []*store.Sandbox) []error {
+	return s.place(ctx, sbs, nil)
+}
+
+// target is a node placements go to, as locked.
+type target struct {
+	runtimes  []string
+	capacity  store.Resources
+	committed store.Resources
+	epoch     int64
+	state     string
+	schedule  string
+	used      map[int]bool // slots held
+	next      int          // no slot below is free
+}
+
+// fits reports whether sb fits on t, beside what it holds.
+func (t *target) fits(sb *store.Sandbox) bool {
+	c := t.committed
+	add(&c, sb.State, need(sb))
+	const eps = 1e-9 // CPU sums are floats
+	return c.CPU <= t.capacity.CPU+eps && c.MemoryMiB <= t.capacity.MemoryMiB &&
+		c.DiskGiB <= t.capacity.DiskGiB && c.Sandboxes <= t.capacity.Sandboxes
+}
+
+// take records sb on t in its lowest free slot.
+func (t *target) take(sb *store.Sandbox) {
+	add(&t.committed, sb.State, need(sb))
+	for t.used[t.next] {
+		t.next++
+	}
+	sb.Slot = t.next
+	t.used[t.next] = true
+}
+
+func need(sb *store.Sandbox) store.Resources {
+	return store.Resources{CPU: sb.CPU, MemoryMiB: sb.MemoryMiB, DiskGiB: sb.DiskGiB, Sandboxes: 1}
+}
+
+// checkPlacement returns ErrInvalid for a placement no node could take.
+func checkPlacement(sb *store.Sandbox) error {
+	if err := checkText(sb); err != nil {
+		return err
+	}
+	if sb.Node == "" || sb.CPU < 0 || math.IsNaN(sb.CPU) || math.IsInf(sb.CPU, 0) || sb.MemoryMiB < 0 || sb.DiskGiB < 0 {
+		return fmt.Errorf("%w: placement of %.40q on %.40q: %v CPU, %d MiB, %d GiB", errdefs.ErrInvalid,
+			sb.ID, sb.Node, sb.CPU, sb.MemoryMiB, sb.DiskGiB)
+	}
+	return nil
+}
+
+// insertPlaced inserts a sandbox and its first transition, or nothing if
+// its ID exists already (a concurrent placement of the same ID: it waits
+// for that one's commit, not failing the batch).
+const insertPlaced = `WITH ins AS (INSERT INTO sandboxes (` + columns + `) VALUES
+	($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28,$29,$30,$31,$32)
+	ON CONFLICT (id) DO NOTHING RETURNING id, state)
+INSERT INTO transitions (sandbox_id, from_state, to_state, reason, at) SELECT id, '', state, '', $33 FROM ins`
+
+// place is Place, or through a view (as not nil) Create: on as's node,
+// which must be live under as's epoch, schedulable or not.
+func (s *Store) place(ctx context.Context, sbs []*store.Sandbox, as *writer) []error {
+	errs := make([]error, len(sbs))
+	type arg struct {
+		slot   int
+		tenant string
+	}
+	came := make([]arg, len(sbs))
+	var todo []int
+	for i, sb := range sbs {
+		came[i] = arg{sb.Slot, sb.Tenant}
+		if errs[i] = checkPlacement(sb); errs[i] == nil {
+			todo = append(todo, i)
+		}
+	}
+	if len(todo) == 0 {
+		return errs
+	}
+	err := s.writeAt(ctx, pgx.ReadCommitted, nil, func(tx pgx.Tx) error {
+		for _, i := range todo {
+			errs[i] = nil
+			sbs[i].Slot, sbs[i].Tenant = came[i].slot, came[i].tenant
+		}
+		return placeTx(ctx, tx, sbs, todo, errs, as)
+	})
+	for _, i := range todo {
+		if err != nil {
+			errs[i] = err
+		}
+		if errs[i] != nil {
+			// Undone: sb is as it came.
+			sbs[i].Slot, sbs[i].Tenant = came[i].slot, came[i].tenant
+		}
+	}
+	return errs
+}
+
+func placeTx(ctx context.Context, tx pgx.Tx, sbs []*store.Sandbox, todo []int, errs []error, as *writer) error {
+	var names, ids, versions []string
+	for _, i := range todo {
+		sb := sbs[i]
+		names = append(names, sb.Node)
+		ids = append(ids, sb.ID)
+		if sb.TemplateVersion != "" {
+			versions = append(versions, sb.TemplateVersion)
+		}
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+
+	// The first round trip. The statements run in order, each seeing
+	// what committed before it began: the sums after the locks.
+	targets := map[string]*target{}
+	exists := map[string]bool{}
+	held := map[string]bool{}
+	var b pgx.Batch
+	// Before reading versions: CollectTemplates waits for this
+	// transaction, or this one for it (see there).
+	b.Queue(`LOCK TABLE sandboxes IN ROW EXCLUSIVE MODE`)
+	b.Queue(`SELECT name, runtimes, cpu, memory_mib, disk_gib, sandboxes, epoch, state, schedule
+		FROM nodes WHERE name = ANY($1) ORDER BY name FOR UPDATE`, names).Query(func(rows pgx.Rows) error {
+		var name, runtimes string
+		var t target
+		_, err := pgx.ForEachRow(rows, []any{&name, &runtimes, &t.capacity.CPU, &t.capacity.MemoryMiB, &t.capacity.DiskGiB,
+			&t.capacity.Sandboxes, &t.epoch, &t.state, &t.schedule}, func() error {
+			nt := t
+			nt.used = map[int]bool{}
+			if err := json.Unmarshal([]byte(runtimes), &nt.runtimes); err != nil {
+				return err
+			}
+			targets[name] = &nt
+			return nil
+		})
+		return err
+	})
+	b.Queue(`SELECT node, slot, state, cpu, memory_mib, disk_gib FROM sandboxes WHERE node = ANY($1)`, names).Query(func(rows pgx.Rows) error {
+		var node, state string
+		var slot int
+		var r store.Resources
+		_, err := pgx.ForEachRow(rows, []any{&node, &slot, &state, &r.CPU, &r.MemoryMiB, &r.DiskGiB}, func() error {
+			if t := targets[node]; t != nil {
+				r.Sandboxes = 1
+				add(&t.committed, state, r)
+				t.used[slot] = true
+			}
+			return nil
+		})
+		return err
+	})
+	b.Queue(`SELECT id FROM sandboxes WHERE id = ANY($1)`, ids).Query(func(rows pgx.Rows) error {
+		var id string
+		_, err := pgx.ForEachRow(rows, []any{&id}, func() error { exists[id] = true; return nil })
+		return err
+	})
+	b.Queue(`SELECT id FROM template_versions WHERE id = ANY($1)`, versions).Query(func(rows pgx.Rows) error {
+		var id string
+		_, err := pgx.ForEachRow(rows, []any{&id}, func() error { held[id] = true; return nil })
+		return err
+	})
+	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+		return err
+	}
+
+	// Decide, in the batch's order, and queue the second round trip.
+	var ins pgx.Batch
+	var queued []int
+	now := time.Now()
+	for _, i := range todo {
+		sb := sbs[i]
+		t := targets[sb.Node]
+		switch {
+		case t == nil:
+			errs[i] = fmt.Errorf("node %.40q has not joined: %w", sb.Node, store.ErrNoRoom)
+		case as != nil:
+			errs[i] = as.live(t.epoch, t.state)
+		case t.state != store.NodeLive:
+			errs[i] = fmt.Errorf("node %.40q is %s: %w", sb.Node, t.state, store.ErrNoRoom)
+		case t.schedule != "":
+			errs[i] = fmt.Errorf("node %.40q is %s: %w", sb.Node, t.schedule, store.ErrNoRoom)
+		}
+		switch {
+		case errs[i] != nil:
+		case !slices.Contains(t.runtimes, sb.Runtime):
+			errs[i] = fmt.Errorf("node %.40q has no runtime %.40q: %w", sb.Node, sb.Runtime, store.ErrNoRoom)
+		case exists[sb.ID]:
+			errs[i] = fmt.Errorf("sandbox %s exists already: %w", sb.ID, errdefs.ErrConflict)
+		case sb.TemplateVersion != "" && !held[sb.TemplateVersion]:
+			errs[i] = fmt.Errorf("template version %s: %w", sb.TemplateVersion, errdefs.ErrNotFound)
+		case !t.fits(sb):
+			errs[i] = fmt.Errorf("node %.40q holds %+v of %+v: %w", sb.Node, t.committed, t.capacity, store.ErrNoRoom)
+		}
+		if errs[i] != nil {
+			continue
+		}
+		exists[sb.ID] = true // a second placement of it in this batch
+		t.take(sb)
+		sb.Tenant = tenantOf(sb.Tenant)
+		ins.Queue(insertPlaced, append(args(sb), now)...)
+		queued = append(queued, i)
+	}
+	if len(queued) == 0 {
+		return nil
+	}
+	br := tx.SendBatch(ctx, &ins)
+	for _, i := range queued {
+		tag, err := br.Exec()
+		if err != nil {
+			br.Close()
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			errs[i] = fmt.Errorf("sandbox %s exists already: %w", sbs[i].ID, errdefs.ErrConflict)
+		}
+	}
+	return br.Close()
+}
