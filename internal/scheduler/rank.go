@@ -41,6 +41,12 @@ type Request struct {
 	Tenant string `json:"tenant,omitempty"`
 	// Avoid are nodes not to consider: those that refused this placement.
 	Avoid []string `json:"avoid,omitempty"`
+	// Draw seeds the draw among the nodes of the window (see Window):
+	// Sandbox if empty. A scheduler gives the placements of a batch a few
+	// draws, not one each, so that the batch goes to a few nodes, and
+	// concurrent batches of several API nodes seldom lock the same node
+	// rows in the store.
+	Draw string `json:"draw,omitempty"`
 	// Explain asks Scheduler.Place for every filtered node with its reason,
 	// as Rank always gives; otherwise the Decision counts them by filter
 	// (on a thousand nodes, the reasons cost more than the ranking).
@@ -57,6 +63,8 @@ func (r *Request) need() store.Resources {
 // record, and what `atoll create --explain` shows.
 type Decision struct {
 	Sandbox string `json:"sandbox"`
+	// Draw is what seeded the draw among nodes, if not Sandbox.
+	Draw string `json:"draw,omitempty"`
 	// Node is the node the sandbox went to (set by Scheduler.Place once
 	// the store accepted it); Rank leaves it empty.
 	Node string `json:"node,omitempty"`
@@ -80,9 +88,11 @@ type Candidate struct {
 	Node  string  `json:"node"`
 	Score float64 `json:"score"`
 	Parts []Part  `json:"parts"`
-	// Tied says the node's score was within Band of the best, so its place
-	// among the tied ones was drawn by a hash of sandbox and node.
-	Tied bool `json:"tied,omitempty"`
+	// Window says the node's score was within Window of the best, so its
+	// place among those was drawn (see Window); Drawn marks the two drawn
+	// to compete for first.
+	Window bool `json:"window,omitempty"`
+	Drawn  bool `json:"drawn,omitempty"`
 }
 
 // Part is one term of a score: its value (0..1) and its weighted share.
@@ -99,14 +109,22 @@ type Filtered struct {
 	Reason string `json:"reason"`
 }
 
-// Band is how close to the best score a node's score must be to count as
-// tied with it. Tied nodes are ordered by a hash of (sandbox, node), not by
-// their score: placers in several processes, each seeing nearly the same
-// view of the cluster, then pick different nodes for different sandboxes
-// instead of all writing to the emptiest node at once. A band of 0.02 of the
-// free-capacity term is about one sandbox in fifty of a node's capacity; the
-// locality and pool terms are far above it.
-const Band = 0.02
+// Window is how close to the best score a node's score must be for the
+// node to be as good a choice: the power of two choices. Of the nodes in
+// the window, two are drawn by a hash of (sandbox, node), the better
+// scoring one goes first, the other second, then the rest of the window in
+// the hash's order, then the other nodes by score.
+//
+// Always taking the best node is what several placers each working from a
+// view a little behind the store must not do: they all see the same
+// emptiest nodes and pile onto them (measured: 8 schedulers on 100 nodes
+// left them between 39 and 64 sandboxes where 50 was the mean). Two random
+// choices, the better kept, spread load nearly as evenly as the best
+// choice does with perfect information, and stay even with stale views
+// (Mitzenmacher, "How useful is old information?"). A window of 0.25 is a
+// quarter of a node's capacity on the free term; the pool term (2) and the
+// locality term (0.5) stay above it, so a warm or local node still wins.
+const Window = 0.25
 
 // term is one weighted part of a node's score. value is 0..1, higher is
 // better; it sees the node (k-th of the class, n) as it would be after the
@@ -345,8 +363,9 @@ type scratch struct {
 
 // Rank ranks nodes for req at time now: every node that can take the
 // sandbox, best first, each with its score and parts, and every node that
-// cannot, with why. Nodes whose scores are within Band of the best are
-// ordered by a hash of (req.Sandbox, node) rather than by score.
+// cannot, with why. Nodes whose scores are within Window of the best are
+// ordered by a draw seeded by a hash of (req.Sandbox, node) rather than by
+// score alone (see Window).
 func Rank(nodes []store.Node, req Request, now time.Time) Decision {
 	return rank(nodes, &req, now, options{explain: true})
 }
@@ -415,6 +434,9 @@ func newClass(nodes []store.Node, req *Request, now time.Time, d *Decision) *cla
 
 func rank(nodes []store.Node, req *Request, now time.Time, o options) Decision {
 	d := Decision{Sandbox: req.Sandbox, Excluded: map[string]int{}}
+	if req.Draw != req.Sandbox {
+		d.Draw = req.Draw
+	}
 	cl := o.class
 	if cl == nil {
 		var explain *Decision
@@ -507,21 +529,43 @@ func rank(nodes []store.Node, req *Request, now time.Time, o options) Decision {
 		best = max(best, score)
 	}
 
-	// The first keep in order, by insertion: the scheduler keeps a few of
-	// a thousand nodes, where a full sort would cost more than the rest
-	// of the ranking.
-	base := sandboxHash(req.Sandbox)
+	// The draw: the two nodes of the window with the lowest hashes of
+	// (sandbox, node); the better of them first.
+	draw := req.Draw
+	if draw == "" {
+		draw = req.Sandbox
+	}
+	base := sandboxHash(draw)
 	type entry struct {
-		k     int
-		score float64
-		hash  uint64
-		tied  bool
+		k      int
+		score  float64
+		hash   uint64
+		window bool
+		pos    int // 0, 1: the drawn, winner first; 2: the rest of the window; 3: the others
+	}
+	var drawn [2]entry
+	drawn[0].k, drawn[1].k = -1, -1
+	lower := func(a, b *entry) bool { return a.hash < b.hash || a.hash == b.hash && a.k < b.k }
+	for k := range cl.nodes {
+		if !sc.passed[k] || sc.score[k] < best-Window {
+			continue
+		}
+		e := entry{k: k, score: sc.score[k], hash: mix(base, cl.hash[k]), window: true}
+		switch {
+		case drawn[0].k < 0 || lower(&e, &drawn[0]):
+			drawn[1], drawn[0] = drawn[0], e
+		case drawn[1].k < 0 || lower(&e, &drawn[1]):
+			drawn[1] = e
+		}
+	}
+	if drawn[1].k >= 0 && drawn[1].score > drawn[0].score {
+		drawn[0], drawn[1] = drawn[1], drawn[0]
 	}
 	before := func(a, b *entry) bool {
-		if a.tied != b.tied {
-			return a.tied
+		if a.pos != b.pos {
+			return a.pos < b.pos
 		}
-		if a.tied && a.hash != b.hash {
+		if a.pos == 2 && a.hash != b.hash {
 			return a.hash < b.hash
 		}
 		if a.score != b.score {
@@ -529,6 +573,10 @@ func rank(nodes []store.Node, req *Request, now time.Time, o options) Decision {
 		}
 		return nodes[cl.nodes[a.k]].Name < nodes[cl.nodes[b.k]].Name
 	}
+
+	// The first keep in order, by insertion: the scheduler keeps a few of
+	// a thousand nodes, where a full sort would cost more than the rest
+	// of the ranking.
 	keep := d.Passed
 	if o.keep > 0 && o.keep < keep {
 		keep = o.keep
@@ -538,9 +586,14 @@ func rank(nodes []store.Node, req *Request, now time.Time, o options) Decision {
 		if !sc.passed[k] {
 			continue
 		}
-		e := entry{k: k, score: sc.score[k], tied: sc.score[k] >= best-Band}
-		if e.tied {
-			e.hash = mix(base, cl.hash[k])
+		e := entry{k: k, score: sc.score[k], pos: 3}
+		switch {
+		case k == drawn[0].k:
+			e, e.pos = drawn[0], 0
+		case k == drawn[1].k:
+			e, e.pos = drawn[1], 1
+		case e.score >= best-Window:
+			e.hash, e.window, e.pos = mix(base, cl.hash[k]), true, 2
 		}
 		if len(top) == keep && !before(&e, &top[keep-1]) {
 			continue
@@ -555,7 +608,7 @@ func rank(nodes []store.Node, req *Request, now time.Time, o options) Decision {
 	d.Candidates = make([]Candidate, len(top))
 	for j, e := range top {
 		n := &nodes[cl.nodes[e.k]]
-		cd := Candidate{Node: n.Name, Score: round(e.score), Tied: e.tied, Parts: make([]Part, len(terms))}
+		cd := Candidate{Node: n.Name, Score: round(e.score), Window: e.window, Drawn: e.pos < 2, Parts: make([]Part, len(terms))}
 		for t := range terms {
 			v := terms[t].value(c, e.k, n)
 			cd.Parts[t] = Part{Term: terms[t].name, Value: round(v), Weighted: round(terms[t].weight * v)}

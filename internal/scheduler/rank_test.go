@@ -193,14 +193,32 @@ func TestRankPreferences(t *testing.T) {
 			if len(d.Candidates) == 0 || d.Candidates[0].Node != tt.first {
 				t.Fatalf("first %v, want %s; decision %s", names(d.Candidates), tt.first, jsonOf(t, d))
 			}
-			// Scores are in order, but for ties.
-			for i := 1; i < len(d.Candidates); i++ {
-				a, b := d.Candidates[i-1], d.Candidates[i]
-				if !a.Tied && b.Tied || !b.Tied && a.Score < b.Score {
-					t.Errorf("out of order: %+v before %+v", a, b)
-				}
-			}
+			checkOrder(t, d)
 		})
+	}
+}
+
+// checkOrder checks a decision's order: the two drawn, the better first;
+// then the rest of the window; then the others by score.
+func checkOrder(t *testing.T, d Decision) {
+	t.Helper()
+	for i := 1; i < len(d.Candidates); i++ {
+		a, b := d.Candidates[i-1], d.Candidates[i]
+		switch {
+		case !a.Window && b.Window, !a.Drawn && b.Drawn,
+			a.Drawn && b.Drawn && a.Score < b.Score,
+			!a.Window && !b.Window && a.Score < b.Score:
+			t.Errorf("out of order: %+v before %+v", a, b)
+		}
+	}
+	drawn := 0
+	for _, c := range d.Candidates {
+		if c.Drawn {
+			drawn++
+		}
+	}
+	if want := min(2, len(d.Candidates)); drawn != want && len(d.Candidates) > 0 && d.Candidates[1%len(d.Candidates)].Window {
+		t.Errorf("%d drawn, want %d: %+v", drawn, want, d.Candidates)
 	}
 }
 
@@ -239,7 +257,7 @@ func TestRankTies(t *testing.T) {
 	for i := range 10 {
 		nodes = append(nodes, node(fmt.Sprintf("n%d", i)))
 	}
-	nodes = append(nodes, node("busy", committed(2, 2048, 2)))
+	nodes = append(nodes, node("busy", committed(4, 4096, 4))) // a half of a node more loaded: out of the window
 	firsts := map[string]int{}
 	for i := range 5000 {
 		id := fmt.Sprintf("sb-%d", i)
@@ -250,9 +268,10 @@ func TestRankTies(t *testing.T) {
 			if !slices.Equal(names(d.Candidates), names(again.Candidates)) {
 				t.Fatalf("%s: %v then %v", id, names(d.Candidates), names(again.Candidates))
 			}
-			if last := d.Candidates[len(d.Candidates)-1]; last.Node != "busy" || last.Tied {
-				t.Errorf("%s: last %+v, want busy, not tied", id, last)
+			if last := d.Candidates[len(d.Candidates)-1]; last.Node != "busy" || last.Window {
+				t.Errorf("%s: last %+v, want busy, out of the window", id, last)
 			}
+			checkOrder(t, d)
 		}
 	}
 	if firsts["busy"] != 0 {
@@ -264,11 +283,41 @@ func TestRankTies(t *testing.T) {
 			t.Errorf("n%d first %d times of 5000: %v", i, c, firsts)
 		}
 	}
-	// Two sandboxes' orders differ: the choice among tied nodes is per
+	// Two sandboxes' orders differ: the choice in the window is per
 	// sandbox.
 	a, b := Rank(nodes, req("sb-a"), now), Rank(nodes, req("sb-b"), now)
 	if slices.Equal(names(a.Candidates), names(b.Candidates)) {
 		t.Errorf("sb-a and sb-b ranked alike: %v", names(a.Candidates))
+	}
+}
+
+// TestRankTwoChoices: among nodes of the window, loaded unevenly, the less
+// loaded are chosen more often, but not always: the better of two drawn
+// nodes goes first, so the most loaded never does, and node i of n (by
+// load) in 2(n-1-i)/(n(n-1)) of placements.
+func TestRankTwoChoices(t *testing.T) {
+	var nodes []store.Node
+	for i := range 10 {
+		nodes = append(nodes, node(fmt.Sprintf("n%d", i), func(n *store.Node) {
+			n.Capacity = store.Resources{CPU: 64, MemoryMiB: 65536, DiskGiB: 640, Sandboxes: 64}
+			n.Committed = store.Resources{CPU: float64(i), MemoryMiB: int64(i) * 1024, DiskGiB: int64(i), Sandboxes: i}
+		}))
+	}
+	firsts := make([]int, 10)
+	for i := range 10000 {
+		d := Rank(nodes, req(fmt.Sprintf("sb-%d", i)), now)
+		if !d.Candidates[0].Drawn || !d.Candidates[1].Drawn || !d.Candidates[9].Window {
+			t.Fatalf("not drawn in the window: %+v", d.Candidates)
+		}
+		var k int
+		fmt.Sscanf(d.Candidates[0].Node, "n%d", &k)
+		firsts[k]++
+	}
+	for i, c := range firsts {
+		want := 2 * (9 - i) * 10000 / 90 // 2000, 1777, ..., 222, 0
+		if c < want-250 || c > want+250 || i == 9 && c != 0 {
+			t.Errorf("n%d first %d times of 10000, want about %d: %v", i, c, want, firsts)
+		}
 	}
 }
 
