@@ -39,7 +39,7 @@ import (
 func main() {
 	n := flag.Int("n", 100, "iterations per measurement")
 	clients := flag.Int("clients", 8, "concurrent clients for the concurrent run")
-	only := flag.String("only", "", "comma-separated parts to run (core,templates,state,forks,prestarted,recent,warm,e2b,runtimes,ports,autoresume,peers,burst); default all")
+	only := flag.String("only", "", "comma-separated parts to run (core,templates,state,forks,prestarted,recent,warm,e2b,runtimes,ports,autoresume,peers,burst; and scheduler, only when named); default all but scheduler")
 	flag.Int64Var(&hostDirtyLimit, "layer-dirty-limit", 0, "the servers' --layer-dirty-limit (0: their default; -1: the kernel's defaults)")
 	var b burstConfig
 	flag.IntVar(&b.n, "burst-n", 300, "burst: creates in the burst")
@@ -49,6 +49,16 @@ func main() {
 	flag.StringVar(&b.serve, "burst-serve", "", "burst: extra flags for its server, e.g. \"--create-concurrency 8\"")
 	flag.StringVar(&b.pprof, "burst-pprof", "", "burst: write the server's CPU profiles of the burst and the sustained run to this directory")
 	logPath := flag.String("server-log", "", "append the servers' logs (with --debug) to this file")
+	var sc schedConfig
+	flag.StringVar(&sc.url, "scheduler-postgres", "", "scheduler: the PostgreSQL server to use (a URL); default: start a throwaway one")
+	flag.IntVar(&sc.nodes, "scheduler-nodes", 1000, "scheduler: simulated nodes")
+	flag.IntVar(&sc.sandboxes, "scheduler-n", 50000, "scheduler: placements in the burst")
+	flag.IntVar(&sc.apis, "scheduler-apis", 8, "scheduler: schedulers (API nodes), each with its own connection pool")
+	flag.IntVar(&sc.clients, "scheduler-clients", 64, "scheduler: concurrent placers per scheduler")
+	flag.IntVar(&sc.perNode, "scheduler-per-node", 64, "scheduler: a node's capacity in sandboxes of 1 CPU")
+	flag.DurationVar(&sc.ttl, "scheduler-ttl", 10*time.Second, "scheduler: the nodes' lease; they renew every third of it")
+	flag.DurationVar(&sc.refresh, "scheduler-refresh", 200*time.Millisecond, "scheduler: how often a scheduler reads the nodes again")
+	flag.Float64Var(&sc.fail, "scheduler-fail", 0.1, "scheduler: share of nodes that stop renewing in the second run (0: no second run)")
 	flag.Parse()
 	if *logPath != "" {
 		f, err := os.OpenFile(*logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -65,6 +75,21 @@ func main() {
 	want := func(part string) bool { return len(parts) == 0 || parts[part] }
 	if os.Geteuid() != 0 {
 		fatal("bench needs root")
+	}
+	// The scheduler's benchmark runs only when asked for (it needs no
+	// atoll server, and a PostgreSQL server of its own for minutes).
+	if parts["scheduler"] {
+		r := &report{}
+		r.machine()
+		schedulerBench(r, sc)
+		delete(parts, "scheduler")
+		if len(parts) == 0 {
+			r.print(os.Stdout, *n, *clients, *only)
+			fmt.Printf("\nScheduler: `-scheduler-nodes %d -scheduler-n %d -scheduler-apis %d -scheduler-clients %d -scheduler-per-node %d -scheduler-ttl %v -scheduler-refresh %v -scheduler-fail %v`\n",
+				sc.nodes, sc.sandboxes, sc.apis, sc.clients, sc.perNode, sc.ttl, sc.refresh, sc.fail)
+			return
+		}
+		r.print(os.Stdout, *n, *clients, "scheduler")
 	}
 	work, err := os.MkdirTemp("", "atoll-bench-")
 	check(err)
