@@ -41,6 +41,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/runtime/ns"
 	"github.com/atoll-dev/atoll/internal/runtime/vm"
 	"github.com/atoll-dev/atoll/internal/server"
+	"github.com/atoll-dev/atoll/internal/store"
 	"github.com/atoll-dev/atoll/internal/store/sqlite"
 	"github.com/atoll-dev/atoll/internal/tlsca"
 )
@@ -60,11 +61,13 @@ type serveConfig struct {
 	createConcurrency, createQueue int
 	metricsInterval                time.Duration
 	archive                        string
-	e2b                            bool
-	debug                          bool
-	pprof                          string // loopback address for net/http/pprof; "" for none
-	cgroupParent                   string // names the runtimes' host cgroups (runtimeCgroups)
-	out                            io.Writer
+	// cluster joins a cluster (--cluster and the --node- flags).
+	cluster      clusterConfig
+	e2b          bool
+	debug        bool
+	pprof        string // loopback address for net/http/pprof; "" for none
+	cgroupParent string // names the runtimes' host cgroups (runtimeCgroups)
+	out          io.Writer
 
 	network     string // auto, on or off
 	bridge      string
@@ -135,6 +138,14 @@ the data directory (port-key).`,
 	f.DurationVar(&cfg.metricsInterval, "metrics-interval", 5*time.Second, "how often running sandboxes are sampled for their metrics (E2B's interval is 5s)")
 	f.IntVar(&cfg.createQueue, "create-queue", 0, "creates that may wait for their turn (default 256); beyond it, and after 30 s of waiting, a create is answered 503 with Retry-After")
 	f.StringVar(&cfg.archive, "archive", "", "object storage URL for archived sandboxes: file:///dir, or s3://bucket?region=R (S3-compatible: &endpoint=URL&use_path_style=true) with credentials from AWS_* variables or ~/.aws (default file://<data>/archive)")
+	f.StringVar(&cfg.archive, "blob", "", "object storage every node of a cluster shares (--cluster): the same URLs as --archive, whose other name it is")
+	f.StringVar(&cfg.cluster.url, "cluster", "", "join the cluster whose state is in this PostgreSQL database (postgres://USER:PASS@HOST/DB); one machine with embedded SQLite without it (docs/cluster.md)")
+	f.StringVar(&cfg.cluster.name, "node-name", hostName(), "this node's name in its cluster (1-63 of [a-z0-9-])")
+	f.StringVar(&cfg.cluster.listen, "node-listen", "", "address of this node's node-to-node listener (mutual TLS under the cluster's CA), e.g. 10.0.0.11:7443; required with --cluster")
+	f.StringVar(&cfg.cluster.address, "node-address", "", "address other nodes reach this node's listener at (default: --node-listen's; goes into its certificate)")
+	f.StringVar(&cfg.cluster.capacity, "node-capacity", "", "what this node offers the cluster, e.g. cpu=16,memory=60Gi,disk=500Gi,sandboxes=400 (default: the host's cores, memory less the host's share, the data directory's free space, 1000 sandboxes)")
+	f.StringArrayVar(&cfg.cluster.labels, "node-label", nil, "label KEY=VALUE of this node, for node selectors and spreading (repeatable)")
+	f.DurationVar(&cfg.cluster.lease, "node-lease", 15*time.Second, "how long this node stays live without a heartbeat; a node that misses its lease is fenced and its sandboxes are marked lost")
 	f.BoolVar(&cfg.e2b, "e2b", true, "also serve the E2B-compatible API and sandbox traffic on the listener (see docs/e2b.md)")
 	f.BoolVar(&cfg.debug, "debug", false, "log debug messages")
 	f.StringVar(&cfg.pprof, "debug-pprof", "", "serve Go's profiles (net/http/pprof) at http://ADDR/debug/pprof/, on a loopback address only, without authentication")
@@ -274,8 +285,11 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		level = slog.LevelDebug
 	}
 	s := &serving{cfg: cfg, log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))}
+	if cfg.cluster.url != "" {
+		s.cluster.cfg = cfg.cluster
+	}
 	defer s.close()
-	for _, step := range []func(context.Context) error{
+	steps := []func(context.Context) error{
 		s.openData,
 		s.openStores,
 		s.openLayers,
@@ -283,11 +297,14 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		s.startRuntimes,
 		s.startNetwork,
 		s.assembleNode,
+		s.joinCluster,
 		s.startControl,
 		s.startPortProxy,
 		s.buildHandler,
 		s.listen,
-	} {
+		s.listenNode,
+	}
+	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return err
 		}
@@ -304,8 +321,12 @@ type serving struct {
 	// closers undo steps, last first (close).
 	closers []func()
 
-	archive      blob.Store
-	store        *sqlite.Store
+	archive blob.Store
+	// state is the state store: SQLite on one machine; in a cluster the
+	// PostgreSQL store, then (joinCluster) its view fenced by this node's
+	// epoch.
+	state        store.Store
+	cluster      clustering
 	keys         *auth.Keys
 	key, keyPath string // the API key, if just made, and its file
 	layers       *layers.Store
@@ -319,10 +340,13 @@ type serving struct {
 	proxy        *portproxy.Proxy
 	proxyLn      net.Listener
 	handler      http.Handler
-	ln           net.Listener
-	url          string
-	tls          *http.Server // nil without --tls-listen
-	tlsLn        net.Listener
+	// local is handler without the cluster's router: what a request routed
+	// here from another node is served with.
+	local http.Handler
+	ln    net.Listener
+	url   string
+	tls   *http.Server // nil without --tls-listen
+	tlsLn net.Listener
 }
 
 func (s *serving) onClose(f func()) { s.closers = append(s.closers, f) }
@@ -358,6 +382,10 @@ func (s *serving) openData(context.Context) (err error) {
 func (s *serving) openStores(ctx context.Context) error {
 	archiveURL := s.cfg.archive
 	if archiveURL == "" {
+		if s.cfg.cluster.url != "" {
+			// A node's archive must be restorable on every other node.
+			return errors.New("--cluster needs --blob: object storage every node reaches (s3://bucket?..., or file:///dir on a filesystem they share)")
+		}
 		archiveURL = "file://" + s.dir.Archive()
 	}
 	bucket, err := blob.Open(ctx, archiveURL)
@@ -366,13 +394,20 @@ func (s *serving) openStores(ctx context.Context) error {
 	}
 	s.archive = bucket
 	s.onClose(func() { bucket.Close() })
-	st, err := sqlite.Open(s.dir.Store())
-	if err != nil {
-		return fmt.Errorf("opening store: %w", err)
+	if s.cfg.cluster.url != "" {
+		if err := s.openCluster(ctx); err != nil {
+			return err
+		}
+		s.state = s.cluster.store
+	} else {
+		st, err := sqlite.Open(s.dir.Store())
+		if err != nil {
+			return fmt.Errorf("opening store: %w", err)
+		}
+		s.state = st
+		s.onClose(func() { st.Close() })
 	}
-	s.store = st
-	s.onClose(func() { st.Close() })
-	s.keys = auth.New(st)
+	s.keys = auth.New(s.state)
 	if s.key, s.keyPath, err = ensureAPIKey(ctx, s.keys, s.dir); err != nil {
 		return err
 	}
@@ -486,6 +521,7 @@ func (s *serving) startNetwork(context.Context) error {
 // agent, the runtimes, the network) together as this machine's node.
 func (s *serving) assembleNode(context.Context) error {
 	s.node = node.New(node.Config{
+		Name:     s.cluster.cfg.name,
 		Runtimes: s.runtimes, Unavailable: s.unavailable, Layers: s.layers, AgentPath: s.agentPath,
 		Network: s.netm, NetworkPool: s.netPool, CheckpointDir: s.dir.Checkpoints(),
 	})
@@ -496,11 +532,15 @@ func (s *serving) assembleNode(context.Context) error {
 // the store and the node, and reconciles it with what the node runs.
 func (s *serving) startControl(ctx context.Context) error {
 	cfg := s.cfg
-	svc, err := control.New(control.Config{
-		Store: s.store, Node: s.node, Logger: s.log,
+	ccfg := control.Config{
+		Store: s.state, Node: s.node, Logger: s.log,
 		WarmPool: cfg.warmPool, Prestart: cfg.prestart, Archive: s.archive,
 		CreateConcurrency: cfg.createConcurrency, CreateQueue: cfg.createQueue, MetricsInterval: cfg.metricsInterval,
-	})
+	}
+	if s.cluster.member != nil {
+		ccfg.Placer, ccfg.Peers = placer{s.cluster.sched}, peers{&s.cluster}
+	}
+	svc, err := control.New(ccfg)
 	if err != nil {
 		return err
 	}
@@ -513,7 +553,7 @@ func (s *serving) startControl(ctx context.Context) error {
 
 // startPortProxy listens for sandbox port traffic (with networks and
 // --proxy-listen only).
-func (s *serving) startPortProxy(context.Context) error {
+func (s *serving) startPortProxy(ctx context.Context) error {
 	if s.netm == nil || s.cfg.proxyListen == "" {
 		return nil
 	}
@@ -522,7 +562,7 @@ func (s *serving) startPortProxy(context.Context) error {
 		return err
 	}
 	s.proxyLn = ln
-	key, err := portproxy.LoadKey(s.dir.PortKey())
+	key, err := s.secret(ctx, "port-key", s.dir.PortKey(), portproxy.LoadKey)
 	if err != nil {
 		return err
 	}
@@ -535,8 +575,11 @@ func (s *serving) startPortProxy(context.Context) error {
 
 // buildHandler is the API: atoll's REST API, and E2B's beside it with
 // --e2b.
-func (s *serving) buildHandler(context.Context) error {
+func (s *serving) buildHandler(ctx context.Context) error {
 	scfg := server.Config{Sandboxes: s.svc, Templates: s.svc.Templates(), Runtimes: s.svc, Auth: s.keys, Keys: s.keys, Logger: s.log, Version: version}
+	if s.cluster.store != nil {
+		scfg.Nodes = nodes{s.cluster.store}
+	}
 	if s.proxy != nil {
 		scfg.Ports = s.proxy
 	}
@@ -544,11 +587,12 @@ func (s *serving) buildHandler(context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.handler = srv.Handler()
+	s.local = srv.Handler()
+	defer func() { s.handler = s.route(s.local) }()
 	if !s.cfg.e2b {
 		return nil
 	}
-	tokenKey, err := ensureSecret(s.dir.E2BTokenKey())
+	tokenKey, err := s.secret(ctx, "e2b-token-key", s.dir.E2BTokenKey(), ensureSecret)
 	if err != nil {
 		return err
 	}
@@ -561,8 +605,32 @@ func (s *serving) buildHandler(context.Context) error {
 		return err
 	}
 	s.onClose(func() { e.Close() })
-	s.handler = withE2B(s.handler, e)
+	s.local = withE2B(s.local, e)
 	return nil
+}
+
+// secret is the 32-byte key kept in the data directory's file path (made
+// by load when there is none), or in a cluster the one every node shares,
+// kept in the cluster's store under name: a port URL or an E2B access
+// token signed by one node must be good on all.
+func (s *serving) secret(ctx context.Context, name, path string, load func(string) ([]byte, error)) ([]byte, error) {
+	if s.cluster.store == nil {
+		return load(path)
+	}
+	return s.cluster.store.Secret(ctx, name, func() ([]byte, error) {
+		k := make([]byte, 32)
+		_, err := rand.Read(k)
+		return k, err
+	})
+}
+
+// route puts the cluster's router in front of h: a request about a
+// sandbox another node runs goes there. On one machine it is h.
+func (s *serving) route(h http.Handler) http.Handler {
+	if s.cluster.router == nil {
+		return h
+	}
+	return s.cluster.router.Wrap(h)
 }
 
 // listen opens the API's listeners, and writes their URLs for the local
@@ -662,8 +730,11 @@ func (s *serving) run(ctx context.Context) error {
 	wg.Add(1)
 	go func() { defer wg.Done(); s.svc.Run(runCtx) }()
 	hs := server.NewHTTPServer(s.cfg.listen, s.handler)
-	errc := make(chan error, 3)
+	errc := make(chan error, 5)
 	go func() { errc <- hs.Serve(s.ln) }()
+	if s.cluster.member != nil {
+		s.runCluster(runCtx, errc)
+	}
 	if s.tls != nil {
 		go func() { errc <- s.tls.ServeTLS(s.tlsLn, "", "") }()
 	}
@@ -671,7 +742,11 @@ func (s *serving) run(ctx context.Context) error {
 	if s.proxy != nil {
 		// The proxy's requests stream for as long as sandboxes' servers
 		// answer (websockets, downloads): no write timeout.
-		ps = &http.Server{Handler: s.proxy, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		var proxy http.Handler = s.proxy
+		if s.cluster.router != nil {
+			proxy = s.cluster.router.For("ports").Wrap(proxy)
+		}
+		ps = &http.Server{Handler: proxy, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 			MaxHeaderBytes: 4 * server.MaxHeaderBytes, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 		go func() { errc <- ps.Serve(s.proxyLn) }()
 	}
@@ -686,6 +761,9 @@ func (s *serving) run(ctx context.Context) error {
 		}
 		if s.tls != nil {
 			s.tls.Shutdown(sctx)
+		}
+		if s.cluster.srv != nil {
+			s.cluster.srv.Shutdown(sctx)
 		}
 		err = hs.Shutdown(sctx)
 		scancel()

@@ -43,6 +43,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -78,7 +79,16 @@ type Config struct {
 	Nodes int
 	// Args are extra `atoll serve` flags for every node.
 	Args []string
+	// Cluster makes the nodes one cluster (atoll serve --cluster): its
+	// state in a schema of its own on the PostgreSQL server of
+	// ATOLL_TEST_POSTGRES_URL, dropped when the test ends, its blobs on the
+	// S3 server of ATOLL_TEST_S3_URL; node i is named n<i> and listens for
+	// other nodes on its address, port NodePort.
+	Cluster bool
 }
+
+// NodePort is the port of a cluster node's node-to-node listener.
+const NodePort = 7443
 
 // Cluster is a LAN and its nodes.
 type Cluster struct {
@@ -150,6 +160,16 @@ func New(t testing.TB, cfg Config) *Cluster {
 			}
 		}
 	})
+	// The stores' forwarders close before the cleanup above waits for
+	// them: made after it.
+	if cfg.Cluster {
+		pg, s3 := c.clusterStores()
+		for _, n := range c.Nodes {
+			n.clustered = true
+			n.args = append(n.args, "--cluster", pg, "--blob", s3, "--node-name", n.Name(),
+				"--node-listen", netip.AddrPortFrom(n.Addr, NodePort).String())
+		}
+	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(c.Nodes))
 	for i, n := range c.Nodes {
@@ -163,6 +183,18 @@ func New(t testing.TB, cfg Config) *Cluster {
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
+	}
+	if cfg.Cluster {
+		var key string
+		for _, n := range c.Nodes {
+			key = cmp.Or(key, n.Key)
+		}
+		if key == "" {
+			t.Fatal("no node of the cluster wrote the first API key")
+		}
+		for _, n := range c.Nodes {
+			n.Key = key
+		}
 	}
 	return c
 }
@@ -201,6 +233,9 @@ type Node struct {
 	URL, Key string
 	args     []string
 	logPath  string
+
+	// clustered: a node of a cluster, which shares its API keys.
+	clustered bool
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -272,6 +307,48 @@ func (c *Cluster) newNode(i int, cfg Config) *Node {
 		"--layer-image-size", fmt.Sprint(int64(8 << 30)),
 	}, cfg.Args)
 	return n
+}
+
+// Name is the node's name in its cluster.
+func (n *Node) Name() string { return fmt.Sprintf("n%d", n.Index) }
+
+// clusterStores makes the cluster's schema and returns the URLs of its
+// state and blob stores as the nodes reach them.
+func (c *Cluster) clusterStores() (pg, s3 string) {
+	c.t.Helper()
+	base, s3 := os.Getenv("ATOLL_TEST_POSTGRES_URL"), c.S3URL()
+	if base == "" || s3 == "" {
+		testenv.Skip(c.t, "a cluster needs ATOLL_TEST_POSTGRES_URL and ATOLL_TEST_S3_URL (scripts/test.sh starts both servers)")
+	}
+	schema := "atoll_c" + c.id
+	admin := func(sql string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, sql)
+		return err
+	}
+	if err := admin("CREATE SCHEMA " + schema); err != nil {
+		c.t.Fatalf("making the cluster's schema: %v", err)
+	}
+	c.t.Cleanup(func() {
+		if err := admin("DROP SCHEMA " + schema + " CASCADE"); err != nil {
+			c.t.Errorf("dropping the cluster's schema: %v", err)
+		}
+	})
+	u, err := url.Parse(c.PostgresURL())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	q.Set("application_name", schema)
+	u.RawQuery = q.Encode()
+	return u.String(), s3
 }
 
 // lanLink is the name of the node's veth end on the LAN.
@@ -376,6 +453,11 @@ func (n *Node) start(extra []string) error {
 		return fmt.Errorf("node %d: %w\n%s", n.Index, err, n.logTail(2048))
 	}
 	key, err := os.ReadFile(filepath.Join(n.Data, "api-key"))
+	if errors.Is(err, os.ErrNotExist) && (n.Key != "" || n.clustered) {
+		// A cluster's nodes share their keys: only the node that made
+		// the first one wrote it (New hands it to the others).
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -473,9 +555,12 @@ func (n *Node) linkUp(up bool) error {
 
 // Client is a client of the node's API with its admin key, connecting from
 // the LAN as a client of the cluster would.
-func (n *Node) Client() *atoll.Client {
+func (n *Node) Client() *atoll.Client { return n.ClientWith(n.Key) }
+
+// ClientWith is a client of the node's API with key, from the LAN.
+func (n *Node) ClientWith(key string) *atoll.Client {
 	hc := &http.Client{Transport: &http.Transport{DialContext: n.c.DialLAN}}
-	return atoll.New(n.URL, n.Key, atoll.WithHTTPClient(hc))
+	return atoll.New(n.URL, key, atoll.WithHTTPClient(hc))
 }
 
 // Dial connects to address from the node's namespace, as the node's own
