@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,6 +38,8 @@ type schedConfig struct {
 	ttl       time.Duration
 	refresh   time.Duration
 	fail      float64 // share of nodes that stop renewing, in the second run
+	share     int     // scheduler.Config.Share
+	pprof     string  // write a CPU profile of the burst here
 }
 
 // schedulerBench measures internal/scheduler at scale on the real
@@ -67,8 +70,10 @@ func schedRun(r *report, c schedConfig, fail float64) {
 	u, drop := benchSchema(c.url)
 	defer drop()
 
-	// The nodes: joined at once by a pool of their own.
-	nodesStore, err := postgres.Open(ctx, u)
+	// The nodes: joined at once by a pool of their own, big enough that a
+	// heartbeat waiting for a node row a placement holds does not hold up
+	// the others (each node of a real cluster renews on its own).
+	nodesStore, err := postgres.Open(ctx, u+"&pool_max_conns=32")
 	check(err)
 	defer nodesStore.Close()
 	type simNode struct {
@@ -106,7 +111,7 @@ func schedRun(r *report, c schedConfig, fail float64) {
 	var stopFailing atomic.Bool
 	renewCtx, stopRenew := context.WithCancel(ctx)
 	var renewals, renewErrs atomic.Int64
-	const renewers = 16
+	const renewers = 32
 	for w := range renewers {
 		wg.Add(1)
 		go func() {
@@ -181,7 +186,7 @@ func schedRun(r *report, c schedConfig, fail float64) {
 		st, err := postgres.Open(ctx, u)
 		check(err)
 		defer st.Close()
-		scheds[i] = scheduler.New(scheduler.Config{Store: st, Refresh: c.refresh})
+		scheds[i] = scheduler.New(scheduler.Config{Store: st, Refresh: c.refresh, Share: c.share})
 		defer scheds[i].Close()
 	}
 	time.Sleep(c.refresh + 200*time.Millisecond) // their first views
@@ -189,6 +194,12 @@ func schedRun(r *report, c schedConfig, fail float64) {
 		time.Sleep(time.Until(stoppedAt.Add(c.ttl - failAfter)))
 	}
 
+	if c.pprof != "" && fail == 0 {
+		f, err := os.Create(c.pprof)
+		check(err)
+		check(pprof.StartCPUProfile(f))
+		defer f.Close()
+	}
 	var ru0 syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	cpu0 := machineCPU()
@@ -241,6 +252,9 @@ func schedRun(r *report, c schedConfig, fail float64) {
 	}
 	waitPlacers()
 	wall := time.Since(t0)
+	if c.pprof != "" && fail == 0 {
+		pprof.StopCPUProfile()
+	}
 	cpu1 := machineCPU()
 	var ru1 syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
@@ -299,15 +313,16 @@ func schedRun(r *report, c schedConfig, fail float64) {
 		st.Full += x.Full
 		st.Batches += x.Batches
 		st.Refreshes += x.Refreshes
+		st.Others += x.Others / float64(len(scheds))
 	}
 	procCPU := cpuSeconds(ru1) - cpuSeconds(ru0)
 	r.note(fmt.Sprintf("Scheduler, %s: %d of %d placed in %v (%.0f/s); %d no room, %d other errors%s. "+
 		"Spread over the %d live nodes: %d–%d sandboxes each. Over capacity after the run: %d nodes (checked from PostgreSQL's rows: %d sandbox rows, %d lost). "+
-		"Batches: %d, %.1f placements each; %d refused by the store and placed elsewhere; %d reads of the nodes. "+
+		"Batches: %d, %.1f placements each; %d refused by the store and placed elsewhere; %d reads of the nodes; each scheduler expected the others to place %.1f times as many as itself. "+
 		"Heartbeats: %d renewals (%d refused). CPU in the burst: this process (schedulers and simulated nodes) %.1f s, the rest of the machine (PostgreSQL) %.1f s, of %.1f s (%d cores × wall).",
 		name, placed, c.sandboxes, wall.Round(time.Millisecond), float64(placed)/wall.Seconds(), noRoom.Load(), otherErrs.Load(), firstErrNote(&firstErr),
 		live, minN, maxN, over, rows, lost,
-		st.Batches, float64(st.Placed+st.Refused)/float64(max(st.Batches, 1)), st.Refused, st.Refreshes,
+		st.Batches, float64(st.Placed+st.Refused)/float64(max(st.Batches, 1)), st.Refused, st.Refreshes, st.Others,
 		renewals.Load(), renewErrs.Load(), procCPU, (cpu1.busy-cpu0.busy)-procCPU, wall.Seconds()*float64(cpu1.cores), cpu1.cores))
 	if fail > 0 {
 		sort.Slice(fencedAt, func(i, j int) bool { return fencedAt[i] < fencedAt[j] })

@@ -165,21 +165,24 @@ func localityValue(c *rankCtx, k int, n *store.Node) float64 {
 }
 
 // freeValue is the share of the node's scarcest resource left free after
-// the placement: spreading the load.
+// the placement: spreading the load. It counts what the node has
+// committed, and what a scheduler expects other API nodes to have placed
+// there since its view was read (see options.others).
 func freeValue(c *rankCtx, k int, n *store.Node) float64 {
+	cm := c.load(k, n)
 	need := &c.need
 	free := 1.0
 	if n.Capacity.CPU > 0 {
-		free = min(free, (n.Capacity.CPU-n.Committed.CPU-need.CPU)/n.Capacity.CPU)
+		free = min(free, (n.Capacity.CPU-cm.CPU-need.CPU)/n.Capacity.CPU)
 	}
 	share := func(capacity, committed, need int64) {
 		if capacity > 0 {
 			free = min(free, float64(capacity-committed-need)/float64(capacity))
 		}
 	}
-	share(n.Capacity.MemoryMiB, n.Committed.MemoryMiB, need.MemoryMiB)
-	share(n.Capacity.DiskGiB, n.Committed.DiskGiB, need.DiskGiB)
-	share(int64(n.Capacity.Sandboxes), int64(n.Committed.Sandboxes), int64(need.Sandboxes))
+	share(n.Capacity.MemoryMiB, cm.MemoryMiB, need.MemoryMiB)
+	share(n.Capacity.DiskGiB, cm.DiskGiB, need.DiskGiB)
+	share(int64(n.Capacity.Sandboxes), int64(cm.Sandboxes), int64(need.Sandboxes))
 	return max(free, 0)
 }
 
@@ -320,10 +323,28 @@ type rankCtx struct {
 	avoided  map[string]bool // req.Avoid, and the caller's own
 	selector []string        // req.Selector's keys, sorted
 	class    *class
+	// ownSince and others: see options.
+	ownSince []store.Resources
+	others   float64
 	// The spread groups' sandboxes per node (of the nodes that pass), and
 	// the least and most of them.
 	shares             []float64
 	minShare, maxShare float64
+}
+
+// load is what the k-th node of the class (n) holds, for the scores:
+// Committed, and others times what this scheduler placed there since its
+// view was read.
+func (c *rankCtx) load(k int, n *store.Node) store.Resources {
+	cm := n.Committed
+	if c.others > 0 && c.ownSince != nil {
+		o := c.ownSince[c.class.nodes[k]]
+		cm.CPU += c.others * o.CPU
+		cm.MemoryMiB += int64(c.others * float64(o.MemoryMiB))
+		cm.DiskGiB += int64(c.others * float64(o.DiskGiB))
+		cm.Sandboxes += int(c.others * float64(o.Sandboxes))
+	}
+	return cm
 }
 
 // mismatch is the first "key=value" of the selector node n does not carry,
@@ -351,6 +372,16 @@ type options struct {
 	class *class
 	// scratch is reused between rankings by one caller.
 	scratch *scratch
+	// ownSince (by position in nodes) is what a scheduler placed since its
+	// view was read, and others how many times as much it expects the
+	// other API nodes to have placed in the same time: the scores count
+	// it (the filters do not; the store has the last word on room).
+	// Several schedulers each working from a view a little behind, all
+	// seeing the same emptiest nodes, otherwise all favour them at once;
+	// expecting each of the others to do as it does, each favours them a
+	// share as much.
+	ownSince []store.Resources
+	others   float64
 }
 
 // scratch is a ranking's working memory, kept by a caller that ranks many.
@@ -450,6 +481,7 @@ func rank(nodes []store.Node, req *Request, now time.Time, o options) Decision {
 	}
 	c := newCtx(req, now, o.avoid)
 	c.class = cl
+	c.ownSince, c.others = o.ownSince, o.others
 	sc := o.scratch
 	if sc == nil {
 		sc = &scratch{}
@@ -501,7 +533,7 @@ func rank(nodes []store.Node, req *Request, now time.Time, o options) Decision {
 		for k, i := range cl.nodes {
 			if g := cl.group[k]; g >= 0 && sc.passed[k] {
 				sc.counts[g]++
-				sc.sums[g] += nodes[i].Committed.Sandboxes
+				sc.sums[g] += c.load(k, &nodes[i]).Sandboxes
 			}
 		}
 		c.shares = make([]float64, cl.groups)

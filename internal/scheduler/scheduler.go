@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -63,6 +64,7 @@ type Scheduler struct {
 	done   chan struct{} // closed when loop has returned
 	stats  struct {
 		placed, refused, full, batches, refreshes atomic.Int64
+		others                                    atomic.Uint64 // math.Float64bits
 	}
 }
 
@@ -75,12 +77,15 @@ type Stats struct {
 	// their mean size.
 	Batches   int64 `json:"batches"`
 	Refreshes int64 `json:"refreshes"` // reads of the nodes
+	// Others is how many times as many placements as this scheduler's the
+	// other API nodes made, as the last reads showed.
+	Others float64 `json:"others"`
 }
 
 // Stats returns the scheduler's counts.
 func (s *Scheduler) Stats() Stats {
 	return Stats{Placed: s.stats.placed.Load(), Refused: s.stats.refused.Load(), Full: s.stats.full.Load(),
-		Batches: s.stats.batches.Load(), Refreshes: s.stats.refreshes.Load()}
+		Batches: s.stats.batches.Load(), Refreshes: s.stats.refreshes.Load(), Others: math.Float64frombits(s.stats.others.Load())}
 }
 
 // job is one Place call.
@@ -231,6 +236,14 @@ type loopState struct {
 	// burst is thousands of alike requests.
 	classes map[string]*class
 	scratch scratch
+	// ownSince is what this scheduler placed on each node of view since
+	// it was read (its adjustments), and others how many times as much
+	// the other API nodes placed meanwhile, as the last reads showed
+	// (options.others). total and totalSeq are the last read's count of
+	// sandboxes and seq.
+	ownSince        []store.Resources
+	others          float64
+	total, totalSeq int64
 	adjusts []*adjust
 	seq     int64
 
@@ -364,7 +377,24 @@ func (s *Scheduler) refreshDone(st *loopState, r refreshed) {
 		}
 		return
 	}
+	var total int64
+	for i := range r.nodes {
+		total += int64(r.nodes[i].Committed.Sandboxes)
+	}
+	if st.have {
+		// How many placements the cluster took between the reads, of
+		// which this scheduler's; deletes make it an underestimate.
+		own, all := r.seq-st.totalSeq, total-st.total
+		if own > 0 && all >= own {
+			st.others = min(0.5*st.others+0.5*float64(all-own)/float64(own), 63)
+		} else if own == 0 && all > 0 {
+			st.others = 0 // another placer alone: nothing of ours to echo
+		}
+	}
+	st.total, st.totalSeq = total, r.seq
+	s.stats.others.Store(math.Float64bits(st.others))
 	st.view, st.have = r.nodes, true
+	st.ownSince = make([]store.Resources, len(r.nodes))
 	clear(st.classes)
 	st.index = make(map[string]int, len(r.nodes))
 	for i := range st.view {
@@ -393,11 +423,12 @@ func (st *loopState) apply(a *adjust, sign int) {
 	if !ok {
 		return
 	}
-	c := &st.view[i].Committed
-	c.CPU += float64(sign) * a.res.CPU
-	c.MemoryMiB += int64(sign) * a.res.MemoryMiB
-	c.DiskGiB += int64(sign) * a.res.DiskGiB
-	c.Sandboxes += sign * a.res.Sandboxes
+	for _, c := range []*store.Resources{&st.view[i].Committed, &st.ownSince[i]} {
+		c.CPU += float64(sign) * a.res.CPU
+		c.MemoryMiB += int64(sign) * a.res.MemoryMiB
+		c.DiskGiB += int64(sign) * a.res.DiskGiB
+		c.Sandboxes += sign * a.res.Sandboxes
+	}
 	if p := st.view[i].Status.Pooled; p != nil {
 		if _, ok := p[a.template]; ok {
 			p[a.template] = max(p[a.template]-sign, 0)
@@ -436,7 +467,8 @@ func (s *Scheduler) dispatch(st *loopState) {
 			continue
 		}
 		refused := j.dec.Refused
-		o := options{keep: s.cfg.Keep, explain: j.req.Explain, avoid: st.refused, scratch: &st.scratch}
+		o := options{keep: s.cfg.Keep, explain: j.req.Explain, avoid: st.refused, scratch: &st.scratch,
+			ownSince: st.ownSince, others: st.others}
 		if !o.explain {
 			key := classKey(&j.req)
 			cl := st.classes[key]
