@@ -57,7 +57,7 @@ func main() {
 	flag.IntVar(&sc.clients, "scheduler-clients", 256, "scheduler: concurrent placers per scheduler")
 	flag.IntVar(&sc.perNode, "scheduler-per-node", 64, "scheduler: a node's capacity in sandboxes of 1 CPU")
 	flag.DurationVar(&sc.ttl, "scheduler-ttl", 10*time.Second, "scheduler: the nodes' lease; they renew every third of it")
-	flag.DurationVar(&sc.refresh, "scheduler-refresh", 200*time.Millisecond, "scheduler: how often a scheduler reads the nodes again")
+	flag.DurationVar(&sc.refresh, "scheduler-refresh", 0, "scheduler: how often a scheduler reads the nodes again (0: the scheduler's default)")
 	flag.IntVar(&sc.share, "scheduler-share", 0, "scheduler: placements of a batch that share a draw (0: the scheduler's default)")
 	flag.StringVar(&sc.pprof, "scheduler-pprof", "", "scheduler: write a CPU profile of the first burst to this file")
 	flag.Float64Var(&sc.fail, "scheduler-fail", 0.1, "scheduler: share of nodes that stop renewing in the second run (0: no second run)")

@@ -202,7 +202,7 @@ func schedRun(r *report, c schedConfig, fail float64) {
 	}
 	var ru0 syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
-	cpu0 := machineCPU()
+	cpu0, pg0 := machineCPU(), postgresCPU(u)
 	var next atomic.Int64
 	lat := make([][]time.Duration, c.apis*c.clients)
 	placedOn := make([]string, c.sandboxes)
@@ -255,7 +255,7 @@ func schedRun(r *report, c schedConfig, fail float64) {
 	if c.pprof != "" && fail == 0 {
 		pprof.StopCPUProfile()
 	}
-	cpu1 := machineCPU()
+	cpu1, pg1 := machineCPU(), postgresCPU(u)
 	var ru1 syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 
@@ -319,11 +319,11 @@ func schedRun(r *report, c schedConfig, fail float64) {
 	r.note(fmt.Sprintf("Scheduler, %s: %d of %d placed in %v (%.0f/s); %d no room, %d other errors%s. "+
 		"Spread over the %d live nodes: %d–%d sandboxes each. Over capacity after the run: %d nodes (checked from PostgreSQL's rows: %d sandbox rows, %d lost). "+
 		"Batches: %d, %.1f placements each; %d refused by the store and placed elsewhere; %d reads of the nodes; each scheduler expected the others to place %.1f times as many as itself. "+
-		"Heartbeats: %d renewals (%d refused). CPU in the burst: this process (schedulers and simulated nodes) %.1f s, the rest of the machine (PostgreSQL) %.1f s, of %.1f s (%d cores × wall).",
+		"Heartbeats: %d renewals (%d refused). CPU in the burst: this process (schedulers and simulated nodes) %.1f s, PostgreSQL %s, anything else on the machine %.1f s, of %.1f s (%d cores × wall).",
 		name, placed, c.sandboxes, wall.Round(time.Millisecond), float64(placed)/wall.Seconds(), noRoom.Load(), otherErrs.Load(), firstErrNote(&firstErr),
 		live, minN, maxN, over, rows, lost,
 		st.Batches, float64(st.Placed+st.Refused)/float64(max(st.Batches, 1)), st.Refused, st.Refreshes, st.Others,
-		renewals.Load(), renewErrs.Load(), procCPU, (cpu1.busy-cpu0.busy)-procCPU, wall.Seconds()*float64(cpu1.cores), cpu1.cores))
+		renewals.Load(), renewErrs.Load(), procCPU, pgNote(pg0, pg1), (cpu1.busy-cpu0.busy)-procCPU-max(pg1-pg0, 0), wall.Seconds()*float64(cpu1.cores), cpu1.cores))
 	if fail > 0 {
 		sort.Slice(fencedAt, func(i, j int) bool { return fencedAt[i] < fencedAt[j] })
 		when := "none"
@@ -416,6 +416,58 @@ func startPostgres() (string, func()) {
 func pgVersion(bin string) int {
 	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(bin)))
 	return v
+}
+
+// postgresCPU is the CPU time of the PostgreSQL server u connects to by a
+// unix socket (its lock file names the postmaster): the postmaster's, its
+// reaped children's and its live children's; -1 if it cannot tell.
+func postgresCPU(u string) float64 {
+	p, err := url.Parse(u)
+	if err != nil {
+		return -1
+	}
+	locks, _ := filepath.Glob(filepath.Join(p.Query().Get("host"), ".s.PGSQL.*.lock"))
+	if len(locks) != 1 {
+		return -1
+	}
+	b, err := os.ReadFile(locks[0])
+	if err != nil {
+		return -1
+	}
+	pid, err := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+	if err != nil {
+		return -1
+	}
+	stat := func(pid string) (ppid int, self, children float64, ok bool) {
+		b, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil {
+			return 0, 0, 0, false
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:]) // from field 3, state
+		num := func(i int) float64 { v, _ := strconv.ParseFloat(f[i-3], 64); return v / 100 }
+		ppid, _ = strconv.Atoi(f[1])
+		return ppid, num(14) + num(15), num(16) + num(17), true
+	}
+	_, self, children, ok := stat(strconv.Itoa(pid))
+	if !ok {
+		return -1
+	}
+	total := self + children
+	procs, _ := os.ReadDir("/proc")
+	for _, e := range procs {
+		if ppid, self, _, ok := stat(e.Name()); ok && ppid == pid {
+			total += self
+		}
+	}
+	return total
+}
+
+func pgNote(before, after float64) string {
+	if before < 0 || after < 0 {
+		return "unknown (not a server on a local socket)"
+	}
+	return fmt.Sprintf("%.1f s", after-before)
 }
 
 func cpuSeconds(ru syscall.Rusage) float64 {

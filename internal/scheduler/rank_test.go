@@ -351,6 +351,39 @@ func TestRankKeep(t *testing.T) {
 	}
 }
 
+// TestRankCached: a scheduler's cached class (options.gens) ranks as a
+// fresh ranking does while nodes change under it, each change with its
+// generation.
+func TestRankCached(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var nodes []store.Node
+	for i := range 40 {
+		c := rng.IntN(9)
+		nodes = append(nodes, node(fmt.Sprintf("n%d", i), committed(float64(c), int64(c)*1024, c)))
+	}
+	gens := make([]uint32, len(nodes))
+	for i := range gens {
+		gens[i] = 1
+	}
+	r := req("x")
+	cl, sc := newClass(nodes, &r, now, nil), &scratch{}
+	for round := range 500 {
+		r.Sandbox = fmt.Sprintf("sb%d", round)
+		i := rng.IntN(len(nodes))
+		c := rng.IntN(9)
+		nodes[i].Committed = store.Resources{CPU: float64(c), MemoryMiB: int64(c) * 1024, DiskGiB: int64(c), Sandboxes: c}
+		if rng.IntN(4) == 0 {
+			nodes[i].Status.Pooled = map[string]int{"": rng.IntN(2)}
+		}
+		gens[i]++
+		want := rank(nodes, &r, now, options{keep: 8})
+		got := rank(nodes, &r, now, options{keep: 8, class: cl, scratch: sc, gens: gens})
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("round %d (-fresh +cached):\n%s", round, diff)
+		}
+	}
+}
+
 // TestDecisionJSON: a decision is the API's placement record: it survives
 // JSON as it is.
 func TestDecisionJSON(t *testing.T) {
@@ -401,6 +434,18 @@ func BenchmarkRank1000(b *testing.B) {
 		for i := 0; b.Loop(); i++ {
 			r.Sandbox = fmt.Sprintf("sb-%d", i)
 			rank(nodes, &r, now, options{keep: 8, class: cl, scratch: sc})
+		}
+	})
+	b.Run("scores cached, no spread", func(b *testing.B) {
+		r := r
+		r.Spread = ""
+		gens := make([]uint32, len(nodes))
+		cl, sc := newClass(nodes, &r, now, nil), &scratch{}
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			r.Sandbox = fmt.Sprintf("sb-%d", i)
+			gens[i%len(gens)]++ // a placement changes one node
+			rank(nodes, &r, now, options{keep: 8, class: cl, scratch: sc, gens: gens})
 		}
 	})
 }
