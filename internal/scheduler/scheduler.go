@@ -189,6 +189,11 @@ func (e *NoRoomError) Unwrap() error { return errdefs.ErrUnavailable }
 // batch, Place waits for the store's answer, so that a placement the store
 // recorded is never reported as failed.
 func (s *Scheduler) Place(ctx context.Context, sb *store.Sandbox, req Request) (Decision, error) {
+	if math.IsNaN(sb.CPU) || math.IsInf(sb.CPU, 0) || sb.CPU < 0 || sb.MemoryMiB < 0 || sb.DiskGiB < 0 {
+		// No node fits them, but the fault is the request's, not the
+		// cluster's: a 400, not a 503.
+		return Decision{Sandbox: sb.ID}, fmt.Errorf("%w: placing a sandbox of %v CPU, %d MiB, %d GiB", errdefs.ErrInvalid, sb.CPU, sb.MemoryMiB, sb.DiskGiB)
+	}
 	req.Sandbox = sb.ID
 	req.CPU, req.MemoryMiB, req.DiskGiB = sb.CPU, sb.MemoryMiB, sb.DiskGiB
 	req.Runtime, req.TemplateVersion, req.Tenant = sb.Runtime, sb.TemplateVersion, sb.Tenant
@@ -285,7 +290,7 @@ func (s *Scheduler) loop() {
 		for st.have && !st.exact && st.inflight < s.cfg.Inflight && len(st.pending) >= s.cfg.Batch {
 			s.dispatch(st)
 		}
-		if len(st.pending) > 0 && !timing {
+		if st.have && len(st.pending) > 0 && !timing {
 			batchTimer.Reset(s.cfg.Wait)
 			timing = true
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"strings"
@@ -312,5 +313,18 @@ func TestSchedulerRequest(t *testing.T) {
 	}
 	if _, err := admin.Get(ctx, "gvisor"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("a refused placement was recorded: %v", err)
+	}
+	for _, bad := range []func(*store.Sandbox){
+		func(sb *store.Sandbox) { sb.CPU = math.NaN() },
+		func(sb *store.Sandbox) { sb.CPU = math.Inf(1) },
+		func(sb *store.Sandbox) { sb.CPU = -1 },
+		func(sb *store.Sandbox) { sb.MemoryMiB = -1 },
+		func(sb *store.Sandbox) { sb.DiskGiB = -5 },
+	} {
+		sb := sandbox("bad", 1)
+		bad(sb)
+		if _, err := sch.Place(ctx, sb, Request{}); !errors.Is(err, errdefs.ErrInvalid) || sb.Node != "" {
+			t.Errorf("%+v: %v, on %q", sb.Sandbox, err, sb.Node)
+		}
 	}
 }
