@@ -200,6 +200,19 @@ func schedRun(r *report, c schedConfig, fail float64) {
 		check(pprof.StartCPUProfile(f))
 		defer f.Close()
 	}
+	sum := func() (st scheduler.Stats) {
+		for _, sch := range scheds {
+			x := sch.Stats()
+			st.Placed += x.Placed
+			st.Refused += x.Refused
+			st.Full += x.Full
+			st.Batches += x.Batches
+			st.Refreshes += x.Refreshes
+			st.Others += x.Others / float64(len(scheds))
+		}
+		return st
+	}
+	st0 := sum()
 	var ru0 syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	cpu0, pg0 := machineCPU(), postgresCPU(u)
@@ -252,6 +265,12 @@ func schedRun(r *report, c schedConfig, fail float64) {
 	}
 	waitPlacers()
 	wall := time.Since(t0)
+	st := sum()
+	st.Placed -= st0.Placed
+	st.Refused -= st0.Refused
+	st.Full -= st0.Full
+	st.Batches -= st0.Batches
+	st.Refreshes -= st0.Refreshes
 	if c.pprof != "" && fail == 0 {
 		pprof.StopCPUProfile()
 	}
@@ -304,16 +323,6 @@ func schedRun(r *report, c schedConfig, fail float64) {
 		if isFenced[n] {
 			onFenced++
 		}
-	}
-	var st scheduler.Stats
-	for _, sch := range scheds {
-		x := sch.Stats()
-		st.Placed += x.Placed
-		st.Refused += x.Refused
-		st.Full += x.Full
-		st.Batches += x.Batches
-		st.Refreshes += x.Refreshes
-		st.Others += x.Others / float64(len(scheds))
 	}
 	procCPU := cpuSeconds(ru1) - cpuSeconds(ru0)
 	r.note(fmt.Sprintf("Scheduler, %s: %d of %d placed in %v (%.0f/s); %d no room, %d other errors%s. "+
