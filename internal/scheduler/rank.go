@@ -19,8 +19,9 @@ import (
 
 // Request is what a placement must satisfy and what it prefers.
 type Request struct {
-	// Sandbox is the sandbox's ID; it seeds the choice among nodes of equal
-	// score, so that placers working at once spread their sandboxes.
+	// Sandbox is the sandbox's ID; it seeds the draw among the nodes of the
+	// window (see Window) unless Draw does, so that placers working at
+	// once spread their sandboxes.
 	Sandbox string `json:"sandbox"`
 	// What the sandbox holds on its node.
 	CPU       float64 `json:"cpu"`
@@ -120,8 +121,9 @@ type Filtered struct {
 // emptiest nodes and pile onto them (measured: 8 schedulers on 100 nodes
 // left them between 39 and 64 sandboxes where 50 was the mean). Two random
 // choices, the better kept, spread load nearly as evenly as the best
-// choice does with perfect information, and stay even with stale views
-// (Mitzenmacher, "How useful is old information?"). A window of 0.25 is a
+// choice does with perfect information, and suffer far less from stale
+// views (Mitzenmacher, "How useful is old information?"); the scheduler
+// also counts what it expects the others placed (options.others). A window of 0.25 is a
 // quarter of a node's capacity on the free term; the pool term (2) and the
 // locality term (0.5) stay above it, so a warm or local node still wins.
 const Window = 0.25
