@@ -299,7 +299,7 @@ func TestRankTwoChoices(t *testing.T) {
 	var nodes []store.Node
 	for i := range 10 {
 		nodes = append(nodes, node(fmt.Sprintf("n%d", i), func(n *store.Node) {
-			n.Capacity = store.Resources{CPU: 64, MemoryMiB: 65536, DiskGiB: 640, Sandboxes: 64}
+			n.Capacity = store.Resources{CPU: 128, MemoryMiB: 131072, DiskGiB: 1280, Sandboxes: 128} // all within the window
 			n.Committed = store.Resources{CPU: float64(i), MemoryMiB: int64(i) * 1024, DiskGiB: int64(i), Sandboxes: i}
 		}))
 	}
