@@ -24,7 +24,7 @@ type Config struct {
 	Store store.Cluster
 	// Refresh is how often the view of the nodes is read again (1 s). It
 	// is read sooner after the store refuses a placement. A read sums
-	// every sandbox row (store.Nodes): about 40 ms of PostgreSQL's time at
+	// every sandbox row (store.Nodes): 30–40 ms of PostgreSQL's time at
 	// 50,000 sandboxes, measured; eight API nodes reading five times a
 	// second would keep 1.6 cores busy with it. Between reads a scheduler
 	// counts its own placements, and expects the other API nodes' (see
@@ -56,7 +56,7 @@ type Config struct {
 // concurrent placements in one process do not all pick one node), and
 // records placements through store.Place in batches. The store decides:
 // a placement it refuses (the node filled up meanwhile, through another
-// API node) goes to the next candidate.
+// API node) is ranked again without that node, in the next batch.
 //
 // One goroutine (loop) owns the view and every job; store calls run beside
 // it and report back to it.
