@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,6 +38,8 @@ type schedConfig struct {
 	ttl       time.Duration
 	refresh   time.Duration
 	fail      float64 // share of nodes that stop renewing, in the second run
+	share     int     // scheduler.Config.Share
+	pprof     string  // write a CPU profile of the burst here
 }
 
 // schedulerBench measures internal/scheduler at scale on the real
@@ -67,8 +70,10 @@ func schedRun(r *report, c schedConfig, fail float64) {
 	u, drop := benchSchema(c.url)
 	defer drop()
 
-	// The nodes: joined at once by a pool of their own.
-	nodesStore, err := postgres.Open(ctx, u)
+	// The nodes: joined at once by a pool of their own, big enough that a
+	// heartbeat waiting for a node row a placement holds does not hold up
+	// the others (each node of a real cluster renews on its own).
+	nodesStore, err := postgres.Open(ctx, u+"&pool_max_conns=32")
 	check(err)
 	defer nodesStore.Close()
 	type simNode struct {
@@ -106,7 +111,7 @@ func schedRun(r *report, c schedConfig, fail float64) {
 	var stopFailing atomic.Bool
 	renewCtx, stopRenew := context.WithCancel(ctx)
 	var renewals, renewErrs atomic.Int64
-	const renewers = 16
+	const renewers = 32
 	for w := range renewers {
 		wg.Add(1)
 		go func() {
@@ -181,7 +186,7 @@ func schedRun(r *report, c schedConfig, fail float64) {
 		st, err := postgres.Open(ctx, u)
 		check(err)
 		defer st.Close()
-		scheds[i] = scheduler.New(scheduler.Config{Store: st, Refresh: c.refresh})
+		scheds[i] = scheduler.New(scheduler.Config{Store: st, Refresh: c.refresh, Share: c.share})
 		defer scheds[i].Close()
 	}
 	time.Sleep(c.refresh + 200*time.Millisecond) // their first views
@@ -189,9 +194,28 @@ func schedRun(r *report, c schedConfig, fail float64) {
 		time.Sleep(time.Until(stoppedAt.Add(c.ttl - failAfter)))
 	}
 
+	if c.pprof != "" && fail == 0 {
+		f, err := os.Create(c.pprof)
+		check(err)
+		check(pprof.StartCPUProfile(f))
+		defer f.Close()
+	}
+	sum := func() (st scheduler.Stats) {
+		for _, sch := range scheds {
+			x := sch.Stats()
+			st.Placed += x.Placed
+			st.Refused += x.Refused
+			st.Full += x.Full
+			st.Batches += x.Batches
+			st.Refreshes += x.Refreshes
+			st.Others += x.Others / float64(len(scheds))
+		}
+		return st
+	}
+	st0 := sum()
 	var ru0 syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
-	cpu0 := machineCPU()
+	cpu0, pg0 := machineCPU(), postgresCPU(u)
 	var next atomic.Int64
 	lat := make([][]time.Duration, c.apis*c.clients)
 	placedOn := make([]string, c.sandboxes)
@@ -241,7 +265,16 @@ func schedRun(r *report, c schedConfig, fail float64) {
 	}
 	waitPlacers()
 	wall := time.Since(t0)
-	cpu1 := machineCPU()
+	st := sum()
+	st.Placed -= st0.Placed
+	st.Refused -= st0.Refused
+	st.Full -= st0.Full
+	st.Batches -= st0.Batches
+	st.Refreshes -= st0.Refreshes
+	if c.pprof != "" && fail == 0 {
+		pprof.StopCPUProfile()
+	}
+	cpu1, pg1 := machineCPU(), postgresCPU(u)
 	var ru1 syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 
@@ -291,24 +324,15 @@ func schedRun(r *report, c schedConfig, fail float64) {
 			onFenced++
 		}
 	}
-	var st scheduler.Stats
-	for _, sch := range scheds {
-		x := sch.Stats()
-		st.Placed += x.Placed
-		st.Refused += x.Refused
-		st.Full += x.Full
-		st.Batches += x.Batches
-		st.Refreshes += x.Refreshes
-	}
 	procCPU := cpuSeconds(ru1) - cpuSeconds(ru0)
 	r.note(fmt.Sprintf("Scheduler, %s: %d of %d placed in %v (%.0f/s); %d no room, %d other errors%s. "+
 		"Spread over the %d live nodes: %d–%d sandboxes each. Over capacity after the run: %d nodes (checked from PostgreSQL's rows: %d sandbox rows, %d lost). "+
-		"Batches: %d, %.1f placements each; %d refused by the store and placed elsewhere; %d reads of the nodes. "+
-		"Heartbeats: %d renewals (%d refused). CPU in the burst: this process (schedulers and simulated nodes) %.1f s, the rest of the machine (PostgreSQL) %.1f s, of %.1f s (%d cores × wall).",
+		"Batches: %d, %.1f placements each; %d refused by the store and placed elsewhere; %d reads of the nodes; each scheduler expected the others to place %.1f times as many as itself. "+
+		"Heartbeats: %d renewals (%d refused). CPU in the burst: this process (schedulers and simulated nodes) %.1f s, PostgreSQL %s, anything else on the machine %.1f s, of %.1f s (%d cores × wall).",
 		name, placed, c.sandboxes, wall.Round(time.Millisecond), float64(placed)/wall.Seconds(), noRoom.Load(), otherErrs.Load(), firstErrNote(&firstErr),
 		live, minN, maxN, over, rows, lost,
-		st.Batches, float64(st.Placed+st.Refused)/float64(max(st.Batches, 1)), st.Refused, st.Refreshes,
-		renewals.Load(), renewErrs.Load(), procCPU, (cpu1.busy-cpu0.busy)-procCPU, wall.Seconds()*float64(cpu1.cores), cpu1.cores))
+		st.Batches, float64(st.Placed+st.Refused)/float64(max(st.Batches, 1)), st.Refused, st.Refreshes, st.Others,
+		renewals.Load(), renewErrs.Load(), procCPU, pgNote(pg0, pg1), (cpu1.busy-cpu0.busy)-procCPU-max(pg1-pg0, 0), wall.Seconds()*float64(cpu1.cores), cpu1.cores))
 	if fail > 0 {
 		sort.Slice(fencedAt, func(i, j int) bool { return fencedAt[i] < fencedAt[j] })
 		when := "none"
@@ -401,6 +425,58 @@ func startPostgres() (string, func()) {
 func pgVersion(bin string) int {
 	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(bin)))
 	return v
+}
+
+// postgresCPU is the CPU time of the PostgreSQL server u connects to by a
+// unix socket (its lock file names the postmaster): the postmaster's, its
+// reaped children's and its live children's; -1 if it cannot tell.
+func postgresCPU(u string) float64 {
+	p, err := url.Parse(u)
+	if err != nil {
+		return -1
+	}
+	locks, _ := filepath.Glob(filepath.Join(p.Query().Get("host"), ".s.PGSQL.*.lock"))
+	if len(locks) != 1 {
+		return -1
+	}
+	b, err := os.ReadFile(locks[0])
+	if err != nil {
+		return -1
+	}
+	pid, err := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+	if err != nil {
+		return -1
+	}
+	stat := func(pid string) (ppid int, self, children float64, ok bool) {
+		b, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil {
+			return 0, 0, 0, false
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:]) // from field 3, state
+		num := func(i int) float64 { v, _ := strconv.ParseFloat(f[i-3], 64); return v / 100 }
+		ppid, _ = strconv.Atoi(f[1])
+		return ppid, num(14) + num(15), num(16) + num(17), true
+	}
+	_, self, children, ok := stat(strconv.Itoa(pid))
+	if !ok {
+		return -1
+	}
+	total := self + children
+	procs, _ := os.ReadDir("/proc")
+	for _, e := range procs {
+		if ppid, self, _, ok := stat(e.Name()); ok && ppid == pid {
+			total += self
+		}
+	}
+	return total
+}
+
+func pgNote(before, after float64) string {
+	if before < 0 || after < 0 {
+		return "unknown (not a server on a local socket)"
+	}
+	return fmt.Sprintf("%.1f s", after-before)
 }
 
 func cpuSeconds(ru syscall.Rusage) float64 {

@@ -19,8 +19,9 @@ import (
 
 // Request is what a placement must satisfy and what it prefers.
 type Request struct {
-	// Sandbox is the sandbox's ID; it seeds the choice among nodes of equal
-	// score, so that placers working at once spread their sandboxes.
+	// Sandbox is the sandbox's ID; it seeds the draw among the nodes of the
+	// window (see Window) unless Draw does, so that placers working at
+	// once spread their sandboxes.
 	Sandbox string `json:"sandbox"`
 	// What the sandbox holds on its node.
 	CPU       float64 `json:"cpu"`
@@ -120,11 +121,14 @@ type Filtered struct {
 // emptiest nodes and pile onto them (measured: 8 schedulers on 100 nodes
 // left them between 39 and 64 sandboxes where 50 was the mean). Two random
 // choices, the better kept, spread load nearly as evenly as the best
-// choice does with perfect information, and stay even with stale views
-// (Mitzenmacher, "How useful is old information?"). A window of 0.25 is a
-// quarter of a node's capacity on the free term; the pool term (2) and the
-// locality term (0.5) stay above it, so a warm or local node still wins.
-const Window = 0.25
+// choice does with perfect information, and suffer far less from stale
+// views (Mitzenmacher, "How useful is old information?"); the scheduler
+// also counts what it expects the others placed (options.others). A
+// window of 0.1 is a tenth of a node's capacity on the free term; the pool
+// term (2) and the locality term (0.5) stay above it, so a warm or local
+// node still wins. Measured at 1,000 nodes, 8 schedulers, 50 sandboxes a
+// node: windows of 0.05, 0.1, 0.25 left nodes between 46–54, 45–54, 41–56.
+const Window = 0.1
 
 // term is one weighted part of a node's score. value is 0..1, higher is
 // better; it sees the node (k-th of the class, n) as it would be after the
@@ -165,21 +169,24 @@ func localityValue(c *rankCtx, k int, n *store.Node) float64 {
 }
 
 // freeValue is the share of the node's scarcest resource left free after
-// the placement: spreading the load.
+// the placement: spreading the load. It counts what the node has
+// committed, and what a scheduler expects other API nodes to have placed
+// there since its view was read (see options.others).
 func freeValue(c *rankCtx, k int, n *store.Node) float64 {
+	cm := c.load(k, n)
 	need := &c.need
 	free := 1.0
 	if n.Capacity.CPU > 0 {
-		free = min(free, (n.Capacity.CPU-n.Committed.CPU-need.CPU)/n.Capacity.CPU)
+		free = min(free, (n.Capacity.CPU-cm.CPU-need.CPU)/n.Capacity.CPU)
 	}
 	share := func(capacity, committed, need int64) {
 		if capacity > 0 {
 			free = min(free, float64(capacity-committed-need)/float64(capacity))
 		}
 	}
-	share(n.Capacity.MemoryMiB, n.Committed.MemoryMiB, need.MemoryMiB)
-	share(n.Capacity.DiskGiB, n.Committed.DiskGiB, need.DiskGiB)
-	share(int64(n.Capacity.Sandboxes), int64(n.Committed.Sandboxes), int64(need.Sandboxes))
+	share(n.Capacity.MemoryMiB, cm.MemoryMiB, need.MemoryMiB)
+	share(n.Capacity.DiskGiB, cm.DiskGiB, need.DiskGiB)
+	share(int64(n.Capacity.Sandboxes), int64(cm.Sandboxes), int64(need.Sandboxes))
 	return max(free, 0)
 }
 
@@ -241,6 +248,19 @@ var filters = []filter{
 		func(c *rankCtx, n *store.Node) string { return "no room: " + short(n, c.need) }},
 }
 
+// dynamic are the filters that are not static, by index.
+var dynamic = func() (d []int) {
+	for f := range filters {
+		if !filters[f].static {
+			d = append(d, f)
+		}
+	}
+	return d
+}()
+
+// roomFilter is the index of "room", whose answer a cached class keeps.
+var roomFilter = slices.IndexFunc(filters, func(f filter) bool { return f.name == "room" })
+
 // epsilon absorbs the rounding of sums of fractional CPUs (0.1+0.2).
 const epsilon = 1e-9
 
@@ -286,9 +306,16 @@ type class struct {
 	// expires is the first lease of nodes to run out: the class is stale
 	// from then on.
 	expires time.Time
+	// A scheduler's cache of the dynamic part (options.gens), by
+	// position: the view's generation of the node when last computed,
+	// whether the request fitted, and its score.
+	gen   []uint32
+	room  []bool
+	score []float64
 }
 
-// classKey is what of req the static filters and class read.
+// classKey is what of req the static filters and class read, and the
+// resources, which a cached class's scores depend on.
 func classKey(req *Request) string {
 	var b strings.Builder
 	b.WriteString(req.Runtime)
@@ -298,6 +325,12 @@ func classKey(req *Request) string {
 	b.WriteString(req.SnapshotNode)
 	b.WriteByte(0)
 	b.WriteString(req.Spread)
+	b.WriteByte(0)
+	b.WriteString(strconv.FormatFloat(req.CPU, 'g', -1, 64))
+	b.WriteByte('/')
+	b.WriteString(strconv.FormatInt(req.MemoryMiB, 10))
+	b.WriteByte('/')
+	b.WriteString(strconv.FormatInt(req.DiskGiB, 10))
 	keys := make([]string, 0, len(req.Selector))
 	for k := range req.Selector {
 		keys = append(keys, k)
@@ -320,10 +353,37 @@ type rankCtx struct {
 	avoided  map[string]bool // req.Avoid, and the caller's own
 	selector []string        // req.Selector's keys, sorted
 	class    *class
+	// ownSince and others: see options.
+	ownSince []store.Resources
+	others   float64
 	// The spread groups' sandboxes per node (of the nodes that pass), and
 	// the least and most of them.
 	shares             []float64
 	minShare, maxShare float64
+}
+
+// load is what the k-th node of the class (n) holds, for the scores:
+// Committed, and others times what this scheduler placed there since its
+// view was read.
+func (c *rankCtx) load(k int, n *store.Node) store.Resources {
+	cm := n.Committed
+	if c.others > 0 && c.ownSince != nil {
+		o := c.ownSince[c.class.nodes[k]]
+		cm.CPU += c.others * o.CPU
+		cm.MemoryMiB += int64(c.others * float64(o.MemoryMiB))
+		cm.DiskGiB += int64(c.others * float64(o.DiskGiB))
+		cm.Sandboxes += int(c.others * float64(o.Sandboxes))
+	}
+	return cm
+}
+
+// score is the k-th node of the class's score (n).
+func (c *rankCtx) score(k int, n *store.Node) float64 {
+	var score float64
+	for t := range terms {
+		score += terms[t].weight * terms[t].value(c, k, n)
+	}
+	return score
 }
 
 // mismatch is the first "key=value" of the selector node n does not carry,
@@ -351,6 +411,20 @@ type options struct {
 	class *class
 	// scratch is reused between rankings by one caller.
 	scratch *scratch
+	// ownSince (by position in nodes) is what a scheduler placed since its
+	// view was read, and others how many times as much it expects the
+	// other API nodes to have placed in the same time: the scores count
+	// it (the filters do not; the store has the last word on room).
+	// Several schedulers each working from a view a little behind, all
+	// seeing the same emptiest nodes, otherwise all favour them at once;
+	// expecting each of the others to do as it does, each favours them a
+	// share as much.
+	ownSince []store.Resources
+	others   float64
+	// gens (by position in nodes) is the generation of each node in a
+	// scheduler's view: it changes whenever the node's Committed or Status
+	// does, so that class can keep a node's room and score until then.
+	gens []uint32
 }
 
 // scratch is a ranking's working memory, kept by a caller that ranks many.
@@ -450,6 +524,7 @@ func rank(nodes []store.Node, req *Request, now time.Time, o options) Decision {
 	}
 	c := newCtx(req, now, o.avoid)
 	c.class = cl
+	c.ownSince, c.others = o.ownSince, o.others
 	sc := o.scratch
 	if sc == nil {
 		sc = &scratch{}
@@ -457,13 +532,32 @@ func rank(nodes []store.Node, req *Request, now time.Time, o options) Decision {
 	m := len(cl.nodes)
 	sc.score = slices.Grow(sc.score[:0], m)[:m]
 	sc.passed = slices.Grow(sc.passed[:0], m)[:m]
+	// A cached class keeps each node's room and score until the view's
+	// generation of the node changes, unless the scores depend on every
+	// node (spread).
+	cached := o.gens != nil && cl.groups == 0
+	if cached && len(cl.gen) != m {
+		cl.gen, cl.room, cl.score = make([]uint32, m), make([]bool, m), make([]float64, m)
+	}
 
 	// The dynamic filters, node by node.
 	for k, i := range cl.nodes {
 		n := &nodes[i]
 		sc.passed[k] = true
-		for f := range filters {
-			if !filters[f].static && filters[f].refuses(c, n) {
+		for _, f := range dynamic {
+			var refuses bool
+			if cached && f == roomFilter {
+				if cl.gen[k] != o.gens[i] {
+					cl.gen[k], cl.room[k] = o.gens[i], fits(n, &c.need)
+					if cl.room[k] {
+						cl.score[k] = c.score(k, n)
+					}
+				}
+				refuses = !cl.room[k]
+			} else {
+				refuses = filters[f].refuses(c, n)
+			}
+			if refuses {
 				sc.passed[k] = false
 				d.Excluded[filters[f].name]++
 				if o.explain {
@@ -501,7 +595,7 @@ func rank(nodes []store.Node, req *Request, now time.Time, o options) Decision {
 		for k, i := range cl.nodes {
 			if g := cl.group[k]; g >= 0 && sc.passed[k] {
 				sc.counts[g]++
-				sc.sums[g] += nodes[i].Committed.Sandboxes
+				sc.sums[g] += c.load(k, &nodes[i]).Sandboxes
 			}
 		}
 		c.shares = make([]float64, cl.groups)
@@ -521,16 +615,19 @@ func rank(nodes []store.Node, req *Request, now time.Time, o options) Decision {
 		if !sc.passed[k] {
 			continue
 		}
-		var score float64
-		for t := range terms {
-			score += terms[t].weight * terms[t].value(c, k, &nodes[i])
+		if cached {
+			sc.score[k] = cl.score[k]
+		} else {
+			sc.score[k] = c.score(k, &nodes[i])
 		}
-		sc.score[k] = score
-		best = max(best, score)
+		if sc.score[k] > best {
+			best = sc.score[k]
+		}
 	}
 
-	// The draw: the two nodes of the window with the lowest hashes of
-	// (sandbox, node); the better of them first.
+	// The order: the window by the draw's hash of (draw, node), then the
+	// others by score; the first two of the window are the drawn, and the
+	// better of them goes first.
 	draw := req.Draw
 	if draw == "" {
 		draw = req.Sandbox
@@ -541,31 +638,12 @@ func rank(nodes []store.Node, req *Request, now time.Time, o options) Decision {
 		score  float64
 		hash   uint64
 		window bool
-		pos    int // 0, 1: the drawn, winner first; 2: the rest of the window; 3: the others
-	}
-	var drawn [2]entry
-	drawn[0].k, drawn[1].k = -1, -1
-	lower := func(a, b *entry) bool { return a.hash < b.hash || a.hash == b.hash && a.k < b.k }
-	for k := range cl.nodes {
-		if !sc.passed[k] || sc.score[k] < best-Window {
-			continue
-		}
-		e := entry{k: k, score: sc.score[k], hash: mix(base, cl.hash[k]), window: true}
-		switch {
-		case drawn[0].k < 0 || lower(&e, &drawn[0]):
-			drawn[1], drawn[0] = drawn[0], e
-		case drawn[1].k < 0 || lower(&e, &drawn[1]):
-			drawn[1] = e
-		}
-	}
-	if drawn[1].k >= 0 && drawn[1].score > drawn[0].score {
-		drawn[0], drawn[1] = drawn[1], drawn[0]
 	}
 	before := func(a, b *entry) bool {
-		if a.pos != b.pos {
-			return a.pos < b.pos
+		if a.window != b.window {
+			return a.window
 		}
-		if a.pos == 2 && a.hash != b.hash {
+		if a.window && a.hash != b.hash {
 			return a.hash < b.hash
 		}
 		if a.score != b.score {
@@ -574,26 +652,21 @@ func rank(nodes []store.Node, req *Request, now time.Time, o options) Decision {
 		return nodes[cl.nodes[a.k]].Name < nodes[cl.nodes[b.k]].Name
 	}
 
-	// The first keep in order, by insertion: the scheduler keeps a few of
-	// a thousand nodes, where a full sort would cost more than the rest
-	// of the ranking.
+	// The first keep in order (two at least, for the draw), by insertion:
+	// the scheduler keeps a few of a thousand nodes, where a full sort
+	// would cost more than the rest of the ranking.
 	keep := d.Passed
-	if o.keep > 0 && o.keep < keep {
-		keep = o.keep
+	if o.keep > 0 && max(o.keep, 2) < keep {
+		keep = max(o.keep, 2)
 	}
 	top := make([]entry, 0, keep)
 	for k := range cl.nodes {
 		if !sc.passed[k] {
 			continue
 		}
-		e := entry{k: k, score: sc.score[k], pos: 3}
-		switch {
-		case k == drawn[0].k:
-			e, e.pos = drawn[0], 0
-		case k == drawn[1].k:
-			e, e.pos = drawn[1], 1
-		case e.score >= best-Window:
-			e.hash, e.window, e.pos = mix(base, cl.hash[k]), true, 2
+		e := entry{k: k, score: sc.score[k]}
+		if e.score >= best-Window {
+			e.hash, e.window = mix(base, cl.hash[k]), true
 		}
 		if len(top) == keep && !before(&e, &top[keep-1]) {
 			continue
@@ -605,10 +678,20 @@ func rank(nodes []store.Node, req *Request, now time.Time, o options) Decision {
 		copy(top[at+1:], top[at:])
 		top[at] = e
 	}
+	drawn := 0
+	for drawn < min(2, len(top)) && top[drawn].window {
+		drawn++
+	}
+	if drawn == 2 && top[1].score > top[0].score {
+		top[0], top[1] = top[1], top[0]
+	}
+	if o.keep > 0 && len(top) > o.keep {
+		top = top[:o.keep]
+	}
 	d.Candidates = make([]Candidate, len(top))
 	for j, e := range top {
 		n := &nodes[cl.nodes[e.k]]
-		cd := Candidate{Node: n.Name, Score: round(e.score), Window: e.window, Drawn: e.pos < 2, Parts: make([]Part, len(terms))}
+		cd := Candidate{Node: n.Name, Score: round(e.score), Window: e.window, Drawn: j < drawn, Parts: make([]Part, len(terms))}
 		for t := range terms {
 			v := terms[t].value(c, e.k, n)
 			cd.Parts[t] = Part{Term: terms[t].name, Value: round(v), Weighted: round(terms[t].weight * v)}

@@ -299,7 +299,7 @@ func TestRankTwoChoices(t *testing.T) {
 	var nodes []store.Node
 	for i := range 10 {
 		nodes = append(nodes, node(fmt.Sprintf("n%d", i), func(n *store.Node) {
-			n.Capacity = store.Resources{CPU: 64, MemoryMiB: 65536, DiskGiB: 640, Sandboxes: 64}
+			n.Capacity = store.Resources{CPU: 128, MemoryMiB: 131072, DiskGiB: 1280, Sandboxes: 128} // all within the window
 			n.Committed = store.Resources{CPU: float64(i), MemoryMiB: int64(i) * 1024, DiskGiB: int64(i), Sandboxes: i}
 		}))
 	}
@@ -347,6 +347,39 @@ func TestRankKeep(t *testing.T) {
 			if part.Passed != full.Passed || len(part.Filtered) != 0 || !cmp.Equal(part.Excluded, full.Excluded) {
 				t.Fatalf("round %d keep %d: passed %d excluded %v; full %d %v", round, keep, part.Passed, part.Excluded, full.Passed, full.Excluded)
 			}
+		}
+	}
+}
+
+// TestRankCached: a scheduler's cached class (options.gens) ranks as a
+// fresh ranking does while nodes change under it, each change with its
+// generation.
+func TestRankCached(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var nodes []store.Node
+	for i := range 40 {
+		c := rng.IntN(9)
+		nodes = append(nodes, node(fmt.Sprintf("n%d", i), committed(float64(c), int64(c)*1024, c)))
+	}
+	gens := make([]uint32, len(nodes))
+	for i := range gens {
+		gens[i] = 1
+	}
+	r := req("x")
+	cl, sc := newClass(nodes, &r, now, nil), &scratch{}
+	for round := range 500 {
+		r.Sandbox = fmt.Sprintf("sb%d", round)
+		i := rng.IntN(len(nodes))
+		c := rng.IntN(9)
+		nodes[i].Committed = store.Resources{CPU: float64(c), MemoryMiB: int64(c) * 1024, DiskGiB: int64(c), Sandboxes: c}
+		if rng.IntN(4) == 0 {
+			nodes[i].Status.Pooled = map[string]int{"": rng.IntN(2)}
+		}
+		gens[i]++
+		want := rank(nodes, &r, now, options{keep: 8})
+		got := rank(nodes, &r, now, options{keep: 8, class: cl, scratch: sc, gens: gens})
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("round %d (-fresh +cached):\n%s", round, diff)
 		}
 	}
 }
@@ -401,6 +434,18 @@ func BenchmarkRank1000(b *testing.B) {
 		for i := 0; b.Loop(); i++ {
 			r.Sandbox = fmt.Sprintf("sb-%d", i)
 			rank(nodes, &r, now, options{keep: 8, class: cl, scratch: sc})
+		}
+	})
+	b.Run("scores cached, no spread", func(b *testing.B) {
+		r := r
+		r.Spread = ""
+		gens := make([]uint32, len(nodes))
+		cl, sc := newClass(nodes, &r, now, nil), &scratch{}
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			r.Sandbox = fmt.Sprintf("sb-%d", i)
+			gens[i%len(gens)]++ // a placement changes one node
+			rank(nodes, &r, now, options{keep: 8, class: cl, scratch: sc, gens: gens})
 		}
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"strings"
@@ -269,5 +270,61 @@ func TestSchedulerContextAndClose(t *testing.T) {
 	sch.Close()
 	if _, err := sch.Place(context.Background(), sandbox("y", 1), Request{}); !errors.Is(err, ErrClosed) {
 		t.Errorf("after Close: %v", err)
+	}
+}
+
+// TestSchedulerRequest: what the caller asks beyond the sandbox (selector,
+// snapshot node, explanation) reaches the ranking, and what the sandbox
+// says (runtime) overrides the request.
+func TestSchedulerRequest(t *testing.T) {
+	u := database(t)
+	ctx := context.Background()
+	admin := open(t, u)
+	for _, zone := range []string{"a", "b", "c"} {
+		if _, err := admin.Join(ctx, store.Node{Name: "node-" + zone, Runtimes: []string{"ns"}, Labels: map[string]string{"zone": zone},
+			Capacity: store.Resources{CPU: 8, MemoryMiB: 8192, DiskGiB: 10, Sandboxes: 10}}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sch := New(Config{Store: open(t, u)})
+	defer sch.Close()
+	for i := range 5 {
+		sb := sandbox(fmt.Sprintf("sel-%d", i), 1)
+		d, err := sch.Place(ctx, sb, Request{Selector: map[string]string{"zone": "b"}})
+		if err != nil || sb.Node != "node-b" || d.Excluded["selector"] != 2 {
+			t.Fatalf("selector zone=b: on %q, %v, %+v", sb.Node, err, d)
+		}
+	}
+	sb := sandbox("from-snapshot", 1)
+	if _, err := sch.Place(ctx, sb, Request{SnapshotNode: "node-c"}); err != nil || sb.Node != "node-c" {
+		t.Fatalf("snapshot on node-c: on %q, %v", sb.Node, err)
+	}
+	sb = sandbox("explained", 1)
+	d, err := sch.Place(ctx, sb, Request{Selector: map[string]string{"zone": "a"}, Explain: true})
+	if err != nil || len(d.Filtered) != 2 || d.Filtered[0].Reason != "selector zone=a" || len(d.Candidates) != 1 || len(d.Candidates[0].Parts) != len(terms) {
+		t.Fatalf("explained: %v, %s", err, jsonOf(t, d))
+	}
+	sb = sandbox("gvisor", 1)
+	sb.Runtime = "gvisor"
+	d, err = sch.Place(ctx, sb, Request{Runtime: "ns"})
+	var nr *NoRoomError
+	if !errors.As(err, &nr) || d.Excluded["runtime"] != 3 || sb.Node != "" {
+		t.Fatalf("gvisor on ns nodes: %v, on %q, %+v", err, sb.Node, d)
+	}
+	if _, err := admin.Get(ctx, "gvisor"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("a refused placement was recorded: %v", err)
+	}
+	for _, bad := range []func(*store.Sandbox){
+		func(sb *store.Sandbox) { sb.CPU = math.NaN() },
+		func(sb *store.Sandbox) { sb.CPU = math.Inf(1) },
+		func(sb *store.Sandbox) { sb.CPU = -1 },
+		func(sb *store.Sandbox) { sb.MemoryMiB = -1 },
+		func(sb *store.Sandbox) { sb.DiskGiB = -5 },
+	} {
+		sb := sandbox("bad", 1)
+		bad(sb)
+		if _, err := sch.Place(ctx, sb, Request{}); !errors.Is(err, errdefs.ErrInvalid) || sb.Node != "" {
+			t.Errorf("%+v: %v, on %q", sb.Sandbox, err, sb.Node)
+		}
 	}
 }

@@ -45,6 +45,9 @@ func (w *writer) check(ctx context.Context, tx pgx.Tx) error {
 	if w == nil {
 		return nil
 	}
+	if !storable(w.node) {
+		return fmt.Errorf("node %.40q has not joined: %w", w.node, store.ErrFenced)
+	}
 	var epoch int64
 	var state string
 	err := tx.QueryRow(ctx, `SELECT epoch, state FROM nodes WHERE name = $1 FOR SHARE`, w.node).Scan(&epoch, &state)

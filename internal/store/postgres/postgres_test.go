@@ -342,3 +342,12 @@ func TestServerRestart(t *testing.T) {
 		}
 	}
 }
+
+func TestCluster(t *testing.T) {
+	serverURL(t)
+	var sc schemas
+	storetest.Cluster(t, func(t *testing.T, dir string) store.Cluster {
+		u, _ := sc.url(t, dir)
+		return openStore(t, u)
+	})
+}
