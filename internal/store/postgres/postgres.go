@@ -42,6 +42,13 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		// pgx's message may quote the URL, password included.
 		return nil, fmt.Errorf("%w: parsing the PostgreSQL URL", errdefs.ErrInvalid)
 	}
+	// A plan for the values at hand, each time: the generic plan a
+	// prepared statement settles on after five runs is costed on the
+	// table as it was then, and one made while sandboxes was small scans
+	// the whole table for a node's rows forever after.
+	if _, ok := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !ok {
+		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to PostgreSQL: %w", err)
