@@ -103,6 +103,9 @@ RETURNING sandbox_id`, n*per+1)
 	return b.String()
 }
 
+// maxInsert is the most sandboxes one statement inserts.
+const maxInsert = 1000
+
 // place is Place, or through a view (as not nil) Create: on as's node,
 // which must be live under as's epoch, schedulable or not.
 func (s *Store) place(ctx context.Context, sbs []*store.Sandbox, as *writer) []error {
@@ -247,13 +250,23 @@ func placeTx(ctx context.Context, tx pgx.Tx, sbs []*store.Sandbox, todo []int, e
 	if len(queued) == 0 {
 		return nil
 	}
-	rows, err := tx.Query(ctx, insertPlaced(len(queued)), append(values, time.Now())...)
-	if err != nil {
-		return err
-	}
-	inserted, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return err
+	// In statements of at most maxInsert rows: PostgreSQL takes 65,535
+	// parameters at most.
+	const per = 32
+	var inserted []string
+	now := time.Now()
+	for len(values) > 0 {
+		n := min(len(values)/per, maxInsert)
+		rows, err := tx.Query(ctx, insertPlaced(n), append(values[:n*per:n*per], now)...)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		inserted = append(inserted, ids...)
+		values = values[n*per:]
 	}
 	if len(inserted) < len(queued) {
 		done := map[string]bool{}

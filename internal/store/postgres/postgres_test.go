@@ -436,3 +436,37 @@ func adminB(b *testing.B, u, sql string) {
 		b.Fatal(err)
 	}
 }
+
+// A batch larger than one statement's parameters allow is placed whole.
+func TestPlaceLargeBatch(t *testing.T) {
+	var sc schemas
+	u, _ := sc.url(t, t.TempDir())
+	st := openStore(t, u)
+	defer st.Close()
+	ctx := context.Background()
+	n := storetest.NewNode("big")
+	n.Capacity = store.Resources{CPU: 1e6, MemoryMiB: 1e9, DiskGiB: 1e9, Sandboxes: 1e6}
+	if _, err := st.Join(ctx, n, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	var sbs []*store.Sandbox
+	for i := range 2500 {
+		sb := storetest.NewSandbox(fmt.Sprintf("sb-%d", i))
+		sb.Node = "big"
+		sbs = append(sbs, sb)
+	}
+	again := *sbs[0]
+	sbs = append(sbs, &again) // and one twice: refused alone
+	errs := st.Place(ctx, sbs)
+	for i, err := range errs[:2500] {
+		if err != nil {
+			t.Fatalf("placement %d: %v", i, err)
+		}
+	}
+	if !errors.Is(errs[2500], errdefs.ErrConflict) {
+		t.Errorf("second placement of one ID: %v", errs[2500])
+	}
+	if all, err := st.ListNode(ctx, "big"); err != nil || len(all) != 2500 || sbs[2499].Slot != 2499 {
+		t.Errorf("%d placed, last slot %d, %v", len(all), sbs[2499].Slot, err)
+	}
+}
