@@ -491,6 +491,19 @@ func testAs(t *testing.T, c store.Cluster) {
 	if _, err := c.Get(ctx, "theirs"); err != nil {
 		t.Errorf("another node's sandbox after a refused delete: %v", err)
 	}
+	// Nor the snapshots of another node's sandbox.
+	if err := c.PutSnapshot(ctx, store.Snapshot{ID: "their-snap", SandboxID: "theirs", Template: "host", State: api.SnapshotReady}); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1.PutSnapshot(ctx, store.Snapshot{ID: "snap-of-theirs", SandboxID: "theirs", Template: "host", State: api.SnapshotReady}); !store.IsFenced(err) {
+		t.Errorf("snapshot of another node's sandbox: %v, want ErrFenced", err)
+	}
+	if err := v1.SetSnapshotState(ctx, "their-snap", api.SnapshotReady, "deleting"); !store.IsFenced(err) {
+		t.Errorf("state of another node's snapshot: %v, want ErrFenced", err)
+	}
+	if err := v1.DeleteSnapshot(ctx, "their-snap"); !store.IsFenced(err) {
+		t.Errorf("delete of another node's snapshot: %v, want ErrFenced", err)
+	}
 	moved := *mine
 	moved.Node = "m"
 	if err := v1.Update(ctx, &moved, api.StateRunning); !store.IsFenced(err) {
