@@ -523,6 +523,10 @@ func testAs(t *testing.T, c store.Cluster) {
 		"set snapshot": v1.SetSnapshotState(ctx, "snap", api.SnapshotReady, "deleting"),
 		"del snapshot": v1.DeleteSnapshot(ctx, "snap"),
 		"add key":      v1.AddKey(ctx, strings.Repeat("ab", 32), "k", ""),
+		"collect": func() error {
+			_, err := v1.CollectTemplates(ctx)
+			return err
+		}(),
 		"put template": func() error {
 			_, _, err := v1.PutTemplate(ctx, store.Template{Name: "t", Source: "s", Digest: "d"})
 			return err
