@@ -26,6 +26,9 @@ import (
 // the node's current, live one; and a node writes only its own sandboxes.
 type Cluster interface {
 	Store
+	// Leases are times of the caller's clock (Join, Renew), compared with
+	// Expire's now: the nodes' clocks must agree to well within a lease.
+	//
 	// Join records node n (Name, Address, Version, Runtimes, Labels,
 	// Capacity) as live under a new epoch, returned, with a lease until
 	// now+ttl. A node joining again keeps its Schedule (cordoned,

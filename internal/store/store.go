@@ -63,7 +63,9 @@ type Sandboxes interface {
 	// Update writes sb if its stored state is one of from, checked and
 	// written atomically, and records the transition if the state changed;
 	// otherwise it changes nothing and returns ErrConflict (ErrNotFound if
-	// there is no such sandbox).
+	// there is no such sandbox). The slot stays as Create chose it, unless
+	// sb.Node is another node than the stored one: then the sandbox moves
+	// there and takes that node's lowest free slot, written into sb.Slot.
 	Update(ctx context.Context, sb *Sandbox, from ...string) error
 	// UpdateAll is Update of every sandbox of sbs, atomically: all are
 	// written, or none.

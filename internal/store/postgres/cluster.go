@@ -77,6 +77,39 @@ func (w *writer) owns(id, stored, written string) error {
 	return fmt.Errorf("sandbox %s is node %q's, not %q's: %w", id, stored, w.node, store.ErrFenced)
 }
 
+// ownsSandbox returns ErrFenced if sandbox id is recorded on a node other
+// than w's (a snapshot's sandbox; one no longer recorded is nobody's).
+func (w *writer) ownsSandbox(ctx context.Context, tx pgx.Tx, id string) error {
+	if w == nil || !storable(id) {
+		return nil
+	}
+	var node string
+	err := tx.QueryRow(ctx, `SELECT node FROM sandboxes WHERE id = $1`, id).Scan(&node)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return w.owns(id, node, node)
+}
+
+// ownsSnapshot is ownsSandbox of snapshot id's sandbox.
+func (w *writer) ownsSnapshot(ctx context.Context, tx pgx.Tx, id string) error {
+	if w == nil {
+		return nil
+	}
+	var sandbox string
+	err := tx.QueryRow(ctx, `SELECT sandbox_id FROM snapshots WHERE id = $1`, id).Scan(&sandbox)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // and the write finds no snapshot
+	}
+	if err != nil {
+		return err
+	}
+	return w.ownsSandbox(ctx, tx, sandbox)
+}
+
 // As is node name's view under epoch.
 func (s *Store) As(name string, epoch int64) store.Store {
 	return &Store{pool: s.pool, as: &writer{node: name, epoch: epoch}}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -74,13 +75,36 @@ func checkPlacement(sb *store.Sandbox) error {
 	return nil
 }
 
-// insertPlaced inserts a sandbox and its first transition, or nothing if
-// its ID exists already (a concurrent placement of the same ID: it waits
-// for that one's commit, not failing the batch).
-const insertPlaced = `WITH ins AS (INSERT INTO sandboxes (` + columns + `) VALUES
-	($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28,$29,$30,$31,$32)
-	ON CONFLICT (id) DO NOTHING RETURNING id, state)
-INSERT INTO transitions (sandbox_id, from_state, to_state, reason, at) SELECT id, '', state, '', $33 FROM ins`
+// insertPlaced is the statement that inserts n sandboxes, with their
+// first transitions, in one go: rows of a sandbox whose ID exists already
+// (a concurrent placement of the same ID: it waits for that one's commit
+// rather than failing the batch) are left out, and it returns the IDs it
+// inserted. Parameters: each sandbox's args, then the transitions' time.
+func insertPlaced(n int) string {
+	var b strings.Builder
+	b.WriteString(`WITH ins AS (INSERT INTO sandboxes (` + columns + `) VALUES `)
+	const per = 32 // len(args(sb))
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(")
+		for j := range per {
+			if j > 0 {
+				b.WriteString(",")
+			}
+			fmt.Fprintf(&b, "$%d", i*per+j+1)
+		}
+		b.WriteString(")")
+	}
+	fmt.Fprintf(&b, ` ON CONFLICT (id) DO NOTHING RETURNING id, state)
+INSERT INTO transitions (sandbox_id, from_state, to_state, reason, at) SELECT id, '', state, '', $%d FROM ins
+RETURNING sandbox_id`, n*per+1)
+	return b.String()
+}
+
+// maxInsert is the most sandboxes one statement inserts.
+const maxInsert = 1000
 
 // place is Place, or through a view (as not nil) Create: on as's node,
 // which must be live under as's epoch, schedulable or not.
@@ -142,6 +166,17 @@ func placeTx(ctx context.Context, tx pgx.Tx, sbs []*store.Sandbox, todo []int, e
 	// Before reading versions: CollectTemplates waits for this
 	// transaction, or this one for it (see there).
 	b.Queue(`LOCK TABLE sandboxes IN ROW EXCLUSIVE MODE`)
+	b.Queue(`SELECT id FROM sandboxes WHERE id = ANY($1)`, ids).Query(func(rows pgx.Rows) error {
+		var id string
+		_, err := pgx.ForEachRow(rows, []any{&id}, func() error { exists[id] = true; return nil })
+		return err
+	})
+	b.Queue(`SELECT id FROM template_versions WHERE id = ANY($1)`, versions).Query(func(rows pgx.Rows) error {
+		var id string
+		_, err := pgx.ForEachRow(rows, []any{&id}, func() error { held[id] = true; return nil })
+		return err
+	})
+	// Last, so that the locks are held for as little as may be.
 	b.Queue(`SELECT name, runtimes, cpu, memory_mib, disk_gib, sandboxes, epoch, state, schedule
 		FROM nodes WHERE name = ANY($1) ORDER BY name FOR UPDATE`, names).Query(func(rows pgx.Rows) error {
 		var name, runtimes string
@@ -172,24 +207,13 @@ func placeTx(ctx context.Context, tx pgx.Tx, sbs []*store.Sandbox, todo []int, e
 		})
 		return err
 	})
-	b.Queue(`SELECT id FROM sandboxes WHERE id = ANY($1)`, ids).Query(func(rows pgx.Rows) error {
-		var id string
-		_, err := pgx.ForEachRow(rows, []any{&id}, func() error { exists[id] = true; return nil })
-		return err
-	})
-	b.Queue(`SELECT id FROM template_versions WHERE id = ANY($1)`, versions).Query(func(rows pgx.Rows) error {
-		var id string
-		_, err := pgx.ForEachRow(rows, []any{&id}, func() error { held[id] = true; return nil })
-		return err
-	})
 	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 		return err
 	}
 
-	// Decide, in the batch's order, and queue the second round trip.
-	var ins pgx.Batch
+	// Decide, in the batch's order; then the second round trip.
+	var values []any
 	var queued []int
-	now := time.Now()
 	for _, i := range todo {
 		sb := sbs[i]
 		t := targets[sb.Node]
@@ -220,22 +244,40 @@ func placeTx(ctx context.Context, tx pgx.Tx, sbs []*store.Sandbox, todo []int, e
 		exists[sb.ID] = true // a second placement of it in this batch
 		t.take(sb)
 		sb.Tenant = tenantOf(sb.Tenant)
-		ins.Queue(insertPlaced, append(args(sb), now)...)
+		values = append(values, args(sb)...)
 		queued = append(queued, i)
 	}
 	if len(queued) == 0 {
 		return nil
 	}
-	br := tx.SendBatch(ctx, &ins)
-	for _, i := range queued {
-		tag, err := br.Exec()
+	// In statements of at most maxInsert rows: PostgreSQL takes 65,535
+	// parameters at most.
+	const per = 32
+	var inserted []string
+	now := time.Now()
+	for len(values) > 0 {
+		n := min(len(values)/per, maxInsert)
+		rows, err := tx.Query(ctx, insertPlaced(n), append(values[:n*per:n*per], now)...)
 		if err != nil {
-			br.Close()
 			return err
 		}
-		if tag.RowsAffected() == 0 {
-			errs[i] = fmt.Errorf("sandbox %s exists already: %w", sbs[i].ID, errdefs.ErrConflict)
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		inserted = append(inserted, ids...)
+		values = values[n*per:]
+	}
+	if len(inserted) < len(queued) {
+		done := map[string]bool{}
+		for _, id := range inserted {
+			done[id] = true
+		}
+		for _, i := range queued {
+			if !done[sbs[i].ID] {
+				errs[i] = fmt.Errorf("sandbox %s exists already: %w", sbs[i].ID, errdefs.ErrConflict)
+			}
 		}
 	}
-	return br.Close()
+	return nil
 }

@@ -351,3 +351,122 @@ func TestCluster(t *testing.T) {
 		return openStore(t, u)
 	})
 }
+
+// BenchmarkPlace places batches of 50 sandboxes from 8 callers at once
+// onto 1,000 nodes with room for all, as a busy scheduler would; b.N is
+// the number of batches. It reports placements per second.
+//
+//	go test -run '^$' -bench Place -benchtime 400x ./internal/store/postgres/
+func BenchmarkPlace(b *testing.B) {
+	const nodes, callers, batch = 1000, 8, 50
+	u := serverURLB(b)
+	name := fmt.Sprintf("atoll_bench_%d", os.Getpid())
+	adminB(b, u, `CREATE SCHEMA `+name)
+	defer adminB(b, u, `DROP SCHEMA `+name+` CASCADE`)
+	st, err := Open(context.Background(), withParamsB(u, name))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	for i := range nodes {
+		n := storetest.NewNode(fmt.Sprintf("node-%04d", i))
+		n.Capacity = store.Resources{CPU: 1e6, MemoryMiB: 1e9, DiskGiB: 1e9, Sandboxes: 1e6}
+		if _, err := st.Join(ctx, n, time.Hour); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var next, refused atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+				sbs := make([]*store.Sandbox, batch)
+				for j := range sbs {
+					sbs[j] = storetest.NewSandbox(fmt.Sprintf("b%d-%d-%d", g, i, j))
+					sbs[j].Node = fmt.Sprintf("node-%04d", (int(i)*batch+j*7919)%nodes)
+				}
+				for _, err := range st.Place(ctx, sbs) {
+					if err != nil {
+						refused.Add(1)
+						b.Error(err)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.ReportMetric(float64(b.N*batch)/elapsed.Seconds(), "placements/s")
+	if refused.Load() > 0 {
+		b.Errorf("%d placements refused", refused.Load())
+	}
+}
+
+func serverURLB(b *testing.B) string {
+	u := os.Getenv("ATOLL_TEST_POSTGRES_URL")
+	if u == "" {
+		b.Skip("ATOLL_TEST_POSTGRES_URL is not set")
+	}
+	return u
+}
+
+func withParamsB(u, schema string) string {
+	p, err := url.Parse(u)
+	if err != nil || !strings.HasPrefix(u, "postgres") {
+		return u + " search_path=" + schema
+	}
+	q := p.Query()
+	q.Set("search_path", schema)
+	p.RawQuery = q.Encode()
+	return p.String()
+}
+
+func adminB(b *testing.B, u, sql string) {
+	c, err := pgx.Connect(context.Background(), u)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	if _, err := c.Exec(context.Background(), sql); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// A batch larger than one statement's parameters allow is placed whole.
+func TestPlaceLargeBatch(t *testing.T) {
+	var sc schemas
+	u, _ := sc.url(t, t.TempDir())
+	st := openStore(t, u)
+	defer st.Close()
+	ctx := context.Background()
+	n := storetest.NewNode("big")
+	n.Capacity = store.Resources{CPU: 1e6, MemoryMiB: 1e9, DiskGiB: 1e9, Sandboxes: 1e6}
+	if _, err := st.Join(ctx, n, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	var sbs []*store.Sandbox
+	for i := range 2500 {
+		sb := storetest.NewSandbox(fmt.Sprintf("sb-%d", i))
+		sb.Node = "big"
+		sbs = append(sbs, sb)
+	}
+	again := *sbs[0]
+	sbs = append(sbs, &again) // and one twice: refused alone
+	errs := st.Place(ctx, sbs)
+	for i, err := range errs[:2500] {
+		if err != nil {
+			t.Fatalf("placement %d: %v", i, err)
+		}
+	}
+	if !errors.Is(errs[2500], errdefs.ErrConflict) {
+		t.Errorf("second placement of one ID: %v", errs[2500])
+	}
+	if all, err := st.ListNode(ctx, "big"); err != nil || len(all) != 2500 || sbs[2499].Slot != 2499 {
+		t.Errorf("%d placed, last slot %d, %v", len(all), sbs[2499].Slot, err)
+	}
+}

@@ -13,6 +13,9 @@ import (
 // PutSnapshot records a snapshot.
 func (s *Store) PutSnapshot(ctx context.Context, sn store.Snapshot) error {
 	err := s.write(ctx, func(tx pgx.Tx) error {
+		if err := s.as.ownsSandbox(ctx, tx, sn.SandboxID); err != nil {
+			return err
+		}
 		_, err := tx.Exec(ctx, `INSERT INTO snapshots (id, name, sandbox_id, template, template_version, state, tenant, created_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
 			sn.ID, sn.Name, sn.SandboxID, sn.Template, sn.TemplateVersion, sn.State, tenantOf(sn.Tenant), sn.CreatedAt)
@@ -31,6 +34,9 @@ func (s *Store) SetSnapshotState(ctx context.Context, id, from, to string) error
 		return fmt.Errorf("snapshot %s: %w", id, errdefs.ErrNotFound)
 	}
 	return s.write(ctx, func(tx pgx.Tx) error {
+		if err := s.as.ownsSnapshot(ctx, tx, id); err != nil {
+			return err
+		}
 		var cur string
 		err := tx.QueryRow(ctx, `SELECT state FROM snapshots WHERE id = $1 FOR UPDATE`, id).Scan(&cur)
 		switch {
@@ -79,6 +85,9 @@ func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
 		return fmt.Errorf("snapshot %s: %w", id, errdefs.ErrNotFound)
 	}
 	return s.write(ctx, func(tx pgx.Tx) error {
+		if err := s.as.ownsSnapshot(ctx, tx, id); err != nil {
+			return err
+		}
 		tag, err := tx.Exec(ctx, `DELETE FROM snapshots WHERE id = $1`, id)
 		if err == nil && tag.RowsAffected() == 0 {
 			return fmt.Errorf("snapshot %s: %w", id, errdefs.ErrNotFound)

@@ -203,13 +203,18 @@ const unheld = `NOT EXISTS (SELECT 1 FROM template_names n WHERE n.version = v.i
 // other's result.
 func (s *Store) CollectTemplates(ctx context.Context, ids ...string) ([]store.Template, error) {
 	var gone []store.Template
-	err := s.write(ctx, func(tx pgx.Tx) error {
+	// The view's check (As) after the lock, not before: its query would
+	// take the snapshot.
+	err := s.writeAt(ctx, pgx.Serializable, nil, func(tx pgx.Tx) error {
 		// Placements (Place) record sandboxes at read committed, out of
 		// the serializable checks: they take ROW EXCLUSIVE on sandboxes
 		// before reading the versions they hold, and this SHARE, taken
 		// before the transaction's snapshot, waits for them to commit
 		// (and is seen) or makes them wait (and see the versions gone).
 		if _, err := tx.Exec(ctx, `LOCK TABLE sandboxes IN SHARE MODE`); err != nil {
+			return err
+		}
+		if err := s.as.check(ctx, tx); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, `DELETE FROM template_versions v WHERE `+unheld+`

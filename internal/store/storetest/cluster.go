@@ -41,6 +41,7 @@ func Cluster(t *testing.T, open OpenCluster) {
 		{"PlaceRefusals", testPlaceRefusals},
 		{"PlaceConcurrent", testPlaceConcurrent},
 		{"As", testAs},
+		{"CollectRacesPlace", testCollectRacesPlace},
 		{"Secret", testSecret},
 		{"HostileNodes", testHostileNodes},
 	} {
@@ -491,6 +492,19 @@ func testAs(t *testing.T, c store.Cluster) {
 	if _, err := c.Get(ctx, "theirs"); err != nil {
 		t.Errorf("another node's sandbox after a refused delete: %v", err)
 	}
+	// Nor the snapshots of another node's sandbox.
+	if err := c.PutSnapshot(ctx, store.Snapshot{ID: "their-snap", SandboxID: "theirs", Template: "host", State: api.SnapshotReady}); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1.PutSnapshot(ctx, store.Snapshot{ID: "snap-of-theirs", SandboxID: "theirs", Template: "host", State: api.SnapshotReady}); !store.IsFenced(err) {
+		t.Errorf("snapshot of another node's sandbox: %v, want ErrFenced", err)
+	}
+	if err := v1.SetSnapshotState(ctx, "their-snap", api.SnapshotReady, "deleting"); !store.IsFenced(err) {
+		t.Errorf("state of another node's snapshot: %v, want ErrFenced", err)
+	}
+	if err := v1.DeleteSnapshot(ctx, "their-snap"); !store.IsFenced(err) {
+		t.Errorf("delete of another node's snapshot: %v, want ErrFenced", err)
+	}
 	moved := *mine
 	moved.Node = "m"
 	if err := v1.Update(ctx, &moved, api.StateRunning); !store.IsFenced(err) {
@@ -509,6 +523,10 @@ func testAs(t *testing.T, c store.Cluster) {
 		"set snapshot": v1.SetSnapshotState(ctx, "snap", api.SnapshotReady, "deleting"),
 		"del snapshot": v1.DeleteSnapshot(ctx, "snap"),
 		"add key":      v1.AddKey(ctx, strings.Repeat("ab", 32), "k", ""),
+		"collect": func() error {
+			_, err := v1.CollectTemplates(ctx)
+			return err
+		}(),
 		"put template": func() error {
 			_, _, err := v1.PutTemplate(ctx, store.Template{Name: "t", Source: "s", Digest: "d"})
 			return err
@@ -543,6 +561,52 @@ func testAs(t *testing.T, c store.Cluster) {
 	}
 	if err := c.As("nobody", 1).Delete(ctx, "theirs"); !store.IsFenced(err) {
 		t.Errorf("delete through a node never joined: %v, want ErrFenced", err)
+	}
+}
+
+// testCollectRacesPlace is testCollectRacesCreate for placements, which a
+// store may make outside its usual transactions: each round a placement of
+// a version no name holds races its collection. Either the sandbox is
+// recorded and its version stays, or the version is gone and the placement
+// refused (ErrNotFound); never a sandbox of a collected version.
+func testCollectRacesPlace(t *testing.T, c store.Cluster) {
+	ctx := context.Background()
+	join(t, c, NewNode("n"))
+	for i := range 30 {
+		v, _, err := c.PutTemplate(ctx, store.Template{Name: "race", Layers: []string{"l1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.DeleteTemplate(ctx, "race"); err != nil {
+			t.Fatal(err)
+		}
+		sb := NewSandbox(fmt.Sprintf("r%d", i))
+		sb.Node, sb.Template, sb.TemplateVersion = "n", "race", v.ID
+		var placeErr, collectErr error
+		var wg sync.WaitGroup
+		wg.Go(func() { placeErr = c.Place(ctx, []*store.Sandbox{sb})[0] })
+		wg.Go(func() { _, collectErr = c.CollectTemplates(ctx, v.ID) })
+		wg.Wait()
+		if collectErr != nil {
+			t.Fatal(collectErr)
+		}
+		_, verErr := c.TemplateVersion(ctx, v.ID)
+		switch {
+		case placeErr == nil && verErr != nil:
+			t.Fatalf("round %d: a sandbox was placed, but its version was collected (%v)", i, verErr)
+		case placeErr != nil && !errors.Is(placeErr, errdefs.ErrNotFound):
+			t.Fatalf("round %d: place: %v, want success or not found", i, placeErr)
+		case placeErr != nil && !errors.Is(verErr, errdefs.ErrNotFound):
+			t.Fatalf("round %d: placement refused, yet the version is there (%v)", i, verErr)
+		}
+		if placeErr == nil {
+			if err := c.Delete(ctx, sb.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := c.CollectTemplates(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
