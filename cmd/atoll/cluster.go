@@ -119,8 +119,16 @@ func (s *serving) joinCluster(ctx context.Context) error {
 	if c.id, err = c.ca.NewIdentity(c.cfg.name, address, 0); err != nil {
 		return err
 	}
+	// Heartbeats go over connections of their own: in a burst, the
+	// store's pool is busy with placements, and a lease must not run out
+	// waiting behind them.
+	hb, err := postgres.Open(ctx, c.cfg.url)
+	if err != nil {
+		return fmt.Errorf("--cluster: %w", err)
+	}
+	s.onClose(func() { hb.Close() })
 	c.member, err = membership.Join(ctx, membership.Config{
-		Store: c.store,
+		Store: hb,
 		Node: store.Node{Name: c.cfg.name, Address: address, Version: version, Runtimes: runtimes,
 			Labels: labels, Capacity: capacity},
 		Lease: c.cfg.lease,
