@@ -674,10 +674,18 @@ func (s *serving) listen(context.Context) error {
 func (s *serving) announce() {
 	out, url := s.cfg.out, s.url
 	fmt.Fprintf(out, "atoll %s listening on %s\n", version, url)
-	if s.key != "" {
+	switch _, err := os.Stat(s.keyPath); {
+	case s.key != "":
 		fmt.Fprintf(out, "API key (shown once, saved in %s): %s\n", s.keyPath, s.key)
-	} else {
+	case err == nil:
 		fmt.Fprintf(out, "API key in %s\n", s.keyPath)
+	default:
+		// A cluster's keys are the cluster's: the node that made the
+		// first one wrote it.
+		fmt.Fprintf(out, "API keys are the cluster's: use one made on any node (the first is in the api-key file of the node that made it)\n")
+	}
+	if s.cluster.member != nil {
+		fmt.Fprintf(out, "node %s of the cluster, epoch %d, node-to-node listener on %s\n", s.cluster.cfg.name, s.cluster.member.Epoch(), s.cluster.ln.Addr())
 	}
 	if s.proxy != nil {
 		fmt.Fprintf(out, "port proxy listening on %s for *.%s\n", s.proxyLn.Addr(), s.cfg.proxyDomain)
