@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,7 +49,7 @@ func TestClusterTemplates(t *testing.T) {
 
 	// A template built on node 1: its layer is published.
 	before := objects()
-	tpl := buildOn(t, c1, "shared", "FROM host\nRUN mkdir -p /opt/t && echo made-on-n1 > /opt/t/file\n")
+	tpl := buildOn(t, c1, "shared", "FROM host\nRUN mkdir -p /opt/t && echo made-on-n1 > /opt/t/file && head -c 16777216 /dev/urandom > /opt/t/blob\n")
 	published := newKeys(before, objects())
 	if len(published) != 1 || len(tpl.Layers) != 1 {
 		t.Fatalf("published %v for layers %v", published, tpl.Layers)
@@ -60,20 +61,37 @@ func TestClusterTemplates(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Three creates at once, each through another node: one download.
 	small := api.CreateSandboxRequest{Template: "shared", CPU: 0.25, MemoryMiB: 64}
+	first := make([]api.Sandbox, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
 	t0 := time.Now()
-	sb1, err := c1.CreateSandbox(ctx, small)
-	if err != nil {
-		t.Fatalf("create through node 1, placed on node 2: %v\nnode 2: %s", err, tail(cl.Nodes[1].Log()))
+	for i := range first {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			first[i], errs[i] = cl.Nodes[i].Client().CreateSandbox(ctx, small)
+		}()
 	}
+	wg.Wait()
 	took := time.Since(t0)
-	if sb1.Node != "n2" || sb1.TemplatePull == nil || sb1.TemplatePull.Layers != 1 || sb1.TemplatePull.Bytes <= 0 || sb1.TemplatePull.MS <= 0 {
-		t.Fatalf("first create on node 2: node %q, template_pull %+v", sb1.Node, sb1.TemplatePull)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("creates placed on node 2: %v\nnode 2: %s", err, tail(cl.Nodes[1].Log()))
 	}
-	t.Logf("first create on node 2 in %s, of which pulling %d layer of %d bytes %.1f ms", took.Round(time.Millisecond),
+	for _, sb := range first {
+		if sb.Node != "n2" || sb.TemplatePull == nil || sb.TemplatePull.Layers != 1 || sb.TemplatePull.Bytes < 16<<20 || sb.TemplatePull.MS <= 0 {
+			t.Fatalf("first creates on node 2: node %q, template_pull %+v", sb.Node, sb.TemplatePull)
+		}
+		if out, code := sh(t, c1, sb.ID, "cat /opt/t/file; stat -c %s /opt/t/blob"); out != "made-on-n1\n16777216\n" || code != 0 {
+			t.Errorf("the template's files on node 2: %q exit %d", out, code)
+		}
+	}
+	sb1 := first[0]
+	t.Logf("3 concurrent first creates on node 2 in %s; pulling %d layer of %d bytes took %.1f ms in the first answer", took.Round(time.Millisecond),
 		sb1.TemplatePull.Layers, sb1.TemplatePull.Bytes, sb1.TemplatePull.MS)
-	if out, code := sh(t, c1, sb1.ID, "cat /opt/t/file"); out != "made-on-n1\n" || code != 0 {
-		t.Errorf("the template's file on node 2: %q exit %d", out, code)
+	if got := strings.Count(cl.Nodes[1].Log(), "template layer fetched"); got != 1 {
+		t.Errorf("node 2 fetched the layer %d times, want once", got)
 	}
 	if !strings.Contains(cl.Nodes[1].Log(), "pulled template layers") {
 		t.Errorf("node 2's log does not say it pulled the layers")
@@ -87,8 +105,8 @@ func TestClusterTemplates(t *testing.T) {
 		t.Errorf("second create on node 2: node %q, template_pull %+v; want no pull", sb2.Node, sb2.TemplatePull)
 	}
 	t.Logf("second create on node 2 in %s", time.Since(t0).Round(time.Millisecond))
-	if got := strings.Count(cl.Nodes[1].Log(), "pulled template layers"); got != 1 {
-		t.Errorf("node 2 pulled %d times", got)
+	if got := strings.Count(cl.Nodes[1].Log(), "template layer fetched"); got != 1 {
+		t.Errorf("node 2 fetched the layer %d times", got)
 	}
 
 	// The heartbeats report who holds the version: nodes 1 and 2.
@@ -135,7 +153,7 @@ func TestClusterTemplates(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, id := range []string{sb1.ID, sb2.ID} {
+	for _, id := range []string{first[0].ID, first[1].ID, first[2].ID, sb2.ID} {
 		if err := c1.DeleteSandbox(ctx, id); err != nil {
 			t.Fatal(err)
 		}

@@ -207,6 +207,7 @@ func (s *Service) pullLayer(ctx context.Context, v store.Template, id string) (i
 // fetchLayer downloads layer id of v to a file, checks its digest and
 // unpacks it.
 func (s *Service) fetchLayer(ctx context.Context, v store.Template, id string) (int64, error) {
+	t0 := time.Now()
 	want := v.Config.Blobs[id]
 	if _, err := hex.DecodeString(want); err != nil || len(want) != 2*sha256.Size {
 		return 0, fmt.Errorf("%w: layer %.12s is not in the cluster's object store (version %s was made before its node published layers)", errdefs.ErrUnavailable, id, v.ID)
@@ -236,7 +237,11 @@ func (s *Service) fetchLayer(ctx context.Context, v store.Template, id string) (
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return n, err
 	}
-	return n, s.layers.AddPackedLayer(id, f)
+	if err := s.layers.AddPackedLayer(id, f); err != nil {
+		return n, err
+	}
+	s.log.Info("template layer fetched", "layer", id[:12], "object", LayerKey(want), "bytes", n, "ms", time.Since(t0).Milliseconds())
+	return n, nil
 }
 
 // Held returns the versions whose layers this node holds, as the last
