@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/blob"
 	"github.com/atoll-dev/atoll/internal/testenv"
@@ -121,6 +124,38 @@ func TestClusterTemplates(t *testing.T) {
 		}
 		return held["n1"] && held["n2"] && !held["n3"]
 	})
+
+	// An image imported on node 1 (layers with whiteouts under atoll's
+	// top layer) runs on node 2 as it would on node 1.
+	archive := filepath.Join(testenv.Dir(t), "hello.tar")
+	ref, _ := name.ParseReference("test/hello:v1")
+	if err := tarball.WriteToFile(archive, ref, testImage(t)); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	imported, err := c1.ImportTemplateArchive(ctx, "imported", f, nil)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sbi, err := c1.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "imported", CPU: 0.25, MemoryMiB: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sbi.Node != "n2" || sbi.TemplatePull == nil || sbi.TemplatePull.Layers != len(imported.Layers) {
+		t.Errorf("create of the imported template: node %q, template_pull %+v, want its %d layers", sbi.Node, sbi.TemplatePull, len(imported.Layers))
+	}
+	var out bytes.Buffer
+	code, err := c1.Exec(ctx, sbi.ID, api.ExecRequest{Cmd: []string{"hello", "/etc/gone.txt", "/data/old.txt", "/data/new.txt", "/home/user"}}, &out, &out)
+	if want := "from-image /app 1234\n/etc/gone.txt false\n/data/old.txt false\n/data/new.txt true\n/home/user true\n"; err != nil || code != 0 || out.String() != want {
+		t.Errorf("the imported template on node 2: %v exit %d: %q, want %q", err, code, out.String(), want)
+	}
+	if err := c1.DeleteSandbox(ctx, sbi.ID); err != nil {
+		t.Fatal(err)
+	}
 
 	// Hostile: the object of another template's layer is replaced; node 2
 	// refuses it and holds nothing of it.
