@@ -94,6 +94,7 @@ func (s *Service) recordTemplate(ctx context.Context, t store.Template) (api.Tem
 	if err != nil {
 		return api.Template{}, err
 	}
+	s.noteHeld(v.ID) // made here: this node holds its layers
 	if prev != v.ID {
 		s.log.Info("template moved to a new version", "template", v.Name, "version", v.ID, "number", v.Number, "previous", prev)
 		s.sandboxes.DrainPools(ctx)
