@@ -91,7 +91,10 @@ func (s *Service) publish(ctx context.Context, t *store.Template) error {
 		}
 		d, err := s.publishLayer(ctx, id, known[id])
 		if err != nil {
-			return fmt.Errorf("publishing layer %.12s to the object store: %w", id, err)
+			// The store's own error may name its endpoint: logged, not
+			// answered.
+			s.log.Error("publishing a template layer", "template", t.Name, "layer", id, "err", err)
+			return fmt.Errorf("%w: publishing layer %.12s to the cluster's object store failed", errdefs.ErrUnavailable, id)
 		}
 		t.Config.Blobs[id] = d
 	}
