@@ -173,6 +173,10 @@ func (s *Service) Pull(ctx context.Context, v store.Template) (Pull, error) {
 		p.Bytes += n
 		if err != nil {
 			s.log.Error("pulling template layers", "template", v.Name, "version", v.ID, "layer", id[:min(12, len(id))], "err", err)
+			// What the local disk said (paths) is logged, not answered.
+			if !errors.Is(err, errdefs.ErrUnavailable) {
+				err = fmt.Errorf("%w: adding layer %.12s on this node failed", errdefs.ErrUnavailable, id)
+			}
 			return p, fmt.Errorf("template %s: pulling its layers: %w", v.Name, err)
 		}
 	}
