@@ -209,8 +209,27 @@ func TestClusterTemplates(t *testing.T) {
 	}
 	t.Logf("placed with every node open: %v", placed)
 
+	// A build on node 3 FROM the template pulls its layer there first.
+	buildOn(t, c3, "derived", "FROM shared\nRUN cp /opt/t/file /opt/t/copy\n")
+	if got := strings.Count(cl.Nodes[2].Log(), "template layer fetched"); got != 1 {
+		t.Errorf("node 3 fetched %d layers for a build FROM the template, want 1", got)
+	}
+	sbd, err := c3.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "derived", CPU: 0.25, MemoryMiB: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, code := sh(t, c3, sbd.ID, "cat /opt/t/copy"); out != "made-on-n1\n" || code != 0 {
+		t.Errorf("the derived template on node %s: %q exit %d", sbd.Node, out, code)
+	}
+	if err := c3.DeleteSandbox(ctx, sbd.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c3.DeleteTemplate(ctx, "derived"); err != nil {
+		t.Fatal(err)
+	}
+
 	// Deleting the template deletes its object, and each node drops its copy.
-	for _, n := range cl.Nodes[:2] {
+	for _, n := range cl.Nodes {
 		if _, err := os.Stat(filepath.Join(n.Data, "layers", "layers", tpl.Layers[0])); err != nil {
 			t.Fatalf("node %d's copy of the layer: %v", n.Index, err)
 		}
@@ -221,8 +240,8 @@ func TestClusterTemplates(t *testing.T) {
 	if slices.Contains(objects(), published[0]) {
 		t.Errorf("object %s outlived its template", published[0])
 	}
-	waitFor(t, 20*time.Second, "nodes 1 and 2 to drop the layer", func() bool {
-		for _, n := range cl.Nodes[:2] {
+	waitFor(t, 20*time.Second, "every node to drop the layer", func() bool {
+		for _, n := range cl.Nodes {
 			if _, err := os.Stat(filepath.Join(n.Data, "layers", "layers", tpl.Layers[0])); err == nil {
 				return false
 			}

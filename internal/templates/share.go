@@ -202,8 +202,17 @@ func (s *Service) pullLayer(ctx context.Context, v store.Template, id string) (i
 	s.pulls[id] = c
 	s.pullMu.Unlock()
 	// The download is shared: it goes on if the caller that began it
-	// leaves.
+	// leaves. It counts as an import, which keeps the layer collector
+	// away: collectLayers runs under tmplMu and skips while imports are
+	// in flight, so a collection under way ends before the download
+	// begins (and listed v, recorded before it), and a later one skips.
+	s.tmplMu.Lock()
+	s.importing++
+	s.tmplMu.Unlock()
 	c.bytes, c.err = s.fetchLayer(context.WithoutCancel(ctx), v, id)
+	s.tmplMu.Lock()
+	s.importing--
+	s.tmplMu.Unlock()
 	s.pullMu.Lock()
 	delete(s.pulls, id)
 	s.pullMu.Unlock()
