@@ -71,6 +71,18 @@ type Sandbox struct {
 	Ports PortAccess `json:"ports"`
 	// Node is the cluster node that runs it; absent on a single machine.
 	Node string `json:"node,omitempty"`
+	// TemplatePull is in a create's answer only, when the node that runs
+	// the sandbox first fetched its template's layers from the cluster's
+	// object store: that time is part of the create's.
+	TemplatePull *TemplatePull `json:"template_pull,omitempty"`
+}
+
+// TemplatePull is what a create waited for while its node fetched the
+// template's layers it lacked (or waited for a concurrent fetch of them).
+type TemplatePull struct {
+	Layers int     `json:"layers"`
+	Bytes  int64   `json:"bytes"`
+	MS     float64 `json:"ms"`
 }
 
 // PortAccess says who may open a sandbox's ports through the port proxy

@@ -155,12 +155,13 @@ func (s *serving) joinCluster(ctx context.Context) error {
 	return nil
 }
 
-// nodeStatus is what each heartbeat reports: the warm pools.
+// nodeStatus is what each heartbeat reports: the template versions whose
+// layers the node holds (for the scheduler's locality) and the warm pools.
 func (s *serving) nodeStatus() store.NodeStatus {
 	if s.svc == nil {
 		return store.NodeStatus{}
 	}
-	return store.NodeStatus{Pooled: s.svc.Pooled()}
+	return store.NodeStatus{Templates: s.svc.HeldTemplates(), Pooled: s.svc.Pooled()}
 }
 
 // relinquish stops every sandbox of a node the cluster fenced.

@@ -53,7 +53,7 @@ func newNodeListCmd(g *globals) *cobra.Command {
 				return renderJSON(cmd.OutOrStdout(), ns)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSTATE\tSCHEDULE\tSANDBOXES\tCPU\tMEMORY\tDISK\tRUNTIMES\tVERSION\tLEASE")
+			fmt.Fprintln(tw, "NAME\tSTATE\tSCHEDULE\tSANDBOXES\tCPU\tMEMORY\tDISK\tRUNTIMES\tTEMPLATES\tVERSION\tLEASE")
 			now := time.Now()
 			for _, n := range ns {
 				sched := n.Schedule
@@ -64,10 +64,10 @@ func newNodeListCmd(g *globals) *cobra.Command {
 				if n.LeaseExpires.After(now) {
 					lease = "renewed " + now.Sub(n.Heartbeat).Round(time.Second).String() + " ago"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%g/%g\t%s/%s\t%d/%d GiB\t%s\t%s\t%s\n", n.Name, n.State, sched,
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%g/%g\t%s/%s\t%d/%d GiB\t%s\t%d\t%s\t%s\n", n.Name, n.State, sched,
 					n.Committed.Sandboxes, n.Capacity.Sandboxes, n.Committed.CPU, n.Capacity.CPU,
 					mib(n.Committed.MemoryMiB), mib(n.Capacity.MemoryMiB), n.Committed.DiskGiB, n.Capacity.DiskGiB,
-					strings.Join(n.Runtimes, ","), n.Version, lease)
+					strings.Join(n.Runtimes, ","), len(n.Templates), n.Version, lease)
 			}
 			return tw.Flush()
 		},

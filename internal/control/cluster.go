@@ -10,6 +10,7 @@ import (
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/store"
+	"github.com/atoll-dev/atoll/internal/templates"
 )
 
 // A Service is one node of a cluster when its node has a name
@@ -140,18 +141,49 @@ func (s *Service) RunPlaced(ctx context.Context, id string) (api.Sandbox, error)
 	}
 	defer leave()
 	ctx = context.WithoutCancel(ctx)
+	t0 := time.Now()
+	// The layers this node lacks come from the object store first; the
+	// create's answer says how long that took.
+	pull, err := s.pullFor(ctx, sb)
+	if err != nil {
+		s.discard(ctx, sb)
+		return api.Sandbox{}, err
+	}
 	tmpl, err := s.tmpls.SandboxStack(ctx, sb)
 	if err != nil {
 		s.discard(ctx, sb)
 		return api.Sandbox{}, err
 	}
-	t0 := time.Now()
 	if err := s.startCreated(ctx, &sb, tmpl, store.Snapshot{}); err != nil {
 		return api.Sandbox{}, err
 	}
-	s.log.Debug("created", "sandbox", sb.ID, "op", "create", "ms", ms(t0))
-	return s.view(sb), nil
+	out := s.view(sb)
+	if pull.Layers > 0 {
+		out.TemplatePull = &api.TemplatePull{Layers: pull.Layers, Bytes: pull.Bytes, MS: float64(pull.Duration.Microseconds()) / 1000}
+		s.log.Info("created after pulling the template's layers", "sandbox", sb.ID, "op", "create", "template", sb.Template,
+			"layers", pull.Layers, "bytes", pull.Bytes, "pull_ms", out.TemplatePull.MS, "ms", ms(t0))
+	} else {
+		s.log.Debug("created", "sandbox", sb.ID, "op", "create", "ms", ms(t0))
+	}
+	return out, nil
 }
+
+// pullFor fetches the layers of sb's template version that this node
+// lacks (templates.Service.Pull).
+func (s *Service) pullFor(ctx context.Context, sb store.Sandbox) (templates.Pull, error) {
+	if sb.TemplateVersion == "" {
+		return templates.Pull{}, nil
+	}
+	v, err := s.store.TemplateVersion(ctx, sb.TemplateVersion)
+	if err != nil {
+		return templates.Pull{}, err
+	}
+	return s.tmpls.Pull(ctx, v)
+}
+
+// HeldTemplates are the template versions whose layers this node holds,
+// for the heartbeat (store.NodeStatus.Templates).
+func (s *Service) HeldTemplates() []string { return s.tmpls.Held() }
 
 // sweepPlaced discards this node's rows left creating for longer than
 // placedTTL on which no operation of this Service ever began. It is safe:

@@ -217,6 +217,7 @@ func New(cfg Config) (*Service, error) {
 	s.tmpls = templates.New(templates.Config{
 		Store: cfg.Store, Layers: s.layers, Runtimes: s.runtimes,
 		Defaults: templates.Defaults{Runtime: cfg.Defaults.Runtime}, Sandboxes: s, Logger: cfg.Logger,
+		Blobs: s.layerBlobs(),
 	})
 	prestart := cfg.Prestart
 	if _, ok := s.runtimes[d.Runtime].(runtime.Preparer); !ok {
@@ -250,13 +251,21 @@ func (s *Service) Run(ctx context.Context) {
 	}()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	for {
+	if s.name != "" {
+		s.tmpls.Refresh(ctx)
+	}
+	for tick := 1; ; tick++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 			if s.relinquished.Load() {
 				continue
+			}
+			// A cluster node reports the versions whose layers it holds,
+			// and drops those no version uses any more.
+			if s.name != "" && tick%heldEvery == 0 {
+				s.tmpls.Refresh(ctx)
 			}
 			sbs, err := s.store.ListNode(ctx, s.name)
 			if err != nil {
@@ -268,6 +277,20 @@ func (s *Service) Run(ctx context.Context) {
 			s.sweepPlaced(ctx, sbs)
 		}
 	}
+}
+
+// heldEvery is how many ticks of Run pass between refreshes of the
+// template versions a cluster node holds.
+const heldEvery = 5
+
+// layerBlobs is the object store template layers are shared through: the
+// archive store, on a cluster node only. A single machine keeps its layers
+// where it made them.
+func (s *Service) layerBlobs() blob.Store {
+	if s.name == "" || s.archive == nil {
+		return nil
+	}
+	return s.archive
 }
 
 // reapDead records stopped the sandboxes of sbs (this node's) whose init
@@ -431,7 +454,7 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	placed := s.placer != nil && req.Snapshot == ""
 	var tmpl layers.Template
 	if !placed {
-		if tmpl, err = s.tmpls.Stack(v); err != nil {
+		if tmpl, err = s.tmpls.Stack(ctx, v); err != nil {
 			return api.Sandbox{}, err
 		}
 	}

@@ -54,7 +54,7 @@ func (s *Service) StartPooled(ctx context.Context, name string, v store.Template
 		return "", err
 	}
 	d := s.defaults
-	tmpl, err := s.tmpls.Stack(v)
+	tmpl, err := s.tmpls.Stack(ctx, v)
 	if err != nil {
 		return "", err
 	}

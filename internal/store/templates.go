@@ -46,6 +46,12 @@ type TemplateConfig struct {
 	PoolSize   int      `json:"pool_size,omitempty"` // sandboxes kept started ahead of demand
 	// Setuid lets setuid programs raise privileges (LABEL atoll.setuid).
 	Setuid bool `json:"setuid,omitempty"`
+	// Blobs are, in a cluster, the sha256 (hex) of each layer's tar in
+	// the object store, by layer ID: the object is
+	// templates.LayerKey(digest), and a node that pulls it checks the
+	// digest. It is where the layers are, not what the version is:
+	// VersionID leaves it out.
+	Blobs map[string]string `json:"blobs,omitempty"`
 }
 
 // TemplateName is a name and the version it points to.
@@ -63,6 +69,7 @@ type VersionUse struct {
 // with settings cfg: "v" and 19 hex digits of their hash, so that an ID
 // never reads as a version number.
 func VersionID(name string, layers []string, cfg TemplateConfig) string {
+	cfg.Blobs = nil
 	c, _ := json.Marshal(cfg)
 	h := sha256.New()
 	for _, p := range append([]string{name, string(c)}, layers...) {

@@ -378,6 +378,10 @@ func (s *Service) buildFrom(ctx context.Context, st *buildState, ref string, ima
 		}
 	}
 	if ok {
+		// In a cluster the base may have been made on another node.
+		if _, err := s.Pull(ctx, t); err != nil {
+			return fmt.Errorf("FROM %s: %w", ref, err)
+		}
 		st.base = t.Config.Base
 		st.layers = append([]string(nil), t.Layers...)
 		st.env = append([]string(nil), t.Config.Env...)

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/atoll-dev/atoll/internal/agent"
+	"github.com/atoll-dev/atoll/internal/blob"
 	"github.com/atoll-dev/atoll/internal/layers"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/store"
@@ -53,7 +54,10 @@ type Config struct {
 	Runtimes  map[string]runtime.Runtime
 	Defaults  Defaults
 	Sandboxes Sandboxes
-	Logger    *slog.Logger
+	// Blobs is, in a cluster, the object store the nodes share template
+	// layers through (share.go); nil on a single machine.
+	Blobs  blob.Store
+	Logger *slog.Logger
 }
 
 // Service keeps templates.
@@ -63,7 +67,15 @@ type Service struct {
 	runtimes  map[string]runtime.Runtime
 	defaults  Defaults
 	sandboxes Sandboxes
+	blobs     blob.Store
 	log       *slog.Logger
+
+	// pulls are the layer downloads under way, by layer ID.
+	pullMu sync.Mutex
+	pulls  map[string]*pullCall
+	// held are the versions whose layers the node holds (Refresh).
+	heldMu sync.Mutex
+	held   []string
 
 	// tmplMu serialises recording and deleting templates with the layer
 	// collector; importing counts imports in flight, which hold layers no
@@ -78,5 +90,6 @@ func New(cfg Config) *Service {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Service{store: cfg.Store, layers: cfg.Layers, runtimes: cfg.Runtimes, defaults: cfg.Defaults, sandboxes: cfg.Sandboxes, log: cfg.Logger}
+	return &Service{store: cfg.Store, layers: cfg.Layers, runtimes: cfg.Runtimes, defaults: cfg.Defaults, sandboxes: cfg.Sandboxes,
+		blobs: cfg.Blobs, log: cfg.Logger, pulls: map[string]*pullCall{}}
 }

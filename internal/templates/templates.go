@@ -83,12 +83,18 @@ func (s *Service) importTemplate(ctx context.Context, req api.ImportTemplateRequ
 // keep it; the warm pool drains that version's sandboxes and fills with the
 // new one's; the old version goes as soon as nothing holds it.
 func (s *Service) recordTemplate(ctx context.Context, t store.Template) (api.Template, error) {
+	// In a cluster, the layers are in the object store before any node
+	// can see the version.
+	if err := s.publish(ctx, &t); err != nil {
+		return api.Template{}, err
+	}
 	s.tmplMu.Lock()
 	v, prev, err := s.store.PutTemplate(ctx, t)
 	s.tmplMu.Unlock()
 	if err != nil {
 		return api.Template{}, err
 	}
+	s.noteHeld(v.ID) // made here: this node holds its layers
 	if prev != v.ID {
 		s.log.Info("template moved to a new version", "template", v.Name, "version", v.ID, "number", v.Number, "previous", prev)
 		s.sandboxes.DrainPools(ctx)
@@ -279,6 +285,7 @@ func (s *Service) Collect(ctx context.Context, ids ...string) {
 	for _, v := range gone {
 		s.log.Info("template version collected", "template", v.Name, "version", v.ID, "number", v.Number)
 	}
+	s.dropObjects(ctx, gone)
 	if len(gone) > 0 || len(ids) == 0 {
 		s.collectLayers(ctx)
 	}
@@ -362,10 +369,14 @@ func (s *Service) Resolve(ctx context.Context, ref string) (name string, v store
 	return name, v, nil
 }
 
-// Stack is the layer stack and settings of sandboxes of version v.
-func (s *Service) Stack(v store.Template) (layers.Template, error) {
+// Stack is the layer stack and settings of sandboxes of version v. In a
+// cluster, it pulls the layers the node lacks first (Pull).
+func (s *Service) Stack(ctx context.Context, v store.Template) (layers.Template, error) {
 	if v.ID == "" {
 		return s.layers.Template(layers.HostTemplate)
+	}
+	if _, err := s.Pull(ctx, v); err != nil {
+		return layers.Template{}, err
 	}
 	var lt layers.Template
 	var err error
@@ -399,7 +410,7 @@ func (s *Service) SandboxStack(ctx context.Context, sb store.Sandbox) (layers.Te
 	if err != nil {
 		return layers.Template{}, err
 	}
-	return s.Stack(v)
+	return s.Stack(ctx, v)
 }
 
 func (s *Service) hostTemplate(users int) api.Template {

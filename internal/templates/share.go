@@ -1,0 +1,351 @@
+package templates
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/store"
+)
+
+// In a cluster (Config.Blobs set) every node can make template versions
+// and run sandboxes of any, so a version's layers live in the cluster's
+// object store, content-addressed:
+//
+//   - Making a version (import, build, bootstrap) publishes each of its
+//     layers, a layers.PackLayer tar, as LayerKey(sha256 of the tar),
+//     before the version is recorded, and records the digests with it
+//     (store.TemplateConfig.Blobs). A layer some version already
+//     published is not packed again.
+//   - A node asked for a sandbox of a version whose layers it lacks pulls
+//     them first (Pull; Stack does it too): it downloads each object to a
+//     file, checks the digest recorded for it, and only then unpacks it.
+//     A copy whose digest differs is refused, never unpacked. Concurrent
+//     pulls of one layer on a node are one download.
+//   - Collecting a version deletes the objects no remaining version names;
+//     each node drops the local layers no version uses at its next Refresh.
+//
+// On a single machine nothing of this happens: the layers stay where they
+// were made.
+
+// LayerKey is the object holding the layer tar whose sha256 is digest
+// (hex).
+func LayerKey(digest string) string { return "layers/sha256/" + digest + ".tar" }
+
+// Pull is what making a sandbox of a version waited for: the layers the
+// node lacked, fetched from the object store (or by a concurrent pull of
+// the same layers it waited for), their bytes, and how long it took.
+type Pull struct {
+	Layers   int
+	Bytes    int64
+	Duration time.Duration
+}
+
+// pullCall is one download of a layer that concurrent pulls share.
+type pullCall struct {
+	done  chan struct{}
+	bytes int64
+	err   error
+}
+
+// CorruptLayerError is a layer whose copy in the object store does not
+// have the digest its version recorded: it is refused.
+type CorruptLayerError struct {
+	Layer, Want, Got string
+}
+
+func (e *CorruptLayerError) Error() string {
+	return fmt.Sprintf("layer %.12s: the object store's copy has digest sha256:%.12s…, not the recorded sha256:%.12s…; refused", e.Layer, e.Got, e.Want)
+}
+
+func (e *CorruptLayerError) Unwrap() error { return errdefs.ErrUnavailable }
+
+// publish puts t's layers in the object store and records their digests
+// in t.Config.Blobs.
+func (s *Service) publish(ctx context.Context, t *store.Template) error {
+	if s.blobs == nil || len(t.Layers) == 0 {
+		return nil
+	}
+	vs, err := s.store.ListTemplateVersions(ctx)
+	if err != nil {
+		return err
+	}
+	known := map[string]string{}
+	for _, v := range vs {
+		for id, d := range v.Config.Blobs {
+			known[id] = d
+		}
+	}
+	t.Config.Blobs = map[string]string{}
+	for _, id := range t.Layers {
+		if _, ok := t.Config.Blobs[id]; ok {
+			continue
+		}
+		d, err := s.publishLayer(ctx, id, known[id])
+		if err != nil {
+			// The store's own error may name its endpoint: logged, not
+			// answered.
+			s.log.Error("publishing a template layer", "template", t.Name, "layer", id, "err", err)
+			return fmt.Errorf("%w: publishing layer %.12s to the cluster's object store failed", errdefs.ErrUnavailable, id)
+		}
+		t.Config.Blobs[id] = d
+	}
+	return nil
+}
+
+// publishLayer puts layer id in the object store unless it is there
+// (known, if not "", is the digest another version recorded for it), and
+// returns its digest.
+func (s *Service) publishLayer(ctx context.Context, id, known string) (string, error) {
+	if known != "" && s.hasObject(ctx, LayerKey(known)) {
+		return known, nil
+	}
+	t0 := time.Now()
+	// The digest names the object, so the tar goes to a file first. The
+	// name is one the start-up sweep of uploads removes.
+	f, err := os.CreateTemp(s.layers.Dir(), ".upload-layer-*.tar")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	h := sha256.New()
+	if err := s.layers.PackLayer(id, io.MultiWriter(f, h)); err != nil {
+		return "", err
+	}
+	d := hex.EncodeToString(h.Sum(nil))
+	if s.hasObject(ctx, LayerKey(d)) {
+		return d, nil
+	}
+	size, err := f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return "", err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return "", err
+	}
+	err = s.blobs.Put(ctx, LayerKey(d), func(w io.Writer) error {
+		_, err := io.Copy(w, f)
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	s.log.Info("template layer published", "layer", id[:12], "object", LayerKey(d), "bytes", size, "ms", time.Since(t0).Milliseconds())
+	return d, nil
+}
+
+// hasObject reports whether the object store has key (an error counts as
+// no: the caller then writes it).
+func (s *Service) hasObject(ctx context.Context, key string) bool {
+	keys, err := s.blobs.List(ctx, key)
+	return err == nil && slices.Contains(keys, key)
+}
+
+// Pull fetches the layers of version v that this node lacks from the
+// object store. Without an object store it does nothing (Stack then
+// reports a missing layer).
+func (s *Service) Pull(ctx context.Context, v store.Template) (Pull, error) {
+	if s.blobs == nil || v.ID == "" {
+		return Pull{}, nil
+	}
+	t0 := time.Now()
+	var missing []string
+	for _, id := range v.Layers {
+		if !s.layers.HasLayer(id) && !slices.Contains(missing, id) {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) == 0 {
+		return Pull{}, nil
+	}
+	p := Pull{Layers: len(missing)}
+	for _, id := range missing {
+		n, err := s.pullLayer(ctx, v, id)
+		p.Bytes += n
+		if err != nil {
+			s.log.Error("pulling template layers", "template", v.Name, "version", v.ID, "layer", id[:min(12, len(id))], "err", err)
+			// What the local disk said (paths) is logged, not answered.
+			if !errors.Is(err, errdefs.ErrUnavailable) {
+				err = fmt.Errorf("%w: adding layer %.12s on this node failed", errdefs.ErrUnavailable, id)
+			}
+			return p, fmt.Errorf("template %s: pulling its layers: %w", v.Name, err)
+		}
+	}
+	p.Duration = time.Since(t0)
+	s.log.Info("pulled template layers", "template", v.Name, "version", v.ID, "layers", p.Layers, "bytes", p.Bytes, "ms", p.Duration.Milliseconds())
+	s.noteHeld(v.ID)
+	return p, nil
+}
+
+// pullLayer fetches layer id of v, or waits for the fetch of it under way.
+func (s *Service) pullLayer(ctx context.Context, v store.Template, id string) (int64, error) {
+	s.pullMu.Lock()
+	if c := s.pulls[id]; c != nil {
+		s.pullMu.Unlock()
+		select {
+		case <-c.done:
+			return c.bytes, c.err
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	c := &pullCall{done: make(chan struct{})}
+	s.pulls[id] = c
+	s.pullMu.Unlock()
+	// The download is shared: it goes on if the caller that began it
+	// leaves. It counts as an import, which keeps the layer collector
+	// away: collectLayers runs under tmplMu and skips while imports are
+	// in flight, so a collection under way ends before the download
+	// begins (and listed v, recorded before it), and a later one skips.
+	s.tmplMu.Lock()
+	s.importing++
+	s.tmplMu.Unlock()
+	c.bytes, c.err = s.fetchLayer(context.WithoutCancel(ctx), v, id)
+	s.tmplMu.Lock()
+	s.importing--
+	s.tmplMu.Unlock()
+	s.pullMu.Lock()
+	delete(s.pulls, id)
+	s.pullMu.Unlock()
+	close(c.done)
+	return c.bytes, c.err
+}
+
+// fetchLayer downloads layer id of v to a file, checks its digest and
+// unpacks it.
+func (s *Service) fetchLayer(ctx context.Context, v store.Template, id string) (int64, error) {
+	t0 := time.Now()
+	want := v.Config.Blobs[id]
+	if _, err := hex.DecodeString(want); err != nil || len(want) != 2*sha256.Size {
+		return 0, fmt.Errorf("%w: layer %.12s is not in the cluster's object store (version %s was made before its node published layers)", errdefs.ErrUnavailable, id, v.ID)
+	}
+	obj, err := s.blobs.Get(ctx, LayerKey(want))
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return 0, fmt.Errorf("%w: layer %.12s is missing from the cluster's object store", errdefs.ErrUnavailable, id)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%w: reading layer %.12s from the object store failed", errdefs.ErrUnavailable, id)
+	}
+	defer obj.Close()
+	f, err := os.CreateTemp(s.layers.Dir(), ".upload-pull-*.tar")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, h), obj)
+	if err != nil {
+		return n, fmt.Errorf("%w: reading layer %.12s from the object store failed", errdefs.ErrUnavailable, id)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != want {
+		return n, &CorruptLayerError{Layer: id, Want: want, Got: got}
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return n, err
+	}
+	if err := s.layers.AddPackedLayer(id, f); err != nil {
+		return n, err
+	}
+	s.log.Info("template layer fetched", "layer", id[:12], "object", LayerKey(want), "bytes", n, "ms", time.Since(t0).Milliseconds())
+	return n, nil
+}
+
+// Held returns the versions whose layers this node holds, as the last
+// Refresh (or pull) found them: what the node reports for the scheduler's
+// locality.
+func (s *Service) Held() []string {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	return slices.Clone(s.held)
+}
+
+func (s *Service) noteHeld(id string) {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	if !slices.Contains(s.held, id) {
+		s.held = append(s.held, id)
+		sort.Strings(s.held)
+	}
+}
+
+// Refresh finds again the versions whose layers this node holds, and
+// drops the local layers no version uses any more: another node may have
+// collected the last version that used them (best effort: the next
+// Refresh tries again).
+func (s *Service) Refresh(ctx context.Context) {
+	vs, err := s.store.ListTemplateVersions(ctx)
+	if err != nil {
+		return
+	}
+	var held []string
+	used := s.pinnedBuildFiles()
+	for _, v := range vs {
+		all := true
+		for _, l := range v.Layers {
+			used[l] = true
+			all = all && s.layers.HasLayer(l)
+		}
+		if all {
+			held = append(held, v.ID)
+		}
+	}
+	sort.Strings(held)
+	s.heldMu.Lock()
+	s.held = held
+	s.heldMu.Unlock()
+	if s.blobs == nil {
+		return
+	}
+	ids, err := s.layers.LayerIDs()
+	if err != nil {
+		return
+	}
+	for _, id := range ids {
+		if !used[id] {
+			s.collectLayers(ctx)
+			return
+		}
+	}
+}
+
+// dropObjects deletes the objects of the layers of versions gone (just
+// collected) that no remaining version names.
+func (s *Service) dropObjects(ctx context.Context, gone []store.Template) {
+	if s.blobs == nil {
+		return
+	}
+	vs, err := s.store.ListTemplateVersions(ctx)
+	if err != nil {
+		s.log.Warn("listing template versions", "err", err)
+		return
+	}
+	keep := map[string]bool{}
+	for _, v := range vs {
+		for _, d := range v.Config.Blobs {
+			keep[d] = true
+		}
+	}
+	for _, v := range gone {
+		for _, d := range v.Config.Blobs {
+			if keep[d] {
+				continue
+			}
+			keep[d] = true // once
+			if err := s.blobs.Delete(ctx, LayerKey(d)); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+				s.log.Warn("deleting a template layer from the object store", "object", LayerKey(d), "err", err)
+				continue
+			}
+			s.log.Info("template layer deleted from the object store", "object", LayerKey(d), "version", v.ID)
+		}
+	}
+}

@@ -1,0 +1,191 @@
+package templates
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/atoll-dev/atoll/internal/blob"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/layers"
+	"github.com/atoll-dev/atoll/internal/store"
+	"github.com/atoll-dev/atoll/internal/store/sqlite"
+	"github.com/atoll-dev/atoll/internal/testenv"
+)
+
+// syncBuffer is a log destination several goroutines write.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// node is a Service with its own layer store, over the shared store and
+// bucket, as a cluster node has.
+func node(t *testing.T, st store.Store, bucket blob.Store, log io.Writer) (*Service, *layers.Store) {
+	ls := testenv.Layers(t, testenv.Dir(t))
+	return New(Config{Store: st, Layers: ls, Blobs: bucket, Logger: slog.New(slog.NewTextHandler(log, nil))}), ls
+}
+
+// TestShareLayers publishes a version's layer from one node and pulls it on
+// another: eight concurrent pulls download it once; the puller then holds
+// the version. A tampered object is refused and leaves nothing behind; a
+// version without recorded digests is refused; collecting the version
+// deletes the object and, at the next Refresh, the puller's copy.
+func TestShareLayers(t *testing.T) {
+	testenv.RequireRoot(t)
+	ctx := context.Background()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "atoll.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	bucket, err := blob.Open(ctx, "file://"+t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bucket.Close()
+	var log1, log2 syncBuffer
+	n1, ls1 := node(t, st, bucket, &log1)
+	n2, ls2 := node(t, st, bucket, &log2)
+
+	layer := func(ls *layers.Store, id, content string) {
+		t.Helper()
+		dir, err := ls.NewLayerDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "f"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.CommitLayer(id, dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record := func(tpl store.Template) store.Template {
+		t.Helper()
+		v, _, err := st.PutTemplate(ctx, tpl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	id := strings.Repeat("a1", 32)
+	layer(ls1, id, "shared")
+	tpl := store.Template{Name: "t", Layers: []string{id}, Config: store.TemplateConfig{Base: layers.HostTemplate}}
+	if err := n1.publish(ctx, &tpl); err != nil {
+		t.Fatal(err)
+	}
+	d := tpl.Config.Blobs[id]
+	keys, _ := bucket.List(ctx, "layers/")
+	if len(keys) != 1 || keys[0] != LayerKey(d) {
+		t.Fatalf("objects after publishing: %v, want [%s]", keys, LayerKey(d))
+	}
+	v := record(tpl)
+	// Publishing the layer again (another version of it) writes nothing.
+	again := store.Template{Name: "t2", Layers: []string{id}}
+	if err := n1.publish(ctx, &again); err != nil || again.Config.Blobs[id] != d {
+		t.Fatalf("publishing again: %v, %v", err, again.Config.Blobs)
+	}
+	if strings.Count(log1.String(), "template layer published") != 1 {
+		t.Errorf("node 1 published %d times", strings.Count(log1.String(), "template layer published"))
+	}
+
+	var wg sync.WaitGroup
+	pulls := make([]Pull, 8)
+	errs := make([]error, 8)
+	for i := range pulls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pulls[i], errs[i] = n2.Pull(ctx, v)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(log2.String(), "template layer fetched"); got != 1 {
+		t.Errorf("eight concurrent pulls fetched %d times, want once", got)
+	}
+	for _, p := range pulls {
+		if p.Layers != 1 || p.Bytes == 0 {
+			t.Errorf("pull %+v", p)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(ls2.LayerDir(id), "f")); err != nil || string(b) != "shared" {
+		t.Errorf("pulled layer: %q %v", b, err)
+	}
+	if p, err := n2.Pull(ctx, v); err != nil || p != (Pull{}) {
+		t.Errorf("pull of a layer held: %+v %v", p, err)
+	}
+	if h := n2.Held(); len(h) != 1 || h[0] != v.ID {
+		t.Errorf("node 2 holds %v, want [%s]", h, v.ID)
+	}
+
+	// Hostile: a tampered object; a version whose digest is not recorded.
+	bad := strings.Repeat("b2", 32)
+	layer(ls1, bad, "original")
+	badT := store.Template{Name: "bad", Layers: []string{bad}}
+	if err := n1.publish(ctx, &badT); err != nil {
+		t.Fatal(err)
+	}
+	if err := bucket.Put(ctx, LayerKey(badT.Config.Blobs[bad]), func(w io.Writer) error {
+		_, err := io.WriteString(w, "something else")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = n2.Pull(ctx, record(badT))
+	var corrupt *CorruptLayerError
+	if !errors.As(err, &corrupt) || !errors.Is(err, errdefs.ErrUnavailable) || corrupt.Layer != bad {
+		t.Errorf("pull of a tampered layer: %v, want a CorruptLayerError", err)
+	}
+	if ls2.HasLayer(bad) {
+		t.Error("the tampered layer was added")
+	}
+	if left, _ := filepath.Glob(filepath.Join(ls2.Dir(), ".upload-*")); len(left) != 0 {
+		t.Errorf("the refused pull left %v", left)
+	}
+	unpublished := record(store.Template{Name: "old", Layers: []string{strings.Repeat("c3", 32)}})
+	if _, err := n2.Pull(ctx, unpublished); !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "not in the cluster's object store") {
+		t.Errorf("pull of a version without digests: %v", err)
+	}
+
+	// Collecting the version deletes its object, and node 2's copy at its
+	// next Refresh.
+	if err := st.DeleteTemplate(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	n1.Collect(ctx, v.ID)
+	if keys, _ := bucket.List(ctx, LayerKey(d)); len(keys) != 0 {
+		t.Errorf("object of the collected version: %v", keys)
+	}
+	n2.Refresh(ctx)
+	if ls2.HasLayer(id) {
+		t.Error("node 2 keeps the layer of the collected version")
+	}
+	for _, h := range n2.Held() {
+		if h == v.ID {
+			t.Error("node 2 still reports the collected version")
+		}
+	}
+}
