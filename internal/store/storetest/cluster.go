@@ -43,6 +43,7 @@ func Cluster(t *testing.T, open OpenCluster) {
 		{"As", testAs},
 		{"Secret", testSecret},
 		{"HostileNodes", testHostileNodes},
+		{"PlacePlacement", testPlacePlacement},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, fresh(t)) })
 	}
