@@ -339,6 +339,14 @@ func (m *memSandboxes) ArchiveSnapshot(ctx context.Context, snapID string) (api.
 
 // GetNetwork answers like a server with networking, unless the sandbox is
 // labelled nonet=1.
+// Placement answers as a single machine does.
+func (m *memSandboxes) Placement(ctx context.Context, id string) (api.Placement, error) {
+	if _, err := m.Get(ctx, id); err != nil {
+		return api.Placement{}, err
+	}
+	return api.Placement{}, fmt.Errorf("%w: this server is a single machine", errdefs.ErrConflict)
+}
+
 func (m *memSandboxes) GetNetwork(ctx context.Context, id string) (api.SandboxNetwork, error) {
 	sb, err := m.Get(ctx, id)
 	if err != nil {
