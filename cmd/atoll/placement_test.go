@@ -48,4 +48,10 @@ func TestPlacementRecordIsAPI(t *testing.T) {
 			t.Errorf("rendered placement lacks %q:\n%s", want, out.String())
 		}
 	}
+
+	out.Reset()
+	renderExplain(&out, api.Sandbox{ID: "s"})
+	if !strings.Contains(out.String(), "single machine: one node") {
+		t.Errorf("explain on a single machine: %q", out.String())
+	}
 }
