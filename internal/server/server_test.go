@@ -991,3 +991,25 @@ func TestStatusTable(t *testing.T) {
 		t.Errorf("an error of no kind: %d %s", status, body.Code)
 	}
 }
+
+// TestPlacementRoutes: ?explain takes 1/0 only, and a server answers the
+// placement of its sandboxes as its Sandboxes says (here a single
+// machine's: 409), another's or none as not found.
+func TestPlacementRoutes(t *testing.T) {
+	f := newFixture(t)
+	if resp, body := f.do("POST", "/v1/sandboxes?explain=maybe", nil); resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "explain") {
+		t.Errorf("create ?explain=maybe: %d %s, want 400 naming explain", resp.StatusCode, body)
+	}
+	resp, body := f.do("POST", "/v1/sandboxes?explain=1", nil)
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create ?explain=1: %d %s", resp.StatusCode, body)
+	}
+	sb := decode[api.Sandbox](t, body)
+	resp, body = f.do("GET", "/v1/sandboxes/"+sb.ID+"/placement", nil)
+	if e := decode[api.Error](t, body); resp.StatusCode != http.StatusConflict || e.Code != api.CodeConflict {
+		t.Errorf("placement on a single machine: %d %s, want 409 conflict", resp.StatusCode, body)
+	}
+	if resp, body := f.do("GET", "/v1/sandboxes/zzzzzzzzzzzzzzzzzzzz/placement", nil); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("placement of no sandbox: %d %s, want 404", resp.StatusCode, body)
+	}
+}
