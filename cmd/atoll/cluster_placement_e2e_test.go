@@ -217,3 +217,27 @@ func TestClusterPlacement(t *testing.T) {
 		deleteAll()
 	})
 }
+
+// TestSingleMachinePlacement: on one machine, --explain says there is one
+// node, `atoll placement` says nothing is placed, and a node selector is
+// refused, each in words.
+func TestSingleMachinePlacement(t *testing.T) {
+	d, _, _ := startRooted(t, "--warm-pool", "0", "--prestart", "0")
+	out, code := d.cli("create", "--explain")
+	if code != 0 {
+		t.Fatalf("atoll create --explain: %s", out)
+	}
+	id, rest, _ := strings.Cut(out, "\n")
+	if !strings.Contains(rest, "single machine: one node runs every sandbox") {
+		t.Errorf("atoll create --explain on one machine:\n%s", out)
+	}
+	if out, code := d.cli("placement", id); code == 0 || !strings.Contains(out, "single machine") {
+		t.Errorf("atoll placement on one machine: exit %d: %s", code, out)
+	}
+	if out, code := d.cli("create", "--node-selector", "zone=a"); code == 0 || !strings.Contains(out, "node_selector needs cluster mode") {
+		t.Errorf("atoll create --node-selector on one machine: exit %d: %s", code, out)
+	}
+	if out, code := d.cli("rm", id); code != 0 {
+		t.Errorf("atoll rm: %s", out)
+	}
+}

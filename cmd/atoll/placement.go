@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -12,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/atoll-dev/atoll/api"
-	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
 func newPlacementCmd(g *globals) *cobra.Command {
@@ -33,10 +31,6 @@ counted by filter otherwise). A single machine places nothing.`,
 			}
 			p, err := c.GetPlacement(cmd.Context(), args[0])
 			if err != nil {
-				var e *atoll.Error
-				if errors.As(err, &e) && errors.Is(err, atoll.ErrConflict) {
-					return fmt.Errorf("%s (a single machine is one node)", e.Message)
-				}
 				return err
 			}
 			if asJSON {
