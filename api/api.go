@@ -75,6 +75,11 @@ type Sandbox struct {
 	// the sandbox first fetched its template's layers from the cluster's
 	// object store: that time is part of the create's.
 	TemplatePull *TemplatePull `json:"template_pull,omitempty"`
+	// Placement is how the cluster chose Node: only in the answer to a
+	// create that asked for it (CreateSandboxRequest.Explain), and only
+	// if the scheduler placed it. GET /v1/sandboxes/{id}/placement shows
+	// it later.
+	Placement *Placement `json:"placement,omitempty"`
 }
 
 // TemplatePull is what a create waited for while its node fetched the
@@ -230,6 +235,19 @@ type CreateSandboxRequest struct {
 	// Ports says who may open its ports through the port proxy; absent
 	// means a token or signed URL is needed.
 	Ports *PortAccess `json:"ports,omitempty"`
+	// NodeSelector are labels the node that runs it must carry, each
+	// with the value given (cluster mode: see `atoll serve --node-label`);
+	// no node carrying them is 503 unavailable. A single machine has no
+	// labels: it refuses a selector (400).
+	NodeSelector map[string]string `json:"node_selector,omitempty"`
+	// Spread is a node label (e.g. "zone") whose values the cluster
+	// spreads sandboxes over, other things equal; a single machine
+	// ignores it.
+	Spread string `json:"spread,omitempty"`
+	// Explain asks for the placement (Sandbox.Placement) in the answer,
+	// with every node the scheduler filtered out named; as the query
+	// ?explain=1 does.
+	Explain bool `json:"explain,omitempty"`
 }
 
 // TimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout: the sandbox

@@ -39,7 +39,7 @@ import (
 func main() {
 	n := flag.Int("n", 100, "iterations per measurement")
 	clients := flag.Int("clients", 8, "concurrent clients for the concurrent run")
-	only := flag.String("only", "", "comma-separated parts to run (core,templates,state,forks,prestarted,recent,warm,e2b,runtimes,ports,autoresume,peers,burst; and scheduler, only when named); default all but scheduler")
+	only := flag.String("only", "", "comma-separated parts to run (core,templates,state,forks,prestarted,recent,warm,e2b,runtimes,ports,autoresume,peers,burst; and scheduler and cluster, only when named); default all but scheduler and cluster")
 	flag.Int64Var(&hostDirtyLimit, "layer-dirty-limit", 0, "the servers' --layer-dirty-limit (0: their default; -1: the kernel's defaults)")
 	var b burstConfig
 	flag.IntVar(&b.n, "burst-n", 300, "burst: creates in the burst")
@@ -61,6 +61,9 @@ func main() {
 	flag.IntVar(&sc.share, "scheduler-share", 0, "scheduler: placements of a batch that share a draw (0: the scheduler's default)")
 	flag.StringVar(&sc.pprof, "scheduler-pprof", "", "scheduler: write a CPU profile of the first burst to this file")
 	flag.Float64Var(&sc.fail, "scheduler-fail", 0.1, "scheduler: share of nodes that stop renewing in the second run (0: no second run)")
+	var cc clusterConfig
+	flag.IntVar(&cc.n, "cluster-n", 100, "cluster: creates in the burst")
+	flag.IntVar(&cc.clients, "cluster-clients", 16, "cluster: concurrent clients, spread over the nodes")
 	flag.Parse()
 	if *logPath != "" {
 		f, err := os.OpenFile(*logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -98,6 +101,19 @@ func main() {
 	os.Chmod(work, 0o711)
 	workDir = work
 	defer removeWork()
+	// The cluster's benchmark runs only when asked for: it starts four
+	// servers, PostgreSQL and S3 of its own.
+	if parts["cluster"] {
+		r := &report{}
+		r.machine()
+		clusterBench(r, work, cc)
+		r.print(os.Stdout, *n, *clients, "cluster")
+		fmt.Printf("\nCluster: `-cluster-n %d -cluster-clients %d`\n", cc.n, cc.clients)
+		delete(parts, "cluster")
+		if len(parts) == 0 {
+			return
+		}
+	}
 	srv := startServer(work, "cold", 0, 0)
 	defer srv.stop()
 
@@ -312,15 +328,7 @@ func startServer(work, name string, pool, prestart int, extra ...string) *server
 // startServerIn starts `atoll serve` with flags args (and serverArgs),
 // inside the network namespace at ns unless it is "".
 func startServerIn(work, name, ns string, args ...string) *server {
-	bin := filepath.Join(work, "atoll")
-	if _, err := os.Stat(bin); err != nil {
-		// Both binaries, as `go install ./cmd/...` would put them: the server
-		// then runs the smaller atoll-agent in sandboxes.
-		build := exec.Command("go", "build", "-o", work, "./cmd/atoll", "./cmd/atoll-agent")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		build.Stderr = os.Stderr
-		check(build.Run())
-	}
+	bin := buildAtoll(work)
 	data := filepath.Join(work, name)
 	full := append(append(append([]string{"serve", "--listen", "127.0.0.1:0", "--data", data,
 		"--layer-image-size", fmt.Sprint(int64(16 << 30))}, dirtyArgs()...), serverArgs...), args...)

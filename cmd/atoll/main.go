@@ -79,7 +79,7 @@ directory (--data).`,
 	pf.StringVar(&g.data, "data", "/var/lib/atoll", "data directory of the local server")
 
 	root.AddGroup(&cobra.Group{ID: "sandboxes", Title: "Sandboxes:"}, &cobra.Group{ID: "inside", Title: "Inside a sandbox:"})
-	for _, c := range []*cobra.Command{newCreateCmd(g), newLsCmd(g), newInspectCmd(g), newStopCmd(g), newStartCmd(g), newPauseCmd(g), newResumeCmd(g), newArchiveCmd(g), newTimeoutCmd(g), newNetworkCmd(g), newPortCmd(g), newRmCmd(g)} {
+	for _, c := range []*cobra.Command{newCreateCmd(g), newLsCmd(g), newInspectCmd(g), newStopCmd(g), newStartCmd(g), newPauseCmd(g), newResumeCmd(g), newArchiveCmd(g), newTimeoutCmd(g), newPlacementCmd(g), newNetworkCmd(g), newPortCmd(g), newRmCmd(g)} {
 		c.GroupID = "sandboxes"
 		root.AddCommand(c)
 	}

@@ -39,7 +39,13 @@ func newNodeListCmd(g *globals) *cobra.Command {
 		Use:     "ls",
 		Aliases: []string{"list"},
 		Short:   "List the nodes: capacity, committed, lease, schedule",
-		Args:    cobra.NoArgs,
+		Long: `List the cluster's nodes: whether each is live or fenced (its lease ran
+out and its sandboxes were marked lost), its schedule (cordoned, draining),
+what its sandboxes hold against its capacity (sandboxes, CPU, memory, disk),
+its runtimes and version, and how long ago it renewed its lease.`,
+		Example: `  atoll node ls
+  atoll node ls --json`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
 			if err != nil {
@@ -85,10 +91,22 @@ func mib(m int64) string {
 }
 
 func newNodeScheduleCmd(g *globals, verb, short string, do func(*atoll.Client, context.Context, string) error) *cobra.Command {
+	long := map[string]string{
+		"cordon": `Stop placing new sandboxes on nodes. What runs there keeps running, and the
+node still serves its sandboxes and the API; forks and warm pools on the
+node itself go on.`,
+		"uncordon": `Let cordoned or draining nodes take new sandboxes again.`,
+		"drain": `Cordon nodes and move their sandboxes to other nodes: archived ones are
+handed over, stopped ones archived and handed over, running ones stopped,
+archived, handed over and started there, each with its ID, labels, network
+policy and files.`,
+	}[verb]
 	return &cobra.Command{
-		Use:   verb + " NODE...",
-		Short: short,
-		Args:  cobra.MinimumNArgs(1),
+		Use:     verb + " NODE...",
+		Short:   short,
+		Long:    long,
+		Example: "  atoll node " + verb + " node-b",
+		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
 			if err != nil {

@@ -15,7 +15,7 @@ import (
 
 func newCreateCmd(g *globals) *cobra.Command {
 	var req api.CreateSandboxRequest
-	var env, labels []string
+	var env, labels, selector []string
 	var timeout, autoDelete, autoStop, autoArchive time.Duration
 	var pol policyFlags
 	var publicPorts bool
@@ -35,12 +35,19 @@ its agent (the request waits), and makes --timeout pause it instead of
 stopping it. Durations are at most a year.
 
 --egress, --allow and --deny set its egress policy (default allow-all; see
-"atoll network").`,
+"atoll network").
+
+In a cluster, --node-selector K=V puts it only on nodes carrying that label
+(atoll serve --node-label), --spread KEY spreads sandboxes over the values of
+a node label, and --explain prints how its node was chosen: the candidates
+with their scores and the score's parts, why the chosen one won, and the
+nodes filtered out with why ("atoll placement ID" shows it later).`,
 		Example: `  atoll create --template host --cpu 2 --memory 2048 --env LANG=C.UTF-8 --label team=infra
   atoll create --snapshot 7h2k9x0q1w8e5r4t6y0u
   atoll create --timeout 30m --ephemeral
   atoll create --timeout 10m --auto-resume --public-ports
-  atoll create --egress deny-all --allow pypi.org --allow '*.pythonhosted.org' --allow 10.0.0.0/8`,
+  atoll create --egress deny-all --allow pypi.org --allow '*.pythonhosted.org' --allow 10.0.0.0/8
+  atoll create --node-selector zone=a --explain`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
@@ -62,6 +69,9 @@ stopping it. Durations are at most a year.
 			if req.Labels, err = keyValues("--label", labels); err != nil {
 				return err
 			}
+			if req.NodeSelector, err = keyValues("--node-selector", selector); err != nil {
+				return err
+			}
 			req.Network = pol.policy()
 			if publicPorts {
 				req.Ports = &api.PortAccess{Public: true}
@@ -75,6 +85,9 @@ stopping it. Durations are at most a year.
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), sb.ID)
+			if req.Explain {
+				renderExplain(cmd.OutOrStdout(), sb)
+			}
 			return nil
 		},
 	}
@@ -94,6 +107,9 @@ stopping it. Durations are at most a year.
 	f.DurationVar(&autoStop, "auto-stop", 0, "stop the sandbox after this long without activity, e.g. 15m (default never)")
 	f.DurationVar(&autoArchive, "auto-archive", 0, "archive the sandbox this long after it stops, e.g. 1h (default never)")
 	f.BoolVar(&req.AutoResume, "auto-resume", false, "resume the sandbox when paused and traffic reaches it; its timeout pauses it instead of stopping it")
+	f.StringArrayVar(&selector, "node-selector", nil, "in a cluster, run it only on a node carrying label k=v (repeatable)")
+	f.StringVar(&req.Spread, "spread", "", "in a cluster, spread sandboxes over the values of this node label, e.g. zone")
+	f.BoolVar(&req.Explain, "explain", false, "print how its node was chosen: candidates, scores, and the nodes filtered out")
 	f.BoolVar(&publicPorts, "public-ports", false, "let anyone who can reach the port proxy open the sandbox's ports, without a token (see \"atoll port\")")
 	pol.register(f)
 	return cmd

@@ -297,6 +297,9 @@ type noSandboxes struct{}
 func (noSandboxes) Create(context.Context, api.CreateSandboxRequest) (api.Sandbox, error) {
 	return api.Sandbox{}, errdefs.ErrUnavailable
 }
+func (noSandboxes) Placement(context.Context, string) (api.Placement, error) {
+	return api.Placement{}, errdefs.ErrNotFound
+}
 func (noSandboxes) Get(context.Context, string) (api.Sandbox, error) {
 	return api.Sandbox{}, errdefs.ErrNotFound
 }

@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -99,14 +100,56 @@ func (s *Service) createPlaced(ctx context.Context, sb store.Sandbox, req api.Cr
 	s.log.Debug("placed", "sandbox", sb.ID, "node", sb.Node, "op", "create", "ms", ms(t0))
 	// As for a local create: once placed, finish whatever the client does.
 	ctx = context.WithoutCancel(ctx)
-	if sb.Node == s.name {
-		return s.RunPlaced(ctx, sb.ID)
-	}
-	if s.peers == nil {
+	var out api.Sandbox
+	var err error
+	switch {
+	case sb.Node == s.name:
+		out, err = s.RunPlaced(ctx, sb.ID)
+	case s.peers == nil:
 		// The row waits for its node's sweep (placedTTL).
-		return api.Sandbox{}, fmt.Errorf("%w: sandbox placed on node %s, which this node cannot reach", errdefs.ErrUnavailable, sb.Node)
+		err = fmt.Errorf("%w: sandbox placed on node %s, which this node cannot reach", errdefs.ErrUnavailable, sb.Node)
+	default:
+		out, err = s.peers.RunOn(ctx, sb.Node, sb.ID)
 	}
-	return s.peers.RunOn(ctx, sb.Node, sb.ID)
+	if err == nil && req.Explain && len(sb.Placement) > 0 {
+		var p api.Placement
+		if json.Unmarshal(sb.Placement, &p) == nil {
+			out.Placement = &p
+		}
+	}
+	return out, err
+}
+
+// errNotPlaced answers for the placement of a single machine's sandbox.
+var errNotPlaced = fmt.Errorf("%w: this server is a single machine: its one node runs every sandbox, and nothing is placed", errdefs.ErrConflict)
+
+// Placement returns the placement record of sandbox id: how the scheduler
+// chose its node. On a single machine it is a conflict (nothing is
+// placed); a sandbox the scheduler did not place (a fork, a warm pool's,
+// one from a snapshot: made on its node) has none, not found.
+func (s *Service) Placement(ctx context.Context, id string) (api.Placement, error) {
+	if err := checkID(id); err != nil {
+		return api.Placement{}, err
+	}
+	sb, err := s.get(ctx, id)
+	if err != nil {
+		return api.Placement{}, err
+	}
+	if s.name == "" {
+		return api.Placement{}, errNotPlaced
+	}
+	rec, err := s.store.Placement(ctx, id)
+	if err != nil {
+		return api.Placement{}, err
+	}
+	if rec == nil {
+		return api.Placement{}, fmt.Errorf("%w: sandbox %s has no placement record: it was made on node %s (a fork, a warm pool's, or from a snapshot), not placed by the scheduler", errdefs.ErrNotFound, id, sb.Node)
+	}
+	var p api.Placement
+	if err := json.Unmarshal(rec, &p); err != nil {
+		return api.Placement{}, fmt.Errorf("sandbox %s: reading its placement record: %w", id, err)
+	}
+	return p, nil
 }
 
 // RunPlaced runs sandbox id, placed on this node and recorded in state

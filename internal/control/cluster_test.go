@@ -334,6 +334,20 @@ func TestClusterPoolSkipsPlacement(t *testing.T) {
 	if got.Node != "a" || got.State != api.StateRunning || pl.calls.Load() != 0 {
 		t.Errorf("pool hit: %s on %q after %d placements, want running on a, unplaced", got.State, got.Node, pl.calls.Load())
 	}
+	// A create with a node selector is placed, pool or not: this node's
+	// labels are the scheduler's to check.
+	for deadline := time.Now().Add(60 * time.Second); a.Pooled()[""] != 1; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the warm pool was not filled again: %v", a.Pooled())
+		}
+	}
+	got, err = a.Create(ctx, api.CreateSandboxRequest{NodeSelector: map[string]string{"zone": "b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Node != "b" || pl.calls.Load() != 1 || a.Pooled()[""] != 1 {
+		t.Errorf("with a node selector: on %q after %d placements, pool %v; want placed on b, the pool left", got.Node, pl.calls.Load(), a.Pooled())
+	}
 }
 
 // TestClusterRunPlaced checks RunPlaced: it runs a row placed on this node

@@ -403,6 +403,33 @@ func (s *Service) validate(req *api.CreateSandboxRequest) error {
 			return bad("invalid label %q: keys are 1-63 of [A-Za-z0-9._/-], values at most 256 bytes", truncate(k, 64))
 		}
 	}
+	return s.validatePlacement(req)
+}
+
+// validatePlacement checks what a create asks of its placement. Node
+// labels are at most 63 bytes each (--node-label), so a longer key or value
+// could never match.
+func (s *Service) validatePlacement(req *api.CreateSandboxRequest) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{errdefs.ErrInvalid}, args...)...)
+	}
+	if len(req.NodeSelector) > 0 && s.placer == nil {
+		// The one node of a single machine carries no labels: a
+		// selector could only fail, and failing as "no room" would
+		// mislead.
+		return bad("node_selector needs cluster mode: this server is a single machine, whose one node carries no labels")
+	}
+	if len(req.NodeSelector) > 16 {
+		return bad("at most 16 node_selector labels")
+	}
+	for k, v := range req.NodeSelector {
+		if !validLabelKey(k) || len(v) > 63 || !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+			return bad("invalid node_selector %q: keys are 1-63 of [A-Za-z0-9._/-], values at most 63 bytes", truncate(k, 64))
+		}
+	}
+	if req.Spread != "" && !validLabelKey(req.Spread) {
+		return bad("invalid spread %q: a node label key, 1-63 of [A-Za-z0-9._/-]", truncate(req.Spread, 64))
+	}
 	return nil
 }
 
@@ -462,7 +489,10 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	if req.Snapshot == "" {
+	// A warm sandbox waits on this node, whose labels the control plane
+	// does not know: a create with a node selector goes through the
+	// scheduler, which checks them.
+	if req.Snapshot == "" && len(req.NodeSelector) == 0 {
 		if sb, ok := s.takePooled(context.WithoutCancel(ctx), pools.Key(req.Template, v), req, policy); ok {
 			return sb, nil
 		}

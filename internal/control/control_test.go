@@ -40,6 +40,9 @@ func TestValidate(t *testing.T) {
 		{"long label key", api.CreateSandboxRequest{Labels: map[string]string{strings.Repeat("k", 64): "c"}}},
 		{"long label value", api.CreateSandboxRequest{Labels: map[string]string{"k": strings.Repeat("v", 257)}}},
 		{"invalid utf-8 label", api.CreateSandboxRequest{Labels: map[string]string{"k": "\xff"}}},
+		// A single machine's one node carries no labels.
+		{"node selector on one machine", api.CreateSandboxRequest{NodeSelector: map[string]string{"zone": "a"}}},
+		{"spread key with space", api.CreateSandboxRequest{Spread: "a b"}},
 	}
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {
@@ -48,7 +51,23 @@ func TestValidate(t *testing.T) {
 			}
 		})
 	}
-	good := api.CreateSandboxRequest{Labels: map[string]string{"team/name": "x"}, Env: map[string]string{"A": "b"}}
+	// In a cluster, a selector must be one a node label could match.
+	cs, err := New(Config{Node: node.New(node.Config{Runtimes: []runtime.Runtime{nopRuntime{}}}), Placer: &placer{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, sel := range map[string]map[string]string{
+		"empty key": {"": "a"}, "key with NUL": {"z\x00": "a"}, "long value": {"zone": strings.Repeat("v", 64)},
+		"value not utf-8": {"zone": "\xff"}, "value with NUL": {"zone": "a\x00"},
+	} {
+		if err := cs.validate(&api.CreateSandboxRequest{NodeSelector: sel}); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("cluster, node selector with %s: %v, want invalid", name, err)
+		}
+	}
+	if err := cs.validate(&api.CreateSandboxRequest{NodeSelector: map[string]string{"zone": "a", "disk": "ssd"}, Spread: "zone"}); err != nil {
+		t.Errorf("cluster, a good node selector: %v", err)
+	}
+	good := api.CreateSandboxRequest{Labels: map[string]string{"team/name": "x"}, Env: map[string]string{"A": "b"}, Spread: "zone"}
 	if err := s.validate(&good); err != nil {
 		t.Fatalf("validate defaults: %v", err)
 	}

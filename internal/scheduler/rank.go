@@ -81,6 +81,9 @@ type Decision struct {
 	// Refused are the nodes the store refused the placement on (full by
 	// the time it got there), in the order tried.
 	Refused []string `json:"refused,omitempty"`
+	// Selector and Spread are the request's (Scheduler.Place sets them).
+	Selector map[string]string `json:"selector,omitempty"`
+	Spread   string            `json:"spread,omitempty"`
 }
 
 // Candidate is a node that can take the sandbox, with its score and the

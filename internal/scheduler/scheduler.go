@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -169,6 +170,9 @@ func (e *NoRoomError) Error() string {
 	if len(parts) > 0 {
 		msg += " (" + strings.Join(parts, ", ") + ")"
 	}
+	if n := d.Excluded["selector"]; n > 0 {
+		msg += fmt.Sprintf("; %d do not carry node_selector %s", n, selectorString(d.Selector))
+	}
 	if len(d.Refused) > 0 {
 		msg += "; refused by " + strings.Join(d.Refused, ", ")
 	}
@@ -176,6 +180,19 @@ func (e *NoRoomError) Error() string {
 }
 
 func (e *NoRoomError) Unwrap() error { return errdefs.ErrUnavailable }
+
+// selectorString is sel as "k=v,k=v", by key.
+func selectorString(sel map[string]string) string {
+	keys := make([]string, 0, len(sel))
+	for k := range sel {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		keys[i] = k + "=" + sel[k]
+	}
+	return strings.Join(keys, ",")
+}
 
 // Place chooses a node for sb, sets sb.Node and records sb there through
 // the store's Place, trying the next candidate when a node turns out to be
@@ -496,6 +513,7 @@ func (s *Scheduler) dispatch(st *loopState) {
 		}
 		j.dec = rank(st.view, &j.req, now, o)
 		j.dec.Refused = refused
+		j.dec.Selector, j.dec.Spread = j.req.Selector, j.req.Spread
 		if len(j.dec.Candidates) == 0 {
 			if !j.fresh {
 				// The view may be behind the store (sandboxes deleted,
@@ -512,6 +530,14 @@ func (s *Scheduler) dispatch(st *loopState) {
 		}
 		j.node = j.dec.Candidates[0].Node
 		j.sb.Node = j.node
+		// The decision goes into the row the store records, as its
+		// placement record: one write, in the batch's transaction. An
+		// update afterwards would be a second write per create, and
+		// one of a row this process's node may not own (the fenced
+		// view refuses it).
+		rec := j.dec
+		rec.Node = j.node
+		j.sb.Placement, _ = json.Marshal(rec)
 		a := &adjust{node: j.node, res: holds(j.sb), template: j.sb.TemplateVersion}
 		st.apply(a, 1)
 		st.adjusts = append(st.adjusts, a)

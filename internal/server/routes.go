@@ -70,6 +70,7 @@ func (s *Server) routes() []route {
 		{"POST", sandboxPath + "/timeout", true, s.setTimeout},
 		{"GET", sandboxPath + "/metrics", true, s.getMetrics},
 		{"GET", sandboxPath + "/network", true, s.getNetwork},
+		{"GET", sandboxPath + "/placement", true, s.getPlacement},
 		{"PUT", sandboxPath + "/network", true, s.setNetwork},
 		{"PUT", sandboxPath + "/ports", true, s.setPorts},
 		{"GET", sandboxPath + "/ports/{port}", true, s.getPortURL},

@@ -34,6 +34,14 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	switch r.URL.Query().Get("explain") {
+	case "", "0", "false":
+	case "1", "true":
+		req.Explain = true
+	default:
+		s.writeError(w, r, fmt.Errorf("%w: explain: want 1 or 0", errdefs.ErrInvalid))
+		return
+	}
 	sb, err := s.cfg.Sandboxes.Create(r.Context(), req)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -217,6 +225,19 @@ func (s *Server) getNetwork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, n)
+}
+
+func (s *Server) getPlacement(w http.ResponseWriter, r *http.Request) {
+	id, ok := sandboxID(w, r)
+	if !ok {
+		return
+	}
+	p, err := s.cfg.Sandboxes.Placement(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
 }
 
 func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request) {

@@ -61,6 +61,10 @@ type Sandboxes interface {
 	// GetNetwork returns a sandbox's network; errdefs.ErrUnavailable if the
 	// server runs sandboxes without networking.
 	GetNetwork(ctx context.Context, id string) (api.SandboxNetwork, error)
+	// Placement returns how the cluster chose sandbox id's node;
+	// errdefs.ErrConflict on a single machine, ErrNotFound for a sandbox
+	// the scheduler did not place.
+	Placement(ctx context.Context, id string) (api.Placement, error)
 	// SetNetwork replaces a sandbox's egress policy (already checked); a
 	// running sandbox's connections that the new policy forbids are cut.
 	SetNetwork(ctx context.Context, id string, req api.NetworkPolicy) (api.SandboxNetwork, error)

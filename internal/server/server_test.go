@@ -339,6 +339,14 @@ func (m *memSandboxes) ArchiveSnapshot(ctx context.Context, snapID string) (api.
 
 // GetNetwork answers like a server with networking, unless the sandbox is
 // labelled nonet=1.
+// Placement answers as a single machine does.
+func (m *memSandboxes) Placement(ctx context.Context, id string) (api.Placement, error) {
+	if _, err := m.Get(ctx, id); err != nil {
+		return api.Placement{}, err
+	}
+	return api.Placement{}, fmt.Errorf("%w: this server is a single machine", errdefs.ErrConflict)
+}
+
 func (m *memSandboxes) GetNetwork(ctx context.Context, id string) (api.SandboxNetwork, error) {
 	sb, err := m.Get(ctx, id)
 	if err != nil {
@@ -981,5 +989,27 @@ func TestStatusTable(t *testing.T) {
 	}
 	if status, body := s.errorBody(r, errors.New("a bug")); status != http.StatusInternalServerError || body.Code != "internal" {
 		t.Errorf("an error of no kind: %d %s", status, body.Code)
+	}
+}
+
+// TestPlacementRoutes: ?explain takes 1/0 only, and a server answers the
+// placement of its sandboxes as its Sandboxes says (here a single
+// machine's: 409), another's or none as not found.
+func TestPlacementRoutes(t *testing.T) {
+	f := newFixture(t)
+	if resp, body := f.do("POST", "/v1/sandboxes?explain=maybe", nil); resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "explain") {
+		t.Errorf("create ?explain=maybe: %d %s, want 400 naming explain", resp.StatusCode, body)
+	}
+	resp, body := f.do("POST", "/v1/sandboxes?explain=1", nil)
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create ?explain=1: %d %s", resp.StatusCode, body)
+	}
+	sb := decode[api.Sandbox](t, body)
+	resp, body = f.do("GET", "/v1/sandboxes/"+sb.ID+"/placement", nil)
+	if e := decode[api.Error](t, body); resp.StatusCode != http.StatusConflict || e.Code != api.CodeConflict {
+		t.Errorf("placement on a single machine: %d %s, want 409 conflict", resp.StatusCode, body)
+	}
+	if resp, body := f.do("GET", "/v1/sandboxes/zzzzzzzzzzzzzzzzzzzz/placement", nil); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("placement of no sandbox: %d %s, want 404", resp.StatusCode, body)
 	}
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
@@ -27,6 +28,13 @@ type Sandbox struct {
 	// LostFrom is the state it was in when its node was fenced and it
 	// became api.StateLost (see Cluster.Expire).
 	LostFrom string
+	// Placement is the record of the scheduler's choice of its node (a
+	// scheduler.Decision as JSON), nil if it was not placed (a single
+	// machine's, a fork, a warm pool's, one from a snapshot). Create and
+	// Place write it with the row; Update leaves it as it is, and Get and
+	// List do not read it: it is a kilobyte or more that only the
+	// placement endpoint reads (Sandboxes.Placement).
+	Placement json.RawMessage
 	// api.Sandbox.Node is the cluster node that runs it ("" on a single
 	// machine); Slot is unique among that node's sandboxes.
 	// api.Sandbox.TemplateVersion is the version of Template it was made

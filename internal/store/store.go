@@ -7,7 +7,10 @@
 // proves itself with the conformance suite in store/storetest.
 package store
 
-import "context"
+import (
+	"context"
+	"encoding/json"
+)
 
 // Store is the contract. The promises below hold for every implementation,
 // and storetest checks each of them:
@@ -86,6 +89,10 @@ type Sandboxes interface {
 	Transitions(ctx context.Context, id string) ([]Transition, error)
 	// SnapshotUsers counts the sandboxes created from each snapshot.
 	SnapshotUsers(ctx context.Context) (map[string]int, error)
+	// Placement returns sandbox id's placement record (Sandbox.Placement),
+	// as Create or Place wrote it; nil if it has none. ErrNotFound if
+	// there is no such sandbox.
+	Placement(ctx context.Context, id string) (json.RawMessage, error)
 }
 
 // Snapshots are the snapshot rows.

@@ -38,6 +38,16 @@ type sandboxes struct {
 	pols  map[string]api.NetworkPolicy
 }
 
+// Placement answers as a cluster node does for a placed sandbox.
+func (s *sandboxes) Placement(ctx context.Context, id string) (api.Placement, error) {
+	if _, err := s.Get(ctx, id); err != nil {
+		return api.Placement{}, err
+	}
+	return api.Placement{Sandbox: id, Node: "n1", Passed: 1, Candidates: []api.PlacementCandidate{{Node: "n1", Score: 1.5,
+		Parts: []api.PlacementPart{{Term: "free", Value: 1, Weighted: 1}}}},
+		Filtered: []api.PlacementFiltered{{Node: "n2", Filter: "schedule", Reason: "cordoned"}}}, nil
+}
+
 func (s *sandboxes) GetNetwork(ctx context.Context, id string) (api.SandboxNetwork, error) {
 	if _, err := s.Get(ctx, id); err != nil {
 		return api.SandboxNetwork{}, err
@@ -365,6 +375,14 @@ func TestNetwork(t *testing.T) {
 	}
 	if _, err := c.GetNetwork(ctx, "zzzzzzzzzzzzzzzzzzzz"); !errors.Is(err, atoll.ErrNotFound) {
 		t.Errorf("GetNetwork of an unknown sandbox: %v", err)
+	}
+	p, err := c.GetPlacement(ctx, id)
+	if err != nil || p.Node != "n1" || len(p.Candidates) != 1 || p.Candidates[0].Parts[0].Term != "free" ||
+		len(p.Filtered) != 1 || p.Filtered[0].Reason != "cordoned" {
+		t.Errorf("GetPlacement = %+v, %v", p, err)
+	}
+	if _, err := c.GetPlacement(ctx, "zzzzzzzzzzzzzzzzzzzz"); !errors.Is(err, atoll.ErrNotFound) {
+		t.Errorf("GetPlacement of an unknown sandbox: %v", err)
 	}
 }
 

@@ -15,6 +15,15 @@ func (c *Client) CreateSandbox(ctx context.Context, req api.CreateSandboxRequest
 	return sb, err
 }
 
+// GetPlacement returns how the cluster chose sandbox id's node. A single
+// machine answers ErrConflict (nothing is placed there); a sandbox the
+// scheduler did not place, ErrNotFound.
+func (c *Client) GetPlacement(ctx context.Context, id string) (api.Placement, error) {
+	var p api.Placement
+	err := c.do(ctx, request{method: "GET", path: sandboxPath(id, "/placement")}, &p)
+	return p, err
+}
+
 // GetSandbox returns the sandbox id.
 func (c *Client) GetSandbox(ctx context.Context, id string) (api.Sandbox, error) {
 	var sb api.Sandbox

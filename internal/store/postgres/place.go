@@ -82,8 +82,8 @@ func checkPlacement(sb *store.Sandbox) error {
 // inserted. Parameters: each sandbox's args, then the transitions' time.
 func insertPlaced(n int) string {
 	var b strings.Builder
-	b.WriteString(`WITH ins AS (INSERT INTO sandboxes (` + columns + `) VALUES `)
-	const per = 32 // len(args(sb))
+	b.WriteString(`WITH ins AS (INSERT INTO sandboxes (` + insertColumns + `) VALUES `)
+	per := placedArgs
 	for i := range n {
 		if i > 0 {
 			b.WriteString(", ")
@@ -105,6 +105,9 @@ RETURNING sandbox_id`, n*per+1)
 
 // maxInsert is the most sandboxes one statement inserts.
 const maxInsert = 1000
+
+// placedArgs is the number of parameters of one sandbox's row: len(insertArgs(sb)).
+const placedArgs = 33
 
 // place is Place, or through a view (as not nil) Create: on as's node,
 // which must be live under as's epoch, schedulable or not.
@@ -244,7 +247,7 @@ func placeTx(ctx context.Context, tx pgx.Tx, sbs []*store.Sandbox, todo []int, e
 		exists[sb.ID] = true // a second placement of it in this batch
 		t.take(sb)
 		sb.Tenant = tenantOf(sb.Tenant)
-		values = append(values, args(sb)...)
+		values = append(values, insertArgs(sb)...)
 		queued = append(queued, i)
 	}
 	if len(queued) == 0 {
@@ -252,7 +255,7 @@ func placeTx(ctx context.Context, tx pgx.Tx, sbs []*store.Sandbox, todo []int, e
 	}
 	// In statements of at most maxInsert rows: PostgreSQL takes 65,535
 	// parameters at most.
-	const per = 32
+	const per = placedArgs
 	var inserted []string
 	now := time.Now()
 	for len(values) > 0 {

@@ -62,7 +62,7 @@ func (s *Store) Create(ctx context.Context, sb *store.Sandbox) error {
 		if err := versionExists(ctx, tx, sb.TemplateVersion); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, insertSandbox, args(sb)...); err != nil {
+		if _, err := tx.Exec(ctx, insertSandbox, insertArgs(sb)...); err != nil {
 			return fmt.Errorf("inserting sandbox: %w", err)
 		}
 		return transition(ctx, tx, sb.ID, "", sb.State, "")
@@ -77,8 +77,35 @@ func (s *Store) Create(ctx context.Context, sb *store.Sandbox) error {
 	return err
 }
 
-const insertSandbox = `INSERT INTO sandboxes (` + columns + `) VALUES
-	($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28,$29,$30,$31,$32)`
+const insertSandbox = `INSERT INTO sandboxes (` + insertColumns + `) VALUES
+	($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28,$29,$30,$31,$32,$33)`
+
+// insertColumns are what an insert writes: columns, and the placement
+// record, written once and read only by Placement.
+const insertColumns = columns + `, placement`
+
+// insertArgs are sb's values for insertColumns.
+func insertArgs(sb *store.Sandbox) []any {
+	return append(args(sb), string(sb.Placement))
+}
+
+// Placement returns sandbox id's placement record.
+func (s *Store) Placement(ctx context.Context, id string) (json.RawMessage, error) {
+	if !storable(id) {
+		return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	var rec string
+	err := s.read(ctx, func(q querier) error {
+		return q.QueryRow(ctx, `SELECT placement FROM sandboxes WHERE id = $1`, id).Scan(&rec)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	if err != nil || rec == "" {
+		return nil, err
+	}
+	return json.RawMessage(rec), nil
+}
 
 // freeSlot is the lowest slot no sandbox of node holds.
 func freeSlot(ctx context.Context, tx pgx.Tx, node string) (int, error) {
@@ -314,10 +341,13 @@ func checkText(sb *store.Sandbox) error {
 			}
 		}
 	}
-	for _, v := range []string{sb.ID, sb.State, sb.Template, sb.TemplateVersion, sb.Runtime, sb.Error, sb.Socket, sb.FromSnapshot, sb.Tenant, sb.Node, sb.LostFrom} {
+	for _, v := range []string{sb.ID, sb.State, sb.Template, sb.TemplateVersion, sb.Runtime, sb.Error, sb.Socket, sb.FromSnapshot, sb.Tenant, sb.Node, sb.LostFrom, string(sb.Placement)} {
 		if !storable(v) {
 			return fmt.Errorf("%w: sandbox %.40q: text with a NUL or not UTF-8", errdefs.ErrInvalid, sb.ID)
 		}
+	}
+	if len(sb.Placement) > 0 && !json.Valid(sb.Placement) {
+		return fmt.Errorf("%w: sandbox %.40q: placement record is not JSON", errdefs.ErrInvalid, sb.ID)
 	}
 	return nil
 }

@@ -180,6 +180,9 @@ var added = []struct{ table, column, def string }{
 	// state a lost sandbox was in.
 	{"sandboxes", "node", "TEXT NOT NULL DEFAULT ''"},
 	{"sandboxes", "lost_from", "TEXT NOT NULL DEFAULT ''"},
+	// The placement record (store.Sandbox.Placement), JSON; '' for none,
+	// as every sandbox of one machine.
+	{"sandboxes", "placement", "TEXT NOT NULL DEFAULT ''"},
 }
 
 // migrate adds the columns a database made by an older version lacks, and
@@ -282,13 +285,13 @@ func create(ctx context.Context, tx *sql.Tx, sb *store.Sandbox) error {
 	}
 	env, _ := json.Marshal(orEmpty(sb.Env))
 	labels, _ := json.Marshal(orEmpty(sb.Labels))
-	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`, placement) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		sb.ID, sb.State, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
 		string(env), string(labels), sb.Error, sb.Slot, unixNano(sb.CreatedAt),
 		nanos(sb.StartedAt), nanos(sb.StoppedAt), sb.PID, int64(sb.StartTime), sb.Socket,
 		sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec, sb.FromSnapshot,
 		sb.AutoArchiveSec, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant), sb.TemplateVersion, sb.AutoResume,
-		sb.Node, sb.LostFrom)
+		sb.Node, sb.LostFrom, string(sb.Placement))
 	if err != nil {
 		return fmt.Errorf("inserting sandbox: %w", uniqueConflict(err, "sandbox "+sb.ID))
 	}
@@ -569,6 +572,9 @@ func checkText(sb *store.Sandbox) error {
 			}
 		}
 	}
+	if len(sb.Placement) > 0 && !json.Valid(sb.Placement) {
+		return fmt.Errorf("%w: sandbox %.40q: placement record is not JSON", errdefs.ErrInvalid, sb.ID)
+	}
 	return nil
 }
 
@@ -752,6 +758,20 @@ func (s *Store) snapshots(ctx context.Context, where string, args ...any) ([]sto
 		out = append(out, sn)
 	}
 	return out, rows.Err()
+}
+
+// Placement returns sandbox id's placement record: not read by Get and
+// List (see store.Sandbox.Placement).
+func (s *Store) Placement(ctx context.Context, id string) (json.RawMessage, error) {
+	var rec string
+	err := s.rdb.QueryRowContext(ctx, `SELECT placement FROM sandboxes WHERE id = ?`, id).Scan(&rec)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	if err != nil || rec == "" {
+		return nil, err
+	}
+	return json.RawMessage(rec), nil
 }
 
 // SnapshotUsers counts the sandboxes created from each snapshot.

@@ -44,6 +44,7 @@ func Cluster(t *testing.T, open OpenCluster) {
 		{"CollectRacesPlace", testCollectRacesPlace},
 		{"Secret", testSecret},
 		{"HostileNodes", testHostileNodes},
+		{"PlacePlacement", testPlacePlacement},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, fresh(t)) })
 	}

@@ -49,6 +49,7 @@ func Run(t *testing.T, open Open) {
 		{"HostileIDs", testHostileIDs},
 		{"HostileValues", testHostileValues},
 		{"Nodes", testNodes},
+		{"Placement", testPlacement},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, s) })
 	}

@@ -79,6 +79,9 @@ type Config struct {
 	Nodes int
 	// Args are extra `atoll serve` flags for every node.
 	Args []string
+	// NodeArgs, if set, are extra flags for node i (1, 2, ...) after
+	// Args: its --node-label, say.
+	NodeArgs func(i int) []string
 	// Cluster makes the nodes one cluster (atoll serve --cluster): its
 	// state in a schema of its own on the PostgreSQL server of
 	// ATOLL_TEST_POSTGRES_URL, dropped when the test ends, its blobs on the
@@ -306,6 +309,9 @@ func (c *Cluster) newNode(i int, cfg Config) *Node {
 		"--cgroup-parent", n.CgroupParent,
 		"--layer-image-size", fmt.Sprint(int64(8 << 30)),
 	}, cfg.Args)
+	if cfg.NodeArgs != nil {
+		n.args = append(n.args, cfg.NodeArgs(i)...)
+	}
 	return n
 }
 
