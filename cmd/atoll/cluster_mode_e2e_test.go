@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -137,6 +138,26 @@ func TestClusterMode(t *testing.T) {
 			}
 		}
 	}
+
+	// A client given several nodes' URLs (ATOLL_URL=URL1,URL2) goes on to
+	// the next when one is down.
+	cl.Nodes[0].Stop()
+	hc := &http.Client{Transport: &http.Transport{DialContext: cl.DialLAN}}
+	multi := atoll.New(cl.Nodes[0].URL+","+cl.Nodes[1].URL, cl.Nodes[0].Key, atoll.WithHTTPClient(hc))
+	for _, sb := range sbs {
+		if sb.Node == cl.Nodes[0].Name() {
+			// Its node is down: a clean 503, not a hang or a 500.
+			var out strings.Builder
+			if _, err := multi.Exec(ctx, sb.ID, api.ExecRequest{Shell: "true"}, &out, &out); !errors.Is(err, atoll.ErrUnavailable) {
+				t.Errorf("exec in %s, whose node is down: %v, want unavailable", sb.ID, err)
+			}
+			continue
+		}
+		if out, code := sh(t, multi, sb.ID, "cat /tmp/f"); code != 0 || !strings.HasSuffix(out, sb.ID) {
+			t.Errorf("exec in %s (on %s) with node 1 down, over %s,%s: %q exit %d", sb.ID, sb.Node, cl.Nodes[0].URL, cl.Nodes[1].URL, out, code)
+		}
+	}
+	cl.Nodes[0].Start()
 
 	// Deletes through node 3 free the capacity everywhere.
 	for _, sb := range sbs {

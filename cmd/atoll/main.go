@@ -60,7 +60,8 @@ func newRootCmd() *cobra.Command {
 
 The server is found from --url and --api-key, else $ATOLL_URL and $ATOLL_API_KEY,
 else the files url and api-key that a local "atoll serve" writes into its data
-directory (--data).`,
+directory (--data). For a cluster, the URL may list several nodes, separated by
+commas: a node that cannot be reached is skipped.`,
 		Example: `  id=$(atoll create --template host --label project=demo)
   atoll exec $id -- uname -a
   atoll cp ./src $id:/work/src
@@ -74,7 +75,7 @@ directory (--data).`,
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.url, "url", "", "server URL (default $ATOLL_URL, else <data>/url)")
+	pf.StringVar(&g.url, "url", "", "server URL, or several nodes' URLs separated by commas (default $ATOLL_URL, else <data>/url)")
 	pf.StringVar(&g.apiKey, "api-key", "", "API key (default $ATOLL_API_KEY, else <data>/api-key)")
 	pf.StringVar(&g.data, "data", "/var/lib/atoll", "data directory of the local server")
 

@@ -21,17 +21,23 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
 )
 
-// Client talks to one atoll server. It is safe for concurrent use.
+// Client talks to an atoll server, or to any of the nodes of a cluster. It
+// is safe for concurrent use.
 type Client struct {
-	base      string // without a trailing slash
+	// bases are the servers' URLs, without trailing slashes; requests go
+	// to bases[cur] until it cannot be reached.
+	bases     []string
+	cur       atomic.Int32
 	key       string
 	hc        *http.Client
 	userAgent string
@@ -62,10 +68,22 @@ func WithBusyRetries(n int) Option { return func(c *Client) { c.busyRetries = n 
 const defaultBusyRetries = 30
 
 // New returns a Client of the server at baseURL (e.g. "http://localhost:7070")
-// authenticating with apiKey.
+// authenticating with apiKey. baseURL may name several servers, separated by
+// commas: the nodes of a cluster, each of which answers the whole API. The
+// Client uses one until it cannot connect to it, then the next: a request
+// that could not connect (so never reached a server) is sent to the next
+// one, unless its body is a stream already handed over.
 func New(baseURL, apiKey string, opts ...Option) *Client {
-	c := &Client{base: strings.TrimRight(baseURL, "/"), key: apiKey, hc: http.DefaultClient, userAgent: "atoll-go",
+	c := &Client{key: apiKey, hc: http.DefaultClient, userAgent: "atoll-go",
 		busyRetries: defaultBusyRetries}
+	for _, b := range strings.Split(baseURL, ",") {
+		if b = strings.TrimRight(strings.TrimSpace(b), "/"); b != "" {
+			c.bases = append(c.bases, b)
+		}
+	}
+	if len(c.bases) == 0 {
+		c.bases = []string{""}
+	}
 	for _, o := range opts {
 		o(c)
 	}
@@ -95,7 +113,7 @@ func (c *Client) newRequest(ctx context.Context, r request) (*http.Request, erro
 		}
 		body, ctype = bytes.NewReader(b), "application/json"
 	}
-	u := c.base + r.path
+	u := c.base() + r.path
 	if len(r.query) > 0 {
 		u += "?" + r.query.Encode()
 	}
@@ -138,14 +156,33 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 	}
 }
 
+// base is the URL of the server requests go to now.
+func (c *Client) base() string { return c.bases[int(c.cur.Load())%len(c.bases)] }
+
+// unreachable reports whether err is a failure to connect: the request
+// never reached a server, so it can go to another.
+func unreachable(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
 func (c *Client) sendOnce(ctx context.Context, r request) (*http.Response, error) {
-	req, err := c.newRequest(ctx, r)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return nil, err
+	var resp *http.Response
+	for try := 0; ; try++ {
+		cur := c.cur.Load()
+		req, err := c.newRequest(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		resp, err = c.hc.Do(req)
+		if err == nil {
+			break
+		}
+		if try+1 >= len(c.bases) || r.body != nil || !unreachable(err) || ctx.Err() != nil {
+			return nil, err
+		}
+		// The next server, unless another request moved on already.
+		c.cur.CompareAndSwap(cur, (cur+1)%int32(len(c.bases)))
 	}
 	if resp.StatusCode/100 != 2 {
 		defer resp.Body.Close()

@@ -34,7 +34,7 @@ type Terminal struct {
 func (c *Client) Terminal(ctx context.Context, id string, pid int) (*Terminal, error) {
 	h := http.Header{}
 	c.authorize(h)
-	conn, resp, err := websocket.Dial(ctx, c.base+processPath(id, pid, "/ws"), &websocket.DialOptions{
+	conn, resp, err := websocket.Dial(ctx, c.base()+processPath(id, pid, "/ws"), &websocket.DialOptions{
 		HTTPClient: c.hc,
 		HTTPHeader: h,
 	})
