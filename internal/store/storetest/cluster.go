@@ -42,6 +42,7 @@ func Cluster(t *testing.T, open OpenCluster) {
 		{"PlaceConcurrent", testPlaceConcurrent},
 		{"As", testAs},
 		{"Secret", testSecret},
+		{"Move", testMove},
 		{"HostileNodes", testHostileNodes},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, fresh(t)) })
