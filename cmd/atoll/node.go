@@ -60,6 +60,11 @@ func newNodeListCmd(g *globals) *cobra.Command {
 				if sched == "" {
 					sched = "-"
 				}
+				if d := n.Drain; d != nil && len(d.Left) > 0 {
+					sched += fmt.Sprintf(" (%d left)", len(d.Left))
+				} else if d != nil {
+					sched += " (done)"
+				}
 				lease := "expired " + now.Sub(n.LeaseExpires).Round(time.Second).String() + " ago"
 				if n.LeaseExpires.After(now) {
 					lease = "renewed " + now.Sub(n.Heartbeat).Round(time.Second).String() + " ago"

@@ -65,6 +65,12 @@ func renderInspect(w io.Writer, sb api.Sandbox, now time.Time) error {
 	if sb.AutoStopSec > 0 {
 		line("Auto-stop", "after "+formatSeconds(sb.AutoStopSec)+" idle")
 	}
+	if sb.CheckpointEverySec > 0 {
+		line("Checkpoints", "every "+formatSeconds(sb.CheckpointEverySec))
+	}
+	if sb.RestoredFrom != "" {
+		line("Restored from", sb.RestoredFrom)
+	}
 	if sb.AutoArchiveSec > 0 {
 		line("Auto-archive", formatSeconds(sb.AutoArchiveSec)+" after it stops")
 	}

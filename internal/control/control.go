@@ -81,6 +81,9 @@ type Config struct {
 	// machine.
 	Placer Placer
 	Peers  Peers
+	// Mover hands sandboxes to other nodes (move.go): a drain's and a
+	// lost sandbox's restore; nil on a single machine.
+	Mover  Mover
 	Logger *slog.Logger
 }
 
@@ -105,6 +108,7 @@ type Service struct {
 	name      string
 	placer    Placer
 	peers     Peers
+	mover     Mover
 	layers    *layers.Store
 	runtimes  map[string]runtime.Runtime
 	agentPath string
@@ -130,6 +134,9 @@ type Service struct {
 	// auto-stop. It is not durable: a restart counts as activity.
 	activityMu sync.Mutex
 	activity   map[string]time.Time
+	// checkpointed is when each sandbox's last checkpoint was taken here
+	// (checkpoint.go), under activityMu.
+	checkpointed map[string]time.Time
 
 	archive blob.Store
 	// moving holds the progress of archives and restores in flight, by
@@ -194,25 +201,27 @@ func New(cfg Config) (*Service, error) {
 	}
 	netm, netPool := n.Network()
 	s := &Service{
-		admit:       newAdmission(cfg.CreateConcurrency, cfg.CreateQueue),
-		store:       cfg.Store,
-		name:        n.Name(),
-		placer:      cfg.Placer,
-		peers:       cfg.Peers,
-		fenced:      map[string]bool{},
-		layers:      n.Layers(),
-		runtimes:    n.Runtimes(),
-		unavailable: n.Unavailable(),
-		agentPath:   n.AgentPath(),
-		defaults:    cfg.Defaults,
-		log:         cfg.Logger,
-		locks:       map[string]*sync.Mutex{},
-		archive:     cfg.Archive,
-		activity:    map[string]time.Time{},
-		moving:      map[string]*counter{},
-		net:         netm,
-		netPool:     netPool,
-		checkpoints: n.CheckpointDir(),
+		admit:        newAdmission(cfg.CreateConcurrency, cfg.CreateQueue),
+		store:        cfg.Store,
+		name:         n.Name(),
+		placer:       cfg.Placer,
+		peers:        cfg.Peers,
+		mover:        cfg.Mover,
+		checkpointed: map[string]time.Time{},
+		fenced:       map[string]bool{},
+		layers:       n.Layers(),
+		runtimes:     n.Runtimes(),
+		unavailable:  n.Unavailable(),
+		agentPath:    n.AgentPath(),
+		defaults:     cfg.Defaults,
+		log:          cfg.Logger,
+		locks:        map[string]*sync.Mutex{},
+		archive:      cfg.Archive,
+		activity:     map[string]time.Time{},
+		moving:       map[string]*counter{},
+		net:          netm,
+		netPool:      netPool,
+		checkpoints:  n.CheckpointDir(),
 	}
 	s.tmpls = templates.New(templates.Config{
 		Store: cfg.Store, Layers: s.layers, Runtimes: s.runtimes,
@@ -366,6 +375,10 @@ func (s *Service) validate(req *api.CreateSandboxRequest) error {
 		return bad("auto_archive_sec must be between 0 and %d", maxPolicySec)
 	case req.AutoArchiveSec > 0 && s.archive == nil:
 		return fmt.Errorf("%w: this server has no archive store for auto_archive_sec", errdefs.ErrUnavailable)
+	case req.CheckpointEverySec < 0 || req.CheckpointEverySec > maxPolicySec:
+		return bad("checkpoint_every_sec must be between 0 and %d", maxPolicySec)
+	case req.CheckpointEverySec > 0 && s.archive == nil:
+		return fmt.Errorf("%w: this server has no archive store for checkpoint_every_sec", errdefs.ErrUnavailable)
 	}
 	if _, err := s.checkPolicy(req.Runtime, req.Network); err != nil {
 		return err
@@ -450,6 +463,7 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 		Env: req.Env, Labels: req.Labels, CreatedAt: time.Now().UTC(),
 		Ephemeral: req.Ephemeral, AutoDeleteSec: req.AutoDeleteSec, AutoStopSec: req.AutoStopSec,
 		AutoArchiveSec: req.AutoArchiveSec, AutoResume: req.AutoResume, Ports: portAccess(req.Ports),
+		CheckpointEverySec: req.CheckpointEverySec,
 	}, TimeoutSec: req.TimeoutSec, FromSnapshot: req.Snapshot, Policy: policy, Tenant: tenant.Of(ctx)}
 	// In a cluster a new sandbox goes where the placer says; one from a
 	// snapshot stays with the snapshot's files, on this node.
@@ -779,6 +793,11 @@ func (s *Service) stopLocked(ctx context.Context, sb *store.Sandbox, reason stri
 // Start runs a stopped sandbox again over the files it left.
 func (s *Service) Start(ctx context.Context, id string) (api.Sandbox, error) {
 	ctx = context.WithoutCancel(ctx)
+	// A lost sandbox is no node's: whichever node is asked restores it
+	// (move.go).
+	if sb, err := s.get(ctx, id); err == nil && sb.State == api.StateLost && sb.Node != s.name {
+		return s.restoreLost(ctx, sb)
+	}
 	sb, unlock, err := s.acquire(ctx, id, "")
 	if err != nil {
 		return api.Sandbox{}, err
@@ -821,6 +840,9 @@ func (s *Service) restartLocked(ctx context.Context, sb *store.Sandbox) error {
 // Delete removes a sandbox and everything it holds.
 func (s *Service) Delete(ctx context.Context, id string) error {
 	ctx = context.WithoutCancel(ctx)
+	if sb, err := s.get(ctx, id); err == nil && sb.State == api.StateLost && sb.Node != s.name {
+		return s.deleteLost(ctx, sb)
+	}
 	sb, unlock, err := s.acquire(ctx, id, "")
 	if err != nil {
 		return err
@@ -863,6 +885,10 @@ func (s *Service) deleteLocked(ctx context.Context, sb store.Sandbox) error {
 	if s.archive != nil {
 		if err := s.archive.Delete(ctx, archiveKey(sb.ID)); err != nil && !isNotExist(err) {
 			s.log.Error("removing archive", "sandbox", sb.ID, "err", err)
+			return fmt.Errorf("%w: deleting sandbox failed; try again", errdefs.ErrUnavailable)
+		}
+		if err := s.removeCheckpoints(ctx, sb.ID); err != nil {
+			s.log.Error("removing checkpoints", "sandbox", sb.ID, "err", err)
 			return fmt.Errorf("%w: deleting sandbox failed; try again", errdefs.ErrUnavailable)
 		}
 	}

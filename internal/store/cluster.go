@@ -136,6 +136,18 @@ type NodeStatus struct {
 	// Pooled counts the warm sandboxes the node holds, by template
 	// version ID ("" the built-in).
 	Pooled map[string]int `json:"pooled,omitempty"`
+	// Drain is how the node's drain went, while its schedule is draining.
+	Drain *DrainStatus `json:"drain,omitempty"`
+}
+
+// DrainStatus is what a draining node reports of its last drain round.
+type DrainStatus struct {
+	Moved int       `json:"moved"` // sandboxes moved away since the drain began
+	At    time.Time `json:"at"`    // of the last round
+	// Left are the sandboxes still on the node, by ID, each with why:
+	// the drain is complete when there are none.
+	Left  map[string]string `json:"left,omitempty"`
+	Error string            `json:"error,omitempty"`
 }
 
 // Holds reports what a sandbox in state holds on its node: compute (its CPU

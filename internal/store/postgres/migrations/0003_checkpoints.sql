@@ -1,0 +1,3 @@
+-- Periodic checkpoints of a running sandbox to object storage (cluster
+-- mode), for a lost one to be restored from.
+ALTER TABLE sandboxes ADD COLUMN checkpoint_every_sec bigint NOT NULL DEFAULT 0;
