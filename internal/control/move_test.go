@@ -1,0 +1,121 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/blob"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/store"
+	"github.com/atoll-dev/atoll/internal/testenv"
+)
+
+// noRoom is a cluster whose other nodes are all full.
+type noRoom struct{}
+
+func (noRoom) Move(_ context.Context, sb store.Sandbox, _ string) (store.Sandbox, error) {
+	return store.Sandbox{}, fmt.Errorf("no other node has room for sandbox %s: %w", sb.ID, store.ErrNoRoom)
+}
+
+func (noRoom) DeleteLost(context.Context, store.Sandbox, func() error) error { return errdefs.ErrUnavailable }
+
+// TestDrainNoRoom checks what a drain leaves when no node has room: a
+// running sandbox is running again here over its own files, a stopped one
+// is archived here (a start brings it back), and the report lists both
+// with why.
+func TestDrainNoRoom(t *testing.T) {
+	ctx := context.Background()
+	bucket, err := blob.Open(ctx, "file://"+filepath.Join(testenv.Dir(t), "bucket"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newClusterNode(t, "a", nil, Config{Archive: bucket, Mover: noRoom{}})
+	run, err := a.Create(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped, err := a.Create(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Stop(ctx, stopped.ID); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := a.Drain(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Moved != 0 || len(rep.Left) != 2 || !strings.Contains(rep.Left[run.ID], "no other node has room") {
+		t.Fatalf("drain report %+v", rep)
+	}
+	sb, err := a.Get(ctx, run.ID)
+	if err != nil || sb.State != api.StateRunning || sb.Node != "a" || !a.alive(t, run.ID) {
+		t.Errorf("the running sandbox after a drain with no room: %s on %s, %v", sb.State, sb.Node, err)
+	}
+	if keys, _ := bucket.List(ctx, archiveKey(run.ID)); len(keys) != 0 {
+		t.Errorf("its archive is left in object storage: %v", keys)
+	}
+	sb, err = a.Get(ctx, stopped.ID)
+	if err != nil || sb.State != api.StateArchived || sb.Node != "a" {
+		t.Errorf("the stopped sandbox after a drain with no room: %s on %s, %v", sb.State, sb.Node, err)
+	}
+	if sb, err := a.Start(ctx, stopped.ID); err != nil || sb.State != api.StateRunning {
+		t.Errorf("start of the archived one, here: %s, %v", sb.State, err)
+	}
+}
+
+// TestCheckpoint checks that a checkpoint of a running sandbox reaches
+// object storage under a key whose time is the latest, that a newer one
+// replaces it, and that delete removes them.
+func TestCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	bucket, err := blob.Open(ctx, "file://"+filepath.Join(testenv.Dir(t), "bucket"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newClusterNode(t, "a", nil, Config{Archive: bucket})
+	if _, err := a.Create(ctx, api.CreateSandboxRequest{CheckpointEverySec: -1}); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("checkpoint_every_sec -1: %v, want invalid", err)
+	}
+	sb, err := a.Create(ctx, api.CreateSandboxRequest{CheckpointEverySec: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.CheckpointEverySec != 1 {
+		t.Errorf("created with checkpoint_every_sec %d", sb.CheckpointEverySec)
+	}
+	row, _ := a.st.Get(ctx, sb.ID)
+	var last string
+	for i := range 2 {
+		t0 := time.Now()
+		unlock := a.lock(sb.ID)
+		err := a.checkpoint(ctx, row)
+		unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, at, err := a.latestCheckpoint(ctx, sb.ID)
+		if err != nil || key == "" || at.Before(t0.Add(-time.Millisecond)) || key == last {
+			t.Fatalf("checkpoint %d: latest %q at %s (%v), previous %q", i, key, at, err, last)
+		}
+		if keys, _ := bucket.List(ctx, checkpointPrefix(sb.ID)); len(keys) != 1 {
+			t.Errorf("checkpoint %d: objects %v, want only the latest", i, keys)
+		}
+		last = key
+	}
+	if a.layers.SnapshotExists(checkpointSnapshot(sb.ID)) {
+		t.Error("the checkpoint's local snapshot is left")
+	}
+	if err := a.Delete(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if keys, _ := bucket.List(ctx, checkpointPrefix(sb.ID)); len(keys) != 0 {
+		t.Errorf("checkpoints after the delete: %v", keys)
+	}
+}
