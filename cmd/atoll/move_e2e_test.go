@@ -177,8 +177,17 @@ func TestClusterRestoreLost(t *testing.T) {
 	c1, c2 := cl.Nodes[0].Client(), cl.Nodes[1].Client()
 	sbs := onNode1(t, cl,
 		api.CreateSandboxRequest{CPU: 1, MemoryMiB: 256, DiskGiB: 2, CheckpointEverySec: 2, Labels: map[string]string{"k": "v"}},
-		api.CreateSandboxRequest{CPU: 1, MemoryMiB: 256})
-	cp, bare := sbs[0], sbs[1]
+		api.CreateSandboxRequest{CPU: 1, MemoryMiB: 256, DiskGiB: 2},
+		api.CreateSandboxRequest{CPU: 1, MemoryMiB: 256, DiskGiB: 2, CheckpointEverySec: 3600})
+	cp, bare, hourly := sbs[0], sbs[1], sbs[2]
+	// Stopped, a checkpointing sandbox's last checkpoint has all its
+	// files, however long its interval.
+	if _, err := c1.WriteFile(ctx, hourly.ID, "/root/f", strings.NewReader("written before the stop"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c1.StopSandbox(ctx, hourly.ID); err != nil {
+		t.Fatal(err)
+	}
 	if cp.CheckpointEverySec != 2 {
 		t.Errorf("created with checkpoint_every_sec %d", cp.CheckpointEverySec)
 	}
@@ -225,6 +234,13 @@ func TestClusterRestoreLost(t *testing.T) {
 	// Through any node, the record says where it went and why.
 	if sb, err := cl.Nodes[2].Client().GetSandbox(ctx, cp.ID); err != nil || sb.Node != got.Node || sb.State != api.StateRunning {
 		t.Errorf("record after the restore: %s on %s, %v", sb.State, sb.Node, err)
+	}
+
+	got, err = c2.StartSandbox(ctx, hourly.ID)
+	if err != nil || got.State != api.StateRunning || !strings.HasPrefix(got.RestoredFrom, "checkpoint ") {
+		t.Errorf("restore of the stopped one: %s, %q, %v", got.State, got.RestoredFrom, err)
+	} else if f := readFile(t, c2, hourly.ID, "/root/f"); f != "written before the stop" {
+		t.Errorf("after the restore of the stopped one /root/f is %q", f)
 	}
 
 	_, err = c2.StartSandbox(ctx, bare.ID)

@@ -787,7 +787,17 @@ func (s *Service) stopLocked(ctx context.Context, sb *store.Sandbox, reason stri
 	sb.State, sb.Error, sb.StoppedAt = api.StateStopped, reason, &now
 	sb.PID, sb.StartTime, sb.Socket = 0, 0, ""
 	sb.ExpiresAt = nil
-	return s.setState(ctx, sb, api.StateStopping)
+	if err := s.setState(ctx, sb, api.StateStopping); err != nil {
+		return err
+	}
+	// A checkpointing sandbox's last checkpoint is of its files as it
+	// stopped: if its node is lost, it is restored with all of them.
+	if sb.CheckpointEverySec > 0 && !sb.Ephemeral && s.archive != nil && s.name != "" {
+		if err := s.checkpoint(ctx, *sb); err != nil {
+			s.log.Error("checkpoint at stop", "sandbox", sb.ID, "err", err)
+		}
+	}
+	return nil
 }
 
 // Start runs a stopped sandbox again over the files it left.

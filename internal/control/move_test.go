@@ -23,7 +23,9 @@ func (noRoom) Move(_ context.Context, sb store.Sandbox, _ string) (store.Sandbox
 	return store.Sandbox{}, fmt.Errorf("no other node has room for sandbox %s: %w", sb.ID, store.ErrNoRoom)
 }
 
-func (noRoom) DeleteLost(context.Context, store.Sandbox, func() error) error { return errdefs.ErrUnavailable }
+func (noRoom) DeleteLost(context.Context, store.Sandbox, func() error) error {
+	return errdefs.ErrUnavailable
+}
 
 // TestDrainNoRoom checks what a drain leaves when no node has room: a
 // running sandbox is running again here over its own files, a stopped one
@@ -100,6 +102,7 @@ func TestCheckpoint(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Logf("checkpoint %d (freeze, snapshot, thaw, upload of the snapshot) in %s", i, time.Since(t0).Round(time.Microsecond))
 		key, at, err := a.latestCheckpoint(ctx, sb.ID)
 		if err != nil || key == "" || at.Before(t0.Add(-time.Millisecond)) || key == last {
 			t.Fatalf("checkpoint %d: latest %q at %s (%v), previous %q", i, key, at, err, last)
