@@ -27,9 +27,19 @@ machine these commands answer that the server is not a cluster.`,
   atoll node drain node-b`,
 	}
 	cmd.AddCommand(newNodeListCmd(g),
-		newNodeScheduleCmd(g, "cordon", "Stop placing new sandboxes on nodes", (*atoll.Client).CordonNode),
-		newNodeScheduleCmd(g, "uncordon", "Let nodes take new sandboxes again", (*atoll.Client).UncordonNode),
-		newNodeScheduleCmd(g, "drain", "Cordon nodes and move their sandboxes to other nodes", (*atoll.Client).DrainNode))
+		newNodeScheduleCmd(g, "cordon", "Stop placing new sandboxes on nodes",
+			`Cordon nodes: the scheduler places no new sandbox on them; the sandboxes
+they run stay. "atoll node uncordon" undoes it.`, (*atoll.Client).CordonNode),
+		newNodeScheduleCmd(g, "uncordon", "Let nodes take new sandboxes again",
+			`Uncordon nodes: the scheduler places new sandboxes on them again. It also
+ends a drain; what was moved stays where it went.`, (*atoll.Client).UncordonNode),
+		newNodeScheduleCmd(g, "drain", "Cordon nodes and move their sandboxes to other nodes",
+			`Drain nodes: cordoned, each node moves its sandboxes to other nodes through
+object storage (docs/cluster.md): archived ones are handed over, stopped
+ones archived first, running ones stopped, archived, handed over and started
+again on their new node, with the same ID, labels, policy and files. What no
+other node has room for stays, and is tried again every 2 s; "atoll node ls"
+shows "draining (N left)" until it is "draining (done)".`, (*atoll.Client).DrainNode))
 	return cmd
 }
 
@@ -39,7 +49,12 @@ func newNodeListCmd(g *globals) *cobra.Command {
 		Use:     "ls",
 		Aliases: []string{"list"},
 		Short:   "List the nodes: capacity, committed, lease, schedule",
-		Args:    cobra.NoArgs,
+		Long: `List the cluster's nodes: each one's state (live, or fenced once its lease
+ran out), schedule (cordoned, draining, with how far the drain got), what its
+sandboxes hold of its capacity, its runtimes, version and lease.`,
+		Example: `  atoll node ls
+  atoll node ls --json`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
 			if err != nil {
@@ -89,11 +104,13 @@ func mib(m int64) string {
 	return fmt.Sprintf("%dMi", m)
 }
 
-func newNodeScheduleCmd(g *globals, verb, short string, do func(*atoll.Client, context.Context, string) error) *cobra.Command {
+func newNodeScheduleCmd(g *globals, verb, short, long string, do func(*atoll.Client, context.Context, string) error) *cobra.Command {
 	return &cobra.Command{
-		Use:   verb + " NODE...",
-		Short: short,
-		Args:  cobra.MinimumNArgs(1),
+		Use:     verb + " NODE...",
+		Short:   short,
+		Long:    long,
+		Example: "  atoll node " + verb + " node-b",
+		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
 			if err != nil {

@@ -182,6 +182,7 @@ func (s *Service) startOn(ctx context.Context, node, id string) (api.Sandbox, er
 func (s *Service) forget(id string) {
 	s.activityMu.Lock()
 	delete(s.activity, id)
+	delete(s.checkpointed, id)
 	s.activityMu.Unlock()
 	s.metrics.Forget(id)
 }
