@@ -61,6 +61,9 @@ type Sandbox struct {
 	AutoResume     bool       `json:"auto_resume,omitempty"`
 	// CheckpointEverySec: see CreateSandboxRequest.
 	CheckpointEverySec int64 `json:"checkpoint_every_sec,omitempty"`
+	// CheckpointedAt is when its latest checkpoint was taken (the object
+	// in object storage is whole).
+	CheckpointedAt *time.Time `json:"checkpointed_at,omitempty"`
 	// RestoredFrom is set in the answer to a start that restored a lost
 	// sandbox on another node: "archive", or "checkpoint TIME" (RFC 3339)
 	// of the checkpoint its files came from. The move's transition says

@@ -198,6 +198,9 @@ func TestClusterRestoreLost(t *testing.T) {
 	// Two intervals and a little: a checkpoint after the write reached
 	// object storage.
 	time.Sleep(5 * time.Second)
+	if sb, err := c1.GetSandbox(ctx, cp.ID); err != nil || sb.CheckpointedAt == nil || sb.CheckpointedAt.Before(written) {
+		t.Errorf("before the kill: checkpointed_at %v (written at %s), %v", sb.CheckpointedAt, written, err)
+	}
 	cl.Nodes[0].Kill()
 	killed := time.Now()
 

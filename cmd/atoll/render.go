@@ -66,7 +66,11 @@ func renderInspect(w io.Writer, sb api.Sandbox, now time.Time) error {
 		line("Auto-stop", "after "+formatSeconds(sb.AutoStopSec)+" idle")
 	}
 	if sb.CheckpointEverySec > 0 {
-		line("Checkpoints", "every "+formatSeconds(sb.CheckpointEverySec))
+		last := "none yet"
+		if sb.CheckpointedAt != nil {
+			last = "last " + sb.CheckpointedAt.Format(time.RFC3339)
+		}
+		line("Checkpoints", "every "+formatSeconds(sb.CheckpointEverySec)+", "+last)
 	}
 	if sb.RestoredFrom != "" {
 		line("Restored from", sb.RestoredFrom)

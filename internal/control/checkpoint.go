@@ -20,9 +20,10 @@ import (
 //
 // A checkpoint's time is in its object's key, checkpoints/ID/TIME.tar, in
 // a fixed-width form that sorts as time does: the latest object is the
-// latest checkpoint, and nothing else needs to agree with object storage
-// about what is there. An upload is whole or absent (blob.Store's Put);
-// the older checkpoints go once a newer one is written.
+// latest checkpoint, which a restore reads without trusting any other
+// record. An upload is whole or absent (blob.Store's Put); the older
+// checkpoints go once a newer one is written, and the sandbox's record
+// then shows its time (CheckpointedAt).
 
 // checkpointTime is a checkpoint key's time: fixed width, sorting as time.
 const checkpointTime = "20060102T150405.000000000Z"
@@ -42,21 +43,24 @@ func (s *Service) checkpointDue(sb store.Sandbox, now time.Time) bool {
 		return false
 	}
 	s.activityMu.Lock()
-	last, ok := s.checkpointed[sb.ID]
+	last := s.checkpointed[sb.ID] // the last attempt here, failed or not
 	s.activityMu.Unlock()
-	if !ok && sb.StartedAt != nil {
-		last = *sb.StartedAt
+	for _, t := range []*time.Time{sb.StartedAt, sb.CheckpointedAt} {
+		if t != nil && t.After(last) {
+			last = *t
+		}
 	}
 	return now.Sub(last) >= time.Duration(sb.CheckpointEverySec)*time.Second
 }
 
-// checkpoint writes running sb's files to object storage; its lock is held.
-func (s *Service) checkpoint(ctx context.Context, sb store.Sandbox) error {
+// checkpoint writes sb's files to object storage, frozen while they are
+// snapshotted if it runs, and records when; its lock is held.
+func (s *Service) checkpoint(ctx context.Context, sb *store.Sandbox) error {
 	t0 := time.Now()
 	snap := checkpointSnapshot(sb.ID)
 	_ = s.layers.RemoveSnapshot(snap) // one a crash left
 	at := time.Now().UTC()
-	if err := s.frozen(ctx, sb, "checkpoint", func() error { return s.layers.SnapshotWritable(sb.ID, snap) }); err != nil {
+	if err := s.frozen(ctx, *sb, "checkpoint", func() error { return s.layers.SnapshotWritable(sb.ID, snap) }); err != nil {
 		return err
 	}
 	defer func() {
@@ -80,7 +84,8 @@ func (s *Service) checkpoint(ctx context.Context, sb store.Sandbox) error {
 		}
 	}
 	s.log.Info("checkpoint written", "sandbox", sb.ID, "at", at, "ms", ms(t0))
-	return nil
+	sb.CheckpointedAt = &at
+	return s.setState(ctx, sb, sb.State)
 }
 
 // latestCheckpoint is the key and time of sandbox id's latest checkpoint;
@@ -125,7 +130,7 @@ var checkpointPolicy = lifecyclePolicy{
 	states: []string{api.StateRunning},
 	due:    (*Service).checkpointDue,
 	apply: func(s *Service, ctx context.Context, sb store.Sandbox) {
-		if err := s.checkpoint(ctx, sb); err != nil {
+		if err := s.checkpoint(ctx, &sb); err != nil {
 			s.log.Error("checkpoint", "sandbox", sb.ID, "err", err)
 			// Not again at once: at the next interval.
 			s.activityMu.Lock()

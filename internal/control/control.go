@@ -793,7 +793,7 @@ func (s *Service) stopLocked(ctx context.Context, sb *store.Sandbox, reason stri
 	// A checkpointing sandbox's last checkpoint is of its files as it
 	// stopped: if its node is lost, it is restored with all of them.
 	if sb.CheckpointEverySec > 0 && !sb.Ephemeral && s.archive != nil && s.name != "" {
-		if err := s.checkpoint(ctx, *sb); err != nil {
+		if err := s.checkpoint(ctx, sb); err != nil {
 			s.log.Error("checkpoint at stop", "sandbox", sb.ID, "err", err)
 		}
 	}

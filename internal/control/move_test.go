@@ -97,7 +97,7 @@ func TestCheckpoint(t *testing.T) {
 	for i := range 2 {
 		t0 := time.Now()
 		unlock := a.lock(sb.ID)
-		err := a.checkpoint(ctx, row)
+		err := a.checkpoint(ctx, &row)
 		unlock()
 		if err != nil {
 			t.Fatal(err)
@@ -111,6 +111,9 @@ func TestCheckpoint(t *testing.T) {
 			t.Errorf("checkpoint %d: objects %v, want only the latest", i, keys)
 		}
 		last = key
+		if got, _ := a.Get(ctx, sb.ID); got.CheckpointedAt == nil || !got.CheckpointedAt.Equal(at) {
+			t.Errorf("checkpoint %d at %s: the record says %v", i, at, got.CheckpointedAt)
+		}
 	}
 	if a.layers.SnapshotExists(checkpointSnapshot(sb.ID)) {
 		t.Error("the checkpoint's local snapshot is left")

@@ -78,9 +78,9 @@ func checkPlacement(sb *store.Sandbox) error {
 // its ID exists already (a concurrent placement of the same ID: it waits
 // for that one's commit, not failing the batch).
 const insertPlaced = `WITH ins AS (INSERT INTO sandboxes (` + columns + `) VALUES
-	($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28,$29,$30,$31,$32,$33)
+	($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28,$29,$30,$31,$32,$33,$34)
 	ON CONFLICT (id) DO NOTHING RETURNING id, state)
-INSERT INTO transitions (sandbox_id, from_state, to_state, reason, at) SELECT id, '', state, '', $34 FROM ins`
+INSERT INTO transitions (sandbox_id, from_state, to_state, reason, at) SELECT id, '', state, '', $35 FROM ins`
 
 // place is Place, or through a view (as not nil) Create: on as's node,
 // which must be live under as's epoch, schedulable or not.
