@@ -118,8 +118,12 @@ func (s *serving) runDrain(ctx context.Context) {
 		}
 		if !draining {
 			s.drain.mu.Lock()
+			was := s.drain.last != nil
 			s.drain.last = nil
 			s.drain.mu.Unlock()
+			if was {
+				s.svc.Undrain(ctx)
+			}
 			continue
 		}
 		rep, err := s.svc.Drain(ctx)

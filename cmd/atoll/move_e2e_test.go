@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,12 +15,12 @@ import (
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
-// moveCluster is three cluster nodes with a short lease, every sandbox
-// created while only node 1 takes placements.
-func moveCluster(t *testing.T) *netcluster.Cluster {
+// moveCluster is three cluster nodes with a short lease and a warm pool
+// of warm sandboxes each.
+func moveCluster(t *testing.T, warm int) *netcluster.Cluster {
 	testenv.RequireRoot(t)
 	return netcluster.New(t, netcluster.Config{Bin: atollBinary(t), Cluster: true,
-		Args: []string{"--warm-pool", "0", "--prestart", "0", "--node-lease", "3s",
+		Args: []string{"--warm-pool", strconv.Itoa(warm), "--prestart", "0", "--node-lease", "3s",
 			"--node-capacity", "cpu=4,memory=4Gi,disk=20,sandboxes=8"}})
 }
 
@@ -67,9 +68,10 @@ func readFile(t *testing.T, c *atoll.Client, id, path string) string {
 // TestClusterDrain drains a node holding a running, a stopped and an
 // archived sandbox: the node moves all three through object storage to
 // the other nodes, the running one running again there; IDs, labels and
-// files are unchanged, and node ls shows the drain done.
+// files are unchanged, its warm pool is emptied, and node ls shows the
+// drain done, with nothing left on the node.
 func TestClusterDrain(t *testing.T) {
-	cl := moveCluster(t)
+	cl := moveCluster(t, 1)
 	ctx := context.Background()
 	c1, c2 := cl.Nodes[0].Client(), cl.Nodes[1].Client()
 	sbs := onNode1(t, cl,
@@ -89,6 +91,12 @@ func TestClusterDrain(t *testing.T) {
 	}
 	if _, err := c1.ArchiveSandbox(ctx, archived.ID); err != nil {
 		t.Fatal(err)
+	}
+
+	// n1 holds the running, the stopped (a slot) and its warm sandbox (the
+	// second CPU); the archived one holds nothing.
+	if n1 := waitNode(t, c1, "n1", func(n api.Node) bool { return n.Committed.Sandboxes == 3 && n.Committed.CPU == 2 }); t.Failed() {
+		t.Fatalf("n1 before the drain: %+v", n1.Committed)
 	}
 
 	t0 := time.Now()
@@ -140,29 +148,40 @@ func TestClusterDrain(t *testing.T) {
 		}
 	}
 
-	// The drain is done: node ls says so, and n1 holds nothing.
-	deadline = time.Now().Add(10 * time.Second)
+	// The drain is done: node ls says so, and n1 holds nothing, not even
+	// a warm sandbox.
+	n1 := waitNode(t, c1, "n1", func(n api.Node) bool {
+		return n.Schedule == api.NodeDraining && n.Drain != nil && len(n.Drain.Left) == 0 && n.Committed.Sandboxes == 0
+	})
+	if n1.Drain != nil && n1.Drain.Moved != 3 {
+		t.Errorf("n1's drain reports %d moved, want 3", n1.Drain.Moved)
+	}
+}
+
+// waitNode waits up to 10 s for node name to be as ok says; an error if
+// it is not by then.
+func waitNode(t *testing.T, c *atoll.Client, name string, ok func(api.Node) bool) api.Node {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
 	for {
-		ns, err := c1.ListNodes(ctx)
+		ns, err := c.ListNodes(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		var n1 api.Node
+		var nd api.Node
 		for _, n := range ns {
-			if n.Name == "n1" {
-				n1 = n
+			if n.Name == name {
+				nd = n
 			}
 		}
-		if n1.Schedule == api.NodeDraining && n1.Drain != nil && len(n1.Drain.Left) == 0 && n1.Committed.Sandboxes == 0 {
-			if n1.Drain.Moved != 3 {
-				t.Errorf("n1's drain reports %d moved, want 3", n1.Drain.Moved)
-			}
-			break
+		if ok(nd) {
+			return nd
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("n1 after the drain: %+v, drain %+v", n1, n1.Drain)
+			t.Errorf("node %s: %+v, drain %+v", name, nd, nd.Drain)
+			return nd
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond)
 	}
 }
 
@@ -172,7 +191,7 @@ func TestClusterDrain(t *testing.T) {
 // says from when. A lost sandbox of which nothing reached object storage
 // is a conflict saying so.
 func TestClusterRestoreLost(t *testing.T) {
-	cl := moveCluster(t)
+	cl := moveCluster(t, 0)
 	ctx := context.Background()
 	c1, c2 := cl.Nodes[0].Client(), cl.Nodes[1].Client()
 	sbs := onNode1(t, cl,

@@ -73,6 +73,9 @@ func (s *Service) Drain(ctx context.Context) (DrainReport, error) {
 		return rep, err
 	}
 	ctx = context.WithoutCancel(ctx)
+	// Warm sandboxes are not moved: they are discarded, and the pools
+	// stay empty while the node drains.
+	s.pools.Hold(ctx, true)
 	sbs, err := s.store.ListNode(ctx, s.name)
 	if err != nil {
 		return rep, err
@@ -80,7 +83,7 @@ func (s *Service) Drain(ctx context.Context) (DrainReport, error) {
 	reason := fmt.Sprintf("node %s is draining", s.name)
 	for _, sb := range sbs {
 		if _, ok := drainStates[sb.State]; !ok {
-			if sb.State != store.StatePooled && sb.State != api.StateLost {
+			if sb.State != api.StateLost {
 				rep.Left[sb.ID] = "is " + sb.State
 			}
 			continue
@@ -96,6 +99,10 @@ func (s *Service) Drain(ctx context.Context) (DrainReport, error) {
 	}
 	return rep, nil
 }
+
+// Undrain ends this node's drain (its schedule is no longer draining):
+// the pools fill again. What moved stays where it went.
+func (s *Service) Undrain(ctx context.Context) { s.pools.Hold(ctx, false) }
 
 // moveAway moves sandbox id of this node to another one, and runs it there
 // if it ran here.
