@@ -34,8 +34,12 @@ func checkpointKey(id string, at time.Time) string {
 	return checkpointPrefix(id) + at.UTC().Format(checkpointTime) + ".tar"
 }
 
-// checkpointSnapshot names the local snapshot a checkpoint uploads from.
-func checkpointSnapshot(id string) string { return "checkpoint-" + id }
+// checkpointSnapshot names the local snapshot a checkpoint taken at at
+// uploads from: one of its own, as an upload may still run when the next
+// checkpoint (at a stop) is taken. Recover removes those a crash left.
+func checkpointSnapshot(id string, at time.Time) string {
+	return "checkpoint-" + id + "-" + at.UTC().Format("20060102T150405.000000000")
+}
 
 // checkpointDue reports whether running sb's next checkpoint is due.
 func (s *Service) checkpointDue(sb store.Sandbox, now time.Time) bool {
@@ -43,8 +47,11 @@ func (s *Service) checkpointDue(sb store.Sandbox, now time.Time) bool {
 		return false
 	}
 	s.activityMu.Lock()
-	last := s.checkpointed[sb.ID] // the last attempt here, failed or not
+	last, busy := s.checkpointed[sb.ID], s.uploading[sb.ID] // last: the last attempt here
 	s.activityMu.Unlock()
+	if busy {
+		return false
+	}
 	for _, t := range []*time.Time{sb.StartedAt, sb.CheckpointedAt} {
 		if t != nil && t.After(last) {
 			last = *t
@@ -53,37 +60,104 @@ func (s *Service) checkpointDue(sb store.Sandbox, now time.Time) bool {
 	return now.Sub(last) >= time.Duration(sb.CheckpointEverySec)*time.Second
 }
 
-// checkpoint writes sb's files to object storage, frozen while they are
-// snapshotted if it runs, and records when; its lock is held.
+// checkpoint writes sb's files to object storage and records when, all
+// before it returns (a stop's last checkpoint); its lock is held.
 func (s *Service) checkpoint(ctx context.Context, sb *store.Sandbox) error {
-	t0 := time.Now()
-	snap := checkpointSnapshot(sb.ID)
-	_ = s.layers.RemoveSnapshot(snap) // one a crash left
-	at := time.Now().UTC()
-	if err := s.frozen(ctx, *sb, "checkpoint", func() error { return s.layers.SnapshotWritable(sb.ID, snap) }); err != nil {
+	snap, at, err := s.snapshotForCheckpoint(ctx, *sb)
+	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := s.layers.RemoveSnapshot(snap); err != nil {
-			s.log.Error("removing checkpoint snapshot", "sandbox", sb.ID, "err", err)
+	if err := s.uploadCheckpoint(ctx, sb.ID, snap, at); err != nil {
+		return err
+	}
+	return s.recordCheckpoint(ctx, sb, at)
+}
+
+// checkpointLater takes sb's checkpoint snapshot now (its lock is held)
+// and uploads it in the background, without the lock: the periodic
+// checkpoints neither hold up the sandbox's other operations nor Run's
+// sweep. Run waits for the uploads.
+func (s *Service) checkpointLater(ctx context.Context, sb store.Sandbox) error {
+	snap, at, err := s.snapshotForCheckpoint(ctx, sb)
+	if err != nil {
+		return err
+	}
+	s.activityMu.Lock()
+	s.uploading[sb.ID] = true
+	s.activityMu.Unlock()
+	s.uploads.Add(1)
+	go func() {
+		defer s.uploads.Done()
+		defer func() {
+			s.activityMu.Lock()
+			delete(s.uploading, sb.ID)
+			s.activityMu.Unlock()
+		}()
+		if err := s.uploadCheckpoint(ctx, sb.ID, snap, at); err != nil {
+			s.log.Error("checkpoint", "sandbox", sb.ID, "err", err)
+			return
+		}
+		ctx := context.WithoutCancel(ctx)
+		unlock := s.lock(sb.ID)
+		defer unlock()
+		cur, err := s.store.Get(ctx, sb.ID)
+		switch {
+		case isNotExist(err):
+			// Deleted while it uploaded: its checkpoints went with it,
+			// all but this one.
+			_ = s.archive.Delete(ctx, checkpointKey(sb.ID, at))
+		case err != nil || cur.Node != s.name || cur.CheckpointedAt != nil && !cur.CheckpointedAt.Before(at):
+			// Moved away, or a newer checkpoint is recorded.
+		default:
+			if err := s.recordCheckpoint(ctx, &cur, at); err != nil {
+				s.log.Error("recording checkpoint", "sandbox", sb.ID, "err", err)
+			}
 		}
 	}()
-	key := checkpointKey(sb.ID, at)
-	if err := s.archive.Put(ctx, key, func(w io.Writer) error { return s.layers.PackSnapshot(snap, w) }); err != nil {
-		return fmt.Errorf("%w: writing the checkpoint failed: %v", errdefs.ErrUnavailable, err)
-	}
+	return nil
+}
+
+// snapshotForCheckpoint snapshots sb's writable layer, frozen meanwhile if
+// it runs; its lock is held.
+func (s *Service) snapshotForCheckpoint(ctx context.Context, sb store.Sandbox) (string, time.Time, error) {
+	at := time.Now().UTC()
 	s.activityMu.Lock()
 	s.checkpointed[sb.ID] = at
 	s.activityMu.Unlock()
-	keys, err := s.archive.List(ctx, checkpointPrefix(sb.ID))
-	if err == nil {
+	snap := checkpointSnapshot(sb.ID, at)
+	if err := s.frozen(ctx, sb, "checkpoint", func() error { return s.layers.SnapshotWritable(sb.ID, snap) }); err != nil {
+		_ = s.layers.RemoveSnapshot(snap)
+		return "", at, err
+	}
+	return snap, at, nil
+}
+
+// uploadCheckpoint writes snapshot snap to object storage as sandbox id's
+// checkpoint at at, removes the older ones, and removes the snapshot.
+func (s *Service) uploadCheckpoint(ctx context.Context, id, snap string, at time.Time) error {
+	t0 := time.Now()
+	defer func() {
+		if err := s.layers.RemoveSnapshot(snap); err != nil {
+			s.log.Error("removing checkpoint snapshot", "sandbox", id, "err", err)
+		}
+	}()
+	key := checkpointKey(id, at)
+	if err := s.archive.Put(ctx, key, func(w io.Writer) error { return s.layers.PackSnapshot(snap, w) }); err != nil {
+		return fmt.Errorf("%w: writing the checkpoint failed: %v", errdefs.ErrUnavailable, err)
+	}
+	if keys, err := s.archive.List(ctx, checkpointPrefix(id)); err == nil {
 		for _, k := range keys {
 			if k < key || strings.HasSuffix(k, ".tmp") {
 				_ = s.archive.Delete(ctx, k)
 			}
 		}
 	}
-	s.log.Info("checkpoint written", "sandbox", sb.ID, "at", at, "ms", ms(t0))
+	s.log.Info("checkpoint written", "sandbox", id, "at", at, "ms", ms(t0))
+	return nil
+}
+
+// recordCheckpoint records sb's checkpoint at at; its lock is held.
+func (s *Service) recordCheckpoint(ctx context.Context, sb *store.Sandbox, at time.Time) error {
 	sb.CheckpointedAt = &at
 	return s.setState(ctx, sb, sb.State)
 }
@@ -130,12 +204,9 @@ var checkpointPolicy = lifecyclePolicy{
 	states: []string{api.StateRunning},
 	due:    (*Service).checkpointDue,
 	apply: func(s *Service, ctx context.Context, sb store.Sandbox) {
-		if err := s.checkpoint(ctx, &sb); err != nil {
+		// A failure is tried again at the next interval.
+		if err := s.checkpointLater(ctx, sb); err != nil {
 			s.log.Error("checkpoint", "sandbox", sb.ID, "err", err)
-			// Not again at once: at the next interval.
-			s.activityMu.Lock()
-			s.checkpointed[sb.ID] = time.Now()
-			s.activityMu.Unlock()
 		}
 	},
 }

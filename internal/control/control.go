@@ -134,9 +134,12 @@ type Service struct {
 	// auto-stop. It is not durable: a restart counts as activity.
 	activityMu sync.Mutex
 	activity   map[string]time.Time
-	// checkpointed is when each sandbox's last checkpoint was taken here
-	// (checkpoint.go), under activityMu.
+	// checkpointed is when each sandbox's last checkpoint was taken here,
+	// and uploading which ones upload one (checkpoint.go), under
+	// activityMu; uploads are the uploads in flight, which Run waits for.
 	checkpointed map[string]time.Time
+	uploading    map[string]bool
+	uploads      sync.WaitGroup
 
 	archive blob.Store
 	// moving holds the progress of archives and restores in flight, by
@@ -208,6 +211,7 @@ func New(cfg Config) (*Service, error) {
 		peers:        cfg.Peers,
 		mover:        cfg.Mover,
 		checkpointed: map[string]time.Time{},
+		uploading:    map[string]bool{},
 		fenced:       map[string]bool{},
 		layers:       n.Layers(),
 		runtimes:     n.Runtimes(),
@@ -246,6 +250,7 @@ func New(cfg Config) (*Service, error) {
 // ends, so that one whose init dies on its own (e.g. killed by the OOM killer)
 // is recorded as stopped.
 func (s *Service) Run(ctx context.Context) {
+	defer s.uploads.Wait()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Add(2)

@@ -115,8 +115,25 @@ func TestCheckpoint(t *testing.T) {
 			t.Errorf("checkpoint %d at %s: the record says %v", i, at, got.CheckpointedAt)
 		}
 	}
-	if a.layers.SnapshotExists(checkpointSnapshot(sb.ID)) {
-		t.Error("the checkpoint's local snapshot is left")
+	// The periodic path: the snapshot under the lock, the upload and its
+	// record after it, in the background.
+	row, _ = a.st.Get(ctx, sb.ID)
+	unlock := a.lock(sb.ID)
+	err = a.checkpointLater(ctx, row)
+	unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.uploads.Wait()
+	key, at, err := a.latestCheckpoint(ctx, sb.ID)
+	if err != nil || key == last {
+		t.Fatalf("after a background checkpoint: latest %q (%v), previous %q", key, err, last)
+	}
+	if got, _ := a.Get(ctx, sb.ID); got.CheckpointedAt == nil || !got.CheckpointedAt.Equal(at) {
+		t.Errorf("background checkpoint at %s: the record says %v", at, got.CheckpointedAt)
+	}
+	if ids, _ := a.layers.SnapshotIDs(); len(ids) != 0 {
+		t.Errorf("local snapshots left: %v", ids)
 	}
 	if err := a.Delete(ctx, sb.ID); err != nil {
 		t.Fatal(err)
