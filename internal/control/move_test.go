@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -81,7 +84,16 @@ func TestCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := newClusterNode(t, "a", nil, Config{Archive: bucket})
+	var logs strings.Builder
+	a := newClusterNode(t, "a", nil, Config{Archive: bucket, Logger: slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))})
+	defer func() {
+		// The freezes, as the log reports them.
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(l, "sandbox frozen") {
+				t.Log(l[strings.Index(l, "op="):])
+			}
+		}
+	}()
 	if _, err := a.Create(ctx, api.CreateSandboxRequest{CheckpointEverySec: -1}); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Errorf("checkpoint_every_sec -1: %v, want invalid", err)
 	}
@@ -141,4 +153,16 @@ func TestCheckpoint(t *testing.T) {
 	if keys, _ := bucket.List(ctx, checkpointPrefix(sb.ID)); len(keys) != 0 {
 		t.Errorf("checkpoints after the delete: %v", keys)
 	}
+}
+
+// syncWriter serialises writes to w.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }
