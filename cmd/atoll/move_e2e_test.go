@@ -75,7 +75,8 @@ func TestClusterDrain(t *testing.T) {
 	ctx := context.Background()
 	c1, c2 := cl.Nodes[0].Client(), cl.Nodes[1].Client()
 	sbs := onNode1(t, cl,
-		api.CreateSandboxRequest{CPU: 1, MemoryMiB: 256, DiskGiB: 2, Labels: map[string]string{"role": "running"}},
+		api.CreateSandboxRequest{CPU: 1, MemoryMiB: 256, DiskGiB: 2, Labels: map[string]string{"role": "running"},
+			Network: &api.NetworkPolicy{Egress: "deny-all", Allow: []string{"192.0.2.0/24"}}},
 		api.CreateSandboxRequest{CPU: 1, MemoryMiB: 256, DiskGiB: 2, Labels: map[string]string{"role": "stopped"}},
 		api.CreateSandboxRequest{CPU: 1, MemoryMiB: 256, DiskGiB: 2, Labels: map[string]string{"role": "archived"}})
 	for _, sb := range sbs {
@@ -137,6 +138,9 @@ func TestClusterDrain(t *testing.T) {
 		moved := got.Error == "node n1 is draining" || got.State == api.StateRunning && got.StartedAt != nil && got.StartedAt.After(t0)
 		if got.ID != sb.ID || got.Labels["role"] != sb.Labels["role"] || !moved {
 			t.Errorf("%s after the move: labels %v, error %q, started %v", sb.ID, got.Labels, got.Error, got.StartedAt)
+		}
+		if sb.ID == run.ID && (got.Network == nil || got.Network.Policy.Egress != "deny-all" || len(got.Network.Policy.Allow) != 1) {
+			t.Errorf("the running one's network after the move: %+v", got.Network)
 		}
 		if got.State == api.StateArchived {
 			if got, err = c1.StartSandbox(ctx, sb.ID); err != nil || got.State != api.StateRunning || got.Node == "n1" {
