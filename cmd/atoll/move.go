@@ -27,14 +27,42 @@ import (
 // trying the next candidate while one has no room.
 type mover struct{ c *clustering }
 
-func (m mover) Move(ctx context.Context, sb store.Sandbox, reason string) (store.Sandbox, error) {
+// rank ranks the nodes sb could move to.
+func (m mover) rank(ctx context.Context, sb store.Sandbox) (scheduler.Decision, error) {
 	nodes, err := m.c.store.Nodes(ctx)
+	if err != nil {
+		return scheduler.Decision{}, err
+	}
+	return scheduler.Rank(nodes, scheduler.Request{Sandbox: sb.ID, CPU: sb.CPU, MemoryMiB: sb.MemoryMiB,
+		DiskGiB: sb.DiskGiB, Runtime: sb.Runtime, TemplateVersion: sb.TemplateVersion, Tenant: sb.Tenant,
+		Avoid: []string{sb.Node}}, time.Now()), nil
+}
+
+func (m mover) Room(ctx context.Context, sb store.Sandbox) error {
+	d, err := m.rank(ctx, sb)
+	if err != nil || len(d.Candidates) > 0 {
+		return err
+	}
+	return noRoom(sb, d, nil)
+}
+
+// noRoom is the error of a move no node can take: why each could not.
+func noRoom(sb store.Sandbox, d scheduler.Decision, refused []string) error {
+	var why []string
+	for _, f := range d.Filtered {
+		if f.Node != sb.Node {
+			why = append(why, f.Node+": "+f.Reason)
+		}
+	}
+	return fmt.Errorf("no other node has room for sandbox %s (%s): %w", sb.ID,
+		strings.Join(append(why, refused...), "; "), store.ErrNoRoom)
+}
+
+func (m mover) Move(ctx context.Context, sb store.Sandbox, reason string) (store.Sandbox, error) {
+	d, err := m.rank(ctx, sb)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	d := scheduler.Rank(nodes, scheduler.Request{Sandbox: sb.ID, CPU: sb.CPU, MemoryMiB: sb.MemoryMiB,
-		DiskGiB: sb.DiskGiB, Runtime: sb.Runtime, TemplateVersion: sb.TemplateVersion, Tenant: sb.Tenant,
-		Avoid: []string{sb.Node}}, time.Now())
 	var refused []string
 	for _, cand := range d.Candidates {
 		moved, err := m.c.store.Move(ctx, sb.ID, sb.Node, cand.Node, reason)
@@ -44,14 +72,7 @@ func (m mover) Move(ctx context.Context, sb store.Sandbox, reason string) (store
 		}
 		return moved, err
 	}
-	var why []string
-	for _, f := range d.Filtered {
-		if f.Node != sb.Node {
-			why = append(why, f.Node+": "+f.Reason)
-		}
-	}
-	return store.Sandbox{}, fmt.Errorf("no other node has room for sandbox %s (%s): %w", sb.ID,
-		strings.Join(append(why, refused...), "; "), store.ErrNoRoom)
+	return store.Sandbox{}, noRoom(sb, d, refused)
 }
 
 func (m mover) DeleteLost(ctx context.Context, sb store.Sandbox, cleanup func() error) error {

@@ -66,8 +66,9 @@ func readFile(t *testing.T, c *atoll.Client, id, path string) string {
 }
 
 // TestClusterDrain drains a node holding a running, a stopped and an
-// archived sandbox: the node moves all three through object storage to
-// the other nodes, the running one running again there; IDs, labels and
+// archived sandbox. While the other nodes are cordoned, the drain leaves
+// them as they are and reports them left; then it moves all three through
+// object storage to the other nodes, the running one running again there; IDs, labels and
 // files are unchanged, its warm pool is emptied, and node ls shows the
 // drain done, with nothing left on the node.
 func TestClusterDrain(t *testing.T) {
@@ -100,9 +101,30 @@ func TestClusterDrain(t *testing.T) {
 		t.Fatalf("n1 before the drain: %+v", n1.Committed)
 	}
 
-	t0 := time.Now()
+	// With the other nodes cordoned, nothing can move: the drain leaves
+	// all three as they are, and says so.
+	for _, n := range []string{"n2", "n3"} {
+		if err := c1.CordonNode(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := c2.DrainNode(ctx, "n1"); err != nil {
 		t.Fatal(err)
+	}
+	waitNode(t, c1, "n1", func(n api.Node) bool { return n.Drain != nil && len(n.Drain.Left) == 3 && n.Drain.Moved == 0 })
+	if sb, err := c1.GetSandbox(ctx, run.ID); err != nil || sb.State != api.StateRunning || sb.Node != "n1" || sb.StartedAt.Sub(*run.StartedAt).Abs() > time.Millisecond {
+		t.Errorf("the running one with nowhere to go: %s on %s, started %v (was %v), %v", sb.State, sb.Node, sb.StartedAt, run.StartedAt, err)
+	}
+	if sb, err := c1.GetSandbox(ctx, stopped.ID); err != nil || sb.State != api.StateStopped {
+		t.Errorf("the stopped one with nowhere to go: %s, %v", sb.State, err)
+	}
+
+	// Room again: the drain goes on.
+	t0 := time.Now()
+	for _, n := range []string{"n2", "n3"} {
+		if err := c1.UncordonNode(ctx, n); err != nil {
+			t.Fatal(err)
+		}
 	}
 	want := map[string]string{run.ID: api.StateRunning, stopped.ID: api.StateArchived, archived.ID: api.StateArchived}
 	deadline := time.Now().Add(60 * time.Second)

@@ -34,6 +34,11 @@ type Mover interface {
 	// archived, recording reason (store.Cluster.Move), and returns it as
 	// recorded. No node with room: an error wrapping store.ErrNoRoom.
 	Move(ctx context.Context, sb store.Sandbox, reason string) (store.Sandbox, error)
+	// Room returns nil if some other node has room for sb now, else an
+	// error wrapping store.ErrNoRoom saying why: a drain asks before it
+	// stops or archives a sandbox, so that one with nowhere to go is left
+	// as it is.
+	Room(ctx context.Context, sb store.Sandbox) error
 	// DeleteLost deletes sb, lost with its node: it records it deleting
 	// if it is still lost on sb.Node (else a conflict: a restore took
 	// it), runs cleanup, then removes its record.
@@ -115,6 +120,12 @@ func (s *Service) moveAway(ctx context.Context, id, reason string) (api.Sandbox,
 	if !ok {
 		unlock()
 		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s", errdefs.ErrConflict, id, sb.State)
+	}
+	if sb.State != api.StateArchived {
+		if err := s.mover.Room(ctx, sb); err != nil {
+			unlock()
+			return api.Sandbox{}, err
+		}
 	}
 	t0 := time.Now()
 	if run {

@@ -26,6 +26,8 @@ func (noRoom) Move(_ context.Context, sb store.Sandbox, _ string) (store.Sandbox
 	return store.Sandbox{}, fmt.Errorf("no other node has room for sandbox %s: %w", sb.ID, store.ErrNoRoom)
 }
 
+func (noRoom) Room(context.Context, store.Sandbox) error { return nil } // it looks like there is
+
 func (noRoom) DeleteLost(context.Context, store.Sandbox, func() error) error {
 	return errdefs.ErrUnavailable
 }
@@ -72,6 +74,47 @@ func TestDrainNoRoom(t *testing.T) {
 	}
 	if sb, err := a.Start(ctx, stopped.ID); err != nil || sb.State != api.StateRunning {
 		t.Errorf("start of the archived one, here: %s, %v", sb.State, err)
+	}
+}
+
+// full is a cluster whose other nodes are full, and says so before a move.
+type full struct{ noRoom }
+
+func (full) Room(_ context.Context, sb store.Sandbox) error {
+	return fmt.Errorf("no other node has room for sandbox %s: %w", sb.ID, store.ErrNoRoom)
+}
+
+// TestDrainNoRoomUntouched checks that a drain leaves a sandbox no other
+// node has room for as it is: a running one is not even stopped.
+func TestDrainNoRoomUntouched(t *testing.T) {
+	ctx := context.Background()
+	bucket, err := blob.Open(ctx, "file://"+filepath.Join(testenv.Dir(t), "bucket"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newClusterNode(t, "a", nil, Config{Archive: bucket, Mover: full{}})
+	run, err := a.Create(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped, err := a.Create(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stopped, err = a.Stop(ctx, stopped.ID); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		rep, err := a.Drain(ctx)
+		if err != nil || rep.Moved != 0 || len(rep.Left) != 2 || !strings.Contains(rep.Left[run.ID], "no other node has room") {
+			t.Fatalf("drain report %+v, %v", rep, err)
+		}
+	}
+	if sb, _ := a.Get(ctx, run.ID); sb.State != api.StateRunning || !sb.StartedAt.Equal(*run.StartedAt) || !a.alive(t, run.ID) {
+		t.Errorf("the running sandbox: %s, started %v (was %v)", sb.State, sb.StartedAt, run.StartedAt)
+	}
+	if sb, _ := a.Get(ctx, stopped.ID); sb.State != api.StateStopped {
+		t.Errorf("the stopped sandbox: %s", sb.State)
 	}
 }
 
