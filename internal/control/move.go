@@ -94,10 +94,14 @@ func (s *Service) Drain(ctx context.Context) (DrainReport, error) {
 			continue
 		}
 		moved, err := s.moveAway(ctx, sb.ID, reason)
-		if err != nil {
+		if moved.Node == "" || moved.Node == s.name {
 			s.log.Warn("drain: sandbox stays", "sandbox", sb.ID, "node", s.name, "err", err)
 			rep.Left[sb.ID] = err.Error()
 			continue
+		}
+		if err != nil {
+			// Moved, but not running yet: a start on its node runs it.
+			s.log.Error("drain: sandbox moved, not started", "sandbox", sb.ID, "to", moved.Node, "err", err)
 		}
 		s.log.Info("drain: sandbox moved", "sandbox", sb.ID, "from", s.name, "to", moved.Node, "state", moved.State)
 		rep.Moved++
@@ -110,7 +114,8 @@ func (s *Service) Drain(ctx context.Context) (DrainReport, error) {
 func (s *Service) Undrain(ctx context.Context) { s.pools.Hold(ctx, false) }
 
 // moveAway moves sandbox id of this node to another one, and runs it there
-// if it ran here.
+// if it ran here. It returns the sandbox as it is after a move, with an
+// error if it did not start there; nothing and an error if it stays.
 func (s *Service) moveAway(ctx context.Context, id, reason string) (api.Sandbox, error) {
 	sb, unlock, err := s.acquire(ctx, id, "")
 	if err != nil {
