@@ -59,6 +59,16 @@ type Sandbox struct {
 	AutoStopSec    int64      `json:"auto_stop_sec,omitempty"`
 	AutoArchiveSec int64      `json:"auto_archive_sec,omitempty"`
 	AutoResume     bool       `json:"auto_resume,omitempty"`
+	// CheckpointEverySec: see CreateSandboxRequest.
+	CheckpointEverySec int64 `json:"checkpoint_every_sec,omitempty"`
+	// CheckpointedAt is when its latest checkpoint was taken (the object
+	// in object storage is whole).
+	CheckpointedAt *time.Time `json:"checkpointed_at,omitempty"`
+	// RestoredFrom is set in the answer to a start that restored a lost
+	// sandbox on another node: "archive", or "checkpoint TIME" (RFC 3339)
+	// of the checkpoint its files came from. The move's transition says
+	// the same.
+	RestoredFrom string `json:"restored_from,omitempty"`
 	// Progress is set while the sandbox's files move to or from the archive
 	// store.
 	Progress *Progress `json:"progress,omitempty"`
@@ -229,6 +239,11 @@ type CreateSandboxRequest struct {
 	// lifecycle autoResume with onTimeout pause), and traffic sets the
 	// timeout again from timeout_sec.
 	AutoResume bool `json:"auto_resume,omitempty"`
+	// CheckpointEverySec copies the running sandbox's files to object
+	// storage this often (cluster mode), freezing it only while its
+	// writable layer is snapshotted, so that if its node is lost it can be
+	// restored elsewhere from the latest checkpoint. 0 means never.
+	CheckpointEverySec int64 `json:"checkpoint_every_sec,omitempty"`
 	// Network is the egress policy; absent means allow-all. A server
 	// without networking refuses any (503 unavailable).
 	Network *NetworkPolicy `json:"network,omitempty"`
@@ -691,6 +706,18 @@ type Node struct {
 	LeaseExpires time.Time `json:"lease_expires"`
 	// Templates are the template version IDs whose layers it holds.
 	Templates []string `json:"templates,omitempty"`
+	// Drain is the last drain round's report while the node is draining:
+	// complete once Left is empty.
+	Drain *NodeDrain `json:"drain,omitempty"`
+}
+
+// NodeDrain is how a draining node's drain goes.
+type NodeDrain struct {
+	Moved int       `json:"moved"` // sandboxes moved away since it began
+	At    time.Time `json:"at"`    // of the last round
+	// Left are the sandboxes still on the node, by ID, each with why.
+	Left  map[string]string `json:"left,omitempty"`
+	Error string            `json:"error,omitempty"`
 }
 
 // Node schedules.

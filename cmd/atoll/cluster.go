@@ -161,7 +161,7 @@ func (s *serving) nodeStatus() store.NodeStatus {
 	if s.svc == nil {
 		return store.NodeStatus{}
 	}
-	return store.NodeStatus{Templates: s.svc.HeldTemplates(), Pooled: s.svc.Pooled()}
+	return store.NodeStatus{Templates: s.svc.HeldTemplates(), Pooled: s.svc.Pooled(), Drain: s.drainStatus()}
 }
 
 // relinquish stops every sandbox of a node the cluster fenced.
@@ -217,7 +217,7 @@ func (n nodes) List(ctx context.Context) ([]api.Node, error) {
 		out = append(out, api.Node{Name: x.Name, Address: x.Address, Version: x.Version, Runtimes: x.Runtimes,
 			Labels: x.Labels, Capacity: api.NodeResources(x.Capacity), Committed: api.NodeResources(x.Committed),
 			State: x.State, Schedule: x.Schedule, Epoch: x.Epoch, JoinedAt: x.JoinedAt, Heartbeat: x.Heartbeat,
-			LeaseExpires: x.LeaseExpires, Templates: x.Status.Templates})
+			LeaseExpires: x.LeaseExpires, Templates: x.Status.Templates, Drain: (*api.NodeDrain)(x.Status.Drain)})
 	}
 	return out, nil
 }
@@ -237,6 +237,7 @@ func (s *serving) internalHandler() http.Handler {
 		}
 		httpkit.Atoll.JSON(w, http.StatusCreated, sb)
 	})
+	mux.HandleFunc("POST "+startPath, s.handleStart)
 	return mux
 }
 
@@ -290,6 +291,7 @@ func (s *serving) runCluster(ctx context.Context, errc chan<- error) {
 			errc <- err
 		}
 	}()
+	go s.runDrain(ctx)
 }
 
 // hostName is the default node name: the host's, made a valid one.

@@ -27,9 +27,19 @@ machine these commands answer that the server is not a cluster.`,
   atoll node drain node-b`,
 	}
 	cmd.AddCommand(newNodeListCmd(g),
-		newNodeScheduleCmd(g, "cordon", "Stop placing new sandboxes on nodes", (*atoll.Client).CordonNode),
-		newNodeScheduleCmd(g, "uncordon", "Let nodes take new sandboxes again", (*atoll.Client).UncordonNode),
-		newNodeScheduleCmd(g, "drain", "Cordon nodes and move their sandboxes to other nodes", (*atoll.Client).DrainNode))
+		newNodeScheduleCmd(g, "cordon", "Stop placing new sandboxes on nodes",
+			`Cordon nodes: the scheduler places no new sandbox on them; the sandboxes
+they run stay. "atoll node uncordon" undoes it.`, (*atoll.Client).CordonNode),
+		newNodeScheduleCmd(g, "uncordon", "Let nodes take new sandboxes again",
+			`Uncordon nodes: the scheduler places new sandboxes on them again. It also
+ends a drain; what was moved stays where it went.`, (*atoll.Client).UncordonNode),
+		newNodeScheduleCmd(g, "drain", "Cordon nodes and move their sandboxes to other nodes",
+			`Drain nodes: cordoned, each node moves its sandboxes to other nodes through
+object storage (docs/cluster.md): archived ones are handed over, stopped
+ones archived first, running ones stopped, archived, handed over and started
+again on their new node, with the same ID, labels, policy and files. What no
+other node has room for stays, and is tried again every 2 s; "atoll node ls"
+shows "draining (N left)" until it is "draining (done)".`, (*atoll.Client).DrainNode))
 	return cmd
 }
 
@@ -39,10 +49,9 @@ func newNodeListCmd(g *globals) *cobra.Command {
 		Use:     "ls",
 		Aliases: []string{"list"},
 		Short:   "List the nodes: capacity, committed, lease, schedule",
-		Long: `List the cluster's nodes: whether each is live or fenced (its lease ran
-out and its sandboxes were marked lost), its schedule (cordoned, draining),
-what its sandboxes hold against its capacity (sandboxes, CPU, memory, disk),
-its runtimes and version, and how long ago it renewed its lease.`,
+		Long: `List the cluster's nodes: each one's state (live, or fenced once its lease
+ran out), schedule (cordoned, draining, with how far the drain got), what its
+sandboxes hold of its capacity, its runtimes, version and lease.`,
 		Example: `  atoll node ls
   atoll node ls --json`,
 		Args: cobra.NoArgs,
@@ -65,6 +74,11 @@ its runtimes and version, and how long ago it renewed its lease.`,
 				sched := n.Schedule
 				if sched == "" {
 					sched = "-"
+				}
+				if d := n.Drain; d != nil && len(d.Left) > 0 {
+					sched += fmt.Sprintf(" (%d left)", len(d.Left))
+				} else if d != nil {
+					sched += " (done)"
 				}
 				lease := "expired " + now.Sub(n.LeaseExpires).Round(time.Second).String() + " ago"
 				if n.LeaseExpires.After(now) {
@@ -90,17 +104,7 @@ func mib(m int64) string {
 	return fmt.Sprintf("%dMi", m)
 }
 
-func newNodeScheduleCmd(g *globals, verb, short string, do func(*atoll.Client, context.Context, string) error) *cobra.Command {
-	long := map[string]string{
-		"cordon": `Stop placing new sandboxes on nodes. What runs there keeps running, and the
-node still serves its sandboxes and the API; forks and warm pools on the
-node itself go on.`,
-		"uncordon": `Let cordoned or draining nodes take new sandboxes again.`,
-		"drain": `Cordon nodes and move their sandboxes to other nodes: archived ones are
-handed over, stopped ones archived and handed over, running ones stopped,
-archived, handed over and started there, each with its ID, labels, network
-policy and files.`,
-	}[verb]
+func newNodeScheduleCmd(g *globals, verb, short, long string, do func(*atoll.Client, context.Context, string) error) *cobra.Command {
 	return &cobra.Command{
 		Use:     verb + " NODE...",
 		Short:   short,

@@ -65,6 +65,16 @@ func renderInspect(w io.Writer, sb api.Sandbox, now time.Time) error {
 	if sb.AutoStopSec > 0 {
 		line("Auto-stop", "after "+formatSeconds(sb.AutoStopSec)+" idle")
 	}
+	if sb.CheckpointEverySec > 0 {
+		last := "none yet"
+		if sb.CheckpointedAt != nil {
+			last = "last " + sb.CheckpointedAt.Format(time.RFC3339)
+		}
+		line("Checkpoints", "every "+formatSeconds(sb.CheckpointEverySec)+", "+last)
+	}
+	if sb.RestoredFrom != "" {
+		line("Restored from", sb.RestoredFrom)
+	}
 	if sb.AutoArchiveSec > 0 {
 		line("Auto-archive", formatSeconds(sb.AutoArchiveSec)+" after it stops")
 	}

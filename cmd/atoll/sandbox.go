@@ -16,7 +16,7 @@ import (
 func newCreateCmd(g *globals) *cobra.Command {
 	var req api.CreateSandboxRequest
 	var env, labels, selector []string
-	var timeout, autoDelete, autoStop, autoArchive time.Duration
+	var timeout, autoDelete, autoStop, autoArchive, checkpointEvery time.Duration
 	var pol policyFlags
 	var publicPorts bool
 	cmd := &cobra.Command{
@@ -30,6 +30,9 @@ With --snapshot it starts from a snapshot's files and that snapshot's template.
 it stops; --auto-stop stops it after that long without activity (no API call
 about it and no process of its own running); --auto-archive moves its files to
 the archive store that long after it stops (a start brings them back).
+--checkpoint-every copies its files to object storage that often while it
+runs (cluster mode): if its node is lost, a start restores it on another
+node from the latest checkpoint.
 --auto-resume wakes it when paused and a request reaches one of its ports or
 its agent (the request waits), and makes --timeout pause it instead of
 stopping it. Durations are at most a year.
@@ -61,6 +64,9 @@ nodes filtered out with why ("atoll placement ID" shows it later).`,
 				return err
 			}
 			if req.AutoArchiveSec, err = seconds("--auto-archive", autoArchive); err != nil {
+				return err
+			}
+			if req.CheckpointEverySec, err = seconds("--checkpoint-every", checkpointEvery); err != nil {
 				return err
 			}
 			if req.Env, err = keyValues("--env", env); err != nil {
@@ -106,6 +112,7 @@ nodes filtered out with why ("atoll placement ID" shows it later).`,
 	f.DurationVar(&autoDelete, "auto-delete", 0, "delete the sandbox this long after it stops, e.g. 24h (default never)")
 	f.DurationVar(&autoStop, "auto-stop", 0, "stop the sandbox after this long without activity, e.g. 15m (default never)")
 	f.DurationVar(&autoArchive, "auto-archive", 0, "archive the sandbox this long after it stops, e.g. 1h (default never)")
+	f.DurationVar(&checkpointEvery, "checkpoint-every", 0, "copy the running sandbox's files to object storage this often, e.g. 5m (cluster; default never)")
 	f.BoolVar(&req.AutoResume, "auto-resume", false, "resume the sandbox when paused and traffic reaches it; its timeout pauses it instead of stopping it")
 	f.StringArrayVar(&selector, "node-selector", nil, "in a cluster, run it only on a node carrying label k=v (repeatable)")
 	f.StringVar(&req.Spread, "spread", "", "in a cluster, spread sandboxes over the values of this node label, e.g. zone")

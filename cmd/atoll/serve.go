@@ -322,6 +322,8 @@ type serving struct {
 	closers []func()
 
 	archive blob.Store
+	// drain is this node's drain, while it is draining (move.go).
+	drain drainer
 	// state is the state store: SQLite on one machine; in a cluster the
 	// PostgreSQL store, then (joinCluster) its view fenced by this node's
 	// epoch.
@@ -538,7 +540,7 @@ func (s *serving) startControl(ctx context.Context) error {
 		CreateConcurrency: cfg.createConcurrency, CreateQueue: cfg.createQueue, MetricsInterval: cfg.metricsInterval,
 	}
 	if s.cluster.member != nil {
-		ccfg.Placer, ccfg.Peers = placer{s.cluster.sched}, peers{&s.cluster}
+		ccfg.Placer, ccfg.Peers, ccfg.Mover = placer{s.cluster.sched}, peers{&s.cluster}, mover{&s.cluster}
 	}
 	svc, err := control.New(ccfg)
 	if err != nil {

@@ -52,6 +52,9 @@ type Peers interface {
 	// creating (the node's RunPlaced), and returns the sandbox as it
 	// answered.
 	RunOn(ctx context.Context, node, id string) (api.Sandbox, error)
+	// StartOn has node start sandbox id, archived on it (moved there:
+	// move.go), and returns the sandbox as it answered.
+	StartOn(ctx context.Context, node, id string) (api.Sandbox, error)
 }
 
 // ElsewhereError is an operation asked of this node about a sandbox another

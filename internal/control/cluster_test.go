@@ -246,6 +246,10 @@ func (p *peers) RunOn(_ context.Context, node, id string) (api.Sandbox, error) {
 	return api.Sandbox{ID: id, Node: node, State: api.StateRunning}, nil
 }
 
+func (p *peers) StartOn(_ context.Context, node, id string) (api.Sandbox, error) {
+	return api.Sandbox{}, errdefs.ErrUnavailable
+}
+
 // TestClusterCreatePlaced checks that a create goes through the placer:
 // placed here, it runs here; placed on b, b is asked to run it and a
 // starts nothing; and that a warm pool hit here skips placement.

@@ -81,6 +81,9 @@ type Config struct {
 	// machine.
 	Placer Placer
 	Peers  Peers
+	// Mover hands sandboxes to other nodes (move.go): a drain's and a
+	// lost sandbox's restore; nil on a single machine.
+	Mover  Mover
 	Logger *slog.Logger
 }
 
@@ -105,6 +108,7 @@ type Service struct {
 	name      string
 	placer    Placer
 	peers     Peers
+	mover     Mover
 	layers    *layers.Store
 	runtimes  map[string]runtime.Runtime
 	agentPath string
@@ -130,6 +134,12 @@ type Service struct {
 	// auto-stop. It is not durable: a restart counts as activity.
 	activityMu sync.Mutex
 	activity   map[string]time.Time
+	// checkpointed is when each sandbox's last checkpoint was taken here,
+	// and uploading which ones upload one (checkpoint.go), under
+	// activityMu; uploads are the uploads in flight, which Run waits for.
+	checkpointed map[string]time.Time
+	uploading    map[string]bool
+	uploads      sync.WaitGroup
 
 	archive blob.Store
 	// moving holds the progress of archives and restores in flight, by
@@ -194,25 +204,28 @@ func New(cfg Config) (*Service, error) {
 	}
 	netm, netPool := n.Network()
 	s := &Service{
-		admit:       newAdmission(cfg.CreateConcurrency, cfg.CreateQueue),
-		store:       cfg.Store,
-		name:        n.Name(),
-		placer:      cfg.Placer,
-		peers:       cfg.Peers,
-		fenced:      map[string]bool{},
-		layers:      n.Layers(),
-		runtimes:    n.Runtimes(),
-		unavailable: n.Unavailable(),
-		agentPath:   n.AgentPath(),
-		defaults:    cfg.Defaults,
-		log:         cfg.Logger,
-		locks:       map[string]*sync.Mutex{},
-		archive:     cfg.Archive,
-		activity:    map[string]time.Time{},
-		moving:      map[string]*counter{},
-		net:         netm,
-		netPool:     netPool,
-		checkpoints: n.CheckpointDir(),
+		admit:        newAdmission(cfg.CreateConcurrency, cfg.CreateQueue),
+		store:        cfg.Store,
+		name:         n.Name(),
+		placer:       cfg.Placer,
+		peers:        cfg.Peers,
+		mover:        cfg.Mover,
+		checkpointed: map[string]time.Time{},
+		uploading:    map[string]bool{},
+		fenced:       map[string]bool{},
+		layers:       n.Layers(),
+		runtimes:     n.Runtimes(),
+		unavailable:  n.Unavailable(),
+		agentPath:    n.AgentPath(),
+		defaults:     cfg.Defaults,
+		log:          cfg.Logger,
+		locks:        map[string]*sync.Mutex{},
+		archive:      cfg.Archive,
+		activity:     map[string]time.Time{},
+		moving:       map[string]*counter{},
+		net:          netm,
+		netPool:      netPool,
+		checkpoints:  n.CheckpointDir(),
 	}
 	s.tmpls = templates.New(templates.Config{
 		Store: cfg.Store, Layers: s.layers, Runtimes: s.runtimes,
@@ -238,6 +251,7 @@ func New(cfg Config) (*Service, error) {
 // ends, so that one whose init dies on its own (e.g. killed by the OOM killer)
 // is recorded as stopped.
 func (s *Service) Run(ctx context.Context) {
+	defer s.uploads.Wait()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Add(2)
@@ -389,6 +403,10 @@ func (s *Service) validate(req *api.CreateSandboxRequest) error {
 		return bad("auto_archive_sec must be between 0 and %d", maxPolicySec)
 	case req.AutoArchiveSec > 0 && s.archive == nil:
 		return fmt.Errorf("%w: this server has no archive store for auto_archive_sec", errdefs.ErrUnavailable)
+	case req.CheckpointEverySec < 0 || req.CheckpointEverySec > maxPolicySec:
+		return bad("checkpoint_every_sec must be between 0 and %d", maxPolicySec)
+	case req.CheckpointEverySec > 0 && s.archive == nil:
+		return fmt.Errorf("%w: this server has no archive store for checkpoint_every_sec", errdefs.ErrUnavailable)
 	}
 	if _, err := s.checkPolicy(req.Runtime, req.Network); err != nil {
 		return err
@@ -503,6 +521,7 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 		Env: req.Env, Labels: req.Labels, CreatedAt: time.Now().UTC(),
 		Ephemeral: req.Ephemeral, AutoDeleteSec: req.AutoDeleteSec, AutoStopSec: req.AutoStopSec,
 		AutoArchiveSec: req.AutoArchiveSec, AutoResume: req.AutoResume, Ports: portAccess(req.Ports),
+		CheckpointEverySec: req.CheckpointEverySec,
 	}, TimeoutSec: req.TimeoutSec, FromSnapshot: req.Snapshot, Policy: policy, Tenant: tenant.Of(ctx)}
 	// In a cluster a new sandbox goes where the placer says; one from a
 	// snapshot stays with the snapshot's files, on this node.
@@ -826,12 +845,27 @@ func (s *Service) stopLocked(ctx context.Context, sb *store.Sandbox, reason stri
 	sb.State, sb.Error, sb.StoppedAt = api.StateStopped, reason, &now
 	sb.PID, sb.StartTime, sb.Socket = 0, 0, ""
 	sb.ExpiresAt = nil
-	return s.setState(ctx, sb, api.StateStopping)
+	if err := s.setState(ctx, sb, api.StateStopping); err != nil {
+		return err
+	}
+	// A checkpointing sandbox's last checkpoint is of its files as it
+	// stopped: if its node is lost, it is restored with all of them.
+	if sb.CheckpointEverySec > 0 && !sb.Ephemeral && s.archive != nil && s.name != "" {
+		if err := s.checkpoint(ctx, sb); err != nil {
+			s.log.Error("checkpoint at stop", "sandbox", sb.ID, "err", err)
+		}
+	}
+	return nil
 }
 
 // Start runs a stopped sandbox again over the files it left.
 func (s *Service) Start(ctx context.Context, id string) (api.Sandbox, error) {
 	ctx = context.WithoutCancel(ctx)
+	// A lost sandbox is no node's: whichever node is asked restores it
+	// (move.go).
+	if sb, err := s.get(ctx, id); err == nil && sb.State == api.StateLost && sb.Node != s.name {
+		return s.restoreLost(ctx, sb)
+	}
 	sb, unlock, err := s.acquire(ctx, id, "")
 	if err != nil {
 		return api.Sandbox{}, err
@@ -874,6 +908,9 @@ func (s *Service) restartLocked(ctx context.Context, sb *store.Sandbox) error {
 // Delete removes a sandbox and everything it holds.
 func (s *Service) Delete(ctx context.Context, id string) error {
 	ctx = context.WithoutCancel(ctx)
+	if sb, err := s.get(ctx, id); err == nil && sb.State == api.StateLost && sb.Node != s.name {
+		return s.deleteLost(ctx, sb)
+	}
 	sb, unlock, err := s.acquire(ctx, id, "")
 	if err != nil {
 		return err
@@ -916,6 +953,10 @@ func (s *Service) deleteLocked(ctx context.Context, sb store.Sandbox) error {
 	if s.archive != nil {
 		if err := s.archive.Delete(ctx, archiveKey(sb.ID)); err != nil && !isNotExist(err) {
 			s.log.Error("removing archive", "sandbox", sb.ID, "err", err)
+			return fmt.Errorf("%w: deleting sandbox failed; try again", errdefs.ErrUnavailable)
+		}
+		if err := s.removeCheckpoints(ctx, sb.ID); err != nil {
+			s.log.Error("removing checkpoints", "sandbox", sb.ID, "err", err)
 			return fmt.Errorf("%w: deleting sandbox failed; try again", errdefs.ErrUnavailable)
 		}
 	}

@@ -127,6 +127,8 @@ var policies = []lifecyclePolicy{
 			}
 		},
 	},
+	// Last: a checkpoint waits for the policies that stop a sandbox.
+	checkpointPolicy,
 }
 
 // dueOf returns the policy due for sb now, if any.

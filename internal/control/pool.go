@@ -143,6 +143,7 @@ func (s *Service) adoptPooled(ctx context.Context, id string, req api.CreateSand
 	sb.Env, sb.Labels, sb.CreatedAt, sb.StartedAt = req.Env, req.Labels, now, &now
 	sb.TimeoutSec, sb.Ephemeral, sb.AutoDeleteSec, sb.ExpiresAt = req.TimeoutSec, req.Ephemeral, req.AutoDeleteSec, nil
 	sb.AutoStopSec, sb.AutoArchiveSec, sb.AutoResume = req.AutoStopSec, req.AutoArchiveSec, req.AutoResume
+	sb.CheckpointEverySec = req.CheckpointEverySec
 	sb.Ports = portAccess(req.Ports)
 	sb.Tenant = tenant.Of(ctx)
 	s.touch(id)

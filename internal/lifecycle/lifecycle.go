@@ -149,6 +149,7 @@ var Transitions = []Transition{
 
 	{Any, api.StateDeleting, "delete, auto-delete, ephemeral stop"},
 	{Any, api.StateLost, "its node's lease expired (cluster)"},
+	{api.StateLost, api.StateArchived, "restore on another node, from its archive or checkpoint (cluster)"},
 	{api.StateDeleting, api.StateDeleted, "delete"},
 	{api.StateCreating, api.StateDeleted, "create failed, recovery"},
 	{Pooled, api.StateDeleted, "pool drained, recovery"},

@@ -16,6 +16,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/atoll-dev/atoll/internal/lifecycle"
@@ -72,6 +73,8 @@ type Service struct {
 	prestartSize int
 	log          *slog.Logger
 	wake         chan struct{}
+	// held: the node is draining (Hold), so the pools stay empty.
+	held atomic.Bool
 
 	// mu guards warm and prestarted. It is a leaf: nothing else is locked
 	// while it is held, and no call leaves the package under it.
@@ -152,6 +155,9 @@ func Key(name string, v store.Template) string {
 // each name whose pool size says so.
 func (p *Service) targets(ctx context.Context) map[string]target {
 	targets := map[string]target{}
+	if p.held.Load() {
+		return targets
+	}
 	if p.poolSize > 0 {
 		if name, v, err := p.tmpls.Resolve(ctx, p.defaultTmpl); err == nil {
 			targets[Key(name, v)] = target{name, v, p.poolSize}
@@ -253,7 +259,7 @@ func (p *Service) Take(key string) (string, bool) {
 // fillPrestarted tops the prestarted sandboxes up to their target, one at
 // a time.
 func (p *Service) fillPrestarted(ctx context.Context) {
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && !p.held.Load() {
 		p.mu.Lock()
 		short := len(p.prestarted) < p.prestartSize
 		p.mu.Unlock()
@@ -303,6 +309,21 @@ func (p *Service) Pooled() map[string]int {
 		n[key] += len(ids)
 	}
 	return n
+}
+
+// Hold empties the pools and keeps them empty (hold true), for a cluster
+// node that is draining: its sandboxes move away, and new ones go to other
+// nodes. Hold(false) fills them again.
+func (p *Service) Hold(ctx context.Context, hold bool) {
+	if p.held.Swap(hold) == hold {
+		return
+	}
+	if !hold {
+		p.Wake()
+		return
+	}
+	p.Drain(ctx) // every pool's target is 0 now
+	p.discardPrestarted(ctx)
 }
 
 // Forget empties the pools without discarding what they held, and returns

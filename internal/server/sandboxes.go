@@ -74,6 +74,9 @@ func validateCreate(req api.CreateSandboxRequest) error {
 	if err := validateSeconds("auto_archive_sec", req.AutoArchiveSec); err != nil {
 		return err
 	}
+	if err := validateSeconds("checkpoint_every_sec", req.CheckpointEverySec); err != nil {
+		return err
+	}
 	if req.Network != nil {
 		if _, err := egress.Parse(req.Network); err != nil {
 			return err

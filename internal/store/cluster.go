@@ -58,6 +58,16 @@ type Cluster interface {
 	// concurrent Places never commit a node beyond its capacity. errs[i]
 	// is placement i's.
 	Place(ctx context.Context, sbs []*Sandbox) (errs []error)
+	// Move hands sandbox id, recorded on node from in api.StateArchived or
+	// api.StateLost (the states whose files are in object storage, none on
+	// a node), to node to, archived: the caller has made sure its files
+	// are under its archive key. Node to must be live, schedulable, offer
+	// the sandbox's runtime and have room to run it (Place's check, with
+	// the sandbox counted as running), else ErrNoRoom. The transition is
+	// recorded with reason, which the sandbox's Error shows too. A sandbox
+	// on another node or in another state is ErrConflict; none,
+	// ErrNotFound. It returns the sandbox as recorded (see move.go).
+	Move(ctx context.Context, id, from, to, reason string) (Sandbox, error)
 	// As is the view node name writes through under epoch: its Create
 	// places on the node (as Place, schedulable or not: forks and pools
 	// are the node's own business), and every write through it (sandbox,
@@ -129,6 +139,18 @@ type NodeStatus struct {
 	// Pooled counts the warm sandboxes the node holds, by template
 	// version ID ("" the built-in).
 	Pooled map[string]int `json:"pooled,omitempty"`
+	// Drain is how the node's drain went, while its schedule is draining.
+	Drain *DrainStatus `json:"drain,omitempty"`
+}
+
+// DrainStatus is what a draining node reports of its last drain round.
+type DrainStatus struct {
+	Moved int       `json:"moved"` // sandboxes moved away since the drain began
+	At    time.Time `json:"at"`    // of the last round
+	// Left are the sandboxes still on the node, by ID, each with why:
+	// the drain is complete when there are none.
+	Left  map[string]string `json:"left,omitempty"`
+	Error string            `json:"error,omitempty"`
 }
 
 // Holds reports what a sandbox in state holds on its node: compute (its CPU

@@ -83,19 +83,12 @@ func checkPlacement(sb *store.Sandbox) error {
 func insertPlaced(n int) string {
 	var b strings.Builder
 	b.WriteString(`WITH ins AS (INSERT INTO sandboxes (` + insertColumns + `) VALUES `)
-	per := placedArgs
+	per := insertCount
 	for i := range n {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString("(")
-		for j := range per {
-			if j > 0 {
-				b.WriteString(",")
-			}
-			fmt.Fprintf(&b, "$%d", i*per+j+1)
-		}
-		b.WriteString(")")
+		b.WriteString("(" + placeholders(i*per, per) + ")")
 	}
 	fmt.Fprintf(&b, ` ON CONFLICT (id) DO NOTHING RETURNING id, state)
 INSERT INTO transitions (sandbox_id, from_state, to_state, reason, at) SELECT id, '', state, '', $%d FROM ins
@@ -105,9 +98,6 @@ RETURNING sandbox_id`, n*per+1)
 
 // maxInsert is the most sandboxes one statement inserts.
 const maxInsert = 1000
-
-// placedArgs is the number of parameters of one sandbox's row: len(insertArgs(sb)).
-const placedArgs = 33
 
 // place is Place, or through a view (as not nil) Create: on as's node,
 // which must be live under as's epoch, schedulable or not.
@@ -255,7 +245,7 @@ func placeTx(ctx context.Context, tx pgx.Tx, sbs []*store.Sandbox, todo []int, e
 	}
 	// In statements of at most maxInsert rows: PostgreSQL takes 65,535
 	// parameters at most.
-	const per = placedArgs
+	per := insertCount
 	var inserted []string
 	now := time.Now()
 	for len(values) > 0 {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -20,7 +21,7 @@ import (
 const columns = `id, state, template, template_version, runtime, cpu, memory_mib, disk_gib, pids, env, labels, error,
 	slot, created_at, started_at, stopped_at, pid, start_time, socket,
 	timeout_sec, expires_at, ephemeral, auto_delete_sec, auto_stop_sec, auto_archive_sec, auto_resume,
-	from_snapshot, egress, public_ports, tenant, node, lost_from`
+	from_snapshot, egress, public_ports, tenant, node, lost_from, checkpoint_every_sec, checkpointed_at`
 
 // args are sb's values for columns.
 func args(sb *store.Sandbox) []any {
@@ -30,7 +31,7 @@ func args(sb *store.Sandbox) []any {
 		string(env), string(labels), sb.Error,
 		sb.Slot, sb.CreatedAt, sb.StartedAt, sb.StoppedAt, sb.PID, int64(sb.StartTime), sb.Socket,
 		sb.TimeoutSec, sb.ExpiresAt, sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec, sb.AutoArchiveSec, sb.AutoResume,
-		sb.FromSnapshot, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant), sb.Node, sb.LostFrom}
+		sb.FromSnapshot, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant), sb.Node, sb.LostFrom, sb.CheckpointEverySec, sb.CheckpointedAt}
 }
 
 // Create records a new sandbox in the lowest slot free on its node, and
@@ -77,8 +78,22 @@ func (s *Store) Create(ctx context.Context, sb *store.Sandbox) error {
 	return err
 }
 
-const insertSandbox = `INSERT INTO sandboxes (` + insertColumns + `) VALUES
-	($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28,$29,$30,$31,$32,$33)`
+var insertSandbox = `INSERT INTO sandboxes (` + insertColumns + `) VALUES (` + placeholders(0, insertCount) + `)`
+
+// insertCount is the number of insertColumns, and of insertArgs.
+var insertCount = strings.Count(insertColumns, ",") + 1
+
+// placeholders are $from+1 ... $from+n, comma-separated.
+func placeholders(from, n int) string {
+	var b strings.Builder
+	for j := range n {
+		if j > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, "$%d", from+j+1)
+	}
+	return b.String()
+}
 
 // insertColumns are what an insert writes: columns, and the placement
 // record, written once and read only by Placement.
@@ -183,7 +198,7 @@ func update(ctx context.Context, tx pgx.Tx, as *writer, sb *store.Sandbox, from 
 		memory_mib=$7, disk_gib=$8, pids=$9, env=$10, labels=$11, error=$12, created_at=$13, started_at=$14,
 		stopped_at=$15, pid=$16, start_time=$17, socket=$18, timeout_sec=$19, expires_at=$20, ephemeral=$21,
 		auto_delete_sec=$22, auto_stop_sec=$23, auto_archive_sec=$24, auto_resume=$25, from_snapshot=$26, egress=$27,
-		public_ports=$28, tenant=$29, node=$30, lost_from=$31 WHERE id=$1`, a...); err != nil {
+		public_ports=$28, tenant=$29, node=$30, lost_from=$31, checkpoint_every_sec=$32, checkpointed_at=$33 WHERE id=$1`, a...); err != nil {
 		return err
 	}
 	if cur != sb.State {
@@ -253,12 +268,13 @@ func scanSandbox(row pgx.CollectableRow) (store.Sandbox, error) {
 		&sb.DiskGiB, &sb.PIDs, &env, &labels, &sb.Error,
 		&sb.Slot, &sb.CreatedAt, &sb.StartedAt, &sb.StoppedAt, &sb.PID, &startTime, &sb.Socket,
 		&sb.TimeoutSec, &sb.ExpiresAt, &sb.Ephemeral, &sb.AutoDeleteSec, &sb.AutoStopSec, &sb.AutoArchiveSec, &sb.AutoResume,
-		&sb.FromSnapshot, &policy, &sb.Ports.Public, &sb.Tenant, &sb.Node, &sb.LostFrom); err != nil {
+		&sb.FromSnapshot, &policy, &sb.Ports.Public, &sb.Tenant, &sb.Node, &sb.LostFrom, &sb.CheckpointEverySec, &sb.CheckpointedAt); err != nil {
 		return sb, err
 	}
 	sb.StartTime = uint64(startTime)
 	sb.CreatedAt = sb.CreatedAt.UTC()
 	sb.StartedAt, sb.StoppedAt, sb.ExpiresAt = utc(sb.StartedAt), utc(sb.StoppedAt), utc(sb.ExpiresAt)
+	sb.CheckpointedAt = utc(sb.CheckpointedAt)
 	if policy != "" {
 		if err := json.Unmarshal([]byte(policy), &sb.Policy); err != nil {
 			return sb, err

@@ -43,6 +43,7 @@ func Cluster(t *testing.T, open OpenCluster) {
 		{"As", testAs},
 		{"CollectRacesPlace", testCollectRacesPlace},
 		{"Secret", testSecret},
+		{"Move", testMove},
 		{"HostileNodes", testHostileNodes},
 		{"PlacePlacement", testPlacePlacement},
 	} {
