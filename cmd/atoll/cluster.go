@@ -181,6 +181,11 @@ const runPath = "/cluster/v1/sandboxes/{id}/run"
 
 func (p peers) RunOn(ctx context.Context, node, id string) (api.Sandbox, error) {
 	n, ok, err := p.c.dir.Node(ctx, node, false)
+	if err == nil && (!ok || n.State != store.NodeLive) {
+		// The store placed it there, so the node was live then: the
+		// cached list is behind (a node that joined, or joined again).
+		n, ok, err = p.c.dir.Node(ctx, node, true)
+	}
 	if err != nil {
 		return api.Sandbox{}, err
 	}

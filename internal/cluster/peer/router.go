@@ -42,9 +42,10 @@ func LocateBy(sandbox func(ctx context.Context, id string) (node, state string, 
 		if err != nil {
 			return Owner{}, err
 		}
-		if !ok {
+		if !ok || n.State != store.NodeLive {
 			// A node the store names but the cached list does not: one
-			// that just joined.
+			// that just joined; or one the list has fenced, which may
+			// have joined again since.
 			if n, ok, err = dir.Node(ctx, node, true); err != nil {
 				return Owner{}, err
 			}
