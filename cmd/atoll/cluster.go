@@ -147,6 +147,15 @@ func (s *serving) joinCluster(ctx context.Context) error {
 	return nil
 }
 
+// ready is GET /v1/health's answer on a cluster node: an error while its
+// heartbeats have not reached the store for a lease.
+func (c *clustering) ready() error {
+	if c.member != nil && !c.member.Healthy() {
+		return fmt.Errorf("%w: node %s has not reached the cluster's store for a lease (%s)", errdefs.ErrUnavailable, c.cfg.name, c.cfg.lease)
+	}
+	return nil
+}
+
 // nodeStatus is what each heartbeat reports: the warm pools.
 func (s *serving) nodeStatus() store.NodeStatus {
 	if s.svc == nil {

@@ -579,6 +579,7 @@ func (s *serving) buildHandler(ctx context.Context) error {
 	scfg := server.Config{Sandboxes: s.svc, Templates: s.svc.Templates(), Runtimes: s.svc, Auth: s.keys, Keys: s.keys, Logger: s.log, Version: version}
 	if s.cluster.store != nil {
 		scfg.Nodes = nodes{s.cluster.store}
+		scfg.Ready = s.cluster.ready
 	}
 	if s.proxy != nil {
 		scfg.Ports = s.proxy
