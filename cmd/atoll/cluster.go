@@ -156,6 +156,25 @@ func (c *clustering) ready() error {
 	return nil
 }
 
+// gate answers 503 at once, rather than after the store's retries (up to
+// 30 s), to the API requests a node gets while it has not reached the
+// cluster's store for a lease: nearly every request needs the store (to
+// authenticate, to find the sandbox's node), and a client told so can try
+// again later or elsewhere. Requests already under way when the store went
+// away wait for it, within the store's bound. Health says the same in its
+// own words.
+func (c *clustering) gate(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/health" && r.URL.Path != "/health" {
+			if err := c.ready(); err != nil {
+				httpkit.Atoll.Error(w, http.StatusServiceUnavailable, api.CodeUnavailable, err.Error())
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // nodeStatus is what each heartbeat reports: the warm pools.
 func (s *serving) nodeStatus() store.NodeStatus {
 	if s.svc == nil {

@@ -315,11 +315,13 @@ func TestClusterNodePartitioned(t *testing.T) {
 	}
 }
 
-// TestClusterPostgresRestart restarts the PostgreSQL server while clients
-// create, exec in, write to and delete sandboxes through every node. While
-// it is down the API answers in bounded time, with success or a 503 JSON
-// error, never a 500; afterwards every acknowledged operation holds, no
-// node was fenced (no epoch changed), and creates work again.
+// TestClusterPostgresRestart stops the PostgreSQL server for two leases
+// while clients create, exec in, write to and delete sandboxes through
+// every node. While it is down the API answers in bounded time, with
+// success or a 503 JSON error, never a 500: requests under way wait for the
+// store, and once a node has missed it for a lease its health and new
+// requests answer 503 at once. Afterwards every acknowledged operation
+// holds, no node was fenced (no epoch changed), and creates work again.
 func TestClusterPostgresRestart(t *testing.T) {
 	ctl := os.Getenv("ATOLL_TEST_POSTGRES_CTL")
 	if ctl == "" {
@@ -385,6 +387,7 @@ func TestClusterPostgresRestart(t *testing.T) {
 						sb, err = c.CreateSandbox(ctx, api.CreateSandboxRequest{CPU: 0.25, MemoryMiB: 128, DiskGiB: 1})
 						return err
 					}) {
+						time.Sleep(50 * time.Millisecond) // as a client backs off
 						continue
 					}
 					body := fmt.Sprintf("node %d worker %d round %d", nd.Index, w, i)
@@ -432,13 +435,27 @@ func TestClusterPostgresRestart(t *testing.T) {
 	// The server stays down for two leases: every stored lease runs out.
 	// Meanwhile the nodes' health turns 503 once their heartbeats have
 	// missed the store for a lease.
+	// A node that is not ready answers a new request 503 at once, while
+	// the workers' requests under way wait for the store.
+	var probeID string
+	for _, sbs := range on {
+		probeID = sbs[0].ID
+	}
 	down := time.Now()
 	unready := map[int]time.Duration{}
+	var probes []string
 	for time.Since(down) < 2*failLease {
 		for _, n := range cl.Nodes {
-			if _, seen := unready[n.Index]; !seen && healthStatus(t, n) == 503 {
-				unready[n.Index] = time.Since(down).Round(time.Millisecond)
+			if _, seen := unready[n.Index]; seen || healthStatus(t, n) != 503 {
+				continue
 			}
+			unready[n.Index] = time.Since(down).Round(time.Millisecond)
+			p0 := time.Now()
+			do("probe", func(ctx context.Context) error {
+				_, err := n.Client().GetSandbox(ctx, probeID)
+				return err
+			})
+			probes = append(probes, fmt.Sprintf("node %d %s", n.Index, time.Since(p0).Round(time.Millisecond)))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -452,6 +469,10 @@ func TestClusterPostgresRestart(t *testing.T) {
 		time.Since(down.Add(2*failLease)).Round(time.Millisecond), unready)
 	if len(unready) != len(cl.Nodes) {
 		t.Errorf("nodes whose health answered 503 during the outage: %v, want all", unready)
+	}
+	t.Logf("requests to unready nodes answered in %v", probes)
+	if n503.Load() < int64(len(unready)) {
+		t.Errorf("%d requests answered 503 during the outage; want at least the %d probes", n503.Load(), len(unready))
 	}
 	for _, n := range cl.Nodes {
 		waitFor(t, 3*failLease, fmt.Sprintf("node %d healthy again", n.Index), func() bool {

@@ -631,7 +631,7 @@ func (s *serving) route(h http.Handler) http.Handler {
 	if s.cluster.router == nil {
 		return h
 	}
-	return s.cluster.router.Wrap(h)
+	return s.cluster.gate(s.cluster.router.Wrap(h))
 }
 
 // listen opens the API's listeners, and writes their URLs for the local
