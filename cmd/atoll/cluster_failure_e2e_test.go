@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/network/nettest"
 	"github.com/atoll-dev/atoll/internal/testenv"
 	"github.com/atoll-dev/atoll/internal/testenv/netcluster"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
@@ -179,6 +180,22 @@ func TestClusterNodeKilled(t *testing.T) {
 			t.Errorf("node %d lists %s as %s epoch %d", n.Index, v.Name(), got.State, got.Epoch)
 		}
 	}
+	// The CLI, from the LAN, through another node.
+	nodeLs := exec.Command(atollBinary(t), "node", "ls", "--url", others[0].URL, "--api-key", others[0].Key)
+	var ls []byte
+	if err := nettest.In(cl.LANNetns, func() (err error) { ls, err = nodeLs.CombinedOutput(); return err }); err != nil {
+		t.Fatalf("atoll node ls: %v\n%s", err, ls)
+	}
+	shown := false
+	for _, line := range strings.Split(string(ls), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == v.Name() {
+			shown = f[1] == "fenced" && strings.Contains(line, "expired")
+		}
+	}
+	if !shown {
+		t.Errorf("atoll node ls does not show %s fenced, its lease expired:\n%s", v.Name(), ls)
+	}
+	t.Logf("atoll node ls:\n%s", ls)
 	checkLost(t, others, v, on[v.Name()])
 	checkIntact(t, others, on, v)
 	// A lost sandbox is no one's to run: exec is refused as a conflict
