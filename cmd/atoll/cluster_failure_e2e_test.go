@@ -102,6 +102,19 @@ func procsOf(n *netcluster.Node, id string) []string {
 	return strings.Fields(string(b))
 }
 
+// netnsOf names the sandbox network namespaces of node n: named after its
+// bridge.
+func netnsOf(n *netcluster.Node) []string {
+	var out []string
+	ents, _ := os.ReadDir(nettest.Dir)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), n.Bridge+"-") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
 // checkLost checks, through every node in through, that each of sbs is
 // lost on node lost and says why and since when.
 func checkLost(t *testing.T, through []*netcluster.Node, lost *netcluster.Node, sbs []api.Sandbox) {
@@ -166,6 +179,9 @@ func TestClusterNodeKilled(t *testing.T) {
 			t.Fatalf("sandbox %s on %s has no process before the kill", sb.ID, v.Name())
 		}
 	}
+	if ns := netnsOf(v); len(ns) != len(on[v.Name()]) {
+		t.Fatalf("%s has sandbox networks %v before the kill, want %d", v.Name(), ns, len(on[v.Name()]))
+	}
 
 	t0 := time.Now()
 	v.Kill()
@@ -226,6 +242,8 @@ func TestClusterNodeKilled(t *testing.T) {
 	for _, sb := range on[v.Name()] {
 		waitFor(t, 10*time.Second, "no process left of lost "+sb.ID, func() bool { return len(procsOf(v, sb.ID)) == 0 })
 	}
+	// Nor their networks: the node runs nothing, and makes nothing ahead.
+	waitFor(t, 10*time.Second, "no sandbox network left on "+v.Name(), func() bool { return len(netnsOf(v)) == 0 })
 	// Nothing resurrected: lost through every node, the restarted one too.
 	checkLost(t, cl.Nodes, v, on[v.Name()])
 	checkIntact(t, cl.Nodes, on, v)
@@ -297,6 +315,9 @@ func TestClusterNodePartitioned(t *testing.T) {
 		if p := procsOf(v, sb.ID); len(p) != 0 {
 			t.Errorf("lost sandbox %s still has processes %v after its fenced node exited", sb.ID, p)
 		}
+	}
+	if ns := netnsOf(v); len(ns) != 0 {
+		t.Errorf("sandbox networks left after the fenced node exited: %v", ns)
 	}
 	if now := list(); fmt.Sprint(now) != fmt.Sprint(was) {
 		t.Errorf("the cluster's sandboxes changed when the fenced node came back:\n was %v\n now %v", was, now)
