@@ -48,10 +48,12 @@ type Sandbox struct {
 	PIDs            int64             `json:"pids"`       // max processes
 	Env             map[string]string `json:"env,omitempty"`
 	Labels          map[string]string `json:"labels,omitempty"`
-	Error           string            `json:"error,omitempty"` // why it is in state error
+	Error           string            `json:"error,omitempty"` // why it is in state error or lost
 	CreatedAt       time.Time         `json:"created_at"`
 	StartedAt       *time.Time        `json:"started_at,omitempty"`
-	StoppedAt       *time.Time        `json:"stopped_at,omitempty"`
+	// StoppedAt is when it last stopped; for a lost sandbox, when its
+	// node was fenced.
+	StoppedAt *time.Time `json:"stopped_at,omitempty"`
 	// Lifecycle policies; see CreateSandboxRequest.
 	ExpiresAt      *time.Time `json:"expires_at,omitempty"` // when the timeout stops it
 	Ephemeral      bool       `json:"ephemeral,omitempty"`

@@ -155,6 +155,34 @@ func (s *serving) joinCluster(ctx context.Context) error {
 	return nil
 }
 
+// ready is GET /v1/health's answer on a cluster node: an error while its
+// heartbeats have not reached the store for a lease.
+func (c *clustering) ready() error {
+	if c.member != nil && !c.member.Healthy() {
+		return fmt.Errorf("%w: node %s has not reached the cluster's store for a lease (%s)", errdefs.ErrUnavailable, c.cfg.name, c.cfg.lease)
+	}
+	return nil
+}
+
+// gate answers 503 at once, rather than after the store's retries (up to
+// 30 s), to the API requests a node gets while it has not reached the
+// cluster's store for a lease: nearly every request needs the store (to
+// authenticate, to find the sandbox's node), and a client told so can try
+// again later or elsewhere. Requests already under way when the store went
+// away wait for it, within the store's bound. Health says the same in its
+// own words.
+func (c *clustering) gate(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/health" && r.URL.Path != "/health" {
+			if err := c.ready(); err != nil {
+				httpkit.Atoll.Error(w, http.StatusServiceUnavailable, api.CodeUnavailable, err.Error())
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // nodeStatus is what each heartbeat reports: the template versions whose
 // layers the node holds (for the scheduler's locality) and the warm pools.
 func (s *serving) nodeStatus() store.NodeStatus {
@@ -193,6 +221,11 @@ const runPath = "/cluster/v1/sandboxes/{id}/run"
 
 func (p peers) RunOn(ctx context.Context, node, id string) (api.Sandbox, error) {
 	n, ok, err := p.c.dir.Node(ctx, node, false)
+	if err == nil && (!ok || n.State != store.NodeLive) {
+		// The store placed it there, so the node was live then: the
+		// cached list is behind (a node that joined, or joined again).
+		n, ok, err = p.c.dir.Node(ctx, node, true)
+	}
 	if err != nil {
 		return api.Sandbox{}, err
 	}

@@ -277,13 +277,3 @@ func newKeys(before, after []string) []string {
 }
 
 func tail(s string) string { return s[max(0, len(s)-4096):] }
-
-// waitFor polls ok until it holds, failing the test after d.
-func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
-	t.Helper()
-	for end := time.Now().Add(d); !ok(); time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("waited %s for %s", d, what)
-		}
-	}
-}

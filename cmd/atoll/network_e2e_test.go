@@ -207,13 +207,14 @@ func (w *netWorld) traces(t *testing.T, slot int, addrs ...string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	table := &nftables.Table{Name: "atoll", Family: nftables.TableFamilyINet}
+	// The server's table is named after its bridge, w.id (not atoll0).
+	table := &nftables.Table{Name: "atoll-" + w.id, Family: nftables.TableFamilyINet}
 	chains, err := nft.ListChainsOfTableFamily(nftables.TableFamilyINet)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range chains {
-		if c.Table.Name == "atoll" && c.Name == fmt.Sprintf("s%d", slot) {
+		if c.Table.Name == table.Name && c.Name == fmt.Sprintf("s%d", slot) {
 			out = append(out, "chain "+c.Name)
 		}
 	}

@@ -581,6 +581,7 @@ func (s *serving) buildHandler(ctx context.Context) error {
 	scfg := server.Config{Sandboxes: s.svc, Templates: s.svc.Templates(), Runtimes: s.svc, Auth: s.keys, Keys: s.keys, Logger: s.log, Version: version}
 	if s.cluster.store != nil {
 		scfg.Nodes = nodes{s.cluster.store}
+		scfg.Ready = s.cluster.ready
 	}
 	if s.proxy != nil {
 		scfg.Ports = s.proxy
@@ -632,7 +633,7 @@ func (s *serving) route(h http.Handler) http.Handler {
 	if s.cluster.router == nil {
 		return h
 	}
-	return s.cluster.router.Wrap(h)
+	return s.cluster.gate(s.cluster.router.Wrap(h))
 }
 
 // listen opens the API's listeners, and writes their URLs for the local

@@ -71,8 +71,13 @@ func (e *ElsewhereError) Error() string {
 
 func (e *ElsewhereError) Unwrap() error { return errdefs.ErrUnavailable }
 
-// here returns an *ElsewhereError if sb is another node's.
+// here returns an *ElsewhereError if sb is another node's, or a conflict
+// if it is another node's lost sandbox: no node runs it, so no retry or
+// routing helps (the router serves requests for lost sandboxes locally).
 func (s *Service) here(sb store.Sandbox) error {
+	if sb.Node != s.name && sb.State == api.StateLost {
+		return fmt.Errorf("%w: sandbox %s is lost: %s", errdefs.ErrConflict, sb.ID, sb.Error)
+	}
 	if sb.Node != s.name {
 		return &ElsewhereError{ID: sb.ID, Node: sb.Node}
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -200,6 +201,19 @@ func TestClusterNodeScope(t *testing.T) {
 			t.Errorf("%s of b's sandbox on a: %v, want an ElsewhereError naming b", op, err)
 		}
 	}
+	// b's lost sandbox: no node runs it, so nothing is to be routed, and
+	// the refusal says why.
+	lost := insert(t, a.st, store.Sandbox{Sandbox: api.Sandbox{State: api.StateLost, Node: "b",
+		Error: "node b was fenced: lease expired"}}).ID
+	for op, do := range map[string]func() error{
+		"stop":   func() error { _, err := a.Stop(ctx, lost); return err },
+		"delete": func() error { return a.Delete(ctx, lost) },
+		"agent":  func() error { _, err := a.AgentDialer(ctx, lost); return err },
+	} {
+		if err := do(); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "is lost: node b was fenced") {
+			t.Errorf("%s of b's lost sandbox on a: %v, want a conflict saying it is lost", op, err)
+		}
+	}
 	if st, n := history(t, a.st, id); (hist{st, n}) != before["running, dead"] {
 		t.Errorf("b's sandbox is %s with %d transitions after a refused operations on it, was %+v", st, n, before["running, dead"])
 	}
@@ -213,8 +227,8 @@ func TestClusterNodeScope(t *testing.T) {
 	for _, sb := range all {
 		nodes[sb.Node]++
 	}
-	if nodes["b"] != 4 || nodes["a"] != 1 { // b's pooled row is hidden
-		t.Errorf("List shows %v sandboxes by node, want b:4 a:1", nodes)
+	if nodes["b"] != 5 || nodes["a"] != 1 { // b's pooled row is hidden, its lost one shown
+		t.Errorf("List shows %v sandboxes by node, want b:5 a:1", nodes)
 	}
 }
 

@@ -13,6 +13,12 @@ import (
 )
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Ready != nil {
+		if err := s.cfg.Ready(); err != nil {
+			httpkit.Atoll.Error(w, http.StatusServiceUnavailable, api.CodeUnavailable, err.Error())
+			return
+		}
+	}
 	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: s.cfg.Version})
 }
 

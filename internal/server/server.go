@@ -125,6 +125,10 @@ type Config struct {
 	Nodes     Nodes        // nil (one machine, not a cluster): the node routes answer 409 conflict
 	Logger    *slog.Logger // default slog.Default()
 	Version   string       // reported by GET /v1/health
+	// Ready, if set, is asked by GET /v1/health: an error makes it answer
+	// 503 with the error's message (a cluster node that has lost its
+	// store).
+	Ready func() error
 }
 
 // Server serves the /v1 API.

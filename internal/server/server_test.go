@@ -639,6 +639,12 @@ func TestHealth(t *testing.T) {
 	if got, want := decode[api.Health](t, body), (api.Health{Status: "ok", Version: "test"}); got != want {
 		t.Errorf("health = %+v, want %+v", got, want)
 	}
+	// A cluster node that lost its store is up but not ready.
+	f.s.cfg.Ready = func() error { return fmt.Errorf("%w: store unreachable", errdefs.ErrUnavailable) }
+	resp, body = f.do("GET", "/v1/health", nil, "X-API-Key", "")
+	if e := decode[api.Error](t, body); resp.StatusCode != 503 || e.Code != api.CodeUnavailable || !strings.Contains(e.Message, "store unreachable") {
+		t.Errorf("health of a node without its store: %d %s", resp.StatusCode, body)
+	}
 }
 
 func TestSandboxLifecycle(t *testing.T) {

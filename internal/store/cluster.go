@@ -46,7 +46,8 @@ type Cluster interface {
 	// Expire fences every live node whose lease ran out before now: the
 	// node becomes NodeFenced, and each of its sandboxes (not those
 	// deleting) becomes api.StateLost, recording the state it was in as
-	// LostFrom, with a transition whose reason is cause. It returns the
+	// LostFrom, with a transition whose reason is cause; its Error says
+	// its node was fenced and why (cause), its StoppedAt when. It returns the
 	// nodes fenced. Several nodes expiring at once fence each node once.
 	Expire(ctx context.Context, now time.Time, cause string) ([]Node, error)
 	// Place records each placement's sandbox on its Node (sb.Node set by

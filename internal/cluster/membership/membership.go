@@ -155,7 +155,12 @@ func (m *Member) expireOthers(ctx context.Context) {
 	if since.IsZero() || time.Since(since) < m.cfg.Lease {
 		return
 	}
-	fenced, err := m.cfg.Store.Expire(ctx, time.Now(), "lease expired: no heartbeat for "+m.cfg.Lease.String())
+	// Bounded as a heartbeat is: Run heartbeats only between calls, and a
+	// store that goes away mid-call would hold it for the store's whole
+	// retry time, long enough for this node's own lease to run out.
+	cctx, cancel := context.WithTimeout(ctx, m.cfg.Lease/3)
+	defer cancel()
+	fenced, err := m.cfg.Store.Expire(cctx, time.Now(), "lease expired: no heartbeat for "+m.cfg.Lease.String())
 	if err != nil {
 		m.log.Warn("fencing expired nodes", "err", err)
 		return

@@ -233,6 +233,24 @@ func (c *cluster) api(n *node) http.Handler {
 				}
 			}
 			return
+		case strings.HasSuffix(r.URL.Path, "/echo"):
+			// Full duplex, as an exec with stdin: the answer begins
+			// before the request's body has all come, and each line of
+			// it is echoed as it comes.
+			http.NewResponseController(w).EnableFullDuplex()
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			br := bufio.NewReader(r.Body)
+			for {
+				line, err := br.ReadString('\n')
+				if line != "" {
+					fmt.Fprintf(w, "echo %s", line)
+					w.(http.Flusher).Flush()
+				}
+				if err != nil {
+					return
+				}
+			}
 		case strings.HasSuffix(r.URL.Path, "/sink"):
 			n, _ := io.Copy(io.Discard, r.Body)
 			fmt.Fprintf(w, "%d\n", n)
@@ -446,6 +464,38 @@ func TestStream(t *testing.T) {
 		if i < 2 {
 			streamAck(&http.Request{URL: resp.Request.URL}) <- struct{}{}
 		}
+	}
+}
+
+// TestFullDuplex: a request's body goes on streaming to the owner after
+// its answer has begun, through the router, line by line.
+func TestFullDuplex(t *testing.T) {
+	c := newCluster(t, "a", "b")
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequest("POST", c.nodes["a"].public.URL+"/v1/sandboxes/"+onB+"/echo", pr)
+	req.Header.Set("Authorization", keyT1)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	for i := range 3 {
+		fmt.Fprintf(pw, "line %d\n", i)
+		got := make(chan string, 1)
+		go func() { line, _ := br.ReadString('\n'); got <- line }()
+		select {
+		case line := <-got:
+			if want := fmt.Sprintf("echo line %d\n", i); line != want {
+				t.Fatalf("read %q, want %q", line, want)
+			}
+		case <-time.After(testWait):
+			t.Fatalf("line %d did not come back", i)
+		}
+	}
+	pw.Close()
+	if rest, err := io.ReadAll(br); err != nil || len(rest) != 0 {
+		t.Errorf("after the body ended: %q, %v", rest, err)
 	}
 }
 

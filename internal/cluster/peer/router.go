@@ -42,9 +42,10 @@ func LocateBy(sandbox func(ctx context.Context, id string) (node, state string, 
 		if err != nil {
 			return Owner{}, err
 		}
-		if !ok {
+		if !ok || n.State != store.NodeLive {
 			// A node the store names but the cached list does not: one
-			// that just joined.
+			// that just joined; or one the list has fenced, which may
+			// have joined again since.
 			if n, ok, err = dir.Node(ctx, node, true); err != nil {
 				return Owner{}, err
 			}
@@ -134,6 +135,12 @@ func (rt *Router) Wrap(local http.Handler) http.Handler {
 			rt.fail(w, r, fmt.Sprintf("sandbox %s is on node %s, which is %s", id, owner.Name, owner.State))
 			return
 		}
+		// The request's body goes on streaming to the owner while its
+		// answer streams back (stdin and exec output, uploads answered
+		// early): without full duplex, Go's HTTP/1 server ends the
+		// request body once the answer begins, and the proxy then cuts
+		// the owner's answer off mid-stream.
+		_ = http.NewResponseController(w).EnableFullDuplex()
 		rt.proxy(owner.Node, id).ServeHTTP(w, r)
 	})
 }

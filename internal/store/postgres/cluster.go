@@ -350,8 +350,12 @@ func (s *Store) Expire(ctx context.Context, now time.Time, cause string) ([]stor
 			return err
 		}
 		slices.SortFunc(fenced, func(a, b store.Node) int { return cmpString(a.Name, b.Name) })
+		// The API shows a lost sandbox's cause as its error and the time
+		// as its stopped_at (api.Sandbox).
 		_, err = tx.Exec(ctx, `WITH lost AS (
-				UPDATE sandboxes SET lost_from = state, state = $2 WHERE node = ANY($1) AND state NOT IN ($2, $3)
+				UPDATE sandboxes SET lost_from = state, state = $2, stopped_at = $5,
+					error = 'node ' || node || ' was fenced: ' || $4
+				WHERE node = ANY($1) AND state NOT IN ($2, $3)
 				RETURNING id, lost_from)
 			INSERT INTO transitions (sandbox_id, from_state, to_state, reason, at)
 			SELECT id, lost_from, $2, $4, $5 FROM lost`, names, api.StateLost, api.StateDeleting, cause, time.Now())

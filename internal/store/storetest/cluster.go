@@ -204,6 +204,9 @@ func testExpire(t *testing.T, c store.Cluster) {
 		if err != nil || sb.State != api.StateLost || sb.LostFrom != from || sb.Node != "a" {
 			t.Errorf("%s after expiry: %s from %q on %q, %v", id, sb.State, sb.LostFrom, sb.Node, err)
 		}
+		if !strings.Contains(sb.Error, "node a was fenced: lease expired") || sb.StoppedAt == nil || time.Since(*sb.StoppedAt) > time.Minute {
+			t.Errorf("%s after expiry: error %q, stopped at %v; want the cause and the time", id, sb.Error, sb.StoppedAt)
+		}
 		ts, _ := c.Transitions(ctx, id)
 		if last := ts[len(ts)-1]; last.From != from || last.To != api.StateLost || last.Reason != "lease expired" {
 			t.Errorf("%s's last transition %+v", id, last)

@@ -434,7 +434,11 @@ func (n *Node) start(extra []string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.cmd != nil {
-		return fmt.Errorf("node %d is running", n.Index)
+		select {
+		case <-n.done: // it exited on its own (a fenced node does)
+		default:
+			return fmt.Errorf("node %d is running", n.Index)
+		}
 	}
 	log, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -524,7 +528,42 @@ func (n *Node) signal(sig syscall.Signal) {
 func (n *Node) Running() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.cmd != nil
+	if n.cmd == nil {
+		return false
+	}
+	select {
+	case <-n.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Exited is closed when the node's process, running now, exits on its
+// own or is ended; nil if it is not running.
+func (n *Node) Exited() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return nil
+	}
+	return n.done
+}
+
+// ExitCode is the exit status of the node's process once it has exited
+// (-1 if a signal ended it), and false while it runs or was never started.
+func (n *Node) ExitCode() (int, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return 0, false
+	}
+	select {
+	case <-n.done:
+		return n.cmd.ProcessState.ExitCode(), true
+	default:
+		return 0, false
+	}
 }
 
 // Cut takes the node's link to the LAN down, from the LAN's side: a
