@@ -285,7 +285,9 @@ func (s *Service) lostFiles(ctx context.Context, sb store.Sandbox) (string, erro
 // object storage, then its record.
 func (s *Service) deleteLost(ctx context.Context, sb store.Sandbox) error {
 	if s.mover == nil {
-		return fmt.Errorf("%w: sandbox %s was lost with its node, and this node cannot delete it", errdefs.ErrUnavailable, sb.ID)
+		// No node runs it and this one cannot move or delete it: refused
+		// as any other operation on a lost sandbox is.
+		return fmt.Errorf("%w: sandbox %s is lost: %s", errdefs.ErrConflict, sb.ID, sb.Error)
 	}
 	unlock := s.lock(sb.ID)
 	defer unlock()
