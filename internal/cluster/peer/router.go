@@ -135,13 +135,7 @@ func (rt *Router) Wrap(local http.Handler) http.Handler {
 			rt.fail(w, r, fmt.Sprintf("sandbox %s is on node %s, which is %s", id, owner.Name, owner.State))
 			return
 		}
-		// The request's body goes on streaming to the owner while its
-		// answer streams back (stdin and exec output, uploads answered
-		// early): without full duplex, Go's HTTP/1 server ends the
-		// request body once the answer begins, and the proxy then cuts
-		// the owner's answer off mid-stream.
-		_ = http.NewResponseController(w).EnableFullDuplex()
-		rt.proxy(owner.Node, id).ServeHTTP(w, r)
+		rt.proxy(w, owner.Node, id).ServeHTTP(w, r)
 	})
 }
 
@@ -150,9 +144,21 @@ func (rt *Router) fail(w http.ResponseWriter, r *http.Request, msg string) {
 }
 
 // proxy is a reverse proxy to node n for a request about sandbox id.
-func (rt *Router) proxy(n Node, id string) *httputil.ReverseProxy {
+func (rt *Router) proxy(w http.ResponseWriter, n Node, id string) *httputil.ReverseProxy {
 	c := rt.cfg.Client
 	return &httputil.ReverseProxy{
+		// The request's body may go on streaming to the owner while its
+		// answer streams back (stdin and exec output, uploads answered
+		// early, and the last read of any body, which sees its end):
+		// without full duplex, Go's HTTP/1 server ends the request body
+		// once the answer begins, and the proxy then cuts the owner's
+		// answer off mid-stream. Enabled once the owner has answered, not
+		// before: a request that never reached the owner is answered
+		// while nothing reads its body, as the server expects.
+		ModifyResponse: func(*http.Response) error {
+			_ = http.NewResponseController(w).EnableFullDuplex()
+			return nil
+		},
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&url.URL{Scheme: "https", Host: n.Address})
 			// The owner's handlers route by host too: envd and the port
