@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -25,6 +23,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/scheduler"
 	"github.com/atoll-dev/atoll/internal/store"
 	"github.com/atoll-dev/atoll/internal/store/postgres"
+	"github.com/atoll-dev/atoll/internal/testenv/pgtest"
 )
 
 // schedConfig is the scheduler benchmark's (-only scheduler).
@@ -374,24 +373,11 @@ func countRows(u string) (rows, lost, _ int) {
 // benchSchema makes a schema of its own on the server and returns a URL
 // using it, and how to drop it.
 func benchSchema(base string) (string, func()) {
-	var b [6]byte
-	rand.Read(b[:])
-	name := "bench_sched_" + hex.EncodeToString(b[:])
-	admin := func(sql string) {
-		ctx := context.Background()
-		c, err := pgx.Connect(ctx, base)
-		check(err)
-		defer c.Close(ctx)
-		_, err = c.Exec(ctx, sql)
-		check(err)
-	}
-	admin("CREATE SCHEMA " + name)
-	p, err := url.Parse(base)
+	name, drop, err := pgtest.Schema(context.Background(), base, "bench_sched_")
 	check(err)
-	q := p.Query()
-	q.Set("search_path", name)
-	p.RawQuery = q.Encode()
-	return p.String(), func() { admin("DROP SCHEMA " + name + " CASCADE") }
+	u, err := pgtest.WithSearchPath(base, name)
+	check(err)
+	return u, func() { check(drop()) }
 }
 
 // startPostgres starts a throwaway PostgreSQL server (Debian's), as

@@ -2,62 +2,21 @@ package control
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"net/url"
-	"os"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/store"
 	"github.com/atoll-dev/atoll/internal/store/postgres"
-	"github.com/atoll-dev/atoll/internal/testenv"
+	"github.com/atoll-dev/atoll/internal/testenv/pgtest"
 )
 
 // clusterStore opens the PostgreSQL store of cluster mode in a schema of
 // its own on ATOLL_TEST_POSTGRES_URL's server (scripts/test.sh starts one),
 // dropped when t ends.
-func clusterStore(t *testing.T) *postgres.Store {
-	t.Helper()
-	base := os.Getenv("ATOLL_TEST_POSTGRES_URL")
-	if base == "" {
-		testenv.Skip(t, "ATOLL_TEST_POSTGRES_URL is not set (scripts/test.sh starts a PostgreSQL server and sets it)")
-	}
-	ctx := context.Background()
-	b := make([]byte, 8)
-	rand.Read(b)
-	schema := "atoll_control_" + hex.EncodeToString(b)
-	admin := func(sql string) {
-		c, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close(ctx)
-		if _, err := c.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	admin(`CREATE SCHEMA ` + schema)
-	t.Cleanup(func() { admin(`DROP SCHEMA ` + schema + ` CASCADE`) })
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	pg, err := postgres.Open(ctx, u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pg.Close() })
-	return pg
-}
+func clusterStore(t *testing.T) *postgres.Store { return pgtest.Open(t, "atoll_control_") }
 
 // pgPlacer places every sandbox on node to through the cluster store's
 // Place, as the scheduler does once it has chosen.

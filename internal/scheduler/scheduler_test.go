@@ -2,69 +2,24 @@ package scheduler
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
-	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/store"
 	"github.com/atoll-dev/atoll/internal/store/postgres"
-	"github.com/atoll-dev/atoll/internal/testenv"
+	"github.com/atoll-dev/atoll/internal/testenv/pgtest"
 )
 
-// database is a schema of its own on the PostgreSQL server that
-// ATOLL_TEST_POSTGRES_URL names (scripts/test.sh starts one), dropped when
-// the test ends; it returns a URL whose connections use it.
-func database(t *testing.T) string {
-	t.Helper()
-	base := os.Getenv("ATOLL_TEST_POSTGRES_URL")
-	if base == "" {
-		testenv.Skip(t, "ATOLL_TEST_POSTGRES_URL is not set (scripts/test.sh starts a PostgreSQL server and sets it)")
-	}
-	var b [6]byte
-	rand.Read(b[:])
-	name := "atoll_sched_" + hex.EncodeToString(b[:])
-	admin := func(sql string) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		c, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close(ctx)
-		if _, err := c.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	admin("CREATE SCHEMA " + name)
-	t.Cleanup(func() { admin("DROP SCHEMA " + name + " CASCADE") })
-	return withSearchPath(t, base, name)
-}
-
-func withSearchPath(t testing.TB, u, schema string) string {
-	if strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://") {
-		p, err := url.Parse(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		q := p.Query()
-		q.Set("search_path", schema)
-		p.RawQuery = q.Encode()
-		return p.String()
-	}
-	return u + " search_path=" + schema
-}
+// database is a schema of its own on the test server (pgtest), dropped
+// when the test ends: the URL whose connections use it.
+func database(t *testing.T) string { return pgtest.NewURL(t, "atoll_sched_") }
 
 func open(t *testing.T, u string) *postgres.Store {
 	t.Helper()

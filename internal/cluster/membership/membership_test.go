@@ -2,65 +2,23 @@ package membership
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"net/url"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/store"
 	"github.com/atoll-dev/atoll/internal/store/postgres"
 	"github.com/atoll-dev/atoll/internal/store/storetest"
-	"github.com/atoll-dev/atoll/internal/testenv"
+	"github.com/atoll-dev/atoll/internal/testenv/pgtest"
 )
 
 // openCluster opens the PostgreSQL store of ATOLL_TEST_POSTGRES_URL (the
 // server scripts/test.sh starts) in a schema of its own, dropped when the
 // test ends.
-func openCluster(t *testing.T) *postgres.Store {
-	t.Helper()
-	base := os.Getenv("ATOLL_TEST_POSTGRES_URL")
-	if base == "" {
-		testenv.Skip(t, "ATOLL_TEST_POSTGRES_URL is not set (scripts/test.sh starts a PostgreSQL server and sets it)")
-	}
-	b := make([]byte, 6)
-	rand.Read(b)
-	schema := "atoll_m" + hex.EncodeToString(b)
-	admin := func(sql string) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		c, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close(ctx)
-		if _, err := c.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
-	admin("CREATE SCHEMA " + schema)
-	t.Cleanup(func() { admin("DROP SCHEMA " + schema + " CASCADE") })
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	st, err := postgres.Open(context.Background(), u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
-}
+func openCluster(t *testing.T) *postgres.Store { return pgtest.Open(t, "atoll_m") }
 
 // cutOff is the real store as one node reaches it: while down is set, its
 // heartbeats and fencing fail as they do when the store is unreachable.

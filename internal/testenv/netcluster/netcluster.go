@@ -43,12 +43,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/atoll-dev/atoll/internal/network/nettest"
 	"github.com/atoll-dev/atoll/internal/testenv"
+	"github.com/atoll-dev/atoll/internal/testenv/pgtest"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
@@ -322,30 +322,12 @@ func (n *Node) Name() string { return fmt.Sprintf("n%d", n.Index) }
 // state and blob stores as the nodes reach them.
 func (c *Cluster) clusterStores() (pg, s3 string) {
 	c.t.Helper()
-	base, s3 := os.Getenv("ATOLL_TEST_POSTGRES_URL"), c.S3URL()
-	if base == "" || s3 == "" {
-		testenv.Skip(c.t, "a cluster needs ATOLL_TEST_POSTGRES_URL and ATOLL_TEST_S3_URL (scripts/test.sh starts both servers)")
+	s3 = c.S3URL()
+	if os.Getenv(pgtest.Env) == "" || s3 == "" {
+		testenv.Skip(c.t, "a cluster needs "+pgtest.Env+" and ATOLL_TEST_S3_URL (scripts/test.sh starts both servers)")
 	}
-	schema := "atoll_c" + c.id
-	admin := func(sql string) error {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			return err
-		}
-		defer conn.Close(ctx)
-		_, err = conn.Exec(ctx, sql)
-		return err
-	}
-	if err := admin("CREATE SCHEMA " + schema); err != nil {
-		c.t.Fatalf("making the cluster's schema: %v", err)
-	}
-	c.t.Cleanup(func() {
-		if err := admin("DROP SCHEMA " + schema + " CASCADE"); err != nil {
-			c.t.Errorf("dropping the cluster's schema: %v", err)
-		}
-	})
+	// Made before the nodes' cleanups are registered: dropped after them.
+	schema := pgtest.NewSchema(c.t, "atoll_c"+c.id+"_")
 	u, err := url.Parse(c.PostgresURL())
 	if err != nil {
 		c.t.Fatal(err)
