@@ -6,6 +6,7 @@ package errdefs
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -110,3 +111,24 @@ func RetryAfter(err error) int {
 	}
 	return int((b.After + time.Second - 1) / time.Second)
 }
+
+// QuotaError is a request refused because it would take a tenant over one
+// of its quotas (ErrQuota): the HTTP layer answers it with 429 and these
+// fields in the body, besides the message.
+type QuotaError struct {
+	Tenant string
+	Quota  string  // the quota's name in the API: max_sandboxes, max_cpu, ...
+	Limit  float64 // in the quota's unit (sandboxes, CPUs, MiB, GiB, creates a second)
+	// Used is what the tenant holds now, Requested what the request would
+	// add; for a rate, neither.
+	Used, Requested float64
+}
+
+func (e *QuotaError) Error() string {
+	if e.Used == 0 && e.Requested == 0 {
+		return fmt.Sprintf("%v: tenant %s is over its %s of %g", ErrQuota, e.Tenant, e.Quota, e.Limit)
+	}
+	return fmt.Sprintf("%v: tenant %s's %s is %g; it uses %g, and this needs %g more", ErrQuota, e.Tenant, e.Quota, e.Limit, e.Used, e.Requested)
+}
+
+func (e *QuotaError) Unwrap() error { return ErrQuota }

@@ -138,10 +138,11 @@ func (s *Store) place(ctx context.Context, sbs []*store.Sandbox, as *writer) []e
 }
 
 func placeTx(ctx context.Context, tx pgx.Tx, sbs []*store.Sandbox, todo []int, errs []error, as *writer) error {
-	var names, ids, versions []string
+	var names, ids, versions, tenants []string
 	for _, i := range todo {
 		sb := sbs[i]
 		names = append(names, sb.Node)
+		tenants = append(tenants, tenantOf(sb.Tenant))
 		ids = append(ids, sb.ID)
 		if sb.TemplateVersion != "" {
 			versions = append(versions, sb.TemplateVersion)
@@ -149,6 +150,8 @@ func placeTx(ctx context.Context, tx pgx.Tx, sbs []*store.Sandbox, todo []int, e
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
+	slices.Sort(tenants)
+	tenants = slices.Compact(tenants)
 
 	// The first round trip. The statements run in order, each seeing
 	// what committed before it began: the sums after the locks.
@@ -200,6 +203,35 @@ func placeTx(ctx context.Context, tx pgx.Tx, sbs []*store.Sandbox, todo []int, e
 		})
 		return err
 	})
+	// The quotas of the tenants that have limits, their rows locked (in
+	// name order: no deadlock) and updated (tenants.go says why), then
+	// what their sandboxes hold, read after the locks.
+	quotas := map[string]store.Quota{}
+	used := map[string]store.Resources{}
+	b.Queue(`WITH l AS (SELECT name FROM tenants WHERE name = ANY($1) AND `+limited+` ORDER BY name FOR UPDATE)
+		UPDATE tenants t SET charged = charged + 1 FROM l WHERE t.name = l.name
+		RETURNING t.name, max_sandboxes, max_cpu, max_memory_mib, max_disk_gib`, tenants).Query(func(rows pgx.Rows) error {
+		var name string
+		var q store.Quota
+		_, err := pgx.ForEachRow(rows, []any{&name, &q.Sandboxes, &q.CPU, &q.MemoryMiB, &q.DiskGiB}, func() error {
+			quotas[name] = q
+			return nil
+		})
+		return err
+	})
+	b.Queue(`SELECT tenant, state, COUNT(*), COALESCE(SUM(cpu), 0), COALESCE(SUM(memory_mib), 0), COALESCE(SUM(disk_gib), 0)
+		FROM sandboxes WHERE tenant IN (SELECT name FROM tenants WHERE name = ANY($1) AND `+limited+`)
+		GROUP BY tenant, state`, tenants).Query(func(rows pgx.Rows) error {
+		var tn, state string
+		var n int
+		var cpu float64
+		var mem, disk int64
+		_, err := pgx.ForEachRow(rows, []any{&tn, &state, &n, &cpu, &mem, &disk}, func() error {
+			addUse(used, tn, state, n, cpu, mem, disk)
+			return nil
+		})
+		return err
+	})
 	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 		return err
 	}
@@ -220,6 +252,9 @@ func placeTx(ctx context.Context, tx pgx.Tx, sbs []*store.Sandbox, todo []int, e
 		case t.schedule != "":
 			errs[i] = fmt.Errorf("node %.40q is %s: %w", sb.Node, t.schedule, store.ErrNoRoom)
 		}
+		// Before the node's room: a tenant over a quota is refused on
+		// every node, and the scheduler does not try the next.
+		over := quotaOver(quotas, used, sb)
 		switch {
 		case errs[i] != nil:
 		case !slices.Contains(t.runtimes, sb.Runtime):
@@ -228,6 +263,8 @@ func placeTx(ctx context.Context, tx pgx.Tx, sbs []*store.Sandbox, todo []int, e
 			errs[i] = fmt.Errorf("sandbox %s exists already: %w", sb.ID, errdefs.ErrConflict)
 		case sb.TemplateVersion != "" && !held[sb.TemplateVersion]:
 			errs[i] = fmt.Errorf("template version %s: %w", sb.TemplateVersion, errdefs.ErrNotFound)
+		case over != nil:
+			errs[i] = over
 		case !t.fits(sb):
 			errs[i] = fmt.Errorf("node %.40q holds %+v of %+v: %w", sb.Node, t.committed, t.capacity, store.ErrNoRoom)
 		}
@@ -237,6 +274,7 @@ func placeTx(ctx context.Context, tx pgx.Tx, sbs []*store.Sandbox, todo []int, e
 		exists[sb.ID] = true // a second placement of it in this batch
 		t.take(sb)
 		sb.Tenant = tenantOf(sb.Tenant)
+		used[sb.Tenant] = used[sb.Tenant].Plus(store.ChargeOf(sb))
 		values = append(values, insertArgs(sb)...)
 		queued = append(queued, i)
 	}
@@ -273,4 +311,15 @@ func placeTx(ctx context.Context, tx pgx.Tx, sbs []*store.Sandbox, todo []int, e
 		}
 	}
 	return nil
+}
+
+// quotaOver is the error of sb's placement if it would take its tenant
+// over a quota of quotas (those with limits), beside what used counts.
+func quotaOver(quotas map[string]store.Quota, used map[string]store.Resources, sb *store.Sandbox) error {
+	t := tenantOf(sb.Tenant)
+	q, ok := quotas[t]
+	if !ok {
+		return nil
+	}
+	return q.Admit(t, used[t], store.Resources{}, store.ChargeOf(sb))
 }

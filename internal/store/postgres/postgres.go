@@ -192,7 +192,7 @@ func retryable(err error, conn *pgx.Conn) bool {
 	case errors.As(err, &pe):
 		return retryCodes[pe.Code] || pe.Code == "23505" && retryConstraints[pe.ConstraintName]
 	case errors.Is(err, errdefs.ErrNotFound), errors.Is(err, errdefs.ErrConflict), errors.Is(err, errdefs.ErrInvalid),
-		errors.Is(err, store.ErrFenced), errors.Is(err, store.ErrNoRoom):
+		errors.Is(err, store.ErrFenced), errors.Is(err, store.ErrNoRoom), errors.Is(err, errdefs.ErrQuota):
 		return false
 	}
 	// Not the server's answer: the connection failed (or was never made).

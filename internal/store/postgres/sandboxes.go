@@ -63,6 +63,9 @@ func (s *Store) Create(ctx context.Context, sb *store.Sandbox) error {
 		if err := versionExists(ctx, tx, sb.TemplateVersion); err != nil {
 			return err
 		}
+		if err := admit(ctx, tx, sb, store.Resources{}); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, insertSandbox, insertArgs(sb)...); err != nil {
 			return fmt.Errorf("inserting sandbox: %w", err)
 		}
@@ -161,8 +164,10 @@ func (s *Store) UpdateAll(ctx context.Context, sbs []*store.Sandbox, from ...str
 }
 
 func update(ctx context.Context, tx pgx.Tx, as *writer, sb *store.Sandbox, from []string) error {
-	var cur, node string
-	if err := tx.QueryRow(ctx, `SELECT state, node FROM sandboxes WHERE id = $1 FOR UPDATE`, sb.ID).Scan(&cur, &node); err != nil {
+	var cur, node, owner string
+	var had store.Resources
+	if err := tx.QueryRow(ctx, `SELECT state, node, tenant, cpu, memory_mib, disk_gib FROM sandboxes WHERE id = $1 FOR UPDATE`, sb.ID).Scan(
+		&cur, &node, &owner, &had.CPU, &had.MemoryMiB, &had.DiskGiB); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("sandbox %s: %w", sb.ID, errdefs.ErrNotFound)
 		}
@@ -175,6 +180,15 @@ func update(ctx context.Context, tx pgx.Tx, as *writer, sb *store.Sandbox, from 
 		return fmt.Errorf("sandbox %s is %s: %w", sb.ID, cur, errdefs.ErrConflict)
 	}
 	if err := versionExists(ctx, tx, sb.TemplateVersion); err != nil {
+		return err
+	}
+	// What it held counts against its tenant only if it stays that
+	// tenant's (a warm pool's sandbox handed out was nobody's).
+	had = store.Charge(cur, had.CPU, had.MemoryMiB, had.DiskGiB)
+	if owner != tenantOf(sb.Tenant) {
+		had = store.Resources{}
+	}
+	if err := admit(ctx, tx, sb, had); err != nil {
 		return err
 	}
 	// Every column but the slot, which stays as Create chose it, unless

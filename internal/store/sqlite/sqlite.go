@@ -204,7 +204,11 @@ func migrate(db *sql.DB) error {
 		CREATE INDEX IF NOT EXISTS sandboxes_node ON sandboxes(node, created_at, id)`); err != nil {
 		return err
 	}
-	return migrateTemplates(db)
+	if err := migrateTemplates(db); err != nil {
+		return err
+	}
+	_, err := db.Exec(tenantsSchema)
+	return err
 }
 
 // slotPerNode rebuilds a sandboxes table made before cluster mode, whose
@@ -285,6 +289,9 @@ func create(ctx context.Context, tx *sql.Tx, sb *store.Sandbox) error {
 	if err := versionExists(ctx, tx, sb.TemplateVersion); err != nil {
 		return err
 	}
+	if err := admit(ctx, tx, sb, store.Resources{}); err != nil {
+		return err
+	}
 	env, _ := json.Marshal(orEmpty(sb.Env))
 	labels, _ := json.Marshal(orEmpty(sb.Labels))
 	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`, placement) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
@@ -341,8 +348,10 @@ func (s *Store) UpdateAll(ctx context.Context, sbs []*store.Sandbox, from ...str
 }
 
 func update(ctx context.Context, tx *sql.Tx, sb *store.Sandbox, from []string) error {
-	var cur, node string
-	if err := tx.QueryRowContext(ctx, `SELECT state, node FROM sandboxes WHERE id = ?`, sb.ID).Scan(&cur, &node); err != nil {
+	var cur, node, owner string
+	var had store.Resources
+	if err := tx.QueryRowContext(ctx, `SELECT state, node, tenant, cpu, memory_mib, disk_gib FROM sandboxes WHERE id = ?`, sb.ID).Scan(
+		&cur, &node, &owner, &had.CPU, &had.MemoryMiB, &had.DiskGiB); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("sandbox %s: %w", sb.ID, errdefs.ErrNotFound)
 		}
@@ -355,6 +364,15 @@ func update(ctx context.Context, tx *sql.Tx, sb *store.Sandbox, from []string) e
 		return err
 	}
 	if err := versionExists(ctx, tx, sb.TemplateVersion); err != nil {
+		return err
+	}
+	// What it held counts against its tenant only if it stays that
+	// tenant's (a warm pool's sandbox handed out was nobody's).
+	had = store.Charge(cur, had.CPU, had.MemoryMiB, had.DiskGiB)
+	if owner != tenantOf(sb.Tenant) {
+		had = store.Resources{}
+	}
+	if err := admit(ctx, tx, sb, had); err != nil {
 		return err
 	}
 	// The slot stays as Create chose it, unless the sandbox moves to

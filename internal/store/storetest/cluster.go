@@ -46,6 +46,7 @@ func Cluster(t *testing.T, open OpenCluster) {
 		{"Move", testMove},
 		{"HostileNodes", testHostileNodes},
 		{"PlacePlacement", testPlacePlacement},
+		{"PlaceQuota", testPlaceQuota},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, fresh(t)) })
 	}
