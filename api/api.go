@@ -287,6 +287,20 @@ type MetricList struct {
 type Error struct {
 	Code    string `json:"code"` // one of ErrorCodes: invalid, unauthorized, forbidden, not_found, conflict, too_large, quota_exceeded, unavailable, internal
 	Message string `json:"message"`
+	// Quota says which quota a quota_exceeded error is of.
+	Quota *QuotaExceeded `json:"quota,omitempty"`
+}
+
+// QuotaExceeded is the quota a request would have taken its tenant over
+// (a TenantQuota field's name: max_sandboxes, max_cpu, max_memory_mib,
+// max_disk_gib, creates_per_second), its limit, what the tenant uses and
+// what the request asked for more, in the quota's unit (sandboxes, CPUs,
+// MiB, GiB); for creates_per_second, only the limit.
+type QuotaExceeded struct {
+	Name      string  `json:"name"`
+	Limit     float64 `json:"limit"`
+	Used      float64 `json:"used"`
+	Requested float64 `json:"requested"`
 }
 
 // ExecRequest is the body of POST /v1/sandboxes/{id}/exec (and the agent's POST /exec).
@@ -671,6 +685,42 @@ type APIKey struct {
 	Admin     bool      `json:"admin"`
 	CreatedAt time.Time `json:"created_at"`
 	Key       string    `json:"key,omitempty"`
+}
+
+// TenantQuota is a tenant's quota, set by admins: what its sandboxes may
+// hold at once, and how many sandboxes a second it may create. 0 is no
+// limit. What counts is what a sandbox holds on its node: CPU, memory and
+// one of max_sandboxes while it is creating, starting, running or paused;
+// its disk while its files are on a node (also stopped, suspended or
+// shelved); nothing once archived.
+type TenantQuota struct {
+	MaxSandboxes     int     `json:"max_sandboxes"`
+	MaxCPU           float64 `json:"max_cpu"`
+	MaxMemoryMiB     int64   `json:"max_memory_mib"`
+	MaxDiskGiB       int64   `json:"max_disk_gib"`
+	CreatesPerSecond float64 `json:"creates_per_second"`
+}
+
+// TenantUsage is what a tenant's sandboxes hold against its quota.
+type TenantUsage struct {
+	Sandboxes int     `json:"sandboxes"`
+	CPU       float64 `json:"cpu"`
+	MemoryMiB int64   `json:"memory_mib"`
+	DiskGiB   int64   `json:"disk_gib"`
+}
+
+// Tenant is the body of GET /v1/tenants/{tenant}: a tenant's quota and
+// its use.
+type Tenant struct {
+	Name  string      `json:"name"`
+	Admin bool        `json:"admin"`
+	Quota TenantQuota `json:"quota"`
+	Used  TenantUsage `json:"used"`
+}
+
+// TenantList is the body of GET /v1/tenants.
+type TenantList struct {
+	Tenants []Tenant `json:"tenants"`
 }
 
 // APIKeyList is the body of GET /v1/keys.

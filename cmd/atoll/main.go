@@ -107,6 +107,9 @@ commas: a node that cannot be reached is skipped.`,
 	key := newKeyCmd(g)
 	key.GroupID = "server"
 	root.AddCommand(key)
+	tn := newTenantCmd(g)
+	tn.GroupID = "server"
+	root.AddCommand(tn)
 	node := newNodeCmd(g)
 	node.GroupID = "server"
 	root.AddCommand(node)

@@ -578,7 +578,7 @@ func (s *serving) startPortProxy(ctx context.Context) error {
 // buildHandler is the API: atoll's REST API, and E2B's beside it with
 // --e2b.
 func (s *serving) buildHandler(ctx context.Context) error {
-	scfg := server.Config{Sandboxes: s.svc, Templates: s.svc.Templates(), Runtimes: s.svc, Auth: s.keys, Keys: s.keys, Logger: s.log, Version: version}
+	scfg := server.Config{Sandboxes: s.svc, Templates: s.svc.Templates(), Runtimes: s.svc, Auth: s.keys, Keys: s.keys, Tenants: s.svc.Tenants(), Logger: s.log, Version: version}
 	if s.cluster.store != nil {
 		scfg.Nodes = nodes{s.cluster.store}
 		scfg.Ready = s.cluster.ready

@@ -148,6 +148,8 @@ type Service struct {
 
 	// admit bounds the creates that start sandboxes.
 	admit *admission
+	// rates limits each tenant's creates (quota.go).
+	rates *rates
 
 	// pools keeps sandboxes started ahead of demand; it makes and
 	// discards them here (pool.go, prestart.go).
@@ -205,6 +207,7 @@ func New(cfg Config) (*Service, error) {
 	netm, netPool := n.Network()
 	s := &Service{
 		admit:        newAdmission(cfg.CreateConcurrency, cfg.CreateQueue),
+		rates:        newRates(cfg.Store),
 		store:        cfg.Store,
 		name:         n.Name(),
 		placer:       cfg.Placer,
@@ -482,6 +485,9 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	if err := s.validate(&req); err != nil {
 		return api.Sandbox{}, err
 	}
+	if err := s.limitCreates(ctx, 1); err != nil {
+		return api.Sandbox{}, err
+	}
 	// A sandbox from a snapshot has the snapshot's version, which the
 	// snapshot holds; otherwise the version the request names.
 	var v store.Template
@@ -511,6 +517,9 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	// does not know: a create with a node selector goes through the
 	// scheduler, which checks them.
 	if req.Snapshot == "" && len(req.NodeSelector) == 0 {
+		if err := s.admitWarm(ctx, req); err != nil {
+			return api.Sandbox{}, err
+		}
 		if sb, ok := s.takePooled(context.WithoutCancel(ctx), pools.Key(req.Template, v), req, policy); ok {
 			return sb, nil
 		}

@@ -248,6 +248,9 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 	if req.Count < 0 || req.Count > maxFork {
 		return nil, fmt.Errorf("%w: fork count must be between 1 and %d", errdefs.ErrInvalid, maxFork)
 	}
+	if err := s.limitCreates(ctx, req.Count); err != nil {
+		return nil, err
+	}
 	ctx = context.WithoutCancel(ctx)
 	parent, unlock, err := s.acquire(ctx, id, "")
 	if err != nil {

@@ -93,7 +93,7 @@ func Message(err error) string {
 // ErrUnavailable, 429 for ErrQuota) and a Retry-After header of After,
 // rounded up to whole seconds.
 type Busy struct {
-	Kind  error // ErrUnavailable or ErrQuota
+	Kind  error // ErrUnavailable or ErrQuota, or an error of either (a *QuotaError)
 	Msg   string
 	After time.Duration
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 
@@ -24,7 +25,12 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 // Streams that have already sent 200 report the body in their last event.
 func (s *Server) errorBody(r *http.Request, err error) (int, api.Error) {
 	if kind := errdefs.Kind(err); kind != nil {
-		return errdefs.Status(err), api.Error{Code: errdefs.Code(err), Message: clientMessage(err, kind)}
+		body := api.Error{Code: errdefs.Code(err), Message: clientMessage(err, kind)}
+		var qe *errdefs.QuotaError
+		if errors.As(err, &qe) {
+			body.Quota = &api.QuotaExceeded{Name: qe.Quota, Limit: qe.Limit, Used: qe.Used, Requested: qe.Requested}
+		}
+		return errdefs.Status(err), body
 	}
 	s.log.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
 	return http.StatusInternalServerError, api.Error{Code: "internal", Message: "internal error"}

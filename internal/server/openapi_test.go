@@ -199,6 +199,11 @@ func TestOpenAPISchemas(t *testing.T) {
 		"BuildEvent":            reflect.TypeFor[api.BuildEvent](),
 		"APIKey":                reflect.TypeFor[api.APIKey](),
 		"APIKeyList":            reflect.TypeFor[api.APIKeyList](),
+		"QuotaExceeded":         reflect.TypeFor[api.QuotaExceeded](),
+		"TenantQuota":           reflect.TypeFor[api.TenantQuota](),
+		"TenantUsage":           reflect.TypeFor[api.TenantUsage](),
+		"Tenant":                reflect.TypeFor[api.Tenant](),
+		"TenantList":            reflect.TypeFor[api.TenantList](),
 		"CreateKeyRequest":      reflect.TypeFor[api.CreateKeyRequest](),
 	} {
 		ref := doc.Components.Schemas[name]

@@ -107,6 +107,16 @@ type Keys interface {
 	Delete(ctx context.Context, id string) error
 }
 
+// Tenants are the tenants' quotas and use (the control plane's).
+type Tenants interface {
+	List(ctx context.Context) ([]api.Tenant, error)
+	// Get returns one tenant; one nothing names has no quota and no use.
+	Get(ctx context.Context, name string) (api.Tenant, error)
+	// SetQuota replaces a tenant's quota; errdefs.ErrInvalid for a bad
+	// name or a negative limit.
+	SetQuota(ctx context.Context, name string, q api.TenantQuota) (api.Tenant, error)
+}
+
 // Authenticator checks an API key and returns the tenant it belongs to
 // (package tenant); an error wrapping errdefs.ErrUnauthorized when the key
 // is not accepted.
@@ -123,6 +133,7 @@ type Config struct {
 	Auth      Authenticator
 	Keys      Keys         // nil: the key routes answer 503 unavailable
 	Nodes     Nodes        // nil (one machine, not a cluster): the node routes answer 409 conflict
+	Tenants   Tenants      // nil: the tenant routes answer 503 unavailable
 	Logger    *slog.Logger // default slog.Default()
 	Version   string       // reported by GET /v1/health
 	// Ready, if set, is asked by GET /v1/health: an error makes it answer

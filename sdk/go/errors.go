@@ -21,6 +21,9 @@ type Error struct {
 	// (503) or the caller over a rate (429), and the same request may
 	// succeed after that long.
 	RetryAfter time.Duration
+	// Quota, on quota_exceeded, names the quota, its limit and the
+	// tenant's use.
+	Quota *api.QuotaExceeded
 }
 
 func (e *Error) Error() string {
@@ -80,7 +83,7 @@ func errorFrom(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var body api.Error
 	if json.Unmarshal(b, &body) == nil && body.Code != "" {
-		e.Code, e.Message = body.Code, body.Message
+		e.Code, e.Message, e.Quota = body.Code, body.Message, body.Quota
 	}
 	return e
 }
