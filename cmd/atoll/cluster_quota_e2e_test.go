@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/testenv"
+	"github.com/atoll-dev/atoll/internal/testenv/netcluster"
+	atoll "github.com/atoll-dev/atoll/sdk/go"
+)
+
+// TestClusterQuota checks that a tenant's quota holds across a cluster's
+// nodes: creates through two nodes at once, each placing with its own
+// scheduler, make exactly max_sandboxes, the rest answered 429
+// quota_exceeded naming the quota; every node reports the same use; and a
+// stopped sandbox is not started again over the quota through either.
+func TestClusterQuota(t *testing.T) {
+	testenv.RequireRoot(t)
+	cl := netcluster.New(t, netcluster.Config{Bin: atollBinary(t), Cluster: true, Nodes: 2,
+		Args: []string{"--warm-pool", "0", "--prestart", "0", "--node-capacity", "cpu=8,memory=16Gi,disk=100,sandboxes=20"}})
+	ctx := context.Background()
+	admin := cl.Nodes[0].Client()
+	k, err := admin.CreateKey(ctx, api.CreateKeyRequest{Name: "team-c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Nodes[1].Client().SetQuota(ctx, "team-c", api.TenantQuota{MaxSandboxes: 6}); err != nil {
+		t.Fatal(err)
+	}
+	clients := []*atoll.Client{cl.Nodes[0].ClientWith(k.Key), cl.Nodes[1].ClientWith(k.Key)}
+	// The cluster's cleanup deletes the admin's sandboxes, the only ones
+	// its key sees: team-c's go first.
+	t.Cleanup(func() {
+		sbs, _ := clients[0].ListSandboxes(ctx, atoll.ListOptions{})
+		for _, sb := range sbs {
+			if err := clients[0].DeleteSandbox(ctx, sb.ID); err != nil {
+				t.Errorf("cleanup: deleting %s: %v", sb.ID, err)
+			}
+		}
+	})
+	small := api.CreateSandboxRequest{CPU: 0.25, MemoryMiB: 128, DiskGiB: 1}
+
+	var mu sync.Mutex
+	var made []api.Sandbox
+	refused := 0
+	var wg sync.WaitGroup
+	for i := range 24 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sb, err := clients[i%2].CreateSandbox(ctx, small)
+			mu.Lock()
+			defer mu.Unlock()
+			var e *atoll.Error
+			switch {
+			case err == nil:
+				made = append(made, sb)
+			case errors.As(err, &e) && e.Code == api.CodeQuota && e.Quota != nil && e.Quota.Name == "max_sandboxes" && e.Quota.Limit == 6:
+				refused++
+			default:
+				t.Errorf("create through n%d: %v", i%2+1, err)
+			}
+		}()
+	}
+	wg.Wait()
+	nodes := map[string]int{}
+	for _, sb := range made {
+		nodes[sb.Node]++
+	}
+	t.Logf("24 creates through 2 nodes against max_sandboxes 6: %d made (by node %v), %d refused", len(made), nodes, refused)
+	if len(made) != 6 || refused != 18 {
+		t.Fatalf("%d made, %d refused; want 6 and 18", len(made), refused)
+	}
+	for i, c := range clients {
+		tn, err := c.GetTenant(ctx, "team-c")
+		if err != nil || tn.Used.Sandboxes != 6 {
+			t.Errorf("team-c through n%d: %+v, %v", i+1, tn.Used, err)
+		}
+	}
+
+	// A stop makes room for one create, through the other node; the
+	// stopped one then cannot start again through either.
+	if _, err := clients[0].StopSandbox(ctx, made[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := clients[1].CreateSandbox(ctx, small); err != nil {
+		t.Fatalf("create after a stop: %v", err)
+	}
+	for i, c := range clients {
+		_, err := c.StartSandbox(ctx, made[0].ID)
+		var e *atoll.Error
+		if !errors.As(err, &e) || e.StatusCode != 429 || e.Quota == nil || e.Quota.Name != "max_sandboxes" || e.Quota.Used != 6 {
+			t.Errorf("start over quota through n%d: %v", i+1, err)
+		}
+	}
+}
