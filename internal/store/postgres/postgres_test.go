@@ -354,13 +354,25 @@ func TestCluster(t *testing.T) {
 
 // BenchmarkPlace places batches of 50 sandboxes from 8 callers at once
 // onto 1,000 nodes with room for all, as a busy scheduler would; b.N is
-// the number of batches. It reports placements per second.
+// the number of batches. It reports placements per second. Its quota
+// cases place them for tenants with a quota (that never refuses), which
+// each batch locks and sums: one tenant for all (every batch waits for
+// the one before), or one per caller.
 //
 //	go test -run '^$' -bench Place -benchtime 400x ./internal/store/postgres/
 func BenchmarkPlace(b *testing.B) {
+	for _, c := range []struct {
+		name    string
+		tenants int
+	}{{"no-quota", 0}, {"quota-1-tenant", 1}, {"quota-8-tenants", 8}} {
+		b.Run(c.name, func(b *testing.B) { benchPlace(b, c.tenants) })
+	}
+}
+
+func benchPlace(b *testing.B, tenants int) {
 	const nodes, callers, batch = 1000, 8, 50
 	u := serverURLB(b)
-	name := fmt.Sprintf("atoll_bench_%d", os.Getpid())
+	name := fmt.Sprintf("atoll_bench_%d_%d", os.Getpid(), tenants)
 	adminB(b, u, `CREATE SCHEMA `+name)
 	defer adminB(b, u, `DROP SCHEMA `+name+` CASCADE`)
 	st, err := Open(context.Background(), withParamsB(u, name))
@@ -373,6 +385,11 @@ func BenchmarkPlace(b *testing.B) {
 		n := storetest.NewNode(fmt.Sprintf("node-%04d", i))
 		n.Capacity = store.Resources{CPU: 1e6, MemoryMiB: 1e9, DiskGiB: 1e9, Sandboxes: 1e6}
 		if _, err := st.Join(ctx, n, time.Hour); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range tenants {
+		if err := st.SetQuota(ctx, fmt.Sprintf("t%d", i), store.Quota{Sandboxes: 1e9, CPU: 1e9}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -389,6 +406,9 @@ func BenchmarkPlace(b *testing.B) {
 				for j := range sbs {
 					sbs[j] = storetest.NewSandbox(fmt.Sprintf("b%d-%d-%d", g, i, j))
 					sbs[j].Node = fmt.Sprintf("node-%04d", (int(i)*batch+j*7919)%nodes)
+					if tenants > 0 {
+						sbs[j].Tenant = fmt.Sprintf("t%d", g%tenants)
+					}
 				}
 				for _, err := range st.Place(ctx, sbs) {
 					if err != nil {
