@@ -21,7 +21,8 @@ const (
 	// use counts).
 	Pooled = "pooled"
 	// Prestarted: a sandbox process started ahead of demand, not yet bound
-	// to files; a create, fork child or create from a snapshot takes one.
+	// to files; a create, fork child or create from a snapshot takes one
+	// (store.StatePrestarted; quotas leave it out).
 	Prestarted = "prestarted"
 	// Building: the sandbox of a Dockerfile RUN step.
 	Building = "building"

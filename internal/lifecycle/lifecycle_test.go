@@ -52,6 +52,9 @@ func TestTables(t *testing.T) {
 	if Pooled != store.StatePooled {
 		t.Errorf("Pooled is %q, store.StatePooled %q", Pooled, store.StatePooled)
 	}
+	if Prestarted != store.StatePrestarted {
+		t.Errorf("Prestarted is %q, store.StatePrestarted %q", Prestarted, store.StatePrestarted)
+	}
 	seen := map[string]bool{}
 	for _, st := range States {
 		if seen[st.Name] {

@@ -73,9 +73,11 @@ type Tenant struct {
 // while it has processes or may have them soon (creating, starting,
 // running, paused); its disk while its files are on a node (those states,
 // and stopped, suspended, shelved). An archived or lost sandbox counts for
-// nothing, nor does a warm pool's (StatePooled), which is no tenant's yet.
+// nothing, nor does one started ahead of demand (StatePooled,
+// StatePrestarted), which is no tenant's yet: taking it for a tenant is
+// the change that counts.
 func Charge(state string, cpu float64, memoryMiB, diskGiB int64) Resources {
-	if state == StatePooled {
+	if state == StatePooled || state == StatePrestarted {
 		return Resources{}
 	}
 	var r Resources

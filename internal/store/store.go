@@ -175,3 +175,7 @@ type Keys interface {
 // StatePooled is the state of a sandbox started ahead of demand for a warm
 // pool: it belongs to no user yet, so the use counts leave it out.
 const StatePooled = "pooled"
+
+// StatePrestarted is the state of a sandbox process started ahead of
+// demand, not yet any create's: quotas leave it out (Charge).
+const StatePrestarted = "prestarted"

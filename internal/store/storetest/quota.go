@@ -157,6 +157,15 @@ func testQuotas(t *testing.T, s suite) {
 	p.State = api.StateRunning
 	err = st.Update(ctx, p, store.StatePooled)
 	wantQuota(t, "handing out a pooled sandbox", err, store.QuotaSandboxes, 1, 1)
+	// Nor does a prestarted process count, until a create takes it.
+	pre, err := mk("pre", func(sb *store.Sandbox) { sb.State = store.StatePrestarted })
+	if err != nil {
+		t.Fatalf("a prestarted sandbox at the quota: %v", err)
+	}
+	use(t, st, "team-q", store.Resources{Sandboxes: 1, CPU: 1, MemoryMiB: 512, DiskGiB: 20})
+	pre.State = api.StateCreating
+	err = st.Update(ctx, pre, store.StatePrestarted)
+	wantQuota(t, "taking a prestarted sandbox", err, store.QuotaSandboxes, 1, 1)
 
 	// No limits: anything goes.
 	if err := st.SetQuota(ctx, "team-q", store.Quota{}); err != nil {
