@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/testenv"
@@ -14,13 +15,14 @@ import (
 
 // TestClusterQuota checks that a tenant's quota holds across a cluster's
 // nodes: creates through two nodes at once, each placing with its own
-// scheduler, make exactly max_sandboxes, the rest answered 429
+// scheduler on both nodes (room for 12 sandboxes each, so that the 24 creates all find room), make exactly
+// max_sandboxes (6), the rest answered 429
 // quota_exceeded naming the quota; every node reports the same use; and a
 // stopped sandbox is not started again over the quota through either.
 func TestClusterQuota(t *testing.T) {
 	testenv.RequireRoot(t)
 	cl := netcluster.New(t, netcluster.Config{Bin: atollBinary(t), Cluster: true, Nodes: 2,
-		Args: []string{"--warm-pool", "0", "--prestart", "0", "--node-capacity", "cpu=8,memory=16Gi,disk=100,sandboxes=20"}})
+		Args: []string{"--warm-pool", "0", "--prestart", "0", "--node-capacity", "cpu=8,memory=16Gi,disk=100,sandboxes=12"}})
 	ctx := context.Background()
 	admin := cl.Nodes[0].Client()
 	k, err := admin.CreateKey(ctx, api.CreateKeyRequest{Name: "team-c"})
@@ -43,6 +45,9 @@ func TestClusterQuota(t *testing.T) {
 	})
 	small := api.CreateSandboxRequest{CPU: 0.25, MemoryMiB: 128, DiskGiB: 1}
 
+	// Each node's scheduler sees both nodes once its view is newer than
+	// the last join (scheduler.Config.Refresh, a second).
+	time.Sleep(1500 * time.Millisecond)
 	var mu sync.Mutex
 	var made []api.Sandbox
 	refused := 0
@@ -73,6 +78,9 @@ func TestClusterQuota(t *testing.T) {
 	t.Logf("24 creates through 2 nodes against max_sandboxes 6: %d made (by node %v), %d refused", len(made), nodes, refused)
 	if len(made) != 6 || refused != 18 {
 		t.Fatalf("%d made, %d refused; want 6 and 18", len(made), refused)
+	}
+	if len(nodes) != 2 {
+		t.Errorf("sandboxes on %v, want both nodes", nodes)
 	}
 	for i, c := range clients {
 		tn, err := c.GetTenant(ctx, "team-c")

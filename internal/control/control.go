@@ -488,6 +488,9 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	if err := s.limitCreates(ctx, 1); err != nil {
 		return api.Sandbox{}, err
 	}
+	if err := s.admitWarm(ctx, req); err != nil {
+		return api.Sandbox{}, err
+	}
 	// A sandbox from a snapshot has the snapshot's version, which the
 	// snapshot holds; otherwise the version the request names.
 	var v store.Template
@@ -517,9 +520,6 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	// does not know: a create with a node selector goes through the
 	// scheduler, which checks them.
 	if req.Snapshot == "" && len(req.NodeSelector) == 0 {
-		if err := s.admitWarm(ctx, req); err != nil {
-			return api.Sandbox{}, err
-		}
 		if sb, ok := s.takePooled(context.WithoutCancel(ctx), pools.Key(req.Template, v), req, policy); ok {
 			return sb, nil
 		}

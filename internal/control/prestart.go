@@ -89,6 +89,10 @@ func (s *Service) newSandbox(ctx context.Context, sb *store.Sandbox) (unlock fun
 		}
 		unlock()
 		if !errors.Is(err, errdefs.ErrConflict) && !errors.Is(err, errdefs.ErrNotFound) {
+			// Taken out of the pool, it would be no one's: a tenant
+			// over its quota (or a store that failed) leaves it to
+			// be discarded, and the pool makes another.
+			s.DiscardIf(ctx, pre.ID, statePrestarted)
 			return nil, err
 		}
 	}

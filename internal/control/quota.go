@@ -180,10 +180,11 @@ func (s *Service) limitCreates(ctx context.Context, n int) error {
 }
 
 // admitWarm reports whether ctx's tenant may have a sandbox of req's
-// resources by the use the store reports now: checked before a warm
-// sandbox is handed out, so that a tenant at its quota does not spend one
-// (the store's refusal of the hand-out would discard it). The store's
-// check at the hand-out stays the one that counts.
+// resources by the use the store reports now: checked before a create
+// takes a warm sandbox or a prestarted process, so that a tenant at its
+// quota does not spend one (the store's refusal of the hand-out would
+// discard it). The store's check when the sandbox is recorded stays the
+// one that counts.
 func (s *Service) admitWarm(ctx context.Context, req api.CreateSandboxRequest) error {
 	t := tenant.Of(ctx)
 	q, err := s.rates.quota(ctx, t)
