@@ -28,7 +28,8 @@ func wantQuotaErr(t *testing.T, what string, err error, name string, limit, used
 
 // TestQuotas checks a tenant's quota on one machine, end to end: only
 // admins set it (and bad limits are refused), a storm of creates never
-// goes past max_sandboxes, a stopped sandbox is not started again over it,
+// goes past max_sandboxes, a stopped sandbox is not started again over it
+// nor a shelved one resumed,
 // CPU and memory limits refuse what would pass them, the rate limit
 // answers 429 with Retry-After, and the CLI shows use against the quota.
 func TestQuotas(t *testing.T) {
@@ -128,6 +129,20 @@ func TestQuotas(t *testing.T) {
 		wantQuotaErr(t, "restart over quota", err, "max_sandboxes", 10, 10)
 		if sb, err := q.GetSandbox(ctx, made[0]); err != nil || sb.State != api.StateStopped {
 			t.Errorf("after a refused start: %s, %v; want stopped", sb.State, err)
+		}
+
+		// Shelved (paused without memory), likewise: its resume is
+		// checked.
+		if _, err := q.ShelveSandbox(ctx, made[1]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.CreateSandbox(ctx, api.CreateSandboxRequest{}); err != nil {
+			t.Fatalf("create after a shelve: %v", err)
+		}
+		_, err = q.ResumeSandbox(ctx, made[1])
+		wantQuotaErr(t, "resume over quota", err, "max_sandboxes", 10, 10)
+		if sb, err := q.GetSandbox(ctx, made[1]); err != nil || sb.State != api.StateShelved {
+			t.Errorf("after a refused resume: %s, %v; want shelved", sb.State, err)
 		}
 
 		tn, err := q.GetTenant(ctx, "team-q")
