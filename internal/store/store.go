@@ -46,6 +46,7 @@ type Store interface {
 	Snapshots
 	Templates
 	Keys
+	Vaults
 	// TenantInUse reports whether tenant t has keys, sandboxes or
 	// snapshots.
 	TenantInUse(ctx context.Context, t string) (bool, error)

@@ -204,7 +204,12 @@ func migrate(db *sql.DB) error {
 		CREATE INDEX IF NOT EXISTS sandboxes_node ON sandboxes(node, created_at, id)`); err != nil {
 		return err
 	}
-	return migrateTemplates(db)
+	if err := migrateTemplates(db); err != nil {
+		return err
+	}
+	// Memory vaults (vaults.go), last.
+	_, err := db.Exec(vaultSchema)
+	return err
 }
 
 // slotPerNode rebuilds a sandboxes table made before cluster mode, whose

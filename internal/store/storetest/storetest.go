@@ -50,6 +50,8 @@ func Run(t *testing.T, open Open) {
 		{"HostileValues", testHostileValues},
 		{"Nodes", testNodes},
 		{"Placement", testPlacement},
+		{"Vaults", testVaults},
+		{"VaultRefs", testVaultRefs},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, s) })
 	}
