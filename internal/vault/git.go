@@ -1,0 +1,360 @@
+package vault
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/cgi"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/httpkit"
+	"github.com/atoll-dev/atoll/internal/store"
+	"github.com/atoll-dev/atoll/internal/tenant"
+)
+
+// Git's smart HTTP protocol is git's own: git http-backend, run as a CGI
+// program on the cache repository, speaks it (protocol v0 and v2, every
+// capability the stock client asks for). What this package adds is around
+// it: which requests reach it (gitRoutes), who may push what (the hook
+// calls receive), and the order that makes a push durable before git
+// acknowledges it.
+
+// gitRoutes are the requests of the smart protocol; nothing else (the
+// dumb protocol's object paths among them) reaches git http-backend.
+var gitRoutes = []struct {
+	method, rest, service string
+	limit                 int64 // request body bytes at most; 0: Config.MaxPush
+}{
+	{"GET", "info/refs", "", 0},
+	{"POST", "git-upload-pack", "git-upload-pack", 16 << 20},
+	{"POST", "git-receive-pack", "git-receive-pack", 0},
+}
+
+// push is a push under way: what the hook's request is checked against.
+type push struct {
+	vault store.Vault
+	dir   string
+	admin bool
+}
+
+// ServeGit serves rest (what follows /git/<name>.git/) of vault name's
+// git URL, for the context's tenant; the caller has authenticated the
+// request.
+func (s *Service) ServeGit(w http.ResponseWriter, r *http.Request, name, rest string) {
+	fail := func(err error) {
+		httpkit.Atoll.Error(w, httpkit.Atoll.Status(err), errdefs.Code(err), httpkit.ClientMessage(err, errdefs.Kind(err)))
+	}
+	var service string
+	var limit int64 = -1
+	for _, rt := range gitRoutes {
+		if rt.method == r.Method && rt.rest == rest {
+			service, limit = rt.service, rt.limit
+			if limit == 0 {
+				limit = s.cfg.MaxPush
+			}
+		}
+	}
+	if limit < 0 {
+		fail(fmt.Errorf("%w: no git route %s %s (this server speaks git's smart HTTP protocol only)", errdefs.ErrNotFound, r.Method, rest))
+		return
+	}
+	if rest == "info/refs" {
+		service = r.URL.Query().Get("service")
+		if service != "git-upload-pack" && service != "git-receive-pack" {
+			fail(fmt.Errorf("%w: info/refs needs ?service=git-upload-pack or git-receive-pack (the dumb protocol is not served)", errdefs.ErrInvalid))
+			return
+		}
+	}
+	v, err := s.lookup(r.Context(), name)
+	if err != nil {
+		fail(err)
+		return
+	}
+	if r.ContentLength > limit {
+		fail(fmt.Errorf("%w: the request body is larger than %d bytes", errdefs.ErrTooLarge, limit))
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
+
+	// A push holds the vault's lock until git has moved its refs (see
+	// lock); anything else only while the cache is brought up to date.
+	unlock := s.lock(v.ID)
+	locked := true
+	defer func() {
+		if locked {
+			unlock()
+		}
+	}()
+	dir, err := s.ensure(r.Context(), v)
+	if err != nil {
+		s.log.Error("bringing a vault's cache up to the store", "vault", v.ID, "err", err)
+		fail(fmt.Errorf("%w: vault %s cannot be read now", errdefs.ErrUnavailable, v.Name))
+		return
+	}
+	env := append(s.gitEnv(),
+		"GIT_PROJECT_ROOT="+s.cfg.Dir,
+		"GIT_HTTP_EXPORT_ALL=1",
+		"REMOTE_USER="+v.Tenant,
+	)
+	if service == "git-receive-pack" && r.Method == "POST" {
+		token := newID() + newID()
+		s.mu.Lock()
+		s.pushes[token] = &push{vault: v, dir: dir, admin: tenant.IsAdmin(v.Tenant)}
+		s.mu.Unlock()
+		defer func() {
+			s.mu.Lock()
+			delete(s.pushes, token)
+			s.mu.Unlock()
+		}()
+		env = append(env, "ATOLL_VAULT_HOOK="+s.hook, "ATOLL_VAULT_SOCKET="+s.sock, "ATOLL_VAULT_PUSH="+token)
+	} else {
+		unlock()
+		locked = false
+	}
+	// git http-backend sees the cache repository's path and none of the
+	// client's credentials.
+	cr := r.Clone(r.Context())
+	cr.URL.Path = "/" + v.ID + ".git/" + rest
+	cr.Header.Del("Authorization")
+	cr.Header.Del("X-Api-Key")
+	h := &cgi.Handler{Path: s.git, Args: []string{"http-backend"}, Dir: s.cfg.Dir, Env: env, Stderr: logWriter{s, v.ID}}
+	h.ServeHTTP(w, cr)
+}
+
+// logWriter logs what git http-backend writes to its standard error.
+type logWriter struct {
+	s  *Service
+	id string
+}
+
+func (l logWriter) Write(p []byte) (int, error) {
+	l.s.log.Warn("git http-backend", "vault", l.id, "stderr", strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// hookRequest is what the hook sends: the push's token, git's quarantine
+// directory (the received objects, not yet in the repository) and the
+// ref updates as pre-receive reads them.
+type hookRequest struct {
+	Token      string      `json:"token"`
+	Quarantine string      `json:"quarantine"`
+	Updates    []refUpdate `json:"updates"`
+}
+
+type refUpdate struct {
+	Old, New, Ref string
+}
+
+// hookAnswer is the server's verdict; Message goes to the pusher.
+type hookAnswer struct {
+	OK      bool   `json:"ok"`
+	Message string `json:"message"`
+}
+
+// listen listens for hooks on a unix socket in Dir, reachable by root only.
+func (s *Service) listen() error {
+	s.sock = filepath.Join(s.cfg.Dir, "hook.sock")
+	os.Remove(s.sock) // a crashed server's
+	ln, err := net.Listen("unix", s.sock)
+	if err != nil {
+		return fmt.Errorf("vault: listening for hooks: %w", err)
+	}
+	if err := os.Chmod(s.sock, 0o600); err != nil {
+		ln.Close()
+		return err
+	}
+	s.ln = ln
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				s.serveHook(c)
+			}()
+		}
+	}()
+	return nil
+}
+
+// hookTimeout bounds the handling of one push's hook: storing its pack
+// and committing its refs.
+const hookTimeout = 5 * time.Minute
+
+func (s *Service) serveHook(c net.Conn) {
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(hookTimeout))
+	var req hookRequest
+	if err := json.NewDecoder(io.LimitReader(c, 4<<20)).Decode(&req); err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), hookTimeout)
+	defer cancel()
+	ans := hookAnswer{OK: true}
+	if err := s.receive(ctx, req); err != nil {
+		ans = hookAnswer{Message: errdefs.Message(err)}
+		if errdefs.Kind(err) == nil {
+			s.log.Error("storing a push", "err", err)
+			ans.Message = "atoll: the push could not be stored; nothing was changed"
+		}
+	}
+	json.NewEncoder(c).Encode(ans)
+}
+
+// receive stores a push that git has received and checked (fsck,
+// connectivity) but not yet applied: its pack to the object store, then
+// its ref updates to the store in one compare-and-set transaction. An
+// error refuses the push, and git then changes nothing.
+func (s *Service) receive(ctx context.Context, req hookRequest) error {
+	s.mu.Lock()
+	p := s.pushes[req.Token]
+	s.mu.Unlock()
+	if p == nil || req.Token == "" {
+		return fmt.Errorf("%w: no such push under way", errdefs.ErrUnauthorized)
+	}
+	v := p.vault
+	// git names the quarantine; it must be one inside this repository.
+	var env []string
+	if q := req.Quarantine; q != "" {
+		if filepath.Dir(q) != filepath.Join(p.dir, "objects") || !strings.HasPrefix(filepath.Base(q), "tmp_objdir-incoming-") {
+			return fmt.Errorf("%w: unexpected quarantine directory", errdefs.ErrInvalid)
+		}
+		env = []string{"GIT_OBJECT_DIRECTORY=" + q, "GIT_ALTERNATE_OBJECT_DIRECTORIES=" + filepath.Join(p.dir, "objects")}
+	}
+	refs, _, err := s.cfg.Store.VaultState(ctx, v.ID)
+	if err != nil {
+		return err
+	}
+	n := len(refs)
+	var updates []store.RefUpdate
+	for _, u := range req.Updates {
+		old, nu := unzero(u.Old), unzero(u.New)
+		if !strings.HasPrefix(u.Ref, "refs/heads/") && !strings.HasPrefix(u.Ref, "refs/tags/") {
+			return fmt.Errorf("%w: atoll: %s: a vault takes branches (refs/heads/) and tags (refs/tags/) only", errdefs.ErrInvalid, u.Ref)
+		}
+		if old == "" && nu != "" {
+			if n++; n > MaxRefs {
+				return fmt.Errorf("%w: atoll: a vault holds %d refs at most", errdefs.ErrQuota, MaxRefs)
+			}
+		}
+		rewrite := ""
+		switch {
+		case nu == "":
+			rewrite = "deleting " + u.Ref
+		case old != "" && strings.HasPrefix(u.Ref, "refs/tags/"):
+			rewrite = "moving tag " + u.Ref
+		case old != "":
+			ff, err := s.isAncestor(ctx, p.dir, env, old, nu)
+			if err != nil {
+				return err
+			}
+			if !ff {
+				rewrite = "a non-fast-forward update of " + u.Ref
+			}
+		}
+		if rewrite != "" && !(p.admin && v.AllowRewrite) {
+			return fmt.Errorf("%w: atoll: refusing %s: a vault's history is append-only (only an admin key may rewrite it, and only in a vault made with --allow-rewrite); pull, merge and push again", errdefs.ErrConflict, rewrite)
+		}
+		updates = append(updates, store.RefUpdate{Name: u.Ref, Old: old, New: nu})
+	}
+	var packs []string
+	if req.Quarantine != "" {
+		if loose, _ := filepath.Glob(filepath.Join(req.Quarantine, "[0-9a-f][0-9a-f]")); len(loose) > 0 {
+			// receive.unpackLimit = 1 makes git keep every push as a pack.
+			return errors.New("the push arrived as loose objects, not a pack")
+		}
+		files, _ := filepath.Glob(filepath.Join(req.Quarantine, "pack", "pack-*.pack"))
+		for _, f := range files {
+			name, err := s.storePack(ctx, v, f)
+			if err != nil {
+				return fmt.Errorf("storing vault %s's pack: %w", v.ID, err)
+			}
+			packs = append(packs, name)
+		}
+	}
+	if err := s.cfg.Store.UpdateVaultRefs(ctx, v.ID, updates, packs); err != nil {
+		if errors.Is(err, errdefs.ErrConflict) {
+			return fmt.Errorf("%w: atoll: the vault moved meanwhile (%v); fetch, merge and push again", errdefs.ErrConflict, errdefs.Message(err))
+		}
+		return err
+	}
+	s.log.Info("vault push stored", "vault", v.ID, "refs", len(updates), "packs", len(packs))
+	return nil
+}
+
+// isAncestor reports whether commit old is an ancestor of new: whether
+// moving a branch from old to new loses nothing.
+func (s *Service) isAncestor(ctx context.Context, dir string, env []string, old, nu string) (bool, error) {
+	_, err := s.run(ctx, dir, env, nil, "merge-base", "--is-ancestor", old, nu)
+	var ge *gitError
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &ge) && ge.code == 1:
+		return false, nil
+	}
+	return false, err
+}
+
+// unzero is "" for git's null object ID.
+func unzero(oid string) string {
+	if strings.Trim(oid, "0") == "" {
+		return ""
+	}
+	return oid
+}
+
+// HookMain is the pre-receive hook's program (see Config.Hook): it reads
+// git's ref updates from stdin and asks the server that runs the push to
+// store it, then exits 0 if the server did and 1, with its message on
+// stderr (the pusher's "remote:" lines), otherwise.
+func HookMain(stdin io.Reader, stderr io.Writer) int {
+	sock, token := os.Getenv("ATOLL_VAULT_SOCKET"), os.Getenv("ATOLL_VAULT_PUSH")
+	if sock == "" || token == "" {
+		fmt.Fprintln(stderr, "atoll: this repository takes pushes only through the atoll server")
+		return 1
+	}
+	req := hookRequest{Token: token, Quarantine: os.Getenv("GIT_QUARANTINE_PATH")}
+	sc := bufio.NewScanner(stdin)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 3 {
+			req.Updates = append(req.Updates, refUpdate{Old: f[0], New: f[1], Ref: f[2]})
+		}
+	}
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		fmt.Fprintln(stderr, "atoll: the server is not there to store the push; nothing was changed")
+		return 1
+	}
+	defer c.Close()
+	var ans hookAnswer
+	if err := json.NewEncoder(c).Encode(req); err == nil {
+		err = json.NewDecoder(c).Decode(&ans)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "atoll: the server did not answer; the push may not be stored")
+		return 1
+	}
+	if ans.Message != "" {
+		fmt.Fprintln(stderr, ans.Message)
+	}
+	if !ans.OK {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,348 @@
+package vault_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/blob"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/store/sqlite"
+	"github.com/atoll-dev/atoll/internal/tenant"
+	"github.com/atoll-dev/atoll/internal/testenv"
+	"github.com/atoll-dev/atoll/internal/vault"
+)
+
+// The test binary is also the pre-receive hook's program (Config.Hook).
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == vault.HookArg {
+		os.Exit(vault.HookMain(os.Stdin, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// env is a vault service on a real SQLite store and blob directory,
+// served over HTTP with keys "admin-key" (the default tenant's, an
+// admin's), "acme-key" and "other-key".
+type env struct {
+	t       *testing.T
+	dir     string
+	svc     *vault.Service
+	srv     *httptest.Server
+	blobDir string
+	stopFn  func()
+}
+
+var keys = map[string]string{"admin-key": tenant.Default, "acme-key": "acme", "other-key": "other"}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	testenv.RequireCommand(t, "git")
+	e := &env{t: t, dir: t.TempDir()}
+	e.blobDir = filepath.Join(e.dir, "blob")
+	e.start()
+	return e
+}
+
+// start opens the store, the blob directory and the service in e.dir:
+// again after stop, it finds what was there.
+func (e *env) start() {
+	t := e.t
+	st, err := sqlite.Open(filepath.Join(e.dir, "atoll.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := blob.Open(context.Background(), "file://"+e.blobDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.svc, err = vault.New(vault.Config{Store: st, Blob: b, Dir: filepath.Join(e.dir, "vaults")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := e.svc
+	mux := http.NewServeMux()
+	mux.HandleFunc("/git/{repo}/{rest...}", func(w http.ResponseWriter, r *http.Request) {
+		_, key, _ := r.BasicAuth()
+		tn, ok := keys[key]
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Basic realm="atoll"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		name, ok := strings.CutSuffix(r.PathValue("repo"), ".git")
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		svc.ServeGit(w, r.WithContext(tenant.NewContext(r.Context(), tn)), name, r.PathValue("rest"))
+	})
+	e.srv = httptest.NewServer(mux)
+	stopped := false
+	e.stopFn = func() {
+		if !stopped {
+			stopped = true
+			e.srv.Close()
+			svc.Close()
+			b.Close()
+			st.Close()
+		}
+	}
+	t.Cleanup(e.stopFn)
+}
+
+func (e *env) stop() { e.stopFn() }
+
+// ctx is a context of tenant t.
+func ctxOf(t string) context.Context { return tenant.NewContext(context.Background(), t) }
+
+// url is vault name's clone URL with key.
+func (e *env) url(key, name string) string {
+	return strings.Replace(e.srv.URL, "http://", "http://x:"+key+"@", 1) + vault.GitPath(name)
+}
+
+// git runs git in dir and returns its combined output and error.
+func git(t *testing.T, dir string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_TERMINAL_PROMPT=0",
+		"GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func mustGit(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	out, err := git(t, dir, args...)
+	if err != nil {
+		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// clone clones vault name with key into a new directory.
+func (e *env) clone(key, name string) string {
+	e.t.Helper()
+	dir := filepath.Join(e.t.TempDir(), name)
+	mustGit(e.t, filepath.Dir(dir), "clone", "-q", e.url(key, name), dir)
+	return dir
+}
+
+// commitFile writes a file in the clone at dir and commits it.
+func commitFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	os.MkdirAll(filepath.Dir(p), 0o755)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustGit(t, dir, "add", "-A")
+	mustGit(t, dir, "commit", "-q", "-m", "write "+name)
+	return strings.TrimSpace(mustGit(t, dir, "rev-parse", "HEAD"))
+}
+
+func TestCloneEmptyPushCloneElsewhere(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxOf("acme")
+	if _, err := e.svc.Create(ctx, api.CreateVaultRequest{Name: "notes"}); err != nil {
+		t.Fatal(err)
+	}
+	a := e.clone("acme-key", "notes")
+	head := commitFile(t, a, "people/ada.md", "# Ada\n")
+	mustGit(t, a, "push", "-q", "origin", "HEAD:main")
+
+	v, err := e.svc.Get(ctx, "notes")
+	if err != nil || v.Head != head || v.Packs != 1 {
+		t.Fatalf("after the push: %+v, %v; want head %s and one pack", v, err, head)
+	}
+	b := e.clone("acme-key", "notes")
+	if got, _ := os.ReadFile(filepath.Join(b, "people/ada.md")); string(got) != "# Ada\n" {
+		t.Errorf("the other clone reads %q", got)
+	}
+	// The pack is in the object store, under the vault's prefix.
+	packs, _ := filepath.Glob(filepath.Join(e.blobDir, "vaults", "*", "packs", "pack-*.pack"))
+	if len(packs) != 1 {
+		t.Errorf("packs in the blob store: %v, want 1", packs)
+	}
+	got, err := e.svc.Show(ctx, "notes", "people/ada.md", "")
+	if err != nil || string(got) != "# Ada\n" {
+		t.Errorf("Show = %q, %v", got, err)
+	}
+	log, err := e.svc.Log(ctx, "notes", "", 0)
+	if err != nil || len(log) != 1 || log[0].ID != head || log[0].Subject != "write people/ada.md" {
+		t.Errorf("Log = %+v, %v", log, err)
+	}
+}
+
+func TestSeededLayout(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxOf("acme")
+	v, err := e.svc.Create(ctx, api.CreateVaultRequest{Name: "mem", Layout: api.VaultLayoutAgent})
+	if err != nil || v.Head == "" {
+		t.Fatalf("Create: %+v, %v", v, err)
+	}
+	dir := e.clone("acme-key", "mem")
+	for _, f := range []string{"index.md", "entities/README.md", "workflows/README.md", "timeline/README.md"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("the seeded clone lacks %s", f)
+		}
+	}
+	// The seed went the way a push goes: its pack is in the object store.
+	if v.Packs != 1 {
+		t.Errorf("seeded vault has %d packs, want 1", v.Packs)
+	}
+	commitFile(t, dir, "timeline/2026/12/02.md", "# Wed\n")
+	mustGit(t, dir, "push", "-q")
+	if _, err := e.svc.Create(ctx, api.CreateVaultRequest{Name: "x", Layout: "nope"}); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("an unknown layout: %v, want invalid", err)
+	}
+}
+
+func TestNames(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxOf("acme")
+	for _, name := range []string{"", "a/b", "..", "a..b", "../etc", ".hidden", "-x", "x.git", "a b", strings.Repeat("a", 65), "a\x00b", "é"} {
+		if _, err := e.svc.Create(ctx, api.CreateVaultRequest{Name: name}); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("Create(%q): %v, want invalid", name, err)
+		}
+	}
+	if _, err := e.svc.Create(ctx, api.CreateVaultRequest{Name: "notes"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.svc.Create(ctx, api.CreateVaultRequest{Name: "notes"}); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("a second vault of one name: %v, want conflict", err)
+	}
+	// Another tenant's vault name is not found, over the API and git.
+	if _, err := e.svc.Get(ctxOf("other"), "notes"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("another tenant's Get: %v, want not found", err)
+	}
+	out, err := git(t, t.TempDir(), "clone", e.url("other-key", "notes"), "c")
+	if err == nil || !strings.Contains(out, "not found") {
+		t.Errorf("another tenant's clone: %v\n%s", err, out)
+	}
+	out, err = git(t, t.TempDir(), "clone", e.url("wrong-key", "notes"), "c")
+	if err == nil || !strings.Contains(out, "Authentication failed") {
+		t.Errorf("a wrong key's clone: %v\n%s", err, out)
+	}
+}
+
+func TestAppendOnly(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxOf("acme")
+	e.svc.Create(ctx, api.CreateVaultRequest{Name: "notes", AllowRewrite: true})
+	a := e.clone("acme-key", "notes")
+	first := commitFile(t, a, "a.md", "a\n")
+	mustGit(t, a, "push", "-q", "origin", "HEAD:main")
+	b := e.clone("acme-key", "notes")
+
+	// Concurrent work: a pushes first, b's push is not a fast-forward.
+	second := commitFile(t, a, "a.md", "a2\n")
+	mustGit(t, a, "push", "-q")
+	commitFile(t, b, "b.md", "b\n")
+	if out, err := git(t, b, "push"); err == nil || !strings.Contains(out, "rejected") {
+		t.Errorf("a non-fast-forward push: %v\n%s", err, out)
+	}
+	// Forced, it is refused by the server (an acme key is no admin's).
+	out, err := git(t, b, "push", "--force")
+	if err == nil || !strings.Contains(out, "append-only") {
+		t.Errorf("a force-push: %v\n%s", err, out)
+	}
+	out, err = git(t, a, "push", "origin", ":main")
+	if err == nil || !strings.Contains(out, "append-only") {
+		t.Errorf("a ref deletion: %v\n%s", err, out)
+	}
+	mustGit(t, a, "tag", "v1", first)
+	mustGit(t, a, "push", "-q", "origin", "v1")
+	mustGit(t, a, "tag", "-f", "v1", second)
+	if out, err := git(t, a, "push", "--force", "origin", "v1"); err == nil || !strings.Contains(out, "append-only") {
+		t.Errorf("moving a tag: %v\n%s", err, out)
+	}
+	v, _ := e.svc.Get(ctx, "notes")
+	if v.Head != second || v.Refs["refs/tags/v1"] != first {
+		t.Errorf("after the refused pushes: %+v", v)
+	}
+	// b pulls, merges and pushes: that works.
+	mustGit(t, b, "pull", "-q", "--no-rebase", "--no-edit")
+	mustGit(t, b, "push", "-q")
+}
+
+func TestAdminRewrite(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxOf(tenant.Default)
+	e.svc.Create(ctx, api.CreateVaultRequest{Name: "rw", AllowRewrite: true})
+	e.svc.Create(ctx, api.CreateVaultRequest{Name: "ro"})
+	for _, name := range []string{"rw", "ro"} {
+		a := e.clone("admin-key", name)
+		commitFile(t, a, "a.md", "a\n")
+		mustGit(t, a, "push", "-q", "origin", "HEAD:main")
+		commitFile(t, a, "b.md", "b\n")
+		mustGit(t, a, "push", "-q")
+		mustGit(t, a, "reset", "-q", "--hard", "HEAD~1")
+		out, err := git(t, a, "push", "--force")
+		if name == "rw" && err != nil {
+			t.Errorf("an admin's force-push to an --allow-rewrite vault: %v\n%s", err, out)
+		}
+		if name == "ro" && (err == nil || !strings.Contains(out, "append-only")) {
+			t.Errorf("an admin's force-push to a vault without --allow-rewrite: %v\n%s", err, out)
+		}
+	}
+}
+
+func TestRestartAndLostCache(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxOf("acme")
+	e.svc.Create(ctx, api.CreateVaultRequest{Name: "notes"})
+	a := e.clone("acme-key", "notes")
+	var heads []string
+	for i := range 3 {
+		heads = append(heads, commitFile(t, a, fmt.Sprintf("n%d.md", i), "x\n"))
+		mustGit(t, a, "push", "-q", "origin", "HEAD:main")
+	}
+	e.stop()
+	// The cache is gone: the vault is rebuilt from the object store and
+	// the store.
+	if err := os.RemoveAll(filepath.Join(e.dir, "vaults")); err != nil {
+		t.Fatal(err)
+	}
+	e.start()
+	b := e.clone("acme-key", "notes")
+	if got := strings.TrimSpace(mustGit(t, b, "rev-parse", "HEAD")); got != heads[2] {
+		t.Errorf("after a restart without the cache, HEAD is %s, want %s", got, heads[2])
+	}
+	mustGit(t, b, "fsck", "--strict")
+	commitFile(t, a, "n3.md", "x\n")
+	mustGit(t, a, "remote", "set-url", "origin", e.url("acme-key", "notes"))
+	mustGit(t, a, "push", "-q")
+}
+
+func TestDelete(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxOf("acme")
+	e.svc.Create(ctx, api.CreateVaultRequest{Name: "notes", Layout: api.VaultLayoutAgent})
+	if err := e.svc.Delete(ctxOf("other"), "notes", false); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("another tenant's Delete: %v, want not found", err)
+	}
+	if err := e.svc.Delete(ctx, "notes", false); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(e.blobDir, "vaults", "*", "packs", "*")); len(left) != 0 {
+		t.Errorf("objects left after Delete: %v", left)
+	}
+	if _, err := e.svc.Get(ctx, "notes"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Get after Delete: %v", err)
+	}
+	// Made again, the name starts empty.
+	v, err := e.svc.Create(ctx, api.CreateVaultRequest{Name: "notes"})
+	if err != nil || v.Head != "" {
+		t.Errorf("made again: %+v, %v", v, err)
+	}
+}
