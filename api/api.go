@@ -797,3 +797,13 @@ type VaultCommit struct {
 	Time    time.Time `json:"time"`
 	Subject string    `json:"subject"`
 }
+
+// VaultList is the body of GET /v1/vaults.
+type VaultList struct {
+	Vaults []Vault `json:"vaults"`
+}
+
+// VaultLog is the body of GET /v1/vaults/{name}/log.
+type VaultLog struct {
+	Commits []VaultCommit `json:"commits"`
+}

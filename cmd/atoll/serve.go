@@ -44,6 +44,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/store"
 	"github.com/atoll-dev/atoll/internal/store/sqlite"
 	"github.com/atoll-dev/atoll/internal/tlsca"
+	"github.com/atoll-dev/atoll/internal/vault"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -579,6 +580,14 @@ func (s *serving) startPortProxy(ctx context.Context) error {
 // --e2b.
 func (s *serving) buildHandler(ctx context.Context) error {
 	scfg := server.Config{Sandboxes: s.svc, Templates: s.svc.Templates(), Runtimes: s.svc, Auth: s.keys, Keys: s.keys, Logger: s.log, Version: version}
+	// Memory vaults: packs in the archive's object store, refs in the
+	// state store; git is needed (the README's packages have it).
+	vaults, err := vault.New(vault.Config{Store: s.state, Blob: s.archive, Dir: s.dir.Vaults(), Logger: s.log})
+	if err != nil {
+		return err
+	}
+	s.onClose(func() { vaults.Close() })
+	scfg.Vaults = vaults
 	if s.cluster.store != nil {
 		scfg.Nodes = nodes{s.cluster.store}
 		scfg.Ready = s.cluster.ready

@@ -39,14 +39,18 @@ type env struct {
 	srv     *httptest.Server
 	blobDir string
 	stopFn  func()
+	maxPush int64
 }
 
 var keys = map[string]string{"admin-key": tenant.Default, "acme-key": "acme", "other-key": "other"}
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvMax(t, 0) }
+
+// newEnvMax is newEnv with Config.MaxPush maxPush.
+func newEnvMax(t *testing.T, maxPush int64) *env {
 	t.Helper()
 	testenv.RequireCommand(t, "git")
-	e := &env{t: t, dir: t.TempDir()}
+	e := &env{t: t, dir: t.TempDir(), maxPush: maxPush}
 	e.blobDir = filepath.Join(e.dir, "blob")
 	e.start()
 	return e
@@ -64,7 +68,7 @@ func (e *env) start() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.svc, err = vault.New(vault.Config{Store: st, Blob: b, Dir: filepath.Join(e.dir, "vaults")})
+	e.svc, err = vault.New(vault.Config{Store: st, Blob: b, Dir: filepath.Join(e.dir, "vaults"), MaxPush: e.maxPush})
 	if err != nil {
 		t.Fatal(err)
 	}
