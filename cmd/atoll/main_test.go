@@ -43,6 +43,7 @@ func TestHelp(t *testing.T) {
 		{"pause"}, {"resume"}, {"archive"}, {"timeout"}, {"placement"}, {"network"}, {"port"}, {"fork"}, {"restore"}, {"snapshot"}, {"snapshot", "create"}, {"snapshot", "ls"}, {"snapshot", "rm"}, {"snapshot", "archive"},
 		{"template"}, {"template", "import"}, {"template", "build"}, {"template", "ls"}, {"template", "inspect"}, {"template", "rm"}, {"template", "bootstrap"},
 		{"key"}, {"key", "create"}, {"key", "ls"}, {"key", "rm"},
+		{"vault"}, {"vault", "create"}, {"vault", "ls"}, {"vault", "inspect"}, {"vault", "rm"}, {"vault", "log"}, {"vault", "show"},
 	} {
 		name := "help-" + strings.Join(append([]string{"atoll"}, args...), "-")
 		t.Run(name, func(t *testing.T) {
