@@ -801,7 +801,8 @@ func (s *serving) run(ctx context.Context) error {
 // headers or host whatever its path.
 func withE2B(atoll http.Handler, e *e2b.Server) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/v1/") && !e2b.IsSandboxRequest(r) {
+		// Vaults' git URLs (/git/) are atoll's too.
+		if strings.HasPrefix(r.URL.Path, "/v1/") && !e2b.IsSandboxRequest(r) || strings.HasPrefix(r.URL.Path, server.GitPrefix) {
 			atoll.ServeHTTP(w, r)
 			return
 		}

@@ -33,7 +33,10 @@ const vaultPath = "/v1/vaults/{name}"
 
 // gitPattern is the vaults' git URLs: /git/<name>.git/<rest>, outside
 // /v1 and its route table: git's protocol, not a REST operation.
-const gitPattern = "/git/{repo}/{rest...}"
+const gitPattern = GitPrefix + "{repo}/{rest...}"
+
+// GitPrefix begins every vault's git URL.
+const GitPrefix = "/git/"
 
 func (s *Server) vaults(w http.ResponseWriter, r *http.Request) (Vaults, bool) {
 	if s.cfg.Vaults == nil {

@@ -126,6 +126,10 @@ func (s *Service) ServeGit(w http.ResponseWriter, r *http.Request, name, rest st
 	cr.URL.Path = "/" + v.ID + ".git/" + rest
 	cr.Header.Del("Authorization")
 	cr.Header.Del("X-Api-Key")
+	// net/http/cgi refuses chunked bodies, which git sends for any push
+	// over its postBuffer; read to its end, as git http-backend does when
+	// it is given no CONTENT_LENGTH, the body is the same.
+	cr.TransferEncoding = nil
 	h := &cgi.Handler{Path: s.git, Args: []string{"http-backend"}, Dir: s.cfg.Dir, Env: env, Stderr: logWriter{s, v.ID}}
 	h.ServeHTTP(w, cr)
 }

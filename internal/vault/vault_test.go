@@ -350,3 +350,31 @@ func TestDelete(t *testing.T) {
 		t.Errorf("made again: %+v, %v", v, err)
 	}
 }
+
+// A cache whose ref is behind the store's (a crash after the store's
+// commit, before git moved its own ref) is brought up to the store before
+// the next request; so is one whose pack is missing.
+func TestCacheBehindStore(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxOf("acme")
+	e.svc.Create(ctx, api.CreateVaultRequest{Name: "notes"})
+	a := e.clone("acme-key", "notes")
+	first := commitFile(t, a, "a.md", "1\n")
+	mustGit(t, a, "push", "-q", "origin", "HEAD:main")
+	second := commitFile(t, a, "a.md", "2\n")
+	mustGit(t, a, "push", "-q")
+	caches, _ := filepath.Glob(filepath.Join(e.dir, "vaults", "*.git"))
+	if len(caches) != 1 {
+		t.Fatalf("caches: %v", caches)
+	}
+	mustGit(t, caches[0], "update-ref", "refs/heads/main", first)
+	packs, _ := filepath.Glob(filepath.Join(caches[0], "objects", "pack", "pack-*"))
+	for _, p := range packs {
+		os.Remove(p)
+	}
+	b := e.clone("acme-key", "notes")
+	if got := strings.TrimSpace(mustGit(t, b, "rev-parse", "HEAD")); got != second {
+		t.Errorf("a clone from a cache behind the store is at %s, want %s", got, second)
+	}
+	mustGit(t, b, "fsck", "--strict")
+}
