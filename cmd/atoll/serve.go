@@ -583,11 +583,16 @@ func (s *serving) buildHandler(ctx context.Context) error {
 	// Memory vaults: packs in the archive's object store, refs in the
 	// state store; git is needed (the README's packages have it).
 	vaults, err := vault.New(vault.Config{Store: s.state, Blob: s.archive, Dir: s.dir.Vaults(), Logger: s.log})
-	if err != nil {
+	switch {
+	case errors.Is(err, vault.ErrNoGit):
+		// Sandboxes do not need vaults: the vault routes answer 503.
+		s.log.Warn("memory vaults are off", "err", err)
+	case err != nil:
 		return err
+	default:
+		s.onClose(func() { vaults.Close() })
+		scfg.Vaults = vaults
 	}
-	s.onClose(func() { vaults.Close() })
-	scfg.Vaults = vaults
 	if s.cluster.store != nil {
 		scfg.Nodes = nodes{s.cluster.store}
 		scfg.Ready = s.cluster.ready

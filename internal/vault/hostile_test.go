@@ -132,23 +132,25 @@ func TestHostileTrees(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(e.dir, "escape.md")); err == nil {
 		t.Error("a pushed name wrote outside the vault")
 	}
-	// A tree with a ".." entry, made by hand: git's fsck refuses it.
+	// Trees with a ".." or ".git" entry, made by hand: git's fsck refuses
+	// them.
 	id := strings.TrimSpace(mustGit(t, a, "rev-parse", "HEAD:-rf"))
-	var tree bytes.Buffer
 	raw := make([]byte, 20)
 	fmt.Sscanf(id, "%x", &raw)
-	fmt.Fprintf(&tree, "100644 ..\x00%s", raw)
-	treeFile := filepath.Join(t.TempDir(), "tree")
-	os.WriteFile(treeFile, tree.Bytes(), 0o644)
-	bad := strings.TrimSpace(mustGit(t, a, "hash-object", "-w", "--literally", "-t", "tree", treeFile))
-	commit := strings.TrimSpace(mustGit(t, a, "commit-tree", bad, "-p", "HEAD", "-m", "dotdot"))
-	out, err := git(t, a, "push", "origin", commit+":refs/heads/main")
-	if err == nil || !strings.Contains(out, "Dotdot") {
-		t.Errorf("a tree with a .. entry: %v, want git's fsck refusal:\n%s", err, out)
-	}
-	v, _ := e.svc.Get(ctx, "notes")
-	if v.Head == commit {
-		t.Error("the refused commit is the vault's head")
+	for _, c := range []struct{ name, msg string }{{"..", "Dotdot"}, {".git", "Dotgit"}, {".GIT", "Dotgit"}} {
+		var tree bytes.Buffer
+		fmt.Fprintf(&tree, "100644 %s\x00%s", c.name, raw)
+		treeFile := filepath.Join(t.TempDir(), "tree")
+		os.WriteFile(treeFile, tree.Bytes(), 0o644)
+		bad := strings.TrimSpace(mustGit(t, a, "hash-object", "-w", "--literally", "-t", "tree", treeFile))
+		commit := strings.TrimSpace(mustGit(t, a, "commit-tree", bad, "-p", "HEAD", "-m", c.name))
+		out, err := git(t, a, "push", "origin", commit+":refs/heads/main")
+		if err == nil || !strings.Contains(out, c.msg) {
+			t.Errorf("a tree with a %s entry: %v, want git's fsck refusal (%s):\n%s", c.name, err, c.msg, out)
+		}
+		if v, _ := e.svc.Get(ctx, "notes"); v.Head == commit {
+			t.Errorf("the commit with a %s entry is the vault's head", c.name)
+		}
 	}
 }
 

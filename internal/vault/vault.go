@@ -74,6 +74,10 @@ const (
 	HookArg = "__vault-hook"
 )
 
+// ErrNoGit is New's error on a host without git, which serves the
+// protocol (git http-backend).
+var ErrNoGit = errors.New("vault: git is needed to serve vaults (apt-get install git)")
+
 // Service serves vaults.
 type Service struct {
 	cfg  Config
@@ -112,7 +116,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	var err error
 	if s.git, err = exec.LookPath(cmpOr(cfg.Git, "git")); err != nil {
-		return nil, fmt.Errorf("vault: git is needed to serve vaults: %w", err)
+		return nil, fmt.Errorf("%w: %v", ErrNoGit, err)
 	}
 	if s.hook = cfg.Hook; s.hook == "" {
 		if s.hook, err = os.Executable(); err != nil {

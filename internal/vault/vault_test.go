@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 // served over HTTP with keys "admin-key" (the default tenant's, an
 // admin's), "acme-key" and "other-key".
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	dir     string
 	svc     *vault.Service
 	srv     *httptest.Server
@@ -44,10 +44,10 @@ type env struct {
 
 var keys = map[string]string{"admin-key": tenant.Default, "acme-key": "acme", "other-key": "other"}
 
-func newEnv(t *testing.T) *env { return newEnvMax(t, 0) }
+func newEnv(t testing.TB) *env { return newEnvMax(t, 0) }
 
 // newEnvMax is newEnv with Config.MaxPush maxPush.
-func newEnvMax(t *testing.T, maxPush int64) *env {
+func newEnvMax(t testing.TB, maxPush int64) *env {
 	t.Helper()
 	testenv.RequireCommand(t, "git")
 	e := &env{t: t, dir: t.TempDir(), maxPush: maxPush}
@@ -114,7 +114,7 @@ func (e *env) url(key, name string) string {
 }
 
 // git runs git in dir and returns its combined output and error.
-func git(t *testing.T, dir string, args ...string) (string, error) {
+func git(t testing.TB, dir string, args ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command("git", args...)
 	cmd.Dir = dir
@@ -124,7 +124,7 @@ func git(t *testing.T, dir string, args ...string) (string, error) {
 	return string(out), err
 }
 
-func mustGit(t *testing.T, dir string, args ...string) string {
+func mustGit(t testing.TB, dir string, args ...string) string {
 	t.Helper()
 	out, err := git(t, dir, args...)
 	if err != nil {
@@ -142,7 +142,7 @@ func (e *env) clone(key, name string) string {
 }
 
 // commitFile writes a file in the clone at dir and commits it.
-func commitFile(t *testing.T, dir, name, content string) string {
+func commitFile(t testing.TB, dir, name, content string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
 	os.MkdirAll(filepath.Dir(p), 0o755)
@@ -377,4 +377,19 @@ func TestCacheBehindStore(t *testing.T) {
 		t.Errorf("a clone from a cache behind the store is at %s, want %s", got, second)
 	}
 	mustGit(t, b, "fsck", "--strict")
+}
+
+// The stock client speaks protocol v2 with the server (git http-backend
+// is given the client's Git-Protocol header).
+func TestProtocolV2(t *testing.T) {
+	e := newEnv(t)
+	e.svc.Create(ctxOf("acme"), api.CreateVaultRequest{Name: "notes", Layout: api.VaultLayoutAgent})
+	dir := t.TempDir()
+	cmd := exec.Command("git", "-c", "protocol.version=2", "clone", "-q", e.url("acme-key", "notes"), "c")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_TRACE_PACKET=1", "GIT_CONFIG_GLOBAL=/dev/null")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "version 2") {
+		t.Errorf("clone: %v; want protocol version 2 in the trace:\n%.2000s", err, out)
+	}
 }
