@@ -44,6 +44,9 @@ type push struct {
 	vault store.Vault
 	dir   string
 	admin bool
+	// unlock releases the vault's lock, which the hook took (guarded by
+	// Service.mu).
+	unlock func()
 }
 
 // ServeGit serves rest (what follows /git/<name>.git/) of vault name's
@@ -85,16 +88,12 @@ func (s *Service) ServeGit(w http.ResponseWriter, r *http.Request, name, rest st
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, limit)
 
-	// A push holds the vault's lock until git has moved its refs (see
-	// lock); anything else only while the cache is brought up to date.
+	// The cache is brought up to the store under the vault's lock; a push
+	// takes it again in its hook, before it commits to the store, and
+	// holds it until git has moved its own refs (see lock).
 	unlock := s.lock(v.ID)
-	locked := true
-	defer func() {
-		if locked {
-			unlock()
-		}
-	}()
 	dir, err := s.ensure(r.Context(), v)
+	unlock()
 	if err != nil {
 		s.log.Error("bringing a vault's cache up to the store", "vault", v.ID, "err", err)
 		fail(fmt.Errorf("%w: vault %s cannot be read now", errdefs.ErrUnavailable, v.Name))
@@ -107,18 +106,20 @@ func (s *Service) ServeGit(w http.ResponseWriter, r *http.Request, name, rest st
 	)
 	if service == "git-receive-pack" && r.Method == "POST" {
 		token := newID() + newID()
+		p := &push{vault: v, dir: dir, admin: tenant.IsAdmin(v.Tenant)}
 		s.mu.Lock()
-		s.pushes[token] = &push{vault: v, dir: dir, admin: tenant.IsAdmin(v.Tenant)}
+		s.pushes[token] = p
 		s.mu.Unlock()
 		defer func() {
 			s.mu.Lock()
 			delete(s.pushes, token)
+			unlock := p.unlock
 			s.mu.Unlock()
+			if unlock != nil {
+				unlock()
+			}
 		}()
 		env = append(env, "ATOLL_VAULT_HOOK="+s.hook, "ATOLL_VAULT_SOCKET="+s.sock, "ATOLL_VAULT_PUSH="+token)
-	} else {
-		unlock()
-		locked = false
 	}
 	// git http-backend sees the cache repository's path and none of the
 	// client's credentials.
@@ -130,7 +131,7 @@ func (s *Service) ServeGit(w http.ResponseWriter, r *http.Request, name, rest st
 	// over its postBuffer; read to its end, as git http-backend does when
 	// it is given no CONTENT_LENGTH, the body is the same.
 	cr.TransferEncoding = nil
-	h := &cgi.Handler{Path: s.git, Args: []string{"http-backend"}, Dir: s.cfg.Dir, Env: env, Stderr: logWriter{s, v.ID}}
+	h := &cgi.Handler{Path: s.backend, Args: s.backendArgs, Dir: s.cfg.Dir, Env: env, Stderr: logWriter{s, v.ID}}
 	h.ServeHTTP(w, cr)
 }
 
@@ -226,11 +227,23 @@ func (s *Service) serveHook(c net.Conn) {
 func (s *Service) receive(ctx context.Context, req hookRequest) error {
 	s.mu.Lock()
 	p := s.pushes[req.Token]
+	taken := p != nil && p.unlock != nil
 	s.mu.Unlock()
-	if p == nil || req.Token == "" {
+	if p == nil || req.Token == "" || taken {
 		return fmt.Errorf("%w: no such push under way", errdefs.ErrUnauthorized)
 	}
 	v := p.vault
+	// From here until git has moved its refs (the request's end), the
+	// cache must not be brought up to the store under git's feet.
+	unlock := s.lock(v.ID)
+	s.mu.Lock()
+	if _, ok := s.pushes[req.Token]; !ok { // the request ended meanwhile
+		s.mu.Unlock()
+		unlock()
+		return fmt.Errorf("%w: the push's request has ended", errdefs.ErrConflict)
+	}
+	p.unlock = unlock
+	s.mu.Unlock()
 	// git names the quarantine; it must be one inside this repository.
 	var env []string
 	if q := req.Quarantine; q != "" {

@@ -38,10 +38,11 @@ func objectPrefix(id string) string { return "vaults/" + id + "/" }
 // object).
 func packKey(id, name string) string { return objectPrefix(id) + "packs/" + name }
 
-// lock serializes, per vault, ensure and the pushes through this node:
-// a push holds it from before git reads the refs until git has moved them,
-// so that ensure never sees a ref the store moved and git is about to
-// move too. It returns the unlock.
+// lock serializes, per vault, ensure and the end of the pushes through
+// this node: a push's hook takes it before it commits the push to the
+// store and the request holds it until git has moved its own refs, so
+// that ensure never sees a ref the store moved and git is about to move
+// too. It returns the unlock.
 func (s *Service) lock(id string) func() {
 	s.mu.Lock()
 	l := s.locks[id]
@@ -86,6 +87,8 @@ const repoConfig = `[http]
 	denyCurrentBranch = ignore
 	shallowUpdate = false
 	maxInputSize = %d
+	# No gc: see gc.auto.
+	autogc = false
 [transfer]
 	fsckObjects = true
 [gc]

@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -80,13 +81,16 @@ var ErrNoGit = errors.New("vault: git is needed to serve vaults (apt-get install
 
 // Service serves vaults.
 type Service struct {
-	cfg  Config
-	log  *slog.Logger
-	git  string
-	hook string
-	sock string
-	ln   net.Listener
-	wg   sync.WaitGroup // the hook listener and its connections
+	cfg Config
+	log *slog.Logger
+	git string
+	// backend and backendArgs run git http-backend.
+	backend     string
+	backendArgs []string
+	hook        string
+	sock        string
+	ln          net.Listener
+	wg          sync.WaitGroup // the hook listener and its connections
 
 	// mu guards locks and pushes.
 	mu sync.Mutex
@@ -117,6 +121,15 @@ func New(cfg Config) (*Service, error) {
 	var err error
 	if s.git, err = exec.LookPath(cmpOr(cfg.Git, "git")); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoGit, err)
+	}
+	// git http-backend, run as itself rather than through the git
+	// wrapper: one process less per request.
+	s.backend, s.backendArgs = s.git, []string{"http-backend"}
+	if out, err := exec.Command(s.git, "--exec-path").Output(); err == nil {
+		p := filepath.Join(strings.TrimSpace(string(out)), "git-http-backend")
+		if _, err := os.Stat(p); err == nil {
+			s.backend, s.backendArgs = p, nil
+		}
 	}
 	if s.hook = cfg.Hook; s.hook == "" {
 		if s.hook, err = os.Executable(); err != nil {

@@ -393,3 +393,48 @@ func TestProtocolV2(t *testing.T) {
 		t.Errorf("clone: %v; want protocol version 2 in the trace:\n%.2000s", err, out)
 	}
 }
+
+// Pushes racing from one base: one wins, the others are refused as git
+// refuses a non-fast-forward, and the vault is one of the pushed commits.
+func TestConcurrentPushes(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxOf("acme")
+	e.svc.Create(ctx, api.CreateVaultRequest{Name: "notes", Layout: api.VaultLayoutAgent})
+	const n = 6
+	heads := map[string]bool{}
+	var clones []string
+	for i := range n {
+		c := e.clone("acme-key", "notes")
+		heads[commitFile(t, c, fmt.Sprintf("c%d.md", i), "x\n")] = true
+		clones = append(clones, c)
+	}
+	errs := make(chan error, n)
+	for _, c := range clones {
+		go func() {
+			out, err := git(t, c, "push", "origin", "HEAD:main")
+			if err != nil && !strings.Contains(out, "rejected") && !strings.Contains(out, "moved meanwhile") {
+				err = fmt.Errorf("%v: %s", err, out)
+			} else if err != nil {
+				err = errRefused
+			}
+			errs <- err
+		}()
+	}
+	won := 0
+	for range n {
+		switch err := <-errs; err {
+		case nil:
+			won++
+		case errRefused:
+		default:
+			t.Errorf("a racing push failed otherwise: %v", err)
+		}
+	}
+	v, _ := e.svc.Get(ctx, "notes")
+	if won != 1 || !heads[v.Head] {
+		t.Errorf("%d racing pushes won, head %s; want 1, one of the pushed", won, v.Head)
+	}
+	mustGit(t, e.clone("acme-key", "notes"), "fsck", "--strict")
+}
+
+var errRefused = errors.New("refused")
