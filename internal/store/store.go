@@ -47,8 +47,8 @@ type Store interface {
 	Templates
 	Keys
 	Vaults
-	// TenantInUse reports whether tenant t has keys, sandboxes or
-	// snapshots.
+	// TenantInUse reports whether tenant t has keys, sandboxes,
+	// snapshots or vaults.
 	TenantInUse(ctx context.Context, t string) (bool, error)
 	// Close waits for the writes under way, then releases the store.
 	Close() error

@@ -36,6 +36,11 @@ func testVaults(t *testing.T, s suite) {
 	if err := st.CreateVault(ctx, newVault("v1", "other", "x")); !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("a second vault of one ID: %v, want conflict", err)
 	}
+	// A tenant with only a vault is in use: a new key of its name would
+	// reach the vault.
+	if used, err := st.TenantInUse(ctx, "acme"); err != nil || !used {
+		t.Errorf("TenantInUse of a tenant with vaults only = %v, %v; want true", used, err)
+	}
 	got, err := st.GetVault(ctx, tenant.Default, "notes")
 	want := newVault("v2", tenant.Default, "notes")
 	if err != nil || cmp.Diff(want, got) != "" {
