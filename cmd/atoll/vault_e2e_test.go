@@ -110,9 +110,16 @@ func TestVaultE2E(t *testing.T) {
 	// kill -9 while pushes are under way, at several moments: what a push
 	// acknowledged is there after the restart, and the branch is one of
 	// the commits pushed (no half-updated ref).
-	big := make([]byte, 4<<20)
-	for i, delay := range []time.Duration{5 * time.Millisecond, 60 * time.Millisecond, 150 * time.Millisecond, 250 * time.Millisecond, 300 * time.Millisecond, 350 * time.Millisecond, 450 * time.Millisecond} {
+	// Large pushes (4 MiB, mostly transfer) and small ones (1 KiB, mostly
+	// the server's work: the hook, the object store, the store).
+	for i, kill := range []struct {
+		size  int
+		delay time.Duration
+	}{{4 << 20, 5 * time.Millisecond}, {4 << 20, 150 * time.Millisecond}, {4 << 20, 300 * time.Millisecond},
+		{1 << 10, 30 * time.Millisecond}, {1 << 10, 50 * time.Millisecond}, {1 << 10, 70 * time.Millisecond}, {1 << 10, 90 * time.Millisecond}, {1 << 10, 120 * time.Millisecond}} {
+		delay := kill.delay
 		before := mustVaultGit(t, a, "rev-parse", "HEAD")
+		big := make([]byte, kill.size)
 		rand.Read(big)
 		os.WriteFile(filepath.Join(a, fmt.Sprintf("blob%d.bin", i)), big, 0o644)
 		mustVaultGit(t, a, "add", "-A")
@@ -139,7 +146,7 @@ func TestVaultE2E(t *testing.T) {
 		case v.Head != pushed && v.Head != before:
 			t.Errorf("kill after %v: main is %s, neither the old %s nor the pushed %s", delay, v.Head, before, pushed)
 		}
-		t.Logf("kill after %v: acknowledged %v, stored %v", delay, acked, v.Head == pushed)
+		t.Logf("kill %d bytes after %v: acknowledged %v, stored %v", kill.size, delay, acked, v.Head == pushed)
 		// Whatever happened, a fresh clone is whole, and pushing again
 		// works (a push that was stored is a no-op).
 		fresh := filepath.Join(testenv.Dir(t), fmt.Sprintf("fresh%d", i))

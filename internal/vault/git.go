@@ -310,6 +310,9 @@ func (s *Service) receive(ctx context.Context, req hookRequest) error {
 		return err
 	}
 	s.log.Info("vault push stored", "vault", v.ID, "refs", len(updates), "packs", len(packs))
+	if s.afterCommit != nil {
+		return s.afterCommit()
+	}
 	return nil
 }
 

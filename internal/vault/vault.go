@@ -99,6 +99,10 @@ type Service struct {
 	locks map[string]*vaultLock
 	// pushes are the pushes under way, by their token (git.go).
 	pushes map[string]*push
+
+	// afterCommit, set by tests, runs after a push is committed to the
+	// store; an error refuses the push to git as a crash there would.
+	afterCommit func() error
 }
 
 type vaultLock struct {

@@ -438,3 +438,33 @@ func TestConcurrentPushes(t *testing.T) {
 }
 
 var errRefused = errors.New("refused")
+
+// A crash after the store's commit, before git moved its ref and answered:
+// the push is stored though the client was told it failed; the cache
+// catches up, and the client's retry finds it there.
+func TestStoredNotAcknowledged(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxOf("acme")
+	e.svc.Create(ctx, api.CreateVaultRequest{Name: "notes"})
+	a := e.clone("acme-key", "notes")
+	commitFile(t, a, "a.md", "1\n")
+	mustGit(t, a, "push", "-q", "origin", "HEAD:main")
+	head := commitFile(t, a, "a.md", "2\n")
+	vault.SetAfterCommit(e.svc, func() error { return errors.New("crash") })
+	if out, err := git(t, a, "push", "origin", "HEAD:main"); err == nil {
+		t.Fatalf("the push was acknowledged:\n%s", out)
+	}
+	vault.SetAfterCommit(e.svc, nil)
+	if v, _ := e.svc.Get(ctx, "notes"); v.Head != head {
+		t.Errorf("the store's head is %s, want the committed %s", v.Head, head)
+	}
+	b := e.clone("acme-key", "notes")
+	if got := strings.TrimSpace(mustGit(t, b, "rev-parse", "HEAD")); got != head {
+		t.Errorf("a clone after the crash is at %s, want %s", got, head)
+	}
+	mustGit(t, b, "fsck", "--strict")
+	out := mustGit(t, a, "push", "origin", "HEAD:main")
+	if !strings.Contains(out, "up-to-date") {
+		t.Errorf("the retried push: %s, want up-to-date", out)
+	}
+}
