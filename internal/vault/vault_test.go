@@ -15,9 +15,12 @@ import (
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/blob"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/store"
+	"github.com/atoll-dev/atoll/internal/store/postgres"
 	"github.com/atoll-dev/atoll/internal/store/sqlite"
 	"github.com/atoll-dev/atoll/internal/tenant"
 	"github.com/atoll-dev/atoll/internal/testenv"
+	"github.com/atoll-dev/atoll/internal/testenv/pgtest"
 	"github.com/atoll-dev/atoll/internal/vault"
 )
 
@@ -40,6 +43,7 @@ type env struct {
 	blobDir string
 	stopFn  func()
 	maxPush int64
+	pgURL   string // the store: PostgreSQL at pgURL if set, else SQLite
 }
 
 var keys = map[string]string{"admin-key": tenant.Default, "acme-key": "acme", "other-key": "other"}
@@ -51,6 +55,9 @@ func newEnvMax(t testing.TB, maxPush int64) *env {
 	t.Helper()
 	testenv.RequireCommand(t, "git")
 	e := &env{t: t, dir: t.TempDir(), maxPush: maxPush}
+	if usePostgres {
+		e.pgURL = pgtest.NewURL(t, "vault")
+	}
 	e.blobDir = filepath.Join(e.dir, "blob")
 	e.start()
 	return e
@@ -60,7 +67,16 @@ func newEnvMax(t testing.TB, maxPush int64) *env {
 // again after stop, it finds what was there.
 func (e *env) start() {
 	t := e.t
-	st, err := sqlite.Open(filepath.Join(e.dir, "atoll.db"))
+	var st interface {
+		store.Vaults
+		Close() error
+	}
+	var err error
+	if e.pgURL != "" {
+		st, err = postgres.Open(context.Background(), e.pgURL)
+	} else {
+		st, err = sqlite.Open(filepath.Join(e.dir, "atoll.db"))
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -466,5 +482,27 @@ func TestStoredNotAcknowledged(t *testing.T) {
 	out := mustGit(t, a, "push", "origin", "HEAD:main")
 	if !strings.Contains(out, "up-to-date") {
 		t.Errorf("the retried push: %s, want up-to-date", out)
+	}
+}
+
+// usePostgres makes newEnv's stores PostgreSQL ones (TestPostgres).
+var usePostgres bool
+
+// TestPostgres runs the vault tests on the PostgreSQL store, the
+// cluster's: the same promises hold.
+func TestPostgres(t *testing.T) {
+	pgtest.URL(t)
+	usePostgres = true
+	defer func() { usePostgres = false }()
+	for name, test := range map[string]func(*testing.T){
+		"CloneEmptyPushCloneElsewhere": TestCloneEmptyPushCloneElsewhere,
+		"SeededLayout":                 TestSeededLayout,
+		"AppendOnly":                   TestAppendOnly,
+		"RestartAndLostCache":          TestRestartAndLostCache,
+		"ConcurrentPushes":             TestConcurrentPushes,
+		"StoredNotAcknowledged":        TestStoredNotAcknowledged,
+		"Delete":                       TestDelete,
+	} {
+		t.Run(name, test)
 	}
 }
