@@ -190,18 +190,44 @@ func (s *Service) initRepo(ctx context.Context, dir string) error {
 	return os.Rename(tmp, dir)
 }
 
-// localRefs are the refs of the cache at dir.
+// localRefs are the refs of the cache at dir, read from git's files (its
+// "files" ref backend, the one initRepo makes): the packed refs, then the
+// loose ones, which override them. Read in-process, as ensure does before
+// every request: a git for-each-ref would be a process per request.
 func (s *Service) localRefs(ctx context.Context, dir string) (map[string]string, error) {
-	out, err := s.run(ctx, dir, nil, nil, "for-each-ref", "--format=%(objectname) %(refname)")
-	if err != nil {
+	refs := map[string]string{}
+	packed, err := os.ReadFile(filepath.Join(dir, "packed-refs"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
-	refs := map[string]string{}
-	for _, l := range lines(out) {
-		oid, name, _ := strings.Cut(l, " ")
-		refs[name] = oid
+	for _, l := range strings.Split(string(packed), "\n") {
+		if l == "" || l[0] == '#' || l[0] == '^' { // header, peeled tags
+			continue
+		}
+		if oid, name, ok := strings.Cut(l, " "); ok {
+			refs[name] = oid
+		}
 	}
-	return refs, nil
+	err = filepath.WalkDir(filepath.Join(dir, "refs"), func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasSuffix(p, ".lock") {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil // deleted meanwhile (packed)
+		}
+		if err != nil {
+			return err
+		}
+		oid := strings.TrimSpace(string(b))
+		if strings.HasPrefix(oid, "ref:") {
+			return nil // a symbolic ref, not one of the store's
+		}
+		rel, _ := filepath.Rel(dir, p)
+		refs[filepath.ToSlash(rel)] = oid
+		return nil
+	})
+	return refs, err
 }
 
 // fetchPack copies pack name of v from the object store into the cache
