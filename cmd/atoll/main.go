@@ -13,18 +13,12 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/atoll-dev/atoll/internal/vault"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
 func main() {
 	if runAsAgent() {
 		return
-	}
-	// git's pre-receive hook in a vault's repository runs this binary
-	// (vault.Config.Hook).
-	if len(os.Args) == 2 && os.Args[1] == vault.HookArg {
-		os.Exit(vault.HookMain(os.Stdin, os.Stderr))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	err := newRootCmd().ExecuteContext(ctx)

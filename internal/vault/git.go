@@ -3,14 +3,12 @@ package vault
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/cgi"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -119,7 +117,7 @@ func (s *Service) ServeGit(w http.ResponseWriter, r *http.Request, name, rest st
 				unlock()
 			}
 		}()
-		env = append(env, "ATOLL_VAULT_HOOK="+s.hook, "ATOLL_VAULT_SOCKET="+s.sock, "ATOLL_VAULT_PUSH="+token)
+		env = append(env, "ATOLL_VAULT_HOOK="+s.ln.Addr().String(), "ATOLL_VAULT_PUSH="+token)
 	}
 	// git http-backend sees the cache repository's path and none of the
 	// client's credentials.
@@ -150,32 +148,64 @@ func (l logWriter) Write(p []byte) (int, error) {
 // directory (the received objects, not yet in the repository) and the
 // ref updates as pre-receive reads them.
 type hookRequest struct {
-	Token      string      `json:"token"`
-	Quarantine string      `json:"quarantine"`
-	Updates    []refUpdate `json:"updates"`
+	Token      string
+	Quarantine string
+	Updates    []refUpdate
 }
 
 type refUpdate struct {
 	Old, New, Ref string
 }
 
-// hookAnswer is the server's verdict; Message goes to the pusher.
-type hookAnswer struct {
-	OK      bool   `json:"ok"`
-	Message string `json:"message"`
+// The hook's protocol, lines of text (the hook is a shell script, see
+// hookScript): the hook sends the token, the quarantine path, git's
+// "old new ref" lines, and an empty line; the server answers "ok" or
+// "refused", then a message for the pusher, and closes.
+const (
+	maxHookLine  = 4096
+	maxHookLines = 2 * MaxRefs
+)
+
+func readHookRequest(r *bufio.Reader) (hookRequest, error) {
+	var req hookRequest
+	next := func() (string, error) {
+		l, err := r.ReadString('\n')
+		if len(l) > maxHookLine {
+			return "", errors.New("hook line too long")
+		}
+		return strings.TrimSuffix(l, "\n"), err
+	}
+	var err error
+	if req.Token, err = next(); err != nil {
+		return req, err
+	}
+	if req.Quarantine, err = next(); err != nil {
+		return req, err
+	}
+	for range maxHookLines {
+		l, err := next()
+		if err != nil {
+			return req, err
+		}
+		if l == "" {
+			return req, nil
+		}
+		f := strings.Fields(l)
+		if len(f) != 3 {
+			return req, fmt.Errorf("malformed hook line %.80q", l)
+		}
+		req.Updates = append(req.Updates, refUpdate{Old: f[0], New: f[1], Ref: f[2]})
+	}
+	return req, fmt.Errorf("%w: atoll: a push updates %d refs at most", errdefs.ErrQuota, maxHookLines)
 }
 
-// listen listens for hooks on a unix socket in Dir, reachable by root only.
+// listen listens for hooks on a loopback port, which bash's /dev/tcp
+// reaches (sandboxes, in network namespaces of their own, do not); a
+// connection without the token of a push under way is refused.
 func (s *Service) listen() error {
-	s.sock = filepath.Join(s.cfg.Dir, "hook.sock")
-	os.Remove(s.sock) // a crashed server's
-	ln, err := net.Listen("unix", s.sock)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return fmt.Errorf("vault: listening for hooks: %w", err)
-	}
-	if err := os.Chmod(s.sock, 0o600); err != nil {
-		ln.Close()
-		return err
 	}
 	s.ln = ln
 	s.wg.Add(1)
@@ -203,21 +233,23 @@ const hookTimeout = 5 * time.Minute
 func (s *Service) serveHook(c net.Conn) {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(hookTimeout))
-	var req hookRequest
-	if err := json.NewDecoder(io.LimitReader(c, 4<<20)).Decode(&req); err != nil {
+	req, err := readHookRequest(bufio.NewReader(io.LimitReader(c, 4<<20)))
+	if err != nil {
+		fmt.Fprintf(c, "refused\natoll: %s\n", errdefs.Message(err))
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), hookTimeout)
 	defer cancel()
-	ans := hookAnswer{OK: true}
 	if err := s.receive(ctx, req); err != nil {
-		ans = hookAnswer{Message: errdefs.Message(err)}
+		msg := errdefs.Message(err)
 		if errdefs.Kind(err) == nil {
 			s.log.Error("storing a push", "err", err)
-			ans.Message = "atoll: the push could not be stored; nothing was changed"
+			msg = "atoll: the push could not be stored; nothing was changed"
 		}
+		fmt.Fprintf(c, "refused\n%s\n", msg)
+		return
 	}
-	json.NewEncoder(c).Encode(ans)
+	io.WriteString(c, "ok\n")
 }
 
 // receive stores a push that git has received and checked (fsck,
@@ -336,45 +368,4 @@ func unzero(oid string) string {
 		return ""
 	}
 	return oid
-}
-
-// HookMain is the pre-receive hook's program (see Config.Hook): it reads
-// git's ref updates from stdin and asks the server that runs the push to
-// store it, then exits 0 if the server did and 1, with its message on
-// stderr (the pusher's "remote:" lines), otherwise.
-func HookMain(stdin io.Reader, stderr io.Writer) int {
-	sock, token := os.Getenv("ATOLL_VAULT_SOCKET"), os.Getenv("ATOLL_VAULT_PUSH")
-	if sock == "" || token == "" {
-		fmt.Fprintln(stderr, "atoll: this repository takes pushes only through the atoll server")
-		return 1
-	}
-	req := hookRequest{Token: token, Quarantine: os.Getenv("GIT_QUARANTINE_PATH")}
-	sc := bufio.NewScanner(stdin)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) == 3 {
-			req.Updates = append(req.Updates, refUpdate{Old: f[0], New: f[1], Ref: f[2]})
-		}
-	}
-	c, err := net.Dial("unix", sock)
-	if err != nil {
-		fmt.Fprintln(stderr, "atoll: the server is not there to store the push; nothing was changed")
-		return 1
-	}
-	defer c.Close()
-	var ans hookAnswer
-	if err := json.NewEncoder(c).Encode(req); err == nil {
-		err = json.NewDecoder(c).Decode(&ans)
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "atoll: the server did not answer; the push may not be stored")
-		return 1
-	}
-	if ans.Message != "" {
-		fmt.Fprintln(stderr, ans.Message)
-	}
-	if !ans.OK {
-		return 1
-	}
-	return 0
 }

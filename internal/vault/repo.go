@@ -99,16 +99,26 @@ const repoConfig = `[http]
 	logAllRefUpdates = false
 `
 
-// hookScript is the pre-receive hook of every cache repository: it runs
-// the program of Config.Hook (named by the environment the server gives
-// git http-backend), which hands the push to the server (hook.go).
-const hookScript = `#!/bin/sh
+// hookScript is the pre-receive hook of every cache repository: it hands
+// the push to the server (listen, serveHook) at the address the server
+// gave git http-backend, and lets git go on only if the server stored it.
+// bash, for its /dev/tcp: a shell starts in a fraction of the time any
+// program that speaks JSON over a unix socket would.
+const hookScript = `#!/bin/bash
 # atoll: a push is accepted only once the server has stored it durably.
-if [ -z "$ATOLL_VAULT_HOOK" ]; then
+if [ -z "$ATOLL_VAULT_HOOK" ] || [ -z "$ATOLL_VAULT_PUSH" ]; then
 	echo "atoll: this repository takes pushes only through the atoll server" >&2
 	exit 1
 fi
-exec "$ATOLL_VAULT_HOOK" ` + HookArg + `
+# (exec's own 2>/dev/null would silence the rest of the script)
+if ! { exec 3<>"/dev/tcp/${ATOLL_VAULT_HOOK%:*}/${ATOLL_VAULT_HOOK##*:}"; } 2>/dev/null; then
+	echo "atoll: the server is not there to store the push; nothing was changed" >&2
+	exit 1
+fi
+{ printf '%s\n%s\n' "$ATOLL_VAULT_PUSH" "$GIT_QUARANTINE_PATH"; cat; echo; } >&3
+IFS= read -r verdict <&3
+cat <&3 >&2
+[ "$verdict" = ok ]
 `
 
 // ensure brings v's cache up to the store, making it if it is missing,

@@ -6,7 +6,7 @@
 // packs in the object store (blob.Store, under vaults/<id>/packs/), and its
 // refs are rows of the state store (store.Vaults) together with the names
 // of those packs. A push is acknowledged only after both: git's
-// pre-receive hook (hook.go) hands the received pack to this package,
+// pre-receive hook (git.go) hands the received pack to this package,
 // which writes it to the object store, then moves the refs in one store
 // transaction, compare-and-set on their old values; only then does the
 // hook let git accept the push. A bare repository on local disk under
@@ -45,15 +45,10 @@ type Config struct {
 	Store store.Vaults
 	// Blob is the object store the packs go to: the archive's.
 	Blob blob.Store
-	// Dir holds the local cache of bare repositories and the hook's
-	// socket.
+	// Dir holds the local cache of bare repositories.
 	Dir string
 	// Git is the git binary; default "git" from $PATH.
 	Git string
-	// Hook is the program git's pre-receive hook runs with the argument
-	// HookArg, which must call HookMain; default this process's
-	// executable (cmd/atoll and this package's tests dispatch on HookArg).
-	Hook string
 	// MaxPush bounds a push's request body and its pack, in bytes;
 	// default DefaultMaxPush. A larger push is refused with 413.
 	MaxPush int64
@@ -71,13 +66,11 @@ const (
 	MaxRefs = 1000
 	// MaxFile bounds what Show returns.
 	MaxFile = 32 << 20
-	// HookArg is the argument the hook program is run with.
-	HookArg = "__vault-hook"
 )
 
 // ErrNoGit is New's error on a host without git, which serves the
-// protocol (git http-backend).
-var ErrNoGit = errors.New("vault: git is needed to serve vaults (apt-get install git)")
+// protocol (git http-backend), or without bash, which runs its hook.
+var ErrNoGit = errors.New("vault: git and bash are needed to serve vaults (apt-get install git)")
 
 // Service serves vaults.
 type Service struct {
@@ -87,9 +80,7 @@ type Service struct {
 	// backend and backendArgs run git http-backend.
 	backend     string
 	backendArgs []string
-	hook        string
-	sock        string
-	ln          net.Listener
+	ln          net.Listener   // the hooks' (git.go)
 	wg          sync.WaitGroup // the hook listener and its connections
 
 	// mu guards locks and pushes.
@@ -135,10 +126,8 @@ func New(cfg Config) (*Service, error) {
 			s.backend, s.backendArgs = p, nil
 		}
 	}
-	if s.hook = cfg.Hook; s.hook == "" {
-		if s.hook, err = os.Executable(); err != nil {
-			return nil, err
-		}
+	if _, err := exec.LookPath("bash"); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoGit, err)
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, err

@@ -24,14 +24,6 @@ import (
 	"github.com/atoll-dev/atoll/internal/vault"
 )
 
-// The test binary is also the pre-receive hook's program (Config.Hook).
-func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == vault.HookArg {
-		os.Exit(vault.HookMain(os.Stdin, os.Stderr))
-	}
-	os.Exit(m.Run())
-}
-
 // env is a vault service on a real SQLite store and blob directory,
 // served over HTTP with keys "admin-key" (the default tenant's, an
 // admin's), "acme-key" and "other-key".
