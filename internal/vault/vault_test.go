@@ -36,6 +36,7 @@ type env struct {
 	stopFn  func()
 	maxPush int64
 	pgURL   string // the store: PostgreSQL at pgURL if set, else SQLite
+	blobURL string // the object store: a bucket's URL, default e.blobDir
 }
 
 var keys = map[string]string{"admin-key": tenant.Default, "acme-key": "acme", "other-key": "other"}
@@ -49,6 +50,11 @@ func newEnvMax(t testing.TB, maxPush int64) *env {
 	e := &env{t: t, dir: t.TempDir(), maxPush: maxPush}
 	if usePostgres {
 		e.pgURL = pgtest.NewURL(t, "vault")
+	}
+	e.blobURL = "file://" + filepath.Join(e.dir, "blob")
+	if useS3 {
+		// A prefix of the test's own in the test bucket.
+		e.blobURL = testenv.S3URL(t) + "&prefix=" + filepath.Base(e.dir) + "-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")) + "/"
 	}
 	e.blobDir = filepath.Join(e.dir, "blob")
 	e.start()
@@ -72,7 +78,7 @@ func (e *env) start() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := blob.Open(context.Background(), "file://"+e.blobDir)
+	b, err := blob.Open(context.Background(), e.blobURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -494,6 +500,26 @@ func TestPostgres(t *testing.T) {
 		"ConcurrentPushes":             TestConcurrentPushes,
 		"StoredNotAcknowledged":        TestStoredNotAcknowledged,
 		"Delete":                       TestDelete,
+	} {
+		t.Run(name, test)
+	}
+}
+
+// useS3 makes newEnv's object stores S3 ones (TestS3).
+var useS3 bool
+
+// TestS3 runs the vault tests with the packs in S3, as in production.
+func TestS3(t *testing.T) {
+	testenv.S3URL(t)
+	useS3 = true
+	defer func() { useS3 = false }()
+	for name, test := range map[string]func(*testing.T){
+		"SeededLayout":          TestSeededLayout,
+		"AppendOnly":            TestAppendOnly,
+		"RestartAndLostCache":   TestRestartAndLostCache,
+		"CacheBehindStore":      TestCacheBehindStore,
+		"ConcurrentPushes":      TestConcurrentPushes,
+		"StoredNotAcknowledged": TestStoredNotAcknowledged,
 	} {
 		t.Run(name, test)
 	}
