@@ -216,10 +216,21 @@ func (s *Service) listen() error {
 			if err != nil {
 				return
 			}
+			s.mu.Lock()
+			if s.closed {
+				s.mu.Unlock()
+				c.Close()
+				return
+			}
+			s.conns[c] = struct{}{}
 			s.wg.Add(1)
+			s.mu.Unlock()
 			go func() {
 				defer s.wg.Done()
 				s.serveHook(c)
+				s.mu.Lock()
+				delete(s.conns, c)
+				s.mu.Unlock()
 			}()
 		}
 	}()

@@ -5,12 +5,14 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/vault"
@@ -177,5 +179,34 @@ func TestTooManyRefs(t *testing.T) {
 	}
 	if v, _ := e.svc.Get(ctx, "notes"); len(v.Refs) != 0 {
 		t.Errorf("after a refused push the vault has %d refs", len(v.Refs))
+	}
+}
+
+// The hooks' port refuses what is not a push under way, and a connection
+// that sends nothing does not hold the service's Close.
+func TestHookPort(t *testing.T) {
+	e := newEnv(t)
+	addr := vault.HookAddr(e.svc)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "no-such-token\n\n\n")
+	ans, _ := io.ReadAll(c)
+	c.Close()
+	if !strings.HasPrefix(string(ans), "refused\n") {
+		t.Errorf("a made-up token: %q, want refused", ans)
+	}
+	idle, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	done := make(chan struct{})
+	go func() { e.stop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waits for an idle hook connection")
 	}
 }

@@ -83,13 +83,16 @@ type Service struct {
 	ln          net.Listener   // the hooks' (git.go)
 	wg          sync.WaitGroup // the hook listener and its connections
 
-	// mu guards locks and pushes.
+	// mu guards locks, pushes, conns and closed.
 	mu sync.Mutex
 	// locks serialize, per vault ID, the bringing of the cache up to the
 	// store and the pushes through this node (see lock).
 	locks map[string]*vaultLock
 	// pushes are the pushes under way, by their token (git.go).
 	pushes map[string]*push
+	// conns are the hooks' connections being served; closed, Close.
+	conns  map[net.Conn]struct{}
+	closed bool
 
 	// afterCommit, set by tests, runs after a push is committed to the
 	// store; an error refuses the push to git as a crash there would.
@@ -106,7 +109,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Store == nil || cfg.Blob == nil || cfg.Dir == "" {
 		return nil, errors.New("vault: Config.Store, Blob and Dir are required")
 	}
-	s := &Service{cfg: cfg, log: cfg.Logger, locks: map[string]*vaultLock{}, pushes: map[string]*push{}}
+	s := &Service{cfg: cfg, log: cfg.Logger, locks: map[string]*vaultLock{}, pushes: map[string]*push{}, conns: map[net.Conn]struct{}{}}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -142,6 +145,12 @@ func New(cfg Config) (*Service, error) {
 // waits for the hook connections to end.
 func (s *Service) Close() error {
 	err := s.ln.Close()
+	s.mu.Lock()
+	s.closed = true
+	for c := range s.conns {
+		c.Close() // a hook that has not sent its push yet would hold Close
+	}
+	s.mu.Unlock()
 	s.wg.Wait()
 	return err
 }
