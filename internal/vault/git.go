@@ -30,7 +30,7 @@ import (
 // dumb protocol's object paths among them) reaches git http-backend.
 var gitRoutes = []struct {
 	method, rest, service string
-	limit                 int64 // request body bytes at most; 0: Config.MaxPush
+	limit                 int64 // request body bytes at most; 0: Config.MaxPush and some
 }{
 	{"GET", "info/refs", "", 0},
 	{"POST", "git-upload-pack", "git-upload-pack", 16 << 20},
@@ -60,7 +60,10 @@ func (s *Service) ServeGit(w http.ResponseWriter, r *http.Request, name, rest st
 		if rt.method == r.Method && rt.rest == rest {
 			service, limit = rt.service, rt.limit
 			if limit == 0 {
-				limit = s.cfg.MaxPush
+				// Room for the commands around the pack: a pack over
+				// MaxPush is then refused by git itself
+				// (receive.maxInputSize), with a message that says so.
+				limit = s.cfg.MaxPush + 1<<20
 			}
 		}
 	}
@@ -104,7 +107,7 @@ func (s *Service) ServeGit(w http.ResponseWriter, r *http.Request, name, rest st
 	)
 	if service == "git-receive-pack" && r.Method == "POST" {
 		token := newID() + newID()
-		p := &push{vault: v, dir: dir, admin: tenant.IsAdmin(v.Tenant)}
+		p := &push{vault: v, dir: dir, admin: tenant.IsAdmin(tenant.Of(r.Context()))}
 		s.mu.Lock()
 		s.pushes[token] = p
 		s.mu.Unlock()
