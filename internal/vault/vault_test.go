@@ -37,6 +37,7 @@ type env struct {
 	maxPush int64
 	pgURL   string // the store: PostgreSQL at pgURL if set, else SQLite
 	blobURL string // the object store: a bucket's URL, default e.blobDir
+	mounts  func(ctx context.Context, t, name string) (int, error)
 }
 
 var keys = map[string]string{"admin-key": tenant.Default, "acme-key": "acme", "other-key": "other"}
@@ -82,7 +83,7 @@ func (e *env) start() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.svc, err = vault.New(vault.Config{Store: st, Blob: b, Dir: filepath.Join(e.dir, "vaults"), MaxPush: e.maxPush})
+	e.svc, err = vault.New(vault.Config{Store: st, Blob: b, Dir: filepath.Join(e.dir, "vaults"), MaxPush: e.maxPush, Mounts: e.mounts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +350,19 @@ func TestDelete(t *testing.T) {
 	if err := e.svc.Delete(ctxOf("other"), "notes", false); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("another tenant's Delete: %v, want not found", err)
 	}
-	if err := e.svc.Delete(ctx, "notes", false); err != nil {
+	// While sandboxes mount it, only a forced delete removes it.
+	e.stop()
+	e.mounts = func(_ context.Context, tn, name string) (int, error) {
+		if tn == "acme" && name == "notes" {
+			return 2, nil
+		}
+		return 0, nil
+	}
+	e.start()
+	if err := e.svc.Delete(ctx, "notes", false); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("deleting a mounted vault: %v, want conflict", err)
+	}
+	if err := e.svc.Delete(ctx, "notes", true); err != nil {
 		t.Fatal(err)
 	}
 	if left, _ := filepath.Glob(filepath.Join(e.blobDir, "vaults", "*", "packs", "*")); len(left) != 0 {
