@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -83,7 +84,8 @@ func (e *env) start() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.svc, err = vault.New(vault.Config{Store: st, Blob: b, Dir: filepath.Join(e.dir, "vaults"), MaxPush: e.maxPush, Mounts: e.mounts})
+	e.svc, err = vault.New(vault.Config{Store: st, Blob: b, Dir: filepath.Join(e.dir, "vaults"), MaxPush: e.maxPush, Mounts: e.mounts,
+		Logger: slog.New(slog.NewTextHandler(testWriter{e.t}, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,6 +121,14 @@ func (e *env) start() {
 }
 
 func (e *env) stop() { e.stopFn() }
+
+// testWriter sends the service's log to the test's.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
 
 // ctx is a context of tenant t.
 func ctxOf(t string) context.Context { return tenant.NewContext(context.Background(), t) }
