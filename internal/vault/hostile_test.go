@@ -3,6 +3,7 @@ package vault_test
 import (
 	"bytes"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/vault"
 )
 
@@ -115,6 +117,8 @@ func TestHostileTrees(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustGit(t, a, "add", "-A")
+	// A submodule (a gitlink to a commit the vault does not hold) too.
+	mustGit(t, a, "update-index", "--add", "--cacheinfo", "160000,1234567890123456789012345678901234567890,sub")
 	mustGit(t, a, "commit", "-q", "-m", "hostile names")
 	mustGit(t, a, "push", "-q", "origin", "HEAD:main")
 	for p, want := range map[string]string{"d/passwd": "/etc/passwd", "..%2F..%2Fescape.md": "x\n", "-rf": "y\n"} {
@@ -122,6 +126,12 @@ func TestHostileTrees(t *testing.T) {
 		if err != nil || string(got) != want {
 			t.Errorf("Show(%s) = %q, %v; want %q", p, got, err, want)
 		}
+	}
+	if got, err := e.svc.Show(ctx, "notes", "sub", ""); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Show of a submodule = %q, %v; want not found (never followed)", got, err)
+	}
+	if out := mustGit(t, e.clone("acme-key", "notes"), "ls-files", "-s", "sub"); !strings.HasPrefix(out, "160000 1234567890") {
+		t.Errorf("the submodule entry came back as %q", out)
 	}
 	for _, p := range []string{"up/etc/passwd", "../x", "/etc/passwd", "d/../../x"} {
 		if got, err := e.svc.Show(ctx, "notes", p, ""); err == nil {
