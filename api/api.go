@@ -806,3 +806,54 @@ func ValidNodeName(name string) bool {
 	}
 	return true
 }
+
+// Vault is a memory vault: a git repository of Markdown files that belongs
+// to a tenant, served over git's smart HTTP protocol at GitPath (clone
+// with the API key as the password). See docs/vault.md.
+type Vault struct {
+	Name string `json:"name"`
+	// Layout is the convention the vault was seeded with: "" (empty) or
+	// VaultLayoutAgent.
+	Layout string `json:"layout,omitempty"`
+	// AllowRewrite lets admin keys force-push and delete refs; history is
+	// append-only otherwise.
+	AllowRewrite bool `json:"allow_rewrite"`
+	// GitPath is the path of the vault's git URL on the server.
+	GitPath string `json:"git_path"`
+	// Head is the commit of refs/heads/main; empty while it has none.
+	Head string `json:"head,omitempty"`
+	// Refs are the vault's refs (name to object ID).
+	Refs      map[string]string `json:"refs,omitempty"`
+	Packs     int               `json:"packs"` // pack files in the object store
+	CreatedAt time.Time         `json:"created_at"`
+}
+
+// VaultLayoutAgent is the layout `atoll vault create --layout agent`
+// seeds: entities/, workflows/, timeline/ and index.md.
+const VaultLayoutAgent = "agent"
+
+// CreateVaultRequest is the body of POST /v1/vaults.
+type CreateVaultRequest struct {
+	Name         string `json:"name"`
+	Layout       string `json:"layout,omitempty"`
+	AllowRewrite bool   `json:"allow_rewrite,omitempty"`
+}
+
+// VaultCommit is one commit of GET /v1/vaults/{name}/log.
+type VaultCommit struct {
+	ID      string    `json:"id"`
+	Author  string    `json:"author"`
+	Email   string    `json:"email"`
+	Time    time.Time `json:"time"`
+	Subject string    `json:"subject"`
+}
+
+// VaultList is the body of GET /v1/vaults.
+type VaultList struct {
+	Vaults []Vault `json:"vaults"`
+}
+
+// VaultLog is the body of GET /v1/vaults/{name}/log.
+type VaultLog struct {
+	Commits []VaultCommit `json:"commits"`
+}

@@ -47,6 +47,10 @@ func (d dataDir) Checkpoints() string { return d.path("checkpoints") }
 // Archive is the default archive store.
 func (d dataDir) Archive() string { return d.path("archive") }
 
+// Vaults is the local cache of memory vaults' repositories (their truth
+// is in the store and the archive store) and their hook's socket.
+func (d dataDir) Vaults() string { return d.path("vaults") }
+
 // PortKey is the key that signs port URLs.
 func (d dataDir) PortKey() string { return d.path("port-key") }
 

@@ -69,7 +69,8 @@ commas: a node that cannot be reached is skipped.`,
   atoll snapshot create $id --name clean
   atoll fork $id -n 4
   atoll rm $id
-  atoll template import docker.io/library/python:3.12-slim --name python`,
+  atoll template import docker.io/library/python:3.12-slim --name python
+  atoll vault create notes --layout agent`,
 		SilenceUsage:      true,
 		SilenceErrors:     true,
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
@@ -97,6 +98,10 @@ commas: a node that cannot be reached is skipped.`,
 	tpl := newTemplateCmd(g)
 	tpl.GroupID = "templates"
 	root.AddCommand(tpl)
+	root.AddGroup(&cobra.Group{ID: "vaults", Title: "Memory:"})
+	vlt := newVaultCmd(g)
+	vlt.GroupID = "vaults"
+	root.AddCommand(vlt)
 	root.AddGroup(&cobra.Group{ID: "server", Title: "Server:"})
 	serve := newServeCmd()
 	serve.GroupID = "server"

@@ -44,6 +44,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/store"
 	"github.com/atoll-dev/atoll/internal/store/sqlite"
 	"github.com/atoll-dev/atoll/internal/tlsca"
+	"github.com/atoll-dev/atoll/internal/vault"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -579,6 +580,19 @@ func (s *serving) startPortProxy(ctx context.Context) error {
 // --e2b.
 func (s *serving) buildHandler(ctx context.Context) error {
 	scfg := server.Config{Sandboxes: s.svc, Templates: s.svc.Templates(), Runtimes: s.svc, Auth: s.keys, Keys: s.keys, Tenants: s.svc.Tenants(), Logger: s.log, Version: version}
+	// Memory vaults: packs in the archive's object store, refs in the
+	// state store; git is needed (the README's packages have it).
+	vaults, err := vault.New(vault.Config{Store: s.state, Blob: s.archive, Dir: s.dir.Vaults(), Logger: s.log})
+	switch {
+	case errors.Is(err, vault.ErrNoGit):
+		// Sandboxes do not need vaults: the vault routes answer 503.
+		s.log.Warn("memory vaults are off", "err", err)
+	case err != nil:
+		return err
+	default:
+		s.onClose(func() { vaults.Close() })
+		scfg.Vaults = vaults
+	}
 	if s.cluster.store != nil {
 		scfg.Nodes = nodes{s.cluster.store}
 		scfg.Ready = s.cluster.ready
@@ -792,7 +806,8 @@ func (s *serving) run(ctx context.Context) error {
 // headers or host whatever its path.
 func withE2B(atoll http.Handler, e *e2b.Server) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/v1/") && !e2b.IsSandboxRequest(r) {
+		// Vaults' git URLs (/git/) are atoll's too.
+		if strings.HasPrefix(r.URL.Path, "/v1/") && !e2b.IsSandboxRequest(r) || strings.HasPrefix(r.URL.Path, server.GitPrefix) {
 			atoll.ServeHTTP(w, r)
 			return
 		}

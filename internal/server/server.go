@@ -134,6 +134,7 @@ type Config struct {
 	Keys      Keys         // nil: the key routes answer 503 unavailable
 	Nodes     Nodes        // nil (one machine, not a cluster): the node routes answer 409 conflict
 	Tenants   Tenants      // nil: the tenant routes answer 503 unavailable
+	Vaults    Vaults       // nil: the vault routes answer 503 unavailable
 	Logger    *slog.Logger // default slog.Default()
 	Version   string       // reported by GET /v1/health
 	// Ready, if set, is asked by GET /v1/health: an error makes it answer
@@ -178,6 +179,7 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.mux.Handle(rt.pattern(), h)
 	}
+	s.mux.HandleFunc(gitPattern, s.serveGit)
 	s.handler = httpkit.LogRequests(s.log, "http request",
 		httpkit.Atoll.Recover(s.log, s.limitHeaders(http.HandlerFunc(s.route))))
 	return s, nil

@@ -47,8 +47,9 @@ type Store interface {
 	Templates
 	Keys
 	Tenants
-	// TenantInUse reports whether tenant t has keys, sandboxes or
-	// snapshots.
+	Vaults
+	// TenantInUse reports whether tenant t has keys, sandboxes,
+	// snapshots or vaults.
 	TenantInUse(ctx context.Context, t string) (bool, error)
 	// Close waits for the writes under way, then releases the store.
 	Close() error

@@ -106,7 +106,8 @@ func (s *Store) keys(ctx context.Context, where string, a ...any) ([]store.Key, 
 	return out, err
 }
 
-// TenantInUse reports whether tenant t has keys, sandboxes or snapshots.
+// TenantInUse reports whether tenant t has keys, sandboxes, snapshots or
+// vaults.
 func (s *Store) TenantInUse(ctx context.Context, t string) (bool, error) {
 	if !storable(t) {
 		return false, nil
@@ -115,7 +116,8 @@ func (s *Store) TenantInUse(ctx context.Context, t string) (bool, error) {
 	err := s.read(ctx, func(q querier) error {
 		return q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM api_keys WHERE tenant = $1)
 			OR EXISTS (SELECT 1 FROM sandboxes WHERE tenant = $1)
-			OR EXISTS (SELECT 1 FROM snapshots WHERE tenant = $1)`, t).Scan(&used)
+			OR EXISTS (SELECT 1 FROM snapshots WHERE tenant = $1)
+			OR EXISTS (SELECT 1 FROM vaults WHERE tenant = $1)`, t).Scan(&used)
 	})
 	return used, err
 }

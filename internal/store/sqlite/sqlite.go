@@ -207,7 +207,11 @@ func migrate(db *sql.DB) error {
 	if err := migrateTemplates(db); err != nil {
 		return err
 	}
-	_, err := db.Exec(tenantsSchema)
+	if _, err := db.Exec(tenantsSchema); err != nil {
+		return err
+	}
+	// Memory vaults (vaults.go), last.
+	_, err := db.Exec(vaultSchema)
 	return err
 }
 
@@ -547,11 +551,13 @@ func (s *Store) keys(ctx context.Context, where string, args ...any) ([]store.Ke
 	return out, rows.Err()
 }
 
-// TenantInUse reports whether tenant t has keys, sandboxes or snapshots.
+// TenantInUse reports whether tenant t has keys, sandboxes, snapshots or
+// vaults.
 func (s *Store) TenantInUse(ctx context.Context, t string) (bool, error) {
 	var n int
 	err := s.rdb.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM api_keys WHERE tenant = ?)
-		+ (SELECT COUNT(*) FROM sandboxes WHERE tenant = ?) + (SELECT COUNT(*) FROM snapshots WHERE tenant = ?)`, t, t, t).Scan(&n)
+		+ (SELECT COUNT(*) FROM sandboxes WHERE tenant = ?) + (SELECT COUNT(*) FROM snapshots WHERE tenant = ?)
+		+ (SELECT COUNT(*) FROM vaults WHERE tenant = ?)`, t, t, t, t).Scan(&n)
 	return n > 0, err
 }
 

@@ -52,6 +52,8 @@ func Run(t *testing.T, open Open) {
 		{"Placement", testPlacement},
 		{"Quotas", testQuotas},
 		{"QuotaStorm", testQuotaStorm},
+		{"Vaults", testVaults},
+		{"VaultRefs", testVaultRefs},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, s) })
 	}

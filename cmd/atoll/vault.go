@@ -1,0 +1,221 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/atoll-dev/atoll/api"
+)
+
+func newVaultCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "vault",
+		Short: "Memory vaults: git repositories of Markdown that outlive sandboxes",
+		Long: `A memory vault is an agent's long-term memory: a git repository of Markdown
+files that belongs to the key's tenant and lives on the server, outside any
+sandbox. Clone, pull and push it with the stock git client at the URL that
+"vault inspect" prints, giving the API key as the password:
+
+  git clone https://x:$ATOLL_API_KEY@server/git/NAME.git
+
+A push is answered ok only once its objects and refs are durable in the
+server's stores; history is append-only (force-pushes and ref deletions are
+refused) unless the vault was made with --allow-rewrite and the key is an
+admin's. See docs/vault.md.`,
+		Example: `  atoll vault create notes --layout agent
+  git clone "http://x:$ATOLL_API_KEY@127.0.0.1:7777/git/notes.git"
+  atoll vault log notes
+  atoll vault show notes index.md@HEAD~1`,
+	}
+	cmd.AddCommand(newVaultCreateCmd(g), newVaultListCmd(g), newVaultInspectCmd(g), newVaultRmCmd(g), newVaultLogCmd(g), newVaultShowCmd(g))
+	return cmd
+}
+
+func newVaultCreateCmd(g *globals) *cobra.Command {
+	var req api.CreateVaultRequest
+	var asJSON bool
+	create := &cobra.Command{
+		Use:   "create NAME [--layout agent] [--allow-rewrite]",
+		Short: "Create a vault and print its git URL",
+		Long: `Create a vault: empty, or with --layout agent seeded with entities/,
+workflows/, timeline/ and index.md (docs/vault.md explains the layout).
+NAME is 1 to 64 characters of [A-Za-z0-9._-], starting with a letter or
+digit, without "..". --allow-rewrite lets admin keys force-push and delete
+refs; no other key ever may.`,
+		Example: `  atoll vault create notes
+  atoll vault create memory --layout agent`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			req.Name = args[0]
+			v, err := c.CreateVault(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return renderJSON(cmd.OutOrStdout(), v)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), c.VaultGitURL(v.Name))
+			return nil
+		},
+	}
+	create.Flags().StringVar(&req.Layout, "layout", "", "seed the vault with a layout: agent")
+	create.Flags().BoolVar(&req.AllowRewrite, "allow-rewrite", false, "let admin keys force-push and delete refs")
+	create.Flags().BoolVar(&asJSON, "json", false, "print the vault as JSON")
+	return create
+}
+
+func newVaultListCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	list := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List the tenant's vaults",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			vs, err := c.ListVaults(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return renderJSON(cmd.OutOrStdout(), vs)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tHEAD\tREFS\tLAYOUT\tCREATED")
+			for _, v := range vs {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", v.Name, short(v.Head), len(v.Refs), v.Layout, v.CreatedAt.Format("2006-01-02 15:04"))
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return list
+}
+
+// short is a commit ID's first 12 digits, or "-" for none.
+func short(id string) string {
+	if id == "" {
+		return "-"
+	}
+	return id[:min(12, len(id))]
+}
+
+func newVaultInspectCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "inspect NAME",
+		Short: "Print a vault as JSON, with its refs and git URL",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			v, err := c.GetVault(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return renderJSON(cmd.OutOrStdout(), struct {
+				api.Vault
+				GitURL string `json:"git_url"`
+			}{v, c.VaultGitURL(v.Name)})
+		},
+	}
+}
+
+func newVaultRmCmd(g *globals) *cobra.Command {
+	var force bool
+	rm := &cobra.Command{
+		Use:   "rm NAME... [--force]",
+		Short: "Delete vaults and their history",
+		Long: `Delete vaults, their history and their objects. A vault that sandboxes
+mount is refused unless --force.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			for _, name := range args {
+				if err := c.DeleteVault(cmd.Context(), name, force); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	rm.Flags().BoolVar(&force, "force", false, "delete even while sandboxes mount it")
+	return rm
+}
+
+func newVaultLogCmd(g *globals) *cobra.Command {
+	var rev string
+	var limit int
+	var asJSON bool
+	log := &cobra.Command{
+		Use:   "log NAME [--rev REV] [-n N]",
+		Short: "List a vault's commits, newest first",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			cs, err := c.VaultLog(cmd.Context(), args[0], rev, limit)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return renderJSON(cmd.OutOrStdout(), cs)
+			}
+			for _, co := range cs {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s %s %s %s\n", short(co.ID), co.Time.Format("2006-01-02 15:04"), co.Author, co.Subject)
+			}
+			return nil
+		},
+	}
+	log.Flags().StringVar(&rev, "rev", "", "start from this branch, tag or commit (default the main branch)")
+	log.Flags().IntVarP(&limit, "max-count", "n", 0, "at most N commits (default 100)")
+	log.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return log
+}
+
+func newVaultShowCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show NAME PATH[@REV]",
+		Short: "Print a file of a vault, at a revision",
+		Long: `Print the file at PATH of the vault as of REV (a branch, tag or commit, with
+git's ~N and ^; default the main branch), also a file that later commits
+removed.`,
+		Example: `  atoll vault show notes index.md
+  atoll vault show notes timeline/2026/01/05.md@HEAD~3`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			path, rev := args[1], ""
+			if i := strings.LastIndex(path, "@"); i >= 0 {
+				path, rev = path[:i], path[i+1:]
+			}
+			r, err := c.ReadVaultFile(cmd.Context(), args[0], path, rev)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			_, err = io.Copy(cmd.OutOrStdout(), r)
+			return err
+		},
+	}
+}

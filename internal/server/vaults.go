@@ -1,0 +1,199 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/tenant"
+)
+
+// Vaults are memory vaults (vault.Service), each the context's tenant's.
+type Vaults interface {
+	Create(ctx context.Context, req api.CreateVaultRequest) (api.Vault, error)
+	Get(ctx context.Context, name string) (api.Vault, error)
+	List(ctx context.Context) ([]api.Vault, error)
+	// Delete removes a vault; errdefs.ErrConflict while sandboxes mount
+	// it, unless force.
+	Delete(ctx context.Context, name string, force bool) error
+	Log(ctx context.Context, name, rev string, limit int) ([]api.VaultCommit, error)
+	// Show returns a file's bytes at rev ("" for the main branch).
+	Show(ctx context.Context, name, path, rev string) ([]byte, error)
+	// ServeGit serves git's smart HTTP protocol for vault name: rest is
+	// what follows /git/<name>.git/.
+	ServeGit(w http.ResponseWriter, r *http.Request, name, rest string)
+}
+
+const vaultPath = "/v1/vaults/{name}"
+
+// gitPattern is the vaults' git URLs: /git/<name>.git/<rest>, outside
+// /v1 and its route table: git's protocol, not a REST operation.
+const gitPattern = GitPrefix + "{repo}/{rest...}"
+
+// GitPrefix begins every vault's git URL.
+const GitPrefix = "/git/"
+
+func (s *Server) vaults(w http.ResponseWriter, r *http.Request) (Vaults, bool) {
+	if s.cfg.Vaults == nil {
+		s.writeError(w, r, fmt.Errorf("%w: this server keeps no vaults", errdefs.ErrUnavailable))
+		return nil, false
+	}
+	return s.cfg.Vaults, true
+}
+
+func (s *Server) createVault(w http.ResponseWriter, r *http.Request) {
+	var req api.CreateVaultRequest
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	vs, ok := s.vaults(w, r)
+	if !ok {
+		return
+	}
+	v, err := vs.Create(r.Context(), req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, v)
+}
+
+func (s *Server) listVaults(w http.ResponseWriter, r *http.Request) {
+	vs, ok := s.vaults(w, r)
+	if !ok {
+		return
+	}
+	list, err := vs.List(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.VaultList{Vaults: list})
+}
+
+func (s *Server) getVault(w http.ResponseWriter, r *http.Request) {
+	vs, ok := s.vaults(w, r)
+	if !ok {
+		return
+	}
+	v, err := vs.Get(r.Context(), r.PathValue("name"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Server) deleteVault(w http.ResponseWriter, r *http.Request) {
+	vs, ok := s.vaults(w, r)
+	if !ok {
+		return
+	}
+	force, err := boolParam(r, "force")
+	if err == nil {
+		err = vs.Delete(r.Context(), r.PathValue("name"), force)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) vaultLog(w http.ResponseWriter, r *http.Request) {
+	vs, ok := s.vaults(w, r)
+	if !ok {
+		return
+	}
+	limit := 0
+	if l := r.URL.Query().Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 1000 {
+			s.writeError(w, r, fmt.Errorf("%w: limit must be 1 to 1000", errdefs.ErrInvalid))
+			return
+		}
+		limit = n
+	}
+	log, err := vs.Log(r.Context(), r.PathValue("name"), r.URL.Query().Get("rev"), limit)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.VaultLog{Commits: log})
+}
+
+func (s *Server) vaultFile(w http.ResponseWriter, r *http.Request) {
+	vs, ok := s.vaults(w, r)
+	if !ok {
+		return
+	}
+	b, err := vs.Show(r.Context(), r.PathValue("name"), r.PathValue("path"), r.URL.Query().Get("rev"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	// The bytes as pushed, never rendered by a browser as this origin's.
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.Write(b)
+}
+
+func boolParam(r *http.Request, name string) (bool, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%w: %s must be true or false", errdefs.ErrInvalid, name)
+	}
+	return b, nil
+}
+
+// serveGit authenticates a git client, which sends the API key as the
+// password of HTTP basic auth (a git credential; any user name), or as
+// the API's own headers, and hands the request to the vaults.
+func (s *Server) serveGit(w http.ResponseWriter, r *http.Request) {
+	vs, ok := s.vaults(w, r)
+	if !ok {
+		return
+	}
+	key := r.Header.Get("X-API-Key")
+	if h := r.Header.Get("Authorization"); key == "" && len(h) > 7 && equalFold(h[:7], "bearer ") {
+		key = h[7:]
+	}
+	if _, pw, ok := r.BasicAuth(); key == "" && ok {
+		key = pw
+	}
+	challenge := func(msg string) {
+		// Basic: git asks its credential helpers, or the user, for a key.
+		w.Header().Set("WWW-Authenticate", `Basic realm="atoll"`)
+		writeJSONError(w, http.StatusUnauthorized, "unauthorized", msg)
+	}
+	if key == "" {
+		challenge("missing API key: give it as the password (git credential) or as Authorization: Bearer KEY")
+		return
+	}
+	t, err := s.cfg.Auth.Authenticate(r.Context(), key)
+	if errors.Is(err, errdefs.ErrUnauthorized) {
+		challenge("invalid API key")
+		return
+	}
+	if err != nil {
+		s.writeError(w, r, fmt.Errorf("authenticating: %w", err))
+		return
+	}
+	name, ok := strings.CutSuffix(r.PathValue("repo"), ".git")
+	if !ok {
+		s.writeError(w, r, fmt.Errorf("%w: a vault's git URL is /git/NAME.git", errdefs.ErrNotFound))
+		return
+	}
+	vs.ServeGit(w, r.WithContext(tenant.NewContext(r.Context(), t)), name, r.PathValue("rest"))
+}

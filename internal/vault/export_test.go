@@ -1,0 +1,8 @@
+package vault
+
+// SetAfterCommit sets what runs after a push is committed to the store
+// (nil: nothing), for the tests of a crash at that moment.
+func SetAfterCommit(s *Service, f func() error) { s.afterCommit = f }
+
+// HookAddr is where s listens for its hooks.
+func HookAddr(s *Service) string { return s.ln.Addr().String() }

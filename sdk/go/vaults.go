@@ -1,0 +1,83 @@
+package atoll
+
+import (
+	"context"
+	"io"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/atoll-dev/atoll/api"
+)
+
+func vaultPath(name, rest string) string { return "/v1/vaults/" + url.PathEscape(name) + rest }
+
+// CreateVault creates a memory vault of the key's tenant.
+func (c *Client) CreateVault(ctx context.Context, req api.CreateVaultRequest) (api.Vault, error) {
+	var v api.Vault
+	err := c.do(ctx, request{method: "POST", path: "/v1/vaults", json: req}, &v)
+	return v, err
+}
+
+// ListVaults lists the key's tenant's vaults, by name.
+func (c *Client) ListVaults(ctx context.Context) ([]api.Vault, error) {
+	var l api.VaultList
+	err := c.do(ctx, request{method: "GET", path: "/v1/vaults"}, &l)
+	return l.Vaults, err
+}
+
+// GetVault returns vault name, with its refs.
+func (c *Client) GetVault(ctx context.Context, name string) (api.Vault, error) {
+	var v api.Vault
+	err := c.do(ctx, request{method: "GET", path: vaultPath(name, "")}, &v)
+	return v, err
+}
+
+// DeleteVault deletes vault name and its history; a vault that sandboxes
+// mount only with force.
+func (c *Client) DeleteVault(ctx context.Context, name string, force bool) error {
+	var q url.Values
+	if force {
+		q = url.Values{"force": {"true"}}
+	}
+	return c.do(ctx, request{method: "DELETE", path: vaultPath(name, ""), query: q}, nil)
+}
+
+// VaultLog returns up to limit (0: the server's default) commits of vault
+// name reachable from rev ("" for the main branch), newest first.
+func (c *Client) VaultLog(ctx context.Context, name, rev string, limit int) ([]api.VaultCommit, error) {
+	q := url.Values{}
+	if rev != "" {
+		q.Set("rev", rev)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var l api.VaultLog
+	err := c.do(ctx, request{method: "GET", path: vaultPath(name, "/log"), query: q}, &l)
+	return l.Commits, err
+}
+
+// ReadVaultFile opens the file at path of vault name at rev ("" for the
+// main branch).
+func (c *Client) ReadVaultFile(ctx context.Context, name, path, rev string) (io.ReadCloser, error) {
+	segs := strings.Split(path, "/")
+	for i, s := range segs {
+		segs[i] = url.PathEscape(s)
+	}
+	var q url.Values
+	if rev != "" {
+		q = url.Values{"rev": {rev}}
+	}
+	resp, err := c.send(ctx, request{method: "GET", path: vaultPath(name, "/files/"+strings.Join(segs, "/")), query: q})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// VaultGitURL is vault name's git URL on the client's server (clone it
+// with the API key as the password).
+func (c *Client) VaultGitURL(name string) string {
+	return strings.TrimSuffix(c.base(), "/") + "/git/" + url.PathEscape(name) + ".git"
+}
