@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/atoll-dev/atoll/api"
+	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
 func newKeyCmd(g *globals) *cobra.Command {
@@ -84,27 +87,22 @@ made. The keys themselves are not kept, so they cannot be listed.`,
   atoll key ls --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ks, err := c.ListKeys(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if listJSON {
-				return renderJSON(cmd.OutOrStdout(), ks)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tTENANT\tADMIN\tCREATED")
-			for _, k := range ks {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\n", k.ID, k.Name, k.Tenant, k.Admin, k.CreatedAt.Format("2006-01-02 15:04"))
-			}
-			return tw.Flush()
+			return show(g, cmd, listJSON, func(ctx context.Context, c *atoll.Client) ([]api.APIKey, error) {
+				return c.ListKeys(ctx)
+			}, renderKeys)
 		},
 	}
 	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
 	return list
+}
+
+func renderKeys(w io.Writer, ks []api.APIKey) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tTENANT\tADMIN\tCREATED")
+	for _, k := range ks {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\n", k.ID, k.Name, k.Tenant, k.Admin, k.CreatedAt.Format("2006-01-02 15:04"))
+	}
+	return tw.Flush()
 }
 
 func newKeyRmCmd(g *globals) *cobra.Command {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/atoll-dev/atoll/api"
+	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
 // policyFlags are the egress policy flags of create and network.
@@ -66,23 +68,12 @@ server allows them.`,
   atoll network 3k9x2m7q1w8e5r4t6y0u --egress allow-all --ingress-mbit 100 --egress-mbit 20`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			var n api.SandboxNetwork
-			if p := pol.policy(); p != nil {
-				n, err = c.SetNetwork(cmd.Context(), args[0], *p)
-			} else {
-				n, err = c.GetNetwork(cmd.Context(), args[0])
-			}
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return renderJSON(cmd.OutOrStdout(), n)
-			}
-			return renderNetwork(cmd.OutOrStdout(), n)
+			return show(g, cmd, asJSON, func(ctx context.Context, c *atoll.Client) (api.SandboxNetwork, error) {
+				if p := pol.policy(); p != nil {
+					return c.SetNetwork(ctx, args[0], *p)
+				}
+				return c.GetNetwork(ctx, args[0])
+			}, renderNetwork)
 		},
 	}
 	pol.register(cmd.Flags())

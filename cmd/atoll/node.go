@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/atoll-dev/atoll/api"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
@@ -56,44 +58,38 @@ sandboxes hold of its capacity, its runtimes, version and lease.`,
   atoll node ls --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ns, err := c.ListNodes(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if listJSON {
-				return renderJSON(cmd.OutOrStdout(), ns)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSTATE\tSCHEDULE\tSANDBOXES\tCPU\tMEMORY\tDISK\tRUNTIMES\tTEMPLATES\tVERSION\tLEASE")
-			now := time.Now()
-			for _, n := range ns {
-				sched := n.Schedule
-				if sched == "" {
-					sched = "-"
-				}
-				if d := n.Drain; d != nil && len(d.Left) > 0 {
-					sched += fmt.Sprintf(" (%d left)", len(d.Left))
-				} else if d != nil {
-					sched += " (done)"
-				}
-				lease := "expired " + now.Sub(n.LeaseExpires).Round(time.Second).String() + " ago"
-				if n.LeaseExpires.After(now) {
-					lease = "renewed " + now.Sub(n.Heartbeat).Round(time.Second).String() + " ago"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%g/%g\t%s/%s\t%d/%d GiB\t%s\t%d\t%s\t%s\n", n.Name, n.State, sched,
-					n.Committed.Sandboxes, n.Capacity.Sandboxes, n.Committed.CPU, n.Capacity.CPU,
-					mib(n.Committed.MemoryMiB), mib(n.Capacity.MemoryMiB), n.Committed.DiskGiB, n.Capacity.DiskGiB,
-					strings.Join(n.Runtimes, ","), len(n.Templates), n.Version, lease)
-			}
-			return tw.Flush()
+			return show(g, cmd, listJSON, func(ctx context.Context, c *atoll.Client) ([]api.Node, error) {
+				return c.ListNodes(ctx)
+			}, func(w io.Writer, ns []api.Node) error { return renderNodes(w, ns, time.Now()) })
 		},
 	}
 	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
 	return list
+}
+
+func renderNodes(w io.Writer, ns []api.Node, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSTATE\tSCHEDULE\tSANDBOXES\tCPU\tMEMORY\tDISK\tRUNTIMES\tTEMPLATES\tVERSION\tLEASE")
+	for _, n := range ns {
+		sched := n.Schedule
+		if sched == "" {
+			sched = "-"
+		}
+		if d := n.Drain; d != nil && len(d.Left) > 0 {
+			sched += fmt.Sprintf(" (%d left)", len(d.Left))
+		} else if d != nil {
+			sched += " (done)"
+		}
+		lease := "expired " + now.Sub(n.LeaseExpires).Round(time.Second).String() + " ago"
+		if n.LeaseExpires.After(now) {
+			lease = "renewed " + now.Sub(n.Heartbeat).Round(time.Second).String() + " ago"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%g/%g\t%s/%s\t%d/%d GiB\t%s\t%d\t%s\t%s\n", n.Name, n.State, sched,
+			n.Committed.Sandboxes, n.Capacity.Sandboxes, n.Committed.CPU, n.Capacity.CPU,
+			mib(n.Committed.MemoryMiB), mib(n.Capacity.MemoryMiB), n.Committed.DiskGiB, n.Capacity.DiskGiB,
+			strings.Join(n.Runtimes, ","), len(n.Templates), n.Version, lease)
+	}
+	return tw.Flush()
 }
 
 // mib renders MiB as MiB or GiB.

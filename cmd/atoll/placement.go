@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"sort"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/atoll-dev/atoll/api"
+	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
 func newPlacementCmd(g *globals) *cobra.Command {
@@ -25,19 +27,12 @@ counted by filter otherwise). A single machine places nothing.`,
 		Example: `  atoll placement 3k9x2m7q1w8e5r4t6y0u`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			p, err := c.GetPlacement(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return renderJSON(cmd.OutOrStdout(), p)
-			}
-			renderPlacement(cmd.OutOrStdout(), p)
-			return nil
+			return show(g, cmd, asJSON, func(ctx context.Context, c *atoll.Client) (api.Placement, error) {
+				return c.GetPlacement(ctx, args[0])
+			}, func(w io.Writer, p api.Placement) error {
+				renderPlacement(w, p)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the record as JSON")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/atoll-dev/atoll/api"
+	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
 func newRuntimesCmd(g *globals) *cobra.Command {
@@ -27,18 +29,10 @@ cannot offer is listed with why.`,
   atoll create --runtime gvisor && atoll pause --to-disk ID`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			rts, err := c.Runtimes(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return renderJSON(cmd.OutOrStdout(), api.RuntimeList{Runtimes: rts})
-			}
-			return renderRuntimes(cmd.OutOrStdout(), rts)
+			return show(g, cmd, asJSON, func(ctx context.Context, c *atoll.Client) (api.RuntimeList, error) {
+				rts, err := c.Runtimes(ctx)
+				return api.RuntimeList{Runtimes: rts}, err
+			}, func(w io.Writer, l api.RuntimeList) error { return renderRuntimes(w, l.Runtimes) })
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

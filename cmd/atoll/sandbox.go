@@ -207,28 +207,20 @@ func newLsCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			w := cmd.OutOrStdout()
-			switch {
-			case asJSON:
-				if sbs == nil {
-					sbs = []api.Sandbox{}
-				}
-				return renderJSON(w, api.SandboxList{Sandboxes: sbs})
-			case quiet:
-				for _, sb := range sbs {
-					fmt.Fprintln(w, sb.ID)
-				}
-				return nil
-			}
-			return renderList(w, sbs, time.Now())
+			return sandboxListing.print(cmd.OutOrStdout(), sbs, asJSON, quiet)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.State, "state", "", "only sandboxes in this state (creating, starting, running, stopping, paused, suspended, shelved, stopped, archived, deleting, error)")
 	f.StringArrayVar(&labels, "label", nil, "only sandboxes with label k=v (repeatable; all must match)")
-	f.BoolVar(&asJSON, "json", false, "print JSON")
-	f.BoolVarP(&quiet, "quiet", "q", false, "print IDs only")
+	listFlags(cmd, &asJSON, &quiet, "IDs")
 	return cmd
+}
+
+var sandboxListing = listing[api.Sandbox]{
+	json:  func(sbs []api.Sandbox) any { return api.SandboxList{Sandboxes: sbs} },
+	key:   func(sb api.Sandbox) string { return sb.ID },
+	table: renderList,
 }
 
 func newInspectCmd(g *globals) *cobra.Command {
@@ -240,18 +232,9 @@ func newInspectCmd(g *globals) *cobra.Command {
 		Example: `  atoll inspect 3k9x2m7q1w8e5r4t6y0u --json`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			sb, err := c.GetSandbox(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return renderJSON(cmd.OutOrStdout(), sb)
-			}
-			return renderInspect(cmd.OutOrStdout(), sb, time.Now())
+			return show(g, cmd, asJSON, func(ctx context.Context, c *atoll.Client) (api.Sandbox, error) {
+				return c.GetSandbox(ctx, args[0])
+			}, func(w io.Writer, sb api.Sandbox) error { return renderInspect(w, sb, time.Now()) })
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

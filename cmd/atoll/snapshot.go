@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -226,25 +225,17 @@ counts the sandboxes created from it.`,
 			slices.SortFunc(snaps, func(a, b api.Snapshot) int {
 				return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
 			})
-			w := cmd.OutOrStdout()
-			switch {
-			case asJSON:
-				if snaps == nil {
-					snaps = []api.Snapshot{}
-				}
-				return renderJSON(w, api.SnapshotList{Snapshots: snaps})
-			case quiet:
-				for _, s := range snaps {
-					fmt.Fprintln(w, s.ID)
-				}
-				return nil
-			}
-			return renderSnapshots(w, snaps, time.Now())
+			return snapshotListing.print(cmd.OutOrStdout(), snaps, asJSON, quiet)
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print IDs only")
+	listFlags(cmd, &asJSON, &quiet, "IDs")
 	return cmd
+}
+
+var snapshotListing = listing[api.Snapshot]{
+	json:  func(snaps []api.Snapshot) any { return api.SnapshotList{Snapshots: snaps} },
+	key:   func(s api.Snapshot) string { return s.ID },
+	table: renderSnapshots,
 }
 
 func newSnapshotRmCmd(g *globals) *cobra.Command {

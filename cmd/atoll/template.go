@@ -333,25 +333,17 @@ layers' unpacked size.`,
 				return err
 			}
 			slices.SortFunc(ts, func(a, b api.Template) int { return strings.Compare(a.Name, b.Name) })
-			w := cmd.OutOrStdout()
-			switch {
-			case asJSON:
-				if ts == nil {
-					ts = []api.Template{}
-				}
-				return renderJSON(w, api.TemplateList{Templates: ts})
-			case quiet:
-				for _, t := range ts {
-					fmt.Fprintln(w, t.Name)
-				}
-				return nil
-			}
-			return renderTemplates(w, ts, time.Now())
+			return templateListing.print(cmd.OutOrStdout(), ts, asJSON, quiet)
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print names only")
+	listFlags(cmd, &asJSON, &quiet, "names")
 	return cmd
+}
+
+var templateListing = listing[api.Template]{
+	json:  func(ts []api.Template) any { return api.TemplateList{Templates: ts} },
+	key:   func(t api.Template) string { return t.Name },
+	table: renderTemplates,
 }
 
 func newTemplateInspectCmd(g *globals) *cobra.Command {
@@ -368,18 +360,9 @@ older version while it exists. --json shows it as the API does.`,
   atoll template inspect python --json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			t, err := c.GetTemplate(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return renderJSON(cmd.OutOrStdout(), t)
-			}
-			return renderTemplate(cmd.OutOrStdout(), t, time.Now())
+			return show(g, cmd, asJSON, func(ctx context.Context, c *atoll.Client) (api.Template, error) {
+				return c.GetTemplate(ctx, args[0])
+			}, func(w io.Writer, t api.Template) error { return renderTemplate(w, t, time.Now()) })
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	atoll "github.com/atoll-dev/atoll/sdk/go"
+)
+
+// show runs a command that reads one value from the server and prints it:
+// as JSON with --json (asJSON), drawn for people by draw otherwise. The
+// commands that print one thing (inspect, placement, runtimes, key ls, node
+// ls) go through it, so that --json means the same in each.
+func show[T any](g *globals, cmd *cobra.Command, asJSON bool, get func(ctx context.Context, c *atoll.Client) (T, error), draw func(w io.Writer, v T) error) error {
+	c, err := g.client()
+	if err != nil {
+		return err
+	}
+	v, err := get(cmd.Context(), c)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return renderJSON(cmd.OutOrStdout(), v)
+	}
+	return draw(cmd.OutOrStdout(), v)
+}
+
+// listing is how an "ls" command prints its items: with --json as the
+// API's list object (json wraps them, never a null list), with --quiet the
+// key of each (an ID or name) a line, and as a table drawn by table
+// otherwise.
+type listing[T any] struct {
+	json  func([]T) any
+	key   func(T) string
+	table func(io.Writer, []T, time.Time) error
+}
+
+// print prints items on w as the flags asJSON and quiet ask.
+func (l listing[T]) print(w io.Writer, items []T, asJSON, quiet bool) error {
+	switch {
+	case asJSON:
+		if items == nil {
+			items = []T{}
+		}
+		return renderJSON(w, l.json(items))
+	case quiet:
+		for _, it := range items {
+			fmt.Fprintln(w, l.key(it))
+		}
+		return nil
+	}
+	return l.table(w, items, time.Now())
+}
+
+// listFlags registers ls's --json and --quiet, quiet printing what (IDs
+// or names) alone.
+func listFlags(cmd *cobra.Command, asJSON, quiet *bool, what string) {
+	cmd.Flags().BoolVar(asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVarP(quiet, "quiet", "q", false, "print "+what+" only")
+}
