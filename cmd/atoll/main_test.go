@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,6 +36,20 @@ func golden(t *testing.T, name, got string) {
 	if diff := cmp.Diff(string(want), got); diff != "" {
 		t.Errorf("%s differs (-want +got); run go test -update if the change is right:\n%s", file, diff)
 	}
+}
+
+// goldenTable checks a table render against testdata: of items under name,
+// and of none under name-empty.
+func goldenTable[T any](t *testing.T, name string, render func(io.Writer, []T, time.Time) error, items []T) {
+	t.Helper()
+	var b bytes.Buffer
+	if err := render(&b, items, now); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, name, b.String())
+	b.Reset()
+	render(&b, nil, now)
+	golden(t, name+"-empty", b.String())
 }
 
 func TestHelp(t *testing.T) {
@@ -105,14 +120,7 @@ var (
 )
 
 func TestRenderList(t *testing.T) {
-	var b bytes.Buffer
-	if err := renderList(&b, fixture, now); err != nil {
-		t.Fatal(err)
-	}
-	golden(t, "ls", b.String())
-	b.Reset()
-	renderList(&b, nil, now)
-	golden(t, "ls-empty", b.String())
+	goldenTable(t, "ls", renderList, fixture)
 }
 
 func TestRenderInspect(t *testing.T) {
@@ -133,14 +141,7 @@ func TestRenderSnapshots(t *testing.T) {
 		{ID: "7h2k9x0q1w8e5r4t6y0u", Name: "deps-installed", SandboxID: "3k9x2m7q1w8e5r4t6y0u", Template: "python:3.12", Sandboxes: 2, CreatedAt: now.Add(-26 * time.Hour)},
 		{ID: "p0o9i8u7y6t5r4e3w2q1", SandboxID: "a0b1c2d3e4f5g6h7i8j9", Template: "host", CreatedAt: now.Add(-5 * time.Minute)},
 	}
-	var b bytes.Buffer
-	if err := renderSnapshots(&b, snaps, now); err != nil {
-		t.Fatal(err)
-	}
-	golden(t, "snapshot-ls", b.String())
-	b.Reset()
-	renderSnapshots(&b, nil, now)
-	golden(t, "snapshot-ls-empty", b.String())
+	goldenTable(t, "snapshot-ls", renderSnapshots, snaps)
 }
 
 func TestForkCount(t *testing.T) {

@@ -54,29 +54,33 @@ nodes filtered out with why ("atoll placement ID" shows it later).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
-			if req.TimeoutSec, err = seconds("--timeout", timeout); err != nil {
-				return err
+			for _, d := range []struct {
+				flag string
+				d    time.Duration
+				sec  *int64
+			}{
+				{"--timeout", timeout, &req.TimeoutSec},
+				{"--auto-delete", autoDelete, &req.AutoDeleteSec},
+				{"--auto-stop", autoStop, &req.AutoStopSec},
+				{"--auto-archive", autoArchive, &req.AutoArchiveSec},
+				{"--checkpoint-every", checkpointEvery, &req.CheckpointEverySec},
+			} {
+				if *d.sec, err = seconds(d.flag, d.d); err != nil {
+					return err
+				}
 			}
-			if req.AutoDeleteSec, err = seconds("--auto-delete", autoDelete); err != nil {
-				return err
-			}
-			if req.AutoStopSec, err = seconds("--auto-stop", autoStop); err != nil {
-				return err
-			}
-			if req.AutoArchiveSec, err = seconds("--auto-archive", autoArchive); err != nil {
-				return err
-			}
-			if req.CheckpointEverySec, err = seconds("--checkpoint-every", checkpointEvery); err != nil {
-				return err
-			}
-			if req.Env, err = keyValues("--env", env); err != nil {
-				return err
-			}
-			if req.Labels, err = keyValues("--label", labels); err != nil {
-				return err
-			}
-			if req.NodeSelector, err = keyValues("--node-selector", selector); err != nil {
-				return err
+			for _, kv := range []struct {
+				flag string
+				kvs  []string
+				m    *map[string]string
+			}{
+				{"--env", env, &req.Env},
+				{"--label", labels, &req.Labels},
+				{"--node-selector", selector, &req.NodeSelector},
+			} {
+				if *kv.m, err = keyValues(kv.flag, kv.kvs); err != nil {
+					return err
+				}
 			}
 			req.Network = pol.policy()
 			if publicPorts {
@@ -241,6 +245,23 @@ func newInspectCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
+// eachIDCmd is cmd, given its help, taking one or more IDs and running op
+// on each through eachID.
+func eachIDCmd(g *globals, cmd *cobra.Command, op func(c *atoll.Client, ctx context.Context, id string) error) *cobra.Command {
+	cmd.Args = cobra.MinimumNArgs(1)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error { return eachID(g, cmd, args, op) }
+	return cmd
+}
+
+// discard is op without the value it answers, for eachIDCmd: the ID
+// printed says that it was done.
+func discard[T any](op func(c *atoll.Client, ctx context.Context, id string) (T, error)) func(*atoll.Client, context.Context, string) error {
+	return func(c *atoll.Client, ctx context.Context, id string) error {
+		_, err := op(c, ctx, id)
+		return err
+	}
+}
+
 // eachID runs op on every ID, printing each ID done and each error, like docker.
 func eachID(g *globals, cmd *cobra.Command, ids []string, op func(c *atoll.Client, ctx context.Context, id string) error) error {
 	c, err := g.client()
@@ -263,56 +284,41 @@ func eachID(g *globals, cmd *cobra.Command, ids []string, op func(c *atoll.Clien
 }
 
 func newStopCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	return eachIDCmd(g, &cobra.Command{
 		Use:     "stop ID...",
 		Short:   "Stop sandboxes, keeping their files",
 		Long:    `Stop running sandboxes. Their files stay; "atoll start" runs them again.`,
 		Example: `  atoll stop 3k9x2m7q1w8e5r4t6y0u`,
-		Args:    cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
-				_, err := c.StopSandbox(ctx, id)
-				return err
-			})
-		},
-	}
+	}, discard((*atoll.Client).StopSandbox))
 }
 
 func newStartCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var cmd *cobra.Command
+	cmd = eachIDCmd(g, &cobra.Command{
 		Use:   "start ID...",
 		Short: "Start stopped sandboxes",
 		Long: `Start stopped sandboxes with the files they had. An archived sandbox's files
 come back from the archive store first; on a terminal its progress is shown.`,
 		Example: `  atoll start 3k9x2m7q1w8e5r4t6y0u`,
-		Args:    cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
-				if isTerminal(cmd.ErrOrStderr()) {
-					defer showProgress(ctx, c, id, cmd.ErrOrStderr())()
-				}
-				_, err := c.StartSandbox(ctx, id)
-				return err
-			})
-		},
-	}
+	}, func(c *atoll.Client, ctx context.Context, id string) error {
+		if isTerminal(cmd.ErrOrStderr()) {
+			defer showProgress(ctx, c, id, cmd.ErrOrStderr())()
+		}
+		_, err := c.StartSandbox(ctx, id)
+		return err
+	})
+	return cmd
 }
 
 func newRmCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	return eachIDCmd(g, &cobra.Command{
 		Use:     "rm ID...",
 		Aliases: []string{"delete"},
 		Short:   "Delete sandboxes and their files",
 		Long:    `Delete sandboxes, running or not, and everything in them. This cannot be undone.`,
 		Example: `  atoll rm 3k9x2m7q1w8e5r4t6y0u
   atoll ls -q --label run=42 | xargs atoll rm`,
-		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
-				return c.DeleteSandbox(ctx, id)
-			})
-		},
-	}
+	}, (*atoll.Client).DeleteSandbox)
 }
 
 // showProgress redraws sandbox id's progress on w, a terminal, every half

@@ -19,7 +19,7 @@ const maxForks = 100
 
 func newPauseCmd(g *globals) *cobra.Command {
 	var toDisk, noMemory bool
-	cmd := &cobra.Command{
+	cmd := eachIDCmd(g, &cobra.Command{
 		Use:   "pause ID... [--to-disk | --no-memory]",
 		Short: "Freeze sandboxes' processes, keeping their memory",
 		Long: `Pause running sandboxes: their processes stop being scheduled but keep their
@@ -38,22 +38,18 @@ its files. Any runtime can.`,
   atoll pause --to-disk 3k9x2m7q1w8e5r4t6y0u
   atoll pause --no-memory 3k9x2m7q1w8e5r4t6y0u
   atoll ls -q --label team=infra | xargs atoll pause`,
-		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
-				var err error
-				switch {
-				case toDisk:
-					_, err = c.SuspendSandbox(ctx, id)
-				case noMemory:
-					_, err = c.ShelveSandbox(ctx, id)
-				default:
-					_, err = c.PauseSandbox(ctx, id)
-				}
-				return err
-			})
-		},
-	}
+	}, func(c *atoll.Client, ctx context.Context, id string) error {
+		var err error
+		switch {
+		case toDisk:
+			_, err = c.SuspendSandbox(ctx, id)
+		case noMemory:
+			_, err = c.ShelveSandbox(ctx, id)
+		default:
+			_, err = c.PauseSandbox(ctx, id)
+		}
+		return err
+	})
 	cmd.Flags().BoolVar(&toDisk, "to-disk", false, "save memory and processes to disk and stop (state suspended)")
 	cmd.Flags().BoolVar(&noMemory, "no-memory", false, "end the processes, keep the files; resume boots it (state shelved)")
 	cmd.MarkFlagsMutuallyExclusive("to-disk", "no-memory")
@@ -61,7 +57,7 @@ its files. Any runtime can.`,
 }
 
 func newResumeCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	return eachIDCmd(g, &cobra.Command{
 		Use:   "resume ID...",
 		Short: "Thaw paused sandboxes, restore suspended ones, boot shelved ones",
 		Long: `Resume paused sandboxes: their processes carry on where they were frozen. A
@@ -69,14 +65,7 @@ suspended sandbox (paused to disk) is restored from its memory image; a
 shelved one (paused without memory) boots again over its files.`,
 		Example: `  atoll resume 3k9x2m7q1w8e5r4t6y0u
   atoll ls -q --state paused | xargs atoll resume`,
-		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
-				_, err := c.ResumeSandbox(ctx, id)
-				return err
-			})
-		},
-	}
+	}, discard((*atoll.Client).ResumeSandbox))
 }
 
 func newForkCmd(g *globals) *cobra.Command {
@@ -239,7 +228,7 @@ var snapshotListing = listing[api.Snapshot]{
 }
 
 func newSnapshotRmCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	return eachIDCmd(g, &cobra.Command{
 		Use:     "rm SNAPSHOT...",
 		Aliases: []string{"delete"},
 		Short:   "Delete snapshots",
@@ -247,17 +236,11 @@ func newSnapshotRmCmd(g *globals) *cobra.Command {
 has its own copy.`,
 		Example: `  atoll snapshot rm 7h2k9x0q1w8e5r4t6y0u
   atoll snapshot ls -q 3k9x2m7q1w8e5r4t6y0u | xargs atoll snapshot rm`,
-		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
-				return c.DeleteSnapshot(ctx, id)
-			})
-		},
-	}
+	}, (*atoll.Client).DeleteSnapshot)
 }
 
 func newSnapshotArchiveCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	return eachIDCmd(g, &cobra.Command{
 		Use:   "archive SNAPSHOT...",
 		Short: "Move snapshots' files to object storage",
 		Long: `Archive snapshots: their files move to the server's archive store and their
@@ -265,30 +248,16 @@ local disk is freed. Creating a sandbox from an archived snapshot, or
 restoring a sandbox to one, brings it back first.`,
 		Example: `  atoll snapshot archive 7h2k9x0q1w8e5r4t6y0u
   atoll snapshot ls -q | xargs atoll snapshot archive`,
-		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
-				_, err := c.ArchiveSnapshot(ctx, id)
-				return err
-			})
-		},
-	}
+	}, discard((*atoll.Client).ArchiveSnapshot))
 }
 
 func newArchiveCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	return eachIDCmd(g, &cobra.Command{
 		Use:   "archive ID...",
 		Short: "Move stopped sandboxes' files to object storage",
 		Long: `Archive stopped sandboxes: their files move to the server's archive store and
 their local disk is freed. "atoll start" brings them back, exactly as they were.`,
 		Example: `  atoll stop 3k9x2m7q1w8e5r4t6y0u && atoll archive 3k9x2m7q1w8e5r4t6y0u
   atoll ls -q --state stopped | xargs atoll archive`,
-		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
-				_, err := c.ArchiveSandbox(ctx, id)
-				return err
-			})
-		},
-	}
+	}, discard((*atoll.Client).ArchiveSandbox))
 }

@@ -60,14 +60,7 @@ var templateFixture = []api.Template{
 }
 
 func TestRenderTemplates(t *testing.T) {
-	var b bytes.Buffer
-	if err := renderTemplates(&b, templateFixture, now); err != nil {
-		t.Fatal(err)
-	}
-	golden(t, "template-ls", b.String())
-	b.Reset()
-	renderTemplates(&b, nil, now)
-	golden(t, "template-ls-empty", b.String())
+	goldenTable(t, "template-ls", renderTemplates, templateFixture)
 }
 
 func TestRenderTemplate(t *testing.T) {
