@@ -128,24 +128,19 @@ func readBuild(body io.Reader, events func(api.BuildEvent)) (api.Template, error
 
 // ListTemplates returns the server's templates.
 func (c *Client) ListTemplates(ctx context.Context) ([]api.Template, error) {
-	var l api.TemplateList
-	err := c.do(ctx, request{method: "GET", path: "/v1/templates"}, &l)
+	l, err := call[api.TemplateList](ctx, c, request{method: "GET", path: "/v1/templates"})
 	return l.Templates, err
 }
 
 // GetTemplate returns template name.
 func (c *Client) GetTemplate(ctx context.Context, name string) (api.Template, error) {
-	var t api.Template
-	err := c.do(ctx, request{method: "GET", path: templatePath(name)}, &t)
-	return t, err
+	return call[api.Template](ctx, c, request{method: "GET", path: templatePath(name)})
 }
 
 // DeleteTemplate removes the template name name. Its versions stay while
 // sandboxes, snapshots or other names hold them; the answer lists those.
 func (c *Client) DeleteTemplate(ctx context.Context, name string) (api.TemplateRemoved, error) {
-	var out api.TemplateRemoved
-	err := c.do(ctx, request{method: "DELETE", path: templatePath(name)}, &out)
-	return out, err
+	return call[api.TemplateRemoved](ctx, c, request{method: "DELETE", path: templatePath(name)})
 }
 
 // BootstrapTemplate makes a base template with debootstrap on the server;
@@ -162,9 +157,7 @@ func (c *Client) BootstrapTemplate(ctx context.Context, req api.BootstrapTemplat
 // TagTemplate points the name tag at the current version of template name
 // (or at NAME@VERSION).
 func (c *Client) TagTemplate(ctx context.Context, name, tag string) (api.Template, error) {
-	var t api.Template
-	err := c.do(ctx, request{method: "POST", path: templatePath(name) + "/tag", json: api.TagTemplateRequest{Tag: tag}}, &t)
-	return t, err
+	return call[api.Template](ctx, c, request{method: "POST", path: templatePath(name) + "/tag", json: api.TagTemplateRequest{Tag: tag}})
 }
 
 func templatePath(name string) string {
