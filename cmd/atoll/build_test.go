@@ -161,7 +161,7 @@ func TestBuildContextRefuses(t *testing.T) {
 // TestBuildCommand drives "atoll template build" against a server in this
 // process.
 func TestBuildCommand(t *testing.T) {
-	tpls := &memTemplates{m: map[string]api.Template{"host": {Name: "host", Source: "builtin"}}}
+	tpls := newMemTemplates(0)
 	s, err := server.New(server.Config{Sandboxes: noSandboxes{}, Templates: tpls, Auth: oneKey("k"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/server"
+	"github.com/atoll-dev/atoll/internal/testenv/memstore"
 )
 
 var templateFixture = []api.Template{
@@ -149,17 +150,23 @@ func TestShortLayer(t *testing.T) {
 // memTemplates is an in-memory template store for driving the CLI through a
 // real server. Archive imports make one layer per tar entry, named after it.
 type memTemplates struct {
+	m *memstore.Table[api.Template]
+
 	mu sync.Mutex
-	m  map[string]api.Template
 	// bootstrapped is the last bootstrap's request.
 	bootstrapped api.BootstrapTemplateRequest
 }
 
+// newMemTemplates holds the built-in template, host, that sandboxes
+// sandboxes were made from.
+func newMemTemplates(sandboxes int) *memTemplates {
+	s := &memTemplates{m: memstore.New[api.Template]("template")}
+	s.m.Put("host", api.Template{Name: "host", Source: "builtin", Sandboxes: sandboxes})
+	return s
+}
+
 func (s *memTemplates) Import(ctx context.Context, req api.ImportTemplateRequest, archive io.Reader, progress func(api.ImportEvent)) (api.Template, error) {
-	s.mu.Lock()
-	_, exists := s.m[req.Name]
-	s.mu.Unlock()
-	if exists {
+	if s.m.Has(req.Name) {
 		return api.Template{}, fmt.Errorf("template %s already exists: %w", req.Name, errdefs.ErrConflict)
 	}
 	t := api.Template{Name: req.Name, Source: req.Ref, CreatedAt: time.Now()}
@@ -189,9 +196,7 @@ func (s *memTemplates) Import(ctx context.Context, req api.ImportTemplateRequest
 		t.Layers = []string{"sha256:0a1b2c3d4e5f60718293a4b5c6d7e8f9"}
 		progress(api.ImportEvent{Layer: t.Layers[0], Bytes: 10, Total: 10, LayersDone: 1, Layers: 1})
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.m[t.Name] = t
+	s.m.Put(t.Name, t)
 	return t, nil
 }
 
@@ -199,10 +204,7 @@ func (s *memTemplates) Import(ctx context.Context, req api.ImportTemplateRequest
 // "# cached"; "RUN false" fails. The template's Layers are the context's
 // entries, its Env the build args.
 func (s *memTemplates) Build(ctx context.Context, name, dockerfile string, buildArgs map[string]string, buildContext io.Reader, events func(api.BuildEvent)) (api.Template, error) {
-	s.mu.Lock()
-	_, exists := s.m[name]
-	s.mu.Unlock()
-	if exists {
+	if s.m.Has(name) {
 		return api.Template{}, fmt.Errorf("template %s already exists: %w", name, errdefs.ErrConflict)
 	}
 	t := api.Template{Name: name, Source: "build", CreatedAt: time.Now()}
@@ -240,43 +242,28 @@ func (s *memTemplates) Build(ctx context.Context, name, dockerfile string, build
 		t.Env = append(t.Env, k+"="+v)
 	}
 	slices.Sort(t.Env)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.m[name] = t
+	s.m.Put(name, t)
 	return t, nil
 }
 
 func (s *memTemplates) List(ctx context.Context) ([]api.Template, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []api.Template
-	for _, t := range s.m {
-		out = append(out, t)
-	}
-	return out, nil
+	return s.m.List(nil), nil
 }
 
 func (s *memTemplates) Get(ctx context.Context, name string) (api.Template, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t, ok := s.m[name]
-	if !ok {
-		return t, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
-	}
-	return t, nil
+	return s.m.Get(name)
 }
 
 func (s *memTemplates) Delete(ctx context.Context, name string) (api.TemplateRemoved, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t, ok := s.m[name]
-	switch {
-	case !ok:
-		return api.TemplateRemoved{}, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
-	case t.Source == "builtin":
-		return api.TemplateRemoved{}, fmt.Errorf("%w: the built-in template cannot be deleted", errdefs.ErrConflict)
+	t, err := s.m.Delete(name, func(t api.Template) error {
+		if t.Source == "builtin" {
+			return fmt.Errorf("%w: the built-in template cannot be deleted", errdefs.ErrConflict)
+		}
+		return nil
+	})
+	if err != nil {
+		return api.TemplateRemoved{}, err
 	}
-	delete(s.m, name)
 	out := api.TemplateRemoved{Name: name}
 	if t.Sandboxes > 0 {
 		out.Held = []api.TemplateVersion{{ID: t.VersionID, Number: t.Version, Layers: t.Layers, Sandboxes: t.Sandboxes}}
@@ -369,7 +356,7 @@ func (k oneKey) Authenticate(ctx context.Context, key string) (string, error) {
 // TestTemplateCommands drives "atoll template" against a server in this
 // process.
 func TestTemplateCommands(t *testing.T) {
-	tpls := &memTemplates{m: map[string]api.Template{"host": {Name: "host", Source: "builtin", Sandboxes: 2}}}
+	tpls := newMemTemplates(2)
 	s, err := server.New(server.Config{Sandboxes: noSandboxes{}, Templates: tpls, Auth: oneKey("k"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -489,9 +476,10 @@ func TestTemplateCommands(t *testing.T) {
 		t.Errorf("template inspect nope: %v", err)
 	}
 	// A removed name's versions in use stay, and rm says so.
-	app := tpls.m["app"]
-	app.Version, app.VersionID, app.Sandboxes = 1, "v0123456789abcdef012", 1
-	tpls.m["app"] = app
+	tpls.m.Update("app", func(app *api.Template) error {
+		app.Version, app.VersionID, app.Sandboxes = 1, "v0123456789abcdef012", 1
+		return nil
+	})
 	stdout, stderr, err := run("", "template", "rm", "alpine", "host", "nope", "app")
 	if err != (exitError{1}) || stdout != "alpine\napp\n  version 1 (v0123456789abcdef012) stays until unused: used by 1 sandbox\n" ||
 		!strings.Contains(stderr, "the built-in template cannot be deleted") || !strings.Contains(stderr, "atoll: nope: template nope: not found") {
@@ -555,14 +543,12 @@ func TestOpenArchiveReleases(t *testing.T) {
 }
 
 func (s *memTemplates) Tag(ctx context.Context, name, tag string) (api.Template, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t, ok := s.m[name]
-	if !ok {
-		return t, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
+	t, err := s.m.Get(name)
+	if err != nil {
+		return t, err
 	}
 	t.Name = tag
-	s.m[tag] = t
+	s.m.Put(tag, t)
 	return t, nil
 }
 
@@ -572,8 +558,8 @@ func (s *memTemplates) Bootstrap(ctx context.Context, req api.BootstrapTemplateR
 		events(api.BuildEvent{Type: "step", Step: 1, Steps: 4, Instruction: "FROM debian"})
 	}
 	t := api.Template{Name: req.Name, Source: "debootstrap " + req.Suite, Layers: []string{"l"}}
+	s.m.Put(req.Name, t)
 	s.mu.Lock()
-	s.m[req.Name] = t
 	s.bootstrapped = req
 	s.mu.Unlock()
 	return t, nil

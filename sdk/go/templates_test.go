@@ -11,36 +11,31 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/testenv/memstore"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
 // templates holds templates in memory. A registry import makes one layer per
 // character of the ref's last path element; an archive import one per tar entry.
 type templates struct {
-	mu    sync.Mutex
-	m     map[string]api.Template
-	inUse map[string]bool
+	m     *memstore.Table[api.Template]
+	inUse map[string]bool // read only
 }
 
 func newTemplates() *templates {
-	return &templates{
-		m:     map[string]api.Template{"host": {Name: "host", Source: "builtin"}},
-		inUse: map[string]bool{"host": true},
-	}
+	s := &templates{m: memstore.New[api.Template]("template"), inUse: map[string]bool{"host": true}}
+	s.m.Put("host", api.Template{Name: "host", Source: "builtin"})
+	return s
 }
 
 func (s *templates) Import(ctx context.Context, req api.ImportTemplateRequest, archive io.Reader, progress func(api.ImportEvent)) (api.Template, error) {
-	s.mu.Lock()
-	_, exists := s.m[req.Name]
-	s.mu.Unlock()
-	if exists {
+	if s.m.Has(req.Name) {
 		return api.Template{}, fmt.Errorf("template %s already exists: %w", req.Name, errdefs.ErrConflict)
 	}
 	t := api.Template{Name: req.Name, Source: req.Ref}
@@ -71,9 +66,7 @@ func (s *templates) Import(ctx context.Context, req api.ImportTemplateRequest, a
 			t.Size += 100
 		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.m[t.Name] = t
+	s.m.Put(t.Name, t)
 	return t, nil
 }
 
@@ -81,10 +74,7 @@ func (s *templates) Import(ctx context.Context, req api.ImportTemplateRequest, a
 // line is "RUN false". The template's Env lists the build args; its Layers the
 // context's files.
 func (s *templates) Build(ctx context.Context, name, dockerfile string, buildArgs map[string]string, buildContext io.Reader, events func(api.BuildEvent)) (api.Template, error) {
-	s.mu.Lock()
-	_, exists := s.m[name]
-	s.mu.Unlock()
-	if exists {
+	if s.m.Has(name) {
 		return api.Template{}, fmt.Errorf("template %s already exists: %w", name, errdefs.ErrConflict)
 	}
 	t := api.Template{Name: name, Source: "build"}
@@ -120,42 +110,28 @@ func (s *templates) Build(ctx context.Context, name, dockerfile string, buildArg
 		t.Env = append(t.Env, k+"="+v)
 	}
 	slices.Sort(t.Env)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.m[t.Name] = t
+	s.m.Put(t.Name, t)
 	return t, nil
 }
 
 func (s *templates) List(ctx context.Context) ([]api.Template, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []api.Template
-	for _, t := range s.m {
-		out = append(out, t)
-	}
-	return out, nil
+	return s.m.List(nil), nil
 }
 
 func (s *templates) Get(ctx context.Context, name string) (api.Template, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t, ok := s.m[name]
-	if !ok {
-		return t, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
-	}
-	return t, nil
+	return s.m.Get(name)
 }
 
 func (s *templates) Delete(ctx context.Context, name string) (api.TemplateRemoved, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.m[name]; !ok {
-		return api.TemplateRemoved{}, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
+	_, err := s.m.Delete(name, func(api.Template) error {
+		if s.inUse[name] {
+			return fmt.Errorf("template %s is in use: %w", name, errdefs.ErrConflict)
+		}
+		return nil
+	})
+	if err != nil {
+		return api.TemplateRemoved{}, err
 	}
-	if s.inUse[name] {
-		return api.TemplateRemoved{}, fmt.Errorf("template %s is in use: %w", name, errdefs.ErrConflict)
-	}
-	delete(s.m, name)
 	return api.TemplateRemoved{Name: name, Held: []api.TemplateVersion{{ID: "v0123456789abcdef012", Number: 1, Layers: []string{}, Sandboxes: 1}}}, nil
 }
 
@@ -362,22 +338,18 @@ func TestImportTemplateTruncated(t *testing.T) {
 }
 
 func (s *templates) Tag(ctx context.Context, name, tag string) (api.Template, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t, ok := s.m[name]
-	if !ok {
-		return t, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
+	t, err := s.m.Get(name)
+	if err != nil {
+		return t, err
 	}
 	t.Name = tag
-	s.m[tag] = t
+	s.m.Put(tag, t)
 	return t, nil
 }
 
 func (s *templates) Bootstrap(ctx context.Context, req api.BootstrapTemplateRequest, events func(api.BuildEvent)) (api.Template, error) {
 	events(api.BuildEvent{Type: "log", Data: []byte("I: Base system installed successfully.\n")})
 	t := api.Template{Name: req.Name, Source: "debootstrap " + req.Suite, Layers: []string{"l"}}
-	s.mu.Lock()
-	s.m[req.Name] = t
-	s.mu.Unlock()
+	s.m.Put(req.Name, t)
 	return t, nil
 }
