@@ -334,21 +334,14 @@ func showProgress(ctx context.Context, c *atoll.Client, id string, w io.Writer) 
 				fmt.Fprint(w, "\r\033[K")
 			}
 		}()
-		t := time.NewTicker(500 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		every(ctx, 500*time.Millisecond, func() {
 			sb, err := c.GetSandbox(ctx, id)
 			if err != nil || sb.Progress == nil {
-				continue
+				return
 			}
 			fmt.Fprintf(w, "\r\033[K%s: %s", sb.Progress.Op, progressText(*sb.Progress))
 			shown = true
-		}
+		})
 	}()
 	return func() { cancel(); <-done }
 }
