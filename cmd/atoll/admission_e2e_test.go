@@ -24,12 +24,7 @@ func TestCreateFlood(t *testing.T) {
 	d, data, c := startRooted(t, "--warm-pool", "0", "--prestart", "0", "--create-concurrency", "1", "--create-queue", "2")
 	ctx := context.Background()
 	// The first create makes the template's layer images, which stay.
-	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.DeleteSandbox(ctx, sb.ID)
-	before := hostState(t, data)
+	before := warmBaseline(ctx, t, c, data)
 
 	// The raw answers to 24 creates at once.
 	const flood = 24

@@ -40,10 +40,7 @@ func failCluster(t *testing.T, disk int) (*netcluster.Cluster, map[string][]api.
 	c1 := cl.Nodes[0].Client()
 	on := map[string][]api.Sandbox{}
 	for range 6 {
-		sb, err := c1.CreateSandbox(ctx, api.CreateSandboxRequest{CPU: 0.5, MemoryMiB: 256, DiskGiB: 10})
-		if err != nil {
-			t.Fatal(err)
-		}
+		sb := newSandbox(ctx, t, c1, api.CreateSandboxRequest{CPU: 0.5, MemoryMiB: 256, DiskGiB: 10})
 		if _, err := c1.WriteFile(ctx, sb.ID, "/tmp/f", strings.NewReader("before "+sb.ID), 0o644); err != nil {
 			t.Fatal(err)
 		}

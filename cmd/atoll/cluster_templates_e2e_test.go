@@ -141,10 +141,7 @@ func TestClusterTemplates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sbi, err := c1.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "imported", CPU: 0.25, MemoryMiB: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sbi := newSandbox(ctx, t, c1, api.CreateSandboxRequest{Template: "imported", CPU: 0.25, MemoryMiB: 64})
 	if sbi.Node != "n2" || sbi.TemplatePull == nil || sbi.TemplatePull.Layers != len(imported.Layers) {
 		t.Errorf("create of the imported template: node %q, template_pull %+v, want its %d layers", sbi.Node, sbi.TemplatePull, len(imported.Layers))
 	}
@@ -214,10 +211,7 @@ func TestClusterTemplates(t *testing.T) {
 	if got := strings.Count(cl.Nodes[2].Log(), "template layer fetched"); got != 1 {
 		t.Errorf("node 3 fetched %d layers for a build FROM the template, want 1", got)
 	}
-	sbd, err := c3.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "derived", CPU: 0.25, MemoryMiB: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sbd := newSandbox(ctx, t, c3, api.CreateSandboxRequest{Template: "derived", CPU: 0.25, MemoryMiB: 64})
 	if out, code := sh(t, c3, sbd.ID, "cat /opt/t/copy"); out != "made-on-n1\n" || code != 0 {
 		t.Errorf("the derived template on node %s: %q exit %d", sbd.Node, out, code)
 	}

@@ -24,12 +24,7 @@ func TestKillDuringCreate(t *testing.T) {
 	ctx := context.Background()
 	// Warm the template so creates are in their interesting part; what is
 	// on the host then is the baseline.
-	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.DeleteSandbox(ctx, sb.ID)
-	before := hostState(t, data)
+	before := warmBaseline(ctx, t, c, data)
 	d.kill()
 	d.args = nil
 	d.start()
@@ -119,14 +114,7 @@ func TestKillDuringStateOps(t *testing.T) {
 	ctx := context.Background()
 	// The first sandbox prepares the template; what it leaves is the baseline.
 	c := d.client()
-	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
-		t.Fatal(err)
-	}
-	before := hostState(t, data)
+	before := warmBaseline(ctx, t, c, data)
 
 	// run is sh with a deadline and no Fatal: a sandbox left frozen fails
 	// the test instead of hanging it.
@@ -471,10 +459,7 @@ func logMessages(log string) map[string]int {
 func TestStateRaces(t *testing.T) {
 	d, data, c := startRooted(t)
 	ctx := context.Background()
-	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{})
 	sh(t, c, sb.ID, "seq 1 100000 > /root/n")
 
 	// Two snapshots at once: both whole, or one whole and the other
@@ -497,10 +482,7 @@ func TestStateRaces(t *testing.T) {
 		if errs[i] != nil {
 			t.Fatalf("concurrent snapshot %d: %v", i, errs[i])
 		}
-		from, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Snapshot: sn.ID})
-		if err != nil {
-			t.Fatal(err)
-		}
+		from := newSandbox(ctx, t, c, api.CreateSandboxRequest{Snapshot: sn.ID})
 		if out, _ := sh(t, c, from.ID, "wc -l < /root/n"); out != "100000\n" {
 			t.Errorf("snapshot %d is not whole: %q", i, out)
 		}
@@ -513,10 +495,7 @@ func TestStateRaces(t *testing.T) {
 	if out, code := d.cli("template", "build", "--name", "other", dir); code != 0 {
 		t.Fatal(out)
 	}
-	other, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "other"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := newSandbox(ctx, t, c, api.CreateSandboxRequest{Template: "other"})
 	otherSnap, err := c.CreateSnapshot(ctx, other.ID, api.CreateSnapshotRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -532,10 +511,7 @@ func TestStateRaces(t *testing.T) {
 	// or a moment later.
 	c.DeleteSandbox(ctx, sb.ID)
 	for _, paused := range []bool{false, true} {
-		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{})
 		if paused {
 			if _, err := c.PauseSandbox(ctx, sb.ID); err != nil {
 				t.Fatal(err)
@@ -574,10 +550,7 @@ func TestStateRaces(t *testing.T) {
 
 	// kill -9 in the middle of a fork: after a restart every listed sandbox
 	// works and every writable layer and snapshot on disk has a record.
-	parent, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	parent := newSandbox(ctx, t, c, api.CreateSandboxRequest{})
 	go c.ForkSandbox(ctx, parent.ID, api.ForkRequest{Count: 5})
 	time.Sleep(40 * time.Millisecond)
 	d.kill()

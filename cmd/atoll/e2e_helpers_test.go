@@ -275,6 +275,28 @@ func (d *daemon) cli(args ...string) (string, int) {
 	return string(out) + stderr.String(), code
 }
 
+// newSandbox creates a sandbox through c, or fails t.
+func newSandbox(ctx context.Context, t *testing.T, c *atoll.Client, req api.CreateSandboxRequest) api.Sandbox {
+	t.Helper()
+	sb, err := c.CreateSandbox(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb
+}
+
+// warmBaseline creates and deletes a sandbox, so that the template's layer
+// images are made (they stay), and returns what is then on the host: the
+// baseline against which a test looks for leftovers.
+func warmBaseline(ctx context.Context, t *testing.T, c *atoll.Client, data string) []string {
+	t.Helper()
+	sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{})
+	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	return hostState(t, data)
+}
+
 func sh(t *testing.T, c *atoll.Client, id, script string) (string, int) {
 	t.Helper()
 	var out bytes.Buffer

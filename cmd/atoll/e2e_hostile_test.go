@@ -22,10 +22,7 @@ import (
 func TestHostileInput(t *testing.T) {
 	d, _, c := startRooted(t)
 	ctx := context.Background()
-	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{})
 	id := sb.ID
 	hostShadow, _ := os.ReadFile("/etc/shadow")
 	marker := filepath.Join(testenv.Dir(t), "marker")
@@ -115,7 +112,7 @@ func TestHostileInput(t *testing.T) {
 	tw.WriteHeader(&tar.Header{Name: "../../../../../../" + strings.TrimPrefix(marker, "/"), Mode: 0o644, Size: 4, Typeflag: tar.TypeReg})
 	tw.Write([]byte("slip"))
 	tw.Close()
-	err = c.UploadTar(ctx, id, "/root/dst", &buf)
+	err := c.UploadTar(ctx, id, "/root/dst", &buf)
 	var ae *atoll.Error
 	if !errors.As(err, &ae) || ae.StatusCode < 400 || ae.StatusCode >= 500 {
 		t.Errorf("tar slip upload: %v, want a 4xx", err)

@@ -147,10 +147,7 @@ func TestPortsEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create: %v\n%s", err, d.out.String())
 	}
-	priv, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	priv := newSandbox(ctx, t, c, api.CreateSandboxRequest{})
 	if !pub.Ports.Public || priv.Ports.Public {
 		t.Fatalf("ports: %+v %+v", pub.Ports, priv.Ports)
 	}
@@ -339,10 +336,7 @@ func TestPortsEndToEnd(t *testing.T) {
 	})
 
 	t.Run("a stopped sandbox", func(t *testing.T) {
-		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Ports: &api.PortAccess{Public: true}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{Ports: &api.PortAccess{Public: true}})
 		if _, err := c.StopSandbox(ctx, sb.ID); err != nil {
 			t.Fatal(err)
 		}
@@ -363,14 +357,8 @@ func TestPortsEndToEnd(t *testing.T) {
 		// Nothing listens in these sandboxes, so only the proxy's requests
 		// (each a 502) keep the busy one up; the idle one is the positive
 		// control that auto-stop acts.
-		busy, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{AutoStopSec: 2, Ports: &api.PortAccess{Public: true}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		idle, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{AutoStopSec: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
+		busy := newSandbox(ctx, t, c, api.CreateSandboxRequest{AutoStopSec: 2, Ports: &api.PortAccess{Public: true}})
+		idle := newSandbox(ctx, t, c, api.CreateSandboxRequest{AutoStopSec: 2})
 		u, _ := c.PortURL(ctx, busy.ID, 8080, 0)
 		stop := time.Now().Add(7 * time.Second)
 		for time.Now().Before(stop) {
@@ -615,10 +603,7 @@ func TestPortsOfFreshSandboxes(t *testing.T) {
 	for _, rt := range runtimes[1:] {
 		t.Run(rt.name+" memory fork", func(t *testing.T) {
 			rt.require(t)
-			parent, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: rt.name, MemoryMiB: 512, Ports: &api.PortAccess{Public: true}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			parent := newSandbox(ctx, t, c, api.CreateSandboxRequest{Runtime: rt.name, MemoryMiB: 512, Ports: &api.PortAccess{Public: true}})
 			defer c.DeleteSandbox(ctx, parent.ID)
 			if err := serve(parent); err != nil {
 				t.Fatal(err)
