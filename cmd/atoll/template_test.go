@@ -353,17 +353,21 @@ func (k oneKey) Authenticate(ctx context.Context, key string) (string, error) {
 	return "default", nil
 }
 
-// TestTemplateCommands drives "atoll template" against a server in this
-// process.
-func TestTemplateCommands(t *testing.T) {
-	tpls := newMemTemplates(2)
-	s, err := server.New(server.Config{Sandboxes: noSandboxes{}, Templates: tpls, Auth: oneKey("k"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+// cliAgainst starts a server in this process with the services in cfg, and
+// the API key "k", and returns a function that runs the CLI against it:
+// args with --url, --api-key and a --data of its own added, stdin as its
+// input.
+func cliAgainst(t *testing.T, cfg server.Config) func(stdin string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	cfg.Auth = oneKey("k")
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := server.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts := httptest.NewServer(s.Handler())
-	defer ts.Close()
-	run := func(stdin string, args ...string) (stdout, stderr string, err error) {
+	t.Cleanup(ts.Close)
+	return func(stdin string, args ...string) (string, string, error) {
 		t.Helper()
 		root := newRootCmd()
 		var out, errOut bytes.Buffer
@@ -371,9 +375,16 @@ func TestTemplateCommands(t *testing.T) {
 		root.SetOut(&out)
 		root.SetErr(&errOut)
 		root.SetArgs(append(args, "--url", ts.URL, "--api-key", "k", "--data", t.TempDir()))
-		err = root.ExecuteContext(context.Background())
+		err := root.ExecuteContext(context.Background())
 		return out.String(), errOut.String(), err
 	}
+}
+
+// TestTemplateCommands drives "atoll template" against a server in this
+// process.
+func TestTemplateCommands(t *testing.T) {
+	tpls := newMemTemplates(2)
+	run := cliAgainst(t, server.Config{Sandboxes: noSandboxes{}, Templates: tpls})
 
 	dir := t.TempDir()
 	archive := filepath.Join(dir, "image.tar")
