@@ -430,33 +430,6 @@ func TestPortsEndToEnd(t *testing.T) {
 	})
 }
 
-// listenScript listens on port 8080 (IPv4 and IPv6) before it exits, and
-// leaves a child that answers every GET with the sandbox's hostname: when
-// an exec of it returns, the sandbox's server is listening.
-const listenScript = `import os, socket, http.server
-s = socket.socket(socket.AF_INET6)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-s.bind(("::", 8080))
-s.listen(64)
-if os.fork():
-    os._exit(0)
-os.setsid()
-null = os.open(os.devnull, os.O_RDWR)
-for fd in (0, 1, 2):
-    os.dup2(null, fd)
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        b = socket.gethostname().encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(b)))
-        self.end_headers()
-        self.wfile.write(b)
-srv = http.server.HTTPServer(("::", 8080), H, bind_and_activate=False)
-srv.socket = s
-srv.serve_forever()
-`
-
 // TestPortsOfFreshSandboxes runs create → serve → reach → delete cycles on
 // one server, in a row and concurrently, under each runtime with a network
 // that runs here: each new sandbox gets a slot (so addresses) a deleted
@@ -495,7 +468,7 @@ func TestPortsOfFreshSandboxes(t *testing.T) {
 	}
 	// serve starts the server in sb; it listens when serve returns.
 	serve := func(sb api.Sandbox) error {
-		if _, err := c.WriteFile(ctx, sb.ID, "/tmp/listen.py", strings.NewReader(listenScript), 0o644); err != nil {
+		if _, err := c.WriteFile(ctx, sb.ID, "/tmp/listen.py", strings.NewReader(testenv.ListenScript("socket.gethostname().encode()")), 0o644); err != nil {
 			return err
 		}
 		var out bytes.Buffer
