@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
-	"github.com/atoll-dev/atoll/internal/cluster/peer"
 	"github.com/atoll-dev/atoll/internal/control"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/httpkit"
@@ -94,16 +93,7 @@ func (m mover) DeleteLost(ctx context.Context, sb store.Sandbox, cleanup func() 
 const startPath = "/cluster/v1/sandboxes/{id}/start"
 
 func (p peers) StartOn(ctx context.Context, node, id string) (api.Sandbox, error) {
-	n, ok, err := p.c.dir.Node(ctx, node, true)
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	if !ok || n.State != store.NodeLive {
-		return api.Sandbox{}, fmt.Errorf("%w: node %s, where the sandbox moved, is not live", errdefs.ErrUnavailable, node)
-	}
-	var sb api.Sandbox
-	err = p.c.client.Call(ctx, peer.Node{Name: n.Name, Address: n.Address}, "POST", strings.Replace(startPath, "{id}", id, 1), nil, &sb)
-	return sb, err
+	return p.postLive(ctx, node, false, "moved", startPath, id)
 }
 
 // drainer runs the drain rounds of this node while its schedule is
