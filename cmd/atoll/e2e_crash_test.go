@@ -17,6 +17,22 @@ import (
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
+// restartCold starts the killed daemon d again without a warm pool, so
+// that everything on the host must belong to a listed sandbox (pooled ones
+// are discarded at start), and returns its client and the sandboxes it
+// lists.
+func restartCold(ctx context.Context, t *testing.T, d *daemon) (*atoll.Client, []api.Sandbox) {
+	t.Helper()
+	d.args = []string{"--warm-pool", "0"}
+	d.start()
+	c := d.client()
+	sbs, err := c.ListSandboxes(ctx, atoll.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, sbs
+}
+
 // TestKillDuringCreate kills the daemon while creates are in flight: after a
 // restart every listed sandbox works, and nothing is left of the others.
 func TestKillDuringCreate(t *testing.T) {
@@ -49,15 +65,8 @@ func TestKillDuringCreate(t *testing.T) {
 		time.Sleep(delay)
 		d.kill()
 		wg.Wait()
-		// Restart without a warm pool, so that everything on the host must
-		// belong to a listed sandbox (pooled ones are discarded at start).
-		d.args = []string{"--warm-pool", "0"}
-		d.start()
-		c = d.client()
-		sbs, err := c.ListSandboxes(ctx, atoll.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		var sbs []api.Sandbox
+		c, sbs = restartCold(ctx, t, d)
 		listed := map[string]bool{}
 		for _, sb := range sbs {
 			listed[sb.ID] = true
@@ -554,13 +563,7 @@ func TestStateRaces(t *testing.T) {
 	go c.ForkSandbox(ctx, parent.ID, api.ForkRequest{Count: 5})
 	time.Sleep(40 * time.Millisecond)
 	d.kill()
-	d.args = []string{"--warm-pool", "0"}
-	d.start()
-	c = d.client()
-	list, err := c.ListSandboxes(ctx, atoll.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, list := restartCold(ctx, t, d)
 	listed := map[string]bool{}
 	for _, s := range list {
 		listed[s.ID] = true
