@@ -1,7 +1,6 @@
 package main
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -247,12 +246,7 @@ func TestClusterTemplates(t *testing.T) {
 // buildOn builds template name from dockerfile through c.
 func buildOn(t *testing.T, c *atoll.Client, name, dockerfile string) api.Template {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	tw.WriteHeader(&tar.Header{Name: "Dockerfile", Mode: 0o644, Size: int64(len(dockerfile)), Typeflag: tar.TypeReg})
-	tw.Write([]byte(dockerfile))
-	tw.Close()
-	tpl, err := c.BuildTemplate(context.Background(), name, atoll.BuildOptions{}, &buf, nil)
+	tpl, err := c.BuildTemplate(context.Background(), name, atoll.BuildOptions{}, testenv.Tar("Dockerfile", dockerfile), nil)
 	if err != nil {
 		t.Fatalf("building %s: %v", name, err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/server"
+	"github.com/atoll-dev/atoll/internal/testenv"
 	"github.com/atoll-dev/atoll/internal/testenv/memstore"
 )
 
@@ -388,12 +389,8 @@ func TestTemplateCommands(t *testing.T) {
 
 	dir := t.TempDir()
 	archive := filepath.Join(dir, "image.tar")
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	tw.WriteHeader(&tar.Header{Name: "manifest.json", Mode: 0o644, Size: 2})
-	tw.Write([]byte("[]"))
-	tw.Close()
-	os.WriteFile(archive, buf.Bytes(), 0o644)
+	image := testenv.Tar("manifest.json", "[]").Bytes()
+	os.WriteFile(archive, image, 0o644)
 	layout := filepath.Join(dir, "layout")
 	os.MkdirAll(filepath.Join(layout, "blobs", "sha256"), 0o755)
 	os.WriteFile(filepath.Join(layout, "oci-layout"), []byte(`{"imageLayoutVersion":"1.0.0"}`), 0o644)
@@ -414,7 +411,7 @@ func TestTemplateCommands(t *testing.T) {
 		{"credentials", "s3cret\n", []string{"ghcr.io/org/app:1", "--name", "app", "--username", "bot", "--password-stdin"}, nil, "ghcr.io/org/app:1", ""},
 		{"insecure", "", []string{"localhost:5000/dev", "--name", "dev", "--insecure"}, nil, "http://localhost:5000/dev", ""},
 		{"archive file", "", []string{archive, "--name", "file"}, []string{"manifest.json"}, "archive", "manifest.json  2 B  done\n"},
-		{"archive on stdin", buf.String(), []string{"-", "--name", "stdin"}, []string{"manifest.json"}, "archive", ""},
+		{"archive on stdin", string(image), []string{"-", "--name", "stdin"}, []string{"manifest.json"}, "archive", ""},
 		{"OCI layout", "", []string{layout, "--name", "layout"}, []string{"blobs/", "blobs/sha256/", "blobs/sha256/ab", "index.json", "oci-layout"}, "archive", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

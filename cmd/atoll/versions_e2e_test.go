@@ -1,7 +1,6 @@
 package main
 
 import (
-	"archive/tar"
 	"bufio"
 	"bytes"
 	"context"
@@ -441,11 +440,7 @@ func TestKillDuringTemplateRebuild(t *testing.T) {
 // tinyImage is an image of one layer holding /v.txt with text, and no shell.
 func tinyImage(t *testing.T, text string) v1.Image {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	tw.WriteHeader(&tar.Header{Name: "v.txt", Mode: 0o644, Size: int64(len(text)), Typeflag: tar.TypeReg})
-	tw.Write([]byte(text))
-	tw.Close()
+	buf := testenv.Tar("v.txt", text)
 	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
 	if err != nil {
 		t.Fatal(err)

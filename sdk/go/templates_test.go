@@ -17,6 +17,7 @@ import (
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/testenv"
 	"github.com/atoll-dev/atoll/internal/testenv/memstore"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
@@ -153,13 +154,8 @@ func TestTemplates(t *testing.T) {
 		t.Errorf("progress events %+v", evs)
 	}
 
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	tw.WriteHeader(&tar.Header{Name: "blobs/sha256/x", Mode: 0o644, Size: 5})
-	tw.Write([]byte("hello"))
-	tw.Close()
 	// No progress callback: events are read and dropped.
-	tpl, err = c.ImportTemplateArchive(ctx, "saved", io.MultiReader(&buf), nil)
+	tpl, err = c.ImportTemplateArchive(ctx, "saved", io.MultiReader(testenv.Tar("blobs/sha256/x", "hello")), nil)
 	if err != nil || tpl.Source != "archive" || tpl.Size != 5 {
 		t.Fatalf("ImportTemplateArchive = %+v, %v", tpl, err)
 	}
@@ -234,24 +230,13 @@ func TestImportTemplateErrors(t *testing.T) {
 	}
 }
 
-func buildContext(files ...string) *bytes.Buffer {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for i := 0; i+1 < len(files); i += 2 {
-		tw.WriteHeader(&tar.Header{Name: files[i], Mode: 0o644, Size: int64(len(files[i+1]))})
-		tw.Write([]byte(files[i+1]))
-	}
-	tw.Close()
-	return &buf
-}
-
 func TestBuildTemplate(t *testing.T) {
 	c, _ := newClient(t, key)
 	ctx := context.Background()
 	var evs []api.BuildEvent
 	tpl, err := c.BuildTemplate(ctx, "app",
 		atoll.BuildOptions{Dockerfile: "ci/Dockerfile", BuildArgs: map[string]string{"V": "1", "EQ": "a=b", "EMPTY": ""}},
-		buildContext("ci/Dockerfile", "FROM alpine\nRUN make", "main.c", "int main;"),
+		testenv.Tar("ci/Dockerfile", "FROM alpine\nRUN make", "main.c", "int main;"),
 		func(ev api.BuildEvent) { evs = append(evs, ev) })
 	if err != nil {
 		t.Fatal(err)
@@ -269,7 +254,7 @@ func TestBuildTemplate(t *testing.T) {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
 	// Default Dockerfile, no callback.
-	if _, err := c.BuildTemplate(ctx, "plain", atoll.BuildOptions{}, buildContext("Dockerfile", "FROM alpine"), nil); err != nil {
+	if _, err := c.BuildTemplate(ctx, "plain", atoll.BuildOptions{}, testenv.Tar("Dockerfile", "FROM alpine"), nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -277,7 +262,7 @@ func TestBuildTemplate(t *testing.T) {
 func TestBuildTemplateErrors(t *testing.T) {
 	c, _ := newClient(t, key)
 	ctx := context.Background()
-	df := func() io.Reader { return buildContext("Dockerfile", "FROM alpine") }
+	df := func() io.Reader { return testenv.Tar("Dockerfile", "FROM alpine") }
 	for _, tc := range []struct {
 		name    string
 		tpl     string
@@ -288,7 +273,7 @@ func TestBuildTemplateErrors(t *testing.T) {
 		code    string
 	}{
 		{"error event: name taken", "host", atoll.BuildOptions{}, df(), atoll.ErrConflict, 409, "conflict"},
-		{"error event: failing step", "f", atoll.BuildOptions{}, buildContext("Dockerfile", "FROM alpine\nRUN false"), atoll.ErrInvalid, 400, "invalid"},
+		{"error event: failing step", "f", atoll.BuildOptions{}, testenv.Tar("Dockerfile", "FROM alpine\nRUN false"), atoll.ErrInvalid, 400, "invalid"},
 		{"error event: no Dockerfile", "n", atoll.BuildOptions{Dockerfile: "x/Dockerfile"}, df(), atoll.ErrInvalid, 400, "invalid"},
 		{"4xx: bad name", "App", atoll.BuildOptions{}, df(), atoll.ErrInvalid, 400, "invalid"},
 		{"4xx: Dockerfile outside the context", "o", atoll.BuildOptions{Dockerfile: "../Dockerfile"}, df(), atoll.ErrInvalid, 400, "invalid"},
