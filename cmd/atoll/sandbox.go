@@ -86,11 +86,9 @@ nodes filtered out with why ("atoll placement ID" shows it later).`,
 			if publicPorts {
 				req.Ports = &api.PortAccess{Public: true}
 			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			sb, err := c.CreateSandbox(cmd.Context(), req)
+			sb, err := request(g, cmd, func(ctx context.Context, c *atoll.Client) (api.Sandbox, error) {
+				return c.CreateSandbox(ctx, req)
+			})
 			if err != nil {
 				return err
 			}
@@ -203,11 +201,9 @@ func newLsCmd(g *globals) *cobra.Command {
 			if opts.Labels, err = keyValues("--label", labels); err != nil {
 				return err
 			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			sbs, err := c.ListSandboxes(cmd.Context(), opts)
+			sbs, err := request(g, cmd, func(ctx context.Context, c *atoll.Client) ([]api.Sandbox, error) {
+				return c.ListSandboxes(ctx, opts)
+			})
 			if err != nil {
 				return err
 			}

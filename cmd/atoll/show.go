@@ -11,16 +11,22 @@ import (
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
+// request makes one call to the server for cmd, with g's client.
+func request[T any](g *globals, cmd *cobra.Command, do func(ctx context.Context, c *atoll.Client) (T, error)) (T, error) {
+	c, err := g.client()
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return do(cmd.Context(), c)
+}
+
 // show runs a command that reads one value from the server and prints it:
 // as JSON with --json (asJSON), drawn for people by draw otherwise. The
 // commands that print one thing (inspect, placement, runtimes, key ls, node
 // ls) go through it, so that --json means the same in each.
 func show[T any](g *globals, cmd *cobra.Command, asJSON bool, get func(ctx context.Context, c *atoll.Client) (T, error), draw func(w io.Writer, v T) error) error {
-	c, err := g.client()
-	if err != nil {
-		return err
-	}
-	v, err := get(cmd.Context(), c)
+	v, err := request(g, cmd, get)
 	if err != nil {
 		return err
 	}

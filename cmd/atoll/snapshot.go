@@ -95,11 +95,9 @@ it (a second or two); only runtimes with the memory_fork capability can (gvisor)
 			if req.Labels, err = keyValues("--label", labels); err != nil {
 				return err
 			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			sbs, err := c.ForkSandbox(cmd.Context(), args[0], req)
+			sbs, err := request(g, cmd, func(ctx context.Context, c *atoll.Client) ([]api.Sandbox, error) {
+				return c.ForkSandbox(ctx, args[0], req)
+			})
 			if err != nil {
 				return err
 			}
@@ -169,11 +167,9 @@ optional: at most 63 characters of letters, digits, ".", "_" and "-".`,
 		Example: `  atoll snapshot create 3k9x2m7q1w8e5r4t6y0u --name deps-installed`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			snap, err := c.CreateSnapshot(cmd.Context(), args[0], req)
+			snap, err := request(g, cmd, func(ctx context.Context, c *atoll.Client) (api.Snapshot, error) {
+				return c.CreateSnapshot(ctx, args[0], req)
+			})
 			if err != nil {
 				return err
 			}
