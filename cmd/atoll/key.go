@@ -52,11 +52,9 @@ wants E2B's format, e2b_ and the hex part: E2B_API_KEY=e2b_${KEY#atoll_}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, _ := cmd.Flags().GetString("name")
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			k, err := c.CreateKey(cmd.Context(), api.CreateKeyRequest{Name: name, Tenant: tenant})
+			k, err := request(g, cmd, func(ctx context.Context, c *atoll.Client) (api.APIKey, error) {
+				return c.CreateKey(ctx, api.CreateKeyRequest{Name: name, Tenant: tenant})
+			})
 			if err != nil {
 				return err
 			}
@@ -116,16 +114,7 @@ admin key cannot be revoked.`,
 		Example: `  atoll key rm 0123456789abcdef0123`,
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			for _, id := range args {
-				if err := c.DeleteKey(cmd.Context(), id); err != nil {
-					return err
-				}
-			}
-			return nil
+			return untilError(g, cmd, args, (*atoll.Client).DeleteKey)
 		},
 	}
 }

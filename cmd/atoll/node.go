@@ -108,16 +108,7 @@ func newNodeScheduleCmd(g *globals, verb, short, long string, do func(*atoll.Cli
 		Example: "  atoll node " + verb + " node-b",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			for _, name := range args {
-				if err := do(c, cmd.Context(), name); err != nil {
-					return err
-				}
-			}
-			return nil
+			return untilError(g, cmd, args, do)
 		},
 	}
 }

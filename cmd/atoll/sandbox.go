@@ -154,11 +154,9 @@ replacing any earlier timeout; 0 removes the timeout. At most a year.`,
 			if d < 0 {
 				return fmt.Errorf("duration %v: must not be negative", d)
 			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			sb, err := c.SetTimeout(cmd.Context(), args[0], d)
+			sb, err := request(g, cmd, func(ctx context.Context, c *atoll.Client) (api.Sandbox, error) {
+				return c.SetTimeout(ctx, args[0], d)
+			})
 			if err != nil {
 				return err
 			}

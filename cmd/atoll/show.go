@@ -21,6 +21,21 @@ func request[T any](g *globals, cmd *cobra.Command, do func(ctx context.Context,
 	return do(cmd.Context(), c)
 }
 
+// untilError runs op on each of args in turn, for the admin's commands
+// (key rm, node cordon), stopping at the first error and returning it.
+func untilError(g *globals, cmd *cobra.Command, args []string, op func(c *atoll.Client, ctx context.Context, arg string) error) error {
+	c, err := g.client()
+	if err != nil {
+		return err
+	}
+	for _, a := range args {
+		if err := op(c, cmd.Context(), a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // show runs a command that reads one value from the server and prints it:
 // as JSON with --json (asJSON), drawn for people by draw otherwise. The
 // commands that print one thing (inspect, placement, runtimes, key ls, node

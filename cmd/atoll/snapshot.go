@@ -125,11 +125,9 @@ was written since is lost. The snapshot may be of another sandbox.`,
   atoll restore 3k9x2m7q1w8e5r4t6y0u $snap`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			sb, err := c.RestoreSandbox(cmd.Context(), args[0], api.RestoreRequest{Snapshot: args[1]})
+			sb, err := request(g, cmd, func(ctx context.Context, c *atoll.Client) (api.Sandbox, error) {
+				return c.RestoreSandbox(ctx, args[0], api.RestoreRequest{Snapshot: args[1]})
+			})
 			if err != nil {
 				return err
 			}
@@ -195,15 +193,13 @@ counts the sandboxes created from it.`,
   atoll snapshot ls --json | jq -r '.snapshots[] | select(.sandboxes == 0) | .id'`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
 			var sandbox string
 			if len(args) == 1 {
 				sandbox = args[0]
 			}
-			snaps, err := c.ListSnapshots(cmd.Context(), sandbox)
+			snaps, err := request(g, cmd, func(ctx context.Context, c *atoll.Client) ([]api.Snapshot, error) {
+				return c.ListSnapshots(ctx, sandbox)
+			})
 			if err != nil {
 				return err
 			}

@@ -324,11 +324,9 @@ layers' unpacked size.`,
   atoll template ls --json | jq -r '.templates[] | select(.sandboxes == 0) | .name'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ts, err := c.ListTemplates(cmd.Context())
+			ts, err := request(g, cmd, func(ctx context.Context, c *atoll.Client) ([]api.Template, error) {
+				return c.ListTemplates(ctx)
+			})
 			if err != nil {
 				return err
 			}
@@ -440,11 +438,9 @@ pointed to before stays while sandboxes use it.`,
   atoll template build --name python-next ./py && atoll template tag python-next python`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			t, err := c.TagTemplate(cmd.Context(), args[0], args[1])
+			t, err := request(g, cmd, func(ctx context.Context, c *atoll.Client) (api.Template, error) {
+				return c.TagTemplate(ctx, args[0], args[1])
+			})
 			if err != nil {
 				return err
 			}
