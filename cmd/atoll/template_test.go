@@ -1,7 +1,6 @@
 package main
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -173,19 +172,8 @@ func (s *memTemplates) Import(ctx context.Context, req api.ImportTemplateRequest
 	t := api.Template{Name: req.Name, Source: req.Ref, CreatedAt: time.Now()}
 	if archive != nil {
 		t.Source = "archive"
-		tr := tar.NewReader(archive)
-		for {
-			h, err := tr.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return api.Template{}, fmt.Errorf("%w: not an image archive", errdefs.ErrInvalid)
-			}
-			n, _ := io.Copy(io.Discard, tr)
-			t.Layers = append(t.Layers, h.Name)
-			t.Size += n
-			progress(api.ImportEvent{Layer: h.Name, Bytes: n, Total: n, LayersDone: len(t.Layers)})
+		if err := memstore.ImportArchive(&t, archive, progress); err != nil {
+			return api.Template{}, err
 		}
 	} else {
 		if req.Username != "" && (req.Username != "bot" || req.Password != "s3cret") {
@@ -209,24 +197,9 @@ func (s *memTemplates) Build(ctx context.Context, name, dockerfile string, build
 		return api.Template{}, fmt.Errorf("template %s already exists: %w", name, errdefs.ErrConflict)
 	}
 	t := api.Template{Name: name, Source: "build", CreatedAt: time.Now()}
-	var lines []string
-	tr := tar.NewReader(buildContext)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return api.Template{}, fmt.Errorf("%w: reading the build context: %v", errdefs.ErrInvalid, err)
-		}
-		b, _ := io.ReadAll(tr)
-		if h.Name == dockerfile {
-			lines = strings.Split(strings.TrimSpace(string(b)), "\n")
-		}
-		t.Layers = append(t.Layers, h.Name)
-	}
-	if lines == nil {
-		return api.Template{}, fmt.Errorf("%w: no %s in the build context", errdefs.ErrInvalid, dockerfile)
+	lines, err := memstore.BuildContext(&t, buildContext, dockerfile)
+	if err != nil {
+		return api.Template{}, err
 	}
 	for i, l := range lines {
 		l, cached := strings.CutSuffix(l, " # cached")

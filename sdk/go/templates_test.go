@@ -1,7 +1,6 @@
 package atoll_test
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -42,19 +41,8 @@ func (s *templates) Import(ctx context.Context, req api.ImportTemplateRequest, a
 	t := api.Template{Name: req.Name, Source: req.Ref}
 	if archive != nil {
 		t.Source = "archive"
-		tr := tar.NewReader(archive)
-		for {
-			h, err := tr.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return api.Template{}, fmt.Errorf("%w: not an image archive", errdefs.ErrInvalid)
-			}
-			n, _ := io.Copy(io.Discard, tr)
-			t.Layers = append(t.Layers, h.Name)
-			t.Size += n
-			progress(api.ImportEvent{Layer: h.Name, Bytes: n, Total: n})
+		if err := memstore.ImportArchive(&t, archive, progress); err != nil {
+			return api.Template{}, err
 		}
 	} else {
 		if req.Username != "" && req.Password != "secret" {
@@ -79,24 +67,9 @@ func (s *templates) Build(ctx context.Context, name, dockerfile string, buildArg
 		return api.Template{}, fmt.Errorf("template %s already exists: %w", name, errdefs.ErrConflict)
 	}
 	t := api.Template{Name: name, Source: "build"}
-	var lines []string
-	tr := tar.NewReader(buildContext)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return api.Template{}, fmt.Errorf("%w: not a tar stream", errdefs.ErrInvalid)
-		}
-		b, _ := io.ReadAll(tr)
-		if h.Name == dockerfile {
-			lines = strings.Split(strings.TrimSpace(string(b)), "\n")
-		}
-		t.Layers = append(t.Layers, h.Name)
-	}
-	if lines == nil {
-		return api.Template{}, fmt.Errorf("%w: no %s in the build context", errdefs.ErrInvalid, dockerfile)
+	lines, err := memstore.BuildContext(&t, buildContext, dockerfile)
+	if err != nil {
+		return api.Template{}, err
 	}
 	for i, l := range lines {
 		events(api.BuildEvent{Type: "step", Step: i + 1, Steps: len(lines), Instruction: l})

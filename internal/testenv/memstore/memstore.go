@@ -1,7 +1,8 @@
-// Package memstore holds Table, the in-memory table behind the stand-ins
-// for the server's services (sandboxes, snapshots, templates) that the CLI's
-// and the SDK's tests drive through a real internal/server: records by ID or
-// name, with the errors those services answer.
+// Package memstore holds what the stand-ins for the server's services
+// (sandboxes, snapshots, templates) share, which the CLI's and the SDK's
+// tests drive through a real internal/server: Table, the in-memory table of
+// records by ID or name, with the errors those services answer; and the
+// reading of image archives and build contexts the template stand-ins do.
 package memstore
 
 import (

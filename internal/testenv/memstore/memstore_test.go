@@ -4,9 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 
+	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/testenv"
 )
 
 func TestTable(t *testing.T) {
@@ -47,5 +50,28 @@ func TestTable(t *testing.T) {
 	}
 	if _, err := tb.Delete("1", nil); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("Delete of a missing record: %v", err)
+	}
+}
+
+func TestTemplateStreams(t *testing.T) {
+	var tpl api.Template
+	var evs []api.ImportEvent
+	if err := ImportArchive(&tpl, testenv.Tar("a", "12", "b", "345"), func(ev api.ImportEvent) { evs = append(evs, ev) }); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(tpl.Layers) != "[a b]" || tpl.Size != 5 || len(evs) != 2 || evs[1].LayersDone != 2 || evs[1].Bytes != 3 {
+		t.Errorf("ImportArchive: %+v, events %+v", tpl, evs)
+	}
+	if err := ImportArchive(&tpl, strings.NewReader(strings.Repeat("junk", 200)), nil); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("ImportArchive of junk: %v", err)
+	}
+
+	tpl = api.Template{}
+	lines, err := BuildContext(&tpl, testenv.Tar("ci/Dockerfile", "FROM x\nRUN y\n", "main.c", ""), "ci/Dockerfile")
+	if err != nil || fmt.Sprint(lines) != "[FROM x RUN y]" || fmt.Sprint(tpl.Layers) != "[ci/Dockerfile main.c]" {
+		t.Errorf("BuildContext = %q, %v; layers %v", lines, err, tpl.Layers)
+	}
+	if _, err := BuildContext(&api.Template{}, testenv.Tar("main.c", ""), "Dockerfile"); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("BuildContext without the Dockerfile: %v", err)
 	}
 }

@@ -1,0 +1,63 @@
+package memstore
+
+import (
+	"archive/tar"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+)
+
+// ImportArchive reads an image archive as the template stand-ins import
+// one: a layer per tar entry, named after it, added to t with its size and
+// reported to progress as it is read. A stream that is not tar is an
+// ErrInvalid.
+func ImportArchive(t *api.Template, archive io.Reader, progress func(api.ImportEvent)) error {
+	return eachEntry(archive, func(name string, body []byte) {
+		n := int64(len(body))
+		t.Layers = append(t.Layers, name)
+		t.Size += n
+		progress(api.ImportEvent{Layer: name, Bytes: n, Total: n, LayersDone: len(t.Layers)})
+	}, func(err error) error {
+		return fmt.Errorf("%w: not an image archive", errdefs.ErrInvalid)
+	})
+}
+
+// BuildContext reads a build context as the template stand-ins build
+// from one: a layer per tar entry, added to t, and the lines of the
+// Dockerfile at path dockerfile, which it returns. A stream that is not
+// tar, or one without the Dockerfile, is an ErrInvalid.
+func BuildContext(t *api.Template, buildContext io.Reader, dockerfile string) ([]string, error) {
+	var lines []string
+	err := eachEntry(buildContext, func(name string, body []byte) {
+		if name == dockerfile {
+			lines = strings.Split(strings.TrimSpace(string(body)), "\n")
+		}
+		t.Layers = append(t.Layers, name)
+	}, func(err error) error {
+		return fmt.Errorf("%w: reading the build context: %v", errdefs.ErrInvalid, err)
+	})
+	if err == nil && lines == nil {
+		err = fmt.Errorf("%w: no %s in the build context", errdefs.ErrInvalid, dockerfile)
+	}
+	return lines, err
+}
+
+// eachEntry calls f with each entry of the tar stream r, and returns what
+// bad makes of an error reading it.
+func eachEntry(r io.Reader, f func(name string, body []byte), bad func(error) error) error {
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return bad(err)
+		}
+		b, _ := io.ReadAll(tr)
+		f(h.Name, b)
+	}
+}
