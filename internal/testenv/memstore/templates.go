@@ -49,15 +49,12 @@ func BuildContext(t *api.Template, buildContext io.Reader, dockerfile string) ([
 // bad makes of an error reading it.
 func eachEntry(r io.Reader, f func(name string, body []byte), bad func(error) error) error {
 	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return nil
-		}
+	for h, err := tr.Next(); err != io.EOF; h, err = tr.Next() {
 		if err != nil {
 			return bad(err)
 		}
 		b, _ := io.ReadAll(tr)
 		f(h.Name, b)
 	}
+	return nil
 }
