@@ -199,13 +199,9 @@ func newLsCmd(g *globals) *cobra.Command {
 			if opts.Labels, err = keyValues("--label", labels); err != nil {
 				return err
 			}
-			sbs, err := request(g, cmd, func(ctx context.Context, c *atoll.Client) ([]api.Sandbox, error) {
+			return sandboxListing.show(g, cmd, asJSON, quiet, func(ctx context.Context, c *atoll.Client) ([]api.Sandbox, error) {
 				return c.ListSandboxes(ctx, opts)
 			})
-			if err != nil {
-				return err
-			}
-			return sandboxListing.print(cmd.OutOrStdout(), sbs, asJSON, quiet)
 		},
 	}
 	f := cmd.Flags()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -51,14 +52,27 @@ func show[T any](g *globals, cmd *cobra.Command, asJSON bool, get func(ctx conte
 	return draw(cmd.OutOrStdout(), v)
 }
 
-// listing is how an "ls" command prints its items: with --json as the
-// API's list object (json wraps them, never a null list), with --quiet the
-// key of each (an ID or name) a line, and as a table drawn by table
-// otherwise.
+// listing is how an "ls" command prints its items, in order if it is not
+// nil (else as the server lists them): with --json as the API's list
+// object (json wraps them, never a null list), with --quiet the key of
+// each (an ID or name) a line, and as a table drawn by table otherwise.
 type listing[T any] struct {
 	json  func([]T) any
 	key   func(T) string
 	table func(io.Writer, []T, time.Time) error
+	order func(a, b T) int
+}
+
+// show gets the items from the server with get and prints them.
+func (l listing[T]) show(g *globals, cmd *cobra.Command, asJSON, quiet bool, get func(ctx context.Context, c *atoll.Client) ([]T, error)) error {
+	items, err := request(g, cmd, get)
+	if err != nil {
+		return err
+	}
+	if l.order != nil {
+		slices.SortFunc(items, l.order)
+	}
+	return l.print(cmd.OutOrStdout(), items, asJSON, quiet)
 }
 
 // print prints items on w as the flags asJSON and quiet ask.

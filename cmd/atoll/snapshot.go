@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -197,16 +196,9 @@ counts the sandboxes created from it.`,
 			if len(args) == 1 {
 				sandbox = args[0]
 			}
-			snaps, err := request(g, cmd, func(ctx context.Context, c *atoll.Client) ([]api.Snapshot, error) {
+			return snapshotListing.show(g, cmd, asJSON, quiet, func(ctx context.Context, c *atoll.Client) ([]api.Snapshot, error) {
 				return c.ListSnapshots(ctx, sandbox)
 			})
-			if err != nil {
-				return err
-			}
-			slices.SortFunc(snaps, func(a, b api.Snapshot) int {
-				return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
-			})
-			return snapshotListing.print(cmd.OutOrStdout(), snaps, asJSON, quiet)
 		},
 	}
 	listFlags(cmd, &asJSON, &quiet, "IDs")
@@ -217,6 +209,9 @@ var snapshotListing = listing[api.Snapshot]{
 	json:  func(snaps []api.Snapshot) any { return api.SnapshotList{Snapshots: snaps} },
 	key:   func(s api.Snapshot) string { return s.ID },
 	table: renderSnapshots,
+	order: func(a, b api.Snapshot) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
+	},
 }
 
 func newSnapshotRmCmd(g *globals) *cobra.Command {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -324,14 +323,9 @@ layers' unpacked size.`,
   atoll template ls --json | jq -r '.templates[] | select(.sandboxes == 0) | .name'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ts, err := request(g, cmd, func(ctx context.Context, c *atoll.Client) ([]api.Template, error) {
+			return templateListing.show(g, cmd, asJSON, quiet, func(ctx context.Context, c *atoll.Client) ([]api.Template, error) {
 				return c.ListTemplates(ctx)
 			})
-			if err != nil {
-				return err
-			}
-			slices.SortFunc(ts, func(a, b api.Template) int { return strings.Compare(a.Name, b.Name) })
-			return templateListing.print(cmd.OutOrStdout(), ts, asJSON, quiet)
 		},
 	}
 	listFlags(cmd, &asJSON, &quiet, "names")
@@ -342,6 +336,7 @@ var templateListing = listing[api.Template]{
 	json:  func(ts []api.Template) any { return api.TemplateList{Templates: ts} },
 	key:   func(t api.Template) string { return t.Name },
 	table: renderTemplates,
+	order: func(a, b api.Template) int { return strings.Compare(a.Name, b.Name) },
 }
 
 func newTemplateInspectCmd(g *globals) *cobra.Command {
