@@ -154,14 +154,9 @@ replacing any earlier timeout; 0 removes the timeout. At most a year.`,
 			if d < 0 {
 				return fmt.Errorf("duration %v: must not be negative", d)
 			}
-			sb, err := request(g, cmd, func(ctx context.Context, c *atoll.Client) (api.Sandbox, error) {
+			return printKey(g, cmd, func(ctx context.Context, c *atoll.Client) (api.Sandbox, error) {
 				return c.SetTimeout(ctx, args[0], d)
-			})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), sb.ID)
-			return nil
+			}, sandboxListing.key)
 		},
 	}
 }

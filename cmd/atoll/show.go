@@ -22,6 +22,17 @@ func request[T any](g *globals, cmd *cobra.Command, do func(ctx context.Context,
 	return do(cmd.Context(), c)
 }
 
+// printKey makes one call to the server for cmd and prints the key of what
+// it answers (an ID or a name), as the commands that make one thing do.
+func printKey[T any](g *globals, cmd *cobra.Command, do func(ctx context.Context, c *atoll.Client) (T, error), key func(T) string) error {
+	v, err := request(g, cmd, do)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(cmd.OutOrStdout(), key(v))
+	return nil
+}
+
 // untilError runs op on each of args in turn, for the admin's commands
 // (key rm, node cordon), stopping at the first error and returning it.
 func untilError(g *globals, cmd *cobra.Command, args []string, op func(c *atoll.Client, ctx context.Context, arg string) error) error {

@@ -124,14 +124,9 @@ was written since is lost. The snapshot may be of another sandbox.`,
   atoll restore 3k9x2m7q1w8e5r4t6y0u $snap`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sb, err := request(g, cmd, func(ctx context.Context, c *atoll.Client) (api.Sandbox, error) {
+			return printKey(g, cmd, func(ctx context.Context, c *atoll.Client) (api.Sandbox, error) {
 				return c.RestoreSandbox(ctx, args[0], api.RestoreRequest{Snapshot: args[1]})
-			})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), sb.ID)
-			return nil
+			}, sandboxListing.key)
 		},
 	}
 }
@@ -164,14 +159,9 @@ optional: at most 63 characters of letters, digits, ".", "_" and "-".`,
 		Example: `  atoll snapshot create 3k9x2m7q1w8e5r4t6y0u --name deps-installed`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			snap, err := request(g, cmd, func(ctx context.Context, c *atoll.Client) (api.Snapshot, error) {
+			return printKey(g, cmd, func(ctx context.Context, c *atoll.Client) (api.Snapshot, error) {
 				return c.CreateSnapshot(ctx, args[0], req)
-			})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), snap.ID)
-			return nil
+			}, snapshotListing.key)
 		},
 	}
 	cmd.Flags().StringVar(&req.Name, "name", "", "name of the snapshot")

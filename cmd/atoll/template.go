@@ -433,14 +433,9 @@ pointed to before stays while sandboxes use it.`,
   atoll template build --name python-next ./py && atoll template tag python-next python`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			t, err := request(g, cmd, func(ctx context.Context, c *atoll.Client) (api.Template, error) {
+			return printKey(g, cmd, func(ctx context.Context, c *atoll.Client) (api.Template, error) {
 				return c.TagTemplate(ctx, args[0], args[1])
-			})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), t.Name)
-			return nil
+			}, templateListing.key)
 		},
 	}
 }
