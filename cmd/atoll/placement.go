@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"sort"
@@ -16,8 +15,7 @@ import (
 )
 
 func newPlacementCmd(g *globals) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
+	return showCmd(g, &cobra.Command{
 		Use:   "placement ID",
 		Short: "Show how the cluster chose a sandbox's node",
 		Long: `Show a sandbox's placement record: the nodes the scheduler considered, best
@@ -25,18 +23,10 @@ first, with their scores and the score's parts, why the chosen node won, and
 the nodes it filtered out (named with why if the create asked --explain,
 counted by filter otherwise). A single machine places nothing.`,
 		Example: `  atoll placement 3k9x2m7q1w8e5r4t6y0u`,
-		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return show(g, cmd, asJSON, func(ctx context.Context, c *atoll.Client) (api.Placement, error) {
-				return c.GetPlacement(ctx, args[0])
-			}, func(w io.Writer, p api.Placement) error {
-				renderPlacement(w, p)
-				return nil
-			})
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the record as JSON")
-	return cmd
+	}, "print the record as JSON", (*atoll.Client).GetPlacement, func(w io.Writer, p api.Placement) error {
+		renderPlacement(w, p)
+		return nil
+	})
 }
 
 // renderExplain prints how the sandbox a create answered was placed.

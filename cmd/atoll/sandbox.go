@@ -213,21 +213,12 @@ var sandboxListing = listing[api.Sandbox]{
 }
 
 func newInspectCmd(g *globals) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
+	return showCmd(g, &cobra.Command{
 		Use:     "inspect ID",
 		Short:   "Show a sandbox's details",
 		Long:    `Show a sandbox's state, limits, times and labels; --json shows everything.`,
 		Example: `  atoll inspect 3k9x2m7q1w8e5r4t6y0u --json`,
-		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return show(g, cmd, asJSON, func(ctx context.Context, c *atoll.Client) (api.Sandbox, error) {
-				return c.GetSandbox(ctx, args[0])
-			}, func(w io.Writer, sb api.Sandbox) error { return renderInspect(w, sb, time.Now()) })
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	}, "print JSON", (*atoll.Client).GetSandbox, func(w io.Writer, sb api.Sandbox) error { return renderInspect(w, sb, time.Now()) })
 }
 
 // eachIDCmd is cmd, given its help, taking one or more IDs and running op

@@ -63,6 +63,18 @@ func show[T any](g *globals, cmd *cobra.Command, asJSON bool, get func(ctx conte
 	return draw(cmd.OutOrStdout(), v)
 }
 
+// showCmd is cmd, given its help, taking an ID or a name and showing what
+// get answers for it through show; usage is its --json flag's.
+func showCmd[T any](g *globals, cmd *cobra.Command, usage string, get func(c *atoll.Client, ctx context.Context, id string) (T, error), draw func(w io.Writer, v T) error) *cobra.Command {
+	var asJSON bool
+	cmd.Args = cobra.ExactArgs(1)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		return show(g, cmd, asJSON, func(ctx context.Context, c *atoll.Client) (T, error) { return get(c, ctx, args[0]) }, draw)
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, usage)
+	return cmd
+}
+
 // listing is how an "ls" command prints its items, in order if it is not
 // nil (else as the server lists them): with --json as the API's list
 // object (json wraps them, never a null list), with --quiet the key of

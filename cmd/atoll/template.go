@@ -340,8 +340,7 @@ var templateListing = listing[api.Template]{
 }
 
 func newTemplateInspectCmd(g *globals) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
+	return showCmd(g, &cobra.Command{
 		Use:   "inspect NAME",
 		Short: "Show a template's details",
 		Long: `Show a template's current version: its source, digest, size and layers, and the
@@ -351,15 +350,7 @@ snapshots that use it. "atoll create --template NAME@VERSION" starts from an
 older version while it exists. --json shows it as the API does.`,
 		Example: `  atoll template inspect python
   atoll template inspect python --json`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return show(g, cmd, asJSON, func(ctx context.Context, c *atoll.Client) (api.Template, error) {
-				return c.GetTemplate(ctx, args[0])
-			}, func(w io.Writer, t api.Template) error { return renderTemplate(w, t, time.Now()) })
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	}, "print JSON", (*atoll.Client).GetTemplate, func(w io.Writer, t api.Template) error { return renderTemplate(w, t, time.Now()) })
 }
 
 func newTemplateRmCmd(g *globals) *cobra.Command {
