@@ -52,13 +52,8 @@ func TestAutoResumeEndToEnd(t *testing.T) {
 	}}
 	get := func(u string) (int, string) {
 		t.Helper()
-		resp, err := toProxy.Get(u)
-		if err != nil {
-			t.Fatalf("GET %s: %v", u, err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		req, _ := http.NewRequest("GET", u, nil)
+		return fetch(t, toProxy, req)
 	}
 	portURL := func(id string) string {
 		t.Helper()

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -46,19 +45,11 @@ func TestClusterMode(t *testing.T) {
 
 	// Six creates through node 1, at once: placed over the nodes.
 	const n = 6
-	sbs := make([]api.Sandbox, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
 	t0 := time.Now()
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sbs[i], errs[i] = c1.CreateSandbox(ctx, api.CreateSandboxRequest{CPU: 1, MemoryMiB: 256})
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	sbs, err := atOnce(n, func(int) (api.Sandbox, error) {
+		return c1.CreateSandbox(ctx, api.CreateSandboxRequest{CPU: 1, MemoryMiB: 256})
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d creates through node 1 in %s", n, time.Since(t0).Round(time.Millisecond))

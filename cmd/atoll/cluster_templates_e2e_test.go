@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -65,20 +64,10 @@ func TestClusterTemplates(t *testing.T) {
 	}
 	// Three creates at once, each through another node: one download.
 	small := api.CreateSandboxRequest{Template: "shared", CPU: 0.25, MemoryMiB: 64}
-	first := make([]api.Sandbox, 3)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
 	t0 := time.Now()
-	for i := range first {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			first[i], errs[i] = cl.Nodes[i].Client().CreateSandbox(ctx, small)
-		}()
-	}
-	wg.Wait()
+	first, err := atOnce(3, func(i int) (api.Sandbox, error) { return cl.Nodes[i].Client().CreateSandbox(ctx, small) })
 	took := time.Since(t0)
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		t.Fatalf("creates placed on node 2: %v\nnode 2: %s", err, tail(cl.Nodes[1].Log()))
 	}
 	for _, sb := range first {

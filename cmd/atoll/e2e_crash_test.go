@@ -184,26 +184,17 @@ func TestKillDuringStateOps(t *testing.T) {
 				round = fmt.Sprintf("%s, killed after %v", op.name, op.delays[r])
 			}
 			c := d.client()
-			srcs := make([]string, n)
-			errs := make([]error, n)
-			var wg sync.WaitGroup
-			for i := range srcs {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-					if err == nil {
-						srcs[i] = sb.ID
-						_, err = run(c, sb.ID, "echo m-"+sb.ID+" > /root/marker && head -c 4194304 /dev/urandom > /root/bulk")
-					}
-					if err == nil && op.name == "archive" {
-						_, err = c.StopSandbox(ctx, sb.ID)
-					}
-					errs[i] = err
-				}()
-			}
-			wg.Wait()
-			if err := errors.Join(errs...); err != nil {
+			srcs, err := atOnce(n, func(int) (string, error) {
+				sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+				if err == nil {
+					_, err = run(c, sb.ID, "echo m-"+sb.ID+" > /root/marker && head -c 4194304 /dev/urandom > /root/bulk")
+				}
+				if err == nil && op.name == "archive" {
+					_, err = c.StopSandbox(ctx, sb.ID)
+				}
+				return sb.ID, err
+			})
+			if err != nil {
 				t.Fatal(err)
 			}
 
@@ -211,6 +202,8 @@ func TestKillDuringStateOps(t *testing.T) {
 			snaps := make([]api.Snapshot, n)
 			kids := make([][]api.Sandbox, n)
 			took := make([]time.Duration, n) // till the answer, if any
+			errs := make([]error, n)
+			var wg sync.WaitGroup
 			t0 := time.Now()
 			for i, id := range srcs {
 				wg.Add(1)

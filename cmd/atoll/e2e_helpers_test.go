@@ -285,6 +285,36 @@ func newSandbox(ctx context.Context, t *testing.T, c *atoll.Client, req api.Crea
 	return sb
 }
 
+// fetch sends req with client and returns the answer's status and body,
+// or fails t if there is none.
+func fetch(t *testing.T, client *http.Client, req *http.Request) (int, string) {
+	t.Helper()
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// atOnce calls f(i) for each i below n at once, and returns what the calls
+// answer, once all are done, with their errors joined.
+func atOnce[T any](n int, f func(i int) (T, error)) ([]T, error) {
+	vs := make([]T, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			vs[i], errs[i] = f(i)
+		}()
+	}
+	wg.Wait()
+	return vs, errors.Join(errs...)
+}
+
 // warmBaseline creates and deletes a sandbox, so that the template's layer
 // images are made (they stay), and returns what is then on the host: the
 // baseline against which a test looks for leftovers.

@@ -30,13 +30,7 @@ func TestHostileInput(t *testing.T) {
 	raw := func(method, path string, body io.Reader) (int, string) {
 		req, _ := http.NewRequest(method, d.url+path, body)
 		req.Header.Set("Authorization", "Bearer "+d.key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return fetch(t, http.DefaultClient, req)
 	}
 	cases := []struct {
 		name, method, path, body string

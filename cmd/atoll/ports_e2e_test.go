@@ -120,13 +120,7 @@ func TestPortsEndToEnd(t *testing.T) {
 				req.Header.Set(k, v)
 			}
 		}
-		resp, err := cl.Do(req)
-		if err != nil {
-			t.Fatalf("GET %s: %v", u, err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return fetch(t, cl, req)
 	}
 	serve := func(id string) {
 		t.Helper()
