@@ -150,7 +150,7 @@ func TestShortLayer(t *testing.T) {
 // memTemplates is an in-memory template store for driving the CLI through a
 // real server. Archive imports make one layer per tar entry, named after it.
 type memTemplates struct {
-	m *memstore.Table[api.Template]
+	memstore.Templates
 
 	mu sync.Mutex
 	// bootstrapped is the last bootstrap's request.
@@ -160,13 +160,11 @@ type memTemplates struct {
 // newMemTemplates holds the built-in template, host, that sandboxes
 // sandboxes were made from.
 func newMemTemplates(sandboxes int) *memTemplates {
-	s := &memTemplates{m: memstore.New[api.Template]("template")}
-	s.m.Put("host", api.Template{Name: "host", Source: "builtin", Sandboxes: sandboxes})
-	return s
+	return &memTemplates{Templates: memstore.NewTemplates(api.Template{Name: "host", Source: "builtin", Sandboxes: sandboxes})}
 }
 
 func (s *memTemplates) Import(ctx context.Context, req api.ImportTemplateRequest, archive io.Reader, progress func(api.ImportEvent)) (api.Template, error) {
-	if s.m.Has(req.Name) {
+	if s.Has(req.Name) {
 		return api.Template{}, fmt.Errorf("template %s already exists: %w", req.Name, errdefs.ErrConflict)
 	}
 	t := api.Template{Name: req.Name, Source: req.Ref, CreatedAt: time.Now()}
@@ -185,7 +183,7 @@ func (s *memTemplates) Import(ctx context.Context, req api.ImportTemplateRequest
 		t.Layers = []string{"sha256:0a1b2c3d4e5f60718293a4b5c6d7e8f9"}
 		progress(api.ImportEvent{Layer: t.Layers[0], Bytes: 10, Total: 10, LayersDone: 1, Layers: 1})
 	}
-	s.m.Put(t.Name, t)
+	s.Put(t.Name, t)
 	return t, nil
 }
 
@@ -193,7 +191,7 @@ func (s *memTemplates) Import(ctx context.Context, req api.ImportTemplateRequest
 // "# cached"; "RUN false" fails. The template's Layers are the context's
 // entries, its Env the build args.
 func (s *memTemplates) Build(ctx context.Context, name, dockerfile string, buildArgs map[string]string, buildContext io.Reader, events func(api.BuildEvent)) (api.Template, error) {
-	if s.m.Has(name) {
+	if s.Has(name) {
 		return api.Template{}, fmt.Errorf("template %s already exists: %w", name, errdefs.ErrConflict)
 	}
 	t := api.Template{Name: name, Source: "build", CreatedAt: time.Now()}
@@ -216,20 +214,12 @@ func (s *memTemplates) Build(ctx context.Context, name, dockerfile string, build
 		t.Env = append(t.Env, k+"="+v)
 	}
 	slices.Sort(t.Env)
-	s.m.Put(name, t)
+	s.Put(name, t)
 	return t, nil
 }
 
-func (s *memTemplates) List(ctx context.Context) ([]api.Template, error) {
-	return s.m.List(nil), nil
-}
-
-func (s *memTemplates) Get(ctx context.Context, name string) (api.Template, error) {
-	return s.m.Get(name)
-}
-
 func (s *memTemplates) Delete(ctx context.Context, name string) (api.TemplateRemoved, error) {
-	t, err := s.m.Delete(name, func(t api.Template) error {
+	t, err := s.Table.Delete(name, func(t api.Template) error {
 		if t.Source == "builtin" {
 			return fmt.Errorf("%w: the built-in template cannot be deleted", errdefs.ErrConflict)
 		}
@@ -457,7 +447,7 @@ func TestTemplateCommands(t *testing.T) {
 		t.Errorf("template inspect nope: %v", err)
 	}
 	// A removed name's versions in use stay, and rm says so.
-	tpls.m.Update("app", func(app *api.Template) error {
+	tpls.Update("app", func(app *api.Template) error {
 		app.Version, app.VersionID, app.Sandboxes = 1, "v0123456789abcdef012", 1
 		return nil
 	})
@@ -523,23 +513,13 @@ func TestOpenArchiveReleases(t *testing.T) {
 	}
 }
 
-func (s *memTemplates) Tag(ctx context.Context, name, tag string) (api.Template, error) {
-	t, err := s.m.Get(name)
-	if err != nil {
-		return t, err
-	}
-	t.Name = tag
-	s.m.Put(tag, t)
-	return t, nil
-}
-
 func (s *memTemplates) Bootstrap(ctx context.Context, req api.BootstrapTemplateRequest, events func(api.BuildEvent)) (api.Template, error) {
 	events(api.BuildEvent{Type: "log", Data: []byte("I: Base system installed successfully.\n")})
 	if req.Build != "" {
 		events(api.BuildEvent{Type: "step", Step: 1, Steps: 4, Instruction: "FROM debian"})
 	}
 	t := api.Template{Name: req.Name, Source: "debootstrap " + req.Suite, Layers: []string{"l"}}
-	s.m.Put(req.Name, t)
+	s.Put(req.Name, t)
 	s.mu.Lock()
 	s.bootstrapped = req
 	s.mu.Unlock()

@@ -24,18 +24,16 @@ import (
 // templates holds templates in memory. A registry import makes one layer per
 // character of the ref's last path element; an archive import one per tar entry.
 type templates struct {
-	m     *memstore.Table[api.Template]
+	memstore.Templates
 	inUse map[string]bool // read only
 }
 
 func newTemplates() *templates {
-	s := &templates{m: memstore.New[api.Template]("template"), inUse: map[string]bool{"host": true}}
-	s.m.Put("host", api.Template{Name: "host", Source: "builtin"})
-	return s
+	return &templates{memstore.NewTemplates(api.Template{Name: "host", Source: "builtin"}), map[string]bool{"host": true}}
 }
 
 func (s *templates) Import(ctx context.Context, req api.ImportTemplateRequest, archive io.Reader, progress func(api.ImportEvent)) (api.Template, error) {
-	if s.m.Has(req.Name) {
+	if s.Has(req.Name) {
 		return api.Template{}, fmt.Errorf("template %s already exists: %w", req.Name, errdefs.ErrConflict)
 	}
 	t := api.Template{Name: req.Name, Source: req.Ref}
@@ -55,7 +53,7 @@ func (s *templates) Import(ctx context.Context, req api.ImportTemplateRequest, a
 			t.Size += 100
 		}
 	}
-	s.m.Put(t.Name, t)
+	s.Put(t.Name, t)
 	return t, nil
 }
 
@@ -63,7 +61,7 @@ func (s *templates) Import(ctx context.Context, req api.ImportTemplateRequest, a
 // line is "RUN false". The template's Env lists the build args; its Layers the
 // context's files.
 func (s *templates) Build(ctx context.Context, name, dockerfile string, buildArgs map[string]string, buildContext io.Reader, events func(api.BuildEvent)) (api.Template, error) {
-	if s.m.Has(name) {
+	if s.Has(name) {
 		return api.Template{}, fmt.Errorf("template %s already exists: %w", name, errdefs.ErrConflict)
 	}
 	t := api.Template{Name: name, Source: "build"}
@@ -84,20 +82,12 @@ func (s *templates) Build(ctx context.Context, name, dockerfile string, buildArg
 		t.Env = append(t.Env, k+"="+v)
 	}
 	slices.Sort(t.Env)
-	s.m.Put(t.Name, t)
+	s.Put(t.Name, t)
 	return t, nil
 }
 
-func (s *templates) List(ctx context.Context) ([]api.Template, error) {
-	return s.m.List(nil), nil
-}
-
-func (s *templates) Get(ctx context.Context, name string) (api.Template, error) {
-	return s.m.Get(name)
-}
-
 func (s *templates) Delete(ctx context.Context, name string) (api.TemplateRemoved, error) {
-	_, err := s.m.Delete(name, func(api.Template) error {
+	_, err := s.Table.Delete(name, func(api.Template) error {
 		if s.inUse[name] {
 			return fmt.Errorf("template %s is in use: %w", name, errdefs.ErrConflict)
 		}
@@ -295,19 +285,9 @@ func TestImportTemplateTruncated(t *testing.T) {
 	}
 }
 
-func (s *templates) Tag(ctx context.Context, name, tag string) (api.Template, error) {
-	t, err := s.m.Get(name)
-	if err != nil {
-		return t, err
-	}
-	t.Name = tag
-	s.m.Put(tag, t)
-	return t, nil
-}
-
 func (s *templates) Bootstrap(ctx context.Context, req api.BootstrapTemplateRequest, events func(api.BuildEvent)) (api.Template, error) {
 	events(api.BuildEvent{Type: "log", Data: []byte("I: Base system installed successfully.\n")})
 	t := api.Template{Name: req.Name, Source: "debootstrap " + req.Suite, Layers: []string{"l"}}
-	s.m.Put(req.Name, t)
+	s.Put(req.Name, t)
 	return t, nil
 }

@@ -1,6 +1,7 @@
 package memstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
@@ -73,5 +74,22 @@ func TestTemplateStreams(t *testing.T) {
 	}
 	if _, err := BuildContext(&api.Template{}, testenv.Tar("main.c", ""), "Dockerfile"); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Errorf("BuildContext without the Dockerfile: %v", err)
+	}
+}
+
+func TestTemplates(t *testing.T) {
+	ts := NewTemplates(api.Template{Name: "host", Source: "builtin"})
+	ctx := context.Background()
+	if tpl, err := ts.Tag(ctx, "host", "h2"); err != nil || tpl.Name != "h2" || tpl.Source != "builtin" {
+		t.Errorf("Tag = %+v, %v", tpl, err)
+	}
+	if l, err := ts.List(ctx); err != nil || len(l) != 2 {
+		t.Errorf("List = %+v, %v", l, err)
+	}
+	if _, err := ts.Get(ctx, "nope"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Get of a missing template: %v", err)
+	}
+	if _, err := ts.Tag(ctx, "nope", "x"); !errors.Is(err, errdefs.ErrNotFound) || ts.Has("x") {
+		t.Errorf("Tag of a missing template: %v", err)
 	}
 }

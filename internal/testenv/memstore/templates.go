@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"archive/tar"
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -9,6 +10,41 @@ import (
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 )
+
+// Templates holds templates by name, with the methods of the server's
+// template service that make none (List, Get, Tag), for the template
+// stand-ins to embed.
+type Templates struct {
+	*Table[api.Template]
+}
+
+// NewTemplates holds the built-in template, host, as given.
+func NewTemplates(host api.Template) Templates {
+	t := Templates{New[api.Template]("template")}
+	t.Put("host", host)
+	return t
+}
+
+// List lists the templates, in no order.
+func (t Templates) List(ctx context.Context) ([]api.Template, error) {
+	return t.Table.List(nil), nil
+}
+
+// Get returns template name, or an ErrNotFound.
+func (t Templates) Get(ctx context.Context, name string) (api.Template, error) {
+	return t.Table.Get(name)
+}
+
+// Tag names template name tag too.
+func (t Templates) Tag(ctx context.Context, name, tag string) (api.Template, error) {
+	tpl, err := t.Table.Get(name)
+	if err != nil {
+		return tpl, err
+	}
+	tpl.Name = tag
+	t.Put(tag, tpl)
+	return tpl, nil
+}
 
 // ImportArchive reads an image archive as the template stand-ins import
 // one: a layer per tar entry, named after it, added to t with its size and
