@@ -280,10 +280,7 @@ func TestClusterNodePartitioned(t *testing.T) {
 		}
 	}
 	list := func() map[string]string {
-		l, err := c.ListSandboxes(ctx, atoll.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := listSandboxes(ctx, t, c)
 		m := map[string]string{}
 		for _, sb := range l {
 			m[sb.ID] = sb.State + " on " + sb.Node

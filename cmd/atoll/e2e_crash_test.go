@@ -26,11 +26,7 @@ func restartCold(ctx context.Context, t *testing.T, d *daemon) (*atoll.Client, [
 	d.args = []string{"--warm-pool", "0"}
 	d.start()
 	c := d.client()
-	sbs, err := c.ListSandboxes(ctx, atoll.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, sbs
+	return c, listSandboxes(ctx, t, c)
 }
 
 // TestKillDuringCreate kills the daemon while creates are in flight: after a
@@ -242,10 +238,7 @@ func TestKillDuringStateOps(t *testing.T) {
 			}
 
 			// Nothing in a transient state; acknowledged deletes stay deleted.
-			sbs, err := c.ListSandboxes(ctx, atoll.ListOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			sbs := listSandboxes(ctx, t, c)
 			state := map[string]string{}
 			for _, sb := range sbs {
 				state[sb.ID] = sb.State

@@ -315,6 +315,16 @@ func atOnce[T any](n int, f func(i int) (T, error)) ([]T, error) {
 	return vs, errors.Join(errs...)
 }
 
+// listSandboxes returns every sandbox c lists, or fails t.
+func listSandboxes(ctx context.Context, t *testing.T, c *atoll.Client) []api.Sandbox {
+	t.Helper()
+	sbs, err := c.ListSandboxes(ctx, atoll.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sbs
+}
+
 // warmBaseline creates and deletes a sandbox, so that the template's layer
 // images are made (they stay), and returns what is then on the host: the
 // baseline against which a test looks for leftovers.

@@ -19,7 +19,6 @@ import (
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/network"
 	"github.com/atoll-dev/atoll/internal/testenv"
-	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
 // upgradeServer is a sandbox's server on 8081: a request with "Upgrade:
@@ -362,10 +361,7 @@ func TestPortsEndToEnd(t *testing.T) {
 			time.Sleep(500 * time.Millisecond)
 		}
 		// GetSandbox is itself activity: read the list instead.
-		sbs, err := c.ListSandboxes(ctx, atoll.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		sbs := listSandboxes(ctx, t, c)
 		states := map[string]string{}
 		for _, sb := range sbs {
 			states[sb.ID] = sb.State
