@@ -180,29 +180,24 @@ func keyValues(flag string, kvs []string) (map[string]string, error) {
 func newLsCmd(g *globals) *cobra.Command {
 	var opts atoll.ListOptions
 	var labels []string
-	var asJSON, quiet bool
-	cmd := &cobra.Command{
-		Use:     "ls [flags]",
-		Aliases: []string{"list"},
-		Short:   "List sandboxes",
-		Long:    `List sandboxes as a table, or as JSON with --json.`,
+	cmd := sandboxListing.command(g, &cobra.Command{
+		Use:   "ls [flags]",
+		Short: "List sandboxes",
+		Long:  `List sandboxes as a table, or as JSON with --json.`,
 		Example: `  atoll ls --state running --label team=infra
   atoll ls -q | xargs atoll stop`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
+		PreRunE: func(cmd *cobra.Command, args []string) error {
 			var err error
-			if opts.Labels, err = keyValues("--label", labels); err != nil {
-				return err
-			}
-			return sandboxListing.show(g, cmd, asJSON, quiet, func(ctx context.Context, c *atoll.Client) ([]api.Sandbox, error) {
-				return c.ListSandboxes(ctx, opts)
-			})
+			opts.Labels, err = keyValues("--label", labels)
+			return err
 		},
-	}
+	}, "IDs", func(ctx context.Context, c *atoll.Client, _ []string) ([]api.Sandbox, error) {
+		return c.ListSandboxes(ctx, opts)
+	})
 	f := cmd.Flags()
 	f.StringVar(&opts.State, "state", "", "only sandboxes in this state (creating, starting, running, stopping, paused, suspended, shelved, stopped, archived, deleting, error)")
 	f.StringArrayVar(&labels, "label", nil, "only sandboxes with label k=v (repeatable; all must match)")
-	listFlags(cmd, &asJSON, &quiet, "IDs")
 	return cmd
 }
 

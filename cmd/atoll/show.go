@@ -115,9 +115,15 @@ func (l listing[T]) print(w io.Writer, items []T, asJSON, quiet bool) error {
 	return l.table(w, items, time.Now())
 }
 
-// listFlags registers ls's --json and --quiet, quiet printing what (IDs
-// or names) alone.
-func listFlags(cmd *cobra.Command, asJSON, quiet *bool, what string) {
-	cmd.Flags().BoolVar(asJSON, "json", false, "print JSON")
-	cmd.Flags().BoolVarP(quiet, "quiet", "q", false, "print "+what+" only")
+// command is cmd, an "ls" given its help and arguments, listing what get
+// answers for its arguments; --quiet prints what (IDs or names) alone.
+func (l listing[T]) command(g *globals, cmd *cobra.Command, what string, get func(ctx context.Context, c *atoll.Client, args []string) ([]T, error)) *cobra.Command {
+	var asJSON, quiet bool
+	cmd.Aliases = []string{"list"}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		return l.show(g, cmd, asJSON, quiet, func(ctx context.Context, c *atoll.Client) ([]T, error) { return get(ctx, c, args) })
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print "+what+" only")
+	return cmd
 }

@@ -169,11 +169,9 @@ optional: at most 63 characters of letters, digits, ".", "_" and "-".`,
 }
 
 func newSnapshotLsCmd(g *globals) *cobra.Command {
-	var asJSON, quiet bool
-	cmd := &cobra.Command{
-		Use:     "ls [ID] [flags]",
-		Aliases: []string{"list"},
-		Short:   "List snapshots",
+	return snapshotListing.command(g, &cobra.Command{
+		Use:   "ls [ID] [flags]",
+		Short: "List snapshots",
 		Long: `List snapshots, all or those taken of sandbox ID, as a table or as JSON with
 --json. SANDBOX is the sandbox each was taken of, which may be gone; SANDBOXES
 counts the sandboxes created from it.`,
@@ -181,18 +179,13 @@ counts the sandboxes created from it.`,
   atoll snapshot ls 3k9x2m7q1w8e5r4t6y0u
   atoll snapshot ls --json | jq -r '.snapshots[] | select(.sandboxes == 0) | .id'`,
 		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			var sandbox string
-			if len(args) == 1 {
-				sandbox = args[0]
-			}
-			return snapshotListing.show(g, cmd, asJSON, quiet, func(ctx context.Context, c *atoll.Client) ([]api.Snapshot, error) {
-				return c.ListSnapshots(ctx, sandbox)
-			})
-		},
-	}
-	listFlags(cmd, &asJSON, &quiet, "IDs")
-	return cmd
+	}, "IDs", func(ctx context.Context, c *atoll.Client, args []string) ([]api.Snapshot, error) {
+		var sandbox string
+		if len(args) == 1 {
+			sandbox = args[0]
+		}
+		return c.ListSnapshots(ctx, sandbox)
+	})
 }
 
 var snapshotListing = listing[api.Snapshot]{

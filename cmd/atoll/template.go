@@ -309,11 +309,9 @@ func shortLayer(id string) string {
 }
 
 func newTemplateLsCmd(g *globals) *cobra.Command {
-	var asJSON, quiet bool
-	cmd := &cobra.Command{
-		Use:     "ls [flags]",
-		Aliases: []string{"list"},
-		Short:   "List templates",
+	return templateListing.command(g, &cobra.Command{
+		Use:   "ls [flags]",
+		Short: "List templates",
 		Long: `List templates as a table, or as JSON with --json. VERSION is the version the
 name points to; OLD counts its earlier versions that sandboxes or snapshots still
 use (a name removed while in use shows as removed until they go). SANDBOXES
@@ -322,14 +320,9 @@ layers' unpacked size.`,
 		Example: `  atoll template ls
   atoll template ls --json | jq -r '.templates[] | select(.sandboxes == 0) | .name'`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return templateListing.show(g, cmd, asJSON, quiet, func(ctx context.Context, c *atoll.Client) ([]api.Template, error) {
-				return c.ListTemplates(ctx)
-			})
-		},
-	}
-	listFlags(cmd, &asJSON, &quiet, "names")
-	return cmd
+	}, "names", func(ctx context.Context, c *atoll.Client, _ []string) ([]api.Template, error) {
+		return c.ListTemplates(ctx)
+	})
 }
 
 var templateListing = listing[api.Template]{
