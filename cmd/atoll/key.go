@@ -73,8 +73,7 @@ wants E2B's format, e2b_ and the hex part: E2B_API_KEY=e2b_${KEY#atoll_}.`,
 }
 
 func newKeyListCmd(g *globals) *cobra.Command {
-	var listJSON bool
-	list := &cobra.Command{
+	return showCmd(g, &cobra.Command{
 		Use:     "ls",
 		Aliases: []string{"list"},
 		Short:   "List the keys (IDs, names, tenants; never the keys)",
@@ -84,14 +83,9 @@ made. The keys themselves are not kept, so they cannot be listed.`,
 		Example: `  atoll key ls
   atoll key ls --json`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return show(g, cmd, listJSON, func(ctx context.Context, c *atoll.Client) ([]api.APIKey, error) {
-				return c.ListKeys(ctx)
-			}, renderKeys)
-		},
-	}
-	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
-	return list
+	}, "print JSON", func(ctx context.Context, c *atoll.Client, _ []string) ([]api.APIKey, error) {
+		return c.ListKeys(ctx)
+	}, renderKeys)
 }
 
 func renderKeys(w io.Writer, ks []api.APIKey) error {

@@ -46,8 +46,7 @@ shows "draining (N left)" until it is "draining (done)".`, (*atoll.Client).Drain
 }
 
 func newNodeListCmd(g *globals) *cobra.Command {
-	var listJSON bool
-	list := &cobra.Command{
+	return showCmd(g, &cobra.Command{
 		Use:     "ls",
 		Aliases: []string{"list"},
 		Short:   "List the nodes: capacity, committed, lease, schedule",
@@ -57,14 +56,9 @@ sandboxes hold of its capacity, its runtimes, version and lease.`,
 		Example: `  atoll node ls
   atoll node ls --json`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return show(g, cmd, listJSON, func(ctx context.Context, c *atoll.Client) ([]api.Node, error) {
-				return c.ListNodes(ctx)
-			}, func(w io.Writer, ns []api.Node) error { return renderNodes(w, ns, time.Now()) })
-		},
-	}
-	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
-	return list
+	}, "print JSON", func(ctx context.Context, c *atoll.Client, _ []string) ([]api.Node, error) {
+		return c.ListNodes(ctx)
+	}, func(w io.Writer, ns []api.Node) error { return renderNodes(w, ns, time.Now()) })
 }
 
 func renderNodes(w io.Writer, ns []api.Node, now time.Time) error {

@@ -23,7 +23,8 @@ first, with their scores and the score's parts, why the chosen node won, and
 the nodes it filtered out (named with why if the create asked --explain,
 counted by filter otherwise). A single machine places nothing.`,
 		Example: `  atoll placement 3k9x2m7q1w8e5r4t6y0u`,
-	}, "print the record as JSON", (*atoll.Client).GetPlacement, func(w io.Writer, p api.Placement) error {
+		Args:    cobra.ExactArgs(1),
+	}, "print the record as JSON", byID((*atoll.Client).GetPlacement), func(w io.Writer, p api.Placement) error {
 		renderPlacement(w, p)
 		return nil
 	})

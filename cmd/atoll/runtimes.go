@@ -14,8 +14,7 @@ import (
 )
 
 func newRuntimesCmd(g *globals) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
+	return showCmd(g, &cobra.Command{
 		Use:   "runtimes",
 		Short: "List the server's sandbox runtimes and what each can do",
 		Long: `List the runtimes "atoll create --runtime" takes, with their capabilities:
@@ -28,15 +27,10 @@ cannot offer is listed with why.`,
 		Example: `  atoll runtimes
   atoll create --runtime gvisor && atoll pause --to-disk ID`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return show(g, cmd, asJSON, func(ctx context.Context, c *atoll.Client) (api.RuntimeList, error) {
-				rts, err := c.Runtimes(ctx)
-				return api.RuntimeList{Runtimes: rts}, err
-			}, func(w io.Writer, l api.RuntimeList) error { return renderRuntimes(w, l.Runtimes) })
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	}, "print JSON", func(ctx context.Context, c *atoll.Client, _ []string) (api.RuntimeList, error) {
+		rts, err := c.Runtimes(ctx)
+		return api.RuntimeList{Runtimes: rts}, err
+	}, func(w io.Writer, l api.RuntimeList) error { return renderRuntimes(w, l.Runtimes) })
 }
 
 func renderRuntimes(w io.Writer, rts []api.Runtime) error {

@@ -213,7 +213,8 @@ func newInspectCmd(g *globals) *cobra.Command {
 		Short:   "Show a sandbox's details",
 		Long:    `Show a sandbox's state, limits, times and labels; --json shows everything.`,
 		Example: `  atoll inspect 3k9x2m7q1w8e5r4t6y0u --json`,
-	}, "print JSON", (*atoll.Client).GetSandbox, func(w io.Writer, sb api.Sandbox) error { return renderInspect(w, sb, time.Now()) })
+		Args:    cobra.ExactArgs(1),
+	}, "print JSON", byID((*atoll.Client).GetSandbox), func(w io.Writer, sb api.Sandbox) error { return renderInspect(w, sb, time.Now()) })
 }
 
 // eachIDCmd is cmd, given its help, taking one or more IDs and running op

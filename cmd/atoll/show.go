@@ -63,16 +63,20 @@ func show[T any](g *globals, cmd *cobra.Command, asJSON bool, get func(ctx conte
 	return draw(cmd.OutOrStdout(), v)
 }
 
-// showCmd is cmd, given its help, taking an ID or a name and showing what
-// get answers for it through show; usage is its --json flag's.
-func showCmd[T any](g *globals, cmd *cobra.Command, usage string, get func(c *atoll.Client, ctx context.Context, id string) (T, error), draw func(w io.Writer, v T) error) *cobra.Command {
+// showCmd is cmd, given its help and arguments, showing what get answers
+// for its arguments through show; usage is its --json flag's.
+func showCmd[T any](g *globals, cmd *cobra.Command, usage string, get func(ctx context.Context, c *atoll.Client, args []string) (T, error), draw func(w io.Writer, v T) error) *cobra.Command {
 	var asJSON bool
-	cmd.Args = cobra.ExactArgs(1)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		return show(g, cmd, asJSON, func(ctx context.Context, c *atoll.Client) (T, error) { return get(c, ctx, args[0]) }, draw)
+		return show(g, cmd, asJSON, func(ctx context.Context, c *atoll.Client) (T, error) { return get(ctx, c, args) }, draw)
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, usage)
 	return cmd
+}
+
+// byID is get for a showCmd of one argument, an ID or a name.
+func byID[T any](get func(c *atoll.Client, ctx context.Context, id string) (T, error)) func(context.Context, *atoll.Client, []string) (T, error) {
+	return func(ctx context.Context, c *atoll.Client, args []string) (T, error) { return get(c, ctx, args[0]) }
 }
 
 // listing is how an "ls" command prints its items, in order if it is not

@@ -343,7 +343,8 @@ snapshots that use it. "atoll create --template NAME@VERSION" starts from an
 older version while it exists. --json shows it as the API does.`,
 		Example: `  atoll template inspect python
   atoll template inspect python --json`,
-	}, "print JSON", (*atoll.Client).GetTemplate, func(w io.Writer, t api.Template) error { return renderTemplate(w, t, time.Now()) })
+		Args: cobra.ExactArgs(1),
+	}, "print JSON", byID((*atoll.Client).GetTemplate), func(w io.Writer, t api.Template) error { return renderTemplate(w, t, time.Now()) })
 }
 
 func newTemplateRmCmd(g *globals) *cobra.Command {
