@@ -4,7 +4,9 @@ import (
 	"archive/tar"
 	"bytes"
 	"flag"
+	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -250,5 +252,43 @@ func TestExtractTarHostile(t *testing.T) {
 	}
 	if st, _ := os.Stat(filepath.Join(dst, "s")); st == nil || st.Mode()&os.ModeSetuid != 0 {
 		t.Errorf("setuid bit kept: %v", st)
+	}
+}
+
+func TestParseOrAddr(t *testing.T) {
+	prefix := func(s string) (netip.Prefix, error) {
+		return parseOrAddr(s, netip.ParsePrefix, func(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a, a.BitLen()) })
+	}
+	port := func(s string) (netip.AddrPort, error) {
+		return parseOrAddr(s, netip.ParseAddrPort, func(a netip.Addr) netip.AddrPort { return netip.AddrPortFrom(a, 53) })
+	}
+	for _, tc := range []struct {
+		in, want string
+		parse    func(string) (string, error)
+	}{
+		{"10.0.0.0/8", "10.0.0.0/8", stringer(prefix)},
+		{"10.1.2.3", "10.1.2.3/32", stringer(prefix)},
+		{"fd00::1", "fd00::1/128", stringer(prefix)},
+		{"example.com", "", stringer(prefix)},
+		{"1.1.1.1:5353", "1.1.1.1:5353", stringer(port)},
+		{"1.1.1.1", "1.1.1.1:53", stringer(port)},
+		{"::1", "[::1]:53", stringer(port)},
+		{"1.1.1.1:x", "", stringer(port)},
+	} {
+		got, err := tc.parse(tc.in)
+		if got != tc.want || (err != nil) != (tc.want == "") {
+			t.Errorf("parseOrAddr(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+// stringer is parse answering a string.
+func stringer[T fmt.Stringer](parse func(string) (T, error)) func(string) (string, error) {
+	return func(s string) (string, error) {
+		v, err := parse(s)
+		if err != nil {
+			return "", err
+		}
+		return v.String(), nil
 	}
 }
