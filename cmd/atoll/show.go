@@ -50,8 +50,8 @@ func untilError(g *globals, cmd *cobra.Command, args []string, op func(c *atoll.
 
 // show runs a command that reads one value from the server and prints it:
 // as JSON with --json (asJSON), drawn for people by draw otherwise. The
-// commands that print one thing (inspect, placement, runtimes, key ls, node
-// ls) go through it, so that --json means the same in each.
+// commands that print one thing (inspect, placement, network, runtimes, key
+// ls, node ls) go through it, so that --json means the same in each.
 func show[T any](g *globals, cmd *cobra.Command, asJSON bool, get func(ctx context.Context, c *atoll.Client) (T, error), draw func(w io.Writer, v T) error) error {
 	v, err := request(g, cmd, get)
 	if err != nil {
