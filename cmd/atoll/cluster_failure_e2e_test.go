@@ -30,12 +30,9 @@ const failLease = 3 * time.Second
 // name. With a disk of 20, they fill the cluster, two a node.
 func failCluster(t *testing.T, disk int) (*netcluster.Cluster, map[string][]api.Sandbox) {
 	t.Helper()
-	testenv.RequireRoot(t)
-	start := time.Now()
-	cl := netcluster.New(t, netcluster.Config{Bin: atollBinary(t), Cluster: true,
+	cl := startCluster(t, netcluster.Config{Cluster: true,
 		Args: []string{"--warm-pool", "0", "--prestart", "0", "--node-capacity", fmt.Sprintf("cpu=4,memory=4Gi,disk=%d,sandboxes=16", disk),
 			"--node-lease", failLease.String()}})
-	t.Logf("3 nodes up in %s", time.Since(start).Round(time.Millisecond))
 	ctx := context.Background()
 	c1 := cl.Nodes[0].Client()
 	on := map[string][]api.Sandbox{}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
-	"github.com/atoll-dev/atoll/internal/testenv"
 	"github.com/atoll-dev/atoll/internal/testenv/netcluster"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
@@ -22,11 +21,8 @@ import (
 // every node lists the whole cluster and its nodes; and routing never lets
 // one tenant's key reach another tenant's sandbox.
 func TestClusterMode(t *testing.T) {
-	testenv.RequireRoot(t)
-	start := time.Now()
-	cl := netcluster.New(t, netcluster.Config{Bin: atollBinary(t), Cluster: true,
+	cl := startCluster(t, netcluster.Config{Cluster: true,
 		Args: []string{"--warm-pool", "0", "--prestart", "0", "--node-capacity", "cpu=4,memory=4Gi,disk=20,sandboxes=8"}})
-	t.Logf("3 nodes up in %s", time.Since(start).Round(time.Millisecond))
 	ctx := context.Background()
 	c1, c3 := cl.Nodes[0].Client(), cl.Nodes[2].Client()
 

@@ -29,9 +29,8 @@ import (
 // then prefers them; a layer whose object was tampered with is refused;
 // deleting the template deletes its layers' objects and the nodes' copies.
 func TestClusterTemplates(t *testing.T) {
-	testenv.RequireRoot(t)
 	// Room for a build's scratch sandbox (64 GiB of disk, 4 GiB of memory).
-	cl := netcluster.New(t, netcluster.Config{Bin: atollBinary(t), Cluster: true,
+	cl := startCluster(t, netcluster.Config{Cluster: true,
 		Args: []string{"--warm-pool", "0", "--prestart", "0", "--node-capacity", "cpu=4,memory=8Gi,disk=100,sandboxes=8"}})
 	ctx := context.Background()
 	c1, c3 := cl.Nodes[0].Client(), cl.Nodes[2].Client()

@@ -28,6 +28,7 @@ import (
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/network/nettest"
 	"github.com/atoll-dev/atoll/internal/testenv"
+	"github.com/atoll-dev/atoll/internal/testenv/netcluster"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
@@ -296,6 +297,18 @@ func fetch(t *testing.T, client *http.Client, req *http.Request) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// startCluster starts the nodes cfg asks for (netcluster.New), of the atoll
+// binary these tests build, and logs how long they took to come up.
+func startCluster(t *testing.T, cfg netcluster.Config) *netcluster.Cluster {
+	t.Helper()
+	testenv.RequireRoot(t)
+	start := time.Now()
+	cfg.Bin = atollBinary(t)
+	cl := netcluster.New(t, cfg)
+	t.Logf("%d nodes up in %s", len(cl.Nodes), time.Since(start).Round(time.Millisecond))
+	return cl
 }
 
 // atOnce calls f(i) for each i below n at once, and returns what the calls
