@@ -220,20 +220,29 @@ type peers struct{ c *clustering }
 const runPath = "/cluster/v1/sandboxes/{id}/run"
 
 func (p peers) RunOn(ctx context.Context, node, id string) (api.Sandbox, error) {
-	n, ok, err := p.c.dir.Node(ctx, node, false)
-	if err == nil && (!ok || n.State != store.NodeLive) {
-		// The store placed it there, so the node was live then: the
-		// cached list is behind (a node that joined, or joined again).
+	// The store placed it there, so the node was live then: if the cached
+	// list says otherwise, it is behind (a node that joined, or joined
+	// again).
+	return p.postLive(ctx, node, true, "was placed", runPath, id)
+}
+
+// postLive POSTs path, with {id} as id, to node if it is live, and returns
+// the sandbox it answers. The node is looked up in the store, or first in
+// the cached list when cached; where says what the node is to the sandbox
+// in the error that it is not live.
+func (p peers) postLive(ctx context.Context, node string, cached bool, where, path, id string) (api.Sandbox, error) {
+	n, ok, err := p.c.dir.Node(ctx, node, !cached)
+	if cached && err == nil && (!ok || n.State != store.NodeLive) {
 		n, ok, err = p.c.dir.Node(ctx, node, true)
 	}
 	if err != nil {
 		return api.Sandbox{}, err
 	}
 	if !ok || n.State != store.NodeLive {
-		return api.Sandbox{}, fmt.Errorf("%w: node %s, where the sandbox was placed, is not live", errdefs.ErrUnavailable, node)
+		return api.Sandbox{}, fmt.Errorf("%w: node %s, where the sandbox %s, is not live", errdefs.ErrUnavailable, node, where)
 	}
 	var sb api.Sandbox
-	err = p.c.client.Call(ctx, peer.Node{Name: n.Name, Address: n.Address}, "POST", strings.Replace(runPath, "{id}", id, 1), nil, &sb)
+	err = p.c.client.Call(ctx, peer.Node{Name: n.Name, Address: n.Address}, "POST", strings.Replace(path, "{id}", id, 1), nil, &sb)
 	return sb, err
 }
 

@@ -179,13 +179,9 @@ func networkConfig(cfg serveConfig, log *slog.Logger) (network.Config, error) {
 		}
 	}
 	for _, a := range cfg.netAllow {
-		p, err := netip.ParsePrefix(a)
+		p, err := parseOrAddr(a, netip.ParsePrefix, func(addr netip.Addr) netip.Prefix { return netip.PrefixFrom(addr, addr.BitLen()) })
 		if err != nil {
-			addr, aerr := netip.ParseAddr(a)
-			if aerr != nil {
-				return nc, fmt.Errorf("--network-allow %q: want a CIDR prefix or an address", a)
-			}
-			p = netip.PrefixFrom(addr, addr.BitLen())
+			return nc, fmt.Errorf("--network-allow %q: want a CIDR prefix or an address", a)
 		}
 		nc.Allow = append(nc.Allow, p)
 	}
@@ -202,17 +198,27 @@ func networkConfig(cfg serveConfig, log *slog.Logger) (network.Config, error) {
 		log.Info("sandboxes are refused the networks the server listens on", "deny", fmt.Sprint(nc.Deny))
 	}
 	for _, u := range cfg.dnsUpstream {
-		ap, err := netip.ParseAddrPort(u)
+		ap, err := parseOrAddr(u, netip.ParseAddrPort, func(addr netip.Addr) netip.AddrPort { return netip.AddrPortFrom(addr, 53) })
 		if err != nil {
-			addr, aerr := netip.ParseAddr(u)
-			if aerr != nil {
-				return nc, fmt.Errorf("--dns-upstream %q: want ADDR or ADDR:PORT", u)
-			}
-			ap = netip.AddrPortFrom(addr, 53)
+			return nc, fmt.Errorf("--dns-upstream %q: want ADDR or ADDR:PORT", u)
 		}
 		nc.Upstream = append(nc.Upstream, ap)
 	}
 	return nc, nil
+}
+
+// parseOrAddr parses s with parse or, failing that, as a bare address
+// that whole makes into a T: a prefix of one address, the default port.
+func parseOrAddr[T any](s string, parse func(string) (T, error), whole func(netip.Addr) T) (T, error) {
+	if v, err := parse(s); err == nil {
+		return v, nil
+	}
+	addr, err := netip.ParseAddr(s)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return whole(addr), nil
 }
 
 // listenAddrs are the IP addresses of listeners (HOST:PORT, "" for
