@@ -29,7 +29,7 @@ func (s *Service) Archive(ctx context.Context, id string) (api.Sandbox, error) {
 		return api.Sandbox{}, fmt.Errorf("%w: this server has no archive store", errdefs.ErrUnavailable)
 	}
 	ctx = context.WithoutCancel(ctx)
-	sb, unlock, err := s.acquire(ctx, id, api.StateStopped)
+	sb, unlock, err := s.acquire(ctx, id, "archive")
 	if err != nil {
 		return api.Sandbox{}, err
 	}

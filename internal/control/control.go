@@ -31,7 +31,6 @@ import (
 	"github.com/atoll-dev/atoll/internal/lifecycle"
 	"github.com/atoll-dev/atoll/internal/metrics"
 	"github.com/atoll-dev/atoll/internal/network"
-	"github.com/atoll-dev/atoll/internal/node"
 	"github.com/atoll-dev/atoll/internal/pools"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/store"
@@ -57,7 +56,7 @@ type Config struct {
 	// a clear 503 rather than an unknown runtime's 400; without a network
 	// sandboxes have loopback only and network policies are refused;
 	// without a checkpoint directory suspending is.
-	Node     *node.Node
+	Node     Node
 	Defaults Defaults
 	// WarmPool is how many default sandboxes to keep started ahead of
 	// demand; 0 disables the pool.
@@ -85,6 +84,27 @@ type Config struct {
 	// lost sandbox's restore; nil on a single machine.
 	Mover  Mover
 	Logger *slog.Logger
+}
+
+// Node is what the control plane asks of the machine that runs its
+// sandboxes: the seam between the tier that decides and records (this
+// package, internal/templates, internal/pools) and the tier that runs
+// (internal/node's Node implements it). Cluster mode puts the node
+// protocol behind it; nothing else of a node reaches this package.
+type Node interface {
+	// Name is the node's name in its cluster; "" on a single machine.
+	Name() string
+	// Runtimes are the runtimes it offers, by name; Unavailable those it
+	// knows but cannot offer, with why.
+	Runtimes() map[string]runtime.Runtime
+	Unavailable() map[string]string
+	Layers() *layers.Store
+	// Network is its sandbox network manager and pool; either may be nil.
+	Network() (*network.Manager, *network.Pool)
+	AgentPath() string
+	// CheckpointDir holds suspended sandboxes' memory images; "" refuses
+	// suspending.
+	CheckpointDir() string
 }
 
 // Service manages sandboxes.
@@ -772,49 +792,23 @@ next:
 	return out, nil
 }
 
-// acquire locks sandbox id for an operation that needs it in state want (any
-// state if want is empty) and reads it; the caller must call unlock.
-func (s *Service) acquire(ctx context.Context, id, want string) (sb store.Sandbox, unlock func(), err error) {
-	if err := checkID(id); err != nil {
-		return sb, nil, err
-	}
-	unlock = s.lock(id)
-	sb, err = s.get(ctx, id)
-	if err == nil {
-		err = s.here(sb)
-	}
-	if err == nil && want != "" && sb.State != want {
-		err = fmt.Errorf("%w: sandbox %s is %s, not %s", errdefs.ErrConflict, id, sb.State, want)
-	}
-	if err != nil {
-		unlock()
-		return sb, nil, err
-	}
-	return sb, unlock, nil
-}
-
 // Stop ends a running sandbox's processes and keeps its files.
 func (s *Service) Stop(ctx context.Context, id string) (api.Sandbox, error) {
 	ctx = context.WithoutCancel(ctx)
-	sb, unlock, err := s.acquire(ctx, id, "")
+	sb, unlock, err := s.acquire(ctx, id, "stop")
 	if err != nil {
 		return api.Sandbox{}, err
 	}
 	defer unlock()
-	switch sb.State {
-	case api.StateRunning, api.StatePaused, api.StateSuspended:
-		if err := s.stopLocked(ctx, &sb, ""); err != nil {
-			return api.Sandbox{}, err
-		}
-	case api.StateShelved:
+	if sb.State == api.StateShelved {
 		// Nothing runs: only the record changes.
 		now := time.Now().UTC()
 		sb.State, sb.StoppedAt = api.StateStopped, &now
 		if err := s.setState(ctx, &sb, api.StateShelved); err != nil {
 			return api.Sandbox{}, err
 		}
-	default:
-		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s, not running", errdefs.ErrConflict, id, sb.State)
+	} else if err := s.stopLocked(ctx, &sb, ""); err != nil {
+		return api.Sandbox{}, err
 	}
 	if sb.Ephemeral {
 		if err := s.deleteLocked(ctx, sb); err != nil {
@@ -866,7 +860,7 @@ func (s *Service) Start(ctx context.Context, id string) (api.Sandbox, error) {
 	if sb, err := s.get(ctx, id); err == nil && sb.State == api.StateLost && sb.Node != s.name {
 		return s.restoreLost(ctx, sb)
 	}
-	sb, unlock, err := s.acquire(ctx, id, "")
+	sb, unlock, err := s.acquire(ctx, id, "start")
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -875,9 +869,6 @@ func (s *Service) Start(ctx context.Context, id string) (api.Sandbox, error) {
 		if err := s.unarchiveLocked(ctx, &sb); err != nil {
 			return api.Sandbox{}, err
 		}
-	}
-	if sb.State != api.StateStopped {
-		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s, not stopped", errdefs.ErrConflict, id, sb.State)
 	}
 	if err := s.restartLocked(ctx, &sb); err != nil {
 		return api.Sandbox{}, err

@@ -11,6 +11,9 @@ import (
 	"github.com/atoll-dev/atoll/internal/runtime"
 )
 
+// internal/node's Node is the node the control plane runs on.
+var _ Node = (*node.Node)(nil)
+
 type nopRuntime struct{ runtime.Runtime }
 
 func (nopRuntime) Name() string { return "ns" }

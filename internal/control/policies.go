@@ -8,7 +8,6 @@ import (
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
-	"github.com/atoll-dev/atoll/internal/lifecycle"
 	"github.com/atoll-dev/atoll/internal/store"
 )
 
@@ -39,14 +38,11 @@ func (s *Service) SetTimeout(ctx context.Context, id string, req api.TimeoutRequ
 		return api.Sandbox{}, fmt.Errorf("%w: timeout_sec must be between 0 and %d", errdefs.ErrInvalid, maxPolicySec)
 	}
 	ctx = context.WithoutCancel(ctx)
-	sb, unlock, err := s.acquire(ctx, id, "")
+	sb, unlock, err := s.acquire(ctx, id, "timeout")
 	if err != nil {
 		return api.Sandbox{}, err
 	}
 	defer unlock()
-	if !lifecycle.Live(sb.State) {
-		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s; a timeout applies to running sandboxes", errdefs.ErrConflict, id, sb.State)
-	}
 	sb.TimeoutSec, sb.ExpiresAt = req.TimeoutSec, nil
 	if req.TimeoutSec > 0 {
 		exp := time.Now().UTC().Add(time.Duration(req.TimeoutSec) * time.Second)

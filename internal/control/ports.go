@@ -55,15 +55,11 @@ func (s *Service) Touch(id string) {
 // It applies to the next request (and the next connection a client opens).
 func (s *Service) SetPorts(ctx context.Context, id string, req api.PortAccess) (api.Sandbox, error) {
 	ctx = context.WithoutCancel(ctx)
-	sb, unlock, err := s.acquire(ctx, id, "")
+	sb, unlock, err := s.acquire(ctx, id, "ports")
 	if err != nil {
 		return api.Sandbox{}, err
 	}
 	defer unlock()
-	switch sb.State {
-	case api.StateCreating, api.StateDeleting:
-		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s; try again", errdefs.ErrConflict, id, sb.State)
-	}
 	sb.Ports = req
 	if err := s.setState(ctx, &sb, sb.State); err != nil {
 		return api.Sandbox{}, err

@@ -16,15 +16,12 @@ import (
 // auto-delete, auto-archive) applies to it, and resume brings it back.
 func (s *Service) Shelve(ctx context.Context, id string) (api.Sandbox, error) {
 	ctx = context.WithoutCancel(ctx)
-	sb, unlock, err := s.acquire(ctx, id, "")
+	sb, unlock, err := s.acquire(ctx, id, "shelve")
 	if err != nil {
 		return api.Sandbox{}, err
 	}
 	defer unlock()
 	from := sb.State
-	if from != api.StateRunning && from != api.StatePaused {
-		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s, not running or paused", errdefs.ErrConflict, id, from)
-	}
 	// The record first: a crash before the processes end leaves a shelved
 	// record over a live sandbox, which recovery cleans up as it does a
 	// stopped one's leftovers, and the sandbox stays shelved (not stopping,

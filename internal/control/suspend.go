@@ -51,7 +51,7 @@ func (s *Service) checkpointer(sb store.Sandbox) (runtime.Checkpointer, error) {
 // Suspend pauses a running sandbox to disk.
 func (s *Service) Suspend(ctx context.Context, id string) (api.Sandbox, error) {
 	ctx = context.WithoutCancel(ctx)
-	sb, unlock, err := s.acquire(ctx, id, api.StateRunning)
+	sb, unlock, err := s.acquire(ctx, id, "suspend")
 	if err != nil {
 		return api.Sandbox{}, err
 	}
