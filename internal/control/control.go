@@ -737,9 +737,6 @@ func (s *Service) discard(ctx context.Context, sb store.Sandbox) {
 
 // Get returns one sandbox.
 func (s *Service) Get(ctx context.Context, id string) (api.Sandbox, error) {
-	if err := checkID(id); err != nil {
-		return api.Sandbox{}, err
-	}
 	sb, err := s.get(ctx, id)
 	if err != nil {
 		return api.Sandbox{}, err
@@ -750,8 +747,12 @@ func (s *Service) Get(ctx context.Context, id string) (api.Sandbox, error) {
 }
 
 // get reads a sandbox the API may show to the tenant of ctx: another
-// tenant's is not found, as one that does not exist.
+// tenant's is not found, as one that does not exist; a malformed ID is
+// invalid.
 func (s *Service) get(ctx context.Context, id string) (store.Sandbox, error) {
+	if err := checkID(id); err != nil {
+		return store.Sandbox{}, err
+	}
 	sb, err := s.store.Get(ctx, id)
 	if err == nil && (hidden(sb) || !tenant.Sees(ctx, sb.Tenant)) {
 		return store.Sandbox{}, notFound(id)
@@ -759,8 +760,12 @@ func (s *Service) get(ctx context.Context, id string) (store.Sandbox, error) {
 	return sb, err
 }
 
-// snapshot reads a snapshot the tenant of ctx owns.
+// snapshot reads a snapshot the tenant of ctx owns; a malformed ID is
+// invalid.
 func (s *Service) snapshot(ctx context.Context, id string) (store.Snapshot, error) {
+	if err := checkID(id); err != nil {
+		return store.Snapshot{}, err
+	}
 	sn, err := s.store.GetSnapshot(ctx, id)
 	if err == nil && !tenant.Sees(ctx, sn.Tenant) {
 		return store.Snapshot{}, fmt.Errorf("snapshot %s: %w", id, errdefs.ErrNotFound)
@@ -825,13 +830,9 @@ func (s *Service) stopLocked(ctx context.Context, sb *store.Sandbox, reason stri
 	if err := s.setState(ctx, sb, from); err != nil {
 		return err
 	}
-	if err := s.runtimes[sb.Runtime].Stop(ctx, sb.ID, instance(*sb)); err != nil {
-		s.log.Error("stopping sandbox", "sandbox", sb.ID, "err", err)
-		sb.State, sb.Error = api.StateError, "stopping failed; delete it"
-		_ = s.setState(ctx, sb, api.StateStopping)
-		return fmt.Errorf("%w: stopping sandbox failed", errdefs.ErrUnavailable)
+	if err := s.endLocked(ctx, sb, "stopping"); err != nil {
+		return err
 	}
-	s.releaseNetwork(ctx, *sb)
 	if err := s.discardImage(*sb); err != nil {
 		s.log.Error("stopping sandbox", "sandbox", sb.ID, "err", err)
 	}
@@ -849,6 +850,22 @@ func (s *Service) stopLocked(ctx context.Context, sb *store.Sandbox, reason stri
 			s.log.Error("checkpoint at stop", "sandbox", sb.ID, "err", err)
 		}
 	}
+	return nil
+}
+
+// endLocked ends sb's processes and gives back its network, for an
+// operation (doing: "stopping", "shelving") that has recorded sb in the
+// state it is in; if they do not end, sb is recorded as error, to be
+// deleted.
+func (s *Service) endLocked(ctx context.Context, sb *store.Sandbox, doing string) error {
+	if err := s.runtimes[sb.Runtime].Stop(ctx, sb.ID, instance(*sb)); err != nil {
+		s.log.Error(doing+" sandbox", "sandbox", sb.ID, "err", err)
+		from := sb.State
+		sb.State, sb.Error = api.StateError, doing+" failed; delete it"
+		_ = s.setState(ctx, sb, from)
+		return fmt.Errorf("%w: %s sandbox failed", errdefs.ErrUnavailable, doing)
+	}
+	s.releaseNetwork(ctx, *sb)
 	return nil
 }
 

@@ -182,9 +182,6 @@ func (s *Service) recoverNetworks(ctx context.Context) error {
 
 // GetNetwork returns a sandbox's network.
 func (s *Service) GetNetwork(ctx context.Context, id string) (api.SandboxNetwork, error) {
-	if err := checkID(id); err != nil {
-		return api.SandboxNetwork{}, err
-	}
 	sb, err := s.get(ctx, id)
 	if err != nil {
 		return api.SandboxNetwork{}, err

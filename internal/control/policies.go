@@ -37,21 +37,14 @@ func (s *Service) SetTimeout(ctx context.Context, id string, req api.TimeoutRequ
 	if req.TimeoutSec < 0 || req.TimeoutSec > maxPolicySec {
 		return api.Sandbox{}, fmt.Errorf("%w: timeout_sec must be between 0 and %d", errdefs.ErrInvalid, maxPolicySec)
 	}
-	ctx = context.WithoutCancel(ctx)
-	sb, unlock, err := s.acquire(ctx, id, "timeout")
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	defer unlock()
-	sb.TimeoutSec, sb.ExpiresAt = req.TimeoutSec, nil
-	if req.TimeoutSec > 0 {
-		exp := time.Now().UTC().Add(time.Duration(req.TimeoutSec) * time.Second)
-		sb.ExpiresAt = &exp
-	}
-	if err := s.setState(ctx, &sb, sb.State); err != nil {
-		return api.Sandbox{}, err
-	}
-	return s.view(sb), nil
+	return s.locked(ctx, id, "timeout", func(ctx context.Context, sb *store.Sandbox) error {
+		sb.TimeoutSec, sb.ExpiresAt = req.TimeoutSec, nil
+		if req.TimeoutSec > 0 {
+			exp := time.Now().UTC().Add(time.Duration(req.TimeoutSec) * time.Second)
+			sb.ExpiresAt = &exp
+		}
+		return s.setState(ctx, sb, sb.State)
+	})
 }
 
 // lifecyclePolicy is one policy: the states it applies in, when it is due

@@ -7,6 +7,7 @@ import (
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/store"
 )
 
 // portAccess is the access a create request asks for: absent is not
@@ -54,16 +55,12 @@ func (s *Service) Touch(id string) {
 // SetPorts changes who may open sandbox id's ports through the port proxy.
 // It applies to the next request (and the next connection a client opens).
 func (s *Service) SetPorts(ctx context.Context, id string, req api.PortAccess) (api.Sandbox, error) {
-	ctx = context.WithoutCancel(ctx)
-	sb, unlock, err := s.acquire(ctx, id, "ports")
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	defer unlock()
-	sb.Ports = req
-	if err := s.setState(ctx, &sb, sb.State); err != nil {
-		return api.Sandbox{}, err
-	}
-	s.touch(id)
-	return s.view(sb), nil
+	return s.locked(ctx, id, "ports", func(ctx context.Context, sb *store.Sandbox) error {
+		sb.Ports = req
+		if err := s.setState(ctx, sb, sb.State); err != nil {
+			return err
+		}
+		s.touch(id)
+		return nil
+	})
 }

@@ -22,16 +22,7 @@ var snapshotName = regexp.MustCompile(`^[A-Za-z0-9._-]{0,63}$`)
 
 // Pause freezes a running sandbox's processes.
 func (s *Service) Pause(ctx context.Context, id string) (api.Sandbox, error) {
-	ctx = context.WithoutCancel(ctx)
-	sb, unlock, err := s.acquire(ctx, id, "pause")
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	defer unlock()
-	if err := s.pauseLocked(ctx, &sb); err != nil {
-		return api.Sandbox{}, err
-	}
-	return s.view(sb), nil
+	return s.locked(ctx, id, "pause", s.pauseLocked)
 }
 
 // pauseLocked freezes running sb. An auto-resume sandbox waits for
@@ -75,16 +66,9 @@ var resumes = map[string]resumption{
 // Resume brings back a paused sandbox as resumes says: thawed, restored from
 // its memory image, or booted again over its files.
 func (s *Service) Resume(ctx context.Context, id string) (api.Sandbox, error) {
-	ctx = context.WithoutCancel(ctx)
-	sb, unlock, err := s.acquire(ctx, id, "resume")
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	defer unlock()
-	if err := resumes[sb.State].resume(s, ctx, &sb); err != nil {
-		return api.Sandbox{}, err
-	}
-	return s.view(sb), nil
+	return s.locked(ctx, id, "resume", func(ctx context.Context, sb *store.Sandbox) error {
+		return resumes[sb.State].resume(s, ctx, sb)
+	})
 }
 
 func (s *Service) thawLocked(ctx context.Context, sb *store.Sandbox) error {
@@ -180,9 +164,6 @@ func (s *Service) ListSnapshots(ctx context.Context, sandboxID string) ([]api.Sn
 
 // GetSnapshot returns one snapshot.
 func (s *Service) GetSnapshot(ctx context.Context, id string) (api.Snapshot, error) {
-	if err := checkID(id); err != nil {
-		return api.Snapshot{}, err
-	}
 	sn, err := s.snapshot(ctx, id)
 	if err != nil {
 		return api.Snapshot{}, err

@@ -144,3 +144,19 @@ func (s *Service) acquire(ctx context.Context, id, op string) (sb store.Sandbox,
 	}
 	return sb, unlock, nil
 }
+
+// locked runs op's step f on sandbox id under its lock (acquire), through
+// to its end even if the client gives up (a half-done step is worse than
+// an unused one), and returns the sandbox as f leaves it.
+func (s *Service) locked(ctx context.Context, id, op string, f func(context.Context, *store.Sandbox) error) (api.Sandbox, error) {
+	ctx = context.WithoutCancel(ctx)
+	sb, unlock, err := s.acquire(ctx, id, op)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	defer unlock()
+	if err := f(ctx, &sb); err != nil {
+		return api.Sandbox{}, err
+	}
+	return s.view(sb), nil
+}
