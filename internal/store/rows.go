@@ -2,9 +2,11 @@ package store
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
 )
 
 // Sandbox is a sandbox's row: what the API shows plus what the node needs to
@@ -72,4 +74,17 @@ type Snapshot struct {
 	State                         string // api.SnapshotReady, ...
 	Tenant                        string // who owns it: its sandbox's tenant
 	CreatedAt                     time.Time
+}
+
+// Only is the row a read by key (of what: "sandbox <id>") returned, with
+// err: errdefs.ErrNotFound if it returned none. Both stores' Gets end so.
+func Only[T any](rows []T, err error, what string) (T, error) {
+	var zero T
+	if err != nil {
+		return zero, err
+	}
+	if len(rows) == 0 {
+		return zero, fmt.Errorf("%s: %w", what, errdefs.ErrNotFound)
+	}
+	return rows[0], nil
 }

@@ -233,13 +233,7 @@ func (s *Store) Get(ctx context.Context, id string) (store.Sandbox, error) {
 		return store.Sandbox{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
 	sbs, err := s.sandboxes(ctx, `WHERE id = $1`, id)
-	if err != nil {
-		return store.Sandbox{}, err
-	}
-	if len(sbs) == 0 {
-		return store.Sandbox{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
-	}
-	return sbs[0], nil
+	return store.Only(sbs, err, "sandbox "+id)
 }
 
 // List returns every sandbox, by creation, then ID.

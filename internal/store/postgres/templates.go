@@ -137,13 +137,7 @@ func (s *Store) oneVersion(ctx context.Context, what, where string, a ...any) (s
 		ts, err = versions(ctx, q, where, a...)
 		return err
 	})
-	if err != nil {
-		return store.Template{}, err
-	}
-	if len(ts) == 0 {
-		return store.Template{}, fmt.Errorf("%s: %w", what, errdefs.ErrNotFound)
-	}
-	return ts[0], nil
+	return store.Only(ts, err, what)
 }
 
 // ListTemplates returns every name with its current version, by name.
@@ -260,16 +254,7 @@ func (s *Store) VersionUsers(ctx context.Context, t string) (map[string]store.Ve
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]store.VersionUse{}
-	for id, n := range sandboxes {
-		out[id] = store.VersionUse{Sandboxes: n}
-	}
-	for id, n := range snapshots {
-		u := out[id]
-		u.Snapshots = n
-		out[id] = u
-	}
-	return out, nil
+	return store.VersionUses(sandboxes, snapshots), nil
 }
 
 // TemplateUsers counts the sandboxes (not pooled ones) made from each
