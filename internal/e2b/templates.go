@@ -929,27 +929,8 @@ type assignTagsBody struct {
 }
 
 func (s *Server) assignTags(w http.ResponseWriter, r *http.Request) {
-	var body assignTagsBody
-	if err := decode(w, r, &body, false); err != nil {
-		s.writeErr(w, r, err)
-		return
-	}
-	name, tag, err := parseName(body.Target)
-	if err != nil {
-		s.writeErr(w, r, err)
-		return
-	}
-	if len(body.Tags) == 0 {
-		writeError(w, http.StatusBadRequest, "tags are required")
-		return
-	}
-	if _, ok := s.cfg.Aliases[name]; ok {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("%q is an alias of an atoll template here, which cannot be tagged", name))
-		return
-	}
-	tags, err := normalTags(body.Tags)
-	if err != nil {
-		s.writeErr(w, r, err)
+	name, tag, tags, ok := tagging(s, w, r, true, func(b assignTagsBody) (string, []string) { return b.Target, b.Tags })
+	if !ok {
 		return
 	}
 	var version string
@@ -966,6 +947,37 @@ func (s *Server) assignTags(w http.ResponseWriter, r *http.Request) {
 		version = v.VersionID
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"tags": tags, "buildID": s.builds.buildIDOf(version)})
+}
+
+// tagging reads a tag request, a B whose parts are the template it names
+// and its tags, and answers a bad one itself: the name must parse, tags
+// be given and valid (normalTags), and with noAlias the name must not be
+// an alias of an atoll template (those cannot be tagged).
+func tagging[B any](s *Server, w http.ResponseWriter, r *http.Request, noAlias bool, parts func(B) (string, []string)) (name, tag string, tags []string, ok bool) {
+	var body B
+	if err := decode(w, r, &body, false); err != nil {
+		s.writeErr(w, r, err)
+		return "", "", nil, false
+	}
+	ref, raw := parts(body)
+	name, tag, err := parseName(ref)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return "", "", nil, false
+	}
+	if len(raw) == 0 {
+		writeError(w, http.StatusBadRequest, "tags are required")
+		return "", "", nil, false
+	}
+	if _, alias := s.cfg.Aliases[name]; noAlias && alias {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%q is an alias of an atoll template here, which cannot be tagged", name))
+		return "", "", nil, false
+	}
+	if tags, err = normalTags(raw); err != nil {
+		s.writeErr(w, r, err)
+		return "", "", nil, false
+	}
+	return name, tag, tags, true
 }
 
 // normalTags lower-cases and trims the tags of a tag request and checks
@@ -990,23 +1002,8 @@ type removeTagsBody struct {
 }
 
 func (s *Server) removeTags(w http.ResponseWriter, r *http.Request) {
-	var body removeTagsBody
-	if err := decode(w, r, &body, false); err != nil {
-		s.writeErr(w, r, err)
-		return
-	}
-	name, _, err := parseName(body.Name)
-	if err != nil {
-		s.writeErr(w, r, err)
-		return
-	}
-	if len(body.Tags) == 0 {
-		writeError(w, http.StatusBadRequest, "tags are required")
-		return
-	}
-	tags, err := normalTags(body.Tags)
-	if err != nil {
-		s.writeErr(w, r, err)
+	name, _, tags, ok := tagging(s, w, r, false, func(b removeTagsBody) (string, []string) { return b.Name, b.Tags })
+	if !ok {
 		return
 	}
 	for _, t := range tags {
