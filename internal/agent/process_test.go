@@ -523,26 +523,8 @@ func startAgentProcess(t *testing.T, env map[string]string) (*Client, *exec.Cmd)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperEnv+"=1", launch.EnvVar+"="+string(envJSON), "ATOLL_TEST_LEAK=leak")
 	cmd.ExtraFiles = []*os.File{f}
-	var logs bytes.Buffer
-	cmd.Stderr = &logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	c := runAgent(t, cmd, sock)
 	f.Close()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-		if t.Failed() {
-			t.Logf("agent log:\n%s", logs.String())
-		}
-	})
-	c := NewClient(func(ctx context.Context) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	})
 	if err := c.Health(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -640,6 +622,31 @@ func zombieChildren(t *testing.T, pid int) []string {
 	return zombies
 }
 
+// runAgent starts cmd, an agent that serves on sock, and returns a client
+// of it; t's end kills it and, if t failed, logs what it wrote.
+func runAgent(t *testing.T, cmd *exec.Cmd, sock string) *Client {
+	t.Helper()
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("agent log:\n%s", logs.String())
+		}
+	})
+	return NewClient(func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	})
+}
+
 // TestAgentProcessListenPath checks the agent that binds its own socket
 // ($ATOLL_AGENT_LISTEN): it serves there, lets go of the socket (file and
 // connections) on ReleaseSignal while its processes run on, and takes it up
@@ -649,23 +656,7 @@ func TestAgentProcessListenPath(t *testing.T) {
 	sock := filepath.Join(shortTempDir(t), "agent.sock")
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperEnv+"=1", launch.ListenVar+"="+sock)
-	var logs bytes.Buffer
-	cmd.Stderr = &logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("agent log:\n%s", logs.String())
-		}
-	})
-	c := NewClient(func(ctx context.Context) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	})
+	c := runAgent(t, cmd, sock)
 	ctx := context.Background()
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()

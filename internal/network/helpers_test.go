@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/atoll-dev/atoll/internal/netns"
+	"github.com/atoll-dev/atoll/internal/network/nettest"
 	"github.com/atoll-dev/atoll/internal/testenv"
 )
 
@@ -195,25 +196,10 @@ func (tp *topology) link(t testing.TB, name, peer string, mtu int, hostAddrs, pe
 	}
 }
 
-// listenIn listens on addr inside the namespace at path.
-func listenIn(t testing.TB, path, network, addr string) net.Listener {
-	t.Helper()
-	var ln net.Listener
-	err := netns.Run(path, func() (err error) {
-		ln, err = net.Listen(network, addr)
-		return err
-	})
-	if err != nil {
-		t.Fatalf("listening on %s in %s: %v", addr, filepath.Base(path), err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	return ln
-}
-
 // serveHTTP answers "<name> <client address>" on addr inside path.
 func serveHTTP(t testing.TB, path, name, addr string) net.Listener {
 	t.Helper()
-	ln := listenIn(t, path, "tcp", addr)
+	ln := nettest.Listen(t, path, "tcp", addr)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host, _, _ := net.SplitHostPort(r.RemoteAddr)
 		fmt.Fprintf(w, "%s %s", name, netip.MustParseAddr(host).Unmap())
@@ -228,21 +214,7 @@ func serveHTTP(t testing.TB, path, name, addr string) net.Listener {
 // serveTCP accepts connections on addr inside path and writes "hello" to each.
 func serveTCP(t testing.TB, path, addr string) {
 	t.Helper()
-	ln := listenIn(t, path, "tcp", addr)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("hello"))
-			c.Close()
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	nettest.ServeTCP(t, path, addr, func(c net.Conn) { c.Write([]byte("hello")) })
 }
 
 // serveUDP echoes datagrams on addr inside path.

@@ -210,7 +210,7 @@ func ServeHTTP(t testing.TB, path, name, addr string, useTLS bool) {
 // ServeEcho echoes what each connection on addr inside path sends.
 func ServeEcho(t testing.TB, path, addr string) {
 	t.Helper()
-	serveTCP(t, path, addr, func(c net.Conn) { io.Copy(c, c) })
+	ServeTCP(t, path, addr, func(c net.Conn) { io.Copy(c, c) })
 }
 
 // ServeBulk moves bulk data on addr inside path, for throughput: a
@@ -219,7 +219,7 @@ func ServeEcho(t testing.TB, path, addr string) {
 // it has shut down its side.
 func ServeBulk(t testing.TB, path, addr string) {
 	t.Helper()
-	serveTCP(t, path, addr, func(c net.Conn) {
+	ServeTCP(t, path, addr, func(c net.Conn) {
 		r := bufio.NewReader(c)
 		line, err := r.ReadString('\n')
 		if err != nil {
@@ -242,9 +242,9 @@ type zeros struct{}
 
 func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 
-// serveTCP runs handle for each connection on addr inside path, and closes
+// ServeTCP runs handle for each connection on addr inside path, and closes
 // the connection after it, until t ends.
-func serveTCP(t testing.TB, path, addr string, handle func(net.Conn)) {
+func ServeTCP(t testing.TB, path, addr string, handle func(net.Conn)) {
 	t.Helper()
 	ln := Listen(t, path, "tcp", addr)
 	var wg sync.WaitGroup
