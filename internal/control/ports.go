@@ -47,7 +47,7 @@ func (s *Service) PortTarget(ctx context.Context, id string) (addr netip.Addr, p
 // Touch records activity of sandbox id, for auto-stop: the port proxy
 // calls it while a long request (a websocket, a stream) is open.
 func (s *Service) Touch(id string) {
-	if ValidID(id) {
+	if api.ValidSandboxID(id) {
 		s.touch(id)
 	}
 }

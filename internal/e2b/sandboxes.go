@@ -25,24 +25,11 @@ const maxTimeoutSec = 365 * 24 * 60 * 60
 // a sandbox: that is E2B's 404, not a 400, so kill() of one answers false.
 func sandboxID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id, _, _ := strings.Cut(r.PathValue("sandboxID"), "-")
-	if !validID(id) {
+	if !api.ValidSandboxID(id) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q not found", truncate(r.PathValue("sandboxID"))))
 		return "", false
 	}
 	return id, true
-}
-
-// validID reports whether id has the shape of an atoll ID: 20 of [a-z0-9].
-func validID(id string) bool {
-	if len(id) != 20 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		if c := id[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
-			return false
-		}
-	}
-	return true
 }
 
 func truncate(s string) string {
@@ -227,7 +214,7 @@ func (s *Server) source(ctx context.Context, id string) (tmpl, snap, alias strin
 		}
 		return atollRef(name, tag), "", "", nil
 	}
-	if validID(name) {
+	if api.ValidSandboxID(name) {
 		if _, err := s.cfg.Sandboxes.GetSnapshot(ctx, name); err == nil {
 			return "", name, "", nil
 		} else if !errors.Is(err, errdefs.ErrNotFound) {

@@ -50,7 +50,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	sandbox := q.Get("sandboxID")
-	if sandbox != "" && !validID(sandbox) {
+	if sandbox != "" && !api.ValidSandboxID(sandbox) {
 		writeJSON(w, http.StatusOK, []snapshotInfo{})
 		return
 	}

@@ -33,14 +33,10 @@ func (s *Server) getMetrics(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ms, err := s.cfg.Sandboxes.Metrics(r.Context(), id, start, end)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	if ms == nil {
 		ms = []api.Metric{}
 	}
-	writeJSON(w, http.StatusOK, api.MetricList{Metrics: ms})
+	s.respond(w, r, http.StatusOK, api.MetricList{Metrics: ms}, err)
 }
 
 // timeParam parses query parameter name of r, unix seconds or RFC 3339;

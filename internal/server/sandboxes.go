@@ -150,14 +150,10 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 		labels[k] = v
 	}
 	sbs, err := s.cfg.Sandboxes.List(r.Context(), state, labels)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	if sbs == nil {
 		sbs = []api.Sandbox{}
 	}
-	writeJSON(w, http.StatusOK, api.SandboxList{Sandboxes: sbs})
+	s.respond(w, r, http.StatusOK, api.SandboxList{Sandboxes: sbs}, err)
 }
 
 func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {

@@ -77,12 +77,8 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) writeSnapshots(w http.ResponseWriter, r *http.Request, sandboxID string) {
 	snaps, err := s.cfg.Sandboxes.ListSnapshots(r.Context(), sandboxID)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	if snaps == nil {
 		snaps = []api.Snapshot{}
 	}
-	writeJSON(w, http.StatusOK, api.SnapshotList{Snapshots: snaps})
+	s.respond(w, r, http.StatusOK, api.SnapshotList{Snapshots: snaps}, err)
 }
