@@ -265,11 +265,7 @@ func TestNetwork(t *testing.T) {
 			if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: attrs, PeerName: "eth0", PeerNamespace: netlink.NsFd(rxfd)}); err != nil {
 				return err
 			}
-			l, err := netlink.LinkByName("eth0")
-			if err != nil {
-				return err
-			}
-			return netlink.LinkSetUp(l)
+			return linkUp("eth0")
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -278,11 +274,7 @@ func TestNetwork(t *testing.T) {
 			if err := writeSysctl("net.ipv6.conf.eth0.accept_ra", "2"); err != nil {
 				return err
 			}
-			l, err := netlink.LinkByName("eth0")
-			if err != nil {
-				return err
-			}
-			return netlink.LinkSetUp(l)
+			return linkUp("eth0")
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -432,6 +424,15 @@ func TestChildJoinsNetns(t *testing.T) {
 	if self == want {
 		t.Error("calling thread left in the sandbox namespace")
 	}
+}
+
+// linkUp sets link name of the current network namespace up.
+func linkUp(name string) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return err
+	}
+	return netlink.LinkSetUp(l)
 }
 
 // warmPool runs a pool of n over m until t ends, and returns it once it

@@ -516,18 +516,24 @@ func (rs *ruleset) fillSlot(c *nftables.Conn, cfg Config, slot int, sets [len(sl
 			return err
 		}
 	}
+	return rs.members(cfg, slot, k, c.SetAddElements)
+}
+
+// members applies op (adding or deleting elements) to slot's addresses in
+// the open and proxied sets k says they are members of.
+func (rs *ruleset) members(cfg Config, slot int, k *slotKernel, op func(*nftables.Set, []nftables.SetElement) error) error {
 	a4, a6 := cfg.slotAddrs(slot)
 	for _, m := range []struct {
-		want   bool
+		in     bool
 		s4, s6 *nftables.Set
 	}{{k.open, rs.open4, rs.open6}, {k.proxied, rs.proxied4, rs.proxied6}} {
-		if !m.want {
+		if !m.in {
 			continue
 		}
-		if err := c.SetAddElements(m.s4, addrElems(a4.Addr())); err != nil {
+		if err := op(m.s4, addrElems(a4.Addr())); err != nil {
 			return err
 		}
-		if err := c.SetAddElements(m.s6, addrElems(a6.Addr())); err != nil {
+		if err := op(m.s6, addrElems(a6.Addr())); err != nil {
 			return err
 		}
 	}
@@ -542,20 +548,8 @@ func (rs *ruleset) refillSlot(c *nftables.Conn, cfg Config, slot int, old, k *sl
 		sets[kind] = rs.slotSet(slot, kind)
 		c.FlushSet(sets[kind])
 	}
-	a4, a6 := cfg.slotAddrs(slot)
-	for _, m := range []struct {
-		had    bool
-		s4, s6 *nftables.Set
-	}{{old.open, rs.open4, rs.open6}, {old.proxied, rs.proxied4, rs.proxied6}} {
-		if !m.had {
-			continue
-		}
-		if err := c.SetDeleteElements(m.s4, addrElems(a4.Addr())); err != nil {
-			return err
-		}
-		if err := c.SetDeleteElements(m.s6, addrElems(a6.Addr())); err != nil {
-			return err
-		}
+	if err := rs.members(cfg, slot, old, c.SetDeleteElements); err != nil {
+		return err
 	}
 	return rs.fillSlot(c, cfg, slot, sets, k)
 }
@@ -571,19 +565,8 @@ func (rs *ruleset) delSlot(c *nftables.Conn, cfg Config, slot int, had *slotKern
 	if err := c.SetDeleteElements(rs.sandbox6, addrElems(a6.Addr())); err != nil {
 		return err
 	}
-	for _, m := range []struct {
-		had    bool
-		s4, s6 *nftables.Set
-	}{{had.open, rs.open4, rs.open6}, {had.proxied, rs.proxied4, rs.proxied6}} {
-		if !m.had {
-			continue
-		}
-		if err := c.SetDeleteElements(m.s4, addrElems(a4.Addr())); err != nil {
-			return err
-		}
-		if err := c.SetDeleteElements(m.s6, addrElems(a6.Addr())); err != nil {
-			return err
-		}
+	if err := rs.members(cfg, slot, had, c.SetDeleteElements); err != nil {
+		return err
 	}
 	c.DelChain(&nftables.Chain{Name: slotChain(slot), Table: rs.table})
 	for kind := range slotSetKinds {

@@ -451,19 +451,26 @@ func TestStream(t *testing.T) {
 	// The owner writes chunk i+1 only once the client has read chunk i
 	// through the router: a router that buffered would hang here.
 	for i := 0; i < 3; i++ {
-		got := make(chan string, 1)
-		go func() { line, _ := br.ReadString('\n'); got <- line }()
-		select {
-		case line := <-got:
-			if want := fmt.Sprintf("chunk %d\n", i); line != want {
-				t.Fatalf("read %q, want %q", line, want)
-			}
-		case <-time.After(testWait):
-			t.Fatalf("chunk %d did not arrive: the stream is buffered", i)
-		}
+		wantLine(t, br, fmt.Sprintf("chunk %d\n", i), fmt.Sprintf("chunk %d did not arrive: the stream is buffered", i))
 		if i < 2 {
 			streamAck(&http.Request{URL: resp.Request.URL}) <- struct{}{}
 		}
+	}
+}
+
+// wantLine reads a line of br, which must be want and come within
+// testWait; late says what it means if it does not come.
+func wantLine(t *testing.T, br *bufio.Reader, want, late string) {
+	t.Helper()
+	got := make(chan string, 1)
+	go func() { line, _ := br.ReadString('\n'); got <- line }()
+	select {
+	case line := <-got:
+		if line != want {
+			t.Fatalf("read %q, want %q", line, want)
+		}
+	case <-time.After(testWait):
+		t.Fatal(late)
 	}
 }
 
@@ -482,16 +489,7 @@ func TestFullDuplex(t *testing.T) {
 	br := bufio.NewReader(resp.Body)
 	for i := range 3 {
 		fmt.Fprintf(pw, "line %d\n", i)
-		got := make(chan string, 1)
-		go func() { line, _ := br.ReadString('\n'); got <- line }()
-		select {
-		case line := <-got:
-			if want := fmt.Sprintf("echo line %d\n", i); line != want {
-				t.Fatalf("read %q, want %q", line, want)
-			}
-		case <-time.After(testWait):
-			t.Fatalf("line %d did not come back", i)
-		}
+		wantLine(t, br, fmt.Sprintf("echo line %d\n", i), fmt.Sprintf("line %d did not come back", i))
 	}
 	pw.Close()
 	if rest, err := io.ReadAll(br); err != nil || len(rest) != 0 {
@@ -585,15 +583,7 @@ func BenchmarkRouted(b *testing.B) {
 			req, _ := http.NewRequest("GET", bc.url+"/v1/sandboxes/"+onB, nil)
 			req.Header.Set("Authorization", keyT1)
 			for b.Loop() {
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					b.Fatal(err)
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					b.Fatal(resp.Status)
-				}
+				doOK(b, req)
 			}
 		})
 	}
@@ -617,18 +607,24 @@ func BenchmarkRoutedStream(b *testing.B) {
 						req, _ = http.NewRequest("PUT", bc.url+"/v1/sandboxes/"+onB+"/files/sink", io.LimitReader(zeros{}, size))
 					}
 					req.Header.Set("Authorization", keyT1)
-					resp, err := http.DefaultClient.Do(req)
-					if err != nil {
-						b.Fatal(err)
-					}
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode != http.StatusOK {
-						b.Fatal(resp.Status)
-					}
+					doOK(b, req)
 				}
 			})
 		}
+	}
+}
+
+// doOK sends req, which must be answered 200, and reads the answer to
+// its end.
+func doOK(b *testing.B, req *http.Request) {
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b.Fatal(resp.Status)
 	}
 }
 
