@@ -437,11 +437,7 @@ func (a *Agent) handleRemove(w http.ResponseWriter, r *http.Request) {
 		}
 		return nil
 	}()
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	respondEmpty(w, err)
 }
 
 func (a *Agent) handleStat(w http.ResponseWriter, r *http.Request) {

@@ -298,15 +298,7 @@ func TestBackground(t *testing.T) {
 	wantStatus(t, e.c.WriteStdin(ctx, p.PID, strings.NewReader("x")), 409, "conflict")
 
 	t.Run("stdin", func(t *testing.T) {
-		p, err := e.c.Start(ctx, api.ExecRequest{Shell: "read x; echo got:$x; exit 7", KeepStdin: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := e.c.Attach(ctx, p.PID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		p, s := startAttached(t, e.c, api.ExecRequest{Shell: "read x; echo got:$x; exit 7", KeepStdin: true})
 		if err := e.c.WriteStdin(ctx, p.PID, strings.NewReader("hello\n")); err != nil {
 			t.Fatal(err)
 		}
@@ -316,15 +308,7 @@ func TestBackground(t *testing.T) {
 		}
 	})
 	t.Run("stdin close", func(t *testing.T) {
-		p, err := e.c.Start(ctx, api.ExecRequest{Cmd: []string{"cat"}, Stdin: []byte("first,"), KeepStdin: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := e.c.Attach(ctx, p.PID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		p, s := startAttached(t, e.c, api.ExecRequest{Cmd: []string{"cat"}, Stdin: []byte("first,"), KeepStdin: true})
 		e.c.WriteStdin(ctx, p.PID, strings.NewReader("second"))
 		if err := e.c.CloseStdin(ctx, p.PID); err != nil {
 			t.Fatal(err)
@@ -620,6 +604,23 @@ func zombieChildren(t *testing.T, pid int) []string {
 		}
 	}
 	return zombies
+}
+
+// startAttached starts the process req asks for and attaches to it until
+// t ends.
+func startAttached(t *testing.T, c *Client, req api.ExecRequest) (api.Process, *EventStream) {
+	t.Helper()
+	ctx := context.Background()
+	p, err := c.Start(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Attach(ctx, p.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return p, s
 }
 
 // runAgent starts cmd, an agent that serves on sock, and returns a client

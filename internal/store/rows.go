@@ -43,6 +43,30 @@ type Sandbox struct {
 	// from, which it holds (see Templates).
 }
 
+// SetJSON fills in sb's fields that both stores keep as JSON text, from
+// their columns: env and labels (empty ones read as nil) and policy (an
+// empty one is allow-all).
+func (sb *Sandbox) SetJSON(env, labels, policy string) error {
+	if policy != "" {
+		if err := json.Unmarshal([]byte(policy), &sb.Policy); err != nil {
+			return err
+		}
+	}
+	if err := json.Unmarshal([]byte(env), &sb.Env); err != nil {
+		return err
+	}
+	if err := json.Unmarshal([]byte(labels), &sb.Labels); err != nil {
+		return err
+	}
+	if len(sb.Env) == 0 {
+		sb.Env = nil
+	}
+	if len(sb.Labels) == 0 {
+		sb.Labels = nil
+	}
+	return nil
+}
+
 // Transition is one recorded state change.
 type Transition struct {
 	From, To, Reason string

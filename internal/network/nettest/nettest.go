@@ -12,7 +12,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -39,37 +38,7 @@ import (
 const Dir = "/run/netns"
 
 // In runs fn on a thread that has joined the network namespace at path.
-func In(path string, fn func() error) error {
-	target, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(target)
-	errc := make(chan error, 1)
-	go func() {
-		goruntime.LockOSThread()
-		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			goruntime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer unix.Close(orig)
-		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
-			goruntime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		ferr := fn()
-		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
-			errc <- errors.Join(ferr, err) // the thread dies locked
-			return
-		}
-		goruntime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
+func In(path string, fn func() error) error { return netns.Run(path, fn) }
 
 // NewNetns makes a namespace named name under Dir with lo up, removed when
 // t ends.

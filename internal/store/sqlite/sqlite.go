@@ -591,26 +591,12 @@ func scan(rows *sql.Rows) ([]store.Sandbox, error) {
 			&sb.Node, &sb.LostFrom, &sb.CheckpointEverySec, &checkpointed); err != nil {
 			return nil, err
 		}
-		if policy != "" {
-			if err := json.Unmarshal([]byte(policy), &sb.Policy); err != nil {
-				return nil, err
-			}
+		if err := sb.SetJSON(env, labels, policy); err != nil {
+			return nil, err
 		}
 		sb.ExpiresAt = fromNanos(expires)
 		sb.CheckpointedAt = fromNanos(checkpointed)
 		sb.StartTime = uint64(startTime)
-		if err := json.Unmarshal([]byte(env), &sb.Env); err != nil {
-			return nil, err
-		}
-		if err := json.Unmarshal([]byte(labels), &sb.Labels); err != nil {
-			return nil, err
-		}
-		if len(sb.Env) == 0 {
-			sb.Env = nil
-		}
-		if len(sb.Labels) == 0 {
-			sb.Labels = nil
-		}
 		sb.CreatedAt = fromUnixNano(created)
 		sb.StartedAt = fromNanos(started)
 		sb.StoppedAt = fromNanos(stopped)
