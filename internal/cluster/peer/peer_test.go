@@ -440,14 +440,7 @@ func TestTenantKeys(t *testing.T) {
 func TestStream(t *testing.T) {
 	c := newCluster(t, "a", "b")
 	key := t.Name()
-	req, _ := http.NewRequest("GET", c.nodes["a"].public.URL+"/v1/sandboxes/"+onB+"/stream?ack="+key, nil)
-	req.Header.Set("Authorization", keyT1)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	br := bufio.NewReader(resp.Body)
+	resp, br := routedStream(t, c, "GET", "/stream?ack="+key, nil)
 	// The owner writes chunk i+1 only once the client has read chunk i
 	// through the router: a router that buffered would hang here.
 	for i := 0; i < 3; i++ {
@@ -456,6 +449,21 @@ func TestStream(t *testing.T) {
 			streamAck(&http.Request{URL: resp.Request.URL}) <- struct{}{}
 		}
 	}
+}
+
+// routedStream sends a request for path of the sandbox on b to a, which
+// routes it, and returns the answer, to be read (until t ends) through
+// the reader.
+func routedStream(t *testing.T, c *cluster, method, path string, body io.Reader) (*http.Response, *bufio.Reader) {
+	t.Helper()
+	req, _ := http.NewRequest(method, c.nodes["a"].public.URL+"/v1/sandboxes/"+onB+path, body)
+	req.Header.Set("Authorization", keyT1)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp, bufio.NewReader(resp.Body)
 }
 
 // wantLine reads a line of br, which must be want and come within
@@ -479,14 +487,7 @@ func wantLine(t *testing.T, br *bufio.Reader, want, late string) {
 func TestFullDuplex(t *testing.T) {
 	c := newCluster(t, "a", "b")
 	pr, pw := io.Pipe()
-	req, _ := http.NewRequest("POST", c.nodes["a"].public.URL+"/v1/sandboxes/"+onB+"/echo", pr)
-	req.Header.Set("Authorization", keyT1)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	br := bufio.NewReader(resp.Body)
+	_, br := routedStream(t, c, "POST", "/echo", pr)
 	for i := range 3 {
 		fmt.Fprintf(pw, "line %d\n", i)
 		wantLine(t, br, fmt.Sprintf("echo line %d\n", i), fmt.Sprintf("line %d did not come back", i))
