@@ -140,14 +140,7 @@ type resolvedElem struct {
 func kernelOf(p egress.Policy, res []resolvedElem) slotKernel {
 	var k slotKernel
 	split := func(ps []netip.Prefix, k4, k6 int) {
-		var v4, v6 []netip.Prefix
-		for _, p := range ps {
-			if p.Addr().Is4() {
-				v4 = append(v4, p)
-			} else {
-				v6 = append(v6, p)
-			}
-		}
+		v4, v6 := splitFamily(ps)
 		k.spans[k4], k.spans[k6] = spansOf(v4), spansOf(v6)
 	}
 	split(p.Deny, kindDeny4, kindDeny6)
@@ -263,14 +256,7 @@ func (rs *ruleset) addChains(c *nftables.Conn) chains {
 func (rs *ruleset) addSets(c *nftables.Conn, cfg Config) error {
 	allow4, allow6 := byFamily(cfg.Allow)
 	deny4, deny6 := byFamily(cfg.Deny)
-	var blocked4, blocked6 []netip.Prefix
-	for _, p := range BlockedPrefixes {
-		if p.Addr().Is4() {
-			blocked4 = append(blocked4, p)
-		} else {
-			blocked6 = append(blocked6, p)
-		}
-	}
+	blocked4, blocked6 := splitFamily(BlockedPrefixes)
 	tcpPorts := cfg.GatewayTCPPorts
 	for _, s := range []struct {
 		set   *nftables.Set
@@ -309,6 +295,20 @@ func byFamily(ps []netip.Prefix) (v4, v6 []netip.Prefix) {
 		case p.Addr().Is4In6() && p.Bits() >= 96:
 			v4 = append(v4, netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96))
 		default:
+			v6 = append(v6, p)
+		}
+	}
+	return v4, v6
+}
+
+// splitFamily splits ps by the family they are written in: unlike
+// byFamily, it leaves an IPv4-mapped IPv6 prefix (BlockedPrefixes'
+// ::ffff:0:0/96) IPv6.
+func splitFamily(ps []netip.Prefix) (v4, v6 []netip.Prefix) {
+	for _, p := range ps {
+		if p.Addr().Is4() {
+			v4 = append(v4, p)
+		} else {
 			v6 = append(v6, p)
 		}
 	}
