@@ -185,11 +185,6 @@ func (s *Store) DeleteTemplate(ctx context.Context, name string) error {
 	})
 }
 
-// unheld is the condition of a version v that nothing holds.
-const unheld = `NOT EXISTS (SELECT 1 FROM template_names n WHERE n.version = v.id)
-	AND NOT EXISTS (SELECT 1 FROM sandboxes s WHERE s.template_version = v.id)
-	AND NOT EXISTS (SELECT 1 FROM snapshots p WHERE p.template_version = v.id)`
-
 // CollectTemplates deletes the versions that no name, sandbox or snapshot
 // holds (only among ids, if any are given) and returns them. Serializable:
 // a Create of a sandbox of one of them at the same time reads the version
@@ -211,7 +206,7 @@ func (s *Store) CollectTemplates(ctx context.Context, ids ...string) ([]store.Te
 		if err := s.as.check(ctx, tx); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `DELETE FROM template_versions v WHERE `+unheld+`
+		rows, err := tx.Query(ctx, `DELETE FROM template_versions v WHERE `+store.UnheldVersion+`
 			AND (cardinality($1::text[]) = 0 OR v.id = ANY($1)) RETURNING `+versionColumns, validIDs(ids))
 		if err != nil {
 			return err

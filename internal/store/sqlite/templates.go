@@ -171,11 +171,6 @@ func (s *Store) DeleteTemplate(ctx context.Context, name string) error {
 	return nil
 }
 
-// unheld is the condition of a version that nothing holds.
-const unheld = `NOT EXISTS (SELECT 1 FROM template_names n WHERE n.version = v.id)
-	AND NOT EXISTS (SELECT 1 FROM sandboxes s WHERE s.template_version = v.id)
-	AND NOT EXISTS (SELECT 1 FROM snapshots p WHERE p.template_version = v.id)`
-
 // CollectTemplates deletes the versions that no name, sandbox or snapshot
 // holds (only among ids, if any are given) and returns them.
 func (s *Store) CollectTemplates(ctx context.Context, ids ...string) ([]store.Template, error) {
@@ -184,7 +179,7 @@ func (s *Store) CollectTemplates(ctx context.Context, ids ...string) ([]store.Te
 		return nil, err
 	}
 	defer tx.Rollback()
-	where, args := `WHERE `+unheld, []any{}
+	where, args := `WHERE `+store.UnheldVersion, []any{}
 	if len(ids) > 0 {
 		where += ` AND v.id IN (?` + strings.Repeat(",?", len(ids)-1) + `)`
 		for _, id := range ids {
