@@ -682,16 +682,7 @@ func TestSandboxLifecycle(t *testing.T) {
 		{"?label=team=a&label=x=y", 0},
 		{"?state=running&label=team=a", 1},
 	} {
-		resp, body := f.do("GET", "/v1/sandboxes"+tc.query, nil)
-		if resp.StatusCode != 200 {
-			t.Fatalf("list %s: %d %s", tc.query, resp.StatusCode, body)
-		}
-		if got := decode[api.SandboxList](t, body); len(got.Sandboxes) != tc.want {
-			t.Errorf("list %s: %d sandboxes, want %d", tc.query, len(got.Sandboxes), tc.want)
-		}
-		if !bytes.Contains(body, []byte(`"sandboxes":[`)) {
-			t.Errorf("list %s: body %s: want an array, never null", tc.query, body)
-		}
+		wantListed(t, f, "/v1/sandboxes"+tc.query, "sandboxes", tc.want, func(l api.SandboxList) int { return len(l.Sandboxes) })
 	}
 
 	resp, body = f.do("POST", "/v1/sandboxes/"+sb.ID+"/stop", nil)

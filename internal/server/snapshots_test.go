@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"net/http"
 	"strings"
 	"testing"
@@ -109,16 +108,7 @@ func TestSnapshots(t *testing.T) {
 		{"/v1/sandboxes/" + id + "/snapshots", 2},
 		{"/v1/sandboxes/" + other + "/snapshots", 0},
 	} {
-		resp, body := f.do("GET", tc.path, nil)
-		if resp.StatusCode != 200 {
-			t.Fatalf("list %s: %d %s", tc.path, resp.StatusCode, body)
-		}
-		if got := decode[api.SnapshotList](t, body).Snapshots; len(got) != tc.want {
-			t.Errorf("list %s: %d snapshots, want %d", tc.path, len(got), tc.want)
-		}
-		if !bytes.Contains(body, []byte(`"snapshots":[`)) {
-			t.Errorf("list %s: body %s: want an array, never null", tc.path, body)
-		}
+		wantListed(t, f, tc.path, "snapshots", tc.want, func(l api.SnapshotList) int { return len(l.Snapshots) })
 	}
 
 	resp, body = f.do("POST", "/v1/sandboxes/"+other+"/restore", api.RestoreRequest{Snapshot: snap.ID})
