@@ -43,7 +43,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 // newest first.
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	sandbox := q.Get("sandboxID")
+	sandbox, name := q.Get("sandboxID"), q.Get("name")
 	if sandbox != "" && !api.ValidSandboxID(sandbox) {
 		writeJSON(w, http.StatusOK, []snapshotInfo{})
 		return
@@ -53,7 +53,6 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, r, err)
 		return
 	}
-	name := q.Get("name")
 	snaps, err := s.cfg.Sandboxes.ListSnapshots(r.Context(), sandbox)
 	if err != nil {
 		s.writeErr(w, r, err)

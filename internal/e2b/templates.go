@@ -923,13 +923,16 @@ func workdirScript(dir, user string) string {
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
-type assignTagsBody struct {
+// tagsBody is the body of E2B's tag requests: assigning names the template
+// as target, removing as name (the decoder ignores the other).
+type tagsBody struct {
 	Target string   `json:"target"`
+	Name   string   `json:"name"`
 	Tags   []string `json:"tags"`
 }
 
 func (s *Server) assignTags(w http.ResponseWriter, r *http.Request) {
-	name, tag, tags, ok := tagging(s, w, r, true, func(b assignTagsBody) (string, []string) { return b.Target, b.Tags })
+	name, tag, tags, ok := s.tagging(w, r, true, func(b tagsBody) string { return b.Target })
 	if !ok {
 		return
 	}
@@ -949,18 +952,18 @@ func (s *Server) assignTags(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, map[string]any{"tags": tags, "buildID": s.builds.buildIDOf(version)})
 }
 
-// tagging reads a tag request, a B whose parts are the template it names
-// and its tags, and answers a bad one itself: the name must parse, tags
-// be given and valid (normalTags), and with noAlias the name must not be
-// an alias of an atoll template (those cannot be tagged).
-func tagging[B any](s *Server, w http.ResponseWriter, r *http.Request, noAlias bool, parts func(B) (string, []string)) (name, tag string, tags []string, ok bool) {
-	var body B
+// tagging reads a tag request, whose template ref names, and answers a
+// bad one itself: the name must parse, tags be given and valid
+// (normalTags), and with noAlias the name must not be an alias of an atoll
+// template (those cannot be tagged).
+func (s *Server) tagging(w http.ResponseWriter, r *http.Request, noAlias bool, ref func(tagsBody) string) (name, tag string, tags []string, ok bool) {
+	var body tagsBody
 	if err := decode(w, r, &body, false); err != nil {
 		s.writeErr(w, r, err)
 		return "", "", nil, false
 	}
-	ref, raw := parts(body)
-	name, tag, err := parseName(ref)
+	raw := body.Tags
+	name, tag, err := parseName(ref(body))
 	if err != nil {
 		s.writeErr(w, r, err)
 		return "", "", nil, false
@@ -996,13 +999,8 @@ func normalTags(raw []string) ([]string, error) {
 	return tags, nil
 }
 
-type removeTagsBody struct {
-	Name string   `json:"name"`
-	Tags []string `json:"tags"`
-}
-
 func (s *Server) removeTags(w http.ResponseWriter, r *http.Request) {
-	name, _, tags, ok := tagging(s, w, r, false, func(b removeTagsBody) (string, []string) { return b.Name, b.Tags })
+	name, _, tags, ok := s.tagging(w, r, false, func(b tagsBody) string { return b.Name })
 	if !ok {
 		return
 	}

@@ -633,9 +633,13 @@ func prefixMatch(p netip.Prefix) []expr.Any {
 	}
 }
 
-func ctState(bits uint32) []expr.Any {
+func ctState(bits uint32) []expr.Any { return ctAny(expr.CtKeySTATE, bits) }
+
+// ctAny matches a connection whose conntrack key (a bit field) has any of
+// bits set.
+func ctAny(key expr.CtKey, bits uint32) []expr.Any {
 	return []expr.Any{
-		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Ct{Register: 1, Key: key},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
 			Mask: binaryutil.NativeEndian.PutUint32(bits), Xor: binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
@@ -647,14 +651,7 @@ func port(p uint16) []byte { return binaryutil.BigEndian.PutUint16(p) }
 // ipsDstNAT is IPS_DST_NAT of the conntrack status bits.
 const ipsDstNAT = 1 << 5
 
-func ctStatus(bits uint32) []expr.Any {
-	return []expr.Any{
-		&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(bits), Xor: binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
-	}
-}
+func ctStatus(bits uint32) []expr.Any { return ctAny(expr.CtKeySTATUS, bits) }
 
 func lookup(s *nftables.Set) []expr.Any {
 	return []expr.Any{&expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID}}

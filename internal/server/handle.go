@@ -105,6 +105,16 @@ func decodeBody[Req any](s *Server, w http.ResponseWriter, r *http.Request, opti
 	return req, true
 }
 
+// part returns v, an optional part of the server's Config, or answers
+// missing and returns false if the server has none.
+func part[T any](s *Server, w http.ResponseWriter, r *http.Request, v T, missing error) (T, bool) {
+	if any(v) == nil {
+		s.writeError(w, r, missing)
+		return v, false
+	}
+	return v, true
+}
+
 // respond writes v as JSON with status, or err if there is one.
 func (s *Server) respond(w http.ResponseWriter, r *http.Request, status int, v any, err error) {
 	if err != nil {

@@ -23,11 +23,7 @@ func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 }
 
 func (s *Server) keys(w http.ResponseWriter, r *http.Request) (Keys, bool) {
-	if s.cfg.Keys == nil {
-		s.writeError(w, r, fmt.Errorf("%w: this server does not issue keys", errdefs.ErrUnavailable))
-		return nil, false
-	}
-	return s.cfg.Keys, true
+	return part(s, w, r, s.cfg.Keys, fmt.Errorf("%w: this server does not issue keys", errdefs.ErrUnavailable))
 }
 
 func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
