@@ -279,14 +279,35 @@ func getWithin(path, url string, limit time.Duration) (string, error) {
 	return string(b), err
 }
 
+// mustDial is dialIn that fails t if it cannot connect; the connection
+// closes when t ends.
+func mustDial(t testing.TB, path, network, addr string) net.Conn {
+	t.Helper()
+	c, err := dialIn(path, network, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// dialBrief is dialIn for an exchange that must be over within
+// dialTimeout.
+func dialBrief(path, network, addr string) (net.Conn, error) {
+	c, err := dialIn(path, network, addr)
+	if err == nil {
+		c.SetDeadline(time.Now().Add(dialTimeout))
+	}
+	return c, err
+}
+
 // tcpHello connects to addr from path and reads the greeting of serveTCP.
 func tcpHello(path, addr string) error {
-	c, err := dialIn(path, "tcp", addr)
+	c, err := dialBrief(path, "tcp", addr)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(dialTimeout))
 	b, err := io.ReadAll(c)
 	if err != nil {
 		return err
@@ -299,12 +320,11 @@ func tcpHello(path, addr string) error {
 
 // udpEcho sends a datagram to addr from path and waits for its echo.
 func udpEcho(path, addr string) error {
-	c, err := dialIn(path, "udp", addr)
+	c, err := dialBrief(path, "udp", addr)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(dialTimeout))
 	if _, err := c.Write([]byte("ping")); err != nil {
 		return err
 	}

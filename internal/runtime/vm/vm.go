@@ -747,14 +747,10 @@ func finishIncoming(ctx context.Context, qmpPath string) error {
 	}
 	defer q.Close()
 	for {
-		out, err := q.do("query-status", nil)
-		if err != nil {
-			return err
-		}
 		var st struct {
 			Status string `json:"status"`
 		}
-		if err := json.Unmarshal(out, &st); err != nil {
+		if err := q.query("query-status", &st); err != nil {
 			return err
 		}
 		switch st.Status {
