@@ -82,6 +82,15 @@ func placed(t *testing.T, c store.Cluster, id, node string) *store.Sandbox {
 	return sb
 }
 
+// placedAs is placed with its State set to state, for the caller to
+// record (UpdateAll from creating).
+func placedAs(t *testing.T, c store.Cluster, id, node, state string) *store.Sandbox {
+	t.Helper()
+	sb := placed(t, c, id, node)
+	sb.State = state
+	return sb
+}
+
 func node(t *testing.T, c store.Cluster, name string) store.Node {
 	t.Helper()
 	ns, err := c.Nodes(context.Background())
@@ -178,12 +187,9 @@ func testExpire(t *testing.T, c store.Cluster) {
 		t.Fatal(err)
 	}
 	join(t, c, NewNode("b"))
-	run := placed(t, c, "run", "a")
-	run.State = api.StateRunning
-	stop := placed(t, c, "stop", "a")
-	stop.State = api.StateStopped
-	del := placed(t, c, "del", "a")
-	del.State = api.StateDeleting
+	run := placedAs(t, c, "run", "a", api.StateRunning)
+	stop := placedAs(t, c, "stop", "a", api.StateStopped)
+	del := placedAs(t, c, "del", "a", api.StateDeleting)
 	if err := c.UpdateAll(ctx, []*store.Sandbox{run, stop, del}, api.StateCreating); err != nil {
 		t.Fatal(err)
 	}
