@@ -791,6 +791,21 @@ type NodeList struct {
 	Nodes []Node `json:"nodes"`
 }
 
+// ValidSandboxID reports whether id has the shape of the IDs atoll gives
+// sandboxes and snapshots: 20 of [a-z0-9]. Anything else names none, and
+// is refused before it is looked up.
+func ValidSandboxID(id string) bool {
+	if len(id) != 20 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
 // ValidNodeName reports whether name can name a node: 1-63 of [a-z0-9-],
 // starting with a letter or digit (a DNS label, so it fits certificates
 // and hostnames).

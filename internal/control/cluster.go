@@ -136,9 +136,6 @@ var errNotPlaced = fmt.Errorf("%w: this server is a single machine: its one node
 // placed); a sandbox the scheduler did not place (a fork, a warm pool's,
 // one from a snapshot: made on its node) has none, not found.
 func (s *Service) Placement(ctx context.Context, id string) (api.Placement, error) {
-	if err := checkID(id); err != nil {
-		return api.Placement{}, err
-	}
 	sb, err := s.get(ctx, id)
 	if err != nil {
 		return api.Placement{}, err

@@ -2,9 +2,11 @@ package store
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
 )
 
 // Sandbox is a sandbox's row: what the API shows plus what the node needs to
@@ -41,6 +43,30 @@ type Sandbox struct {
 	// from, which it holds (see Templates).
 }
 
+// SetJSON fills in sb's fields that both stores keep as JSON text, from
+// their columns: env and labels (empty ones read as nil) and policy (an
+// empty one is allow-all).
+func (sb *Sandbox) SetJSON(env, labels, policy string) error {
+	if policy != "" {
+		if err := json.Unmarshal([]byte(policy), &sb.Policy); err != nil {
+			return err
+		}
+	}
+	if err := json.Unmarshal([]byte(env), &sb.Env); err != nil {
+		return err
+	}
+	if err := json.Unmarshal([]byte(labels), &sb.Labels); err != nil {
+		return err
+	}
+	if len(sb.Env) == 0 {
+		sb.Env = nil
+	}
+	if len(sb.Labels) == 0 {
+		sb.Labels = nil
+	}
+	return nil
+}
+
 // Transition is one recorded state change.
 type Transition struct {
 	From, To, Reason string
@@ -72,4 +98,17 @@ type Snapshot struct {
 	State                         string // api.SnapshotReady, ...
 	Tenant                        string // who owns it: its sandbox's tenant
 	CreatedAt                     time.Time
+}
+
+// Only is the row a read by key (of what: "sandbox <id>") returned, with
+// err: errdefs.ErrNotFound if it returned none. Both stores' Gets end so.
+func Only[T any](rows []T, err error, what string) (T, error) {
+	var zero T
+	if err != nil {
+		return zero, err
+	}
+	if len(rows) == 0 {
+		return zero, fmt.Errorf("%s: %w", what, errdefs.ErrNotFound)
+	}
+	return rows[0], nil
 }

@@ -247,13 +247,7 @@ func (s *Store) Get(ctx context.Context, id string) (store.Sandbox, error) {
 		return store.Sandbox{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
 	sbs, err := s.sandboxes(ctx, `WHERE id = $1`, id)
-	if err != nil {
-		return store.Sandbox{}, err
-	}
-	if len(sbs) == 0 {
-		return store.Sandbox{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
-	}
-	return sbs[0], nil
+	return store.Only(sbs, err, "sandbox "+id)
 }
 
 // List returns every sandbox, by creation, then ID.
@@ -289,24 +283,7 @@ func scanSandbox(row pgx.CollectableRow) (store.Sandbox, error) {
 	sb.CreatedAt = sb.CreatedAt.UTC()
 	sb.StartedAt, sb.StoppedAt, sb.ExpiresAt = utc(sb.StartedAt), utc(sb.StoppedAt), utc(sb.ExpiresAt)
 	sb.CheckpointedAt = utc(sb.CheckpointedAt)
-	if policy != "" {
-		if err := json.Unmarshal([]byte(policy), &sb.Policy); err != nil {
-			return sb, err
-		}
-	}
-	if err := json.Unmarshal([]byte(env), &sb.Env); err != nil {
-		return sb, err
-	}
-	if err := json.Unmarshal([]byte(labels), &sb.Labels); err != nil {
-		return sb, err
-	}
-	if len(sb.Env) == 0 {
-		sb.Env = nil
-	}
-	if len(sb.Labels) == 0 {
-		sb.Labels = nil
-	}
-	return sb, nil
+	return sb, sb.SetJSON(env, labels, policy)
 }
 
 // Transitions returns a sandbox's recorded state changes, oldest first.
