@@ -69,6 +69,10 @@ type Decision struct {
 	// Node is the node the sandbox went to (set by Scheduler.Place once
 	// the store accepted it); Rank leaves it empty.
 	Node string `json:"node,omitempty"`
+	// Warm says the placement took a warm sandbox of its template waiting
+	// on Node (its pool term was 1 there), reserved in the store with it
+	// (store.Sandbox.Warm); a cold start otherwise.
+	Warm bool `json:"warm,omitempty"`
 	// Candidates are the nodes that passed every filter, best first
 	// (Scheduler keeps the first few).
 	Candidates []Candidate `json:"candidates"`

@@ -210,6 +210,11 @@ func (s *Store) Renew(ctx context.Context, name string, epoch int64, ttl time.Du
 			return fmt.Errorf("%w: node status: template IDs must be UTF-8", errdefs.ErrInvalid)
 		}
 	}
+	for k, r := range st.Demand {
+		if !utf8.ValidString(k) || math.IsNaN(r) || math.IsInf(r, 0) || r < 0 {
+			return fmt.Errorf("%w: node status: demand must be finite rates by UTF-8 template IDs", errdefs.ErrInvalid)
+		}
+	}
 	if !storable(name) {
 		return fmt.Errorf("node %.40q: %w", name, store.ErrFenced)
 	}
@@ -223,6 +228,37 @@ func (s *Store) Renew(ctx context.Context, name string, epoch int64, ttl time.Du
 		}
 		return err
 	})
+}
+
+// Demand sums the live nodes' reported demand. It reads only the nodes'
+// rows (a few, each a small JSON document), not their sandboxes: every
+// node asks every few seconds.
+func (s *Store) Demand(ctx context.Context) (store.Demand, error) {
+	var d store.Demand
+	err := s.read(ctx, func(q querier) error {
+		d = store.Demand{Rates: map[string]float64{}} // a retry starts over
+		rows, err := q.Query(ctx, `SELECT schedule, status FROM nodes WHERE state = 'live'`)
+		if err != nil {
+			return err
+		}
+		var schedule, status string
+		_, err = pgx.ForEachRow(rows, []any{&schedule, &status}, func() error {
+			var st store.NodeStatus
+			if err := json.Unmarshal([]byte(status), &st); err != nil {
+				return err
+			}
+			for v, r := range st.Demand {
+				d.Rates[v] += r
+			}
+			if schedule == "" {
+				d.Nodes++
+			}
+			return nil
+		})
+		return err
+	})
+	d.Nodes = max(d.Nodes, 1)
+	return d, err
 }
 
 // nodeColumns are a node row's, in scanNode's order.
@@ -283,6 +319,37 @@ func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
 			}
 			return nil
 		})
+		if err != nil {
+			return err
+		}
+		// The warm sandboxes as the rows have them, not as the last
+		// heartbeat did: pooled ones, less those that warm placements
+		// still creating have reserved (Place). The partial index
+		// sandboxes_warm keeps this to the few rows in those states.
+		pooled := map[string]map[string]int{}
+		for i := range out {
+			out[i].Status.Pooled = nil
+			pooled[out[i].Name] = map[string]int{}
+		}
+		rows, err = q.Query(ctx, `SELECT node, template_version, COUNT(*) FILTER (WHERE state = $1),
+			COUNT(*) FILTER (WHERE state = $2 AND warm) FROM sandboxes WHERE state IN ($1, $2)
+			GROUP BY node, template_version`, store.StatePooled, api.StateCreating)
+		if err != nil {
+			return err
+		}
+		var version string
+		var free, reserved int
+		_, err = pgx.ForEachRow(rows, []any{&node, &version, &free, &reserved}, func() error {
+			if p := pooled[node]; p != nil && free > reserved {
+				p[version] = free - reserved
+			}
+			return nil
+		})
+		for i := range out {
+			if p := pooled[out[i].Name]; len(p) > 0 {
+				out[i].Status.Pooled = p
+			}
+		}
 		return err
 	})
 	return out, err
