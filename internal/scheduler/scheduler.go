@@ -69,8 +69,8 @@ type Scheduler struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when loop has returned
 	stats  struct {
-		placed, refused, full, batches, refreshes atomic.Int64
-		others                                    atomic.Uint64 // math.Float64bits
+		placed, refused, noWarm, full, batches, refreshes atomic.Int64
+		others                                            atomic.Uint64 // math.Float64bits
 	}
 }
 
@@ -79,6 +79,9 @@ type Stats struct {
 	Placed  int64 `json:"placed"`  // placements recorded
 	Refused int64 `json:"refused"` // placements the store refused for room, each tried again elsewhere
 	Full    int64 `json:"full"`    // placements no node could take (NoRoomError)
+	// NoWarm are warm placements the store refused (another API node
+	// had taken the node's last warm sandbox), each placed again.
+	NoWarm int64 `json:"no_warm"`
 	// Batches are the store.Place calls; Placed+Refused over Batches is
 	// their mean size.
 	Batches   int64 `json:"batches"`
@@ -90,7 +93,7 @@ type Stats struct {
 
 // Stats returns the scheduler's counts.
 func (s *Scheduler) Stats() Stats {
-	return Stats{Placed: s.stats.placed.Load(), Refused: s.stats.refused.Load(), Full: s.stats.full.Load(),
+	return Stats{Placed: s.stats.placed.Load(), Refused: s.stats.refused.Load(), Full: s.stats.full.Load(), NoWarm: s.stats.noWarm.Load(),
 		Batches: s.stats.batches.Load(), Refreshes: s.stats.refreshes.Load(), Others: math.Float64frombits(s.stats.others.Load())}
 }
 
@@ -106,7 +109,7 @@ type job struct {
 	fresh bool
 	// noWarm are the nodes the store refused it a warm sandbox on.
 	noWarm []string
-	done  chan error
+	done   chan error
 }
 
 // New starts a scheduler over cfg.Store. Close stops it.
@@ -563,6 +566,11 @@ func (s *Scheduler) dispatch(st *loopState) {
 		rec.Node = j.node
 		j.sb.Placement, _ = json.Marshal(rec)
 		a := &adjust{node: j.node, res: holds(j.sb), template: j.sb.TemplateVersion, warm: j.sb.Warm}
+		if a.warm {
+			// It replaces a pooled sandbox the view counts already
+			// (of the default size, near enough: the store checks).
+			a.res = store.Resources{}
+		}
 		st.apply(a, 1)
 		st.adjusts = append(st.adjusts, a)
 		b.jobs, b.adj = append(b.jobs, j), append(b.adj, a)
@@ -609,6 +617,7 @@ func (s *Scheduler) settle(st *loopState, b batchDone) {
 			// Another API node took the node's last warm one (or the
 			// view was behind): ranked again, the node may still win,
 			// cold.
+			s.stats.noWarm.Add(1)
 			st.noWarm(j.node, a.template)
 			j.noWarm = append(j.noWarm, j.node)
 			st.pending = append(st.pending, j)

@@ -136,7 +136,8 @@ type Node struct {
 	Runtimes []string
 	Labels   map[string]string
 	Capacity Resources
-	// Committed is what the node's sandboxes hold (Nodes fills it).
+	// Committed is what the node's sandboxes hold (Nodes fills it; a pooled
+	// sandbox reserved by a warm placement counts once).
 	Committed Resources
 	Epoch     int64
 	State     string // NodeLive, NodeFenced

@@ -331,18 +331,31 @@ func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
 			out[i].Status.Pooled = nil
 			pooled[out[i].Name] = map[string]int{}
 		}
+		// A reserved one is counted in Committed once, as Place counts
+		// it: it becomes the sandbox that reserved it.
 		rows, err = q.Query(ctx, `SELECT node, template_version, COUNT(*) FILTER (WHERE state = $1),
-			COUNT(*) FILTER (WHERE state = $2 AND warm) FROM sandboxes WHERE state IN ($1, $2)
-			GROUP BY node, template_version`, store.StatePooled, api.StateCreating)
+			COUNT(*) FILTER (WHERE state = $2 AND warm), COALESCE(SUM(cpu) FILTER (WHERE state = $1), 0),
+			COALESCE(SUM(memory_mib) FILTER (WHERE state = $1), 0), COALESCE(SUM(disk_gib) FILTER (WHERE state = $1), 0)
+			FROM sandboxes WHERE state IN ($1, $2) GROUP BY node, template_version`, store.StatePooled, api.StateCreating)
 		if err != nil {
 			return err
 		}
 		var version string
 		var free, reserved int
-		_, err = pgx.ForEachRow(rows, []any{&node, &version, &free, &reserved}, func() error {
-			if p := pooled[node]; p != nil && free > reserved {
+		_, err = pgx.ForEachRow(rows, []any{&node, &version, &free, &reserved, &sum.CPU, &sum.MemoryMiB, &sum.DiskGiB}, func() error {
+			p := pooled[node]
+			if p == nil || free == 0 {
+				return nil
+			}
+			if free > reserved {
 				p[version] = free - reserved
 			}
+			n := min(free, reserved)
+			c := committed[node]
+			c.CPU -= sum.CPU * float64(n) / float64(free)
+			c.MemoryMiB -= sum.MemoryMiB * int64(n) / int64(free)
+			c.DiskGiB -= sum.DiskGiB * int64(n) / int64(free)
+			c.Sandboxes -= n
 			return nil
 		})
 		for i := range out {

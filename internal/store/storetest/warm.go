@@ -72,8 +72,8 @@ func testPlaceWarm(t *testing.T, c store.Cluster) {
 	}
 	// Two pooled and two reserving rows on a node of three: counted as
 	// two, so a cold placement fits once...
-	if got := node(t, c, "n1").Committed.Sandboxes; got != 4 {
-		t.Errorf("n1 committed %d sandboxes, want the 4 rows", got)
+	if got := node(t, c, "n1").Committed; got.Sandboxes != 2 || got.CPU != 2 || got.MemoryMiB != 1024 || got.DiskGiB != 20 {
+		t.Errorf("n1 committed %+v, want 2 sandboxes' worth: each reserved pooled one counted once", got)
 	}
 	placed(t, c, "cold1", "n1")
 	cold := NewSandbox("cold2")
@@ -114,8 +114,8 @@ func testPlaceWarm(t *testing.T, c store.Cluster) {
 		t.Fatal(err)
 	}
 	samePlacement(t, rec, `{"sandbox":"pool1","warm":true}`)
-	if got := node(t, c, "n1").Committed.Sandboxes; got != 4 {
-		t.Errorf("n1 committed %d sandboxes after serving one, want 4 (pool1, pool2, a reservation, cold1)", got)
+	if got := node(t, c, "n1").Committed.Sandboxes; got != 3 {
+		t.Errorf("n1 committed %d sandboxes after serving one, want 3 (pool1, pool2 reserved, cold1)", got)
 	}
 }
 
