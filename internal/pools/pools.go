@@ -15,6 +15,7 @@ package pools
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,9 +55,19 @@ type Config struct {
 	Prestart int
 	// Node is the cluster node whose pooled sandboxes these are (the
 	// rows it scans); "" on a single machine.
-	Node   string
-	Logger *slog.Logger
+	Node string
+	// Sizer, on a cluster node, sizes the pools from the cluster's demand
+	// (demand.go): WarmPool is then the most the node keeps, and a
+	// template's pool size a floor. nil keeps the fixed sizes.
+	Sizer Sizer
+	// BuiltIn is the built-in template's name, whose demand is counted
+	// under the version ID "".
+	BuiltIn string
+	Logger  *slog.Logger
 }
+
+// sizeEvery is how often a cluster node reads the demand its pools follow.
+const sizeEvery = 2 * time.Second
 
 // refillDelay is how long the pools wait after handing a sandbox out before
 // they start a replacement.
@@ -72,9 +83,19 @@ type Service struct {
 	poolSize     int
 	prestartSize int
 	log          *slog.Logger
+	sizer        Sizer
+	builtIn      string
+	rate         Rate
 	wake         chan struct{}
 	// held: the node is draining (Hold), so the pools stay empty.
 	held atomic.Bool
+
+	// sizeMu guards sized, the targets the demand last gave (with a
+	// Sizer), and sizedAt, when they were asked for: they are asked for
+	// again after sizeEvery.
+	sizeMu  sync.Mutex
+	sized   map[string]target
+	sizedAt time.Time
 
 	// mu guards warm and prestarted. It is a leaf: nothing else is locked
 	// while it is held, and no call leaves the package under it.
@@ -92,7 +113,7 @@ func New(cfg Config) *Service {
 	}
 	return &Service{
 		store: cfg.Store, node: cfg.Node, tmpls: cfg.Templates, sandboxes: cfg.Sandboxes, defaultTmpl: cfg.DefaultTemplate,
-		poolSize: cfg.WarmPool, prestartSize: cfg.Prestart, log: cfg.Logger,
+		poolSize: cfg.WarmPool, prestartSize: cfg.Prestart, log: cfg.Logger, sizer: cfg.Sizer, builtIn: cfg.BuiltIn,
 		wake: make(chan struct{}, 1), warm: map[string][]string{},
 	}
 }
@@ -152,11 +173,23 @@ func Key(name string, v store.Template) string {
 
 // targets is how many pooled sandboxes each version should have: the
 // default template's current one --warm-pool, and the current version of
-// each name whose pool size says so.
+// each name whose pool size says so; on a cluster node, what the demand
+// says (demandTargets).
 func (p *Service) targets(ctx context.Context) map[string]target {
 	targets := map[string]target{}
 	if p.held.Load() {
 		return targets
+	}
+	if p.sizer != nil {
+		p.sizeMu.Lock()
+		defer p.sizeMu.Unlock()
+		if now := time.Now(); now.Sub(p.sizedAt) >= sizeEvery {
+			if t := p.demandTargets(ctx); t != nil {
+				p.sized = t
+			}
+			p.sizedAt = now
+		}
+		return maps.Clone(p.sized)
 	}
 	if p.poolSize > 0 {
 		if name, v, err := p.tmpls.Resolve(ctx, p.defaultTmpl); err == nil {
@@ -175,9 +208,25 @@ func (p *Service) targets(ctx context.Context) map[string]target {
 	return targets
 }
 
-// fillPool tops each version's pool up to its size, one sandbox at a time.
+// fillPool tops each version's pool up to its size, one sandbox at a time;
+// following demand, it first discards what a pool holds beyond its size.
 func (p *Service) fillPool(ctx context.Context) {
-	for key, tg := range p.targets(ctx) {
+	targets := p.targets(ctx)
+	var surplus []string
+	p.mu.Lock()
+	for key, ids := range p.warm {
+		// The fixed sizes of a single machine change only with a name's
+		// version (Drain); demand moves them up and down.
+		if n := targets[key].n; p.sizer != nil && len(ids) > n {
+			surplus = append(surplus, ids[n:]...)
+			p.warm[key] = ids[:n]
+		}
+	}
+	p.mu.Unlock()
+	for _, id := range surplus {
+		p.sandboxes.DiscardIf(ctx, id, lifecycle.Pooled)
+	}
+	for key, tg := range targets {
 		for ctx.Err() == nil {
 			p.mu.Lock()
 			short := len(p.warm[key]) < tg.n
