@@ -541,6 +541,7 @@ func (s *serving) startControl(ctx context.Context) error {
 	}
 	if s.cluster.member != nil {
 		ccfg.Placer, ccfg.Peers, ccfg.Mover = placer{s.cluster.sched}, peers{&s.cluster}, mover{&s.cluster}
+		ccfg.Demand, ccfg.Capacity = s.cluster.store.Demand, s.cluster.capacity
 	}
 	svc, err := control.New(ccfg)
 	if err != nil {
