@@ -254,7 +254,8 @@ func (n nodes) List(ctx context.Context) ([]api.Node, error) {
 		out = append(out, api.Node{Name: x.Name, Address: x.Address, Version: x.Version, Runtimes: x.Runtimes,
 			Labels: x.Labels, Capacity: api.NodeResources(x.Capacity), Committed: api.NodeResources(x.Committed),
 			State: x.State, Schedule: x.Schedule, Epoch: x.Epoch, JoinedAt: x.JoinedAt, Heartbeat: x.Heartbeat,
-			LeaseExpires: x.LeaseExpires, Templates: x.Status.Templates, Drain: (*api.NodeDrain)(x.Status.Drain)})
+			LeaseExpires: x.LeaseExpires, Templates: x.Status.Templates, Drain: (*api.NodeDrain)(x.Status.Drain),
+			Warm: x.Status.Pooled, Demand: x.Status.Demand})
 	}
 	return out, nil
 }

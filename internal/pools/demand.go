@@ -3,6 +3,7 @@ package pools
 import (
 	"context"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -155,19 +156,28 @@ func (p *Service) demandTargets(ctx context.Context) map[string]target {
 			wants = append(wants, want{key: id, rate: r})
 		}
 	}
-	budget := min(p.poolSize, room/2)
-	share(wants, d.Nodes, budget)
+	// What demand alone asks for is kept; what room allows, filled. A
+	// burst fills the node, and discarding the warm sandboxes it is about
+	// to take would only slow it.
+	keep := slices.Clone(wants)
+	share(keep, d.Nodes, p.poolSize)
+	share(wants, d.Nodes, min(p.poolSize, room/2))
+	kept := map[string]int{}
+	for _, w := range keep {
+		kept[w.key] = w.n
+	}
 	targets := map[string]target{}
 	for _, w := range wants {
-		if w.n > 0 {
+		if w.n > 0 || kept[w.key] > 0 {
 			c := current[w.key]
-			targets[Key(c.name, c.v)] = target{c.name, c.v, w.n}
+			targets[Key(c.name, c.v)] = target{name: c.name, v: c.v, n: w.n, keep: kept[w.key]}
 		}
 	}
 	for id, n := range floor {
 		c := current[id]
-		if k := Key(c.name, c.v); n > targets[k].n {
-			targets[k] = target{c.name, c.v, n}
+		k := Key(c.name, c.v)
+		if tg := targets[k]; n > tg.n {
+			targets[k] = target{name: c.name, v: c.v, n: n, keep: max(n, tg.keep)}
 		}
 	}
 	return targets

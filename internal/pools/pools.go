@@ -160,7 +160,14 @@ type target struct {
 	name string
 	v    store.Template
 	n    int
+	// keep, if more than n, is how many a pool following demand keeps
+	// before it discards any: room fills no more, but takes none away
+	// (demand.go).
+	keep int
 }
+
+// wanted reports whether the pool keeps any sandbox.
+func (t target) wanted() bool { return t.n > 0 || t.keep > 0 }
 
 // Key is the pool of sandboxes of version v: its ID, or the name of the
 // built-in template, which has no versions.
@@ -193,7 +200,7 @@ func (p *Service) targets(ctx context.Context) map[string]target {
 	}
 	if p.poolSize > 0 {
 		if name, v, err := p.tmpls.Resolve(ctx, p.defaultTmpl); err == nil {
-			targets[Key(name, v)] = target{name, v, p.poolSize}
+			targets[Key(name, v)] = target{name: name, v: v, n: p.poolSize}
 		}
 	}
 	ts, err := p.store.ListTemplates(ctx)
@@ -202,7 +209,7 @@ func (p *Service) targets(ctx context.Context) map[string]target {
 	}
 	for _, t := range ts {
 		if n := t.Current.Config.PoolSize; n > 0 {
-			targets[Key(t.Name, t.Current)] = target{t.Name, t.Current, n}
+			targets[Key(t.Name, t.Current)] = target{name: t.Name, v: t.Current, n: n}
 		}
 	}
 	return targets
@@ -217,7 +224,7 @@ func (p *Service) fillPool(ctx context.Context) {
 	for key, ids := range p.warm {
 		// The fixed sizes of a single machine change only with a name's
 		// version (Drain); demand moves them up and down.
-		if n := targets[key].n; p.sizer != nil && len(ids) > n {
+		if n := max(targets[key].n, targets[key].keep); p.sizer != nil && len(ids) > n {
 			surplus = append(surplus, ids[n:]...)
 			p.warm[key] = ids[:n]
 		}
@@ -239,7 +246,7 @@ func (p *Service) fillPool(ctx context.Context) {
 				p.log.Warn("filling warm pool", "template", tg.name, "err", err)
 				break
 			}
-			if p.targets(ctx)[key].n == 0 {
+			if !p.targets(ctx)[key].wanted() {
 				// The name moved on while its sandbox started.
 				p.Drain(ctx)
 				break
@@ -258,13 +265,13 @@ func (p *Service) Drain(ctx context.Context) {
 	targets := p.targets(ctx)
 	p.mu.Lock()
 	for key := range p.warm {
-		if targets[key].n == 0 {
+		if !targets[key].wanted() {
 			delete(p.warm, key)
 		}
 	}
 	p.mu.Unlock()
 	p.discardPooledWhere(ctx, func(sb store.Sandbox) bool {
-		return targets[Key(sb.Template, store.Template{ID: sb.TemplateVersion})].n == 0
+		return !targets[Key(sb.Template, store.Template{ID: sb.TemplateVersion})].wanted()
 	})
 }
 

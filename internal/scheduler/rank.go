@@ -251,8 +251,8 @@ var filters = []filter{
 		func(c *rankCtx, n *store.Node) bool { return len(c.avoided) > 0 && c.avoided[n.Name] },
 		func(c *rankCtx, n *store.Node) string { return "refused the placement" }},
 	{"room", false,
-		func(c *rankCtx, n *store.Node) bool { return !fits(n, &c.need) },
-		func(c *rankCtx, n *store.Node) string { return "no room: " + short(n, c.need) }},
+		func(c *rankCtx, n *store.Node) bool { return !c.fits(n) },
+		func(c *rankCtx, n *store.Node) string { return "no room: " + short(n, c.needOn(n)) }},
 }
 
 // dynamic are the filters that are not static, by index.
@@ -278,6 +278,27 @@ func fits(n *store.Node, need *store.Resources) bool {
 		n.Committed.MemoryMiB+need.MemoryMiB <= n.Capacity.MemoryMiB &&
 		n.Committed.DiskGiB+need.DiskGiB <= n.Capacity.DiskGiB &&
 		n.Committed.Sandboxes+need.Sandboxes <= n.Capacity.Sandboxes
+}
+
+// needOn is what the placement adds to n: on a node with a warm sandbox of
+// the template, what it needs beyond the pooled sandbox it replaces (as
+// the store counts a warm placement).
+func (c *rankCtx) needOn(n *store.Node) store.Resources {
+	need := c.need
+	if n.Status.Pooled[c.req.TemplateVersion] > 0 {
+		h := n.PooledHolds
+		need.CPU -= h.CPU
+		need.MemoryMiB -= h.MemoryMiB
+		need.DiskGiB -= h.DiskGiB
+		need.Sandboxes -= h.Sandboxes
+	}
+	return need
+}
+
+// fits reports whether the placement fits on n (needOn).
+func (c *rankCtx) fits(n *store.Node) bool {
+	need := c.needOn(n)
+	return fits(n, &need)
 }
 
 // short names the resources need does not fit in on n, each as
@@ -555,7 +576,7 @@ func rank(nodes []store.Node, req *Request, now time.Time, o options) Decision {
 			var refuses bool
 			if cached && f == roomFilter {
 				if cl.gen[k] != o.gens[i] {
-					cl.gen[k], cl.room[k] = o.gens[i], fits(n, &c.need)
+					cl.gen[k], cl.room[k] = o.gens[i], c.fits(n)
 					if cl.room[k] {
 						cl.score[k] = c.score(k, n)
 					}

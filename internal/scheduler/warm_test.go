@@ -161,3 +161,24 @@ func TestSchedulerWarmConcurrent(t *testing.T) {
 		t.Errorf("placed %d of 16", len(ids))
 	}
 }
+
+// TestRankWarmRoom: a full node whose last room a warm sandbox of the
+// template holds can take a placement of that template (it replaces the
+// warm sandbox, as the store counts it), not one of another template.
+func TestRankWarmRoom(t *testing.T) {
+	full := node("full", committed(8, 8192, 8), func(n *store.Node) {
+		n.Status.Pooled = map[string]int{"v1": 1}
+		n.PooledHolds = store.Resources{CPU: 1, MemoryMiB: 1024, DiskGiB: 1, Sandboxes: 1}
+	})
+	r := req("x")
+	r.TemplateVersion = "v1"
+	d := Rank([]store.Node{full}, r, now)
+	if len(d.Candidates) != 1 || !pooled(d.Candidates[0]) {
+		t.Errorf("a warm placement on a node full but for its warm sandbox: %s", jsonOf(t, d))
+	}
+	r.TemplateVersion = "v2"
+	d = Rank([]store.Node{full}, r, now)
+	if len(d.Candidates) != 0 || len(d.Filtered) != 1 || d.Filtered[0].Filter != "room" {
+		t.Errorf("a cold placement on a full node: %s", jsonOf(t, d))
+	}
+}

@@ -139,6 +139,9 @@ type Node struct {
 	// Committed is what the node's sandboxes hold (Nodes fills it; a pooled
 	// sandbox reserved by a warm placement counts once).
 	Committed Resources
+	// PooledHolds is what one of its pooled sandboxes holds, which a warm
+	// placement replaces (Nodes fills it, when the node has some).
+	PooledHolds Resources
 	Epoch     int64
 	State     string // NodeLive, NodeFenced
 	Schedule  string // "", NodeCordoned, NodeDraining

@@ -327,6 +327,7 @@ func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
 		// still creating have reserved (Place). The partial index
 		// sandboxes_warm keeps this to the few rows in those states.
 		pooled := map[string]map[string]int{}
+		holds := map[string]store.Resources{}
 		for i := range out {
 			out[i].Status.Pooled = nil
 			pooled[out[i].Name] = map[string]int{}
@@ -351,6 +352,8 @@ func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
 				p[version] = free - reserved
 			}
 			n := min(free, reserved)
+			holds[node] = store.Resources{CPU: sum.CPU / float64(free), MemoryMiB: sum.MemoryMiB / int64(free),
+				DiskGiB: sum.DiskGiB / int64(free), Sandboxes: 1}
 			c := committed[node]
 			c.CPU -= sum.CPU * float64(n) / float64(free)
 			c.MemoryMiB -= sum.MemoryMiB * int64(n) / int64(free)
@@ -362,6 +365,7 @@ func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
 			if p := pooled[out[i].Name]; len(p) > 0 {
 				out[i].Status.Pooled = p
 			}
+			out[i].PooledHolds = holds[out[i].Name]
 		}
 		return err
 	})
