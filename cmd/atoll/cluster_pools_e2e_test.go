@@ -91,6 +91,10 @@ func TestClusterWarmPools(t *testing.T) {
 	for _, n := range ns {
 		t.Logf("%s: warm %v, demand %v a minute", n.Name, n.Warm, n.Demand)
 	}
+	// A scheduler's view of the nodes is up to a second old
+	// (scheduler.Config.Refresh): once every view is newer than the
+	// pools, every scheduler counts on them.
+	time.Sleep(1500 * time.Millisecond)
 
 	// The burst: 24 creates, 8 through each node at once.
 	type made struct {
