@@ -16,9 +16,12 @@ import (
 // (Rate), and reports the rate with its heartbeat (store.NodeStatus.Demand);
 // each node then keeps, of each template's current version, about the
 // creates it expects within Horizon: its share of the cluster's rate,
-// within a budget of the smaller of --warm-pool and half the sandboxes it
-// still has room for (so that a filling node gives its last room to the
-// creates themselves, not to their pools). Beyond the budget the versions
+// within a budget of the smaller of --warm-pool and half (rounded up) the
+// sandboxes it still has room for, so that a filling node gives most of
+// its last room to the creates themselves. Room bounds the filling only:
+// a burst that fills a node is about to take its warm sandboxes, and
+// discarding them would slow it (a warm placement needs no room beyond
+// its warm sandbox's, store.Cluster.Place). Beyond the budget the versions
 // share it in proportion to their rates. A template's pool size (LABEL
 // atoll.pool) is a floor. A template nobody creates drains to zero once
 // the window has passed without a create: the rolling count is exact, so
@@ -161,7 +164,7 @@ func (p *Service) demandTargets(ctx context.Context) map[string]target {
 	// to take would only slow it.
 	keep := slices.Clone(wants)
 	share(keep, d.Nodes, p.poolSize)
-	share(wants, d.Nodes, min(p.poolSize, room/2))
+	share(wants, d.Nodes, min(p.poolSize, (room+1)/2))
 	kept := map[string]int{}
 	for _, w := range keep {
 		kept[w.key] = w.n

@@ -142,10 +142,10 @@ type Node struct {
 	// PooledHolds is what one of its pooled sandboxes holds, which a warm
 	// placement replaces (Nodes fills it, when the node has some).
 	PooledHolds Resources
-	Epoch     int64
-	State     string // NodeLive, NodeFenced
-	Schedule  string // "", NodeCordoned, NodeDraining
-	JoinedAt  time.Time
+	Epoch       int64
+	State       string // NodeLive, NodeFenced
+	Schedule    string // "", NodeCordoned, NodeDraining
+	JoinedAt    time.Time
 	// Heartbeat is the last renewal; LeaseExpires when the lease runs out.
 	Heartbeat, LeaseExpires time.Time
 	// Status is what the node last reported.
