@@ -137,8 +137,8 @@ var errNotPlaced = fmt.Errorf("%w: this server is a single machine: its one node
 
 // Placement returns the placement record of sandbox id: how the scheduler
 // chose its node. On a single machine it is a conflict (nothing is
-// placed); a sandbox the scheduler did not place (a fork, a warm pool's,
-// one from a snapshot: made on its node) has none, not found.
+// placed); a sandbox the scheduler did not place (a fork, one from a
+// snapshot: made on its node) has none, not found.
 func (s *Service) Placement(ctx context.Context, id string) (api.Placement, error) {
 	if err := checkID(id); err != nil {
 		return api.Placement{}, err
@@ -155,7 +155,7 @@ func (s *Service) Placement(ctx context.Context, id string) (api.Placement, erro
 		return api.Placement{}, err
 	}
 	if rec == nil {
-		return api.Placement{}, fmt.Errorf("%w: sandbox %s has no placement record: it was made on node %s (a fork, a warm pool's, or from a snapshot), not placed by the scheduler", errdefs.ErrNotFound, id, sb.Node)
+		return api.Placement{}, fmt.Errorf("%w: sandbox %s has no placement record: it was made on node %s (a fork, or from a snapshot), not placed by the scheduler", errdefs.ErrNotFound, id, sb.Node)
 	}
 	var p api.Placement
 	if err := json.Unmarshal(rec, &p); err != nil {
