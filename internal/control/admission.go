@@ -47,6 +47,9 @@ func newAdmission(concurrent, queue int) *admission {
 	}
 }
 
+// inFlight reports whether creates are starting sandboxes or waiting to.
+func (a *admission) inFlight() bool { return len(a.queue) > 0 }
+
 // busy is the answer to a create the server cannot take now.
 func busy(why string) error {
 	return &errdefs.Busy{Kind: errdefs.ErrUnavailable, Msg: "server busy: " + why + "; retry after the Retry-After header's seconds", After: createRetryAfter}

@@ -167,6 +167,7 @@ func (s *Service) adoptPooled(ctx context.Context, id string, req api.CreateSand
 func (s *Service) newPools(cfg pools.Config, demand func(context.Context) (store.Demand, error), capacity store.Resources) *pools.Service {
 	if demand != nil {
 		cfg.Sizer = sizer{s, demand, capacity}
+		cfg.Busy = s.admit.inFlight
 	}
 	return pools.New(cfg)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -179,5 +180,37 @@ func TestDemandSizing(t *testing.T) {
 	p.Count("v1")
 	if d := p.Demand(); d[""] != 1/Window.Minutes() || d["v1"] != 2/Window.Minutes() {
 		t.Errorf("demand %v", d)
+	}
+}
+
+// TestBusyHoldsRefill: while the node is busy starting sandboxes for
+// creates, the pools start nothing; once it is not, they fill.
+func TestBusyHoldsRefill(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "atoll.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var busy atomic.Bool
+	busy.Store(true)
+	p := New(Config{Store: st, Templates: host{}, Sandboxes: &rows{st: st}, DefaultTemplate: "host", WarmPool: 1, Prestart: 1,
+		Busy: busy.Load})
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(runCtx) }()
+	defer func() { cancel(); <-done }()
+	time.Sleep(5 * refillDelay)
+	if sbs, _ := st.List(ctx); len(sbs) != 0 {
+		t.Errorf("%d sandboxes started while busy, want none", len(sbs))
+	}
+	busy.Store(false)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if sbs, _ := st.List(ctx); len(sbs) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the pools did not fill once the node was no longer busy")
+		}
 	}
 }

@@ -63,6 +63,11 @@ type Config struct {
 	// BuiltIn is the built-in template's name, whose demand is counted
 	// under the version ID "".
 	BuiltIn string
+	// Busy, if set, reports that the node is starting sandboxes for
+	// creates: the pools wait to refill until it is not. A refill is a
+	// sandbox start too, and in a burst the creates need the machine
+	// more than the pools do.
+	Busy func() bool
 	Logger  *slog.Logger
 }
 
@@ -85,6 +90,7 @@ type Service struct {
 	log          *slog.Logger
 	sizer        Sizer
 	builtIn      string
+	busy         func() bool
 	rate         Rate
 	wake         chan struct{}
 	// held: the node is draining (Hold), so the pools stay empty.
@@ -113,7 +119,7 @@ func New(cfg Config) *Service {
 	}
 	return &Service{
 		store: cfg.Store, node: cfg.Node, tmpls: cfg.Templates, sandboxes: cfg.Sandboxes, defaultTmpl: cfg.DefaultTemplate,
-		poolSize: cfg.WarmPool, prestartSize: cfg.Prestart, log: cfg.Logger, sizer: cfg.Sizer, builtIn: cfg.BuiltIn,
+		poolSize: cfg.WarmPool, prestartSize: cfg.Prestart, log: cfg.Logger, sizer: cfg.Sizer, builtIn: cfg.BuiltIn, busy: cfg.Busy,
 		wake: make(chan struct{}, 1), warm: map[string][]string{},
 	}
 }
@@ -123,8 +129,13 @@ func (p *Service) Run(ctx context.Context) {
 	defer p.discardPrestarted(context.WithoutCancel(ctx))
 	defer p.discardPools(context.WithoutCancel(ctx))
 	for {
-		p.fillPool(ctx)
-		p.fillPrestarted(ctx)
+		retry := 5 * time.Second // after failures
+		if p.isBusy() {
+			retry = refillDelay
+		} else {
+			p.fillPool(ctx)
+			p.fillPrestarted(ctx)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -137,10 +148,14 @@ func (p *Service) Run(ctx context.Context) {
 				return
 			case <-time.After(refillDelay):
 			}
-		case <-time.After(5 * time.Second): // retry after failures
+		case <-time.After(retry):
 		}
 	}
 }
+
+// isBusy reports whether the node is busy starting sandboxes for creates
+// (Config.Busy).
+func (p *Service) isBusy() bool { return p.busy != nil && p.busy() }
 
 // Wake has Run refill the pools.
 func (p *Service) Wake() {
@@ -234,7 +249,7 @@ func (p *Service) fillPool(ctx context.Context) {
 		p.sandboxes.DiscardIf(ctx, id, lifecycle.Pooled)
 	}
 	for key, tg := range targets {
-		for ctx.Err() == nil {
+		for ctx.Err() == nil && !p.isBusy() {
 			p.mu.Lock()
 			short := len(p.warm[key]) < tg.n
 			p.mu.Unlock()
@@ -315,7 +330,7 @@ func (p *Service) Take(key string) (string, bool) {
 // fillPrestarted tops the prestarted sandboxes up to their target, one at
 // a time.
 func (p *Service) fillPrestarted(ctx context.Context) {
-	for ctx.Err() == nil && !p.held.Load() {
+	for ctx.Err() == nil && !p.held.Load() && !p.isBusy() {
 		p.mu.Lock()
 		short := len(p.prestarted) < p.prestartSize
 		p.mu.Unlock()
