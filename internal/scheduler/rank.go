@@ -160,10 +160,17 @@ var terms = [...]term{
 
 // poolValue is 1 on a node with a warm sandbox of the template.
 func poolValue(c *rankCtx, k int, n *store.Node) float64 {
-	if len(n.Status.Pooled) > 0 && n.Status.Pooled[c.req.TemplateVersion] > 0 {
+	if c.warm(n) {
 		return 1
 	}
 	return 0
+}
+
+// warm reports whether n has a warm sandbox for the request: of its
+// template version and runtime.
+func (c *rankCtx) warm(n *store.Node) bool {
+	return len(n.Status.Pooled) > 0 && n.Status.Pooled[c.req.TemplateVersion] > 0 &&
+		(n.PooledRuntime == "" || n.PooledRuntime == c.req.Runtime)
 }
 
 // localityValue is 1 on a node holding the template's layers; every node
@@ -285,7 +292,7 @@ func fits(n *store.Node, need *store.Resources) bool {
 // the store counts a warm placement).
 func (c *rankCtx) needOn(n *store.Node) store.Resources {
 	need := c.need
-	if n.Status.Pooled[c.req.TemplateVersion] > 0 {
+	if c.warm(n) {
 		h := n.PooledHolds
 		need.CPU -= h.CPU
 		need.MemoryMiB -= h.MemoryMiB

@@ -176,6 +176,13 @@ func TestRankWarmRoom(t *testing.T) {
 	if len(d.Candidates) != 1 || !pooled(d.Candidates[0]) {
 		t.Errorf("a warm placement on a node full but for its warm sandbox: %s", jsonOf(t, d))
 	}
+	// Warm sandboxes are of one runtime: a create of another starts cold.
+	r.Runtime = "gvisor"
+	full.PooledRuntime = "ns"
+	if d = Rank([]store.Node{full}, r, now); len(d.Candidates) != 0 {
+		t.Errorf("a gvisor placement on a node whose warm sandbox is ns: %s", jsonOf(t, d))
+	}
+	r.Runtime = "ns"
 	r.TemplateVersion = "v2"
 	d = Rank([]store.Node{full}, r, now)
 	if len(d.Candidates) != 0 || len(d.Filtered) != 1 || d.Filtered[0].Filter != "room" {

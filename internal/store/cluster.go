@@ -140,8 +140,10 @@ type Node struct {
 	// sandbox reserved by a warm placement counts once).
 	Committed Resources
 	// PooledHolds is what one of its pooled sandboxes holds, which a warm
-	// placement replaces (Nodes fills it, when the node has some).
-	PooledHolds Resources
+	// placement replaces, and PooledRuntime their runtime (the node's
+	// default): Nodes fills them, when the node has some.
+	PooledHolds   Resources
+	PooledRuntime string
 	Epoch       int64
 	State       string // NodeLive, NodeFenced
 	Schedule    string // "", NodeCordoned, NodeDraining

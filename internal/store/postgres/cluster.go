@@ -336,14 +336,16 @@ func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
 		// it: it becomes the sandbox that reserved it.
 		rows, err = q.Query(ctx, `SELECT node, template_version, COUNT(*) FILTER (WHERE state = $1),
 			COUNT(*) FILTER (WHERE state = $2 AND warm), COALESCE(SUM(cpu) FILTER (WHERE state = $1), 0),
-			COALESCE(SUM(memory_mib) FILTER (WHERE state = $1), 0), COALESCE(SUM(disk_gib) FILTER (WHERE state = $1), 0)
+			COALESCE(SUM(memory_mib) FILTER (WHERE state = $1), 0), COALESCE(SUM(disk_gib) FILTER (WHERE state = $1), 0),
+			COALESCE(MIN(runtime) FILTER (WHERE state = $1), '')
 			FROM sandboxes WHERE state IN ($1, $2) GROUP BY node, template_version`, store.StatePooled, api.StateCreating)
 		if err != nil {
 			return err
 		}
-		var version string
+		var version, rt string
 		var free, reserved int
-		_, err = pgx.ForEachRow(rows, []any{&node, &version, &free, &reserved, &sum.CPU, &sum.MemoryMiB, &sum.DiskGiB}, func() error {
+		runtimes := map[string]string{}
+		_, err = pgx.ForEachRow(rows, []any{&node, &version, &free, &reserved, &sum.CPU, &sum.MemoryMiB, &sum.DiskGiB, &rt}, func() error {
 			p := pooled[node]
 			if p == nil || free == 0 {
 				return nil
@@ -352,6 +354,7 @@ func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
 				p[version] = free - reserved
 			}
 			n := min(free, reserved)
+			runtimes[node] = rt
 			holds[node] = store.Resources{CPU: sum.CPU / float64(free), MemoryMiB: sum.MemoryMiB / int64(free),
 				DiskGiB: sum.DiskGiB / int64(free), Sandboxes: 1}
 			c := committed[node]
@@ -365,7 +368,7 @@ func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
 			if p := pooled[out[i].Name]; len(p) > 0 {
 				out[i].Status.Pooled = p
 			}
-			out[i].PooledHolds = holds[out[i].Name]
+			out[i].PooledHolds, out[i].PooledRuntime = holds[out[i].Name], runtimes[out[i].Name]
 		}
 		return err
 	})

@@ -32,7 +32,7 @@ func testPlaceWarm(t *testing.T, c store.Cluster) {
 			t.Fatal(err)
 		}
 	}
-	if got := node(t, c, "n1"); got.Status.Pooled[""] != 2 || got.PooledHolds != (store.Resources{CPU: 1, MemoryMiB: 512, DiskGiB: 10, Sandboxes: 1}) {
+	if got := node(t, c, "n1"); got.Status.Pooled[""] != 2 || got.PooledHolds != (store.Resources{CPU: 1, MemoryMiB: 512, DiskGiB: 10, Sandboxes: 1}) || got.PooledRuntime != "ns" {
 		t.Fatalf("n1 pooled %v, each holding %+v; want 2 of 1 CPU, 512 MiB, 10 GiB", got.Status.Pooled, got.PooledHolds)
 	}
 	if got := node(t, c, "n2").Status.Pooled; got != nil {
