@@ -258,6 +258,7 @@ func (s *Service) runWarm(ctx context.Context, sb store.Sandbox) (api.Sandbox, b
 			s.log.Warn("serving a placement from the warm pool", "sandbox", id, "placed", sb.ID, "err", err)
 			continue
 		}
+		s.admit.made() // the pool refills after the burst, not during it
 		if err := s.removeRecord(ctx, sb.ID); err != nil {
 			// Its reservation lapses with it at the placed-row sweep.
 			s.log.Warn("removing a placed row served warm", "sandbox", sb.ID, "err", err)
