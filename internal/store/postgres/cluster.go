@@ -334,11 +334,7 @@ func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
 		}
 		// A reserved one is counted in Committed once, as Place counts
 		// it: it becomes the sandbox that reserved it.
-		rows, err = q.Query(ctx, `SELECT node, template_version, COUNT(*) FILTER (WHERE state = $1),
-			COUNT(*) FILTER (WHERE state = $2 AND warm), COALESCE(SUM(cpu) FILTER (WHERE state = $1), 0),
-			COALESCE(SUM(memory_mib) FILTER (WHERE state = $1), 0), COALESCE(SUM(disk_gib) FILTER (WHERE state = $1), 0),
-			COALESCE(MIN(runtime) FILTER (WHERE state = $1), '')
-			FROM sandboxes WHERE state IN ($1, $2) GROUP BY node, template_version`, store.StatePooled, api.StateCreating)
+		rows, err = q.Query(ctx, warmQuery)
 		if err != nil {
 			return err
 		}
@@ -374,6 +370,16 @@ func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
 	})
 	return out, err
 }
+
+// warmQuery counts each node's pooled sandboxes by template version, and
+// the warm placements creating there. The states are written out, not
+// parameters, so that the planner matches the partial index
+// sandboxes_warm.
+var warmQuery = fmt.Sprintf(`SELECT node, template_version, COUNT(*) FILTER (WHERE state = '%[1]s'),
+	COUNT(*) FILTER (WHERE state = '%[2]s' AND warm), COALESCE(SUM(cpu) FILTER (WHERE state = '%[1]s'), 0),
+	COALESCE(SUM(memory_mib) FILTER (WHERE state = '%[1]s'), 0), COALESCE(SUM(disk_gib) FILTER (WHERE state = '%[1]s'), 0),
+	COALESCE(MIN(runtime) FILTER (WHERE state = '%[1]s'), '')
+	FROM sandboxes WHERE state IN ('%[1]s', '%[2]s') GROUP BY node, template_version`, store.StatePooled, api.StateCreating)
 
 // add adds to c what sandboxes in state, holding r between them (r's
 // Sandboxes their count), hold on their node (store.Holds).
