@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -237,6 +238,7 @@ func TestClusterNodeScope(t *testing.T) {
 type placer struct {
 	st    store.Store
 	to    string
+	warm  bool // the placements reserve a warm sandbox, their records say
 	calls atomic.Int32
 	last  string // the ID of the last sandbox placed
 }
@@ -244,6 +246,9 @@ type placer struct {
 func (p *placer) Place(ctx context.Context, sb *store.Sandbox, _ api.CreateSandboxRequest) error {
 	p.calls.Add(1)
 	sb.Node, p.last = p.to, sb.ID
+	if p.warm {
+		sb.Warm, sb.Placement = true, json.RawMessage(`{"sandbox":"`+sb.ID+`","node":"`+p.to+`","warm":true}`)
+	}
 	return p.st.Create(ctx, sb)
 }
 
@@ -361,12 +366,22 @@ func TestClusterPoolServesPlacement(t *testing.T) {
 			}
 		}
 	}
-	got, err := a.Create(ctx, api.CreateSandboxRequest{Labels: map[string]string{"k": "v"}, Env: map[string]string{"E": "1"}})
+	// A cold placement starts cold, warm sandbox or not: a warm
+	// placement may be on its way for it.
+	got, err := a.Create(ctx, api.CreateSandboxRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pl.calls.Load() != 1 {
-		t.Errorf("a create with a warm sandbox here took %d placements, want 1", pl.calls.Load())
+	if got.ID != pl.last || got.State != api.StateRunning || a.Pooled()[""] != 1 {
+		t.Errorf("placed cold: %s %s, pool %v; want the placed sandbox %s running, the pool left", got.ID, got.State, a.Pooled(), pl.last)
+	}
+	pl.warm = true
+	got, err = a.Create(ctx, api.CreateSandboxRequest{Labels: map[string]string{"k": "v"}, Env: map[string]string{"E": "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl.calls.Load() != 2 {
+		t.Errorf("a create with a warm sandbox here took %d placements in all, want 2", pl.calls.Load())
 	}
 	if got.ID != pooled || got.Node != "a" || got.State != api.StateRunning || got.Labels["k"] != "v" {
 		t.Errorf("served warm: %s %s on %q, labels %v; want the pooled sandbox %s running on a", got.ID, got.State, got.Node, got.Labels, pooled)
@@ -385,7 +400,7 @@ func TestClusterPoolServesPlacement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Node != "b" || pl.calls.Load() != 2 || a.Pooled()[""] != 1 {
+	if got.Node != "b" || pl.calls.Load() != 3 || a.Pooled()[""] != 1 {
 		t.Errorf("placed on b: on %q after %d placements, pool %v; want placed on b, the pool left", got.Node, pl.calls.Load(), a.Pooled())
 	}
 }

@@ -222,11 +222,11 @@ func (z sizer) Sizing(ctx context.Context) (store.Demand, int, error) {
 
 // In a cluster every create is placed (the scheduler ranks first the
 // nodes with a warm sandbox of the template, and reserves one with the
-// placement: store.Sandbox.Warm), and the node it is placed on serves it
-// from its pool if it can (runWarm): the pooled sandbox becomes the
-// sandbox asked for, under its own ID, and the placed row goes. A create
-// the pool cannot serve (the pool lost the sandbox, or was never told of
-// it) starts cold, as placed.
+// placement: store.Sandbox.Warm), and the node a warm placement lands on
+// serves it from its pool (runWarm): the pooled sandbox becomes the
+// sandbox asked for, under its own ID, and the placed row goes. A cold
+// placement, or a warm one the pool cannot serve (its sandbox died),
+// starts cold, as placed.
 
 // runWarm serves placed sandbox sb (creating on this node, locked) from
 // the warm pool if it has a sandbox of sb's template, and returns it.
@@ -241,11 +241,15 @@ func (s *Service) runWarm(ctx context.Context, sb store.Sandbox) (api.Sandbox, b
 		AutoStopSec: sb.AutoStopSec, AutoArchiveSec: sb.AutoArchiveSec, AutoResume: sb.AutoResume,
 		CheckpointEverySec: sb.CheckpointEverySec, Ports: &sb.Ports,
 	}
-	// The placement's record goes to the sandbox that serves it, under
-	// that sandbox's ID.
-	var rec json.RawMessage
-	if raw, err := s.store.Placement(ctx, sb.ID); err == nil && raw != nil {
-		rec = raw
+	// Only a placement that reserved a warm sandbox takes one: another
+	// would take the one a warm placement on its way here counts on. Its
+	// record goes to the sandbox that serves it, under that sandbox's ID.
+	rec, err := s.store.Placement(ctx, sb.ID)
+	var warm struct {
+		Warm bool `json:"warm"`
+	}
+	if err != nil || rec == nil || json.Unmarshal(rec, &warm) != nil || !warm.Warm {
+		return api.Sandbox{}, false
 	}
 	ctx = tenant.NewContext(ctx, sb.Tenant)
 	for {
