@@ -253,7 +253,9 @@ func (s *Service) runWarm(ctx context.Context, sb store.Sandbox) (api.Sandbox, b
 	}
 	ctx = tenant.NewContext(ctx, sb.Tenant)
 	for {
-		id, ok := s.pools.Take(key)
+		// The store counted the one reserved from the moment its row was
+		// written: it may be starting still.
+		id, ok := s.pools.TakeWaiting(ctx, key, warmWait)
 		if !ok {
 			return api.Sandbox{}, false
 		}
@@ -270,6 +272,10 @@ func (s *Service) runWarm(ctx context.Context, sb store.Sandbox) (api.Sandbox, b
 		return out, true
 	}
 }
+
+// warmWait bounds how long a warm placement waits for the pooled sandbox
+// being started for it: about a cold start, which it would do instead.
+const warmWait = time.Second
 
 // recordFor is placement record rec as the record of sandbox id: the
 // scheduler wrote it for the placed row.

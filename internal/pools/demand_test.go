@@ -214,3 +214,61 @@ func TestBusyHoldsRefill(t *testing.T) {
 		}
 	}
 }
+
+// slowRows starts pooled sandboxes once gate lets each through.
+type slowRows struct {
+	*rows
+	gate chan struct{}
+}
+
+func (r slowRows) StartPooled(ctx context.Context, name string, v store.Template) (string, error) {
+	<-r.gate
+	return r.rows.StartPooled(ctx, name, v)
+}
+
+// TestTakeWaiting: a take from an empty pool whose sandbox is being
+// started waits for it; from a pool nothing is being started for, it
+// answers at once.
+func TestTakeWaiting(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "atoll.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	gate := make(chan struct{})
+	p := New(Config{Store: st, Templates: host{}, Sandboxes: slowRows{&rows{st: st}, gate}, DefaultTemplate: "host", WarmPool: 1})
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(runCtx) }()
+	defer func() { cancel(); close(gate); <-done }()
+	key := Key("host", store.Template{})
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		p.mu.Lock()
+		filling := p.filling == key
+		p.mu.Unlock()
+		if filling {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the filler never started a sandbox")
+		}
+	}
+	t0 := time.Now()
+	if _, ok := p.TakeWaiting(ctx, "other", time.Minute); ok || time.Since(t0) > time.Second {
+		t.Errorf("a take from a pool nothing is started for: %v after %v", ok, time.Since(t0))
+	}
+	if _, ok := p.TakeWaiting(ctx, key, 50*time.Millisecond); ok {
+		t.Error("took a sandbox still starting")
+	}
+	got := make(chan bool)
+	go func() {
+		_, ok := p.TakeWaiting(ctx, key, 10*time.Second)
+		got <- ok
+	}()
+	time.Sleep(100 * time.Millisecond)
+	gate <- struct{}{}
+	if !<-got {
+		t.Error("the take did not get the sandbox that was starting")
+	}
+}

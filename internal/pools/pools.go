@@ -14,6 +14,7 @@ package pools
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"maps"
 	"sync"
@@ -67,8 +68,8 @@ type Config struct {
 	// creates: the pools wait to refill until it is not. A refill is a
 	// sandbox start too, and in a burst the creates need the machine
 	// more than the pools do.
-	Busy func() bool
-	Logger  *slog.Logger
+	Busy   func() bool
+	Logger *slog.Logger
 }
 
 // sizeEvery is how often a cluster node reads the demand its pools follow.
@@ -110,6 +111,10 @@ type Service struct {
 	warm map[string][]string
 	// prestarted are the prestarted sandboxes ready to take, oldest first.
 	prestarted []store.Sandbox
+	// filling is the pool key whose sandbox the filler is starting, if
+	// any; filled is closed (and replaced) each time it finishes one.
+	filling string
+	filled  chan struct{}
 }
 
 // New returns a Service; Run fills it.
@@ -120,7 +125,7 @@ func New(cfg Config) *Service {
 	return &Service{
 		store: cfg.Store, node: cfg.Node, tmpls: cfg.Templates, sandboxes: cfg.Sandboxes, defaultTmpl: cfg.DefaultTemplate,
 		poolSize: cfg.WarmPool, prestartSize: cfg.Prestart, log: cfg.Logger, sizer: cfg.Sizer, builtIn: cfg.BuiltIn, busy: cfg.Busy,
-		wake: make(chan struct{}, 1), warm: map[string][]string{},
+		wake: make(chan struct{}, 1), warm: map[string][]string{}, filled: make(chan struct{}),
 	}
 }
 
@@ -256,19 +261,60 @@ func (p *Service) fillPool(ctx context.Context) {
 			if !short {
 				break
 			}
+			p.mu.Lock()
+			p.filling = key
+			p.mu.Unlock()
 			id, err := p.sandboxes.StartPooled(ctx, tg.name, tg.v)
-			if err != nil {
-				p.log.Warn("filling warm pool", "template", tg.name, "err", err)
-				break
-			}
-			if !p.targets(ctx)[key].wanted() {
+			if err == nil && !p.targets(ctx)[key].wanted() {
 				// The name moved on while its sandbox started.
 				p.Drain(ctx)
-				break
+				id, err = "", errMovedOn
 			}
 			p.mu.Lock()
-			p.warm[key] = append(p.warm[key], id)
+			p.filling = ""
+			if err == nil {
+				p.warm[key] = append(p.warm[key], id)
+			}
+			close(p.filled)
+			p.filled = make(chan struct{})
 			p.mu.Unlock()
+			if err != nil {
+				if err != errMovedOn {
+					p.log.Warn("filling warm pool", "template", tg.name, "err", err)
+				}
+				break
+			}
+		}
+	}
+}
+
+// errMovedOn is a pooled sandbox's template name that moved to another
+// version while it started.
+var errMovedOn = errors.New("the template moved on")
+
+// TakeWaiting is Take, except that when the pool of key is empty while
+// the filler is starting a sandbox for it, it waits for that sandbox (at
+// most wait): in a cluster, the store counts a pooled sandbox from the
+// moment its row is written, before it is ready, and a placement may have
+// reserved it already.
+func (p *Service) TakeWaiting(ctx context.Context, key string, wait time.Duration) (string, bool) {
+	deadline := time.After(wait)
+	for {
+		if id, ok := p.Take(key); ok {
+			return id, true
+		}
+		p.mu.Lock()
+		filling, filled := p.filling == key, p.filled
+		p.mu.Unlock()
+		if !filling {
+			return "", false
+		}
+		select {
+		case <-filled:
+		case <-deadline:
+			return "", false
+		case <-ctx.Done():
+			return "", false
 		}
 	}
 }

@@ -139,19 +139,19 @@ type Node struct {
 	// Committed is what the node's sandboxes hold (Nodes fills it; a pooled
 	// sandbox reserved by a warm placement counts once).
 	Committed Resources
+	Epoch     int64
+	State     string // NodeLive, NodeFenced
+	Schedule  string // "", NodeCordoned, NodeDraining
+	JoinedAt  time.Time
+	// Heartbeat is the last renewal; LeaseExpires when the lease runs out.
+	Heartbeat, LeaseExpires time.Time
+	// Status is what the node last reported.
+	Status NodeStatus
 	// PooledHolds is what one of its pooled sandboxes holds, which a warm
 	// placement replaces, and PooledRuntime their runtime (the node's
 	// default): Nodes fills them, when the node has some.
 	PooledHolds   Resources
 	PooledRuntime string
-	Epoch       int64
-	State       string // NodeLive, NodeFenced
-	Schedule    string // "", NodeCordoned, NodeDraining
-	JoinedAt    time.Time
-	// Heartbeat is the last renewal; LeaseExpires when the lease runs out.
-	Heartbeat, LeaseExpires time.Time
-	// Status is what the node last reported.
-	Status NodeStatus
 }
 
 // NodeStatus is what a node reports with each heartbeat.
