@@ -95,7 +95,7 @@ func (s *Service) takePooled(ctx context.Context, key string, req api.CreateSand
 		if !ok {
 			return api.Sandbox{}, false
 		}
-		sb, err := s.adoptPooled(ctx, id, req, policy, nil)
+		sb, err := s.adoptPooled(ctx, id, req, policy, nil, "")
 		if err == nil {
 			return sb, true
 		}
@@ -103,9 +103,10 @@ func (s *Service) takePooled(ctx context.Context, key string, req api.CreateSand
 	}
 }
 
-// adoptPooled makes pooled sandbox id the sandbox req asks for, with
-// placement record placement if not nil (a placement it serves).
-func (s *Service) adoptPooled(ctx context.Context, id string, req api.CreateSandboxRequest, policy api.NetworkPolicy, placement json.RawMessage) (api.Sandbox, error) {
+// adoptPooled makes pooled sandbox id the sandbox req asks for; serving
+// the warm placement recorded as row placed (if not ""), it takes its
+// record placement, and the row goes.
+func (s *Service) adoptPooled(ctx context.Context, id string, req api.CreateSandboxRequest, policy api.NetworkPolicy, placement json.RawMessage, placed string) (api.Sandbox, error) {
 	unlock := s.lock(id)
 	defer unlock()
 	sb, err := s.store.Get(ctx, id)
@@ -156,7 +157,12 @@ func (s *Service) adoptPooled(ctx context.Context, id string, req api.CreateSand
 		exp := now.Add(time.Duration(req.TimeoutSec) * time.Second)
 		sb.ExpiresAt = &exp
 	}
-	if err := s.setState(ctx, &sb, statePooled); err != nil {
+	if placed != "" {
+		err = s.serveState(ctx, &sb, placed, statePooled)
+	} else {
+		err = s.setState(ctx, &sb, statePooled)
+	}
+	if err != nil {
 		return fail(err)
 	}
 	return s.view(sb), nil
@@ -259,16 +265,12 @@ func (s *Service) runWarm(ctx context.Context, sb store.Sandbox) (api.Sandbox, b
 		if !ok {
 			return api.Sandbox{}, false
 		}
-		out, err := s.adoptPooled(ctx, id, req, sb.Policy, recordFor(rec, id))
+		out, err := s.adoptPooled(ctx, id, req, sb.Policy, recordFor(rec, id), sb.ID)
 		if err != nil {
 			s.log.Warn("serving a placement from the warm pool", "sandbox", id, "placed", sb.ID, "err", err)
 			continue
 		}
 		s.admit.made() // the pool refills after the burst, not during it
-		if err := s.removeRecord(ctx, sb.ID); err != nil {
-			// Its reservation lapses with it at the placed-row sweep.
-			s.log.Warn("removing a placed row served warm", "sandbox", sb.ID, "err", err)
-		}
 		return out, true
 	}
 }

@@ -103,11 +103,24 @@ func testPlaceWarm(t *testing.T, c store.Cluster) {
 		t.Fatal(err)
 	}
 	p.State, p.Placement = api.StateRunning, []byte(`{"sandbox":"pool1","warm":true}`)
-	if err := as.Update(ctx, &p, store.StatePooled); err != nil {
-		t.Fatal(err)
+	type warmServer interface {
+		ServeWarm(ctx context.Context, placed string, sb *store.Sandbox, from ...string) error
 	}
-	if err := as.Delete(ctx, served); err != nil {
-		t.Fatal(err)
+	if ws, ok := as.(warmServer); ok {
+		// In one transaction, where the store can.
+		if err := ws.ServeWarm(ctx, served, &p, store.StatePooled); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Get(ctx, served); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("the placed row served warm: %v, want it gone", err)
+		}
+	} else {
+		if err := as.Update(ctx, &p, store.StatePooled); err != nil {
+			t.Fatal(err)
+		}
+		if err := as.Delete(ctx, served); err != nil {
+			t.Fatal(err)
+		}
 	}
 	rec, err := c.Placement(ctx, "pool1")
 	if err != nil {
