@@ -758,6 +758,12 @@ type Node struct {
 	LeaseExpires time.Time `json:"lease_expires"`
 	// Templates are the template version IDs whose layers it holds.
 	Templates []string `json:"templates,omitempty"`
+	// Warm counts its warm sandboxes not yet reserved by a placement, by
+	// template version ID ("" the built-in template), and Demand is the
+	// creates a minute of each it placed lately, as an API node: the warm
+	// pools of a cluster follow the sum of the nodes' demand.
+	Warm   map[string]int     `json:"warm,omitempty"`
+	Demand map[string]float64 `json:"demand,omitempty"`
 	// Drain is the last drain round's report while the node is draining:
 	// complete once Left is empty.
 	Drain *NodeDrain `json:"drain,omitempty"`

@@ -50,6 +50,9 @@ func renderPlacement(w io.Writer, p api.Placement) {
 		excluded += n
 	}
 	fmt.Fprintf(w, "placed on %s: %d nodes, %d candidates, %d filtered out\n", p.Node, p.Passed+excluded, p.Passed, excluded)
+	if p.Warm {
+		fmt.Fprintf(w, "warm: a sandbox of the template waiting on %s, reserved with the placement\n", p.Node)
+	}
 	if len(p.Selector) > 0 {
 		fmt.Fprintf(w, "node selector: %s\n", selectorString(p.Selector))
 	}

@@ -80,6 +80,12 @@ type Config struct {
 	// machine.
 	Placer Placer
 	Peers  Peers
+	// Demand, on a cluster node, is the cluster's demand
+	// (store.Cluster.Demand), which the node's warm pools then follow
+	// within WarmPool and the room Capacity leaves (pools.Sizer); nil
+	// keeps the fixed sizes.
+	Demand   func(ctx context.Context) (store.Demand, error)
+	Capacity store.Resources
 	// Mover hands sandboxes to other nodes (move.go): a drain's and a
 	// lost sandbox's restore; nil on a single machine.
 	Mover  Mover
@@ -259,10 +265,11 @@ func New(cfg Config) (*Service, error) {
 	if _, ok := s.runtimes[d.Runtime].(runtime.Preparer); !ok {
 		prestart = 0
 	}
-	s.pools = pools.New(pools.Config{
+	s.pools = s.newPools(pools.Config{
 		Store: cfg.Store, Templates: s.tmpls, Sandboxes: s,
 		DefaultTemplate: d.Template, WarmPool: cfg.WarmPool, Prestart: prestart, Node: n.Name(), Logger: cfg.Logger,
-	})
+		BuiltIn: layers.HostTemplate,
+	}, cfg.Demand, cfg.Capacity)
 	s.metrics = metrics.New(metrics.Config{Source: meterSource{s}, Interval: cfg.MetricsInterval, Logger: cfg.Logger})
 	if s.runtimes[d.Runtime] == nil {
 		return nil, fmt.Errorf("default runtime %q is not available", d.Runtime)
@@ -536,10 +543,10 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	// A warm sandbox waits on this node, whose labels the control plane
-	// does not know: a create with a node selector goes through the
-	// scheduler, which checks them.
-	if req.Snapshot == "" && len(req.NodeSelector) == 0 {
+	// A warm sandbox waits on this node. In a cluster the scheduler
+	// decides which node's warm sandbox a create takes, if any
+	// (runWarm).
+	if req.Snapshot == "" && !placed {
 		if sb, ok := s.takePooled(context.WithoutCancel(ctx), pools.Key(req.Template, v), req, policy); ok {
 			return sb, nil
 		}

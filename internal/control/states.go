@@ -30,6 +30,36 @@ func (s *Service) setState(ctx context.Context, sb *store.Sandbox, from ...strin
 	return s.fencedWrite(ctx, s.store.Update(ctx, sb, from...), sb)
 }
 
+// warmServer is a cluster store that records a pooled sandbox serving a
+// warm placement, and removes the placed row, in one transaction
+// (postgres.Store.ServeWarm).
+type warmServer interface {
+	ServeWarm(ctx context.Context, placed string, sb *store.Sandbox, from ...string) error
+}
+
+// serveState is setState for pooled sandbox sb serving placed row placed,
+// which goes: in one write where the store can (warmServer), else one
+// after the other.
+func (s *Service) serveState(ctx context.Context, sb *store.Sandbox, placed string, from ...string) error {
+	ws, ok := s.store.(warmServer)
+	if !ok {
+		if err := s.setState(ctx, sb, from...); err != nil {
+			return err
+		}
+		if err := s.removeRecord(ctx, placed); err != nil {
+			// Its reservation lapses with it at the placed-row sweep.
+			s.log.Warn("removing a placed row served warm", "sandbox", placed, "err", err)
+		}
+		return nil
+	}
+	for _, f := range from {
+		if err := lifecycle.Check(f, sb.State); err != nil {
+			return err
+		}
+	}
+	return s.fencedWrite(ctx, ws.ServeWarm(ctx, placed, sb, from...), sb)
+}
+
 // setStates is setState for every sandbox of sbs, in one transaction.
 func (s *Service) setStates(ctx context.Context, sbs []*store.Sandbox, from ...string) error {
 	for _, sb := range sbs {

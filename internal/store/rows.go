@@ -35,8 +35,15 @@ type Sandbox struct {
 	// machine's, a fork, a warm pool's, one from a snapshot). Create and
 	// Place write it with the row; Update leaves it as it is, and Get and
 	// List do not read it: it is a kilobyte or more that only the
-	// placement endpoint reads (Sandboxes.Placement).
+	// placement endpoint reads (Sandboxes.Placement). A Cluster's
+	// Update writes it when set: a warm sandbox that serves a placement
+	// takes its record.
 	Placement json.RawMessage
+	// Warm is a placement that takes a warm sandbox of its template
+	// version waiting on its node (a pooled row there): Cluster.Place
+	// reserves one for it, or refuses it with ErrNoWarm. Written with
+	// the row; Get and List do not read it.
+	Warm bool
 	// api.Sandbox.Node is the cluster node that runs it ("" on a single
 	// machine); Slot is unique among that node's sandboxes.
 	// api.Sandbox.TemplateVersion is the version of Template it was made

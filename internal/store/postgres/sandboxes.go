@@ -99,12 +99,13 @@ func placeholders(from, n int) string {
 }
 
 // insertColumns are what an insert writes: columns, and the placement
-// record, written once and read only by Placement.
-const insertColumns = columns + `, placement`
+// record, written once and read only by Placement, and whether the
+// placement is warm (store.Sandbox.Warm), read only by Place.
+const insertColumns = columns + `, placement, warm`
 
 // insertArgs are sb's values for insertColumns.
 func insertArgs(sb *store.Sandbox) []any {
-	return append(args(sb), string(sb.Placement))
+	return append(args(sb), string(sb.Placement), sb.Warm)
 }
 
 // Placement returns sandbox id's placement record.
@@ -214,6 +215,11 @@ func update(ctx context.Context, tx pgx.Tx, as *writer, sb *store.Sandbox, from 
 		auto_delete_sec=$22, auto_stop_sec=$23, auto_archive_sec=$24, auto_resume=$25, from_snapshot=$26, egress=$27,
 		public_ports=$28, tenant=$29, node=$30, lost_from=$31, checkpoint_every_sec=$32, checkpointed_at=$33 WHERE id=$1`, a...); err != nil {
 		return err
+	}
+	if len(sb.Placement) > 0 {
+		if _, err := tx.Exec(ctx, `UPDATE sandboxes SET placement = $2 WHERE id = $1`, sb.ID, string(sb.Placement)); err != nil {
+			return err
+		}
 	}
 	if cur != sb.State {
 		return transition(ctx, tx, sb.ID, cur, sb.State, sb.Error)

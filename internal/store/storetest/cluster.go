@@ -47,6 +47,8 @@ func Cluster(t *testing.T, open OpenCluster) {
 		{"HostileNodes", testHostileNodes},
 		{"PlacePlacement", testPlacePlacement},
 		{"PlaceQuota", testPlaceQuota},
+		{"PlaceWarm", testPlaceWarm},
+		{"Demand", testDemand},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, fresh(t)) })
 	}
@@ -149,7 +151,7 @@ func testJoinRenew(t *testing.T, c store.Cluster) {
 		t.Errorf("sandbox after rejoin: %+v, %v", sb, err)
 	}
 
-	st := store.NodeStatus{Templates: []string{"v1", "v2"}, Pooled: map[string]int{"": 2, "v1": 1}}
+	st := store.NodeStatus{Templates: []string{"v1", "v2"}, Demand: map[string]float64{"": 2.5, "v1": 1}}
 	if err := c.Renew(ctx, "n1", 1, time.Hour, st); !store.IsFenced(err) {
 		t.Errorf("renew under the old epoch: %v, want ErrFenced", err)
 	}
