@@ -170,7 +170,7 @@ func TestSearchHostile(t *testing.T) {
 	ctx := ctxOf("acme")
 	e.svc.Create(ctx, api.CreateVaultRequest{Name: "mem", Layout: api.VaultLayoutAgent})
 	for _, q := range []string{`"unbalanced`, `NEAR(`, `NEAR(a b`, `a AND`, `)`, `*`, `nocolumn:x`, `AND OR NOT`, "", "   ",
-		strings.Repeat("a ", 600), strings.Repeat("(", 2000), "a\x00b", "\xff\xfe"} {
+		strings.Repeat("a ", 600), strings.Repeat("(", 2000), strings.Repeat("(", 990) + "a", strings.Repeat("a OR ", 199) + "(", "a\x00b", "\xff\xfe"} {
 		if _, err := e.svc.Search(ctx, "mem", q, 0); !errors.Is(err, errdefs.ErrInvalid) {
 			t.Errorf("search %.40q: %v, want invalid", q, err)
 		}

@@ -153,7 +153,7 @@ func parseLinks(body string) []string {
 		if fenced || !strings.Contains(line, "[[") {
 			continue
 		}
-		for _, m := range linkPattern.FindAllStringSubmatch(line, -1) {
+		for _, m := range linkPattern.FindAllStringSubmatch(stripCode(line), -1) {
 			t := strings.TrimSpace(m[1])
 			if t == "" || seen[t] || len(out) >= maxLinks {
 				continue
@@ -163,6 +163,20 @@ func parseLinks(body string) []string {
 		}
 	}
 	return out
+}
+
+// stripCode removes line's `code spans`, where [[x]] is an example.
+func stripCode(line string) string {
+	if !strings.Contains(line, "`") {
+		return line
+	}
+	var b strings.Builder
+	for i, part := range strings.Split(line, "`") {
+		if i%2 == 0 {
+			b.WriteString(part)
+		}
+	}
+	return b.String()
 }
 
 // resolver resolves link targets to the paths of a vault's notes: as a
