@@ -57,7 +57,7 @@ const indexSchema = `
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE notes (path TEXT NOT NULL UNIQUE, title TEXT NOT NULL, type TEXT NOT NULL,
 	tags TEXT NOT NULL, updated TEXT NOT NULL, size INTEGER NOT NULL);
-CREATE VIRTUAL TABLE fts USING fts5(title, body, tokenize='porter unicode61');
+CREATE VIRTUAL TABLE fts USING fts5(title, body, tokenize='porter unicode61', prefix='2 3');
 CREATE TABLE links (src TEXT NOT NULL, target TEXT NOT NULL, dst TEXT);
 CREATE INDEX links_src ON links (src);
 CREATE INDEX links_dst ON links (dst);
