@@ -262,15 +262,18 @@ func (s *Service) query(ctx context.Context, v store.Vault, f func(db *sql.DB) e
 }
 
 // openOrBuild opens v's index file if it was built from commit, else
-// builds it: the files of commit, read from the cache repository, into
-// a new file that then replaces the old one.
+// makes the index of commit in a new file that then replaces the old
+// one: from the old one, changed by the files that differ between the two
+// commits (a push of one note changes one note's rows, whatever the
+// vault's size), or, without an old one or if that fails, from every
+// file of commit. Either way from the cache repository.
 func (s *Service) openOrBuild(ctx context.Context, v store.Vault, commit string) (*sql.DB, int, error) {
 	p := filepath.Join(s.repoDir(v.ID), indexFile)
+	old := ""
 	if db, err := openIndex(p); err == nil {
-		var got string
 		var n int
-		err := db.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'commit'`).Scan(&got)
-		if err == nil && got == commit {
+		err := db.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'commit'`).Scan(&old)
+		if err == nil && old == commit {
 			if err = db.QueryRowContext(ctx, `SELECT count(*) FROM notes`).Scan(&n); err == nil {
 				return db, n, nil
 			}
@@ -283,9 +286,18 @@ func (s *Service) openOrBuild(ctx context.Context, v store.Vault, commit string)
 	}
 	tmp := p + ".tmp-" + newID()
 	defer os.Remove(tmp)
-	n, err := s.buildIndex(ctx, dir, tmp, commit)
-	if err != nil {
-		return nil, 0, fmt.Errorf("indexing vault %s at %s: %w", v.ID, commit, err)
+	n := -1
+	if old != "" {
+		if n, err = s.updateIndex(ctx, dir, p, tmp, old, commit); err != nil {
+			s.log.Warn("updating a vault's index; building it anew", "vault", v.ID, "from", old, "to", commit, "err", err)
+			n = -1
+		}
+	}
+	if n < 0 {
+		os.Remove(tmp)
+		if n, err = s.buildIndex(ctx, dir, tmp, commit); err != nil {
+			return nil, 0, fmt.Errorf("indexing vault %s at %s: %w", v.ID, commit, err)
+		}
 	}
 	if err := os.Rename(tmp, p); err != nil {
 		return nil, 0, err
@@ -305,16 +317,29 @@ func openIndex(p string) (*sql.DB, error) {
 	return db, db.Ping()
 }
 
-// blobEntry is a Markdown file of a tree.
-type blobEntry struct {
-	oid, path string
-	size      int64
+// openScratch opens the index file at p for writing: derived, so with no
+// journal and no fsync.
+func openScratch(p string) (*sql.DB, error) {
+	db, err := sql.Open("sqlite", "file:"+p+"?_pragma=journal_mode(OFF)&_pragma=synchronous(OFF)")
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(1)
+	return db, nil
 }
 
-// mdFiles lists the Markdown files (regular files named *.md, never
-// symlinks or submodules) of commit, in git's order.
+// blobEntry is a Markdown file of a tree.
+type blobEntry struct{ oid, path string }
+
+// isNote reports whether a tree entry of mode and path is one the index
+// reads: a regular file (never a symlink or a submodule) named *.md.
+func isNote(mode, path string) bool {
+	return (mode == "100644" || mode == "100755") && strings.HasSuffix(strings.ToLower(path), ".md")
+}
+
+// mdFiles lists the Markdown files of commit, in git's order.
 func (s *Service) mdFiles(ctx context.Context, dir, commit string) ([]blobEntry, error) {
-	out, err := s.run(ctx, dir, nil, nil, "ls-tree", "-r", "-z", "--long", "--end-of-options", commit)
+	out, err := s.run(ctx, dir, nil, nil, "ls-tree", "-r", "-z", "--end-of-options", commit)
 	if err != nil {
 		return nil, err
 	}
@@ -322,11 +347,10 @@ func (s *Service) mdFiles(ctx context.Context, dir, commit string) ([]blobEntry,
 	for _, rec := range strings.Split(string(out), "\x00") {
 		meta, p, ok := strings.Cut(rec, "\t")
 		f := strings.Fields(meta)
-		if !ok || len(f) != 4 || f[1] != "blob" || (f[0] != "100644" && f[0] != "100755") || !strings.HasSuffix(strings.ToLower(p), ".md") {
+		if !ok || len(f) != 3 || f[1] != "blob" || !isNote(f[0], p) {
 			continue
 		}
-		size, _ := strconv.ParseInt(f[3], 10, 64)
-		files = append(files, blobEntry{oid: f[2], path: p, size: size})
+		files = append(files, blobEntry{oid: f[2], path: p})
 		if len(files) == MaxIndexedNotes {
 			break
 		}
@@ -335,28 +359,95 @@ func (s *Service) mdFiles(ctx context.Context, dir, commit string) ([]blobEntry,
 }
 
 // buildIndex writes the index of commit of the repository at dir into a
-// new SQLite file at p, and returns the number of notes.
+// new file at p, and returns the number of notes.
 func (s *Service) buildIndex(ctx context.Context, dir, p, commit string) (int, error) {
 	files, err := s.mdFiles(ctx, dir, commit)
 	if err != nil {
 		return 0, err
 	}
-	// A scratch file, derived: no journal, no fsync.
-	db, err := sql.Open("sqlite", "file:"+p+"?_pragma=journal_mode(OFF)&_pragma=synchronous(OFF)")
+	db, err := openScratch(p)
 	if err != nil {
 		return 0, err
 	}
 	defer db.Close()
-	db.SetMaxOpenConns(1)
 	if _, err := db.ExecContext(ctx, indexSchema); err != nil {
 		return 0, err
 	}
+	return s.writeIndex(ctx, db, dir, commit, nil, files)
+}
+
+// updateIndex writes the index of commit into a new file at p: a copy of
+// the index of commit old at from, changed by the Markdown files that
+// differ between the two.
+func (s *Service) updateIndex(ctx context.Context, dir, from, p, old, commit string) (int, error) {
+	out, err := s.run(ctx, dir, nil, nil, "diff-tree", "-r", "-z", "--no-renames", "--end-of-options", old, commit)
+	if err != nil {
+		return 0, err
+	}
+	// :oldmode newmode oldoid newoid status NUL path NUL, for each file.
+	var gone []string
+	var files []blobEntry
+	recs := strings.Split(string(out), "\x00")
+	for i := 0; i+1 < len(recs); i += 2 {
+		f := strings.Fields(strings.TrimPrefix(recs[i], ":"))
+		if len(f) != 5 {
+			return 0, fmt.Errorf("git diff-tree answered %.100q", recs[i])
+		}
+		path := recs[i+1]
+		if isNote(f[0], path) {
+			gone = append(gone, path)
+		}
+		if isNote(f[1], path) {
+			files = append(files, blobEntry{oid: f[3], path: path})
+		}
+	}
+	if err := copyFile(from, p); err != nil {
+		return 0, err
+	}
+	db, err := openScratch(p)
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	return s.writeIndex(ctx, db, dir, commit, gone, files)
+}
+
+func copyFile(from, to string) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	return errors.Join(err, out.Close())
+}
+
+// writeIndex removes the notes at paths gone from the index db, adds
+// files, resolves every link again (a note's title or path changed
+// resolves other notes' links), and marks db as commit's, in one
+// transaction. It returns the number of notes.
+func (s *Service) writeIndex(ctx context.Context, db *sql.DB, dir, commit string, gone []string, files []blobEntry) (int, error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, err
 	}
 	defer tx.Rollback()
-	insNote, err := tx.PrepareContext(ctx, `INSERT INTO notes (rowid, path, title, type, tags, updated, size) VALUES (?, ?, ?, ?, ?, ?, ?)`)
+	for _, p := range gone {
+		for _, q := range []string{
+			`DELETE FROM fts WHERE rowid = (SELECT rowid FROM notes WHERE path = ?)`,
+			`DELETE FROM notes WHERE path = ?`,
+			`DELETE FROM links WHERE src = ?`,
+		} {
+			if _, err := tx.ExecContext(ctx, q, p); err != nil {
+				return 0, err
+			}
+		}
+	}
+	insNote, err := tx.PrepareContext(ctx, `INSERT INTO notes (path, title, type, tags, updated, size) VALUES (?, ?, ?, ?, ?, ?)`)
 	if err != nil {
 		return 0, err
 	}
@@ -364,52 +455,110 @@ func (s *Service) buildIndex(ctx context.Context, dir, p, commit string) (int, e
 	if err != nil {
 		return 0, err
 	}
-	// The notes' links are resolved once every title is known.
-	var notes []note
-	err = s.readBlobs(ctx, dir, files, func(i int, content string) error {
+	insLink, err := tx.PrepareContext(ctx, `INSERT INTO links (src, target) VALUES (?, ?)`)
+	if err != nil {
+		return 0, err
+	}
+	err = s.readBlobs(ctx, dir, files, func(i int, content string, size int64) error {
 		n := parseNote(files[i].path, content)
 		tags, _ := json.Marshal(n.Tags)
-		if _, err := insNote.ExecContext(ctx, i+1, n.Path, n.Title, n.Type, string(tags), n.Updated, files[i].size); err != nil {
+		res, err := insNote.ExecContext(ctx, n.Path, n.Title, n.Type, string(tags), n.Updated, size)
+		if err != nil {
 			return err
 		}
-		if _, err := insText.ExecContext(ctx, i+1, n.Title, n.Body); err != nil {
+		id, err := res.LastInsertId()
+		if err != nil {
 			return err
 		}
-		n.Body = ""
-		notes = append(notes, n)
+		if _, err := insText.ExecContext(ctx, id, n.Title, n.Body); err != nil {
+			return err
+		}
+		for _, t := range n.Links {
+			if _, err := insLink.ExecContext(ctx, n.Path, t); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
 	if err != nil {
 		return 0, err
 	}
-	r := newResolver(notes)
-	insLink, err := tx.PrepareContext(ctx, `INSERT INTO links (src, target, dst) VALUES (?, ?, ?)`)
-	if err != nil {
+	var count int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM notes`).Scan(&count); err != nil {
 		return 0, err
 	}
-	for _, n := range notes {
-		for _, t := range n.Links {
-			var dst any
-			if p := r.resolve(t); p != "" {
-				dst = p
-			}
-			if _, err := insLink.ExecContext(ctx, n.Path, t, dst); err != nil {
-				return 0, err
-			}
-		}
+	if count > MaxIndexedNotes {
+		return 0, fmt.Errorf("%d notes, more than the %d an index holds", count, MaxIndexedNotes)
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('commit', ?)`, commit); err != nil {
+	if err := resolveLinks(ctx, tx); err != nil {
+		return 0, err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO meta (key, value) VALUES ('commit', ?)`, commit); err != nil {
 		return 0, err
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, err
 	}
-	return len(notes), db.Close()
+	return count, db.Close()
 }
 
-// readBlobs hands f the first MaxIndexedNote bytes of each of files, read
-// with one git cat-file --batch, in order.
-func (s *Service) readBlobs(ctx context.Context, dir string, files []blobEntry, f func(i int, content string) error) error {
+// resolveLinks sets every link's dst to the note it resolves to now,
+// writing only the links whose answer changed.
+func resolveLinks(ctx context.Context, tx *sql.Tx) error {
+	var notes []note
+	rows, err := tx.QueryContext(ctx, `SELECT path, title FROM notes`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var n note
+		if err := rows.Scan(&n.Path, &n.Title); err != nil {
+			rows.Close()
+			return err
+		}
+		notes = append(notes, n)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return err
+	}
+	r := newResolver(notes)
+	type change struct {
+		rowid int64
+		dst   any
+	}
+	var changes []change
+	rows, err = tx.QueryContext(ctx, `SELECT rowid, target, coalesce(dst, '') FROM links`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var c change
+		var target, dst string
+		if err := rows.Scan(&c.rowid, &target, &dst); err != nil {
+			rows.Close()
+			return err
+		}
+		if now := r.resolve(target); now != dst {
+			if c.dst = now; now == "" {
+				c.dst = nil
+			}
+			changes = append(changes, c)
+		}
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return err
+	}
+	for _, c := range changes {
+		if _, err := tx.ExecContext(ctx, `UPDATE links SET dst = ? WHERE rowid = ?`, c.dst, c.rowid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readBlobs hands f the first MaxIndexedNote bytes of each of files, and
+// its size, read with one git cat-file --batch, in order.
+func (s *Service) readBlobs(ctx context.Context, dir string, files []blobEntry, f func(i int, content string, size int64) error) error {
 	if len(files) == 0 {
 		return nil
 	}
@@ -456,7 +605,7 @@ func (s *Service) readBlobs(ctx context.Context, dir string, files []blobEntry, 
 			if _, err := br.Discard(int(size-n) + 1); err != nil {
 				return fmt.Errorf("reading %s: %w", e.path, err)
 			}
-			if err := f(i, strings.ToValidUTF8(string(buf[:n]), "\uFFFD")); err != nil {
+			if err := f(i, strings.ToValidUTF8(string(buf[:n]), "\uFFFD"), size); err != nil {
 				return err
 			}
 		}

@@ -264,3 +264,76 @@ func TestIndexRebuiltWithoutCache(t *testing.T) {
 		t.Errorf("search of a deleted vault: %v", err)
 	}
 }
+
+// The index follows pushes by changing the rows of the files that
+// changed; after a series of edits, deletions, renames and a note turned
+// symlink, it answers as an index built anew from the last commit does.
+func TestIndexUpdatedAsBuiltAnew(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxOf("acme")
+	e.svc.Create(ctx, api.CreateVaultRequest{Name: "mem", Layout: api.VaultLayoutAgent})
+	dir := e.clone("acme-key", "mem")
+	steps := []func(){
+		func() {
+			commitFile(t, dir, "entities/ada.md", "---\ntitle: Ada Lovelace\n---\nengine notes, see [[Babbage]] and [[index]]\n")
+			commitFile(t, dir, "entities/babbage.md", "engine designer, knew [[Ada Lovelace]]\n")
+		},
+		func() { commitFile(t, dir, "entities/ada.md", "---\ntitle: Countess\n---\nengine poetry, see [[Babbage]]\n") },
+		func() {
+			os.Mkdir(filepath.Join(dir, "people"), 0o755)
+			mustGit(t, dir, "mv", "entities/babbage.md", "people/babbage.md")
+			mustGit(t, dir, "commit", "-q", "-m", "mv")
+		},
+		func() {
+			os.Remove(filepath.Join(dir, "people/babbage.md"))
+			os.Symlink("../entities/ada.md", filepath.Join(dir, "people/babbage.md"))
+			commitFile(t, dir, "timeline/2026/12/02.md", "met [[Countess]] about the engine\n")
+		},
+		func() {
+			os.Remove(filepath.Join(dir, "index.md"))
+			commitFile(t, dir, "notes.txt", "engine\n")
+		},
+	}
+	type answer struct {
+		Search api.VaultSearch
+		Links  []api.VaultLinks
+	}
+	ask := func() answer {
+		var a answer
+		var err error
+		if a.Search, err = e.svc.Search(ctx, "mem", "engine OR countess OR babbage", 0); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{"", "entities/ada.md", "timeline/2026/12/02.md"} {
+			l, err := e.svc.Links(ctx, "mem", p)
+			if errors.Is(err, errdefs.ErrNotFound) {
+				l = api.VaultLinks{Commit: "none"}
+			} else if err != nil {
+				t.Fatalf("links %q: %v", p, err)
+			}
+			a.Links = append(a.Links, l)
+		}
+		return a
+	}
+	for _, step := range steps {
+		step()
+		mustGit(t, dir, "push", "-q")
+		ask() // the index of this push, made from the last one's
+	}
+	updated := ask()
+	if want := []string{"entities/ada.md", "timeline/2026/12/02.md", "entities/README.md"}; !cmp.Equal(hitPaths(updated.Search), want) {
+		t.Errorf("hits after the steps: %v, want %v", hitPaths(updated.Search), want)
+	}
+	e.stop()
+	idx, _ := filepath.Glob(filepath.Join(e.dir, "vaults", "*.git", "atoll-index.db"))
+	if len(idx) != 1 || os.Remove(idx[0]) != nil {
+		t.Fatalf("index files: %v", idx)
+	}
+	e.start()
+	anew := ask()
+	// Scores depend on how FTS5 merged its segments: compared rounded.
+	round := cmp.Transformer("round", func(f float64) float64 { return float64(int64(f*1e6)) / 1e6 })
+	if diff := cmp.Diff(anew, updated, round); diff != "" {
+		t.Errorf("the updated index differs from one built anew (-anew +updated):\n%s", diff)
+	}
+}
