@@ -70,8 +70,11 @@ type indexes struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the builds
 
-	mu   sync.Mutex
-	byID map[string]*index
+	// mu guards byID and closed, which close sets before it waits for
+	// wg: no build starts after.
+	mu     sync.Mutex
+	byID   map[string]*index
+	closed bool
 }
 
 func newIndexes() *indexes {
@@ -130,6 +133,9 @@ func (x *indexes) drop(id string) {
 
 // close stops the builds, waits for them and closes the indexes.
 func (x *indexes) close() {
+	x.mu.Lock()
+	x.closed = true
+	x.mu.Unlock()
 	x.cancel()
 	x.wg.Wait()
 	x.mu.Lock()
@@ -172,11 +178,17 @@ func (s *Service) indexSoon(v store.Vault) {
 // startBuild asks for the index of commit; the caller holds ix.mu.
 func (s *Service) startBuild(v store.Vault, ix *index, commit string) {
 	ix.want = commit
-	if ix.building || ix.dropped || s.idx.ctx.Err() != nil {
+	if ix.building || ix.dropped {
 		return // the build under way goes on to ix.want when it ends
 	}
-	ix.building = true
+	s.idx.mu.Lock()
+	if s.idx.closed {
+		s.idx.mu.Unlock()
+		return
+	}
 	s.idx.wg.Add(1)
+	s.idx.mu.Unlock()
+	ix.building = true
 	go func() {
 		defer s.idx.wg.Done()
 		s.buildLoop(v, ix)
@@ -249,6 +261,10 @@ func (s *Service) query(ctx context.Context, v store.Vault, f func(db *sql.DB) e
 			return "", fmt.Errorf("%w: vault %s's index could not be built", errdefs.ErrUnavailable, v.Name)
 		}
 		s.startBuild(v, ix, head)
+		if !ix.building { // closed, or the vault deleted
+			ix.mu.Unlock()
+			return "", fmt.Errorf("%w: vault %s's index is not served now", errdefs.ErrUnavailable, v.Name)
+		}
 		changed := ix.changed
 		ix.mu.Unlock()
 		select {

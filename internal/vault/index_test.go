@@ -278,7 +278,9 @@ func TestIndexUpdatedAsBuiltAnew(t *testing.T) {
 			commitFile(t, dir, "entities/ada.md", "---\ntitle: Ada Lovelace\n---\nengine notes, see [[Babbage]] and [[index]]\n")
 			commitFile(t, dir, "entities/babbage.md", "engine designer, knew [[Ada Lovelace]]\n")
 		},
-		func() { commitFile(t, dir, "entities/ada.md", "---\ntitle: Countess\n---\nengine poetry, see [[Babbage]]\n") },
+		func() {
+			commitFile(t, dir, "entities/ada.md", "---\ntitle: Countess\n---\nengine poetry, see [[Babbage]]\n")
+		},
 		func() {
 			os.Mkdir(filepath.Join(dir, "people"), 0o755)
 			mustGit(t, dir, "mv", "entities/babbage.md", "people/babbage.md")
