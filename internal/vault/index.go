@@ -300,6 +300,13 @@ func (s *Service) openOrBuild(ctx context.Context, v store.Vault, commit string)
 	if err != nil {
 		return nil, 0, err
 	}
+	// What a build that crashed left; builds of one vault never overlap
+	// (buildLoop), so none is under way.
+	if left, _ := filepath.Glob(p + ".tmp-*"); len(left) > 0 {
+		for _, f := range left {
+			os.Remove(f)
+		}
+	}
 	tmp := p + ".tmp-" + newID()
 	defer os.Remove(tmp)
 	n := -1

@@ -1,6 +1,7 @@
 package vault_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -10,7 +11,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/blob"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/store/sqlite"
+	"github.com/atoll-dev/atoll/internal/vault"
 )
 
 func hitPaths(s api.VaultSearch) []string {
@@ -337,5 +341,42 @@ func TestIndexUpdatedAsBuiltAnew(t *testing.T) {
 	round := cmp.Transformer("round", func(f float64) float64 { return float64(int64(f*1e6)) / 1e6 })
 	if diff := cmp.Diff(anew, updated, round); diff != "" {
 		t.Errorf("the updated index differs from one built anew (-anew +updated):\n%s", diff)
+	}
+}
+
+// Two nodes of a cluster share the stores and keep caches of their own: a
+// search through one, right after a push through the other, sees the push
+// (its index built from the durable truth).
+func TestSearchOtherNode(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxOf("acme")
+	e.svc.Create(ctx, api.CreateVaultRequest{Name: "mem"})
+	st, err := sqlite.Open(filepath.Join(e.dir, "atoll.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	b, err := blob.Open(context.Background(), e.blobURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	other, err := vault.New(vault.Config{Store: st, Blob: b, Dir: filepath.Join(t.TempDir(), "node2")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	dir := e.clone("acme-key", "mem")
+	for i, word := range []string{"aardvark", "bonobo", "capybara"} {
+		commitFile(t, dir, "n.md", "about the "+word+"\n")
+		if i == 0 {
+			mustGit(t, dir, "push", "-q", "origin", "HEAD:main")
+		} else {
+			mustGit(t, dir, "push", "-q")
+		}
+		got, err := other.Search(ctx, "mem", word, 0)
+		if err != nil || len(got.Hits) != 1 {
+			t.Errorf("the other node's search of %s: %+v, %v", word, got, err)
+		}
 	}
 }
