@@ -158,9 +158,26 @@ func (s *Service) head(ctx context.Context, v store.Vault) (string, error) {
 	return refs[mainRef], nil
 }
 
-// indexSoon starts building the index of v's head unless it is built or
-// being built: after a push, not waited for.
+// indexSoon starts building the index of v's head in the background,
+// after a push: the push's answer waits for none of it, not even the
+// store's read of the head.
 func (s *Service) indexSoon(v store.Vault) {
+	s.idx.mu.Lock()
+	if s.idx.closed {
+		s.idx.mu.Unlock()
+		return
+	}
+	s.idx.wg.Add(1)
+	s.idx.mu.Unlock()
+	go func() {
+		defer s.idx.wg.Done()
+		s.indexHead(v)
+	}()
+}
+
+// indexHead starts building the index of v's head unless it is built or
+// being built.
+func (s *Service) indexHead(v store.Vault) {
 	ctx, cancel := context.WithTimeout(s.idx.ctx, 10*time.Second)
 	defer cancel()
 	head, err := s.head(ctx, v)
