@@ -249,12 +249,26 @@ func TestIndexRebuiltWithoutCache(t *testing.T) {
 	if got, err := e.svc.Search(ctx, "mem", "engine", 0); err != nil || len(got.Hits) != 1 {
 		t.Errorf("after a restart: %+v, %v", got, err)
 	}
+	// A garbled index file is built anew, and so is a later one, from it.
+	e.stop()
+	if err := os.WriteFile(idx[0], []byte("SQLite format 3\x00garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.start()
+	if got, err := e.svc.Search(ctx, "mem", "engine", 0); err != nil || len(got.Hits) != 1 {
+		t.Errorf("after the index file was garbled: %+v, %v", got, err)
+	}
+	commitFile(t, dir, "b.md", "difference engine\n")
+	mustGit(t, dir, "push", "-q", e.url("acme-key", "mem"), "HEAD:main")
+	if got, err := e.svc.Search(ctx, "mem", "engine", 0); err != nil || len(got.Hits) != 2 {
+		t.Errorf("the push after: %+v, %v", got, err)
+	}
 	e.stop()
 	if err := os.RemoveAll(filepath.Join(e.dir, "vaults")); err != nil {
 		t.Fatal(err)
 	}
 	e.start()
-	if got, err := e.svc.Search(ctx, "mem", "engine", 0); err != nil || len(got.Hits) != 1 || got.Hits[0].Path != "ada.md" {
+	if got, err := e.svc.Search(ctx, "mem", "analytical", 0); err != nil || len(got.Hits) != 1 || got.Hits[0].Path != "ada.md" {
 		t.Errorf("after the cache was deleted: %+v, %v", got, err)
 	}
 	if idx, _ := filepath.Glob(filepath.Join(e.dir, "vaults", "*.git", "atoll-index.db")); len(idx) != 1 {
