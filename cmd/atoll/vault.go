@@ -29,9 +29,12 @@ admin's. See docs/vault.md.`,
 		Example: `  atoll vault create notes --layout agent
   git clone "http://x:$ATOLL_API_KEY@127.0.0.1:7777/git/notes.git"
   atoll vault log notes
-  atoll vault show notes index.md@HEAD~1`,
+  atoll vault show notes index.md@HEAD~1
+  atoll vault search notes ada lovelace
+  atoll vault links notes entities/ada-lovelace.md`,
 	}
-	cmd.AddCommand(newVaultCreateCmd(g), newVaultListCmd(g), newVaultInspectCmd(g), newVaultRmCmd(g), newVaultLogCmd(g), newVaultShowCmd(g))
+	cmd.AddCommand(newVaultCreateCmd(g), newVaultListCmd(g), newVaultInspectCmd(g), newVaultRmCmd(g), newVaultLogCmd(g), newVaultShowCmd(g),
+		newVaultSearchCmd(g), newVaultLinksCmd(g))
 	return cmd
 }
 

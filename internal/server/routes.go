@@ -97,6 +97,8 @@ func (s *Server) routes() []route {
 		{"DELETE", vaultPath, true, s.deleteVault},
 		{"GET", vaultPath + "/log", true, s.vaultLog},
 		{"GET", vaultPath + "/files/{path...}", true, s.vaultFile},
+		{"GET", vaultPath + "/search", true, s.vaultSearch},
+		{"GET", vaultPath + "/links", true, s.vaultLinks},
 		{"POST", "/v1/keys", true, s.admin(s.createKey)},
 		{"GET", "/v1/keys", true, s.admin(s.listKeys)},
 		{"DELETE", "/v1/keys/{key}", true, s.admin(s.deleteKey)},
