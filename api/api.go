@@ -87,6 +87,10 @@ type Sandbox struct {
 	// the sandbox first fetched its template's layers from the cluster's
 	// object store: that time is part of the create's.
 	TemplatePull *TemplatePull `json:"template_pull,omitempty"`
+	// SnapshotPull is in a create's answer only, when the node that runs
+	// the sandbox fetched the archived snapshot it is made from from the
+	// cluster's object store: that time is part of the create's.
+	SnapshotPull *SnapshotPull `json:"snapshot_pull,omitempty"`
 	// Placement is how the cluster chose Node: only in the answer to a
 	// create that asked for it (CreateSandboxRequest.Explain), and only
 	// if the scheduler placed it. GET /v1/sandboxes/{id}/placement shows
@@ -100,6 +104,14 @@ type TemplatePull struct {
 	Layers int     `json:"layers"`
 	Bytes  int64   `json:"bytes"`
 	MS     float64 `json:"ms"`
+}
+
+// SnapshotPull is what a create waited for while its node fetched the
+// archived snapshot it is made from.
+type SnapshotPull struct {
+	Snapshot string  `json:"snapshot"`
+	Bytes    int64   `json:"bytes"`
+	MS       float64 `json:"ms"`
 }
 
 // PortAccess says who may open a sandbox's ports through the port proxy

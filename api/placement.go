@@ -14,11 +14,17 @@ type Placement struct {
 	// Warm says the sandbox was served from a warm sandbox of its
 	// template waiting on Node, reserved with the placement; otherwise it
 	// was started cold there.
-	Warm       bool                 `json:"warm,omitempty"`
-	Candidates []PlacementCandidate `json:"candidates"`
-	Passed     int                  `json:"passed"`
-	Filtered   []PlacementFiltered  `json:"filtered,omitempty"`
-	Excluded   map[string]int       `json:"excluded,omitempty"`
+	Warm bool `json:"warm,omitempty"`
+	// Snapshot is the snapshot the sandbox is made from; SnapshotPull
+	// says it was archived, so any node could take it and Node fetched
+	// its files from object storage (a snapshot not archived is on one
+	// node, the only candidate).
+	Snapshot     string               `json:"snapshot,omitempty"`
+	SnapshotPull bool                 `json:"snapshot_pull,omitempty"`
+	Candidates   []PlacementCandidate `json:"candidates"`
+	Passed       int                  `json:"passed"`
+	Filtered     []PlacementFiltered  `json:"filtered,omitempty"`
+	Excluded     map[string]int       `json:"excluded,omitempty"`
 	// Refused are candidates that were full by the time the placement got
 	// to them (another API node filled them first), in the order tried.
 	Refused []string `json:"refused,omitempty"`

@@ -208,11 +208,12 @@ func (s *serving) relinquish(ctx context.Context) {
 // placer places a create through the scheduler.
 type placer struct{ sched *scheduler.Scheduler }
 
-func (p placer) Place(ctx context.Context, sb *store.Sandbox, req api.CreateSandboxRequest) error {
+func (p placer) Place(ctx context.Context, sb *store.Sandbox, req api.CreateSandboxRequest, snapshotNode string) error {
 	// The scheduler sets sb.Placement, the placement record, before the
 	// store records sb.
 	_, err := p.sched.Place(ctx, sb, scheduler.Request{Sandbox: sb.ID, CPU: sb.CPU, MemoryMiB: sb.MemoryMiB,
 		DiskGiB: sb.DiskGiB, Runtime: sb.Runtime, TemplateVersion: sb.TemplateVersion, Tenant: sb.Tenant,
+		Snapshot: sb.FromSnapshot, SnapshotNode: snapshotNode,
 		Selector: req.NodeSelector, Spread: req.Spread, Explain: req.Explain})
 	return err
 }

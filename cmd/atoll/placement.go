@@ -53,6 +53,12 @@ func renderPlacement(w io.Writer, p api.Placement) {
 	if p.Warm {
 		fmt.Fprintf(w, "warm: a sandbox of the template waiting on %s, reserved with the placement\n", p.Node)
 	}
+	switch {
+	case p.SnapshotPull:
+		fmt.Fprintf(w, "snapshot: %s, archived: any node could take it, and %s fetched it from object storage\n", p.Snapshot, p.Node)
+	case p.Snapshot != "":
+		fmt.Fprintf(w, "snapshot: %s, not archived: only the node holding it could take it\n", p.Snapshot)
+	}
 	if len(p.Selector) > 0 {
 		fmt.Fprintf(w, "node selector: %s\n", selectorString(p.Selector))
 	}

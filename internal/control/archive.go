@@ -140,6 +140,14 @@ func (s *Service) ArchiveSnapshot(ctx context.Context, id string) (api.Snapshot,
 	if sn.State != api.SnapshotReady {
 		return api.Snapshot{}, fmt.Errorf("%w: snapshot %s is %s", errdefs.ErrConflict, id, sn.State)
 	}
+	// In a cluster only the node holding its files can archive it.
+	if s.name != "" && !s.layers.SnapshotExists(id) {
+		where := "another node"
+		if node, err := s.snapshotNode(ctx, sn); err == nil {
+			where = "node " + node
+		}
+		return api.Snapshot{}, fmt.Errorf("%w: snapshot %s's files are on %s, not on node %s: archive it through that node", errdefs.ErrConflict, id, where, s.name)
+	}
 	if err := s.store.SetSnapshotState(ctx, id, api.SnapshotReady, api.SnapshotArchiving); err != nil {
 		return api.Snapshot{}, err
 	}
@@ -163,21 +171,38 @@ func (s *Service) ArchiveSnapshot(ctx context.Context, id string) (api.Snapshot,
 }
 
 // withSnapshot runs f while snapshot id is on local disk and cannot be
-// archived or deleted, bringing it back from the archive store first if it
-// is archived.
-func (s *Service) withSnapshot(ctx context.Context, id string, f func() error) error {
+// archived or deleted. An archived snapshot is brought back from the
+// archive store first on a single machine; in a cluster, where any node may
+// create from it, this node fetches a copy for f and removes it after, and
+// the snapshot stays archived (pull says what the fetch took).
+func (s *Service) withSnapshot(ctx context.Context, id string, f func() error) (pull *api.SnapshotPull, err error) {
 	unlock := s.lock(snapshotLock(id))
 	defer unlock()
 	sn, err := s.store.GetSnapshot(ctx, id)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if sn.State == api.SnapshotArchived {
-		if err := s.unarchiveSnapshot(ctx, id); err != nil {
-			return err
+	switch {
+	case sn.State == api.SnapshotArchived && s.name != "":
+		if pull, err = s.pullSnapshot(ctx, id); err != nil {
+			return nil, err
 		}
+		defer func() {
+			if err := s.layers.RemoveSnapshot(id); err != nil {
+				s.log.Error("removing the copy of an archived snapshot", "snapshot", id, "err", err)
+			}
+		}()
+	case sn.State == api.SnapshotArchived:
+		if err := s.unarchiveSnapshot(ctx, id); err != nil {
+			return nil, err
+		}
+	case s.name != "" && !s.layers.SnapshotExists(id):
+		// Placement sends a create to the node holding the files; this
+		// one does not (its sandbox moved, or a restore asked here).
+		return nil, fmt.Errorf("%w: snapshot %s is not archived and its files are not on node %s: archive it (atoll snapshot archive %s) for any node to use it",
+			errdefs.ErrConflict, id, s.name, id)
 	}
-	return f()
+	return pull, f()
 }
 
 // unarchiveSnapshot brings archived snapshot id back; its lock is held.

@@ -21,8 +21,9 @@ import (
 //     policies, metrics, networks, pools) is about the rows of its node
 //     (store.ListNode); the API's List and Get still see the whole cluster.
 //   - Rows it makes itself (forks, pool fills, prestarts, build scratch
-//     sandboxes, creates from snapshots) carry its name: record sets it.
-//   - Every create (but one from a snapshot) is placed by Config.Placer,
+//     sandboxes) carry its name: record sets it.
+//   - Every create is placed by Config.Placer (one from a snapshot on the
+//     node that holds it, or, archived, on any node: snapshotsplace.go),
 //     and run here (RunPlaced) or on the chosen node (Config.Peers.RunOn),
 //     which serves it from its warm pool if it can (pool.go): this node's
 //     pool is not taken without a placement, so that placement checks
@@ -43,9 +44,11 @@ type Placer interface {
 	// Place sets sb.Node to the node chosen for sb (made for req; its ID,
 	// resources, runtime and template version set, in state creating)
 	// and records sb on that node (store.Cluster.Place), trying other
-	// nodes while they have no room. An error means sb is recorded
-	// nowhere.
-	Place(ctx context.Context, sb *store.Sandbox, req api.CreateSandboxRequest) error
+	// nodes while they have no room. A create from a snapshot
+	// (sb.FromSnapshot) takes no warm sandbox, and goes to node
+	// snapshotNode if it is not "" (the node that holds the snapshot's
+	// files). An error means sb is recorded nowhere.
+	Place(ctx context.Context, sb *store.Sandbox, req api.CreateSandboxRequest, snapshotNode string) error
 }
 
 // Peers reaches the other nodes of the cluster.
@@ -97,18 +100,23 @@ const placedTTL = 2 * time.Minute
 func (s *Service) Node() string { return s.name }
 
 // createPlaced records the sandbox for req through the placer and has the
-// chosen node run it.
-func (s *Service) createPlaced(ctx context.Context, sb store.Sandbox, req api.CreateSandboxRequest) (api.Sandbox, error) {
+// chosen node run it: snapshotNode if it is not "" (see snapshotNode).
+func (s *Service) createPlaced(ctx context.Context, sb store.Sandbox, req api.CreateSandboxRequest, snapshotNode string) (api.Sandbox, error) {
 	if err := s.usable(); err != nil {
 		return api.Sandbox{}, err
 	}
 	sb.ID = newID()
 	t0 := time.Now()
-	if err := s.placer.Place(ctx, &sb, req); err != nil {
+	if err := s.placer.Place(ctx, &sb, req, snapshotNode); err != nil {
+		if snapshotNode != "" && errors.Is(err, errdefs.ErrUnavailable) {
+			return api.Sandbox{}, snapshotUnplaceable(sb.FromSnapshot, snapshotNode, err)
+		}
 		return api.Sandbox{}, err
 	}
 	s.log.Debug("placed", "sandbox", sb.ID, "node", sb.Node, "op", "create", "ms", ms(t0))
-	s.pools.Count(sb.TemplateVersion) // the demand the warm pools follow
+	if sb.FromSnapshot == "" {
+		s.pools.Count(sb.TemplateVersion) // the demand the warm pools follow
+	}
 	// As for a local create: once placed, finish whatever the client does.
 	ctx = context.WithoutCancel(ctx)
 	var out api.Sandbox
@@ -137,8 +145,8 @@ var errNotPlaced = fmt.Errorf("%w: this server is a single machine: its one node
 
 // Placement returns the placement record of sandbox id: how the scheduler
 // chose its node. On a single machine it is a conflict (nothing is
-// placed); a sandbox the scheduler did not place (a fork, one from a
-// snapshot: made on its node) has none, not found.
+// placed); a sandbox the scheduler did not place (a fork: made on its
+// parent's node) has none, not found.
 func (s *Service) Placement(ctx context.Context, id string) (api.Placement, error) {
 	sb, err := s.get(ctx, id)
 	if err != nil {
@@ -152,7 +160,7 @@ func (s *Service) Placement(ctx context.Context, id string) (api.Placement, erro
 		return api.Placement{}, err
 	}
 	if rec == nil {
-		return api.Placement{}, fmt.Errorf("%w: sandbox %s has no placement record: it was made on node %s (a fork, or from a snapshot), not placed by the scheduler", errdefs.ErrNotFound, id, sb.Node)
+		return api.Placement{}, fmt.Errorf("%w: sandbox %s has no placement record: it was made on node %s (a fork), not placed by the scheduler", errdefs.ErrNotFound, id, sb.Node)
 	}
 	var p api.Placement
 	if err := json.Unmarshal(rec, &p); err != nil {
@@ -211,10 +219,21 @@ func (s *Service) RunPlaced(ctx context.Context, id string) (api.Sandbox, error)
 		s.discard(ctx, sb)
 		return api.Sandbox{}, err
 	}
-	if err := s.startCreated(ctx, &sb, tmpl, store.Snapshot{}); err != nil {
+	// A create from a snapshot: from its files here, or, archived,
+	// fetched from the object store first.
+	var snap store.Snapshot
+	if sb.FromSnapshot != "" {
+		if snap, err = s.store.GetSnapshot(ctx, sb.FromSnapshot); err != nil {
+			s.discard(ctx, sb)
+			return api.Sandbox{}, err
+		}
+	}
+	snapPull, err := s.startCreated(ctx, &sb, tmpl, snap)
+	if err != nil {
 		return api.Sandbox{}, err
 	}
 	out := s.view(sb)
+	out.SnapshotPull = snapPull
 	if pull.Layers > 0 {
 		out.TemplatePull = &api.TemplatePull{Layers: pull.Layers, Bytes: pull.Bytes, MS: float64(pull.Duration.Microseconds()) / 1000}
 		s.log.Info("created after pulling the template's layers", "sandbox", sb.ID, "op", "create", "template", sb.Template,

@@ -25,7 +25,7 @@ type pgPlacer struct {
 	to string
 }
 
-func (p *pgPlacer) Place(ctx context.Context, sb *store.Sandbox, _ api.CreateSandboxRequest) error {
+func (p *pgPlacer) Place(ctx context.Context, sb *store.Sandbox, _ api.CreateSandboxRequest, _ string) error {
 	sb.Node = p.to
 	return p.c.Place(ctx, []*store.Sandbox{sb})[0]
 }

@@ -243,7 +243,7 @@ type placer struct {
 	last  string // the ID of the last sandbox placed
 }
 
-func (p *placer) Place(ctx context.Context, sb *store.Sandbox, _ api.CreateSandboxRequest) error {
+func (p *placer) Place(ctx context.Context, sb *store.Sandbox, _ api.CreateSandboxRequest, _ string) error {
 	p.calls.Add(1)
 	sb.Node, p.last = p.to, sb.ID
 	if p.warm {

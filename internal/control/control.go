@@ -531,8 +531,16 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 		return api.Sandbox{}, err
 	}
 	// The node that runs the sandbox stacks its template: here, unless
-	// a placer may send it elsewhere (RunPlaced stacks it there).
-	placed := s.placer != nil && req.Snapshot == ""
+	// a placer may send it elsewhere (RunPlaced stacks it there). A
+	// create from a snapshot is placed too, where its files are
+	// (snapshotsplace.go).
+	placed := s.placer != nil
+	snapNode := ""
+	if placed && req.Snapshot != "" {
+		if snapNode, err = s.snapshotNode(ctx, snap); err != nil {
+			return api.Sandbox{}, err
+		}
+	}
 	var tmpl layers.Template
 	if !placed {
 		if tmpl, err = s.tmpls.Stack(ctx, v); err != nil {
@@ -559,10 +567,9 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 		AutoArchiveSec: req.AutoArchiveSec, AutoResume: req.AutoResume, Ports: portAccess(req.Ports),
 		CheckpointEverySec: req.CheckpointEverySec,
 	}, TimeoutSec: req.TimeoutSec, FromSnapshot: req.Snapshot, Policy: policy, Tenant: tenant.Of(ctx)}
-	// In a cluster a new sandbox goes where the placer says; one from a
-	// snapshot stays with the snapshot's files, on this node.
+	// In a cluster a new sandbox goes where the placer says.
 	if placed {
-		return s.createPlaced(ctx, sb, req)
+		return s.createPlaced(ctx, sb, req, snapNode)
 	}
 	if err := s.usable(); err != nil {
 		return api.Sandbox{}, err
@@ -583,7 +590,7 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	}
 	defer unlock()
 	s.log.Debug("recorded", "sandbox", sb.ID, "op", "create", "ms", ms(t0))
-	if err := s.startCreated(ctx, &sb, tmpl, snap); err != nil {
+	if _, err := s.startCreated(ctx, &sb, tmpl, snap); err != nil {
 		return api.Sandbox{}, err
 	}
 	s.log.Debug("created", "sandbox", sb.ID, "op", "create", "ms", ms(t0))
@@ -592,23 +599,26 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 
 // startCreated starts sb, recorded in state creating (from snap's files if
 // snap has an ID), and records it running; if that fails, it is discarded.
-// The caller holds its lock.
-func (s *Service) startCreated(ctx context.Context, sb *store.Sandbox, tmpl layers.Template, snap store.Snapshot) error {
+// The caller holds its lock. pull is the fetch of an archived snapshot a
+// cluster node made for it (withSnapshot), if any.
+func (s *Service) startCreated(ctx context.Context, sb *store.Sandbox, tmpl layers.Template, snap store.Snapshot) (*api.SnapshotPull, error) {
+	var pull *api.SnapshotPull
 	if snap.ID != "" {
-		err := s.withSnapshot(ctx, snap.ID, func() error {
+		var err error
+		pull, err = s.withSnapshot(ctx, snap.ID, func() error {
 			_, err := s.layers.WritableFromSnapshot(snap.ID, sb.ID, sb.DiskGiB<<30)
 			return err
 		})
 		if err != nil {
 			s.discard(ctx, *sb)
-			return err
+			return nil, err
 		}
 	}
 	if err := s.startLocked(ctx, sb, tmpl, api.StateCreating, api.StateRunning, 0); err != nil {
 		s.discard(ctx, *sb)
-		return err
+		return nil, err
 	}
-	return nil
+	return pull, nil
 }
 
 // startLocked starts sb (in state from) and records it in state to. The

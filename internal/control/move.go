@@ -48,7 +48,8 @@ type Mover interface {
 // DrainReport is what a round of Drain did.
 type DrainReport struct {
 	Moved int // sandboxes now on other nodes
-	// Left are the sandboxes still on the node, by ID, each with why.
+	// Left are the sandboxes still on the node, by ID, each with why, and
+	// the snapshots whose files are still only here, by "snapshot ID".
 	Left map[string]string
 }
 
@@ -85,6 +86,7 @@ func (s *Service) Drain(ctx context.Context) (DrainReport, error) {
 	if err != nil {
 		return rep, err
 	}
+	s.archiveSnapshotsHere(ctx, rep.Left)
 	reason := fmt.Sprintf("node %s is draining", s.name)
 	for _, sb := range sbs {
 		if _, ok := drainStates[sb.State]; !ok {
@@ -107,6 +109,34 @@ func (s *Service) Drain(ctx context.Context) (DrainReport, error) {
 		rep.Moved++
 	}
 	return rep, nil
+}
+
+// archiveSnapshotsHere archives the snapshots whose files are on this
+// node, for a drain: a snapshot not archived is on its node only, and
+// would go with it; archived, any node can create from it. It runs before
+// the sandboxes move, while they are still this node's (the store lets
+// only a snapshot's sandbox's node change it). Those that fail are noted
+// in left, and the next round tries again.
+func (s *Service) archiveSnapshotsHere(ctx context.Context, left map[string]string) {
+	ids, err := s.layers.SnapshotIDs()
+	if err != nil {
+		s.log.Error("drain: listing snapshots", "err", err)
+		return
+	}
+	for _, id := range ids {
+		// Checkpoints' snapshots are no records' (their uploads are
+		// the checkpoints), nor are copies of archived ones.
+		sn, err := s.store.GetSnapshot(ctx, id)
+		if err != nil || sn.State != api.SnapshotReady {
+			continue
+		}
+		if _, err := s.ArchiveSnapshot(ctx, id); err != nil {
+			s.log.Warn("drain: snapshot stays", "snapshot", id, "node", s.name, "err", err)
+			left["snapshot "+id] = err.Error()
+			continue
+		}
+		s.log.Info("drain: snapshot archived", "snapshot", id, "node", s.name)
+	}
 }
 
 // Undrain ends this node's drain (its schedule is no longer draining):

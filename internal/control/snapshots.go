@@ -392,7 +392,7 @@ func (s *Service) Restore(ctx context.Context, id string, req api.RestoreRequest
 			return api.Sandbox{}, err
 		}
 	}
-	err = s.withSnapshot(ctx, sn.ID, func() error {
+	_, err = s.withSnapshot(ctx, sn.ID, func() error {
 		return s.layers.RestoreWritable(sn.ID, id, sb.DiskGiB<<30)
 	})
 	if err != nil {

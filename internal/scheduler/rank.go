@@ -31,8 +31,13 @@ type Request struct {
 	// TemplateVersion is the template version it is made from ("" the
 	// built-in template, held by every node).
 	TemplateVersion string `json:"template_version,omitempty"`
-	// SnapshotNode is the node holding the snapshot it is created from: the
-	// only node it can go to, for now.
+	// Snapshot is the snapshot it is created from, if any: such a create
+	// takes no warm sandbox (it needs the snapshot's files, not a fresh
+	// template's).
+	Snapshot string `json:"snapshot,omitempty"`
+	// SnapshotNode is the node holding the files of that snapshot, if one
+	// does (it is not archived): the only node it can go to. An archived
+	// snapshot's files are in object storage, which every node reaches.
 	SnapshotNode string `json:"snapshot_node,omitempty"`
 	// Selector are labels a node must carry, each with the value given.
 	Selector map[string]string `json:"selector,omitempty"`
@@ -88,6 +93,11 @@ type Decision struct {
 	// Selector and Spread are the request's (Scheduler.Place sets them).
 	Selector map[string]string `json:"selector,omitempty"`
 	Spread   string            `json:"spread,omitempty"`
+	// Snapshot is the snapshot the sandbox is made from (the request's);
+	// SnapshotPull says its node fetches it from object storage (it is
+	// archived), which any node can, rather than holding it.
+	Snapshot     string `json:"snapshot,omitempty"`
+	SnapshotPull bool   `json:"snapshot_pull,omitempty"`
 }
 
 // Candidate is a node that can take the sandbox, with its score and the
@@ -167,9 +177,9 @@ func poolValue(c *rankCtx, k int, n *store.Node) float64 {
 }
 
 // warm reports whether n has a warm sandbox for the request: of its
-// template version and runtime.
+// template version and runtime, and not a create from a snapshot.
 func (c *rankCtx) warm(n *store.Node) bool {
-	return len(n.Status.Pooled) > 0 && n.Status.Pooled[c.req.TemplateVersion] > 0 &&
+	return c.req.Snapshot == "" && len(n.Status.Pooled) > 0 && n.Status.Pooled[c.req.TemplateVersion] > 0 &&
 		(n.PooledRuntime == "" || n.PooledRuntime == c.req.Runtime)
 }
 
@@ -358,6 +368,10 @@ func classKey(req *Request) string {
 	b.WriteString(req.TemplateVersion)
 	b.WriteByte(0)
 	b.WriteString(req.SnapshotNode)
+	b.WriteByte(0)
+	if req.Snapshot != "" { // no warm sandbox: the pool term differs
+		b.WriteByte('s')
+	}
 	b.WriteByte(0)
 	b.WriteString(req.Spread)
 	b.WriteByte(0)

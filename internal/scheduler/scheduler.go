@@ -537,6 +537,7 @@ func (s *Scheduler) dispatch(st *loopState) {
 		j.dec = rank(st.view, &j.req, now, o)
 		j.dec.Refused = refused
 		j.dec.Selector, j.dec.Spread = j.req.Selector, j.req.Spread
+		j.dec.Snapshot, j.dec.SnapshotPull = j.req.Snapshot, j.req.Snapshot != "" && j.req.SnapshotNode == ""
 		if len(j.dec.Candidates) == 0 {
 			if !j.fresh {
 				// The view may be behind the store (sandboxes deleted,
