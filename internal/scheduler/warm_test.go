@@ -189,3 +189,37 @@ func TestRankWarmRoom(t *testing.T) {
 		t.Errorf("a cold placement on a full node: %s", jsonOf(t, d))
 	}
 }
+
+// TestSchedulerSnapshotNotWarm: a create from a snapshot never takes a
+// warm sandbox (it needs the snapshot's files), and its record names the
+// snapshot, pulled if it was archived (no node holds it) and not if its
+// node holds it.
+func TestSchedulerSnapshotNotWarm(t *testing.T) {
+	u := database(t)
+	ctx := context.Background()
+	admin := warmCluster(t, u, map[string]int{"a": 2, "b": 2, "c": 2})
+	sch := New(Config{Store: open(t, u), Refresh: time.Hour})
+	defer sch.Close()
+	for i, req := range []Request{{Snapshot: "snap-archived"}, {Snapshot: "snap-on-b", SnapshotNode: "b"}} {
+		sb := sandbox(fmt.Sprintf("from-snap-%d", i), 1)
+		d, err := sch.Place(ctx, sb, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := record(t, admin, sb.ID)
+		if d.Warm || sb.Warm || rec.Warm {
+			t.Errorf("%s: a create from snapshot %s took a warm sandbox on %s", sb.ID, req.Snapshot, sb.Node)
+		}
+		if rec.Snapshot != req.Snapshot || rec.SnapshotPull != (req.SnapshotNode == "") {
+			t.Errorf("%s: record names snapshot %q pulled %v; want %q pulled %v", sb.ID, rec.Snapshot, rec.SnapshotPull, req.Snapshot, req.SnapshotNode == "")
+		}
+		if req.SnapshotNode != "" && sb.Node != req.SnapshotNode {
+			t.Errorf("%s: placed on %s, want the snapshot's node %s", sb.ID, sb.Node, req.SnapshotNode)
+		}
+	}
+	// The warm sandboxes are all still there for creates of the template.
+	sb := sandbox("plain", 1)
+	if d, err := sch.Place(ctx, sb, Request{}); err != nil || !d.Warm {
+		t.Errorf("a plain create after them: warm %v, %v", d.Warm, err)
+	}
+}
