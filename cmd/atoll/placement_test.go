@@ -22,7 +22,7 @@ func TestPlacementRecordIsAPI(t *testing.T) {
 			{Node: "n3", Score: 1.2, Parts: []scheduler.Part{{Term: "free", Value: 0.2, Weighted: 0.2}, {Term: "locality", Value: 1, Weighted: 0.5}}}},
 		Filtered: []scheduler.Filtered{{Node: "n2", Filter: "schedule", Reason: "cordoned"}},
 		Excluded: map[string]int{"schedule": 1}, Refused: []string{"n4"},
-		Selector: map[string]string{"zone": "a"}, Spread: "zone"}
+		Selector: map[string]string{"zone": "a"}, Spread: "zone", Snapshot: "snap1", SnapshotPull: true}
 	b, err := json.Marshal(d)
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +43,7 @@ func TestPlacementRecordIsAPI(t *testing.T) {
 	var out strings.Builder
 	renderPlacement(&out, p)
 	for _, want := range []string{"placed on n1: 3 nodes, 2 candidates, 1 filtered out", "node selector: zone=a",
-		"n1 won the draw", "n4", "n2  schedule  cordoned", "FREE", "LOCALITY"} {
+		"n1 won the draw", "n4", "n2  schedule  cordoned", "FREE", "LOCALITY", "snapshot: snap1, archived"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("rendered placement lacks %q:\n%s", want, out.String())
 		}
