@@ -42,6 +42,10 @@ func TestClusterSnapshots(t *testing.T) {
 	if _, err := c1.WriteFile(ctx, src.ID, "/root/f", strings.NewReader("made on n1"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if out, code := sh(t, c1, src.ID, "head -c 8388608 /dev/urandom > /root/blob && sha256sum /root/blob"); code != 0 {
+		t.Fatalf("writing /root/blob: %q exit %d", out, code)
+	}
+	sum, _ := sh(t, c1, src.ID, "sha256sum /root/blob")
 	snap, err := c1.CreateSnapshot(ctx, src.ID, api.CreateSnapshotRequest{Name: "one"})
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +82,7 @@ func TestClusterSnapshots(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create from the archived snapshot: %v\nnode 2: %s", err, tail(cl.Nodes[1].Log()))
 	}
-	if child.Node != "n2" || child.SnapshotPull == nil || child.SnapshotPull.Snapshot != snap.ID || child.SnapshotPull.Bytes <= 0 || child.SnapshotPull.MS <= 0 {
+	if child.Node != "n2" || child.SnapshotPull == nil || child.SnapshotPull.Snapshot != snap.ID || child.SnapshotPull.Bytes < 8<<20 || child.SnapshotPull.MS <= 0 {
 		t.Fatalf("child of the archived snapshot: node %q, snapshot_pull %+v", child.Node, child.SnapshotPull)
 	}
 	if p := child.Placement; p == nil || p.Node != "n2" || p.Snapshot != snap.ID || !p.SnapshotPull {
@@ -91,6 +95,9 @@ func TestClusterSnapshots(t *testing.T) {
 		child.SnapshotPull.Bytes, child.SnapshotPull.MS)
 	if got := readFile(t, c1, child.ID, "/root/f"); got != "made on n1" {
 		t.Errorf("the child's /root/f on n2: %q", got)
+	}
+	if got, _ := sh(t, c1, child.ID, "sha256sum /root/blob"); got != sum {
+		t.Errorf("the child's /root/blob on n2: %q, want %q", got, sum)
 	}
 	if !strings.Contains(cl.Nodes[1].Log(), "pulled snapshot") {
 		t.Errorf("node 2's log does not say it pulled the snapshot")

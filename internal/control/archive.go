@@ -199,8 +199,8 @@ func (s *Service) withSnapshot(ctx context.Context, id string, f func() error) (
 	case s.name != "" && !s.layers.SnapshotExists(id):
 		// Placement sends a create to the node holding the files; this
 		// one does not (its sandbox moved, or a restore asked here).
-		return nil, fmt.Errorf("%w: snapshot %s is not archived and its files are not on node %s: archive it (atoll snapshot archive %s) for any node to use it",
-			errdefs.ErrConflict, id, s.name, id)
+		return nil, fmt.Errorf("%w: snapshot %s is not archived and its files are not on node %s: a snapshot stays on the node that took it until it is archived "+
+			"(atoll snapshot archive %s, through that node), and is lost with that node", errdefs.ErrConflict, id, s.name, id)
 	}
 	return pull, f()
 }
