@@ -44,6 +44,15 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) {
 	if sbs == nil {
 		sbs = []api.Sandbox{}
 	}
+	// The children's clones came with the files, with the parent's
+	// tokens: each gets its own.
+	for _, sb := range sbs {
+		if len(sb.Vaults) > 0 && sb.State == api.StateRunning && s.cfg.VaultMounts != nil {
+			if err := s.cfg.VaultMounts.Renew(r.Context(), sb); err != nil {
+				s.log.Warn("writing a fork's vault tokens", "sandbox", sb.ID, "err", err)
+			}
+		}
+	}
 	writeJSON(w, http.StatusCreated, api.SandboxList{Sandboxes: sbs})
 }
 
