@@ -82,8 +82,8 @@ type serveConfig struct {
 	// vaultGitPort is the port on the sandboxes' gateway that serves
 	// vaults' git URLs to mounted clones (0: none).
 	vaultGitPort int
-	proxyDomain string
-	tlsListen   string // HTTPS for the same handler, under the local CA; "" for none
+	proxyDomain  string
+	tlsListen    string // HTTPS for the same handler, under the local CA; "" for none
 }
 
 func newServeCmd() *cobra.Command {
