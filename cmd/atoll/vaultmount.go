@@ -138,9 +138,16 @@ func (m *vaultMounts) Mount(ctx context.Context, sb api.Sandbox) error {
 			return err
 		}
 		mt := vault.Mount{VaultMount: v, Sandbox: sb.ID, URL: m.gitURL(sb, v.Name), Token: tok, UID: sandboxUID, GID: sandboxUID}
-		if err := m.upload(ctx, sb.ID, func(w io.Writer) error { return m.vaults.Clone(ctx, mt, w) }); err != nil {
+		t0 := time.Now()
+		var packed time.Duration
+		if err := m.upload(ctx, sb.ID, func(w io.Writer) error {
+			err := m.vaults.Clone(ctx, mt, w)
+			packed = time.Since(t0)
+			return err
+		}); err != nil {
 			return fmt.Errorf("vault %s: %w", v.Name, err)
 		}
+		m.log.Info("vault mounted", "sandbox", sb.ID, "vault", v.Name, "op", "mount", "ms", time.Since(t0).Milliseconds(), "packed_ms", packed.Milliseconds())
 	}
 	return nil
 }

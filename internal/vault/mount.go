@@ -105,13 +105,23 @@ func (s *Service) Clone(ctx context.Context, m Mount, w io.Writer) error {
 	unlock := s.lock(v.ID)
 	dir, err := s.ensure(ctx, v)
 	if err == nil {
-		// --local hard-links the cache's packs: nothing is copied on the
-		// host, and the tar reads them once.
-		err = s.runGit(ctx, tmp, "clone", "-q", "--local", "--no-tags", dir, work)
+		// --local hard-links the cache's packs, and no working tree is
+		// written here: the files go from git archive to the tar, so the
+		// host writes a few files whatever the vault holds.
+		err = s.runGit(ctx, tmp, "clone", "-q", "--local", "--no-tags", "--no-checkout", dir, work)
 	}
 	unlock()
 	if err != nil {
 		return fmt.Errorf("cloning vault %s: %w", m.Name, err)
+	}
+	// An empty vault has no HEAD yet: its clone is .git alone.
+	hasHead := s.runGit(ctx, work, "rev-parse", "-q", "--verify", "HEAD^{commit}") == nil
+	if hasHead {
+		// The index of HEAD's tree, without its files' stat data: git in
+		// the sandbox hashes them once, finds them clean and refreshes it.
+		if err := s.runGit(ctx, work, "read-tree", "HEAD"); err != nil {
+			return fmt.Errorf("cloning vault %s: %w", m.Name, err)
+		}
 	}
 	if err := os.WriteFile(filepath.Join(work, ".git", "config"), []byte(cloneConfig(m)), 0o644); err != nil {
 		return err
@@ -120,19 +130,40 @@ func (s *Service) Clone(ctx context.Context, m Mount, w io.Writer) error {
 		return err
 	}
 	tw := tar.NewWriter(w)
+	now := time.Now()
+	dirHeader := func(name string) *tar.Header {
+		return &tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: 0o755, Uid: m.UID, Gid: m.GID, ModTime: now}
+	}
 	// The parents of the clone that are in the user's home are the user's,
 	// so that it can make more there (another clone, notes of its own).
 	rel := strings.TrimPrefix(m.Path, "/")
 	if home := "home/user/"; strings.HasPrefix(rel, home) {
 		parts := strings.Split(strings.TrimPrefix(rel, home), "/")
 		for i := 1; i < len(parts); i++ {
-			name := home + strings.Join(parts[:i], "/")
-			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: 0o755, Uid: m.UID, Gid: m.GID, ModTime: time.Now()}); err != nil {
+			if err := tw.WriteHeader(dirHeader(home + strings.Join(parts[:i], "/"))); err != nil {
 				return err
 			}
 		}
 	}
-	err = filepath.WalkDir(work, func(p string, d fs.DirEntry, err error) error {
+	if err := tw.WriteHeader(dirHeader(rel)); err != nil {
+		return err
+	}
+	if err := s.tarDir(tw, filepath.Join(work, ".git"), rel+"/.git", m.UID, m.GID); err != nil {
+		return fmt.Errorf("packing vault %s's clone: %w", m.Name, err)
+	}
+	if hasHead {
+		if err := s.tarTree(ctx, tw, work, rel, m.UID, m.GID); err != nil {
+			return fmt.Errorf("packing vault %s's files: %w", m.Name, err)
+		}
+	}
+	return tw.Close()
+}
+
+// tarDir writes directory dir to tw under the name prefix, owned by uid
+// and gid: regular files and directories (a fresh clone's .git has no
+// other kind).
+func (s *Service) tarDir(tw *tar.Writer, dir, prefix string, uid, gid int) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -140,20 +171,12 @@ func (s *Service) Clone(ctx context.Context, m Mount, w io.Writer) error {
 		if err != nil {
 			return err
 		}
-		r, _ := filepath.Rel(work, p)
-		name := path.Join(rel, filepath.ToSlash(r))
-		hdr := &tar.Header{Name: name, Mode: int64(fi.Mode().Perm()), Uid: m.UID, Gid: m.GID, ModTime: fi.ModTime()}
+		r, _ := filepath.Rel(dir, p)
+		name := path.Join(prefix, filepath.ToSlash(r))
+		hdr := &tar.Header{Name: name, Mode: int64(fi.Mode().Perm()), Uid: uid, Gid: gid, ModTime: fi.ModTime()}
 		switch {
 		case d.IsDir():
 			hdr.Typeflag, hdr.Name = tar.TypeDir, name+"/"
-			return tw.WriteHeader(hdr)
-		case fi.Mode()&fs.ModeSymlink != 0:
-			// A link the vault holds: made again in the sandbox, never
-			// followed here.
-			if hdr.Linkname, err = os.Readlink(p); err != nil {
-				return err
-			}
-			hdr.Typeflag = tar.TypeSymlink
 			return tw.WriteHeader(hdr)
 		case fi.Mode().IsRegular():
 			hdr.Typeflag, hdr.Size = tar.TypeReg, fi.Size()
@@ -170,10 +193,61 @@ func (s *Service) Clone(ctx context.Context, m Mount, w io.Writer) error {
 		}
 		return nil
 	})
+}
+
+// tarTree writes HEAD's tree of the clone work to tw under the name
+// prefix, owned by uid and gid, from git archive's tar: files, directories
+// and symlinks as the vault holds them (a link is made again in the
+// sandbox, never followed here).
+func (s *Service) tarTree(ctx context.Context, tw *tar.Writer, work, prefix string, uid, gid int) error {
+	cmd := exec.CommandContext(ctx, s.git, "-c", "tar.umask=0022", "archive", "--format=tar", "HEAD")
+	cmd.Dir, cmd.Env, cmd.WaitDelay = work, s.gitEnv(), 5*time.Second
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return fmt.Errorf("packing vault %s's clone: %w", m.Name, err)
+		return err
 	}
-	return tw.Close()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	err = func() error {
+		tr := tar.NewReader(out)
+		for {
+			hdr, err := tr.Next()
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			switch hdr.Typeflag {
+			case tar.TypeReg, tar.TypeDir, tar.TypeSymlink:
+			default:
+				continue // the pax header of the commit's ID; submodules are not in archives
+			}
+			hdr.Name = prefix + "/" + hdr.Name
+			hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = uid, gid, "", ""
+			hdr.PAXRecords, hdr.Format = nil, tar.FormatUnknown
+			if err := tw.WriteHeader(hdr); err != nil {
+				return err
+			}
+			if hdr.Typeflag == tar.TypeReg {
+				if _, err := io.Copy(tw, tr); err != nil {
+					return err
+				}
+			}
+		}
+	}()
+	if err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return err
+	}
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("git archive: %v: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
 }
 
 // cloneConfig is the clone's .git/config: origin is the vault's URL, the

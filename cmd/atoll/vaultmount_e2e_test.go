@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/network"
+	"github.com/atoll-dev/atoll/internal/testenv"
+	"github.com/atoll-dev/atoll/internal/vault"
+)
+
+// TestVaultMountE2E mounts memory vaults into real sandboxes with
+// networking, and drives them with the stock git client inside: two
+// sandboxes share a vault, one of them under deny-all; a read-only mount
+// cannot push; tokens of deleted and stopped sandboxes, expired ones and
+// ones for another vault are refused; a fork has its own clone and token;
+// a mounted vault is not removed unless forced. It measures what a mount
+// adds to a create.
+func TestVaultMountE2E(t *testing.T) {
+	testenv.RequireCommand(t, "git")
+	testenv.RequireRoot(t)
+	if err := network.Probe(); err != nil {
+		testenv.Skip(t, err.Error())
+	}
+	w := newNetWorld(t)
+	data := testenv.Dir(t)
+	d := startDaemonIn(t, data, w.host, "--network", "on", "--network-bridge", w.id,
+		"--dns-upstream", wInet4, "--warm-pool", "0", "--prestart", "0", "--network-pool", "0")
+	c := d.client()
+	ctx := context.Background()
+	create := func(req api.CreateSandboxRequest) api.Sandbox {
+		t.Helper()
+		sb, err := c.CreateSandbox(ctx, req)
+		if err != nil {
+			t.Fatalf("create: %v\n%s", err, d.out.String())
+		}
+		return sb
+	}
+	// git runs a script as the sandbox's user in the clone of notes.
+	git := func(id, script string) (string, bool) {
+		t.Helper()
+		var out strings.Builder
+		code, err := c.Exec(ctx, id, api.ExecRequest{User: "user", Cwd: "/home/user/memory/notes",
+			Shell: "export GIT_TERMINAL_PROMPT=0; " + script}, &out, &out)
+		if err != nil {
+			t.Fatalf("exec %q: %v", script, err)
+		}
+		return out.String(), code == 0
+	}
+	mustGit := func(id, script string) string {
+		t.Helper()
+		out, ok := git(id, script)
+		if !ok {
+			t.Fatalf("in %s: %s: %s\n%s", id, script, out, d.out.String())
+		}
+		return strings.TrimSpace(out)
+	}
+	// gitStatus is the status of a fetch's first request to vault name
+	// with password pw, from the daemon's namespace.
+	gitStatus := func(name, pw string) int {
+		t.Helper()
+		hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: w.dial}}
+		req, _ := http.NewRequest("GET", d.url+"/git/"+name+".git/info/refs?service=git-upload-pack", nil)
+		req.SetBasicAuth("sandbox", pw)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	token := func(id string) string {
+		t.Helper()
+		return mustGit(id, "cat .git/atoll-token")
+	}
+
+	for _, name := range []string{"notes", "other"} {
+		if _, err := c.CreateVault(ctx, api.CreateVaultRequest{Name: name, Layout: api.VaultLayoutAgent}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := create(api.CreateSandboxRequest{Vaults: []api.VaultMount{{Name: "notes"}}})
+	b := create(api.CreateSandboxRequest{Vaults: []api.VaultMount{{Name: "notes"}},
+		Network: &api.NetworkPolicy{Egress: "deny-all"}})
+	if len(a.Vaults) != 1 || a.Vaults[0].Path != "/home/user/memory/notes" {
+		t.Fatalf("a's vaults: %+v", a.Vaults)
+	}
+	if got, err := c.GetSandbox(ctx, a.ID); err != nil || !slices.Equal(got.Vaults, a.Vaults) {
+		t.Fatalf("the vaults are not recorded: %+v, %v", got.Vaults, err)
+	}
+
+	t.Run("no key in the sandbox", func(t *testing.T) {
+		out := mustGit(a.ID, "git config --get remote.origin.url; ls -ld . | cut -d' ' -f3; env; grep -r "+d.key+" /home/user 2>/dev/null | wc -l")
+		if strings.Contains(out, d.key) || !strings.Contains(out, "/git/notes.git") || !strings.Contains(out, "user") {
+			t.Errorf("the clone: %s", out)
+		}
+		if tok := token(a.ID); !vault.IsToken(tok) {
+			t.Errorf("the token file holds %q", tok)
+		}
+	})
+
+	t.Run("two sandboxes share a vault, deny-all too", func(t *testing.T) {
+		mustGit(a.ID, "echo 'met [[Ada]]' > timeline/a.md && git add -A && git commit -qm from-a && git push -q 2>&1")
+		mustGit(b.ID, "git pull -q 2>&1")
+		if got := mustGit(b.ID, "cat timeline/a.md"); got != "met [[Ada]]" {
+			t.Errorf("b reads %q", got)
+		}
+		mustGit(b.ID, "echo from b > timeline/b.md && git add -A && git commit -qm from-b && git push -q 2>&1")
+		mustGit(a.ID, "git pull -q 2>&1")
+		if got := mustGit(a.ID, "cat timeline/b.md"); got != "from b" {
+			t.Errorf("a reads %q", got)
+		}
+		// The rest of the host is still refused to the deny-all sandbox:
+		// the gateway's git port serves /git/ only.
+		gw := strings.TrimPrefix(mustGit(b.ID, "git config --get remote.origin.url"), "http://")
+		gw = gw[:strings.Index(gw, "/")]
+		if out, ok := git(b.ID, "curl -s -o /dev/null -w '%{http_code}' --max-time 5 http://"+gw+"/v1/sandboxes"); !ok || out != "404" {
+			t.Errorf("the API through the git port: %q %v", out, ok)
+		}
+	})
+
+	t.Run("read-only cannot push", func(t *testing.T) {
+		ro := create(api.CreateSandboxRequest{Vaults: []api.VaultMount{{Name: "notes", ReadOnly: true}}})
+		mustGit(ro.ID, "git pull -q 2>&1")
+		out, ok := git(ro.ID, "echo x > ro.md && git add -A && git commit -qm ro && git push 2>&1")
+		if ok || !strings.Contains(out, "403") && !strings.Contains(out, "read-only") {
+			t.Errorf("a read-only push: %v %s", ok, out)
+		}
+		c.DeleteSandbox(ctx, ro.ID)
+	})
+
+	t.Run("tokens", func(t *testing.T) {
+		tokA := token(a.ID)
+		if got := gitStatus("notes", tokA); got != 200 {
+			t.Fatalf("a's token: %d", got)
+		}
+		// A token names its vault: not good for another of the tenant's.
+		if got := gitStatus("other", tokA); got != 401 {
+			t.Errorf("a's token for another vault: %d", got)
+		}
+		o := create(api.CreateSandboxRequest{Vaults: []api.VaultMount{{Name: "other", Path: "/home/user/memory/notes"}}})
+		tokO := token(o.ID)
+		if got := gitStatus("notes", tokO); got != 401 {
+			t.Errorf("the token of a sandbox that mounts other, on notes: %d", got)
+		}
+		// Expired: the same claims signed with the server's key, an
+		// expiry in the past.
+		hexKey, err := os.ReadFile(filepath.Join(data, "vault-token-key"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, _ := hex.DecodeString(strings.TrimSpace(string(hexKey)))
+		claims := parseClaims(t, tokA)
+		claims.Expires = time.Now().Add(-time.Second)
+		if got := gitStatus("notes", claims.Sign(key)); got != 401 {
+			t.Errorf("an expired token: %d", got)
+		}
+		claims.Expires = time.Now().Add(time.Hour)
+		if got := gitStatus("notes", claims.Sign(key)); got != 200 {
+			t.Errorf("the positive control, re-signed: %d", got)
+		}
+		// Forged: another key.
+		if got := gitStatus("notes", claims.Sign([]byte("not the server's key, not at all"))); got != 401 {
+			t.Errorf("a forged token: %d", got)
+		}
+		// Stopped, then deleted: refused at once.
+		if _, err := c.StopSandbox(ctx, o.ID); err != nil {
+			t.Fatal(err)
+		}
+		if got := gitStatus("other", tokO); got != 401 {
+			t.Errorf("a stopped sandbox's token: %d", got)
+		}
+		if err := c.DeleteSandbox(ctx, o.ID); err != nil {
+			t.Fatal(err)
+		}
+		if got := gitStatus("other", tokO); got != 401 {
+			t.Errorf("a deleted sandbox's token: %d", got)
+		}
+	})
+
+	t.Run("fork has its own clone and token", func(t *testing.T) {
+		head := mustGit(a.ID, "git rev-parse HEAD")
+		kids, err := c.ForkSandbox(ctx, a.ID, api.ForkRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := kids[0]
+		if got := mustGit(k.ID, "git rev-parse HEAD"); got != head {
+			t.Errorf("the fork's clone is at %s, not %s", got, head)
+		}
+		if tk := parseClaims(t, token(k.ID)); tk.Sandbox != k.ID {
+			t.Errorf("the fork's token is %s's", tk.Sandbox)
+		}
+		mustGit(k.ID, "echo fork > fork.md && git add -A && git commit -qm fork && git push -q 2>&1")
+		mustGit(a.ID, "git pull -q 2>&1 && test -f fork.md")
+		c.DeleteSandbox(ctx, k.ID)
+	})
+
+	t.Run("rm refused while mounted", func(t *testing.T) {
+		if err := c.DeleteVault(ctx, "notes", false); !errors.Is(err, errdefs.ErrConflict) && !strings.Contains(fmt.Sprint(err), "mounted") {
+			t.Errorf("rm of a mounted vault: %v", err)
+		}
+	})
+
+	t.Run("bad mounts", func(t *testing.T) {
+		for _, ms := range [][]api.VaultMount{
+			{{Name: "nope"}},
+			{{Name: "../notes"}},
+			{{Name: "notes", Path: "/home/user/../../etc"}},
+			{{Name: "notes"}, {Name: "notes"}},
+		} {
+			if _, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Vaults: ms}); err == nil {
+				t.Errorf("create with %+v worked", ms)
+			}
+		}
+	})
+
+	t.Run("measure", func(t *testing.T) {
+		if _, err := c.CreateVault(ctx, api.CreateVaultRequest{Name: "big"}); err != nil {
+			t.Fatal(err)
+		}
+		seed := create(api.CreateSandboxRequest{Vaults: []api.VaultMount{{Name: "big", Path: "/home/user/memory/notes"}}})
+		mustGit(seed.ID, `mkdir -p notes && for i in $(seq 1000); do printf '# note %d\nsome text of note %d, [[note-%d]]\n' $i $i $((i+1)) > notes/n$i.md; done && git add -A && git commit -qm seed && git push -q 2>&1`)
+		c.DeleteSandbox(ctx, seed.ID)
+		var with, without []time.Duration
+		for i := range 12 {
+			req := api.CreateSandboxRequest{}
+			if i%2 == 1 {
+				req.Vaults = []api.VaultMount{{Name: "big"}}
+			}
+			t0 := time.Now()
+			sb := create(req)
+			dt := time.Since(t0)
+			if i < 2 {
+				continue // warm-up
+			}
+			if i%2 == 1 {
+				with = append(with, dt)
+				if out, code := sh(t, c, sb.ID, "ls /home/user/memory/big/notes | wc -l"); code != 0 || strings.TrimSpace(out) != "1000" {
+					t.Errorf("the clone holds %q files", out)
+				}
+			} else {
+				without = append(without, dt)
+			}
+			c.DeleteSandbox(ctx, sb.ID)
+		}
+		slices.Sort(with)
+		slices.Sort(without)
+		for _, l := range strings.Split(d.out.String(), "\n") {
+			if strings.Contains(l, "vault mounted") || strings.Contains(l, "msg=cloned") {
+				t.Log(l)
+			}
+		}
+		t.Logf("create of a networked sandbox, median of %d: without a vault %v, with a 1,000-file vault %v (added %v); min %v vs %v",
+			len(with), without[len(without)/2], with[len(with)/2], with[len(with)/2]-without[len(without)/2], without[0], with[0])
+	})
+}
+
+// parseClaims reads a token's claims without checking it.
+func parseClaims(t *testing.T, tok string) vault.Token {
+	t.Helper()
+	body, _, _ := strings.Cut(strings.TrimPrefix(tok, vault.TokenPrefix), ".")
+	b, err := base64.RawURLEncoding.DecodeString(body)
+	var claims vault.Token
+	if err == nil {
+		err = json.Unmarshal(b, &claims)
+	}
+	if err != nil {
+		t.Fatalf("token %q: %v", tok, err)
+	}
+	return claims
+}
