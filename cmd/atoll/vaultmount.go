@@ -116,15 +116,15 @@ func (m *vaultMounts) token(ctx context.Context, sb api.Sandbox, v api.VaultMoun
 		Expires: m.now().Add(m.ttl)}.Sign(m.key), nil
 }
 
-// upload unpacks at / in sandbox id the tar write writes.
-func (m *vaultMounts) upload(ctx context.Context, id string, write func(io.Writer) error) error {
+// upload unpacks at dir in sandbox id the tar write writes.
+func (m *vaultMounts) upload(ctx context.Context, id, dir string, write func(io.Writer) error) error {
 	dial, err := m.svc.AgentDialer(ctx, id)
 	if err != nil {
 		return err
 	}
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(write(pw)) }()
-	err = agent.NewClient(dial).UploadTar(ctx, "/", pr)
+	err = agent.NewClient(dial).UploadTar(ctx, dir, pr)
 	pr.CloseWithError(errors.New("upload ended"))
 	return err
 }
@@ -139,15 +139,11 @@ func (m *vaultMounts) Mount(ctx context.Context, sb api.Sandbox) error {
 		}
 		mt := vault.Mount{VaultMount: v, Sandbox: sb.ID, URL: m.gitURL(sb, v.Name), Token: tok, UID: sandboxUID, GID: sandboxUID}
 		t0 := time.Now()
-		var packed time.Duration
-		if err := m.upload(ctx, sb.ID, func(w io.Writer) error {
-			err := m.vaults.Clone(ctx, mt, w)
-			packed = time.Since(t0)
-			return err
-		}); err != nil {
+		upload := func(dir string, write func(io.Writer) error) error { return m.upload(ctx, sb.ID, dir, write) }
+		if err := m.vaults.Clone(ctx, mt, upload); err != nil {
 			return fmt.Errorf("vault %s: %w", v.Name, err)
 		}
-		m.log.Info("vault mounted", "sandbox", sb.ID, "vault", v.Name, "op", "mount", "ms", time.Since(t0).Milliseconds(), "packed_ms", packed.Milliseconds())
+		m.log.Debug("vault mounted", "sandbox", sb.ID, "vault", v.Name, "op", "mount", "ms", time.Since(t0).Milliseconds())
 	}
 	return nil
 }
@@ -162,7 +158,7 @@ func (m *vaultMounts) Renew(ctx context.Context, sb api.Sandbox) error {
 		if err != nil {
 			return err
 		}
-		if err := m.upload(ctx, sb.ID, func(w io.Writer) error {
+		if err := m.upload(ctx, sb.ID, "/", func(w io.Writer) error {
 			return vault.TokenTar(w, v.Path, tok, sandboxUID, sandboxUID)
 		}); err != nil {
 			return fmt.Errorf("vault %s: %w", v.Name, err)

@@ -88,10 +88,16 @@ func (s *Service) ID(ctx context.Context, name string) (string, error) {
 	return v.ID, err
 }
 
-// Clone writes to w a tar, to unpack at / in the sandbox, of a clone of
-// the context's tenant's vault m.Name at m.Path: its working tree at the
-// main branch and its .git, set up as the package comment says.
-func (s *Service) Clone(ctx context.Context, m Mount, w io.Writer) error {
+// Upload unpacks in the sandbox, at its directory dir, the tar that write
+// writes.
+type Upload func(dir string, write func(io.Writer) error) error
+
+// Clone makes a clone of the context's tenant's vault m.Name at m.Path in
+// the sandbox that upload reaches: its .git (set up as the package
+// comment says) and the directories above it in one tar at /, then its
+// working tree at the main branch in another at m.Path (shorter names, for
+// the agent to resolve in each of its thousands of files).
+func (s *Service) Clone(ctx context.Context, m Mount, upload Upload) error {
 	v, err := s.lookup(ctx, m.Name)
 	if err != nil {
 		return err
@@ -129,34 +135,42 @@ func (s *Service) Clone(ctx context.Context, m Mount, w io.Writer) error {
 	if err := os.WriteFile(filepath.Join(work, TokenFile), []byte(m.Token+"\n"), 0o600); err != nil {
 		return err
 	}
-	tw := tar.NewWriter(w)
 	now := time.Now()
 	dirHeader := func(name string) *tar.Header {
 		return &tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: 0o755, Uid: m.UID, Gid: m.GID, ModTime: now}
 	}
-	// The parents of the clone that are in the user's home are the user's,
-	// so that it can make more there (another clone, notes of its own).
 	rel := strings.TrimPrefix(m.Path, "/")
-	if home := "home/user/"; strings.HasPrefix(rel, home) {
-		parts := strings.Split(strings.TrimPrefix(rel, home), "/")
-		for i := 1; i < len(parts); i++ {
-			if err := tw.WriteHeader(dirHeader(home + strings.Join(parts[:i], "/"))); err != nil {
-				return err
+	err = upload("/", func(w io.Writer) error {
+		tw := tar.NewWriter(w)
+		// The parents of the clone that are in the user's home are the
+		// user's, so that it can make more there (another clone, notes of
+		// its own).
+		if home := "home/user/"; strings.HasPrefix(rel, home) {
+			parts := strings.Split(strings.TrimPrefix(rel, home), "/")
+			for i := 1; i < len(parts); i++ {
+				if err := tw.WriteHeader(dirHeader(home + strings.Join(parts[:i], "/"))); err != nil {
+					return err
+				}
 			}
 		}
-	}
-	if err := tw.WriteHeader(dirHeader(rel)); err != nil {
+		if err := tw.WriteHeader(dirHeader(rel)); err != nil {
+			return err
+		}
+		if err := s.tarDir(tw, filepath.Join(work, ".git"), rel+"/.git", m.UID, m.GID); err != nil {
+			return fmt.Errorf("packing vault %s's clone: %w", m.Name, err)
+		}
+		return tw.Close()
+	})
+	if err != nil || !hasHead {
 		return err
 	}
-	if err := s.tarDir(tw, filepath.Join(work, ".git"), rel+"/.git", m.UID, m.GID); err != nil {
-		return fmt.Errorf("packing vault %s's clone: %w", m.Name, err)
-	}
-	if hasHead {
-		if err := s.tarTree(ctx, tw, work, rel, m.UID, m.GID); err != nil {
+	return upload(m.Path, func(w io.Writer) error {
+		tw := tar.NewWriter(w)
+		if err := s.tarTree(ctx, tw, work, "", m.UID, m.GID); err != nil {
 			return fmt.Errorf("packing vault %s's files: %w", m.Name, err)
 		}
-	}
-	return tw.Close()
+		return tw.Close()
+	})
 }
 
 // tarDir writes directory dir to tw under the name prefix, owned by uid
@@ -226,7 +240,10 @@ func (s *Service) tarTree(ctx context.Context, tw *tar.Writer, work, prefix stri
 			default:
 				continue // the pax header of the commit's ID; submodules are not in archives
 			}
-			hdr.Name = prefix + "/" + hdr.Name
+			hdr.Name = path.Join(prefix, hdr.Name)
+			if hdr.Typeflag == tar.TypeDir {
+				hdr.Name += "/"
+			}
 			hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = uid, gid, "", ""
 			hdr.PAXRecords, hdr.Format = nil, tar.FormatUnknown
 			if err := tw.WriteHeader(hdr); err != nil {
