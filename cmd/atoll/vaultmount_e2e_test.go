@@ -223,6 +223,15 @@ func TestVaultMountE2E(t *testing.T) {
 		c.DeleteSandbox(ctx, k.ID)
 	})
 
+	t.Run("a link in the vault is a link in a new clone", func(t *testing.T) {
+		mustGit(a.ID, "git pull -q 2>&1; ln -s /etc/passwd passwd && ln -s ../../../.. up && git add -A && git commit -qm links && git push -q 2>&1")
+		n := create(api.CreateSandboxRequest{Vaults: []api.VaultMount{{Name: "notes"}}})
+		if got := mustGit(n.ID, "readlink passwd; readlink up; git status --porcelain"); got != "/etc/passwd\n../../../.." {
+			t.Errorf("the new clone: %q", got)
+		}
+		c.DeleteSandbox(ctx, n.ID)
+	})
+
 	t.Run("rm refused while mounted", func(t *testing.T) {
 		if err := c.DeleteVault(ctx, "notes", false); !errors.Is(err, errdefs.ErrConflict) && !strings.Contains(fmt.Sprint(err), "mounted") {
 			t.Errorf("rm of a mounted vault: %v", err)
@@ -291,4 +300,47 @@ func parseClaims(t *testing.T, tok string) vault.Token {
 		t.Fatalf("token %q: %v", tok, err)
 	}
 	return claims
+}
+
+// TestVaultMountNoNetworkE2E mounts a vault into a sandbox of a server
+// without networking: the clone is made from the host's side, so it is
+// there; reaching the server to push is not possible from the sandbox's
+// loopback-only namespace.
+func TestVaultMountNoNetworkE2E(t *testing.T) {
+	testenv.RequireCommand(t, "git")
+	d, _, c := startRooted(t)
+	ctx := context.Background()
+	if _, err := c.CreateVault(ctx, api.CreateVaultRequest{Name: "notes", Layout: api.VaultLayoutAgent}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateVault(ctx, api.CreateVaultRequest{Name: "empty"}); err != nil {
+		t.Fatal(err)
+	}
+	// The CLI's syntax: NAME[:ro][=PATH].
+	out, code := d.cli("create", "--vault", "notes:ro=/srv/notes", "--vault", "empty")
+	if code != 0 {
+		t.Fatalf("create --vault: %s", out)
+	}
+	id := strings.TrimSpace(out)
+	sb, err := c.GetSandbox(ctx, id)
+	if err != nil || len(sb.Vaults) != 2 || sb.Vaults[0] != (api.VaultMount{Name: "notes", ReadOnly: true, Path: "/srv/notes"}) ||
+		sb.Vaults[1].Path != "/home/user/memory/empty" {
+		t.Fatalf("recorded: %+v, %v", sb.Vaults, err)
+	}
+	var buf strings.Builder
+	code, err = c.Exec(ctx, id, api.ExecRequest{User: "user", Cwd: "/srv/notes",
+		Shell: "git log --oneline | wc -l; test -f index.md && echo index; git status --porcelain; git -C /home/user/memory/empty status --short --branch; git remote get-url origin"}, &buf, &buf)
+	if err != nil || code != 0 {
+		t.Fatalf("git in the sandbox: %d %v %s", code, err, buf.String())
+	}
+	if got := buf.String(); !strings.HasPrefix(got, "1\nindex\n## No commits yet on main") || !strings.Contains(got, d.url+"/git/notes.git") {
+		t.Errorf("the clones: %q", got)
+	}
+	// The vault cannot be removed while mounted, but can be forced.
+	if out, code := d.cli("vault", "rm", "empty"); code == 0 {
+		t.Errorf("vault rm of a mounted vault: %s", out)
+	}
+	if out, code := d.cli("vault", "rm", "--force", "empty"); code != 0 {
+		t.Errorf("vault rm --force: %s", out)
+	}
 }
