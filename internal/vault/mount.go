@@ -5,12 +5,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -93,10 +93,15 @@ func (s *Service) ID(ctx context.Context, name string) (string, error) {
 type Upload func(dir string, write func(io.Writer) error) error
 
 // Clone makes a clone of the context's tenant's vault m.Name at m.Path in
-// the sandbox that upload reaches: its .git (set up as the package
-// comment says) and the directories above it in one tar at /, then its
-// working tree at the main branch in another at m.Path (shorter names, for
-// the agent to resolve in each of its thousands of files).
+// the sandbox that upload reaches: its .git and the directories above it
+// in one tar at /, then its working tree at the main branch in another at
+// m.Path (shorter names, for the agent to resolve in each of its files).
+//
+// No clone is made on the host: the .git is assembled from the cache
+// repository as git clone would have made it (the cache's packs, the refs
+// as packed-refs, an index read from the main branch's tree), and the
+// files come from git archive; so the host writes one file (the index)
+// whatever the vault holds, and runs two git processes.
 func (s *Service) Clone(ctx context.Context, m Mount, upload Upload) error {
 	v, err := s.lookup(ctx, m.Name)
 	if err != nil {
@@ -107,115 +112,229 @@ func (s *Service) Clone(ctx context.Context, m Mount, upload Upload) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	work := filepath.Join(tmp, "w")
 	unlock := s.lock(v.ID)
 	dir, err := s.ensure(ctx, v)
+	var refs map[string]string
+	var objects []objectFile
 	if err == nil {
-		// --local hard-links the cache's packs, and no working tree is
-		// written here: the files go from git archive to the tar, so the
-		// host writes a few files whatever the vault holds.
-		err = s.runGit(ctx, tmp, "clone", "-q", "--local", "--no-tags", "--no-checkout", dir, work)
+		refs, _, err = s.cfg.Store.VaultState(ctx, v.ID)
+	}
+	if err == nil {
+		// Opened under the lock: what they read is the cache as the refs
+		// say, whatever happens to it later.
+		objects, err = openObjects(dir)
 	}
 	unlock()
+	defer func() {
+		for _, o := range objects {
+			o.f.Close()
+		}
+	}()
 	if err != nil {
 		return fmt.Errorf("cloning vault %s: %w", m.Name, err)
 	}
-	// An empty vault has no HEAD yet: its clone is .git alone.
-	hasHead := s.runGit(ctx, work, "rev-parse", "-q", "--verify", "HEAD^{commit}") == nil
-	if hasHead {
-		// The index of HEAD's tree, without its files' stat data: git in
-		// the sandbox hashes them once, finds them clean and refreshes it.
-		if err := s.runGit(ctx, work, "read-tree", "HEAD"); err != nil {
+	head := refs[mainRef]
+	index := filepath.Join(tmp, "index")
+	if head != "" {
+		// The index of the main branch's tree, without its files' stat
+		// data: git in the sandbox hashes them once, finds them clean and
+		// refreshes it.
+		if _, err := s.run(ctx, dir, []string{"GIT_INDEX_FILE=" + index}, nil, "read-tree", head); err != nil {
 			return fmt.Errorf("cloning vault %s: %w", m.Name, err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(work, ".git", "config"), []byte(cloneConfig(m)), 0o644); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(work, TokenFile), []byte(m.Token+"\n"), 0o600); err != nil {
-		return err
-	}
 	now := time.Now()
+	own := func(h *tar.Header) *tar.Header {
+		h.Uid, h.Gid, h.ModTime = m.UID, m.GID, now
+		if h.Typeflag == tar.TypeDir {
+			h.Name += "/"
+		}
+		return h
+	}
 	dirHeader := func(name string) *tar.Header {
-		return &tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: 0o755, Uid: m.UID, Gid: m.GID, ModTime: now}
+		return own(&tar.Header{Typeflag: tar.TypeDir, Name: name, Mode: 0o755})
 	}
 	rel := strings.TrimPrefix(m.Path, "/")
+	gitDir := rel + "/.git"
 	err = upload("/", func(w io.Writer) error {
 		tw := tar.NewWriter(w)
 		// The parents of the clone that are in the user's home are the
 		// user's, so that it can make more there (another clone, notes of
 		// its own).
+		var dirs []string
 		if home := "home/user/"; strings.HasPrefix(rel, home) {
 			parts := strings.Split(strings.TrimPrefix(rel, home), "/")
 			for i := 1; i < len(parts); i++ {
-				if err := tw.WriteHeader(dirHeader(home + strings.Join(parts[:i], "/"))); err != nil {
-					return err
-				}
+				dirs = append(dirs, home+strings.Join(parts[:i], "/"))
 			}
 		}
-		if err := tw.WriteHeader(dirHeader(rel)); err != nil {
-			return err
+		dirs = append(dirs, rel, gitDir, gitDir+"/refs", gitDir+"/refs/heads", gitDir+"/refs/tags",
+			gitDir+"/objects", gitDir+"/objects/pack", gitDir+"/objects/info")
+		for _, d := range dirs {
+			if err := tw.WriteHeader(dirHeader(d)); err != nil {
+				return err
+			}
 		}
-		if err := s.tarDir(tw, filepath.Join(work, ".git"), rel+"/.git", m.UID, m.GID); err != nil {
-			return fmt.Errorf("packing vault %s's clone: %w", m.Name, err)
+		files := []struct {
+			name string
+			mode int64
+			body string
+		}{
+			{"HEAD", 0o644, "ref: " + mainRef + "\n"},
+			{"config", 0o644, cloneConfig(m)},
+			{"packed-refs", 0o644, packedRefs(refs)},
+			{"description", 0o644, "vault " + m.Name + "\n"},
+			{"atoll-token", 0o600, m.Token + "\n"},
+		}
+		if head != "" {
+			files = append(files, struct {
+				name string
+				mode int64
+				body string
+			}{"refs/remotes/origin/HEAD", 0o644, "ref: refs/remotes/origin/main\n"})
+			if err := tw.WriteHeader(dirHeader(gitDir + "/refs/remotes")); err != nil {
+				return err
+			}
+			if err := tw.WriteHeader(dirHeader(gitDir + "/refs/remotes/origin")); err != nil {
+				return err
+			}
+		}
+		for _, f := range files {
+			if err := tw.WriteHeader(own(&tar.Header{Typeflag: tar.TypeReg, Name: gitDir + "/" + f.name, Mode: f.mode, Size: int64(len(f.body))})); err != nil {
+				return err
+			}
+			if _, err := io.WriteString(tw, f.body); err != nil {
+				return err
+			}
+		}
+		if head != "" {
+			f, err := os.Open(index)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			objects = append(objects, objectFile{name: "../index", f: f})
+		}
+		for _, o := range objects {
+			fi, err := o.f.Stat()
+			if err != nil {
+				return err
+			}
+			// Objects are read-only, as git makes them.
+			mode := int64(0o444)
+			if o.name == "../index" {
+				mode = 0o644
+			}
+			if err := tw.WriteHeader(own(&tar.Header{Typeflag: tar.TypeReg, Name: path.Clean(gitDir + "/objects/" + o.name), Mode: mode, Size: fi.Size()})); err != nil {
+				return err
+			}
+			if _, err := io.Copy(tw, io.NewSectionReader(o.f, 0, fi.Size())); err != nil {
+				return err
+			}
 		}
 		return tw.Close()
 	})
-	if err != nil || !hasHead {
+	if err != nil || head == "" {
 		return err
 	}
 	return upload(m.Path, func(w io.Writer) error {
 		tw := tar.NewWriter(w)
-		if err := s.tarTree(ctx, tw, work, "", m.UID, m.GID); err != nil {
+		if err := s.tarTree(ctx, tw, dir, head, m.UID, m.GID); err != nil {
 			return fmt.Errorf("packing vault %s's files: %w", m.Name, err)
 		}
 		return tw.Close()
 	})
 }
 
-// tarDir writes directory dir to tw under the name prefix, owned by uid
-// and gid: regular files and directories (a fresh clone's .git has no
-// other kind).
-func (s *Service) tarDir(tw *tar.Writer, dir, prefix string, uid, gid int) error {
-	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		r, _ := filepath.Rel(dir, p)
-		name := path.Join(prefix, filepath.ToSlash(r))
-		hdr := &tar.Header{Name: name, Mode: int64(fi.Mode().Perm()), Uid: uid, Gid: gid, ModTime: fi.ModTime()}
-		switch {
-		case d.IsDir():
-			hdr.Typeflag, hdr.Name = tar.TypeDir, name+"/"
-			return tw.WriteHeader(hdr)
-		case fi.Mode().IsRegular():
-			hdr.Typeflag, hdr.Size = tar.TypeReg, fi.Size()
-			if err := tw.WriteHeader(hdr); err != nil {
-				return err
-			}
-			f, err := os.Open(p)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			_, err = io.Copy(tw, f)
-			return err
-		}
-		return nil
-	})
+// objectFile is an open file of a cache repository's objects directory,
+// named relative to it.
+type objectFile struct {
+	name string
+	f    *os.File
 }
 
-// tarTree writes HEAD's tree of the clone work to tw under the name
-// prefix, owned by uid and gid, from git archive's tar: files, directories
-// and symlinks as the vault holds them (a link is made again in the
-// sandbox, never followed here).
-func (s *Service) tarTree(ctx context.Context, tw *tar.Writer, work, prefix string, uid, gid int) error {
-	cmd := exec.CommandContext(ctx, s.git, "-c", "tar.umask=0022", "archive", "--format=tar", "HEAD")
-	cmd.Dir, cmd.Env, cmd.WaitDelay = work, s.gitEnv(), 5*time.Second
+// openObjects opens the object files of the cache repository dir: its
+// packs with their indexes, and any loose objects (a cache has none, but a
+// clone without them would be broken). Quarantines of pushes under way
+// (git's tmp_objdir-incoming-*) are not objects yet.
+func openObjects(dir string) (out []objectFile, err error) {
+	defer func() {
+		if err != nil {
+			for _, o := range out {
+				o.f.Close()
+			}
+		}
+	}()
+	root := filepath.Join(dir, "objects")
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		var want func(string) bool
+		switch {
+		case e.Name() == "pack":
+			want = func(n string) bool {
+				return strings.HasPrefix(n, "pack-") && (strings.HasSuffix(n, ".pack") || strings.HasSuffix(n, ".idx"))
+			}
+		case len(e.Name()) == 2 && e.IsDir():
+			want = func(string) bool { return true }
+		default:
+			continue
+		}
+		files, err := os.ReadDir(filepath.Join(root, e.Name()))
+		if err != nil {
+			return out, err
+		}
+		for _, f := range files {
+			if !f.Type().IsRegular() || !want(f.Name()) {
+				continue
+			}
+			name := e.Name() + "/" + f.Name()
+			fd, err := os.Open(filepath.Join(root, name))
+			if err != nil {
+				return out, err
+			}
+			out = append(out, objectFile{name, fd})
+		}
+	}
+	return out, nil
+}
+
+// packedRefs is a clone's packed-refs: the vault's branches as origin's,
+// main as the local branch too, its tags as tags.
+func packedRefs(refs map[string]string) string {
+	var b strings.Builder
+	b.WriteString("# pack-refs with: sorted\n")
+	lines := map[string]string{}
+	for name, id := range refs {
+		if br, ok := strings.CutPrefix(name, "refs/heads/"); ok {
+			lines["refs/remotes/origin/"+br] = id
+		} else if strings.HasPrefix(name, "refs/tags/") {
+			lines[name] = id
+		}
+	}
+	if id := refs[mainRef]; id != "" {
+		lines[mainRef] = id
+	}
+	names := make([]string, 0, len(lines))
+	for n := range lines {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		fmt.Fprintf(&b, "%s %s\n", lines[n], n)
+	}
+	return b.String()
+}
+
+// tarTree writes the tree of commit in the repository dir to tw, owned by
+// uid and gid, from git archive's tar: files, directories and symlinks as
+// the vault holds them (a link is made again in the sandbox, never
+// followed here).
+func (s *Service) tarTree(ctx context.Context, tw *tar.Writer, dir, commit string, uid, gid int) error {
+	cmd := exec.CommandContext(ctx, s.git, "-c", "tar.umask=0022", "archive", "--format=tar", commit)
+	cmd.Dir, cmd.Env, cmd.WaitDelay = dir, s.gitEnv(), 5*time.Second
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
@@ -240,7 +359,7 @@ func (s *Service) tarTree(ctx context.Context, tw *tar.Writer, work, prefix stri
 			default:
 				continue // the pax header of the commit's ID; submodules are not in archives
 			}
-			hdr.Name = path.Join(prefix, hdr.Name)
+			hdr.Name = path.Clean(hdr.Name)
 			if hdr.Typeflag == tar.TypeDir {
 				hdr.Name += "/"
 			}
@@ -306,15 +425,4 @@ func TokenTar(w io.Writer, path, token string, uid, gid int) error {
 		return err
 	}
 	return tw.Close()
-}
-
-func (s *Service) runGit(ctx context.Context, dir string, args ...string) error {
-	cmd := exec.CommandContext(ctx, s.git, args...)
-	cmd.Dir = dir
-	cmd.Env = s.gitEnv()
-	cmd.WaitDelay = 5 * time.Second
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("git %s: %v: %s", args[0], err, strings.TrimSpace(string(out)))
-	}
-	return nil
 }
