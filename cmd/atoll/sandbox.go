@@ -389,11 +389,11 @@ func parseVaultFlags(vals []string) ([]api.VaultMount, error) {
 	var out []api.VaultMount
 	for _, v := range vals {
 		spec, path, _ := strings.Cut(v, "=")
-		name, mode, _ := strings.Cut(spec, ":")
+		name, mode, colon := strings.Cut(spec, ":")
 		m := api.VaultMount{Name: name, Path: path}
-		switch mode {
-		case "", "rw":
-		case "ro":
+		switch {
+		case !colon, mode == "rw":
+		case mode == "ro":
 			m.ReadOnly = true
 		default:
 			return nil, fmt.Errorf("--vault %q: want NAME[:ro][=PATH]", v)
