@@ -199,6 +199,16 @@ func TestVaultMountE2E(t *testing.T) {
 		if got := gitStatus("other", tokO); got != 401 {
 			t.Errorf("a stopped sandbox's token: %d", got)
 		}
+		// Started again, it has a fresh token at once.
+		if _, err := c.StartSandbox(ctx, o.ID); err != nil {
+			t.Fatal(err)
+		}
+		if tk := parseClaims(t, token(o.ID)); !tk.Expires.After(parseClaims(t, tokO).Expires) {
+			t.Errorf("a started sandbox's token was not renewed")
+		}
+		if _, err := c.StopSandbox(ctx, o.ID); err != nil {
+			t.Fatal(err)
+		}
 		if err := c.DeleteSandbox(ctx, o.ID); err != nil {
 			t.Fatal(err)
 		}

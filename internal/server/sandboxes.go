@@ -177,7 +177,7 @@ func (s *Server) stopSandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) startSandbox(w http.ResponseWriter, r *http.Request) {
-	s.sandboxOp(w, r, s.cfg.Sandboxes.Start)
+	s.sandboxOp(w, r, s.renewingVaults(s.cfg.Sandboxes.Start))
 }
 
 func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
@@ -205,7 +205,7 @@ func (s *Server) archiveSandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) {
-	s.sandboxOp(w, r, s.cfg.Sandboxes.Resume)
+	s.sandboxOp(w, r, s.renewingVaults(s.cfg.Sandboxes.Resume))
 }
 
 func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {

@@ -55,3 +55,18 @@ func (s *Server) checkVaults(ctx context.Context, req api.CreateSandboxRequest) 
 	}
 	return s.cfg.VaultMounts.Check(ctx, req.Vaults)
 }
+
+// renewingVaults is op (a start or a resume) followed by fresh tokens for
+// the sandbox's vaults: those in its clones may have expired while it was
+// not running, and the renewal round may be minutes away.
+func (s *Server) renewingVaults(op func(ctx context.Context, id string) (api.Sandbox, error)) func(ctx context.Context, id string) (api.Sandbox, error) {
+	return func(ctx context.Context, id string) (api.Sandbox, error) {
+		sb, err := op(ctx, id)
+		if err == nil && len(sb.Vaults) > 0 && sb.State == api.StateRunning && s.cfg.VaultMounts != nil {
+			if rerr := s.cfg.VaultMounts.Renew(ctx, sb); rerr != nil {
+				s.log.Warn("writing a started sandbox's vault tokens", "sandbox", sb.ID, "err", rerr)
+			}
+		}
+		return sb, err
+	}
+}
