@@ -782,6 +782,12 @@ type Node struct {
 	LeaseExpires time.Time `json:"lease_expires"`
 	// Templates are the template version IDs whose layers it holds.
 	Templates []string `json:"templates,omitempty"`
+	// Warm counts its warm sandboxes not yet reserved by a placement, by
+	// template version ID ("" the built-in template), and Demand is the
+	// creates a minute of each it placed lately, as an API node: the warm
+	// pools of a cluster follow the sum of the nodes' demand.
+	Warm   map[string]int     `json:"warm,omitempty"`
+	Demand map[string]float64 `json:"demand,omitempty"`
 	// Drain is the last drain round's report while the node is draining:
 	// complete once Left is empty.
 	Drain *NodeDrain `json:"drain,omitempty"`
@@ -813,6 +819,21 @@ type NodeResources struct {
 // NodeList is GET /v1/nodes's answer.
 type NodeList struct {
 	Nodes []Node `json:"nodes"`
+}
+
+// ValidSandboxID reports whether id has the shape of the IDs atoll gives
+// sandboxes and snapshots: 20 of [a-z0-9]. Anything else names none, and
+// is refused before it is looked up.
+func ValidSandboxID(id string) bool {
+	if len(id) != 20 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // ValidNodeName reports whether name can name a node: 1-63 of [a-z0-9-],

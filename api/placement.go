@@ -10,7 +10,11 @@ type Placement struct {
 	Sandbox string `json:"sandbox"`
 	// Node is the node chosen: the first candidate that had room when the
 	// placement was recorded.
-	Node       string               `json:"node"`
+	Node string `json:"node"`
+	// Warm says the sandbox was served from a warm sandbox of its
+	// template waiting on Node, reserved with the placement; otherwise it
+	// was started cold there.
+	Warm       bool                 `json:"warm,omitempty"`
 	Candidates []PlacementCandidate `json:"candidates"`
 	Passed     int                  `json:"passed"`
 	Filtered   []PlacementFiltered  `json:"filtered,omitempty"`

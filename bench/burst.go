@@ -86,6 +86,25 @@ type burstRun struct {
 	pid     int // the server's
 }
 
+// each runs op on every sandbox of ids from the burst's clients, and
+// reports its latencies as latency and its rate and errors as rate.
+func (b *burstRun) each(ids []string, latency, rate string, op func(id string) error) {
+	b.codes.reset()
+	var mu sync.Mutex
+	var ds []time.Duration
+	t0 := time.Now()
+	errs := parallel(len(ids), b.cfg.clients, func(i int) error {
+		t := time.Now()
+		err := op(ids[i])
+		mu.Lock()
+		ds = append(ds, time.Since(t))
+		mu.Unlock()
+		return err
+	})
+	b.r.add(latency, b.mode, ds)
+	b.r.rate(rate, b.mode, len(ds)-errs, time.Since(t0), errs, b.codes.summary())
+}
+
 // creates is the burst (a): create → ready, then `true` in each, then
 // delete all.
 func (b *burstRun) creates(ctx context.Context) {
@@ -118,35 +137,14 @@ func (b *burstRun) creates(ctx context.Context) {
 			b.r.note(fmt.Sprintf("burst: %d sandboxes ready %s after the first request", k, ms(ready[k-1])))
 		}
 	}
-	b.codes.reset()
-	var execs []time.Duration
-	t0 = time.Now()
-	errs = parallel(len(ids), b.cfg.clients, func(i int) error {
-		t := time.Now()
-		code, err := b.c.Exec(ctx, ids[i], api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard)
+	b.each(ids, "burst: first exec `true` (API)", "burst: first execs", func(id string) error {
+		code, err := b.c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard)
 		if err == nil && code != 0 {
 			err = fmt.Errorf("true exited %d", code)
 		}
-		mu.Lock()
-		execs = append(execs, time.Since(t))
-		mu.Unlock()
 		return err
 	})
-	b.r.add("burst: first exec `true` (API)", b.mode, execs)
-	b.r.rate("burst: first execs", b.mode, len(execs)-errs, time.Since(t0), errs, b.codes.summary())
-	b.codes.reset()
-	var dels []time.Duration
-	t0 = time.Now()
-	errs = parallel(len(ids), b.cfg.clients, func(i int) error {
-		t := time.Now()
-		err := b.c.DeleteSandbox(ctx, ids[i])
-		mu.Lock()
-		dels = append(dels, time.Since(t))
-		mu.Unlock()
-		return err
-	})
-	b.r.add("burst: delete (API)", b.mode, dels)
-	b.r.rate("burst: deletes", b.mode, len(dels)-errs, time.Since(t0), errs, b.codes.summary())
+	b.each(ids, "burst: delete (API)", "burst: deletes", func(id string) error { return b.c.DeleteSandbox(ctx, id) })
 	// Deleted sandboxes' processes have been reaped by the server, so
 	// their CPU time is in its children's.
 	b.r.note(fmt.Sprintf("burst: CPU time per sandbox (create, exec, delete; the server and its sandboxes' processes): %s",

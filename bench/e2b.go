@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
-	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
 // e2bSDK measures Sandbox.create and commands.run('true') through the
@@ -36,7 +35,7 @@ func e2bSDK(r *report, srv *server, n int) {
 			return
 		}
 	}
-	c := atoll.New(srv.url, srv.key)
+	c := srv.client()
 	ctx := context.Background()
 	// atoll's Go SDK first, with what the E2B API asks of atoll for a create.
 	req := api.CreateSandboxRequest{TimeoutSec: 300, Ephemeral: true, Labels: map[string]string{"bench": "go"}}

@@ -119,7 +119,7 @@ func main() {
 
 	r := &report{}
 	r.machine()
-	c := atoll.New(srv.url, srv.key)
+	c := srv.client()
 	ctx := context.Background()
 
 	// Warm up: the first sandbox builds the host template.
@@ -127,50 +127,30 @@ func main() {
 	check(err)
 	check(c.DeleteSandbox(ctx, sb.ID))
 
-	if want("core") {
-		core(r, c, *n, *clients)
-	}
-	if want("templates") {
-		templates(r, srv, min(*n, 30))
-	}
-	if want("state") {
-		state(r, srv, min(*n, 20))
-	}
-	if want("forks") {
-		forks(r, srv, "no prestarted processes", min(*n, 20))
-	}
-	if want("prestarted") {
-		prestarted(r, work, *n)
-	}
-	if want("recent") {
-		recent(r, work, min(*n, 20))
-	}
-	if want("warm") {
-		warm(r, work, *n, *clients)
-	}
-	if want("e2b") {
-		e2bSDK(r, srv, min(*n, 50))
-	}
-	if want("runtimes") {
-		runtimes(r, work, min(*n, 30))
-	}
-	if want("ports") {
-		ports(r, work, min(*n, 30))
-	}
-	if want("autoresume") {
-		autoResume(r, work, min(*n, 20))
-	}
-	if want("burst") {
-		burst(r, work, b)
-	}
-	if want("vault") {
-		vaultBench(r, work, *n)
-	}
-	if want("vaultmount") {
-		vaultMountBench(r, work, min(*n, 50), 1000)
-	}
-	if want("peers") {
-		peers(r, work, filepath.Join(srv.data, "layers", "templates", "host-v2"), *n)
+	// The parts, in the order they run (and -only names them).
+	for _, p := range []struct {
+		name string
+		run  func()
+	}{
+		{"core", func() { core(r, c, *n, *clients) }},
+		{"templates", func() { templates(r, srv, min(*n, 30)) }},
+		{"state", func() { state(r, srv, min(*n, 20)) }},
+		{"forks", func() { forks(r, srv, "no prestarted processes", min(*n, 20)) }},
+		{"prestarted", func() { prestarted(r, work, *n) }},
+		{"recent", func() { recent(r, work, min(*n, 20)) }},
+		{"warm", func() { warm(r, work, *n, *clients) }},
+		{"e2b", func() { e2bSDK(r, srv, min(*n, 50)) }},
+		{"runtimes", func() { runtimes(r, work, min(*n, 30)) }},
+		{"ports", func() { ports(r, work, min(*n, 30)) }},
+		{"autoresume", func() { autoResume(r, work, min(*n, 20)) }},
+		{"burst", func() { burst(r, work, b) }},
+		{"vault", func() { vaultBench(r, work, *n) }},
+		{"vaultmount", func() { vaultMountBench(r, work, min(*n, 50), 1000) }},
+		{"peers", func() { peers(r, work, filepath.Join(srv.data, "layers", "templates", "host-v2"), *n) }},
+	} {
+		if want(p.name) {
+			p.run()
+		}
 	}
 	r.print(os.Stdout, *n, *clients, *only)
 	if want("burst") {
@@ -202,17 +182,7 @@ func core(r *report, c *atoll.Client, n, clients int) {
 
 	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
 	check(err)
-	var execs []time.Duration
-	for i := 0; i < n*5; i++ {
-		t0 := time.Now()
-		code, err := c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard)
-		check(err)
-		if code != 0 {
-			fatal("true exited %d", code)
-		}
-		execs = append(execs, time.Since(t0))
-	}
-	r.add("atoll exec `true` round trip (API)", "sequential", execs)
+	r.add("atoll exec `true` round trip (API)", "sequential", execTrues(ctx, c, sb.ID, n*5))
 	check(c.DeleteSandbox(ctx, sb.ID))
 
 	// Concurrent clients, each creating, exec'ing and deleting.
@@ -253,7 +223,7 @@ func core(r *report, c *atoll.Client, n, clients int) {
 func warm(r *report, work string, n, clients int) {
 	srv := startServer(work, "warm", clients, 0)
 	defer srv.stop()
-	c := atoll.New(srv.url, srv.key)
+	c := srv.client()
 	ctx := context.Background()
 	time.Sleep(3 * time.Second)
 	var ds []time.Duration
@@ -715,6 +685,38 @@ func check(err error) {
 	if err != nil {
 		fatal("%v", err)
 	}
+}
+
+// execTrues runs `true` in sandbox id count times, one after another, and
+// returns how long each round trip took.
+func execTrues(ctx context.Context, c *atoll.Client, id string, count int) []time.Duration {
+	var ds []time.Duration
+	for range count {
+		t0 := time.Now()
+		code, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard)
+		check(err)
+		if code != 0 {
+			fatal("true exited %d in sandbox %s", code, id)
+		}
+		ds = append(ds, time.Since(t0))
+	}
+	return ds
+}
+
+// ok checks the error of a call whose value is not wanted.
+func ok[T any](_ T, err error) { check(err) }
+
+// pairs does a then b, count times, and returns how long each took: for
+// the operations measured with the one that undoes them.
+func pairs(count int, a, b func()) (as, bs []time.Duration) {
+	for range count {
+		t0 := time.Now()
+		a()
+		t1 := time.Now()
+		b()
+		as, bs = append(as, t1.Sub(t0)), append(bs, time.Since(t1))
+	}
+	return as, bs
 }
 
 func fatal(format string, args ...any) {

@@ -14,33 +14,8 @@ import (
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/testenv"
 )
-
-// listenScript listens on port 8080 (IPv4 and IPv6) before it exits and
-// leaves a child serving HTTP there: when an exec of it returns, the
-// sandbox's server is listening.
-const listenScript = `import os, socket, http.server
-s = socket.socket(socket.AF_INET6)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-s.bind(("::", 8080))
-s.listen(64)
-if os.fork():
-    os._exit(0)
-os.setsid()
-null = os.open(os.devnull, os.O_RDWR)
-for fd in (0, 1, 2):
-    os.dup2(null, fd)
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-srv = http.server.HTTPServer(("::", 8080), H, bind_and_activate=False)
-srv.socket = s
-srv.serve_forever()
-`
 
 // ports measures, on a server with networking that has already run
 // sandboxes (so each new one takes up a slot, and addresses, the host has
@@ -97,14 +72,14 @@ func ports(r *report, work string, n int) {
 }
 
 // listening creates a sandbox by req on srv, with a server listening on
-// its port 8080 (listenScript), and returns it and the port's URL through
+// its port 8080 (testenv.ListenScript), and returns it and the port's URL through
 // the port proxy, whose address it sets in *proxyAddr.
 func listening(srv *server, req api.CreateSandboxRequest, proxyAddr *string) (api.Sandbox, string) {
 	ctx := context.Background()
 	c := srv.client()
 	sb, err := c.CreateSandbox(ctx, req)
 	check(err)
-	_, err = c.WriteFile(ctx, sb.ID, "/tmp/listen.py", strings.NewReader(listenScript), 0o644)
+	_, err = c.WriteFile(ctx, sb.ID, "/tmp/listen.py", strings.NewReader(testenv.ListenScript(`b"ok"`)), 0o644)
 	check(err)
 	var out bytes.Buffer
 	if code, err := c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"python3", "/tmp/listen.py"}}, &out, &out); err != nil || code != 0 {

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
-	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
 // recent measures snapshots and forks of a sandbox that wrote 1 GiB within
@@ -25,7 +24,7 @@ import (
 func recent(r *report, work string, n int) {
 	srv := startServer(work, "recent", 0, 10)
 	defer srv.stop()
-	c := atoll.New(srv.url, srv.key)
+	c := srv.client()
 	ctx := context.Background()
 	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
 	check(err)

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -24,7 +23,7 @@ import (
 func runtimes(r *report, work string, n int) {
 	srv := startServer(work, "runtimes", 0, 0)
 	defer srv.stop()
-	c := atoll.New(srv.url, srv.key)
+	c := srv.client()
 	ctx := context.Background()
 	rts, err := c.Runtimes(ctx)
 	check(err)
@@ -123,45 +122,16 @@ func runtimeFigures(r *report, c *atoll.Client, rt api.Runtime, n int) {
 func sandboxOpFigures(r *report, c *atoll.Client, rt api.Runtime, sb api.Sandbox, count int) {
 	ctx := context.Background()
 	name := rt.Name
-	var execs []time.Duration
-	for i := 0; i < count*3; i++ {
-		t0 := time.Now()
-		code, err := c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard)
-		check(err)
-		if code != 0 {
-			fatal("true exited %d in %s", code, name)
-		}
-		execs = append(execs, time.Since(t0))
-	}
-	r.add(name+": exec `true` round trip (API)", "sequential", execs)
+	r.add(name+": exec `true` round trip (API)", "sequential", execTrues(ctx, c, sb.ID, count*3))
 
+	resumeSb := func() { ok(c.ResumeSandbox(ctx, sb.ID)) }
 	if rt.Capabilities.Pause {
-		var pause, resume []time.Duration
-		for i := 0; i < count; i++ {
-			t0 := time.Now()
-			_, err := c.PauseSandbox(ctx, sb.ID)
-			check(err)
-			pause = append(pause, time.Since(t0))
-			t0 = time.Now()
-			_, err = c.ResumeSandbox(ctx, sb.ID)
-			check(err)
-			resume = append(resume, time.Since(t0))
-		}
+		pause, resume := pairs(count, func() { ok(c.PauseSandbox(ctx, sb.ID)) }, resumeSb)
 		r.add(name+": pause, in memory (API)", "sequential", pause)
 		r.add(name+": resume, in memory (API)", "sequential", resume)
 	}
 	if rt.Capabilities.MemorySnapshot {
-		var suspend, restore []time.Duration
-		for i := 0; i < min(count, 5); i++ {
-			t0 := time.Now()
-			_, err := c.SuspendSandbox(ctx, sb.ID)
-			check(err)
-			suspend = append(suspend, time.Since(t0))
-			t0 = time.Now()
-			_, err = c.ResumeSandbox(ctx, sb.ID)
-			check(err)
-			restore = append(restore, time.Since(t0))
-		}
+		suspend, restore := pairs(min(count, 5), func() { ok(c.SuspendSandbox(ctx, sb.ID)) }, resumeSb)
 		r.add(name+": pause to disk (API)", "sequential", suspend)
 		r.add(name+": resume from disk (API)", "sequential", restore)
 	}

@@ -10,16 +10,23 @@ import (
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
+// sandboxWith creates a sandbox that has written mb MB of random data to
+// its disk.
+func sandboxWith(ctx context.Context, c *atoll.Client, mb int) api.Sandbox {
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	check(err)
+	_, err = c.Exec(ctx, sb.ID, api.ExecRequest{Shell: fmt.Sprintf("dd if=/dev/urandom of=/root/data bs=1M count=%d 2>/dev/null && sync", mb)}, io.Discard, io.Discard)
+	check(err)
+	return sb
+}
+
 // state measures snapshots, forks and pause/resume of a running sandbox that
 // has written 10 MB and then 1 GiB: their cost should not grow with it.
 func state(r *report, srv *server, n int) {
 	ctx := context.Background()
-	c := atoll.New(srv.url, srv.key)
+	c := srv.client()
 	for _, mb := range []int{10, 1024} {
-		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-		check(err)
-		_, err = c.Exec(ctx, sb.ID, api.ExecRequest{Shell: fmt.Sprintf("dd if=/dev/urandom of=/root/data bs=1M count=%d 2>/dev/null && sync", mb)}, io.Discard, io.Discard)
-		check(err)
+		sb := sandboxWith(ctx, c, mb)
 		size := fmt.Sprintf("%d MB written", mb)
 
 		var snaps []time.Duration
@@ -32,21 +39,12 @@ func state(r *report, srv *server, n int) {
 		}
 		r.add("snapshot of a running sandbox, "+size, "sequential", snaps)
 
-		var pause, resume []time.Duration
-		for i := 0; i < n; i++ {
-			t0 := time.Now()
-			_, err := c.PauseSandbox(ctx, sb.ID)
-			check(err)
-			t1 := time.Now()
-			_, err = c.ResumeSandbox(ctx, sb.ID)
-			check(err)
-			pause, resume = append(pause, t1.Sub(t0)), append(resume, time.Since(t1))
-		}
+		pause, resume := pairs(n, func() { ok(c.PauseSandbox(ctx, sb.ID)) }, func() { ok(c.ResumeSandbox(ctx, sb.ID)) })
 		r.add("pause (API), "+size, "sequential", pause)
 		r.add("resume (API), "+size, "sequential", resume)
 
 		// Archive to the local blob store and back.
-		_, err = c.StopSandbox(ctx, sb.ID)
+		_, err := c.StopSandbox(ctx, sb.ID)
 		check(err)
 		t0 := time.Now()
 		_, err = c.ArchiveSandbox(ctx, sb.ID)
@@ -70,12 +68,9 @@ func state(r *report, srv *server, n int) {
 // its prestarted processes.
 func forks(r *report, srv *server, label string, n int) {
 	ctx := context.Background()
-	c := atoll.New(srv.url, srv.key)
+	c := srv.client()
 	for _, mb := range []int{10, 1024} {
-		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-		check(err)
-		_, err = c.Exec(ctx, sb.ID, api.ExecRequest{Shell: fmt.Sprintf("dd if=/dev/urandom of=/root/data bs=1M count=%d 2>/dev/null && sync", mb)}, io.Discard, io.Discard)
-		check(err)
+		sb := sandboxWith(ctx, c, mb)
 		for _, count := range []int{1, 10} {
 			var ds []time.Duration
 			reps := n
@@ -108,7 +103,7 @@ func refillPause(count int) time.Duration {
 func prestarted(r *report, work string, n int) {
 	srv := startServer(work, "prestarted", 0, 10)
 	defer srv.stop()
-	c := atoll.New(srv.url, srv.key)
+	c := srv.client()
 	ctx := context.Background()
 	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{}) // builds the host template
 	check(err)

@@ -23,7 +23,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/atoll-dev/atoll/api"
-	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
 // templates measures importing a ~100 MB image from a registry (served here
@@ -32,7 +31,7 @@ import (
 // beside the host template.
 func templates(r *report, srv *server, n int) {
 	ctx := context.Background()
-	c := atoll.New(srv.url, srv.key)
+	c := srv.client()
 	img, size, cleanup := benchImage()
 	defer cleanup()
 	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -24,12 +25,7 @@ func TestCreateFlood(t *testing.T) {
 	d, data, c := startRooted(t, "--warm-pool", "0", "--prestart", "0", "--create-concurrency", "1", "--create-queue", "2")
 	ctx := context.Background()
 	// The first create makes the template's layer images, which stay.
-	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.DeleteSandbox(ctx, sb.ID)
-	before := hostState(t, data)
+	before := warmBaseline(ctx, t, c, data)
 
 	// The raw answers to 24 creates at once.
 	const flood = 24
@@ -39,33 +35,28 @@ func TestCreateFlood(t *testing.T) {
 		body       api.Error
 		id         string
 	}
-	answers := make([]answer, flood)
-	var wg sync.WaitGroup
-	for i := range answers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			req, _ := http.NewRequest("POST", d.url+"/v1/sandboxes", strings.NewReader("{}"))
-			req.Header.Set("Authorization", "Bearer "+d.key)
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Errorf("create %d: %v", i, err)
-				return
-			}
-			defer resp.Body.Close()
-			a := answer{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After")}
-			if resp.StatusCode == http.StatusCreated {
-				var sb api.Sandbox
-				json.NewDecoder(resp.Body).Decode(&sb)
-				a.id = sb.ID
-			} else {
-				json.NewDecoder(resp.Body).Decode(&a.body)
-			}
-			answers[i] = a
-		}()
+	answers, err := atOnce(flood, func(i int) (answer, error) {
+		req, _ := http.NewRequest("POST", d.url+"/v1/sandboxes", strings.NewReader("{}"))
+		req.Header.Set("Authorization", "Bearer "+d.key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return answer{}, fmt.Errorf("create %d: %v", i, err)
+		}
+		defer resp.Body.Close()
+		a := answer{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After")}
+		if resp.StatusCode == http.StatusCreated {
+			var sb api.Sandbox
+			json.NewDecoder(resp.Body).Decode(&sb)
+			a.id = sb.ID
+		} else {
+			json.NewDecoder(resp.Body).Decode(&a.body)
+		}
+		return a, nil
+	})
+	if err != nil {
+		t.Error(err)
 	}
-	wg.Wait()
 	var created, refused int
 	var ids []string
 	for i, a := range answers {
@@ -93,6 +84,7 @@ func TestCreateFlood(t *testing.T) {
 	noRetry := atoll.New(d.url, d.key, atoll.WithBusyRetries(0))
 	var busy []error
 	var mu sync.Mutex
+	var wg sync.WaitGroup
 	for range 8 {
 		wg.Add(1)
 		go func() {

@@ -52,13 +52,8 @@ func TestAutoResumeEndToEnd(t *testing.T) {
 	}}
 	get := func(u string) (int, string) {
 		t.Helper()
-		resp, err := toProxy.Get(u)
-		if err != nil {
-			t.Fatalf("GET %s: %v", u, err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		req, _ := http.NewRequest("GET", u, nil)
+		return fetch(t, toProxy, req)
 	}
 	portURL := func(id string) string {
 		t.Helper()
@@ -100,20 +95,14 @@ func TestAutoResumeEndToEnd(t *testing.T) {
 		}
 	}
 
-	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{AutoResume: true, TimeoutSec: 3600, Ports: &api.PortAccess{Public: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{AutoResume: true, TimeoutSec: 3600, Ports: &api.PortAccess{Public: true}})
 	if !sb.AutoResume {
 		t.Fatalf("create answered %+v without auto_resume", sb)
 	}
 	id := sb.ID
 	u := serve(id)
 	want := "hello from " + id + "\n"
-	plain, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Ports: &api.PortAccess{Public: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	plain := newSandbox(ctx, t, c, api.CreateSandboxRequest{Ports: &api.PortAccess{Public: true}})
 	plainURL := serve(plain.ID)
 
 	t.Run("a port wakes it", func(t *testing.T) {
@@ -234,10 +223,7 @@ func TestAutoResumeEndToEnd(t *testing.T) {
 
 	t.Run("a suspended one wakes", func(t *testing.T) {
 		testenv.RequireCommand(t, "runsc")
-		g, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "gvisor", AutoResume: true})
-		if err != nil {
-			t.Fatal(err)
-		}
+		g := newSandbox(ctx, t, c, api.CreateSandboxRequest{Runtime: "gvisor", AutoResume: true})
 		defer c.DeleteSandbox(ctx, g.ID)
 		if out, code := sh(t, c, g.ID, "echo 41 > /tmp/n"); code != 0 {
 			t.Fatal(out)

@@ -131,10 +131,7 @@ func TestBaseTemplate(t *testing.T) {
 			for _, tc := range []struct{ template, want string }{
 				{"host", "no_new_privs 1\nsudo no\n"}, {"base", "no_new_privs 0\nsudo 0\n"},
 			} {
-				sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: tc.template, Runtime: rt})
-				if err != nil {
-					t.Fatal(err)
-				}
+				sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{Template: tc.template, Runtime: rt})
 				var out bytes.Buffer
 				code, err := c.Exec(ctx, sb.ID, api.ExecRequest{User: "user",
 					Shell: "grep NoNewPrivs /proc/self/status | awk '{print \"no_new_privs\", $2}'; echo sudo $(sudo -n id -u 2>/dev/null || echo no)"}, &out, &out)
@@ -151,10 +148,7 @@ func TestBaseTemplate(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		for _, tmpl := range []string{"host", "base"} {
 			t0 := time.Now()
-			sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: tmpl})
-			if err != nil {
-				t.Fatal(err)
-			}
+			sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{Template: tmpl})
 			times[tmpl] = append(times[tmpl], time.Since(t0))
 			c.DeleteSandbox(ctx, sb.ID)
 		}

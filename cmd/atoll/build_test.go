@@ -5,9 +5,7 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"log/slog"
 	"net"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -161,22 +159,11 @@ func TestBuildContextRefuses(t *testing.T) {
 // TestBuildCommand drives "atoll template build" against a server in this
 // process.
 func TestBuildCommand(t *testing.T) {
-	tpls := &memTemplates{m: map[string]api.Template{"host": {Name: "host", Source: "builtin"}}}
-	s, err := server.New(server.Config{Sandboxes: noSandboxes{}, Templates: tpls, Auth: oneKey("k"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s.Handler())
-	defer ts.Close()
+	tpls := newMemTemplates(0)
+	cli := cliAgainst(t, server.Config{Sandboxes: noSandboxes{}, Templates: tpls})
 	run := func(args ...string) (stdout, stderr string, err error) {
 		t.Helper()
-		root := newRootCmd()
-		var out, errOut bytes.Buffer
-		root.SetOut(&out)
-		root.SetErr(&errOut)
-		root.SetArgs(append(append([]string{"template", "build"}, args...), "--url", ts.URL, "--api-key", "k", "--data", t.TempDir()))
-		err = root.ExecuteContext(context.Background())
-		return out.String(), errOut.String(), err
+		return cli("", append([]string{"template", "build"}, args...)...)
 	}
 
 	root := t.TempDir()
@@ -191,6 +178,7 @@ func TestBuildCommand(t *testing.T) {
 	t.Run("build", func(t *testing.T) {
 		t.Chdir(root) // for -f, relative to it; golden files are not
 		var stdout string
+		var err error
 		stdout, stderr, err = run("-f", "app/Dockerfile", "--name", "app", "--build-arg", "V=1", "--build-arg", "EQ=a=b", "--build-arg", "FROM_ENV", "--build-arg", "UNSET_IN_ENV", "app")
 		if err != nil {
 			t.Fatalf("%v; stderr %s", err, stderr)

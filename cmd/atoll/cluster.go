@@ -37,17 +37,19 @@ type clusterConfig struct {
 
 // clustering is what the cluster steps of serve build.
 type clustering struct {
-	cfg    clusterConfig
-	store  *postgres.Store
-	member *membership.Member
-	sched  *scheduler.Scheduler
-	ca     *peer.CA
-	id     *peer.Identity
-	dir    *peer.Directory
-	client *peer.Client
-	router *peer.Router
-	ln     net.Listener
-	srv    *http.Server
+	cfg   clusterConfig
+	store *postgres.Store
+	// capacity is the node's (--node-capacity), as it joined.
+	capacity store.Resources
+	member   *membership.Member
+	sched    *scheduler.Scheduler
+	ca       *peer.CA
+	id       *peer.Identity
+	dir      *peer.Directory
+	client   *peer.Client
+	router   *peer.Router
+	ln       net.Listener
+	srv      *http.Server
 }
 
 // nodeAddress is the address other nodes reach this one at: --node-address,
@@ -102,6 +104,7 @@ func (s *serving) joinCluster(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	c.capacity = capacity
 	labels, err := nodeLabels(c.cfg.labels)
 	if err != nil {
 		return err
@@ -184,12 +187,13 @@ func (c *clustering) gate(h http.Handler) http.Handler {
 }
 
 // nodeStatus is what each heartbeat reports: the template versions whose
-// layers the node holds (for the scheduler's locality) and the warm pools.
+// layers the node holds (for the scheduler's locality), the warm pools, and
+// the creates it placed lately (the demand the warm pools follow).
 func (s *serving) nodeStatus() store.NodeStatus {
 	if s.svc == nil {
 		return store.NodeStatus{}
 	}
-	return store.NodeStatus{Templates: s.svc.HeldTemplates(), Pooled: s.svc.Pooled(), Drain: s.drainStatus()}
+	return store.NodeStatus{Templates: s.svc.HeldTemplates(), Pooled: s.svc.Pooled(), Demand: s.svc.Demand(), Drain: s.drainStatus()}
 }
 
 // relinquish stops every sandbox of a node the cluster fenced.
@@ -220,20 +224,29 @@ type peers struct{ c *clustering }
 const runPath = "/cluster/v1/sandboxes/{id}/run"
 
 func (p peers) RunOn(ctx context.Context, node, id string) (api.Sandbox, error) {
-	n, ok, err := p.c.dir.Node(ctx, node, false)
-	if err == nil && (!ok || n.State != store.NodeLive) {
-		// The store placed it there, so the node was live then: the
-		// cached list is behind (a node that joined, or joined again).
+	// The store placed it there, so the node was live then: if the cached
+	// list says otherwise, it is behind (a node that joined, or joined
+	// again).
+	return p.postLive(ctx, node, true, "was placed", runPath, id)
+}
+
+// postLive POSTs path, with {id} as id, to node if it is live, and returns
+// the sandbox it answers. The node is looked up in the store, or first in
+// the cached list when cached; where says what the node is to the sandbox
+// in the error that it is not live.
+func (p peers) postLive(ctx context.Context, node string, cached bool, where, path, id string) (api.Sandbox, error) {
+	n, ok, err := p.c.dir.Node(ctx, node, !cached)
+	if cached && err == nil && (!ok || n.State != store.NodeLive) {
 		n, ok, err = p.c.dir.Node(ctx, node, true)
 	}
 	if err != nil {
 		return api.Sandbox{}, err
 	}
 	if !ok || n.State != store.NodeLive {
-		return api.Sandbox{}, fmt.Errorf("%w: node %s, where the sandbox was placed, is not live", errdefs.ErrUnavailable, node)
+		return api.Sandbox{}, fmt.Errorf("%w: node %s, where the sandbox %s, is not live", errdefs.ErrUnavailable, node, where)
 	}
 	var sb api.Sandbox
-	err = p.c.client.Call(ctx, peer.Node{Name: n.Name, Address: n.Address}, "POST", strings.Replace(runPath, "{id}", id, 1), nil, &sb)
+	err = p.c.client.Call(ctx, peer.Node{Name: n.Name, Address: n.Address}, "POST", strings.Replace(path, "{id}", id, 1), nil, &sb)
 	return sb, err
 }
 
@@ -250,7 +263,8 @@ func (n nodes) List(ctx context.Context) ([]api.Node, error) {
 		out = append(out, api.Node{Name: x.Name, Address: x.Address, Version: x.Version, Runtimes: x.Runtimes,
 			Labels: x.Labels, Capacity: api.NodeResources(x.Capacity), Committed: api.NodeResources(x.Committed),
 			State: x.State, Schedule: x.Schedule, Epoch: x.Epoch, JoinedAt: x.JoinedAt, Heartbeat: x.Heartbeat,
-			LeaseExpires: x.LeaseExpires, Templates: x.Status.Templates, Drain: (*api.NodeDrain)(x.Status.Drain)})
+			LeaseExpires: x.LeaseExpires, Templates: x.Status.Templates, Drain: (*api.NodeDrain)(x.Status.Drain),
+			Warm: x.Status.Pooled, Demand: x.Status.Demand})
 	}
 	return out, nil
 }

@@ -36,13 +36,11 @@ import (
 // servers are offered) while it does reach a public address on the same
 // LAN, and the nodes themselves reach each other and those servers.
 func TestClusterNodesShareAHost(t *testing.T) {
-	testenv.RequireRoot(t)
 	start := time.Now()
-	cl := netcluster.New(t, netcluster.Config{Bin: atollBinary(t),
+	cl := startCluster(t, netcluster.Config{
 		// No sandboxes made ahead of demand: every one on the host is the
 		// test's, and three nodes on two cores start faster.
 		Args: []string{"--warm-pool", "0", "--prestart", "0"}})
-	t.Logf("3 nodes up in %s", time.Since(start).Round(time.Millisecond))
 	ctx := context.Background()
 
 	// Two sandboxes per node, made on all nodes at once.
@@ -172,8 +170,7 @@ func TestClusterNodesShareAHost(t *testing.T) {
 // a server refuses its sandboxes the networks it listens on whatever it
 // allows.
 func TestClusterDenyOutranksAllow(t *testing.T) {
-	testenv.RequireRoot(t)
-	cl := netcluster.New(t, netcluster.Config{Bin: atollBinary(t), Nodes: 2,
+	cl := startCluster(t, netcluster.Config{Nodes: 2,
 		Args: []string{"--warm-pool", "0", "--prestart", "0", "--network-pool", "0", "--network-allow", "10.0.0.0/8"}})
 	mirror := netip.MustParsePrefix("10.251.0.1/24")
 	cl.AddAddr(mirror)

@@ -30,20 +30,14 @@ const failLease = 3 * time.Second
 // name. With a disk of 20, they fill the cluster, two a node.
 func failCluster(t *testing.T, disk int) (*netcluster.Cluster, map[string][]api.Sandbox) {
 	t.Helper()
-	testenv.RequireRoot(t)
-	start := time.Now()
-	cl := netcluster.New(t, netcluster.Config{Bin: atollBinary(t), Cluster: true,
+	cl := startCluster(t, netcluster.Config{Cluster: true,
 		Args: []string{"--warm-pool", "0", "--prestart", "0", "--node-capacity", fmt.Sprintf("cpu=4,memory=4Gi,disk=%d,sandboxes=16", disk),
 			"--node-lease", failLease.String()}})
-	t.Logf("3 nodes up in %s", time.Since(start).Round(time.Millisecond))
 	ctx := context.Background()
 	c1 := cl.Nodes[0].Client()
 	on := map[string][]api.Sandbox{}
 	for range 6 {
-		sb, err := c1.CreateSandbox(ctx, api.CreateSandboxRequest{CPU: 0.5, MemoryMiB: 256, DiskGiB: 10})
-		if err != nil {
-			t.Fatal(err)
-		}
+		sb := newSandbox(ctx, t, c1, api.CreateSandboxRequest{CPU: 0.5, MemoryMiB: 256, DiskGiB: 10})
 		if _, err := c1.WriteFile(ctx, sb.ID, "/tmp/f", strings.NewReader("before "+sb.ID), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -283,10 +277,7 @@ func TestClusterNodePartitioned(t *testing.T) {
 		}
 	}
 	list := func() map[string]string {
-		l, err := c.ListSandboxes(ctx, atoll.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := listSandboxes(ctx, t, c)
 		m := map[string]string{}
 		for _, sb := range l {
 			m[sb.ID] = sb.State + " on " + sb.Node

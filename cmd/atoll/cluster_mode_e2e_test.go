@@ -6,12 +6,10 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
-	"github.com/atoll-dev/atoll/internal/testenv"
 	"github.com/atoll-dev/atoll/internal/testenv/netcluster"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
@@ -23,11 +21,8 @@ import (
 // every node lists the whole cluster and its nodes; and routing never lets
 // one tenant's key reach another tenant's sandbox.
 func TestClusterMode(t *testing.T) {
-	testenv.RequireRoot(t)
-	start := time.Now()
-	cl := netcluster.New(t, netcluster.Config{Bin: atollBinary(t), Cluster: true,
+	cl := startCluster(t, netcluster.Config{Cluster: true,
 		Args: []string{"--warm-pool", "0", "--prestart", "0", "--node-capacity", "cpu=4,memory=4Gi,disk=20,sandboxes=8"}})
-	t.Logf("3 nodes up in %s", time.Since(start).Round(time.Millisecond))
 	ctx := context.Background()
 	c1, c3 := cl.Nodes[0].Client(), cl.Nodes[2].Client()
 
@@ -46,19 +41,11 @@ func TestClusterMode(t *testing.T) {
 
 	// Six creates through node 1, at once: placed over the nodes.
 	const n = 6
-	sbs := make([]api.Sandbox, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
 	t0 := time.Now()
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sbs[i], errs[i] = c1.CreateSandbox(ctx, api.CreateSandboxRequest{CPU: 1, MemoryMiB: 256})
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	sbs, err := atOnce(n, func(int) (api.Sandbox, error) {
+		return c1.CreateSandbox(ctx, api.CreateSandboxRequest{CPU: 1, MemoryMiB: 256})
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d creates through node 1 in %s", n, time.Since(t0).Round(time.Millisecond))

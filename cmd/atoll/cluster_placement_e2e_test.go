@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
-	"github.com/atoll-dev/atoll/internal/testenv"
 	"github.com/atoll-dev/atoll/internal/testenv/netcluster"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
@@ -26,10 +25,9 @@ import (
 // node over its capacity.
 func TestClusterPlacement(t *testing.T) {
 	const viewAge = 1500 * time.Millisecond
-	testenv.RequireRoot(t)
-	bin := atollBinary(t)
 	zones := map[int]string{1: "a", 2: "b", 3: "b"}
-	cl := netcluster.New(t, netcluster.Config{Bin: bin, Cluster: true,
+	bin := atollBinary(t)
+	cl := startCluster(t, netcluster.Config{Cluster: true,
 		Args:     []string{"--warm-pool", "0", "--prestart", "0", "--node-capacity", "cpu=2,memory=4Gi,disk=20,sandboxes=3"},
 		NodeArgs: func(i int) []string { return []string{"--node-label", "zone=" + zones[i]} }})
 	ctx := context.Background()

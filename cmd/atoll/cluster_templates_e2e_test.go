@@ -1,7 +1,6 @@
 package main
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,9 +29,8 @@ import (
 // then prefers them; a layer whose object was tampered with is refused;
 // deleting the template deletes its layers' objects and the nodes' copies.
 func TestClusterTemplates(t *testing.T) {
-	testenv.RequireRoot(t)
 	// Room for a build's scratch sandbox (64 GiB of disk, 4 GiB of memory).
-	cl := netcluster.New(t, netcluster.Config{Bin: atollBinary(t), Cluster: true,
+	cl := startCluster(t, netcluster.Config{Cluster: true,
 		Args: []string{"--warm-pool", "0", "--prestart", "0", "--node-capacity", "cpu=4,memory=8Gi,disk=100,sandboxes=8"}})
 	ctx := context.Background()
 	c1, c3 := cl.Nodes[0].Client(), cl.Nodes[2].Client()
@@ -66,20 +63,10 @@ func TestClusterTemplates(t *testing.T) {
 	}
 	// Three creates at once, each through another node: one download.
 	small := api.CreateSandboxRequest{Template: "shared", CPU: 0.25, MemoryMiB: 64}
-	first := make([]api.Sandbox, 3)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
 	t0 := time.Now()
-	for i := range first {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			first[i], errs[i] = cl.Nodes[i].Client().CreateSandbox(ctx, small)
-		}()
-	}
-	wg.Wait()
+	first, err := atOnce(3, func(i int) (api.Sandbox, error) { return cl.Nodes[i].Client().CreateSandbox(ctx, small) })
 	took := time.Since(t0)
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		t.Fatalf("creates placed on node 2: %v\nnode 2: %s", err, tail(cl.Nodes[1].Log()))
 	}
 	for _, sb := range first {
@@ -141,10 +128,7 @@ func TestClusterTemplates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sbi, err := c1.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "imported", CPU: 0.25, MemoryMiB: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sbi := newSandbox(ctx, t, c1, api.CreateSandboxRequest{Template: "imported", CPU: 0.25, MemoryMiB: 64})
 	if sbi.Node != "n2" || sbi.TemplatePull == nil || sbi.TemplatePull.Layers != len(imported.Layers) {
 		t.Errorf("create of the imported template: node %q, template_pull %+v, want its %d layers", sbi.Node, sbi.TemplatePull, len(imported.Layers))
 	}
@@ -214,10 +198,7 @@ func TestClusterTemplates(t *testing.T) {
 	if got := strings.Count(cl.Nodes[2].Log(), "template layer fetched"); got != 1 {
 		t.Errorf("node 3 fetched %d layers for a build FROM the template, want 1", got)
 	}
-	sbd, err := c3.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "derived", CPU: 0.25, MemoryMiB: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sbd := newSandbox(ctx, t, c3, api.CreateSandboxRequest{Template: "derived", CPU: 0.25, MemoryMiB: 64})
 	if out, code := sh(t, c3, sbd.ID, "cat /opt/t/copy"); out != "made-on-n1\n" || code != 0 {
 		t.Errorf("the derived template on node %s: %q exit %d", sbd.Node, out, code)
 	}
@@ -253,12 +234,7 @@ func TestClusterTemplates(t *testing.T) {
 // buildOn builds template name from dockerfile through c.
 func buildOn(t *testing.T, c *atoll.Client, name, dockerfile string) api.Template {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	tw.WriteHeader(&tar.Header{Name: "Dockerfile", Mode: 0o644, Size: int64(len(dockerfile)), Typeflag: tar.TypeReg})
-	tw.Write([]byte(dockerfile))
-	tw.Close()
-	tpl, err := c.BuildTemplate(context.Background(), name, atoll.BuildOptions{}, &buf, nil)
+	tpl, err := c.BuildTemplate(context.Background(), name, atoll.BuildOptions{}, testenv.Tar("Dockerfile", dockerfile), nil)
 	if err != nil {
 		t.Fatalf("building %s: %v", name, err)
 	}

@@ -155,13 +155,7 @@ func TestE2BTemplateHostile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := http.DefaultClient.Do(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return fetch(t, http.DefaultClient, r)
 	}
 
 	// Uploads are authorised by their URL's signature, for that hash only.

@@ -44,10 +44,7 @@ func testArchive(t *testing.T, url string) {
 		t.Fatal(err)
 	}
 	defer bucket.Close()
-	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{})
 	object := "sandboxes/" + sb.ID + ".tar"
 	gone := func(when string) {
 		t.Helper()
@@ -129,10 +126,7 @@ poll:
 func TestArchiveSnapshot(t *testing.T) {
 	_, data, c := startRooted(t)
 	ctx := context.Background()
-	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{})
 	sum, _ := sh(t, c, sb.ID, "dd if=/dev/urandom of=/root/data bs=1M count=3 2>/dev/null; rm /etc/hostname; md5sum /root/data")
 	sn, err := c.CreateSnapshot(ctx, sb.ID, api.CreateSnapshotRequest{})
 	if err != nil || sn.State != api.SnapshotReady {
@@ -162,10 +156,7 @@ func TestArchiveSnapshot(t *testing.T) {
 	}
 
 	// Creating from it brings it back.
-	child, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Snapshot: sn.ID})
-	if err != nil {
-		t.Fatal(err)
-	}
+	child := newSandbox(ctx, t, c, api.CreateSandboxRequest{Snapshot: sn.ID})
 	want := sum + "gone\n"
 	if out, _ := sh(t, c, child.ID, "md5sum /root/data; test -e /etc/hostname || echo gone"); out != want {
 		t.Errorf("sandbox from an archived snapshot: %q, want %q", out, want)

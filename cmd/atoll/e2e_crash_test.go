@@ -17,6 +17,18 @@ import (
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
+// restartCold starts the killed daemon d again without a warm pool, so
+// that everything on the host must belong to a listed sandbox (pooled ones
+// are discarded at start), and returns its client and the sandboxes it
+// lists.
+func restartCold(ctx context.Context, t *testing.T, d *daemon) (*atoll.Client, []api.Sandbox) {
+	t.Helper()
+	d.args = []string{"--warm-pool", "0"}
+	d.start()
+	c := d.client()
+	return c, listSandboxes(ctx, t, c)
+}
+
 // TestKillDuringCreate kills the daemon while creates are in flight: after a
 // restart every listed sandbox works, and nothing is left of the others.
 func TestKillDuringCreate(t *testing.T) {
@@ -24,12 +36,7 @@ func TestKillDuringCreate(t *testing.T) {
 	ctx := context.Background()
 	// Warm the template so creates are in their interesting part; what is
 	// on the host then is the baseline.
-	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.DeleteSandbox(ctx, sb.ID)
-	before := hostState(t, data)
+	before := warmBaseline(ctx, t, c, data)
 	d.kill()
 	d.args = nil
 	d.start()
@@ -54,15 +61,8 @@ func TestKillDuringCreate(t *testing.T) {
 		time.Sleep(delay)
 		d.kill()
 		wg.Wait()
-		// Restart without a warm pool, so that everything on the host must
-		// belong to a listed sandbox (pooled ones are discarded at start).
-		d.args = []string{"--warm-pool", "0"}
-		d.start()
-		c = d.client()
-		sbs, err := c.ListSandboxes(ctx, atoll.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		var sbs []api.Sandbox
+		c, sbs = restartCold(ctx, t, d)
 		listed := map[string]bool{}
 		for _, sb := range sbs {
 			listed[sb.ID] = true
@@ -119,14 +119,7 @@ func TestKillDuringStateOps(t *testing.T) {
 	ctx := context.Background()
 	// The first sandbox prepares the template; what it leaves is the baseline.
 	c := d.client()
-	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
-		t.Fatal(err)
-	}
-	before := hostState(t, data)
+	before := warmBaseline(ctx, t, c, data)
 
 	// run is sh with a deadline and no Fatal: a sandbox left frozen fails
 	// the test instead of hanging it.
@@ -187,26 +180,17 @@ func TestKillDuringStateOps(t *testing.T) {
 				round = fmt.Sprintf("%s, killed after %v", op.name, op.delays[r])
 			}
 			c := d.client()
-			srcs := make([]string, n)
-			errs := make([]error, n)
-			var wg sync.WaitGroup
-			for i := range srcs {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-					if err == nil {
-						srcs[i] = sb.ID
-						_, err = run(c, sb.ID, "echo m-"+sb.ID+" > /root/marker && head -c 4194304 /dev/urandom > /root/bulk")
-					}
-					if err == nil && op.name == "archive" {
-						_, err = c.StopSandbox(ctx, sb.ID)
-					}
-					errs[i] = err
-				}()
-			}
-			wg.Wait()
-			if err := errors.Join(errs...); err != nil {
+			srcs, err := atOnce(n, func(int) (string, error) {
+				sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+				if err == nil {
+					_, err = run(c, sb.ID, "echo m-"+sb.ID+" > /root/marker && head -c 4194304 /dev/urandom > /root/bulk")
+				}
+				if err == nil && op.name == "archive" {
+					_, err = c.StopSandbox(ctx, sb.ID)
+				}
+				return sb.ID, err
+			})
+			if err != nil {
 				t.Fatal(err)
 			}
 
@@ -214,6 +198,8 @@ func TestKillDuringStateOps(t *testing.T) {
 			snaps := make([]api.Snapshot, n)
 			kids := make([][]api.Sandbox, n)
 			took := make([]time.Duration, n) // till the answer, if any
+			errs := make([]error, n)
+			var wg sync.WaitGroup
 			t0 := time.Now()
 			for i, id := range srcs {
 				wg.Add(1)
@@ -252,10 +238,7 @@ func TestKillDuringStateOps(t *testing.T) {
 			}
 
 			// Nothing in a transient state; acknowledged deletes stay deleted.
-			sbs, err := c.ListSandboxes(ctx, atoll.ListOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			sbs := listSandboxes(ctx, t, c)
 			state := map[string]string{}
 			for _, sb := range sbs {
 				state[sb.ID] = sb.State
@@ -471,10 +454,7 @@ func logMessages(log string) map[string]int {
 func TestStateRaces(t *testing.T) {
 	d, data, c := startRooted(t)
 	ctx := context.Background()
-	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{})
 	sh(t, c, sb.ID, "seq 1 100000 > /root/n")
 
 	// Two snapshots at once: both whole, or one whole and the other
@@ -497,10 +477,7 @@ func TestStateRaces(t *testing.T) {
 		if errs[i] != nil {
 			t.Fatalf("concurrent snapshot %d: %v", i, errs[i])
 		}
-		from, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Snapshot: sn.ID})
-		if err != nil {
-			t.Fatal(err)
-		}
+		from := newSandbox(ctx, t, c, api.CreateSandboxRequest{Snapshot: sn.ID})
 		if out, _ := sh(t, c, from.ID, "wc -l < /root/n"); out != "100000\n" {
 			t.Errorf("snapshot %d is not whole: %q", i, out)
 		}
@@ -513,10 +490,7 @@ func TestStateRaces(t *testing.T) {
 	if out, code := d.cli("template", "build", "--name", "other", dir); code != 0 {
 		t.Fatal(out)
 	}
-	other, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "other"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := newSandbox(ctx, t, c, api.CreateSandboxRequest{Template: "other"})
 	otherSnap, err := c.CreateSnapshot(ctx, other.ID, api.CreateSnapshotRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -532,10 +506,7 @@ func TestStateRaces(t *testing.T) {
 	// or a moment later.
 	c.DeleteSandbox(ctx, sb.ID)
 	for _, paused := range []bool{false, true} {
-		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{})
 		if paused {
 			if _, err := c.PauseSandbox(ctx, sb.ID); err != nil {
 				t.Fatal(err)
@@ -574,20 +545,11 @@ func TestStateRaces(t *testing.T) {
 
 	// kill -9 in the middle of a fork: after a restart every listed sandbox
 	// works and every writable layer and snapshot on disk has a record.
-	parent, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	parent := newSandbox(ctx, t, c, api.CreateSandboxRequest{})
 	go c.ForkSandbox(ctx, parent.ID, api.ForkRequest{Count: 5})
 	time.Sleep(40 * time.Millisecond)
 	d.kill()
-	d.args = []string{"--warm-pool", "0"}
-	d.start()
-	c = d.client()
-	list, err := c.ListSandboxes(ctx, atoll.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, list := restartCold(ctx, t, d)
 	listed := map[string]bool{}
 	for _, s := range list {
 		listed[s.ID] = true

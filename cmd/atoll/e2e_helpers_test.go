@@ -28,6 +28,7 @@ import (
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/network/nettest"
 	"github.com/atoll-dev/atoll/internal/testenv"
+	"github.com/atoll-dev/atoll/internal/testenv/netcluster"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
@@ -273,6 +274,80 @@ func (d *daemon) cli(args ...string) (string, int) {
 		d.t.Fatal(err)
 	}
 	return string(out) + stderr.String(), code
+}
+
+// newSandbox creates a sandbox through c, or fails t.
+func newSandbox(ctx context.Context, t *testing.T, c *atoll.Client, req api.CreateSandboxRequest) api.Sandbox {
+	t.Helper()
+	sb, err := c.CreateSandbox(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb
+}
+
+// fetch sends req with client and returns the answer's status and body,
+// or fails t if there is none.
+func fetch(t *testing.T, client *http.Client, req *http.Request) (int, string) {
+	t.Helper()
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// startCluster starts the nodes cfg asks for (netcluster.New), of the atoll
+// binary these tests build, and logs how long they took to come up.
+func startCluster(t *testing.T, cfg netcluster.Config) *netcluster.Cluster {
+	t.Helper()
+	testenv.RequireRoot(t)
+	start := time.Now()
+	cfg.Bin = atollBinary(t)
+	cl := netcluster.New(t, cfg)
+	t.Logf("%d nodes up in %s", len(cl.Nodes), time.Since(start).Round(time.Millisecond))
+	return cl
+}
+
+// atOnce calls f(i) for each i below n at once, and returns what the calls
+// answer, once all are done, with their errors joined.
+func atOnce[T any](n int, f func(i int) (T, error)) ([]T, error) {
+	vs := make([]T, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			vs[i], errs[i] = f(i)
+		}()
+	}
+	wg.Wait()
+	return vs, errors.Join(errs...)
+}
+
+// listSandboxes returns every sandbox c lists, or fails t.
+func listSandboxes(ctx context.Context, t *testing.T, c *atoll.Client) []api.Sandbox {
+	t.Helper()
+	sbs, err := c.ListSandboxes(ctx, atoll.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sbs
+}
+
+// warmBaseline creates and deletes a sandbox, so that the template's layer
+// images are made (they stay), and returns what is then on the host: the
+// baseline against which a test looks for leftovers.
+func warmBaseline(ctx context.Context, t *testing.T, c *atoll.Client, data string) []string {
+	t.Helper()
+	sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{})
+	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	return hostState(t, data)
 }
 
 func sh(t *testing.T, c *atoll.Client, id, script string) (string, int) {

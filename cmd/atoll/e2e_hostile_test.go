@@ -1,7 +1,6 @@
 package main
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -22,10 +21,7 @@ import (
 func TestHostileInput(t *testing.T) {
 	d, _, c := startRooted(t)
 	ctx := context.Background()
-	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{})
 	id := sb.ID
 	hostShadow, _ := os.ReadFile("/etc/shadow")
 	marker := filepath.Join(testenv.Dir(t), "marker")
@@ -34,13 +30,7 @@ func TestHostileInput(t *testing.T) {
 	raw := func(method, path string, body io.Reader) (int, string) {
 		req, _ := http.NewRequest(method, d.url+path, body)
 		req.Header.Set("Authorization", "Bearer "+d.key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return fetch(t, http.DefaultClient, req)
 	}
 	cases := []struct {
 		name, method, path, body string
@@ -110,12 +100,7 @@ func TestHostileInput(t *testing.T) {
 	}
 
 	// Tar slip: refused with a 4xx, nothing written outside the target.
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	tw.WriteHeader(&tar.Header{Name: "../../../../../../" + strings.TrimPrefix(marker, "/"), Mode: 0o644, Size: 4, Typeflag: tar.TypeReg})
-	tw.Write([]byte("slip"))
-	tw.Close()
-	err = c.UploadTar(ctx, id, "/root/dst", &buf)
+	err := c.UploadTar(ctx, id, "/root/dst", testenv.Tar("../../../../../../"+strings.TrimPrefix(marker, "/"), "slip"))
 	var ae *atoll.Error
 	if !errors.As(err, &ae) || ae.StatusCode < 400 || ae.StatusCode >= 500 {
 		t.Errorf("tar slip upload: %v, want a 4xx", err)

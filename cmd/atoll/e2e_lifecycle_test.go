@@ -81,17 +81,11 @@ func TestLifecyclePolicies(t *testing.T) {
 		}
 	}
 
-	timed, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{TimeoutSec: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	timed := newSandbox(ctx, t, c, api.CreateSandboxRequest{TimeoutSec: 1})
 	if timed.ExpiresAt == nil {
 		t.Errorf("no expires_at: %+v", timed)
 	}
-	extended, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{TimeoutSec: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	extended := newSandbox(ctx, t, c, api.CreateSandboxRequest{TimeoutSec: 1})
 	if _, err := c.SetTimeout(ctx, extended.ID, time.Hour); err != nil {
 		t.Fatal(err)
 	}
@@ -102,20 +96,14 @@ func TestLifecyclePolicies(t *testing.T) {
 		t.Errorf("extended sandbox is %s", got.State)
 	}
 
-	eph, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Ephemeral: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eph := newSandbox(ctx, t, c, api.CreateSandboxRequest{Ephemeral: true})
 	if sb, err := c.StopSandbox(ctx, eph.ID); err != nil || sb.State != api.StateDeleted {
 		t.Errorf("stop of an ephemeral sandbox: %+v %v", sb, err)
 	}
 	if _, err := c.GetSandbox(ctx, eph.ID); !errors.Is(err, atoll.ErrNotFound) {
 		t.Errorf("ephemeral sandbox after stop: %v", err)
 	}
-	auto, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{AutoDeleteSec: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	auto := newSandbox(ctx, t, c, api.CreateSandboxRequest{AutoDeleteSec: 1})
 	if _, err := c.StopSandbox(ctx, auto.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -124,10 +112,7 @@ func TestLifecyclePolicies(t *testing.T) {
 	}
 	// Auto-archive: a stopped sandbox goes to the archive store, and a start
 	// brings its files back.
-	arch, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{AutoArchiveSec: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	arch := newSandbox(ctx, t, c, api.CreateSandboxRequest{AutoArchiveSec: 1})
 	if arch.AutoArchiveSec != 1 {
 		t.Errorf("auto_archive_sec not kept: %+v", arch)
 	}
@@ -152,14 +137,8 @@ func TestLifecyclePolicies(t *testing.T) {
 		t.Errorf("negative auto_archive_sec: %v", err)
 	}
 	// Auto-stop: an idle sandbox stops; one running a process of its own does not.
-	idle, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{AutoStopSec: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	busy, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{AutoStopSec: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	idle := newSandbox(ctx, t, c, api.CreateSandboxRequest{AutoStopSec: 1})
+	busy := newSandbox(ctx, t, c, api.CreateSandboxRequest{AutoStopSec: 1})
 	if _, err := c.StartProcess(ctx, busy.ID, api.ExecRequest{Cmd: []string{"sleep", "60"}, Background: true}); err != nil {
 		t.Fatal(err)
 	}

@@ -133,6 +133,26 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 }
 
+// cliSandbox creates a sandbox of runtime through the CLI, checks that it
+// runs under that runtime and that python3 runs in it, and returns its ID.
+func cliSandbox(t *testing.T, d *daemon, runtime string) string {
+	t.Helper()
+	out, code := d.cli("create", "--runtime", runtime, "--memory", "512")
+	if code != 0 {
+		t.Fatalf("atoll create --runtime %s: %s\n%s", runtime, out, d.out.String())
+	}
+	id := strings.TrimSpace(out)
+	c := d.client()
+	sb, err := c.GetSandbox(context.Background(), id)
+	if err != nil || sb.Runtime != runtime {
+		t.Fatalf("sandbox: %+v, %v", sb, err)
+	}
+	if out, code := sh(t, c, id, "python3 -c 'print(6*7)'"); code != 0 || out != "42\n" {
+		t.Fatalf("python3: %q %d", out, code)
+	}
+	return id
+}
+
 // TestGvisorEndToEnd runs a sandbox under runsc through the API: python3,
 // a file kept across stop and start, a daemon restart that re-adopts it, and
 // nothing left after delete.
@@ -141,20 +161,8 @@ func TestGvisorEndToEnd(t *testing.T) {
 	testenv.RequireCommand(t, "runsc")
 	data := filepath.Join(testenv.Dir(t), "data")
 	d := startDaemon(t, data)
-	out, code := d.cli("create", "--runtime", "gvisor", "--memory", "512")
-	if code != 0 {
-		t.Fatalf("atoll create --runtime gvisor: %s\n%s", out, d.out.String())
-	}
-	id := strings.TrimSpace(out)
+	id := cliSandbox(t, d, "gvisor")
 	c := d.client()
-	ctx := context.Background()
-	sb, err := c.GetSandbox(ctx, id)
-	if err != nil || sb.Runtime != "gvisor" {
-		t.Fatalf("sandbox: %+v, %v", sb, err)
-	}
-	if out, code := sh(t, c, id, "python3 -c 'print(6*7)'"); code != 0 || out != "42\n" {
-		t.Fatalf("python3: %q %d", out, code)
-	}
 	// The kernel answering is gVisor's, not the host's.
 	if out, _ := sh(t, c, id, "dmesg | head -1"); !strings.Contains(out, "gVisor") {
 		t.Errorf("dmesg is not gVisor's: %q", out)
@@ -173,20 +181,8 @@ func TestVMEndToEnd(t *testing.T) {
 	data := filepath.Join(testenv.Dir(t), "data")
 	linkVMCache(t, data)
 	d := startDaemon(t, data)
-	out, code := d.cli("create", "--runtime", "vm", "--memory", "512")
-	if code != 0 {
-		t.Fatalf("atoll create --runtime vm: %s\n%s", out, d.out.String())
-	}
-	id := strings.TrimSpace(out)
+	id := cliSandbox(t, d, "vm")
 	c := d.client()
-	ctx := context.Background()
-	sb, err := c.GetSandbox(ctx, id)
-	if err != nil || sb.Runtime != "vm" {
-		t.Fatalf("sandbox: %+v, %v", sb, err)
-	}
-	if out, code := sh(t, c, id, "python3 -c 'print(6*7)'"); code != 0 || out != "42\n" {
-		t.Fatalf("python3: %q %d", out, code)
-	}
 	// The kernel answering is the guest's, not the host's.
 	var uts unix.Utsname
 	unix.Uname(&uts)

@@ -21,10 +21,7 @@ import (
 func TestSnapshotsAndForks(t *testing.T) {
 	d, data, c := startRooted(t)
 	ctx := context.Background()
-	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Labels: map[string]string{"role": "parent"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{Labels: map[string]string{"role": "parent"}})
 	sh(t, c, sb.ID, "echo 1 > /root/a; dd if=/dev/urandom of=/root/big bs=1M count=20 2>/dev/null")
 	s1, err := c.CreateSnapshot(ctx, sb.ID, api.CreateSnapshotRequest{Name: "v1"})
 	if err != nil {
@@ -52,10 +49,7 @@ func TestSnapshotsAndForks(t *testing.T) {
 		t.Errorf("child diverged: %q", out)
 	}
 
-	from, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Snapshot: s1.ID})
-	if err != nil {
-		t.Fatal(err)
-	}
+	from := newSandbox(ctx, t, c, api.CreateSandboxRequest{Snapshot: s1.ID})
 	if out, _ := sh(t, c, from.ID, "cat /root/a"); out != "1\n" {
 		t.Errorf("sandbox from snapshot sees %q", out)
 	}

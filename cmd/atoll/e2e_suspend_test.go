@@ -46,10 +46,7 @@ func TestSuspendEndToEnd(t *testing.T) {
 	if out, code := d.cli("runtimes"); code != 0 || !strings.Contains(out, "ns (default)") || !strings.Contains(out, "memory_snapshot") {
 		t.Errorf("atoll runtimes: %s", out)
 	}
-	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "gvisor", MemoryMiB: 512})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{Runtime: "gvisor", MemoryMiB: 512})
 	id := sb.ID
 	if _, err := c.StartProcess(ctx, id, api.ExecRequest{Shell: counterShell}); err != nil {
 		t.Fatal(err)
@@ -209,10 +206,7 @@ func TestSuspendEndToEnd(t *testing.T) {
 	}
 
 	// What cannot be suspended.
-	ns, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns := newSandbox(ctx, t, c, api.CreateSandboxRequest{})
 	if _, err := c.SuspendSandbox(ctx, ns.ID); !errors.Is(err, atoll.ErrInvalid) || !strings.Contains(err.Error(), "memory_snapshot") {
 		t.Errorf("suspending an ns sandbox: %v, want invalid naming memory_snapshot", err)
 	}

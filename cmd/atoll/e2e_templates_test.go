@@ -165,10 +165,7 @@ func TestTemplateManyLayers(t *testing.T) {
 	if _, err := c.ImportTemplate(ctx, api.ImportTemplateRequest{Name: "many", Ref: push("120", 120), Insecure: true}, nil); err != nil {
 		t.Fatal(err)
 	}
-	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "many"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{Template: "many"})
 	// The image has no shell: the agent's file API looks.
 	if files, err := c.ListDir(ctx, sb.ID, "/many"); err != nil || len(files) != 120 {
 		t.Errorf("a sandbox over 120 layers: %d files in /many, %v", len(files), err)
@@ -181,7 +178,7 @@ func TestTemplateManyLayers(t *testing.T) {
 	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.ImportTemplate(ctx, api.ImportTemplateRequest{Name: "toomany", Ref: push("501", 501), Insecure: true}, nil)
+	_, err := c.ImportTemplate(ctx, api.ImportTemplateRequest{Name: "toomany", Ref: push("501", 501), Insecure: true}, nil)
 	if !errors.Is(err, atoll.ErrInvalid) || !strings.Contains(err.Error(), "at most 500") {
 		t.Errorf("import of 501 layers: %v, want invalid naming the count", err)
 	}
@@ -366,10 +363,7 @@ LABEL atoll.start="sleep 0.3 && echo up > /tmp/ready-flag" atoll.ready="test -f 
 	if !strings.Contains(out, "\nstep-output\n") {
 		t.Errorf("build output lacks the RUN step's output: %s", out)
 	}
-	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "app"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{Template: "app"})
 	if out, code := sh(t, c, sb.ID, "pwd; echo $GREETING; cat both.txt /opt/unpacked/inner/readme"); code != 0 || out != "/opt/app\nhi\nbuilt by hi\nfrom the context\ntar" {
 		t.Errorf("sandbox from the built template: %q (exit %d)", out, code)
 	}
@@ -447,10 +441,7 @@ print(n, len(seen))'`); out != "9 9\n" {
 	for i := 0; i < 50; i++ {
 		time.Sleep(200 * time.Millisecond)
 		t0 := time.Now()
-		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "app", Labels: map[string]string{"warm": "yes"}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{Template: "app", Labels: map[string]string{"warm": "yes"}})
 		warm = time.Since(t0)
 		if out, code := sh(t, c, sb.ID, "cat /tmp/ready-flag"); code != 0 || out != "up\n" {
 			t.Errorf("warm sandbox: %q", out)
@@ -487,10 +478,7 @@ func TestTemplateBootstrap(t *testing.T) {
 	if !strings.Contains(out, "Base system installed successfully") {
 		t.Errorf("bootstrap log not streamed: %s", out)
 	}
-	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "debian"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{Template: "debian"})
 	got, code := sh(t, c, sb.ID, "cut -d. -f1 /etc/debian_version; apt-get --version | head -1 | cut -d' ' -f1; test -e /var/lib/dpkg/status && echo dpkg")
 	if code != 0 || got != "12\napt\ndpkg\n" {
 		t.Errorf("debian sandbox: %q (exit %d)", got, code)

@@ -24,10 +24,7 @@ func TestTerminalAndWatch(t *testing.T) {
 	_, _, c := startRooted(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{})
 	p, err := c.StartProcess(ctx, sb.ID, api.ExecRequest{Cmd: []string{"/bin/bash", "--norc", "-i"}, Background: true, PTY: &api.PTYSize{Rows: 24, Cols: 80}})
 	if err != nil {
 		t.Fatal(err)

@@ -219,10 +219,7 @@ func testResourceExhaustion(t *testing.T, runtime string) {
 	if caps.Emulated {
 		t.Skipf("runtime %s runs under CPU emulation here and claims no isolation (capability emulated)", runtime)
 	}
-	neighbour, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: runtime, CPU: 1, MemoryMiB: 256})
-	if err != nil {
-		t.Fatal(err)
-	}
+	neighbour := newSandbox(ctx, t, c, api.CreateSandboxRequest{Runtime: runtime, CPU: 1, MemoryMiB: 256})
 	execLatency := func() time.Duration {
 		var ds []time.Duration
 		for i := 0; i < 25; i++ {
@@ -247,10 +244,7 @@ func testResourceExhaustion(t *testing.T, runtime string) {
 			// the machine does at the time weighs on both figures alike.
 			idle := execLatency()
 			mem := cmp.Or(e.memoryMiB, 128)
-			sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: runtime, CPU: 0.5, MemoryMiB: mem, PIDs: 128, DiskGiB: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
+			sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{Runtime: runtime, CPU: 0.5, MemoryMiB: mem, PIDs: 128, DiskGiB: 1})
 			out := &capture{}
 			done := make(chan struct{})
 			timeout := cmp.Or(e.timeout, 8*time.Second)

@@ -41,10 +41,7 @@ var frozenLine = regexp.MustCompile(`msg="sandbox frozen" sandbox=(\S+) op=(\S+)
 
 func forkWhileWriting(t *testing.T, d *daemon, c *atoll.Client, rt string) {
 	ctx := context.Background()
-	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: rt, MemoryMiB: 512})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{Runtime: rt, MemoryMiB: 512})
 	defer c.DeleteSandbox(ctx, sb.ID)
 	if _, err := c.StartProcess(ctx, sb.ID, api.ExecRequest{Shell: "exec seq 1 4000000000 > /root/log", Background: true}); err != nil {
 		t.Fatal(err)
@@ -80,10 +77,7 @@ func forkWhileWriting(t *testing.T, d *daemon, c *atoll.Client, rt string) {
 		t.Fatalf("snapshot while writing: %v", err)
 	}
 	defer c.DeleteSnapshot(ctx, sn.ID)
-	from, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: rt, MemoryMiB: 512, Snapshot: sn.ID})
-	if err != nil {
-		t.Fatal(err)
-	}
+	from := newSandbox(ctx, t, c, api.CreateSandboxRequest{Runtime: rt, MemoryMiB: 512, Snapshot: sn.ID})
 	defer c.DeleteSandbox(ctx, from.ID)
 
 	// The writer goes on after both.

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/atoll-dev/atoll/api"
+	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
 func newKeyCmd(g *globals) *cobra.Command {
@@ -49,11 +52,9 @@ wants E2B's format, e2b_ and the hex part: E2B_API_KEY=e2b_${KEY#atoll_}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, _ := cmd.Flags().GetString("name")
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			k, err := c.CreateKey(cmd.Context(), api.CreateKeyRequest{Name: name, Tenant: tenant})
+			k, err := request(g, cmd, func(ctx context.Context, c *atoll.Client) (api.APIKey, error) {
+				return c.CreateKey(ctx, api.CreateKeyRequest{Name: name, Tenant: tenant})
+			})
 			if err != nil {
 				return err
 			}
@@ -72,8 +73,7 @@ wants E2B's format, e2b_ and the hex part: E2B_API_KEY=e2b_${KEY#atoll_}.`,
 }
 
 func newKeyListCmd(g *globals) *cobra.Command {
-	var listJSON bool
-	list := &cobra.Command{
+	return showCmd(g, &cobra.Command{
 		Use:     "ls",
 		Aliases: []string{"list"},
 		Short:   "List the keys (IDs, names, tenants; never the keys)",
@@ -83,28 +83,18 @@ made. The keys themselves are not kept, so they cannot be listed.`,
 		Example: `  atoll key ls
   atoll key ls --json`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ks, err := c.ListKeys(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if listJSON {
-				return renderJSON(cmd.OutOrStdout(), ks)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tTENANT\tADMIN\tCREATED")
-			for _, k := range ks {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\n", k.ID, k.Name, k.Tenant, k.Admin, k.CreatedAt.Format("2006-01-02 15:04"))
-			}
-			return tw.Flush()
-		},
+	}, "print JSON", func(ctx context.Context, c *atoll.Client, _ []string) ([]api.APIKey, error) {
+		return c.ListKeys(ctx)
+	}, renderKeys)
+}
+
+func renderKeys(w io.Writer, ks []api.APIKey) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tTENANT\tADMIN\tCREATED")
+	for _, k := range ks {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\n", k.ID, k.Name, k.Tenant, k.Admin, k.CreatedAt.Format("2006-01-02 15:04"))
 	}
-	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
-	return list
+	return tw.Flush()
 }
 
 func newKeyRmCmd(g *globals) *cobra.Command {
@@ -118,16 +108,7 @@ admin key cannot be revoked.`,
 		Example: `  atoll key rm 0123456789abcdef0123`,
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			for _, id := range args {
-				if err := c.DeleteKey(cmd.Context(), id); err != nil {
-					return err
-				}
-			}
-			return nil
+			return untilError(g, cmd, args, (*atoll.Client).DeleteKey)
 		},
 	}
 }

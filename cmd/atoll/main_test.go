@@ -4,6 +4,9 @@ import (
 	"archive/tar"
 	"bytes"
 	"flag"
+	"fmt"
+	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,6 +40,20 @@ func golden(t *testing.T, name, got string) {
 	}
 }
 
+// goldenTable checks a table render against testdata: of items under name,
+// and of none under name-empty.
+func goldenTable[T any](t *testing.T, name string, render func(io.Writer, []T, time.Time) error, items []T) {
+	t.Helper()
+	var b bytes.Buffer
+	if err := render(&b, items, now); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, name, b.String())
+	b.Reset()
+	render(&b, nil, now)
+	golden(t, name+"-empty", b.String())
+}
+
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{
 		{}, {"create"}, {"ls"}, {"inspect"}, {"exec"}, {"shell"}, {"cp"}, {"stop"}, {"start"}, {"rm"},
@@ -44,7 +61,7 @@ func TestHelp(t *testing.T) {
 		{"template"}, {"template", "import"}, {"template", "build"}, {"template", "ls"}, {"template", "inspect"}, {"template", "rm"}, {"template", "bootstrap"},
 		{"key"}, {"key", "create"}, {"key", "ls"}, {"key", "rm"},
 		{"tenant"}, {"tenant", "set"}, {"tenant", "ls"}, {"tenant", "inspect"},
-		{"vault"}, {"vault", "create"}, {"vault", "ls"}, {"vault", "inspect"}, {"vault", "rm"}, {"vault", "log"}, {"vault", "show"},
+		{"vault"}, {"vault", "create"}, {"vault", "ls"}, {"vault", "inspect"}, {"vault", "rm"}, {"vault", "log"}, {"vault", "show"}, {"vault", "search"}, {"vault", "links"},
 	} {
 		name := "help-" + strings.Join(append([]string{"atoll"}, args...), "-")
 		t.Run(name, func(t *testing.T) {
@@ -107,14 +124,7 @@ var (
 )
 
 func TestRenderList(t *testing.T) {
-	var b bytes.Buffer
-	if err := renderList(&b, fixture, now); err != nil {
-		t.Fatal(err)
-	}
-	golden(t, "ls", b.String())
-	b.Reset()
-	renderList(&b, nil, now)
-	golden(t, "ls-empty", b.String())
+	goldenTable(t, "ls", renderList, fixture)
 }
 
 func TestRenderInspect(t *testing.T) {
@@ -135,14 +145,7 @@ func TestRenderSnapshots(t *testing.T) {
 		{ID: "7h2k9x0q1w8e5r4t6y0u", Name: "deps-installed", SandboxID: "3k9x2m7q1w8e5r4t6y0u", Template: "python:3.12", Sandboxes: 2, CreatedAt: now.Add(-26 * time.Hour)},
 		{ID: "p0o9i8u7y6t5r4e3w2q1", SandboxID: "a0b1c2d3e4f5g6h7i8j9", Template: "host", CreatedAt: now.Add(-5 * time.Minute)},
 	}
-	var b bytes.Buffer
-	if err := renderSnapshots(&b, snaps, now); err != nil {
-		t.Fatal(err)
-	}
-	golden(t, "snapshot-ls", b.String())
-	b.Reset()
-	renderSnapshots(&b, nil, now)
-	golden(t, "snapshot-ls-empty", b.String())
+	goldenTable(t, "snapshot-ls", renderSnapshots, snaps)
 }
 
 func TestForkCount(t *testing.T) {
@@ -251,5 +254,43 @@ func TestExtractTarHostile(t *testing.T) {
 	}
 	if st, _ := os.Stat(filepath.Join(dst, "s")); st == nil || st.Mode()&os.ModeSetuid != 0 {
 		t.Errorf("setuid bit kept: %v", st)
+	}
+}
+
+func TestParseOrAddr(t *testing.T) {
+	prefix := func(s string) (netip.Prefix, error) {
+		return parseOrAddr(s, netip.ParsePrefix, func(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a, a.BitLen()) })
+	}
+	port := func(s string) (netip.AddrPort, error) {
+		return parseOrAddr(s, netip.ParseAddrPort, func(a netip.Addr) netip.AddrPort { return netip.AddrPortFrom(a, 53) })
+	}
+	for _, tc := range []struct {
+		in, want string
+		parse    func(string) (string, error)
+	}{
+		{"10.0.0.0/8", "10.0.0.0/8", stringer(prefix)},
+		{"10.1.2.3", "10.1.2.3/32", stringer(prefix)},
+		{"fd00::1", "fd00::1/128", stringer(prefix)},
+		{"example.com", "", stringer(prefix)},
+		{"1.1.1.1:5353", "1.1.1.1:5353", stringer(port)},
+		{"1.1.1.1", "1.1.1.1:53", stringer(port)},
+		{"::1", "[::1]:53", stringer(port)},
+		{"1.1.1.1:x", "", stringer(port)},
+	} {
+		got, err := tc.parse(tc.in)
+		if got != tc.want || (err != nil) != (tc.want == "") {
+			t.Errorf("parseOrAddr(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+// stringer is parse answering a string.
+func stringer[T fmt.Stringer](parse func(string) (T, error)) func(string) (string, error) {
+	return func(s string) (string, error) {
+		v, err := parse(s)
+		if err != nil {
+			return "", err
+		}
+		return v.String(), nil
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
-	"github.com/atoll-dev/atoll/internal/cluster/peer"
 	"github.com/atoll-dev/atoll/internal/control"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/httpkit"
@@ -94,16 +93,7 @@ func (m mover) DeleteLost(ctx context.Context, sb store.Sandbox, cleanup func() 
 const startPath = "/cluster/v1/sandboxes/{id}/start"
 
 func (p peers) StartOn(ctx context.Context, node, id string) (api.Sandbox, error) {
-	n, ok, err := p.c.dir.Node(ctx, node, true)
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	if !ok || n.State != store.NodeLive {
-		return api.Sandbox{}, fmt.Errorf("%w: node %s, where the sandbox moved, is not live", errdefs.ErrUnavailable, node)
-	}
-	var sb api.Sandbox
-	err = p.c.client.Call(ctx, peer.Node{Name: n.Name, Address: n.Address}, "POST", strings.Replace(startPath, "{id}", id, 1), nil, &sb)
-	return sb, err
+	return p.postLive(ctx, node, false, "moved", startPath, id)
 }
 
 // drainer runs the drain rounds of this node while its schedule is
@@ -119,7 +109,51 @@ const drainEvery = 2 * time.Second
 
 // runDrain drains this node, in rounds, while its schedule says so.
 func (s *serving) runDrain(ctx context.Context) {
-	t := time.NewTicker(drainEvery)
+	every(ctx, drainEvery, func() { s.drainRound(ctx) })
+}
+
+// drainRound moves what this node holds if its schedule is draining, and
+// ends the drain once it is not.
+func (s *serving) drainRound(ctx context.Context) {
+	ns, err := s.cluster.store.Nodes(ctx)
+	if err != nil {
+		return
+	}
+	draining := false
+	for _, n := range ns {
+		if n.Name == s.cluster.cfg.name {
+			draining = n.Schedule == store.NodeDraining
+		}
+	}
+	if !draining {
+		s.drain.mu.Lock()
+		was := s.drain.last != nil
+		s.drain.last = nil
+		s.drain.mu.Unlock()
+		if was {
+			s.svc.Undrain(ctx)
+		}
+		return
+	}
+	rep, err := s.svc.Drain(ctx)
+	st := &store.DrainStatus{Moved: rep.Moved, Left: rep.Left, At: time.Now().UTC()}
+	if err != nil {
+		st.Error = err.Error()
+	}
+	s.drain.mu.Lock()
+	if s.drain.last != nil {
+		st.Moved += s.drain.last.Moved
+	}
+	s.drain.last = st
+	s.drain.mu.Unlock()
+	if rep.Moved > 0 || len(rep.Left) > 0 {
+		s.log.Info("drain round", "node", s.cluster.cfg.name, "moved", rep.Moved, "left", len(rep.Left))
+	}
+}
+
+// every calls f every d until ctx ends.
+func every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
@@ -127,40 +161,7 @@ func (s *serving) runDrain(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		ns, err := s.cluster.store.Nodes(ctx)
-		if err != nil {
-			continue
-		}
-		draining := false
-		for _, n := range ns {
-			if n.Name == s.cluster.cfg.name {
-				draining = n.Schedule == store.NodeDraining
-			}
-		}
-		if !draining {
-			s.drain.mu.Lock()
-			was := s.drain.last != nil
-			s.drain.last = nil
-			s.drain.mu.Unlock()
-			if was {
-				s.svc.Undrain(ctx)
-			}
-			continue
-		}
-		rep, err := s.svc.Drain(ctx)
-		st := &store.DrainStatus{Moved: rep.Moved, Left: rep.Left, At: time.Now().UTC()}
-		if err != nil {
-			st.Error = err.Error()
-		}
-		s.drain.mu.Lock()
-		if s.drain.last != nil {
-			st.Moved += s.drain.last.Moved
-		}
-		s.drain.last = st
-		s.drain.mu.Unlock()
-		if rep.Moved > 0 || len(rep.Left) > 0 {
-			s.log.Info("drain round", "node", s.cluster.cfg.name, "moved", rep.Moved, "left", len(rep.Left))
-		}
+		f()
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
-	"github.com/atoll-dev/atoll/internal/testenv"
 	"github.com/atoll-dev/atoll/internal/testenv/netcluster"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
@@ -18,8 +17,7 @@ import (
 // moveCluster is three cluster nodes with a short lease and a warm pool
 // of warm sandboxes each.
 func moveCluster(t *testing.T, warm int) *netcluster.Cluster {
-	testenv.RequireRoot(t)
-	return netcluster.New(t, netcluster.Config{Bin: atollBinary(t), Cluster: true,
+	return startCluster(t, netcluster.Config{Cluster: true,
 		Args: []string{"--warm-pool", strconv.Itoa(warm), "--prestart", "0", "--node-lease", "3s",
 			"--node-capacity", "cpu=4,memory=4Gi,disk=20,sandboxes=8"}})
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/atoll-dev/atoll/api"
+	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
 // policyFlags are the egress policy flags of create and network.
@@ -42,8 +44,7 @@ func (p *policyFlags) policy() *api.NetworkPolicy {
 
 func newNetworkCmd(g *globals) *cobra.Command {
 	var pol policyFlags
-	var asJSON bool
-	cmd := &cobra.Command{
+	cmd := showCmd(g, &cobra.Command{
 		Use:   "network ID [--egress allow-all|deny-all] [--allow X]... [--deny X]... [--egress-mbit N] [--ingress-mbit N]",
 		Short: "Show or change a sandbox's network and egress policy",
 		Long: `Show a sandbox's addresses and egress policy, or, with --egress, --allow or
@@ -65,28 +66,13 @@ server allows them.`,
   atoll network 3k9x2m7q1w8e5r4t6y0u --deny 203.0.113.0/24
   atoll network 3k9x2m7q1w8e5r4t6y0u --egress allow-all --ingress-mbit 100 --egress-mbit 20`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			var n api.SandboxNetwork
-			if p := pol.policy(); p != nil {
-				n, err = c.SetNetwork(cmd.Context(), args[0], *p)
-			} else {
-				n, err = c.GetNetwork(cmd.Context(), args[0])
-			}
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return renderJSON(cmd.OutOrStdout(), n)
-			}
-			return renderNetwork(cmd.OutOrStdout(), n)
-		},
-	}
+	}, "print JSON", func(ctx context.Context, c *atoll.Client, args []string) (api.SandboxNetwork, error) {
+		if p := pol.policy(); p != nil {
+			return c.SetNetwork(ctx, args[0], *p)
+		}
+		return c.GetNetwork(ctx, args[0])
+	}, renderNetwork)
 	pol.register(cmd.Flags())
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
 

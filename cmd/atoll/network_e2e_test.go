@@ -677,10 +677,7 @@ func TestNetworkMeasure(t *testing.T) {
 	create := func(c *atoll.Client) time.Duration {
 		t.Helper()
 		t0 := time.Now()
-		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{})
 		d := time.Since(t0)
 		if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
 			t.Fatal(err)
@@ -723,10 +720,7 @@ func TestNetworkMeasure(t *testing.T) {
 	compare("prestarted processes (the default)", 300*time.Millisecond, "--warm-pool", "0", "--prestart", "2")
 	compare("cold (no warm pool, no prestarted process)", 50*time.Millisecond, "--warm-pool", "0", "--prestart", "0")
 
-	sb, err := con.CreateSandbox(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := newSandbox(ctx, t, con, api.CreateSandboxRequest{})
 	// fromHost runs the same script in the host's namespace: the peer.
 	fromHost := func(mode string, size int) float64 {
 		t.Helper()

@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/atoll-dev/atoll/api"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
@@ -44,8 +46,7 @@ shows "draining (N left)" until it is "draining (done)".`, (*atoll.Client).Drain
 }
 
 func newNodeListCmd(g *globals) *cobra.Command {
-	var listJSON bool
-	list := &cobra.Command{
+	return showCmd(g, &cobra.Command{
 		Use:     "ls",
 		Aliases: []string{"list"},
 		Short:   "List the nodes: capacity, committed, lease, schedule",
@@ -55,45 +56,34 @@ sandboxes hold of its capacity, its runtimes, version and lease.`,
 		Example: `  atoll node ls
   atoll node ls --json`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ns, err := c.ListNodes(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if listJSON {
-				return renderJSON(cmd.OutOrStdout(), ns)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSTATE\tSCHEDULE\tSANDBOXES\tCPU\tMEMORY\tDISK\tRUNTIMES\tTEMPLATES\tVERSION\tLEASE")
-			now := time.Now()
-			for _, n := range ns {
-				sched := n.Schedule
-				if sched == "" {
-					sched = "-"
-				}
-				if d := n.Drain; d != nil && len(d.Left) > 0 {
-					sched += fmt.Sprintf(" (%d left)", len(d.Left))
-				} else if d != nil {
-					sched += " (done)"
-				}
-				lease := "expired " + now.Sub(n.LeaseExpires).Round(time.Second).String() + " ago"
-				if n.LeaseExpires.After(now) {
-					lease = "renewed " + now.Sub(n.Heartbeat).Round(time.Second).String() + " ago"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%g/%g\t%s/%s\t%d/%d GiB\t%s\t%d\t%s\t%s\n", n.Name, n.State, sched,
-					n.Committed.Sandboxes, n.Capacity.Sandboxes, n.Committed.CPU, n.Capacity.CPU,
-					mib(n.Committed.MemoryMiB), mib(n.Capacity.MemoryMiB), n.Committed.DiskGiB, n.Capacity.DiskGiB,
-					strings.Join(n.Runtimes, ","), len(n.Templates), n.Version, lease)
-			}
-			return tw.Flush()
-		},
+	}, "print JSON", func(ctx context.Context, c *atoll.Client, _ []string) ([]api.Node, error) {
+		return c.ListNodes(ctx)
+	}, func(w io.Writer, ns []api.Node) error { return renderNodes(w, ns, time.Now()) })
+}
+
+func renderNodes(w io.Writer, ns []api.Node, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSTATE\tSCHEDULE\tSANDBOXES\tCPU\tMEMORY\tDISK\tRUNTIMES\tTEMPLATES\tVERSION\tLEASE")
+	for _, n := range ns {
+		sched := n.Schedule
+		if sched == "" {
+			sched = "-"
+		}
+		if d := n.Drain; d != nil && len(d.Left) > 0 {
+			sched += fmt.Sprintf(" (%d left)", len(d.Left))
+		} else if d != nil {
+			sched += " (done)"
+		}
+		lease := "expired " + now.Sub(n.LeaseExpires).Round(time.Second).String() + " ago"
+		if n.LeaseExpires.After(now) {
+			lease = "renewed " + now.Sub(n.Heartbeat).Round(time.Second).String() + " ago"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%g/%g\t%s/%s\t%d/%d GiB\t%s\t%d\t%s\t%s\n", n.Name, n.State, sched,
+			n.Committed.Sandboxes, n.Capacity.Sandboxes, n.Committed.CPU, n.Capacity.CPU,
+			mib(n.Committed.MemoryMiB), mib(n.Capacity.MemoryMiB), n.Committed.DiskGiB, n.Capacity.DiskGiB,
+			strings.Join(n.Runtimes, ","), len(n.Templates), n.Version, lease)
 	}
-	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
-	return list
+	return tw.Flush()
 }
 
 // mib renders MiB as MiB or GiB.
@@ -112,16 +102,7 @@ func newNodeScheduleCmd(g *globals, verb, short, long string, do func(*atoll.Cli
 		Example: "  atoll node " + verb + " node-b",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			for _, name := range args {
-				if err := do(c, cmd.Context(), name); err != nil {
-					return err
-				}
-			}
-			return nil
+			return untilError(g, cmd, args, do)
 		},
 	}
 }

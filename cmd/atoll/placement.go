@@ -11,11 +11,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/atoll-dev/atoll/api"
+	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
 func newPlacementCmd(g *globals) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
+	return showCmd(g, &cobra.Command{
 		Use:   "placement ID",
 		Short: "Show how the cluster chose a sandbox's node",
 		Long: `Show a sandbox's placement record: the nodes the scheduler considered, best
@@ -24,24 +24,10 @@ the nodes it filtered out (named with why if the create asked --explain,
 counted by filter otherwise). A single machine places nothing.`,
 		Example: `  atoll placement 3k9x2m7q1w8e5r4t6y0u`,
 		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			p, err := c.GetPlacement(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return renderJSON(cmd.OutOrStdout(), p)
-			}
-			renderPlacement(cmd.OutOrStdout(), p)
-			return nil
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the record as JSON")
-	return cmd
+	}, "print the record as JSON", byID((*atoll.Client).GetPlacement), func(w io.Writer, p api.Placement) error {
+		renderPlacement(w, p)
+		return nil
+	})
 }
 
 // renderExplain prints how the sandbox a create answered was placed.
@@ -64,6 +50,9 @@ func renderPlacement(w io.Writer, p api.Placement) {
 		excluded += n
 	}
 	fmt.Fprintf(w, "placed on %s: %d nodes, %d candidates, %d filtered out\n", p.Node, p.Passed+excluded, p.Passed, excluded)
+	if p.Warm {
+		fmt.Fprintf(w, "warm: a sandbox of the template waiting on %s, reserved with the placement\n", p.Node)
+	}
 	if len(p.Selector) > 0 {
 		fmt.Fprintf(w, "node selector: %s\n", selectorString(p.Selector))
 	}

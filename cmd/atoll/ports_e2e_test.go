@@ -19,7 +19,6 @@ import (
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/network"
 	"github.com/atoll-dev/atoll/internal/testenv"
-	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
 // upgradeServer is a sandbox's server on 8081: a request with "Upgrade:
@@ -120,13 +119,7 @@ func TestPortsEndToEnd(t *testing.T) {
 				req.Header.Set(k, v)
 			}
 		}
-		resp, err := cl.Do(req)
-		if err != nil {
-			t.Fatalf("GET %s: %v", u, err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return fetch(t, cl, req)
 	}
 	serve := func(id string) {
 		t.Helper()
@@ -147,10 +140,7 @@ func TestPortsEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create: %v\n%s", err, d.out.String())
 	}
-	priv, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	priv := newSandbox(ctx, t, c, api.CreateSandboxRequest{})
 	if !pub.Ports.Public || priv.Ports.Public {
 		t.Fatalf("ports: %+v %+v", pub.Ports, priv.Ports)
 	}
@@ -339,10 +329,7 @@ func TestPortsEndToEnd(t *testing.T) {
 	})
 
 	t.Run("a stopped sandbox", func(t *testing.T) {
-		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Ports: &api.PortAccess{Public: true}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{Ports: &api.PortAccess{Public: true}})
 		if _, err := c.StopSandbox(ctx, sb.ID); err != nil {
 			t.Fatal(err)
 		}
@@ -363,14 +350,8 @@ func TestPortsEndToEnd(t *testing.T) {
 		// Nothing listens in these sandboxes, so only the proxy's requests
 		// (each a 502) keep the busy one up; the idle one is the positive
 		// control that auto-stop acts.
-		busy, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{AutoStopSec: 2, Ports: &api.PortAccess{Public: true}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		idle, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{AutoStopSec: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
+		busy := newSandbox(ctx, t, c, api.CreateSandboxRequest{AutoStopSec: 2, Ports: &api.PortAccess{Public: true}})
+		idle := newSandbox(ctx, t, c, api.CreateSandboxRequest{AutoStopSec: 2})
 		u, _ := c.PortURL(ctx, busy.ID, 8080, 0)
 		stop := time.Now().Add(7 * time.Second)
 		for time.Now().Before(stop) {
@@ -380,10 +361,7 @@ func TestPortsEndToEnd(t *testing.T) {
 			time.Sleep(500 * time.Millisecond)
 		}
 		// GetSandbox is itself activity: read the list instead.
-		sbs, err := c.ListSandboxes(ctx, atoll.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		sbs := listSandboxes(ctx, t, c)
 		states := map[string]string{}
 		for _, sb := range sbs {
 			states[sb.ID] = sb.State
@@ -442,33 +420,6 @@ func TestPortsEndToEnd(t *testing.T) {
 	})
 }
 
-// listenScript listens on port 8080 (IPv4 and IPv6) before it exits, and
-// leaves a child that answers every GET with the sandbox's hostname: when
-// an exec of it returns, the sandbox's server is listening.
-const listenScript = `import os, socket, http.server
-s = socket.socket(socket.AF_INET6)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-s.bind(("::", 8080))
-s.listen(64)
-if os.fork():
-    os._exit(0)
-os.setsid()
-null = os.open(os.devnull, os.O_RDWR)
-for fd in (0, 1, 2):
-    os.dup2(null, fd)
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        b = socket.gethostname().encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(b)))
-        self.end_headers()
-        self.wfile.write(b)
-srv = http.server.HTTPServer(("::", 8080), H, bind_and_activate=False)
-srv.socket = s
-srv.serve_forever()
-`
-
 // TestPortsOfFreshSandboxes runs create → serve → reach → delete cycles on
 // one server, in a row and concurrently, under each runtime with a network
 // that runs here: each new sandbox gets a slot (so addresses) a deleted
@@ -507,7 +458,7 @@ func TestPortsOfFreshSandboxes(t *testing.T) {
 	}
 	// serve starts the server in sb; it listens when serve returns.
 	serve := func(sb api.Sandbox) error {
-		if _, err := c.WriteFile(ctx, sb.ID, "/tmp/listen.py", strings.NewReader(listenScript), 0o644); err != nil {
+		if _, err := c.WriteFile(ctx, sb.ID, "/tmp/listen.py", strings.NewReader(testenv.ListenScript("socket.gethostname().encode()")), 0o644); err != nil {
 			return err
 		}
 		var out bytes.Buffer
@@ -615,10 +566,7 @@ func TestPortsOfFreshSandboxes(t *testing.T) {
 	for _, rt := range runtimes[1:] {
 		t.Run(rt.name+" memory fork", func(t *testing.T) {
 			rt.require(t)
-			parent, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: rt.name, MemoryMiB: 512, Ports: &api.PortAccess{Public: true}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			parent := newSandbox(ctx, t, c, api.CreateSandboxRequest{Runtime: rt.name, MemoryMiB: 512, Ports: &api.PortAccess{Public: true}})
 			defer c.DeleteSandbox(ctx, parent.ID)
 			if err := serve(parent); err != nil {
 				t.Fatal(err)

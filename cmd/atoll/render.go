@@ -147,17 +147,24 @@ func formatTime(t, now time.Time) string {
 // until is how long after now t is, roughly, as people say it.
 func until(t, now time.Time) string {
 	d := t.Sub(now)
-	switch {
-	case d <= 0:
+	if d <= 0 {
 		return "due"
-	case d < time.Minute:
-		return fmt.Sprintf("in %ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("in %dm", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("in %dh", int(d.Hours()))
 	}
-	return fmt.Sprintf("in %dd", int(d.Hours()/24))
+	return "in " + roughly(d)
+}
+
+// roughly is d, not negative, in its largest whole unit up to days, as
+// people say it: 42s, 5m, 30h (up to two days), 3d.
+func roughly(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }
 
 // formatSeconds writes sec as a duration without zero tails: 24h, 1h30m, 90s → 1m30s.
@@ -178,17 +185,10 @@ func ago(t, now time.Time) string {
 		return "-"
 	}
 	d := now.Sub(t)
-	switch {
-	case d < 0:
+	if d < 0 {
 		return "just now"
-	case d < time.Minute:
-		return fmt.Sprintf("%ds ago", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm ago", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh ago", int(d.Hours()))
 	}
-	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
+	return roughly(d) + " ago"
 }
 
 // renderTemplates writes templates as a table for people.

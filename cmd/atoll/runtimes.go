@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -9,11 +10,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/atoll-dev/atoll/api"
+	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
 func newRuntimesCmd(g *globals) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
+	return showCmd(g, &cobra.Command{
 		Use:   "runtimes",
 		Short: "List the server's sandbox runtimes and what each can do",
 		Long: `List the runtimes "atoll create --runtime" takes, with their capabilities:
@@ -26,23 +27,10 @@ cannot offer is listed with why.`,
 		Example: `  atoll runtimes
   atoll create --runtime gvisor && atoll pause --to-disk ID`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			rts, err := c.Runtimes(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return renderJSON(cmd.OutOrStdout(), api.RuntimeList{Runtimes: rts})
-			}
-			return renderRuntimes(cmd.OutOrStdout(), rts)
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	}, "print JSON", func(ctx context.Context, c *atoll.Client, _ []string) (api.RuntimeList, error) {
+		rts, err := c.Runtimes(ctx)
+		return api.RuntimeList{Runtimes: rts}, err
+	}, func(w io.Writer, l api.RuntimeList) error { return renderRuntimes(w, l.Runtimes) })
 }
 
 func renderRuntimes(w io.Writer, rts []api.Runtime) error {

@@ -60,29 +60,33 @@ nodes filtered out with why ("atoll placement ID" shows it later).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
-			if req.TimeoutSec, err = seconds("--timeout", timeout); err != nil {
-				return err
+			for _, d := range []struct {
+				flag string
+				d    time.Duration
+				sec  *int64
+			}{
+				{"--timeout", timeout, &req.TimeoutSec},
+				{"--auto-delete", autoDelete, &req.AutoDeleteSec},
+				{"--auto-stop", autoStop, &req.AutoStopSec},
+				{"--auto-archive", autoArchive, &req.AutoArchiveSec},
+				{"--checkpoint-every", checkpointEvery, &req.CheckpointEverySec},
+			} {
+				if *d.sec, err = seconds(d.flag, d.d); err != nil {
+					return err
+				}
 			}
-			if req.AutoDeleteSec, err = seconds("--auto-delete", autoDelete); err != nil {
-				return err
-			}
-			if req.AutoStopSec, err = seconds("--auto-stop", autoStop); err != nil {
-				return err
-			}
-			if req.AutoArchiveSec, err = seconds("--auto-archive", autoArchive); err != nil {
-				return err
-			}
-			if req.CheckpointEverySec, err = seconds("--checkpoint-every", checkpointEvery); err != nil {
-				return err
-			}
-			if req.Env, err = keyValues("--env", env); err != nil {
-				return err
-			}
-			if req.Labels, err = keyValues("--label", labels); err != nil {
-				return err
-			}
-			if req.NodeSelector, err = keyValues("--node-selector", selector); err != nil {
-				return err
+			for _, kv := range []struct {
+				flag string
+				kvs  []string
+				m    *map[string]string
+			}{
+				{"--env", env, &req.Env},
+				{"--label", labels, &req.Labels},
+				{"--node-selector", selector, &req.NodeSelector},
+			} {
+				if *kv.m, err = keyValues(kv.flag, kv.kvs); err != nil {
+					return err
+				}
 			}
 			if req.Vaults, err = parseVaultFlags(vaults); err != nil {
 				return err
@@ -91,11 +95,9 @@ nodes filtered out with why ("atoll placement ID" shows it later).`,
 			if publicPorts {
 				req.Ports = &api.PortAccess{Public: true}
 			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			sb, err := c.CreateSandbox(cmd.Context(), req)
+			sb, err := request(g, cmd, func(ctx context.Context, c *atoll.Client) (api.Sandbox, error) {
+				return c.CreateSandbox(ctx, req)
+			})
 			if err != nil {
 				return err
 			}
@@ -162,16 +164,9 @@ replacing any earlier timeout; 0 removes the timeout. At most a year.`,
 			if d < 0 {
 				return fmt.Errorf("duration %v: must not be negative", d)
 			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			sb, err := c.SetTimeout(cmd.Context(), args[0], d)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), sb.ID)
-			return nil
+			return printKey(g, cmd, func(ctx context.Context, c *atoll.Client) (api.Sandbox, error) {
+				return c.SetTimeout(ctx, args[0], d)
+			}, sandboxListing.key)
 		},
 	}
 }
@@ -195,77 +190,58 @@ func keyValues(flag string, kvs []string) (map[string]string, error) {
 func newLsCmd(g *globals) *cobra.Command {
 	var opts atoll.ListOptions
 	var labels []string
-	var asJSON, quiet bool
-	cmd := &cobra.Command{
-		Use:     "ls [flags]",
-		Aliases: []string{"list"},
-		Short:   "List sandboxes",
-		Long:    `List sandboxes as a table, or as JSON with --json.`,
+	cmd := sandboxListing.command(g, &cobra.Command{
+		Use:   "ls [flags]",
+		Short: "List sandboxes",
+		Long:  `List sandboxes as a table, or as JSON with --json.`,
 		Example: `  atoll ls --state running --label team=infra
   atoll ls -q | xargs atoll stop`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
+		PreRunE: func(cmd *cobra.Command, args []string) error {
 			var err error
-			if opts.Labels, err = keyValues("--label", labels); err != nil {
-				return err
-			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			sbs, err := c.ListSandboxes(cmd.Context(), opts)
-			if err != nil {
-				return err
-			}
-			w := cmd.OutOrStdout()
-			switch {
-			case asJSON:
-				if sbs == nil {
-					sbs = []api.Sandbox{}
-				}
-				return renderJSON(w, api.SandboxList{Sandboxes: sbs})
-			case quiet:
-				for _, sb := range sbs {
-					fmt.Fprintln(w, sb.ID)
-				}
-				return nil
-			}
-			return renderList(w, sbs, time.Now())
+			opts.Labels, err = keyValues("--label", labels)
+			return err
 		},
-	}
+	}, "IDs", func(ctx context.Context, c *atoll.Client, _ []string) ([]api.Sandbox, error) {
+		return c.ListSandboxes(ctx, opts)
+	})
 	f := cmd.Flags()
 	f.StringVar(&opts.State, "state", "", "only sandboxes in this state (creating, starting, running, stopping, paused, suspended, shelved, stopped, archived, deleting, error)")
 	f.StringArrayVar(&labels, "label", nil, "only sandboxes with label k=v (repeatable; all must match)")
-	f.BoolVar(&asJSON, "json", false, "print JSON")
-	f.BoolVarP(&quiet, "quiet", "q", false, "print IDs only")
 	return cmd
 }
 
+var sandboxListing = listing[api.Sandbox]{
+	json:  func(sbs []api.Sandbox) any { return api.SandboxList{Sandboxes: sbs} },
+	key:   func(sb api.Sandbox) string { return sb.ID },
+	table: renderList,
+}
+
 func newInspectCmd(g *globals) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
+	return showCmd(g, &cobra.Command{
 		Use:     "inspect ID",
 		Short:   "Show a sandbox's details",
 		Long:    `Show a sandbox's state, limits, times and labels; --json shows everything.`,
 		Example: `  atoll inspect 3k9x2m7q1w8e5r4t6y0u --json`,
 		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			sb, err := c.GetSandbox(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return renderJSON(cmd.OutOrStdout(), sb)
-			}
-			return renderInspect(cmd.OutOrStdout(), sb, time.Now())
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	}, "print JSON", byID((*atoll.Client).GetSandbox), func(w io.Writer, sb api.Sandbox) error { return renderInspect(w, sb, time.Now()) })
+}
+
+// eachIDCmd is cmd, given its help, taking one or more IDs and running op
+// on each through eachID.
+func eachIDCmd(g *globals, cmd *cobra.Command, op func(c *atoll.Client, ctx context.Context, id string) error) *cobra.Command {
+	cmd.Args = cobra.MinimumNArgs(1)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error { return eachID(g, cmd, args, op) }
 	return cmd
+}
+
+// discard is op without the value it answers, for eachIDCmd: the ID
+// printed says that it was done.
+func discard[T any](op func(c *atoll.Client, ctx context.Context, id string) (T, error)) func(*atoll.Client, context.Context, string) error {
+	return func(c *atoll.Client, ctx context.Context, id string) error {
+		_, err := op(c, ctx, id)
+		return err
+	}
 }
 
 // eachID runs op on every ID, printing each ID done and each error, like docker.
@@ -290,56 +266,41 @@ func eachID(g *globals, cmd *cobra.Command, ids []string, op func(c *atoll.Clien
 }
 
 func newStopCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	return eachIDCmd(g, &cobra.Command{
 		Use:     "stop ID...",
 		Short:   "Stop sandboxes, keeping their files",
 		Long:    `Stop running sandboxes. Their files stay; "atoll start" runs them again.`,
 		Example: `  atoll stop 3k9x2m7q1w8e5r4t6y0u`,
-		Args:    cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
-				_, err := c.StopSandbox(ctx, id)
-				return err
-			})
-		},
-	}
+	}, discard((*atoll.Client).StopSandbox))
 }
 
 func newStartCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var cmd *cobra.Command
+	cmd = eachIDCmd(g, &cobra.Command{
 		Use:   "start ID...",
 		Short: "Start stopped sandboxes",
 		Long: `Start stopped sandboxes with the files they had. An archived sandbox's files
 come back from the archive store first; on a terminal its progress is shown.`,
 		Example: `  atoll start 3k9x2m7q1w8e5r4t6y0u`,
-		Args:    cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
-				if isTerminal(cmd.ErrOrStderr()) {
-					defer showProgress(ctx, c, id, cmd.ErrOrStderr())()
-				}
-				_, err := c.StartSandbox(ctx, id)
-				return err
-			})
-		},
-	}
+	}, func(c *atoll.Client, ctx context.Context, id string) error {
+		if isTerminal(cmd.ErrOrStderr()) {
+			defer showProgress(ctx, c, id, cmd.ErrOrStderr())()
+		}
+		_, err := c.StartSandbox(ctx, id)
+		return err
+	})
+	return cmd
 }
 
 func newRmCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	return eachIDCmd(g, &cobra.Command{
 		Use:     "rm ID...",
 		Aliases: []string{"delete"},
 		Short:   "Delete sandboxes and their files",
 		Long:    `Delete sandboxes, running or not, and everything in them. This cannot be undone.`,
 		Example: `  atoll rm 3k9x2m7q1w8e5r4t6y0u
   atoll ls -q --label run=42 | xargs atoll rm`,
-		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
-				return c.DeleteSandbox(ctx, id)
-			})
-		},
-	}
+	}, (*atoll.Client).DeleteSandbox)
 }
 
 // showProgress redraws sandbox id's progress on w, a terminal, every half
@@ -355,21 +316,14 @@ func showProgress(ctx context.Context, c *atoll.Client, id string, w io.Writer) 
 				fmt.Fprint(w, "\r\033[K")
 			}
 		}()
-		t := time.NewTicker(500 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		every(ctx, 500*time.Millisecond, func() {
 			sb, err := c.GetSandbox(ctx, id)
 			if err != nil || sb.Progress == nil {
-				continue
+				return
 			}
 			fmt.Fprintf(w, "\r\033[K%s: %s", sb.Progress.Op, progressText(*sb.Progress))
 			shown = true
-		}
+		})
 	}()
 	return func() { cancel(); <-done }
 }

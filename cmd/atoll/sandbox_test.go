@@ -1,11 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -46,23 +42,10 @@ func TestLifecycleFlags(t *testing.T) {
 	var create api.CreateSandboxRequest
 	var timeout api.TimeoutRequest
 	var network api.NetworkPolicy
-	s, err := server.New(server.Config{
-		Sandboxes: policySandboxes{create: &create, timeout: &timeout, network: &network},
-		Auth:      oneKey("k"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s.Handler())
-	defer ts.Close()
+	cli := cliAgainst(t, server.Config{Sandboxes: policySandboxes{create: &create, timeout: &timeout, network: &network}})
 	run := func(args ...string) (string, error) {
-		root := newRootCmd()
-		var out bytes.Buffer
-		root.SetOut(&out)
-		root.SetErr(io.Discard)
-		root.SetArgs(append(args, "--url", ts.URL, "--api-key", "k"))
-		err := root.Execute()
-		return out.String(), err
+		stdout, _, err := cli("", args...)
+		return stdout, err
 	}
 
 	for _, tc := range []struct {

@@ -136,7 +136,7 @@ the data directory (port-key).`,
 	f.StringVar(&cfg.agent, "agent", "", "atoll-agent binary to run in sandboxes (default: atoll-agent beside this binary, else this binary)")
 	f.Int64Var(&cfg.imageSize, "layer-image-size", 0, "size in bytes of the layer image, when one is created (default: 90% of free space, at most 1 TiB)")
 	f.Int64Var(&cfg.dirty, "layer-dirty-limit", 0, fmt.Sprintf("bytes the layer store may hold written but not yet on disk, all sandboxes together; it bounds the time a snapshot or fork takes after large writes (default %d; -1: the kernel's defaults)", layers.DefaultDirtyLimit))
-	f.IntVar(&cfg.warmPool, "warm-pool", 2, "default sandboxes to keep started ahead of demand (0: none)")
+	f.IntVar(&cfg.warmPool, "warm-pool", 2, "default sandboxes to keep started ahead of demand (0: none); in cluster mode the most warm sandboxes a node keeps, sized by the demand for each template")
 	f.IntVar(&cfg.prestart, "prestart", 4, "sandbox processes to keep started ahead of demand for forks and other creates (0: none)")
 	f.IntVar(&cfg.createConcurrency, "create-concurrency", 0, "creates that may start sandboxes at once (default 2 per core); more wait in a queue")
 	f.DurationVar(&cfg.metricsInterval, "metrics-interval", 5*time.Second, "how often running sandboxes are sampled for their metrics (E2B's interval is 5s)")
@@ -191,13 +191,9 @@ func networkConfig(cfg serveConfig, log *slog.Logger) (network.Config, error) {
 		}
 	}
 	for _, a := range cfg.netAllow {
-		p, err := netip.ParsePrefix(a)
+		p, err := parseOrAddr(a, netip.ParsePrefix, func(addr netip.Addr) netip.Prefix { return netip.PrefixFrom(addr, addr.BitLen()) })
 		if err != nil {
-			addr, aerr := netip.ParseAddr(a)
-			if aerr != nil {
-				return nc, fmt.Errorf("--network-allow %q: want a CIDR prefix or an address", a)
-			}
-			p = netip.PrefixFrom(addr, addr.BitLen())
+			return nc, fmt.Errorf("--network-allow %q: want a CIDR prefix or an address", a)
 		}
 		nc.Allow = append(nc.Allow, p)
 	}
@@ -214,17 +210,27 @@ func networkConfig(cfg serveConfig, log *slog.Logger) (network.Config, error) {
 		log.Info("sandboxes are refused the networks the server listens on", "deny", fmt.Sprint(nc.Deny))
 	}
 	for _, u := range cfg.dnsUpstream {
-		ap, err := netip.ParseAddrPort(u)
+		ap, err := parseOrAddr(u, netip.ParseAddrPort, func(addr netip.Addr) netip.AddrPort { return netip.AddrPortFrom(addr, 53) })
 		if err != nil {
-			addr, aerr := netip.ParseAddr(u)
-			if aerr != nil {
-				return nc, fmt.Errorf("--dns-upstream %q: want ADDR or ADDR:PORT", u)
-			}
-			ap = netip.AddrPortFrom(addr, 53)
+			return nc, fmt.Errorf("--dns-upstream %q: want ADDR or ADDR:PORT", u)
 		}
 		nc.Upstream = append(nc.Upstream, ap)
 	}
 	return nc, nil
+}
+
+// parseOrAddr parses s with parse or, failing that, as a bare address
+// that whole makes into a T: a prefix of one address, the default port.
+func parseOrAddr[T any](s string, parse func(string) (T, error), whole func(netip.Addr) T) (T, error) {
+	if v, err := parse(s); err == nil {
+		return v, nil
+	}
+	addr, err := netip.ParseAddr(s)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return whole(addr), nil
 }
 
 // listenAddrs are the IP addresses of listeners (HOST:PORT, "" for
@@ -554,6 +560,7 @@ func (s *serving) startControl(ctx context.Context) error {
 	}
 	if s.cluster.member != nil {
 		ccfg.Placer, ccfg.Peers, ccfg.Mover = placer{s.cluster.sched}, peers{&s.cluster}, mover{&s.cluster}
+		ccfg.Demand, ccfg.Capacity = s.cluster.store.Demand, s.cluster.capacity
 	}
 	svc, err := control.New(ccfg)
 	if err != nil {

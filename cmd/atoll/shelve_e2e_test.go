@@ -23,18 +23,11 @@ func TestShelveEndToEnd(t *testing.T) {
 	ctx := context.Background()
 	// The template's layers stay mounted once a sandbox used them.
 	var sb api.Sandbox
-	warm, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.DeleteSandbox(ctx, warm.ID); err != nil {
-		t.Fatal(err)
-	}
-	before := hostState(t, data)
+	before := warmBaseline(ctx, t, c, data)
 
 	// Ephemeral, with a timeout: a shelved sandbox is paused, not stopped,
 	// so neither its timeout nor the ephemeral policy may take it.
-	sb, err = c.CreateSandbox(ctx, api.CreateSandboxRequest{Ephemeral: true, TimeoutSec: 600})
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Ephemeral: true, TimeoutSec: 600})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,10 +123,7 @@ func TestShelveEndToEnd(t *testing.T) {
 		t.Errorf("stop of a shelved ephemeral sandbox: %+v, %v", sb, err)
 	}
 	// Wrong states: stopped, and deleted.
-	st, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := newSandbox(ctx, t, c, api.CreateSandboxRequest{})
 	if _, err := c.StopSandbox(ctx, st.ID); err != nil {
 		t.Fatal(err)
 	}

@@ -4,9 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -20,7 +18,7 @@ const maxForks = 100
 
 func newPauseCmd(g *globals) *cobra.Command {
 	var toDisk, noMemory bool
-	cmd := &cobra.Command{
+	cmd := eachIDCmd(g, &cobra.Command{
 		Use:   "pause ID... [--to-disk | --no-memory]",
 		Short: "Freeze sandboxes' processes, keeping their memory",
 		Long: `Pause running sandboxes: their processes stop being scheduled but keep their
@@ -39,22 +37,18 @@ its files. Any runtime can.`,
   atoll pause --to-disk 3k9x2m7q1w8e5r4t6y0u
   atoll pause --no-memory 3k9x2m7q1w8e5r4t6y0u
   atoll ls -q --label team=infra | xargs atoll pause`,
-		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
-				var err error
-				switch {
-				case toDisk:
-					_, err = c.SuspendSandbox(ctx, id)
-				case noMemory:
-					_, err = c.ShelveSandbox(ctx, id)
-				default:
-					_, err = c.PauseSandbox(ctx, id)
-				}
-				return err
-			})
-		},
-	}
+	}, func(c *atoll.Client, ctx context.Context, id string) error {
+		var err error
+		switch {
+		case toDisk:
+			_, err = c.SuspendSandbox(ctx, id)
+		case noMemory:
+			_, err = c.ShelveSandbox(ctx, id)
+		default:
+			_, err = c.PauseSandbox(ctx, id)
+		}
+		return err
+	})
 	cmd.Flags().BoolVar(&toDisk, "to-disk", false, "save memory and processes to disk and stop (state suspended)")
 	cmd.Flags().BoolVar(&noMemory, "no-memory", false, "end the processes, keep the files; resume boots it (state shelved)")
 	cmd.MarkFlagsMutuallyExclusive("to-disk", "no-memory")
@@ -62,7 +56,7 @@ its files. Any runtime can.`,
 }
 
 func newResumeCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	return eachIDCmd(g, &cobra.Command{
 		Use:   "resume ID...",
 		Short: "Thaw paused sandboxes, restore suspended ones, boot shelved ones",
 		Long: `Resume paused sandboxes: their processes carry on where they were frozen. A
@@ -70,14 +64,7 @@ suspended sandbox (paused to disk) is restored from its memory image; a
 shelved one (paused without memory) boots again over its files.`,
 		Example: `  atoll resume 3k9x2m7q1w8e5r4t6y0u
   atoll ls -q --state paused | xargs atoll resume`,
-		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
-				_, err := c.ResumeSandbox(ctx, id)
-				return err
-			})
-		},
-	}
+	}, discard((*atoll.Client).ResumeSandbox))
 }
 
 func newForkCmd(g *globals) *cobra.Command {
@@ -107,11 +94,9 @@ it (a second or two); only runtimes with the memory_fork capability can (gvisor)
 			if req.Labels, err = keyValues("--label", labels); err != nil {
 				return err
 			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			sbs, err := c.ForkSandbox(cmd.Context(), args[0], req)
+			sbs, err := request(g, cmd, func(ctx context.Context, c *atoll.Client) ([]api.Sandbox, error) {
+				return c.ForkSandbox(ctx, args[0], req)
+			})
 			if err != nil {
 				return err
 			}
@@ -139,16 +124,9 @@ was written since is lost. The snapshot may be of another sandbox.`,
   atoll restore 3k9x2m7q1w8e5r4t6y0u $snap`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			sb, err := c.RestoreSandbox(cmd.Context(), args[0], api.RestoreRequest{Snapshot: args[1]})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), sb.ID)
-			return nil
+			return printKey(g, cmd, func(ctx context.Context, c *atoll.Client) (api.Sandbox, error) {
+				return c.RestoreSandbox(ctx, args[0], api.RestoreRequest{Snapshot: args[1]})
+			}, sandboxListing.key)
 		},
 	}
 }
@@ -181,16 +159,9 @@ optional: at most 63 characters of letters, digits, ".", "_" and "-".`,
 		Example: `  atoll snapshot create 3k9x2m7q1w8e5r4t6y0u --name deps-installed`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			snap, err := c.CreateSnapshot(cmd.Context(), args[0], req)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), snap.ID)
-			return nil
+			return printKey(g, cmd, func(ctx context.Context, c *atoll.Client) (api.Snapshot, error) {
+				return c.CreateSnapshot(ctx, args[0], req)
+			}, snapshotListing.key)
 		},
 	}
 	cmd.Flags().StringVar(&req.Name, "name", "", "name of the snapshot")
@@ -198,11 +169,9 @@ optional: at most 63 characters of letters, digits, ".", "_" and "-".`,
 }
 
 func newSnapshotLsCmd(g *globals) *cobra.Command {
-	var asJSON, quiet bool
-	cmd := &cobra.Command{
-		Use:     "ls [ID] [flags]",
-		Aliases: []string{"list"},
-		Short:   "List snapshots",
+	return snapshotListing.command(g, &cobra.Command{
+		Use:   "ls [ID] [flags]",
+		Short: "List snapshots",
 		Long: `List snapshots, all or those taken of sandbox ID, as a table or as JSON with
 --json. SANDBOX is the sandbox each was taken of, which may be gone; SANDBOXES
 counts the sandboxes created from it.`,
@@ -210,45 +179,26 @@ counts the sandboxes created from it.`,
   atoll snapshot ls 3k9x2m7q1w8e5r4t6y0u
   atoll snapshot ls --json | jq -r '.snapshots[] | select(.sandboxes == 0) | .id'`,
 		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			var sandbox string
-			if len(args) == 1 {
-				sandbox = args[0]
-			}
-			snaps, err := c.ListSnapshots(cmd.Context(), sandbox)
-			if err != nil {
-				return err
-			}
-			slices.SortFunc(snaps, func(a, b api.Snapshot) int {
-				return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
-			})
-			w := cmd.OutOrStdout()
-			switch {
-			case asJSON:
-				if snaps == nil {
-					snaps = []api.Snapshot{}
-				}
-				return renderJSON(w, api.SnapshotList{Snapshots: snaps})
-			case quiet:
-				for _, s := range snaps {
-					fmt.Fprintln(w, s.ID)
-				}
-				return nil
-			}
-			return renderSnapshots(w, snaps, time.Now())
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print IDs only")
-	return cmd
+	}, "IDs", func(ctx context.Context, c *atoll.Client, args []string) ([]api.Snapshot, error) {
+		var sandbox string
+		if len(args) == 1 {
+			sandbox = args[0]
+		}
+		return c.ListSnapshots(ctx, sandbox)
+	})
+}
+
+var snapshotListing = listing[api.Snapshot]{
+	json:  func(snaps []api.Snapshot) any { return api.SnapshotList{Snapshots: snaps} },
+	key:   func(s api.Snapshot) string { return s.ID },
+	table: renderSnapshots,
+	order: func(a, b api.Snapshot) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
+	},
 }
 
 func newSnapshotRmCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	return eachIDCmd(g, &cobra.Command{
 		Use:     "rm SNAPSHOT...",
 		Aliases: []string{"delete"},
 		Short:   "Delete snapshots",
@@ -256,17 +206,11 @@ func newSnapshotRmCmd(g *globals) *cobra.Command {
 has its own copy.`,
 		Example: `  atoll snapshot rm 7h2k9x0q1w8e5r4t6y0u
   atoll snapshot ls -q 3k9x2m7q1w8e5r4t6y0u | xargs atoll snapshot rm`,
-		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
-				return c.DeleteSnapshot(ctx, id)
-			})
-		},
-	}
+	}, (*atoll.Client).DeleteSnapshot)
 }
 
 func newSnapshotArchiveCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	return eachIDCmd(g, &cobra.Command{
 		Use:   "archive SNAPSHOT...",
 		Short: "Move snapshots' files to object storage",
 		Long: `Archive snapshots: their files move to the server's archive store and their
@@ -274,30 +218,16 @@ local disk is freed. Creating a sandbox from an archived snapshot, or
 restoring a sandbox to one, brings it back first.`,
 		Example: `  atoll snapshot archive 7h2k9x0q1w8e5r4t6y0u
   atoll snapshot ls -q | xargs atoll snapshot archive`,
-		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
-				_, err := c.ArchiveSnapshot(ctx, id)
-				return err
-			})
-		},
-	}
+	}, discard((*atoll.Client).ArchiveSnapshot))
 }
 
 func newArchiveCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	return eachIDCmd(g, &cobra.Command{
 		Use:   "archive ID...",
 		Short: "Move stopped sandboxes' files to object storage",
 		Long: `Archive stopped sandboxes: their files move to the server's archive store and
 their local disk is freed. "atoll start" brings them back, exactly as they were.`,
 		Example: `  atoll stop 3k9x2m7q1w8e5r4t6y0u && atoll archive 3k9x2m7q1w8e5r4t6y0u
   atoll ls -q --state stopped | xargs atoll archive`,
-		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return eachID(g, cmd, args, func(c *atoll.Client, ctx context.Context, id string) error {
-				_, err := c.ArchiveSandbox(ctx, id)
-				return err
-			})
-		},
-	}
+	}, discard((*atoll.Client).ArchiveSandbox))
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -310,11 +309,9 @@ func shortLayer(id string) string {
 }
 
 func newTemplateLsCmd(g *globals) *cobra.Command {
-	var asJSON, quiet bool
-	cmd := &cobra.Command{
-		Use:     "ls [flags]",
-		Aliases: []string{"list"},
-		Short:   "List templates",
+	return templateListing.command(g, &cobra.Command{
+		Use:   "ls [flags]",
+		Short: "List templates",
 		Long: `List templates as a table, or as JSON with --json. VERSION is the version the
 name points to; OLD counts its earlier versions that sandboxes or snapshots still
 use (a name removed while in use shows as removed until they go). SANDBOXES
@@ -323,40 +320,20 @@ layers' unpacked size.`,
 		Example: `  atoll template ls
   atoll template ls --json | jq -r '.templates[] | select(.sandboxes == 0) | .name'`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ts, err := c.ListTemplates(cmd.Context())
-			if err != nil {
-				return err
-			}
-			slices.SortFunc(ts, func(a, b api.Template) int { return strings.Compare(a.Name, b.Name) })
-			w := cmd.OutOrStdout()
-			switch {
-			case asJSON:
-				if ts == nil {
-					ts = []api.Template{}
-				}
-				return renderJSON(w, api.TemplateList{Templates: ts})
-			case quiet:
-				for _, t := range ts {
-					fmt.Fprintln(w, t.Name)
-				}
-				return nil
-			}
-			return renderTemplates(w, ts, time.Now())
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print names only")
-	return cmd
+	}, "names", func(ctx context.Context, c *atoll.Client, _ []string) ([]api.Template, error) {
+		return c.ListTemplates(ctx)
+	})
+}
+
+var templateListing = listing[api.Template]{
+	json:  func(ts []api.Template) any { return api.TemplateList{Templates: ts} },
+	key:   func(t api.Template) string { return t.Name },
+	table: renderTemplates,
+	order: func(a, b api.Template) int { return strings.Compare(a.Name, b.Name) },
 }
 
 func newTemplateInspectCmd(g *globals) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
+	return showCmd(g, &cobra.Command{
 		Use:   "inspect NAME",
 		Short: "Show a template's details",
 		Long: `Show a template's current version: its source, digest, size and layers, and the
@@ -367,23 +344,7 @@ older version while it exists. --json shows it as the API does.`,
 		Example: `  atoll template inspect python
   atoll template inspect python --json`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			t, err := c.GetTemplate(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return renderJSON(cmd.OutOrStdout(), t)
-			}
-			return renderTemplate(cmd.OutOrStdout(), t, time.Now())
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	}, "print JSON", byID((*atoll.Client).GetTemplate), func(w io.Writer, t api.Template) error { return renderTemplate(w, t, time.Now()) })
 }
 
 func newTemplateRmCmd(g *globals) *cobra.Command {
@@ -457,16 +418,9 @@ pointed to before stays while sandboxes use it.`,
   atoll template build --name python-next ./py && atoll template tag python-next python`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			t, err := c.TagTemplate(cmd.Context(), args[0], args[1])
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), t.Name)
-			return nil
+			return printKey(g, cmd, func(ctx context.Context, c *atoll.Client) (api.Template, error) {
+				return c.TagTemplate(ctx, args[0], args[1])
+			}, templateListing.key)
 		},
 	}
 }

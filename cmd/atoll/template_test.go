@@ -1,7 +1,6 @@
 package main
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -23,6 +22,8 @@ import (
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/server"
+	"github.com/atoll-dev/atoll/internal/testenv"
+	"github.com/atoll-dev/atoll/internal/testenv/memstore"
 )
 
 var templateFixture = []api.Template{
@@ -60,14 +61,7 @@ var templateFixture = []api.Template{
 }
 
 func TestRenderTemplates(t *testing.T) {
-	var b bytes.Buffer
-	if err := renderTemplates(&b, templateFixture, now); err != nil {
-		t.Fatal(err)
-	}
-	golden(t, "template-ls", b.String())
-	b.Reset()
-	renderTemplates(&b, nil, now)
-	golden(t, "template-ls-empty", b.String())
+	goldenTable(t, "template-ls", renderTemplates, templateFixture)
 }
 
 func TestRenderTemplate(t *testing.T) {
@@ -156,35 +150,28 @@ func TestShortLayer(t *testing.T) {
 // memTemplates is an in-memory template store for driving the CLI through a
 // real server. Archive imports make one layer per tar entry, named after it.
 type memTemplates struct {
+	memstore.Templates
+
 	mu sync.Mutex
-	m  map[string]api.Template
 	// bootstrapped is the last bootstrap's request.
 	bootstrapped api.BootstrapTemplateRequest
 }
 
+// newMemTemplates holds the built-in template, host, that sandboxes
+// sandboxes were made from.
+func newMemTemplates(sandboxes int) *memTemplates {
+	return &memTemplates{Templates: memstore.NewTemplates(api.Template{Name: "host", Source: "builtin", Sandboxes: sandboxes})}
+}
+
 func (s *memTemplates) Import(ctx context.Context, req api.ImportTemplateRequest, archive io.Reader, progress func(api.ImportEvent)) (api.Template, error) {
-	s.mu.Lock()
-	_, exists := s.m[req.Name]
-	s.mu.Unlock()
-	if exists {
+	if s.Has(req.Name) {
 		return api.Template{}, fmt.Errorf("template %s already exists: %w", req.Name, errdefs.ErrConflict)
 	}
 	t := api.Template{Name: req.Name, Source: req.Ref, CreatedAt: time.Now()}
 	if archive != nil {
 		t.Source = "archive"
-		tr := tar.NewReader(archive)
-		for {
-			h, err := tr.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return api.Template{}, fmt.Errorf("%w: not an image archive", errdefs.ErrInvalid)
-			}
-			n, _ := io.Copy(io.Discard, tr)
-			t.Layers = append(t.Layers, h.Name)
-			t.Size += n
-			progress(api.ImportEvent{Layer: h.Name, Bytes: n, Total: n, LayersDone: len(t.Layers)})
+		if err := memstore.ImportArchive(&t, archive, progress); err != nil {
+			return api.Template{}, err
 		}
 	} else {
 		if req.Username != "" && (req.Username != "bot" || req.Password != "s3cret") {
@@ -196,9 +183,7 @@ func (s *memTemplates) Import(ctx context.Context, req api.ImportTemplateRequest
 		t.Layers = []string{"sha256:0a1b2c3d4e5f60718293a4b5c6d7e8f9"}
 		progress(api.ImportEvent{Layer: t.Layers[0], Bytes: 10, Total: 10, LayersDone: 1, Layers: 1})
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.m[t.Name] = t
+	s.Put(t.Name, t)
 	return t, nil
 }
 
@@ -206,31 +191,13 @@ func (s *memTemplates) Import(ctx context.Context, req api.ImportTemplateRequest
 // "# cached"; "RUN false" fails. The template's Layers are the context's
 // entries, its Env the build args.
 func (s *memTemplates) Build(ctx context.Context, name, dockerfile string, buildArgs map[string]string, buildContext io.Reader, events func(api.BuildEvent)) (api.Template, error) {
-	s.mu.Lock()
-	_, exists := s.m[name]
-	s.mu.Unlock()
-	if exists {
+	if s.Has(name) {
 		return api.Template{}, fmt.Errorf("template %s already exists: %w", name, errdefs.ErrConflict)
 	}
 	t := api.Template{Name: name, Source: "build", CreatedAt: time.Now()}
-	var lines []string
-	tr := tar.NewReader(buildContext)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return api.Template{}, fmt.Errorf("%w: reading the build context: %v", errdefs.ErrInvalid, err)
-		}
-		b, _ := io.ReadAll(tr)
-		if h.Name == dockerfile {
-			lines = strings.Split(strings.TrimSpace(string(b)), "\n")
-		}
-		t.Layers = append(t.Layers, h.Name)
-	}
-	if lines == nil {
-		return api.Template{}, fmt.Errorf("%w: no %s in the build context", errdefs.ErrInvalid, dockerfile)
+	lines, err := memstore.BuildContext(&t, buildContext, dockerfile)
+	if err != nil {
+		return api.Template{}, err
 	}
 	for i, l := range lines {
 		l, cached := strings.CutSuffix(l, " # cached")
@@ -247,43 +214,20 @@ func (s *memTemplates) Build(ctx context.Context, name, dockerfile string, build
 		t.Env = append(t.Env, k+"="+v)
 	}
 	slices.Sort(t.Env)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.m[name] = t
-	return t, nil
-}
-
-func (s *memTemplates) List(ctx context.Context) ([]api.Template, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []api.Template
-	for _, t := range s.m {
-		out = append(out, t)
-	}
-	return out, nil
-}
-
-func (s *memTemplates) Get(ctx context.Context, name string) (api.Template, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t, ok := s.m[name]
-	if !ok {
-		return t, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
-	}
+	s.Put(name, t)
 	return t, nil
 }
 
 func (s *memTemplates) Delete(ctx context.Context, name string) (api.TemplateRemoved, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t, ok := s.m[name]
-	switch {
-	case !ok:
-		return api.TemplateRemoved{}, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
-	case t.Source == "builtin":
-		return api.TemplateRemoved{}, fmt.Errorf("%w: the built-in template cannot be deleted", errdefs.ErrConflict)
+	t, err := s.Table.Delete(name, func(t api.Template) error {
+		if t.Source == "builtin" {
+			return fmt.Errorf("%w: the built-in template cannot be deleted", errdefs.ErrConflict)
+		}
+		return nil
+	})
+	if err != nil {
+		return api.TemplateRemoved{}, err
 	}
-	delete(s.m, name)
 	out := api.TemplateRemoved{Name: name}
 	if t.Sandboxes > 0 {
 		out.Held = []api.TemplateVersion{{ID: t.VersionID, Number: t.Version, Layers: t.Layers, Sandboxes: t.Sandboxes}}
@@ -373,17 +317,21 @@ func (k oneKey) Authenticate(ctx context.Context, key string) (string, error) {
 	return "default", nil
 }
 
-// TestTemplateCommands drives "atoll template" against a server in this
-// process.
-func TestTemplateCommands(t *testing.T) {
-	tpls := &memTemplates{m: map[string]api.Template{"host": {Name: "host", Source: "builtin", Sandboxes: 2}}}
-	s, err := server.New(server.Config{Sandboxes: noSandboxes{}, Templates: tpls, Auth: oneKey("k"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+// cliAgainst starts a server in this process with the services in cfg, and
+// the API key "k", and returns a function that runs the CLI against it:
+// args with --url, --api-key and a --data of its own added, stdin as its
+// input.
+func cliAgainst(t *testing.T, cfg server.Config) func(stdin string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	cfg.Auth = oneKey("k")
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := server.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts := httptest.NewServer(s.Handler())
-	defer ts.Close()
-	run := func(stdin string, args ...string) (stdout, stderr string, err error) {
+	t.Cleanup(ts.Close)
+	return func(stdin string, args ...string) (string, string, error) {
 		t.Helper()
 		root := newRootCmd()
 		var out, errOut bytes.Buffer
@@ -391,18 +339,21 @@ func TestTemplateCommands(t *testing.T) {
 		root.SetOut(&out)
 		root.SetErr(&errOut)
 		root.SetArgs(append(args, "--url", ts.URL, "--api-key", "k", "--data", t.TempDir()))
-		err = root.ExecuteContext(context.Background())
+		err := root.ExecuteContext(context.Background())
 		return out.String(), errOut.String(), err
 	}
+}
+
+// TestTemplateCommands drives "atoll template" against a server in this
+// process.
+func TestTemplateCommands(t *testing.T) {
+	tpls := newMemTemplates(2)
+	run := cliAgainst(t, server.Config{Sandboxes: noSandboxes{}, Templates: tpls})
 
 	dir := t.TempDir()
 	archive := filepath.Join(dir, "image.tar")
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	tw.WriteHeader(&tar.Header{Name: "manifest.json", Mode: 0o644, Size: 2})
-	tw.Write([]byte("[]"))
-	tw.Close()
-	os.WriteFile(archive, buf.Bytes(), 0o644)
+	image := testenv.Tar("manifest.json", "[]").Bytes()
+	os.WriteFile(archive, image, 0o644)
 	layout := filepath.Join(dir, "layout")
 	os.MkdirAll(filepath.Join(layout, "blobs", "sha256"), 0o755)
 	os.WriteFile(filepath.Join(layout, "oci-layout"), []byte(`{"imageLayoutVersion":"1.0.0"}`), 0o644)
@@ -423,7 +374,7 @@ func TestTemplateCommands(t *testing.T) {
 		{"credentials", "s3cret\n", []string{"ghcr.io/org/app:1", "--name", "app", "--username", "bot", "--password-stdin"}, nil, "ghcr.io/org/app:1", ""},
 		{"insecure", "", []string{"localhost:5000/dev", "--name", "dev", "--insecure"}, nil, "http://localhost:5000/dev", ""},
 		{"archive file", "", []string{archive, "--name", "file"}, []string{"manifest.json"}, "archive", "manifest.json  2 B  done\n"},
-		{"archive on stdin", buf.String(), []string{"-", "--name", "stdin"}, []string{"manifest.json"}, "archive", ""},
+		{"archive on stdin", string(image), []string{"-", "--name", "stdin"}, []string{"manifest.json"}, "archive", ""},
 		{"OCI layout", "", []string{layout, "--name", "layout"}, []string{"blobs/", "blobs/sha256/", "blobs/sha256/ab", "index.json", "oci-layout"}, "archive", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -496,9 +447,10 @@ func TestTemplateCommands(t *testing.T) {
 		t.Errorf("template inspect nope: %v", err)
 	}
 	// A removed name's versions in use stay, and rm says so.
-	app := tpls.m["app"]
-	app.Version, app.VersionID, app.Sandboxes = 1, "v0123456789abcdef012", 1
-	tpls.m["app"] = app
+	tpls.Update("app", func(app *api.Template) error {
+		app.Version, app.VersionID, app.Sandboxes = 1, "v0123456789abcdef012", 1
+		return nil
+	})
 	stdout, stderr, err := run("", "template", "rm", "alpine", "host", "nope", "app")
 	if err != (exitError{1}) || stdout != "alpine\napp\n  version 1 (v0123456789abcdef012) stays until unused: used by 1 sandbox\n" ||
 		!strings.Contains(stderr, "the built-in template cannot be deleted") || !strings.Contains(stderr, "atoll: nope: template nope: not found") {
@@ -561,26 +513,14 @@ func TestOpenArchiveReleases(t *testing.T) {
 	}
 }
 
-func (s *memTemplates) Tag(ctx context.Context, name, tag string) (api.Template, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t, ok := s.m[name]
-	if !ok {
-		return t, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
-	}
-	t.Name = tag
-	s.m[tag] = t
-	return t, nil
-}
-
 func (s *memTemplates) Bootstrap(ctx context.Context, req api.BootstrapTemplateRequest, events func(api.BuildEvent)) (api.Template, error) {
 	events(api.BuildEvent{Type: "log", Data: []byte("I: Base system installed successfully.\n")})
 	if req.Build != "" {
 		events(api.BuildEvent{Type: "step", Step: 1, Steps: 4, Instruction: "FROM debian"})
 	}
 	t := api.Template{Name: req.Name, Source: "debootstrap " + req.Suite, Layers: []string{"l"}}
+	s.Put(req.Name, t)
 	s.mu.Lock()
-	s.m[req.Name] = t
 	s.bootstrapped = req
 	s.mu.Unlock()
 	return t, nil

@@ -29,9 +29,12 @@ admin's. See docs/vault.md.`,
 		Example: `  atoll vault create notes --layout agent
   git clone "http://x:$ATOLL_API_KEY@127.0.0.1:7777/git/notes.git"
   atoll vault log notes
-  atoll vault show notes index.md@HEAD~1`,
+  atoll vault show notes index.md@HEAD~1
+  atoll vault search notes ada lovelace
+  atoll vault links notes entities/ada-lovelace.md`,
 	}
-	cmd.AddCommand(newVaultCreateCmd(g), newVaultListCmd(g), newVaultInspectCmd(g), newVaultRmCmd(g), newVaultLogCmd(g), newVaultShowCmd(g))
+	cmd.AddCommand(newVaultCreateCmd(g), newVaultListCmd(g), newVaultInspectCmd(g), newVaultRmCmd(g), newVaultLogCmd(g), newVaultShowCmd(g),
+		newVaultSearchCmd(g), newVaultLinksCmd(g))
 	return cmd
 }
 
@@ -78,7 +81,12 @@ func newVaultListCmd(g *globals) *cobra.Command {
 		Use:     "ls",
 		Aliases: []string{"list"},
 		Short:   "List the tenant's vaults",
-		Args:    cobra.NoArgs,
+		Long: `List the vaults of the key's tenant: each one's name, the commit its main
+branch points at, how many refs it holds, the layout it was seeded with and
+when it was made.`,
+		Example: `  atoll vault ls
+  atoll vault ls --json`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
 			if err != nil {
@@ -115,7 +123,11 @@ func newVaultInspectCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "inspect NAME",
 		Short: "Print a vault as JSON, with its refs and git URL",
-		Args:  cobra.ExactArgs(1),
+		Long: `Print a vault's record as JSON: its refs (branches and tags with the
+commits they point at), its settings and the URL git clones it from.`,
+		Example: `  atoll vault inspect notes
+  git clone "$(atoll vault inspect notes | jq -r .git_url)"`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
 			if err != nil {
@@ -140,6 +152,8 @@ func newVaultRmCmd(g *globals) *cobra.Command {
 		Short: "Delete vaults and their history",
 		Long: `Delete vaults, their history and their objects. A vault that sandboxes
 mount is refused unless --force.`,
+		Example: `  atoll vault rm notes
+  atoll vault rm --force notes scratch`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
@@ -165,7 +179,11 @@ func newVaultLogCmd(g *globals) *cobra.Command {
 	log := &cobra.Command{
 		Use:   "log NAME [--rev REV] [-n N]",
 		Short: "List a vault's commits, newest first",
-		Args:  cobra.ExactArgs(1),
+		Long: `List a vault's commits, newest first: each one's ID, time, author and
+subject.`,
+		Example: `  atoll vault log notes
+  atoll vault log notes --rev v1 -n 20`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
 			if err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"archive/tar"
 	"bufio"
 	"bytes"
 	"context"
@@ -105,10 +104,7 @@ func TestTemplateVersions(t *testing.T) {
 	if err != nil || first.Version != 1 || len(first.VersionID) != 20 || len(first.Layers) != 2 || len(first.Versions) != 1 {
 		t.Fatalf("first version: %+v, %v", first, err)
 	}
-	old, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "app"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	old := newSandbox(ctx, t, c, api.CreateSandboxRequest{Template: "app"})
 	if old.TemplateVersion != first.VersionID || versionOf(old.ID) != "one" {
 		t.Errorf("sandbox of the first version: %+v", old)
 	}
@@ -390,10 +386,7 @@ func TestKillDuringTemplateRebuild(t *testing.T) {
 		t.Fatalf("build: %s", out)
 	}
 	first, _ := c.GetTemplate(ctx, "app")
-	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "app"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{Template: "app"})
 	before := hostState(t, data)
 	layersBefore := layerDirs(data)
 
@@ -447,11 +440,7 @@ func TestKillDuringTemplateRebuild(t *testing.T) {
 // tinyImage is an image of one layer holding /v.txt with text, and no shell.
 func tinyImage(t *testing.T, text string) v1.Image {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	tw.WriteHeader(&tar.Header{Name: "v.txt", Mode: 0o644, Size: int64(len(text)), Typeflag: tar.TypeReg})
-	tw.Write([]byte(text))
-	tw.Close()
+	buf := testenv.Tar("v.txt", text)
 	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
 	if err != nil {
 		t.Fatal(err)
@@ -500,10 +489,7 @@ func TestTemplateReimport(t *testing.T) {
 		return m
 	}
 	first := imp("one")
-	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "tiny"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{Template: "tiny"})
 	second := imp("two")
 	if second.Version != 2 || second.OldVersions != 1 || second.Layers[0] == first.Layers[0] {
 		t.Fatalf("reimport while a sandbox runs: %+v", second)

@@ -269,6 +269,24 @@ func writeError(w http.ResponseWriter, err error) {
 
 func writeJSON(w http.ResponseWriter, status int, v any) { surface.JSON(w, status, v) }
 
+// respondEmpty answers 204, or err if there is one.
+func respondEmpty(w http.ResponseWriter, err error) {
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// respond writes v as JSON with 200, or err if there is one.
+func respond(w http.ResponseWriter, v any, err error) {
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
 // decodeJSON decodes exactly one JSON value of at most maxJSONBody bytes,
 // rejecting unknown fields.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {

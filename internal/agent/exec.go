@@ -128,14 +128,8 @@ func (a *Agent) handleStdinClose(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Agent) handleSignal(w http.ResponseWriter, r *http.Request) {
-	p, err := a.process(r.PathValue("pid"))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	var req api.SignalRequest
-	if err := decodeJSON(w, r, &req); err != nil {
-		writeError(w, err)
+	p, req, ok := processRequest[api.SignalRequest](a, w, r)
+	if !ok {
 		return
 	}
 	sig, err := parseSignal(req.Signal)
@@ -165,15 +159,23 @@ func (a *Agent) handleSignal(w http.ResponseWriter, r *http.Request) {
 // reaped: one stuck in the kernel (uninterruptible I/O) is answered anyway.
 const killWait = 5 * time.Second
 
-func (a *Agent) handleResize(w http.ResponseWriter, r *http.Request) {
+// processRequest reads the process {pid} of r and r's JSON body, a Req;
+// it answers a bad request itself, and ok is false.
+func processRequest[Req any](a *Agent, w http.ResponseWriter, r *http.Request) (p *process, req Req, ok bool) {
 	p, err := a.process(r.PathValue("pid"))
+	if err == nil {
+		err = decodeJSON(w, r, &req)
+	}
 	if err != nil {
 		writeError(w, err)
-		return
+		return nil, req, false
 	}
-	var size api.PTYSize
-	if err := decodeJSON(w, r, &size); err != nil {
-		writeError(w, err)
+	return p, req, true
+}
+
+func (a *Agent) handleResize(w http.ResponseWriter, r *http.Request) {
+	p, size, ok := processRequest[api.PTYSize](a, w, r)
+	if !ok {
 		return
 	}
 	if err := p.resize(size); err != nil {

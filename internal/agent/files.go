@@ -87,29 +87,28 @@ func fileMode(m uint32) (os.FileMode, error) {
 		return 0, errorf(errdefs.ErrInvalid, "bad mode %#o", m)
 	}
 	fm := os.FileMode(m & 0o777)
-	if m&syscall.S_ISUID != 0 {
-		fm |= os.ModeSetuid
-	}
-	if m&syscall.S_ISGID != 0 {
-		fm |= os.ModeSetgid
-	}
-	if m&syscall.S_ISVTX != 0 {
-		fm |= os.ModeSticky
+	for _, b := range specialBits {
+		if m&b.chmod != 0 {
+			fm |= b.mode
+		}
 	}
 	return fm, nil
 }
 
+// specialBits pairs chmod's setuid, setgid and sticky bits with
+// os.FileMode's.
+var specialBits = []struct {
+	chmod uint32
+	mode  os.FileMode
+}{{syscall.S_ISUID, os.ModeSetuid}, {syscall.S_ISGID, os.ModeSetgid}, {syscall.S_ISVTX, os.ModeSticky}}
+
 // chmodBits converts an os.FileMode back to chmod bits.
 func chmodBits(fm os.FileMode) uint32 {
 	m := uint32(fm.Perm())
-	if fm&os.ModeSetuid != 0 {
-		m |= syscall.S_ISUID
-	}
-	if fm&os.ModeSetgid != 0 {
-		m |= syscall.S_ISGID
-	}
-	if fm&os.ModeSticky != 0 {
-		m |= syscall.S_ISVTX
+	for _, b := range specialBits {
+		if fm&b.mode != 0 {
+			m |= b.chmod
+		}
 	}
 	return m
 }
@@ -153,6 +152,18 @@ func lstat(p string) (api.FileInfo, error) {
 // withMetadata is the with_metadata query parameter of the calls that
 // describe files: whether to read each one's metadata (filemeta), which
 // costs a listxattr and a getxattr per key.
+// queryBools is queryBool of each of names, in their order.
+func queryBools(r *http.Request, names ...string) ([]bool, error) {
+	out := make([]bool, len(names))
+	for i, name := range names {
+		var err error
+		if out[i], err = queryBool(r, name); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
 func withMetadata(r *http.Request) (bool, error) { return queryBool(r, "with_metadata") }
 
 // addMetadata fills in info's metadata. It is best effort, as in E2B's
@@ -426,74 +437,75 @@ func (a *Agent) handleRemove(w http.ResponseWriter, r *http.Request) {
 		}
 		return nil
 	}()
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	respondEmpty(w, err)
 }
 
 func (a *Agent) handleStat(w http.ResponseWriter, r *http.Request) {
-	p, err := queryPath(r)
+	p, meta, err := queryPathMeta(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	meta, err := withMetadata(r)
-	if err != nil {
-		writeError(w, err)
-		return
+	info, err := lstatMeta(p, meta)
+	respond(w, info, err)
+}
+
+// queryPathMeta reads the path and with_metadata query parameters of r.
+func queryPathMeta(r *http.Request) (p string, meta bool, err error) {
+	if p, err = queryPath(r); err == nil {
+		meta, err = withMetadata(r)
 	}
+	return p, meta, err
+}
+
+// lstatMeta is lstat with metadata if meta.
+func lstatMeta(p string, meta bool) (api.FileInfo, error) {
 	info, err := lstat(p)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	if meta {
+	if err == nil && meta {
 		addMetadata(&info)
 	}
-	writeJSON(w, http.StatusOK, info)
+	return info, err
 }
 
 func (a *Agent) handleList(w http.ResponseWriter, r *http.Request) {
-	p, err := queryPath(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	meta, err := withMetadata(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	entries, err := os.ReadDir(p)
-	if err != nil {
-		writeError(w, fsError(err))
-		return
-	}
-	list := api.FileList{Files: []api.FileInfo{}}
-	for _, e := range entries {
-		fp := filepath.Join(p, e.Name())
-		fi, err := e.Info()
+	list, err := func() (api.FileList, error) {
+		p, meta, err := queryPathMeta(r)
 		if err != nil {
-			continue // removed since ReadDir
+			return api.FileList{}, err
 		}
-		info := fileInfo(fp, fi)
-		if meta {
-			addMetadata(&info)
+		entries, err := os.ReadDir(p)
+		if err != nil {
+			return api.FileList{}, fsError(err)
 		}
-		list.Files = append(list.Files, info)
+		list := api.FileList{Files: []api.FileInfo{}}
+		for _, e := range entries {
+			fi, err := e.Info()
+			if err != nil {
+				continue // removed since ReadDir
+			}
+			info := fileInfo(filepath.Join(p, e.Name()), fi)
+			if meta {
+				addMetadata(&info)
+			}
+			list.Files = append(list.Files, info)
+		}
+		return list, nil
+	}()
+	respond(w, list, err)
+}
+
+// decodeAt decodes r's JSON body, a Req, and cleans the path it names
+// (path(req)).
+func decodeAt[Req any](w http.ResponseWriter, r *http.Request, path func(*Req) string) (req Req, p string, err error) {
+	if err = decodeJSON(w, r, &req); err == nil {
+		p, err = cleanPath(path(&req))
 	}
-	writeJSON(w, http.StatusOK, list)
+	return req, p, err
 }
 
 func (a *Agent) handleMkdir(w http.ResponseWriter, r *http.Request) {
 	info, err := func() (api.FileInfo, error) {
-		var req api.MkdirRequest
-		if err := decodeJSON(w, r, &req); err != nil {
-			return api.FileInfo{}, err
-		}
-		p, err := cleanPath(req.Path)
+		req, p, err := decodeAt(w, r, func(req *api.MkdirRequest) string { return req.Path })
 		if err != nil {
 			return api.FileInfo{}, err
 		}
@@ -520,11 +532,7 @@ func (a *Agent) handleMkdir(w http.ResponseWriter, r *http.Request) {
 		}
 		return lstat(p)
 	}()
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, info)
+	respond(w, info, err)
 }
 
 func (a *Agent) handleRename(w http.ResponseWriter, r *http.Request) {
@@ -551,26 +559,14 @@ func (a *Agent) handleRename(w http.ResponseWriter, r *http.Request) {
 		if err := os.Rename(from, to); err != nil {
 			return api.FileInfo{}, fsError(err)
 		}
-		info, err := lstat(to)
-		if err == nil && meta {
-			addMetadata(&info)
-		}
-		return info, err
+		return lstatMeta(to, meta)
 	}()
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, info)
+	respond(w, info, err)
 }
 
 func (a *Agent) handleChmod(w http.ResponseWriter, r *http.Request) {
 	info, err := func() (api.FileInfo, error) {
-		var req api.ChmodRequest
-		if err := decodeJSON(w, r, &req); err != nil {
-			return api.FileInfo{}, err
-		}
-		p, err := cleanPath(req.Path)
+		req, p, err := decodeAt(w, r, func(req *api.ChmodRequest) string { return req.Path })
 		if err != nil {
 			return api.FileInfo{}, err
 		}
@@ -583,9 +579,5 @@ func (a *Agent) handleChmod(w http.ResponseWriter, r *http.Request) {
 		}
 		return lstat(p)
 	}()
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, info)
+	respond(w, info, err)
 }

@@ -267,11 +267,16 @@ func (p *process) broadcast(ev api.ExecEvent) {
 	subs := slices.Collect(maps.Keys(p.subs))
 	p.mu.Unlock()
 	for _, s := range subs {
-		select {
-		case s.ch <- ev:
-		case <-s.gone:
-		case <-p.closing:
-		}
+		p.deliver(s, ev)
+	}
+}
+
+// deliver hands ev to s, unless s is gone or the process is closing.
+func (p *process) deliver(s *subscriber, ev api.ExecEvent) {
+	select {
+	case s.ch <- ev:
+	case <-s.gone:
+	case <-p.closing:
 	}
 }
 
@@ -282,11 +287,7 @@ func (p *process) finish(ev api.ExecEvent) {
 	p.subs = nil
 	p.mu.Unlock()
 	for _, s := range subs {
-		select {
-		case s.ch <- ev:
-		case <-s.gone:
-		case <-p.closing:
-		}
+		p.deliver(s, ev)
 		close(s.ch)
 	}
 }

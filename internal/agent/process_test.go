@@ -298,15 +298,7 @@ func TestBackground(t *testing.T) {
 	wantStatus(t, e.c.WriteStdin(ctx, p.PID, strings.NewReader("x")), 409, "conflict")
 
 	t.Run("stdin", func(t *testing.T) {
-		p, err := e.c.Start(ctx, api.ExecRequest{Shell: "read x; echo got:$x; exit 7", KeepStdin: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := e.c.Attach(ctx, p.PID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		p, s := startAttached(t, e.c, api.ExecRequest{Shell: "read x; echo got:$x; exit 7", KeepStdin: true})
 		if err := e.c.WriteStdin(ctx, p.PID, strings.NewReader("hello\n")); err != nil {
 			t.Fatal(err)
 		}
@@ -316,15 +308,7 @@ func TestBackground(t *testing.T) {
 		}
 	})
 	t.Run("stdin close", func(t *testing.T) {
-		p, err := e.c.Start(ctx, api.ExecRequest{Cmd: []string{"cat"}, Stdin: []byte("first,"), KeepStdin: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := e.c.Attach(ctx, p.PID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		p, s := startAttached(t, e.c, api.ExecRequest{Cmd: []string{"cat"}, Stdin: []byte("first,"), KeepStdin: true})
 		e.c.WriteStdin(ctx, p.PID, strings.NewReader("second"))
 		if err := e.c.CloseStdin(ctx, p.PID); err != nil {
 			t.Fatal(err)
@@ -523,26 +507,8 @@ func startAgentProcess(t *testing.T, env map[string]string) (*Client, *exec.Cmd)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperEnv+"=1", launch.EnvVar+"="+string(envJSON), "ATOLL_TEST_LEAK=leak")
 	cmd.ExtraFiles = []*os.File{f}
-	var logs bytes.Buffer
-	cmd.Stderr = &logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	c := runAgent(t, cmd, sock)
 	f.Close()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-		if t.Failed() {
-			t.Logf("agent log:\n%s", logs.String())
-		}
-	})
-	c := NewClient(func(ctx context.Context) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	})
 	if err := c.Health(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -640,6 +606,48 @@ func zombieChildren(t *testing.T, pid int) []string {
 	return zombies
 }
 
+// startAttached starts the process req asks for and attaches to it until
+// t ends.
+func startAttached(t *testing.T, c *Client, req api.ExecRequest) (api.Process, *EventStream) {
+	t.Helper()
+	ctx := context.Background()
+	p, err := c.Start(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Attach(ctx, p.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return p, s
+}
+
+// runAgent starts cmd, an agent that serves on sock, and returns a client
+// of it; t's end kills it and, if t failed, logs what it wrote.
+func runAgent(t *testing.T, cmd *exec.Cmd, sock string) *Client {
+	t.Helper()
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("agent log:\n%s", logs.String())
+		}
+	})
+	return NewClient(func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	})
+}
+
 // TestAgentProcessListenPath checks the agent that binds its own socket
 // ($ATOLL_AGENT_LISTEN): it serves there, lets go of the socket (file and
 // connections) on ReleaseSignal while its processes run on, and takes it up
@@ -649,23 +657,7 @@ func TestAgentProcessListenPath(t *testing.T) {
 	sock := filepath.Join(shortTempDir(t), "agent.sock")
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperEnv+"=1", launch.ListenVar+"="+sock)
-	var logs bytes.Buffer
-	cmd.Stderr = &logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("agent log:\n%s", logs.String())
-		}
-	})
-	c := NewClient(func(ctx context.Context) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	})
+	c := runAgent(t, cmd, sock)
 	ctx := context.Background()
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()

@@ -122,11 +122,7 @@ func (a *Agent) handleTarPut(w http.ResponseWriter, r *http.Request) {
 		defer root.Close()
 		return a.extract(root, r.Body)
 	}()
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	respondEmpty(w, err)
 }
 
 // extract unpacks a tar stream under root. os.Root refuses any path that

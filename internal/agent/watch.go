@@ -95,21 +95,12 @@ func (a *Agent) handleWatch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	recursive, err := queryBool(r, "recursive")
+	flags, err := queryBools(r, "recursive", "entries", "no_network_mounts")
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	entries, err := queryBool(r, "entries")
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	localOnly, err := queryBool(r, "no_network_mounts")
-	if err != nil {
-		writeError(w, err)
-		return
-	}
+	recursive, entries, localOnly := flags[0], flags[1], flags[2]
 	fi, err := os.Lstat(p)
 	if err != nil {
 		writeError(w, fsError(err))

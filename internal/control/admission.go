@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/atoll-dev/atoll/internal/errdefs"
@@ -20,6 +21,7 @@ type admission struct {
 	slots   chan struct{}
 	queue   chan struct{}
 	maxWait time.Duration
+	last    atomic.Int64 // when the last create was made (made), Unix ns
 }
 
 // Admission's defaults (Config.CreateConcurrency, CreateQueue).
@@ -47,6 +49,19 @@ func newAdmission(concurrent, queue int) *admission {
 	}
 }
 
+// quiet is how long after a create a node counts as busy with creates
+// (inFlight): the gaps between a burst's creates are not a lull.
+const quiet = time.Second
+
+// inFlight reports whether creates are starting sandboxes or waiting to,
+// or one was made in the last quiet.
+func (a *admission) inFlight() bool {
+	return len(a.queue) > 0 || time.Since(time.Unix(0, a.last.Load())) < quiet
+}
+
+// made notes a create made now, for inFlight.
+func (a *admission) made() { a.last.Store(time.Now().UnixNano()) }
+
 // busy is the answer to a create the server cannot take now.
 func busy(why string) error {
 	return &errdefs.Busy{Kind: errdefs.ErrUnavailable, Msg: "server busy: " + why + "; retry after the Retry-After header's seconds", After: createRetryAfter}
@@ -64,7 +79,7 @@ func (a *admission) enter(ctx context.Context) (leave func(), err error) {
 	defer t.Stop()
 	select {
 	case a.slots <- struct{}{}:
-		return func() { <-a.slots; <-a.queue }, nil
+		return func() { a.made(); <-a.slots; <-a.queue }, nil
 	case <-t.C:
 		<-a.queue
 		return nil, busy("creates are waiting too long")

@@ -28,16 +28,9 @@ func (s *Service) Archive(ctx context.Context, id string) (api.Sandbox, error) {
 	if s.archive == nil {
 		return api.Sandbox{}, fmt.Errorf("%w: this server has no archive store", errdefs.ErrUnavailable)
 	}
-	ctx = context.WithoutCancel(ctx)
-	sb, unlock, err := s.acquire(ctx, id, api.StateStopped)
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	defer unlock()
-	if err := s.archiveLocked(ctx, &sb, ""); err != nil {
-		return api.Sandbox{}, err
-	}
-	return s.view(sb), nil
+	return s.locked(ctx, id, "archive", func(ctx context.Context, sb *store.Sandbox) error {
+		return s.archiveLocked(ctx, sb, "")
+	})
 }
 
 // archiveLocked archives stopped sandbox sb, recording reason with the change

@@ -22,10 +22,12 @@ import (
 //     (store.ListNode); the API's List and Get still see the whole cluster.
 //   - Rows it makes itself (forks, pool fills, prestarts, build scratch
 //     sandboxes, creates from snapshots) carry its name: record sets it.
-//   - A create the warm pool cannot serve is placed by Config.Placer, and
-//     run here (RunPlaced) or on the chosen node (Config.Peers.RunOn). A
-//     pool hit on this node skips placement: the pooled row is on this
-//     node already and holds its share of the node's capacity.
+//   - Every create (but one from a snapshot) is placed by Config.Placer,
+//     and run here (RunPlaced) or on the chosen node (Config.Peers.RunOn),
+//     which serves it from its warm pool if it can (pool.go): this node's
+//     pool is not taken without a placement, so that placement checks
+//     every create (capacity, quotas) and the scheduler counts the warm
+//     sandboxes right.
 //   - Its store is the fenced view store.Cluster.As(name, epoch): a write
 //     refused with store.ErrFenced means the sandbox is no longer this
 //     node's to run (the node lost its lease, or the sandbox moved), so its
@@ -106,6 +108,7 @@ func (s *Service) createPlaced(ctx context.Context, sb store.Sandbox, req api.Cr
 		return api.Sandbox{}, err
 	}
 	s.log.Debug("placed", "sandbox", sb.ID, "node", sb.Node, "op", "create", "ms", ms(t0))
+	s.pools.Count(sb.TemplateVersion) // the demand the warm pools follow
 	// As for a local create: once placed, finish whatever the client does.
 	ctx = context.WithoutCancel(ctx)
 	var out api.Sandbox
@@ -122,6 +125,7 @@ func (s *Service) createPlaced(ctx context.Context, sb store.Sandbox, req api.Cr
 	if err == nil && req.Explain && len(sb.Placement) > 0 {
 		var p api.Placement
 		if json.Unmarshal(sb.Placement, &p) == nil {
+			p.Sandbox = out.ID // another, if a warm sandbox served it
 			out.Placement = &p
 		}
 	}
@@ -133,12 +137,9 @@ var errNotPlaced = fmt.Errorf("%w: this server is a single machine: its one node
 
 // Placement returns the placement record of sandbox id: how the scheduler
 // chose its node. On a single machine it is a conflict (nothing is
-// placed); a sandbox the scheduler did not place (a fork, a warm pool's,
-// one from a snapshot: made on its node) has none, not found.
+// placed); a sandbox the scheduler did not place (a fork, one from a
+// snapshot: made on its node) has none, not found.
 func (s *Service) Placement(ctx context.Context, id string) (api.Placement, error) {
-	if err := checkID(id); err != nil {
-		return api.Placement{}, err
-	}
 	sb, err := s.get(ctx, id)
 	if err != nil {
 		return api.Placement{}, err
@@ -151,7 +152,7 @@ func (s *Service) Placement(ctx context.Context, id string) (api.Placement, erro
 		return api.Placement{}, err
 	}
 	if rec == nil {
-		return api.Placement{}, fmt.Errorf("%w: sandbox %s has no placement record: it was made on node %s (a fork, a warm pool's, or from a snapshot), not placed by the scheduler", errdefs.ErrNotFound, id, sb.Node)
+		return api.Placement{}, fmt.Errorf("%w: sandbox %s has no placement record: it was made on node %s (a fork, or from a snapshot), not placed by the scheduler", errdefs.ErrNotFound, id, sb.Node)
 	}
 	var p api.Placement
 	if err := json.Unmarshal(rec, &p); err != nil {
@@ -183,6 +184,11 @@ func (s *Service) RunPlaced(ctx context.Context, id string) (api.Sandbox, error)
 	}
 	if sb.Node != s.name || sb.State != api.StateCreating {
 		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s on node %q, not placed on this node", errdefs.ErrConflict, id, sb.State, sb.Node)
+	}
+	// A warm sandbox starts nothing: no turn to wait for.
+	if out, ok := s.runWarm(context.WithoutCancel(ctx), sb); ok {
+		s.log.Debug("created from the warm pool", "sandbox", out.ID, "placed", id, "op", "create")
+		return out, nil
 	}
 	leave, err := s.admit.enter(ctx)
 	if err != nil {

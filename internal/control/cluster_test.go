@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -237,12 +238,17 @@ func TestClusterNodeScope(t *testing.T) {
 type placer struct {
 	st    store.Store
 	to    string
+	warm  bool // the placements reserve a warm sandbox, their records say
 	calls atomic.Int32
+	last  string // the ID of the last sandbox placed
 }
 
 func (p *placer) Place(ctx context.Context, sb *store.Sandbox, _ api.CreateSandboxRequest) error {
 	p.calls.Add(1)
-	sb.Node = p.to
+	sb.Node, p.last = p.to, sb.ID
+	if p.warm {
+		sb.Warm, sb.Placement = true, json.RawMessage(`{"sandbox":"`+sb.ID+`","node":"`+p.to+`","warm":true}`)
+	}
 	return p.st.Create(ctx, sb)
 }
 
@@ -266,7 +272,7 @@ func (p *peers) StartOn(_ context.Context, node, id string) (api.Sandbox, error)
 
 // TestClusterCreatePlaced checks that a create goes through the placer:
 // placed here, it runs here; placed on b, b is asked to run it and a
-// starts nothing; and that a warm pool hit here skips placement.
+// starts nothing.
 func TestClusterCreatePlaced(t *testing.T) {
 	ctx := context.Background()
 	pl, pe := &placer{to: "a"}, &peers{}
@@ -326,11 +332,14 @@ func (n *clusterNode) sock(t *testing.T, id string) string {
 	return sb.Socket
 }
 
-// TestClusterPoolSkipsPlacement checks that a create the warm pool of this
-// node serves takes no placement: the pooled row is this node's already.
-func TestClusterPoolSkipsPlacement(t *testing.T) {
+// TestClusterPoolServesPlacement checks that in a cluster a create is
+// placed even when this node's warm pool could serve it (placement checks
+// every create), that the node it is placed on serves it from its pool
+// (the pooled sandbox, under its own ID, replaces the placed row), and
+// that a create placed on another node leaves this node's pool alone.
+func TestClusterPoolServesPlacement(t *testing.T) {
 	ctx := context.Background()
-	pl := &placer{to: "b"}
+	pl := &placer{to: "a"}
 	a := newClusterNode(t, "a", nil, Config{Placer: pl, Peers: &peers{}, WarmPool: 1})
 	pl.st = a.st
 	if err := a.Recover(ctx); err != nil {
@@ -340,31 +349,59 @@ func TestClusterPoolSkipsPlacement(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); a.Run(runCtx) }()
 	defer func() { cancel(); <-done }()
-	for deadline := time.Now().Add(60 * time.Second); a.Pooled()[""] != 1; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the warm pool was not filled: %v", a.Pooled())
+	filled := func() {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); a.Pooled()[""] != 1; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the warm pool was not filled: %v", a.Pooled())
+			}
 		}
 	}
+	filled()
+	pooled := ""
+	if sbs, err := a.st.ListNode(ctx, "a"); err == nil {
+		for _, sb := range sbs {
+			if sb.State == lifecycle.Pooled {
+				pooled = sb.ID
+			}
+		}
+	}
+	// A cold placement starts cold, warm sandbox or not: a warm
+	// placement may be on its way for it.
 	got, err := a.Create(ctx, api.CreateSandboxRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Node != "a" || got.State != api.StateRunning || pl.calls.Load() != 0 {
-		t.Errorf("pool hit: %s on %q after %d placements, want running on a, unplaced", got.State, got.Node, pl.calls.Load())
+	if got.ID != pl.last || got.State != api.StateRunning || a.Pooled()[""] != 1 {
+		t.Errorf("placed cold: %s %s, pool %v; want the placed sandbox %s running, the pool left", got.ID, got.State, a.Pooled(), pl.last)
 	}
-	// A create with a node selector is placed, pool or not: this node's
-	// labels are the scheduler's to check.
-	for deadline := time.Now().Add(60 * time.Second); a.Pooled()[""] != 1; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the warm pool was not filled again: %v", a.Pooled())
-		}
+	pl.warm = true
+	got, err = a.Create(ctx, api.CreateSandboxRequest{Labels: map[string]string{"k": "v"}, Env: map[string]string{"E": "1"}})
+	if err != nil {
+		t.Fatal(err)
 	}
+	if pl.calls.Load() != 2 {
+		t.Errorf("a create with a warm sandbox here took %d placements in all, want 2", pl.calls.Load())
+	}
+	if got.ID != pooled || got.Node != "a" || got.State != api.StateRunning || got.Labels["k"] != "v" {
+		t.Errorf("served warm: %s %s on %q, labels %v; want the pooled sandbox %s running on a", got.ID, got.State, got.Node, got.Labels, pooled)
+	}
+	if _, err := a.st.Get(ctx, pl.last); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("the placed row %s served warm is still there: %v", pl.last, err)
+	}
+	if res, err := a.agentClient(a.sock(t, got.ID)).Exec(ctx, api.ExecRequest{Cmd: []string{"sh", "-c", "test \"$E\" = 1"}}); err != nil || res.ExitCode != 0 {
+		t.Errorf("exec in the sandbox served warm, with its environment: %+v, %v", res, err)
+	}
+
+	// Placed on b, the create leaves this node's pool as it is.
+	filled()
+	pl.to = "b"
 	got, err = a.Create(ctx, api.CreateSandboxRequest{NodeSelector: map[string]string{"zone": "b"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Node != "b" || pl.calls.Load() != 1 || a.Pooled()[""] != 1 {
-		t.Errorf("with a node selector: on %q after %d placements, pool %v; want placed on b, the pool left", got.Node, pl.calls.Load(), a.Pooled())
+	if got.Node != "b" || pl.calls.Load() != 3 || a.Pooled()[""] != 1 {
+		t.Errorf("placed on b: on %q after %d placements, pool %v; want placed on b, the pool left", got.Node, pl.calls.Load(), a.Pooled())
 	}
 }
 

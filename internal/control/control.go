@@ -31,7 +31,6 @@ import (
 	"github.com/atoll-dev/atoll/internal/lifecycle"
 	"github.com/atoll-dev/atoll/internal/metrics"
 	"github.com/atoll-dev/atoll/internal/network"
-	"github.com/atoll-dev/atoll/internal/node"
 	"github.com/atoll-dev/atoll/internal/pools"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/store"
@@ -58,7 +57,7 @@ type Config struct {
 	// a clear 503 rather than an unknown runtime's 400; without a network
 	// sandboxes have loopback only and network policies are refused;
 	// without a checkpoint directory suspending is.
-	Node     *node.Node
+	Node     Node
 	Defaults Defaults
 	// WarmPool is how many default sandboxes to keep started ahead of
 	// demand; 0 disables the pool.
@@ -82,10 +81,37 @@ type Config struct {
 	// machine.
 	Placer Placer
 	Peers  Peers
+	// Demand, on a cluster node, is the cluster's demand
+	// (store.Cluster.Demand), which the node's warm pools then follow
+	// within WarmPool and the room Capacity leaves (pools.Sizer); nil
+	// keeps the fixed sizes.
+	Demand   func(ctx context.Context) (store.Demand, error)
+	Capacity store.Resources
 	// Mover hands sandboxes to other nodes (move.go): a drain's and a
 	// lost sandbox's restore; nil on a single machine.
 	Mover  Mover
 	Logger *slog.Logger
+}
+
+// Node is what the control plane asks of the machine that runs its
+// sandboxes: the seam between the tier that decides and records (this
+// package, internal/templates, internal/pools) and the tier that runs
+// (internal/node's Node implements it). Cluster mode puts the node
+// protocol behind it; nothing else of a node reaches this package.
+type Node interface {
+	// Name is the node's name in its cluster; "" on a single machine.
+	Name() string
+	// Runtimes are the runtimes it offers, by name; Unavailable those it
+	// knows but cannot offer, with why.
+	Runtimes() map[string]runtime.Runtime
+	Unavailable() map[string]string
+	Layers() *layers.Store
+	// Network is its sandbox network manager and pool; either may be nil.
+	Network() (*network.Manager, *network.Pool)
+	AgentPath() string
+	// CheckpointDir holds suspended sandboxes' memory images; "" refuses
+	// suspending.
+	CheckpointDir() string
 }
 
 // Service manages sandboxes.
@@ -240,10 +266,11 @@ func New(cfg Config) (*Service, error) {
 	if _, ok := s.runtimes[d.Runtime].(runtime.Preparer); !ok {
 		prestart = 0
 	}
-	s.pools = pools.New(pools.Config{
+	s.pools = s.newPools(pools.Config{
 		Store: cfg.Store, Templates: s.tmpls, Sandboxes: s,
 		DefaultTemplate: d.Template, WarmPool: cfg.WarmPool, Prestart: prestart, Node: n.Name(), Logger: cfg.Logger,
-	})
+		BuiltIn: layers.HostTemplate,
+	}, cfg.Demand, cfg.Capacity)
 	s.metrics = metrics.New(metrics.Config{Source: meterSource{s}, Interval: cfg.MetricsInterval, Logger: cfg.Logger})
 	if s.runtimes[d.Runtime] == nil {
 		return nil, fmt.Errorf("default runtime %q is not available", d.Runtime)
@@ -526,10 +553,10 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	// A warm sandbox waits on this node, whose labels the control plane
-	// does not know: a create with a node selector goes through the
-	// scheduler, which checks them.
-	if req.Snapshot == "" && len(req.NodeSelector) == 0 {
+	// A warm sandbox waits on this node. In a cluster the scheduler
+	// decides which node's warm sandbox a create takes, if any
+	// (runWarm).
+	if req.Snapshot == "" && !placed {
 		if sb, ok := s.takePooled(context.WithoutCancel(ctx), pools.Key(req.Template, v), req, policy); ok {
 			return sb, nil
 		}
@@ -736,9 +763,6 @@ func (s *Service) discard(ctx context.Context, sb store.Sandbox) {
 
 // Get returns one sandbox.
 func (s *Service) Get(ctx context.Context, id string) (api.Sandbox, error) {
-	if err := checkID(id); err != nil {
-		return api.Sandbox{}, err
-	}
 	sb, err := s.get(ctx, id)
 	if err != nil {
 		return api.Sandbox{}, err
@@ -749,8 +773,12 @@ func (s *Service) Get(ctx context.Context, id string) (api.Sandbox, error) {
 }
 
 // get reads a sandbox the API may show to the tenant of ctx: another
-// tenant's is not found, as one that does not exist.
+// tenant's is not found, as one that does not exist; a malformed ID is
+// invalid.
 func (s *Service) get(ctx context.Context, id string) (store.Sandbox, error) {
+	if err := checkID(id); err != nil {
+		return store.Sandbox{}, err
+	}
 	sb, err := s.store.Get(ctx, id)
 	if err == nil && (hidden(sb) || !tenant.Sees(ctx, sb.Tenant)) {
 		return store.Sandbox{}, notFound(id)
@@ -758,8 +786,12 @@ func (s *Service) get(ctx context.Context, id string) (store.Sandbox, error) {
 	return sb, err
 }
 
-// snapshot reads a snapshot the tenant of ctx owns.
+// snapshot reads a snapshot the tenant of ctx owns; a malformed ID is
+// invalid.
 func (s *Service) snapshot(ctx context.Context, id string) (store.Snapshot, error) {
+	if err := checkID(id); err != nil {
+		return store.Snapshot{}, err
+	}
 	sn, err := s.store.GetSnapshot(ctx, id)
 	if err == nil && !tenant.Sees(ctx, sn.Tenant) {
 		return store.Snapshot{}, fmt.Errorf("snapshot %s: %w", id, errdefs.ErrNotFound)
@@ -791,49 +823,23 @@ next:
 	return out, nil
 }
 
-// acquire locks sandbox id for an operation that needs it in state want (any
-// state if want is empty) and reads it; the caller must call unlock.
-func (s *Service) acquire(ctx context.Context, id, want string) (sb store.Sandbox, unlock func(), err error) {
-	if err := checkID(id); err != nil {
-		return sb, nil, err
-	}
-	unlock = s.lock(id)
-	sb, err = s.get(ctx, id)
-	if err == nil {
-		err = s.here(sb)
-	}
-	if err == nil && want != "" && sb.State != want {
-		err = fmt.Errorf("%w: sandbox %s is %s, not %s", errdefs.ErrConflict, id, sb.State, want)
-	}
-	if err != nil {
-		unlock()
-		return sb, nil, err
-	}
-	return sb, unlock, nil
-}
-
 // Stop ends a running sandbox's processes and keeps its files.
 func (s *Service) Stop(ctx context.Context, id string) (api.Sandbox, error) {
 	ctx = context.WithoutCancel(ctx)
-	sb, unlock, err := s.acquire(ctx, id, "")
+	sb, unlock, err := s.acquire(ctx, id, "stop")
 	if err != nil {
 		return api.Sandbox{}, err
 	}
 	defer unlock()
-	switch sb.State {
-	case api.StateRunning, api.StatePaused, api.StateSuspended:
-		if err := s.stopLocked(ctx, &sb, ""); err != nil {
-			return api.Sandbox{}, err
-		}
-	case api.StateShelved:
+	if sb.State == api.StateShelved {
 		// Nothing runs: only the record changes.
 		now := time.Now().UTC()
 		sb.State, sb.StoppedAt = api.StateStopped, &now
 		if err := s.setState(ctx, &sb, api.StateShelved); err != nil {
 			return api.Sandbox{}, err
 		}
-	default:
-		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s, not running", errdefs.ErrConflict, id, sb.State)
+	} else if err := s.stopLocked(ctx, &sb, ""); err != nil {
+		return api.Sandbox{}, err
 	}
 	if sb.Ephemeral {
 		if err := s.deleteLocked(ctx, sb); err != nil {
@@ -850,13 +856,9 @@ func (s *Service) stopLocked(ctx context.Context, sb *store.Sandbox, reason stri
 	if err := s.setState(ctx, sb, from); err != nil {
 		return err
 	}
-	if err := s.runtimes[sb.Runtime].Stop(ctx, sb.ID, instance(*sb)); err != nil {
-		s.log.Error("stopping sandbox", "sandbox", sb.ID, "err", err)
-		sb.State, sb.Error = api.StateError, "stopping failed; delete it"
-		_ = s.setState(ctx, sb, api.StateStopping)
-		return fmt.Errorf("%w: stopping sandbox failed", errdefs.ErrUnavailable)
+	if err := s.endLocked(ctx, sb, "stopping"); err != nil {
+		return err
 	}
-	s.releaseNetwork(ctx, *sb)
 	if err := s.discardImage(*sb); err != nil {
 		s.log.Error("stopping sandbox", "sandbox", sb.ID, "err", err)
 	}
@@ -877,6 +879,22 @@ func (s *Service) stopLocked(ctx context.Context, sb *store.Sandbox, reason stri
 	return nil
 }
 
+// endLocked ends sb's processes and gives back its network, for an
+// operation (doing: "stopping", "shelving") that has recorded sb in the
+// state it is in; if they do not end, sb is recorded as error, to be
+// deleted.
+func (s *Service) endLocked(ctx context.Context, sb *store.Sandbox, doing string) error {
+	if err := s.runtimes[sb.Runtime].Stop(ctx, sb.ID, instance(*sb)); err != nil {
+		s.log.Error(doing+" sandbox", "sandbox", sb.ID, "err", err)
+		from := sb.State
+		sb.State, sb.Error = api.StateError, doing+" failed; delete it"
+		_ = s.setState(ctx, sb, from)
+		return fmt.Errorf("%w: %s sandbox failed", errdefs.ErrUnavailable, doing)
+	}
+	s.releaseNetwork(ctx, *sb)
+	return nil
+}
+
 // Start runs a stopped sandbox again over the files it left.
 func (s *Service) Start(ctx context.Context, id string) (api.Sandbox, error) {
 	ctx = context.WithoutCancel(ctx)
@@ -885,7 +903,7 @@ func (s *Service) Start(ctx context.Context, id string) (api.Sandbox, error) {
 	if sb, err := s.get(ctx, id); err == nil && sb.State == api.StateLost && sb.Node != s.name {
 		return s.restoreLost(ctx, sb)
 	}
-	sb, unlock, err := s.acquire(ctx, id, "")
+	sb, unlock, err := s.acquire(ctx, id, "start")
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -894,9 +912,6 @@ func (s *Service) Start(ctx context.Context, id string) (api.Sandbox, error) {
 		if err := s.unarchiveLocked(ctx, &sb); err != nil {
 			return api.Sandbox{}, err
 		}
-	}
-	if sb.State != api.StateStopped {
-		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s, not stopped", errdefs.ErrConflict, id, sb.State)
 	}
 	if err := s.restartLocked(ctx, &sb); err != nil {
 		return api.Sandbox{}, err

@@ -11,6 +11,9 @@ import (
 	"github.com/atoll-dev/atoll/internal/runtime"
 )
 
+// internal/node's Node is the node the control plane runs on.
+var _ Node = (*node.Node)(nil)
+
 type nopRuntime struct{ runtime.Runtime }
 
 func (nopRuntime) Name() string { return "ns" }
@@ -96,14 +99,14 @@ func TestIDs(t *testing.T) {
 	seen := map[string]bool{}
 	for i := 0; i < 1000; i++ {
 		id := newID()
-		if !ValidID(id) || seen[id] || id[0] >= '0' && id[0] <= '9' {
+		if !api.ValidSandboxID(id) || seen[id] || id[0] >= '0' && id[0] <= '9' {
 			t.Fatalf("bad or repeated ID %q", id)
 		}
 		seen[id] = true
 	}
 	for _, id := range []string{"", "short", strings.Repeat("A", 20), strings.Repeat("a", 21), "../../etc/passwd/xxxx", "aaaaaaaaaaaaaaaaaaa\x00"} {
-		if ValidID(id) {
-			t.Errorf("ValidID(%q) = true", id)
+		if api.ValidSandboxID(id) {
+			t.Errorf("api.ValidSandboxID(%q) = true", id)
 		}
 	}
 }

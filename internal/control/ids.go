@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"fmt"
 
+	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 )
 
@@ -25,22 +26,8 @@ func newID() string {
 	return string(b)
 }
 
-// ValidID reports whether id has the shape of a sandbox ID.
-func ValidID(id string) bool {
-	if len(id) != idLen {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
-			return false
-		}
-	}
-	return true
-}
-
 func checkID(id string) error {
-	if !ValidID(id) {
+	if !api.ValidSandboxID(id) {
 		return fmt.Errorf("%w: malformed sandbox ID %q", errdefs.ErrInvalid, truncate(id, 64))
 	}
 	return nil

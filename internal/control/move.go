@@ -117,15 +117,11 @@ func (s *Service) Undrain(ctx context.Context) { s.pools.Hold(ctx, false) }
 // if it ran here. It returns the sandbox as it is after a move, with an
 // error if it did not start there; nothing and an error if it stays.
 func (s *Service) moveAway(ctx context.Context, id, reason string) (api.Sandbox, error) {
-	sb, unlock, err := s.acquire(ctx, id, "")
+	sb, unlock, err := s.acquire(ctx, id, "move")
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	run, ok := drainStates[sb.State]
-	if !ok {
-		unlock()
-		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s", errdefs.ErrConflict, id, sb.State)
-	}
+	run := drainStates[sb.State]
 	if sb.State != api.StateArchived {
 		if err := s.mover.Room(ctx, sb); err != nil {
 			unlock()

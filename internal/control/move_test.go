@@ -38,22 +38,7 @@ func (noRoom) DeleteLost(context.Context, store.Sandbox, func() error) error {
 // with why.
 func TestDrainNoRoom(t *testing.T) {
 	ctx := context.Background()
-	bucket, err := blob.Open(ctx, "file://"+filepath.Join(testenv.Dir(t), "bucket"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := newClusterNode(t, "a", nil, Config{Archive: bucket, Mover: noRoom{}})
-	run, err := a.Create(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped, err := a.Create(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Stop(ctx, stopped.ID); err != nil {
-		t.Fatal(err)
-	}
+	a, bucket, run, stopped := drainNode(t, noRoom{})
 	rep, err := a.Drain(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -77,6 +62,28 @@ func TestDrainNoRoom(t *testing.T) {
 	}
 }
 
+// drainNode returns node a of a cluster whose Mover is m, archiving to
+// bucket, with a running sandbox and a stopped one.
+func drainNode(t *testing.T, m Mover) (a *clusterNode, bucket blob.Store, run, stopped api.Sandbox) {
+	t.Helper()
+	ctx := context.Background()
+	bucket, err := blob.Open(ctx, "file://"+filepath.Join(testenv.Dir(t), "bucket"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a = newClusterNode(t, "a", nil, Config{Archive: bucket, Mover: m})
+	if run, err = a.Create(ctx, api.CreateSandboxRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if stopped, err = a.Create(ctx, api.CreateSandboxRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if stopped, err = a.Stop(ctx, stopped.ID); err != nil {
+		t.Fatal(err)
+	}
+	return a, bucket, run, stopped
+}
+
 // full is a cluster whose other nodes are full, and says so before a move.
 type full struct{ noRoom }
 
@@ -88,22 +95,7 @@ func (full) Room(_ context.Context, sb store.Sandbox) error {
 // node has room for as it is: a running one is not even stopped.
 func TestDrainNoRoomUntouched(t *testing.T) {
 	ctx := context.Background()
-	bucket, err := blob.Open(ctx, "file://"+filepath.Join(testenv.Dir(t), "bucket"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := newClusterNode(t, "a", nil, Config{Archive: bucket, Mover: full{}})
-	run, err := a.Create(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped, err := a.Create(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if stopped, err = a.Stop(ctx, stopped.ID); err != nil {
-		t.Fatal(err)
-	}
+	a, _, run, stopped := drainNode(t, full{})
 	for range 2 {
 		rep, err := a.Drain(ctx)
 		if err != nil || rep.Moved != 0 || len(rep.Left) != 2 || !strings.Contains(rep.Left[run.ID], "no other node has room") {

@@ -182,9 +182,6 @@ func (s *Service) recoverNetworks(ctx context.Context) error {
 
 // GetNetwork returns a sandbox's network.
 func (s *Service) GetNetwork(ctx context.Context, id string) (api.SandboxNetwork, error) {
-	if err := checkID(id); err != nil {
-		return api.SandboxNetwork{}, err
-	}
 	sb, err := s.get(ctx, id)
 	if err != nil {
 		return api.SandboxNetwork{}, err
@@ -219,9 +216,10 @@ func (s *Service) SetNetwork(ctx context.Context, id string, req api.NetworkPoli
 	if err != nil {
 		return api.SandboxNetwork{}, err
 	}
-	switch sb.State {
-	case api.StateCreating, api.StateStarting, api.StateStopping, api.StateDeleting, api.StateArchiving, api.StateSuspending:
-		return api.SandboxNetwork{}, fmt.Errorf("%w: sandbox %s is %s; try again", errdefs.ErrConflict, id, sb.State)
+	// After the policy's own checks: a bad policy is refused whatever
+	// the state.
+	if err := refuses("network", sb); err != nil {
+		return api.SandboxNetwork{}, err
 	}
 	old := sb
 	sb.Policy = stored

@@ -8,7 +8,6 @@ import (
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
-	"github.com/atoll-dev/atoll/internal/lifecycle"
 	"github.com/atoll-dev/atoll/internal/store"
 )
 
@@ -38,24 +37,14 @@ func (s *Service) SetTimeout(ctx context.Context, id string, req api.TimeoutRequ
 	if req.TimeoutSec < 0 || req.TimeoutSec > maxPolicySec {
 		return api.Sandbox{}, fmt.Errorf("%w: timeout_sec must be between 0 and %d", errdefs.ErrInvalid, maxPolicySec)
 	}
-	ctx = context.WithoutCancel(ctx)
-	sb, unlock, err := s.acquire(ctx, id, "")
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	defer unlock()
-	if !lifecycle.Live(sb.State) {
-		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s; a timeout applies to running sandboxes", errdefs.ErrConflict, id, sb.State)
-	}
-	sb.TimeoutSec, sb.ExpiresAt = req.TimeoutSec, nil
-	if req.TimeoutSec > 0 {
-		exp := time.Now().UTC().Add(time.Duration(req.TimeoutSec) * time.Second)
-		sb.ExpiresAt = &exp
-	}
-	if err := s.setState(ctx, &sb, sb.State); err != nil {
-		return api.Sandbox{}, err
-	}
-	return s.view(sb), nil
+	return s.locked(ctx, id, "timeout", func(ctx context.Context, sb *store.Sandbox) error {
+		sb.TimeoutSec, sb.ExpiresAt = req.TimeoutSec, nil
+		if req.TimeoutSec > 0 {
+			exp := time.Now().UTC().Add(time.Duration(req.TimeoutSec) * time.Second)
+			sb.ExpiresAt = &exp
+		}
+		return s.setState(ctx, sb, sb.State)
+	})
 }
 
 // lifecyclePolicy is one policy: the states it applies in, when it is due

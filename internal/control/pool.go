@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/agent"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/lifecycle"
+	"github.com/atoll-dev/atoll/internal/pools"
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/store"
 	"github.com/atoll-dev/atoll/internal/tenant"
@@ -93,7 +95,7 @@ func (s *Service) takePooled(ctx context.Context, key string, req api.CreateSand
 		if !ok {
 			return api.Sandbox{}, false
 		}
-		sb, err := s.adoptPooled(ctx, id, req, policy)
+		sb, err := s.adoptPooled(ctx, id, req, policy, nil, "")
 		if err == nil {
 			return sb, true
 		}
@@ -101,7 +103,10 @@ func (s *Service) takePooled(ctx context.Context, key string, req api.CreateSand
 	}
 }
 
-func (s *Service) adoptPooled(ctx context.Context, id string, req api.CreateSandboxRequest, policy api.NetworkPolicy) (api.Sandbox, error) {
+// adoptPooled makes pooled sandbox id the sandbox req asks for; serving
+// the warm placement recorded as row placed (if not ""), it takes its
+// record placement, and the row goes.
+func (s *Service) adoptPooled(ctx context.Context, id string, req api.CreateSandboxRequest, policy api.NetworkPolicy, placement json.RawMessage, placed string) (api.Sandbox, error) {
 	unlock := s.lock(id)
 	defer unlock()
 	sb, err := s.store.Get(ctx, id)
@@ -147,15 +152,147 @@ func (s *Service) adoptPooled(ctx context.Context, id string, req api.CreateSand
 	sb.Vaults = req.Vaults
 	sb.Ports = portAccess(req.Ports)
 	sb.Tenant = tenant.Of(ctx)
+	sb.Placement = placement
 	s.touch(id)
 	if req.TimeoutSec > 0 {
 		exp := now.Add(time.Duration(req.TimeoutSec) * time.Second)
 		sb.ExpiresAt = &exp
 	}
-	if err := s.setState(ctx, &sb, statePooled); err != nil {
+	if placed != "" {
+		err = s.serveState(ctx, &sb, placed, statePooled)
+	} else {
+		err = s.setState(ctx, &sb, statePooled)
+	}
+	if err != nil {
 		return fail(err)
 	}
 	return s.view(sb), nil
+}
+
+// newPools makes the pools of cfg; on a cluster node (demand not nil) they
+// follow demand, within the room capacity leaves.
+func (s *Service) newPools(cfg pools.Config, demand func(context.Context) (store.Demand, error), capacity store.Resources) *pools.Service {
+	if demand != nil {
+		cfg.Sizer = sizer{s, demand, capacity}
+		cfg.Busy = s.admit.inFlight
+	}
+	return pools.New(cfg)
+}
+
+// sizer is a cluster node's pools.Sizer.
+type sizer struct {
+	s        *Service
+	demand   func(context.Context) (store.Demand, error)
+	capacity store.Resources
+}
+
+// Sizing reads the cluster's demand, and counts the sandboxes of the
+// default size that fit in what the node's rows leave of its capacity,
+// pooled ones counted as room: pools.Sizer.
+func (z sizer) Sizing(ctx context.Context) (store.Demand, int, error) {
+	d, err := z.demand(ctx)
+	if err != nil {
+		return d, 0, err
+	}
+	sbs, err := z.s.store.ListNode(ctx, z.s.name)
+	if err != nil {
+		return d, 0, err
+	}
+	left := z.capacity
+	for _, sb := range sbs {
+		if sb.State == statePooled {
+			continue
+		}
+		compute, slot := store.Holds(sb.State)
+		if compute {
+			left.CPU -= sb.CPU
+			left.MemoryMiB -= sb.MemoryMiB
+		}
+		if slot {
+			left.DiskGiB -= sb.DiskGiB
+			left.Sandboxes--
+		}
+	}
+	def := z.s.defaults
+	room := left.Sandboxes
+	if def.CPU > 0 {
+		room = min(room, int(left.CPU/def.CPU))
+	}
+	if def.MemoryMiB > 0 {
+		room = min(room, int(left.MemoryMiB/def.MemoryMiB))
+	}
+	if def.DiskGiB > 0 {
+		room = min(room, int(left.DiskGiB/def.DiskGiB))
+	}
+	return d, max(room, 0), nil
+}
+
+// In a cluster every create is placed (the scheduler ranks first the
+// nodes with a warm sandbox of the template, and reserves one with the
+// placement: store.Sandbox.Warm), and the node a warm placement lands on
+// serves it from its pool (runWarm): the pooled sandbox becomes the
+// sandbox asked for, under its own ID, and the placed row goes. A cold
+// placement, or a warm one the pool cannot serve (its sandbox died),
+// starts cold, as placed.
+
+// runWarm serves placed sandbox sb (creating on this node, locked) from
+// the warm pool if it has a sandbox of sb's template, and returns it.
+func (s *Service) runWarm(ctx context.Context, sb store.Sandbox) (api.Sandbox, bool) {
+	if sb.FromSnapshot != "" || sb.Runtime != s.defaults.Runtime {
+		return api.Sandbox{}, false
+	}
+	key := pools.Key(sb.Template, store.Template{ID: sb.TemplateVersion})
+	req := api.CreateSandboxRequest{
+		Template: sb.Template, Runtime: sb.Runtime, CPU: sb.CPU, MemoryMiB: sb.MemoryMiB, DiskGiB: sb.DiskGiB, PIDs: sb.PIDs,
+		Env: sb.Env, Labels: sb.Labels, TimeoutSec: sb.TimeoutSec, Ephemeral: sb.Ephemeral, AutoDeleteSec: sb.AutoDeleteSec,
+		AutoStopSec: sb.AutoStopSec, AutoArchiveSec: sb.AutoArchiveSec, AutoResume: sb.AutoResume,
+		CheckpointEverySec: sb.CheckpointEverySec, Ports: &sb.Ports,
+	}
+	// Only a placement that reserved a warm sandbox takes one: another
+	// would take the one a warm placement on its way here counts on. Its
+	// record goes to the sandbox that serves it, under that sandbox's ID.
+	rec, err := s.store.Placement(ctx, sb.ID)
+	var warm struct {
+		Warm bool `json:"warm"`
+	}
+	if err != nil || rec == nil || json.Unmarshal(rec, &warm) != nil || !warm.Warm {
+		return api.Sandbox{}, false
+	}
+	ctx = tenant.NewContext(ctx, sb.Tenant)
+	for {
+		// The store counted the one reserved from the moment its row was
+		// written: it may be starting still.
+		id, ok := s.pools.TakeWaiting(ctx, key, warmWait)
+		if !ok {
+			return api.Sandbox{}, false
+		}
+		out, err := s.adoptPooled(ctx, id, req, sb.Policy, recordFor(rec, id), sb.ID)
+		if err != nil {
+			s.log.Warn("serving a placement from the warm pool", "sandbox", id, "placed", sb.ID, "err", err)
+			continue
+		}
+		s.admit.made() // the pool refills after the burst, not during it
+		return out, true
+	}
+}
+
+// warmWait bounds how long a warm placement waits for the pooled sandbox
+// being started for it: about a cold start, which it would do instead.
+const warmWait = time.Second
+
+// recordFor is placement record rec as the record of sandbox id: the
+// scheduler wrote it for the placed row.
+func recordFor(rec json.RawMessage, id string) json.RawMessage {
+	var m map[string]json.RawMessage
+	if rec == nil || json.Unmarshal(rec, &m) != nil {
+		return rec
+	}
+	m["sandbox"], _ = json.Marshal(id)
+	out, err := json.Marshal(m)
+	if err != nil {
+		return rec
+	}
+	return out
 }
 
 func (s *Service) agentClient(sock string) *agent.Client {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/store"
 )
 
 // portAccess is the access a create request asks for: absent is not
@@ -46,7 +47,7 @@ func (s *Service) PortTarget(ctx context.Context, id string) (addr netip.Addr, p
 // Touch records activity of sandbox id, for auto-stop: the port proxy
 // calls it while a long request (a websocket, a stream) is open.
 func (s *Service) Touch(id string) {
-	if ValidID(id) {
+	if api.ValidSandboxID(id) {
 		s.touch(id)
 	}
 }
@@ -54,20 +55,12 @@ func (s *Service) Touch(id string) {
 // SetPorts changes who may open sandbox id's ports through the port proxy.
 // It applies to the next request (and the next connection a client opens).
 func (s *Service) SetPorts(ctx context.Context, id string, req api.PortAccess) (api.Sandbox, error) {
-	ctx = context.WithoutCancel(ctx)
-	sb, unlock, err := s.acquire(ctx, id, "")
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	defer unlock()
-	switch sb.State {
-	case api.StateCreating, api.StateDeleting:
-		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s; try again", errdefs.ErrConflict, id, sb.State)
-	}
-	sb.Ports = req
-	if err := s.setState(ctx, &sb, sb.State); err != nil {
-		return api.Sandbox{}, err
-	}
-	s.touch(id)
-	return s.view(sb), nil
+	return s.locked(ctx, id, "ports", func(ctx context.Context, sb *store.Sandbox) error {
+		sb.Ports = req
+		if err := s.setState(ctx, sb, sb.State); err != nil {
+			return err
+		}
+		s.touch(id)
+		return nil
+	})
 }

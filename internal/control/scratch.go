@@ -71,5 +71,9 @@ func (s *Service) DrainPools(ctx context.Context) { s.pools.Drain(ctx) }
 // version ID ("" the built-in), for a cluster node's heartbeat.
 func (s *Service) Pooled() map[string]int { return s.pools.Pooled() }
 
+// Demand is the creates a minute by template version this node placed
+// lately, for the heartbeat (store.NodeStatus.Demand).
+func (s *Service) Demand() map[string]float64 { return s.pools.Demand() }
+
 // WakePools has the pools refilled.
 func (s *Service) WakePools() { s.pools.Wake() }

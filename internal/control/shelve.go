@@ -2,10 +2,8 @@ package control
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/atoll-dev/atoll/api"
-	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/store"
 )
 
@@ -15,37 +13,27 @@ import (
 // paused: its timeout is gone, no stopped-sandbox policy (ephemeral,
 // auto-delete, auto-archive) applies to it, and resume brings it back.
 func (s *Service) Shelve(ctx context.Context, id string) (api.Sandbox, error) {
-	ctx = context.WithoutCancel(ctx)
-	sb, unlock, err := s.acquire(ctx, id, "")
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	defer unlock()
+	return s.locked(ctx, id, "shelve", s.shelveLocked)
+}
+
+// shelveLocked ends running or paused sb's processes and records it
+// shelved. The caller holds its lock.
+func (s *Service) shelveLocked(ctx context.Context, sb *store.Sandbox) error {
 	from := sb.State
-	if from != api.StateRunning && from != api.StatePaused {
-		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s, not running or paused", errdefs.ErrConflict, id, from)
-	}
 	// The record first: a crash before the processes end leaves a shelved
 	// record over a live sandbox, which recovery cleans up as it does a
 	// stopped one's leftovers, and the sandbox stays shelved (not stopping,
 	// which recovery would finish as stopped and an ephemeral sandbox's
 	// policy would then delete).
 	sb.State, sb.ExpiresAt = api.StateShelved, nil
-	if err := s.setState(ctx, &sb, from); err != nil {
-		return api.Sandbox{}, err
+	if err := s.setState(ctx, sb, from); err != nil {
+		return err
 	}
-	if err := s.runtimes[sb.Runtime].Stop(ctx, sb.ID, instance(sb)); err != nil {
-		s.log.Error("shelving sandbox", "sandbox", sb.ID, "err", err)
-		sb.State, sb.Error = api.StateError, "shelving failed; delete it"
-		_ = s.setState(ctx, &sb, api.StateShelved)
-		return api.Sandbox{}, fmt.Errorf("%w: shelving sandbox failed", errdefs.ErrUnavailable)
+	if err := s.endLocked(ctx, sb, "shelving"); err != nil {
+		return err
 	}
-	s.releaseNetwork(ctx, sb)
 	sb.PID, sb.StartTime, sb.Socket = 0, 0, ""
-	if err := s.setState(ctx, &sb, api.StateShelved); err != nil {
-		return api.Sandbox{}, err
-	}
-	return s.view(sb), nil
+	return s.setState(ctx, sb, api.StateShelved)
 }
 
 // bootShelvedLocked starts shelved sb again over its files. The record

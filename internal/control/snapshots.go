@@ -22,16 +22,7 @@ var snapshotName = regexp.MustCompile(`^[A-Za-z0-9._-]{0,63}$`)
 
 // Pause freezes a running sandbox's processes.
 func (s *Service) Pause(ctx context.Context, id string) (api.Sandbox, error) {
-	ctx = context.WithoutCancel(ctx)
-	sb, unlock, err := s.acquire(ctx, id, api.StateRunning)
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	defer unlock()
-	if err := s.pauseLocked(ctx, &sb); err != nil {
-		return api.Sandbox{}, err
-	}
-	return s.view(sb), nil
+	return s.locked(ctx, id, "pause", s.pauseLocked)
 }
 
 // pauseLocked freezes running sb. An auto-resume sandbox waits for
@@ -75,20 +66,9 @@ var resumes = map[string]resumption{
 // Resume brings back a paused sandbox as resumes says: thawed, restored from
 // its memory image, or booted again over its files.
 func (s *Service) Resume(ctx context.Context, id string) (api.Sandbox, error) {
-	ctx = context.WithoutCancel(ctx)
-	sb, unlock, err := s.acquire(ctx, id, "")
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	defer unlock()
-	r, ok := resumes[sb.State]
-	if !ok {
-		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s, not paused", errdefs.ErrConflict, id, sb.State)
-	}
-	if err := r.resume(s, ctx, &sb); err != nil {
-		return api.Sandbox{}, err
-	}
-	return s.view(sb), nil
+	return s.locked(ctx, id, "resume", func(ctx context.Context, sb *store.Sandbox) error {
+		return resumes[sb.State].resume(s, ctx, sb)
+	})
 }
 
 func (s *Service) thawLocked(ctx context.Context, sb *store.Sandbox) error {
@@ -130,28 +110,17 @@ func (s *Service) frozen(ctx context.Context, sb store.Sandbox, op string, f fun
 	return err
 }
 
-func snapshotable(sb store.Sandbox) error {
-	switch sb.State {
-	case api.StateRunning, api.StatePaused, api.StateStopped, api.StateSuspended, api.StateShelved:
-		return nil
-	}
-	return fmt.Errorf("%w: sandbox %s is %s", errdefs.ErrConflict, sb.ID, sb.State)
-}
-
 // CreateSnapshot turns a sandbox's files into an immutable snapshot.
 func (s *Service) CreateSnapshot(ctx context.Context, id string, req api.CreateSnapshotRequest) (api.Snapshot, error) {
 	if !snapshotName.MatchString(req.Name) {
 		return api.Snapshot{}, fmt.Errorf("%w: snapshot names are at most 63 of [A-Za-z0-9._-]", errdefs.ErrInvalid)
 	}
 	ctx = context.WithoutCancel(ctx)
-	sb, unlock, err := s.acquire(ctx, id, "")
+	sb, unlock, err := s.acquire(ctx, id, "snapshot")
 	if err != nil {
 		return api.Snapshot{}, err
 	}
 	defer unlock()
-	if err := snapshotable(sb); err != nil {
-		return api.Snapshot{}, err
-	}
 	sn := store.Snapshot{ID: newID(), Name: req.Name, SandboxID: id, Template: sb.Template, TemplateVersion: sb.TemplateVersion, State: api.SnapshotReady,
 		Tenant: sb.Tenant, CreatedAt: time.Now().UTC()}
 	// The subvolume first, then the record: a crash in between leaves a
@@ -195,9 +164,6 @@ func (s *Service) ListSnapshots(ctx context.Context, sandboxID string) ([]api.Sn
 
 // GetSnapshot returns one snapshot.
 func (s *Service) GetSnapshot(ctx context.Context, id string) (api.Snapshot, error) {
-	if err := checkID(id); err != nil {
-		return api.Snapshot{}, err
-	}
 	sn, err := s.snapshot(ctx, id)
 	if err != nil {
 		return api.Snapshot{}, err
@@ -252,12 +218,8 @@ func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]a
 		return nil, err
 	}
 	ctx = context.WithoutCancel(ctx)
-	parent, unlock, err := s.acquire(ctx, id, "")
+	parent, unlock, err := s.acquire(ctx, id, "snapshot")
 	if err != nil {
-		return nil, err
-	}
-	if err := snapshotable(parent); err != nil {
-		unlock()
 		return nil, err
 	}
 	var cp runtime.Checkpointer
@@ -424,13 +386,14 @@ func (s *Service) Restore(ctx context.Context, id string, req api.RestoreRequest
 	}
 	// A suspended sandbox's memory belongs to the files it had: it is
 	// dropped, and the sandbox starts afresh over the snapshot's.
-	wasRunning := sb.State == api.StateRunning || sb.State == api.StatePaused || sb.State == api.StateSuspended
+	if err := refuses("restore", sb); err != nil {
+		return api.Sandbox{}, err
+	}
+	wasRunning := sb.State != api.StateStopped
 	if wasRunning {
 		if err := s.stopLocked(ctx, &sb, ""); err != nil {
 			return api.Sandbox{}, err
 		}
-	} else if sb.State != api.StateStopped {
-		return api.Sandbox{}, fmt.Errorf("%w: sandbox %s is %s", errdefs.ErrConflict, id, sb.State)
 	}
 	err = s.withSnapshot(ctx, sn.ID, func() error {
 		return s.layers.RestoreWritable(sn.ID, id, sb.DiskGiB<<30)

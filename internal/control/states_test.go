@@ -144,3 +144,94 @@ func TestRemoveRecord(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenings checks, on a real store, that acquire refuses an operation
+// on a sandbox in a state its opening leaves out, with a conflict that
+// leaves the sandbox unlocked, and lets it through in one it names; and
+// that every opening the package asks for is in the table (an unknown
+// name would act on any state).
+func TestOpenings(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newStoreService(t)
+	sb := store.Sandbox{Sandbox: api.Sandbox{ID: newID(), State: api.StateCreating, Runtime: "ns", CreatedAt: time.Now().UTC()}}
+	if err := s.record(ctx, &sb); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		op, state string
+		refused   bool
+	}{
+		{"pause", api.StateCreating, true},
+		{"ports", api.StateCreating, true},
+		{"", api.StateCreating, false},
+		{"stop", api.StateRunning, false},
+		{"timeout", api.StatePaused, false},
+		{"resume", api.StateRunning, true},
+		{"shelve", api.StatePaused, false},
+		{"ports", api.StateRunning, false},
+	} {
+		if sb.State != tc.state {
+			from := sb.State
+			sb.State = tc.state
+			if err := s.setState(ctx, &sb, from); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, unlock, err := s.acquire(ctx, sb.ID, tc.op)
+		if tc.refused {
+			if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), tc.state) {
+				t.Errorf("%s of a %s sandbox: %v, want a conflict naming the state", tc.op, tc.state, err)
+			}
+		} else if err != nil || got.State != tc.state {
+			t.Errorf("%s of a %s sandbox: %q, %v", tc.op, tc.state, got.State, err)
+		}
+		if unlock != nil {
+			unlock()
+		}
+		if !s.mutex(sb.ID).TryLock() {
+			t.Fatalf("%s of a %s sandbox left it locked", tc.op, tc.state)
+		}
+		s.mutex(sb.ID).Unlock()
+	}
+
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok || len(call.Args) == 0 {
+				return true
+			}
+			name := ""
+			switch fn := call.Fun.(type) {
+			case *ast.SelectorExpr:
+				name = fn.Sel.Name
+			case *ast.Ident:
+				name = fn.Name
+			}
+			if name != "acquire" && name != "refuses" {
+				return true
+			}
+			lit, ok := call.Args[len(call.Args)-1].(*ast.BasicLit)
+			if name == "refuses" {
+				lit, ok = call.Args[0].(*ast.BasicLit)
+			}
+			if !ok {
+				return true
+			}
+			if op := strings.Trim(lit.Value, `"`); op != "" {
+				if _, ok := opens[op]; !ok {
+					t.Errorf("%s: %s(%q): no such opening in states.go", fset.Position(call.Pos()), name, op)
+				}
+			}
+			return true
+		})
+	}
+}

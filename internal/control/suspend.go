@@ -50,16 +50,7 @@ func (s *Service) checkpointer(sb store.Sandbox) (runtime.Checkpointer, error) {
 
 // Suspend pauses a running sandbox to disk.
 func (s *Service) Suspend(ctx context.Context, id string) (api.Sandbox, error) {
-	ctx = context.WithoutCancel(ctx)
-	sb, unlock, err := s.acquire(ctx, id, api.StateRunning)
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	defer unlock()
-	if err := s.suspendLocked(ctx, &sb); err != nil {
-		return api.Sandbox{}, err
-	}
-	return s.view(sb), nil
+	return s.locked(ctx, id, "suspend", s.suspendLocked)
 }
 
 // suspendLocked pauses running sb to disk and records it suspended. The

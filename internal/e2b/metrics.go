@@ -71,7 +71,7 @@ func (s *Server) latestMetrics(w http.ResponseWriter, r *http.Request) {
 	for _, p := range parts {
 		// E2B's IDs may carry the client ID after a dash.
 		id, _, _ := strings.Cut(strings.TrimSpace(p), "-")
-		if !validID(id) {
+		if !api.ValidSandboxID(id) {
 			s.writeErr(w, r, bad("invalid sandbox ID %q", truncate(p)))
 			return
 		}

@@ -137,13 +137,8 @@ type networkUpdate struct {
 // updateNetwork replaces a sandbox's egress policy: fields left out are
 // cleared, as in E2B.
 func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
-	id, ok := sandboxID(w, r)
+	id, body, ok := sandboxBody[networkUpdate](s, w, r, false)
 	if !ok {
-		return
-	}
-	var body networkUpdate
-	if err := decode(w, r, &body, false); err != nil {
-		s.writeErr(w, r, err)
 		return
 	}
 	if err := unsupportedEgress(body.EgressProxy, body.Rules); err != nil {

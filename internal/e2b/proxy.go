@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/agent"
 	"github.com/atoll-dev/atoll/internal/e2b/envd"
 	"github.com/atoll-dev/atoll/internal/errdefs"
@@ -95,7 +96,7 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, t target) 
 		return
 	}
 	id, _, _ := strings.Cut(t.id, "-") // a client suffix, as in the API
-	if !validID(id) {
+	if !api.ValidSandboxID(id) {
 		errSandboxNotFound.write(w, truncate(t.id), 0)
 		return
 	}

@@ -25,24 +25,39 @@ const maxTimeoutSec = 365 * 24 * 60 * 60
 // a sandbox: that is E2B's 404, not a 400, so kill() of one answers false.
 func sandboxID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id, _, _ := strings.Cut(r.PathValue("sandboxID"), "-")
-	if !validID(id) {
+	if !api.ValidSandboxID(id) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q not found", truncate(r.PathValue("sandboxID"))))
 		return "", false
 	}
 	return id, true
 }
 
-// validID reports whether id has the shape of an atoll ID: 20 of [a-z0-9].
-func validID(id string) bool {
-	if len(id) != 20 {
-		return false
+// sandboxBody reads the {sandboxID} of r and r's JSON body, a T (an empty
+// body leaves it zero if optional); it answers a bad request itself, and
+// ok is false.
+func sandboxBody[T any](s *Server, w http.ResponseWriter, r *http.Request, optional bool) (id string, body T, ok bool) {
+	if id, ok = sandboxID(w, r); !ok {
+		return "", body, false
 	}
-	for i := 0; i < len(id); i++ {
-		if c := id[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
-			return false
-		}
+	if err := decode(w, r, &body, optional); err != nil {
+		s.writeErr(w, r, err)
+		return "", body, false
 	}
-	return true
+	return id, body, true
+}
+
+// timedBody is sandboxBody for a body with E2B's timeout (optional: an
+// empty body is allowed), which it reads too: def if it is absent.
+func timedBody[T timed](s *Server, w http.ResponseWriter, r *http.Request, def int64) (id string, body T, t int64, ok bool) {
+	if id, body, ok = sandboxBody[T](s, w, r, true); !ok {
+		return "", body, 0, false
+	}
+	t, err := timeoutSec(body.timeout(), def)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return "", body, 0, false
+	}
+	return id, body, t, true
 }
 
 func truncate(s string) string {
@@ -227,7 +242,7 @@ func (s *Server) source(ctx context.Context, id string) (tmpl, snap, alias strin
 		}
 		return atollRef(name, tag), "", "", nil
 	}
-	if validID(name) {
+	if api.ValidSandboxID(name) {
 		if _, err := s.cfg.Sandboxes.GetSnapshot(ctx, name); err == nil {
 			return "", name, "", nil
 		} else if !errors.Is(err, errdefs.ErrNotFound) {
@@ -305,13 +320,8 @@ func (s *Server) running(w http.ResponseWriter, r *http.Request, id string) (api
 }
 
 func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
-	id, ok := sandboxID(w, r)
+	id, body, ok := sandboxBody[timeoutRequest](s, w, r, false)
 	if !ok {
-		return
-	}
-	var body timeoutRequest
-	if err := decode(w, r, &body, false); err != nil {
-		s.writeErr(w, r, err)
 		return
 	}
 	if body.Timeout == nil {
@@ -344,13 +354,8 @@ func (s *Server) extend(ctx context.Context, sb api.Sandbox, sec int64) error {
 }
 
 func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
-	id, ok := sandboxID(w, r)
+	id, body, ok := sandboxBody[refreshRequest](s, w, r, true)
 	if !ok {
-		return
-	}
-	var body refreshRequest
-	if err := decode(w, r, &body, true); err != nil {
-		s.writeErr(w, r, err)
 		return
 	}
 	if body.Duration < 0 || body.Duration > 3600 {
@@ -374,13 +379,8 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
 // so the timeout goes (connect sets a new one); otherwise a killing
 // sandbox would be deleted while paused.
 func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
-	id, ok := sandboxID(w, r)
+	id, body, ok := sandboxBody[pauseRequest](s, w, r, true)
 	if !ok {
-		return
-	}
-	var body pauseRequest
-	if err := decode(w, r, &body, true); err != nil {
-		s.writeErr(w, r, err)
 		return
 	}
 	sb, err := s.visible(r.Context(), id)
@@ -457,69 +457,33 @@ func (s *Server) wake(ctx context.Context, sb api.Sandbox) (api.Sandbox, error) 
 }
 
 // resume is E2B's deprecated POST /sandboxes/{id}/resume: 409 unless paused.
-func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
-	id, ok := sandboxID(w, r)
+func (s *Server) resume(w http.ResponseWriter, r *http.Request) { s.wakeUp(w, r, 15, false) }
+
+// connect answers both connect routes: a running sandbox's timeout is only
+// ever extended (200); a paused one is woken with the timeout (201).
+func (s *Server) connect(w http.ResponseWriter, r *http.Request) { s.wakeUp(w, r, 300, true) }
+
+// wakeUp wakes a paused sandbox with the request's timeout (def if it has
+// none) and answers 201. A running one is a conflict, but for connect,
+// which only ever extends its timeout and answers 200.
+func (s *Server) wakeUp(w http.ResponseWriter, r *http.Request, def int64, connect bool) {
+	id, _, t, ok := timedBody[connectRequest](s, w, r, def)
 	if !ok {
-		return
-	}
-	var body connectRequest
-	if err := decode(w, r, &body, true); err != nil {
-		s.writeErr(w, r, err)
-		return
-	}
-	t, err := timeoutSec(body.Timeout, 15)
-	if err != nil {
-		s.writeErr(w, r, err)
 		return
 	}
 	sb, err := s.settled(r.Context(), id)
 	if err == nil && sb.State == api.StateRunning {
-		err = fmt.Errorf("%w: sandbox %s is already running", errdefs.ErrConflict, id)
+		if !connect {
+			err = fmt.Errorf("%w: sandbox %s is already running", errdefs.ErrConflict, id)
+		} else if err = s.extend(r.Context(), sb, t); err == nil {
+			writeJSON(w, http.StatusOK, s.sandbox(sb))
+			return
+		}
 	}
 	if err == nil {
 		sb, err = s.wake(r.Context(), sb)
 	}
 	if err == nil {
-		sb, err = s.cfg.Sandboxes.SetTimeout(r.Context(), id, api.TimeoutRequest{TimeoutSec: t})
-	}
-	if err != nil {
-		s.sandboxErr(w, r, id, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, s.sandbox(sb))
-}
-
-// connect answers both connect routes: a running sandbox's timeout is only
-// ever extended (200); a paused one is woken with the timeout (201).
-func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
-	id, ok := sandboxID(w, r)
-	if !ok {
-		return
-	}
-	var body connectRequest
-	if err := decode(w, r, &body, true); err != nil {
-		s.writeErr(w, r, err)
-		return
-	}
-	t, err := timeoutSec(body.Timeout, 300)
-	if err != nil {
-		s.writeErr(w, r, err)
-		return
-	}
-	sb, err := s.settled(r.Context(), id)
-	if err != nil {
-		s.sandboxErr(w, r, id, err)
-		return
-	}
-	if sb.State == api.StateRunning {
-		if err := s.extend(r.Context(), sb, t); err != nil {
-			s.sandboxErr(w, r, id, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, s.sandbox(sb))
-		return
-	}
-	if sb, err = s.wake(r.Context(), sb); err == nil {
 		sb, err = s.cfg.Sandboxes.SetTimeout(r.Context(), id, api.TimeoutRequest{TimeoutSec: t})
 	}
 	if err != nil {
@@ -535,18 +499,8 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 // every runtime, including those whose memory forks atoll's own API offers
 // (capability memory_fork).
 func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
-	id, ok := sandboxID(w, r)
+	id, body, t, ok := timedBody[forkRequest](s, w, r, 15)
 	if !ok {
-		return
-	}
-	var body forkRequest
-	if err := decode(w, r, &body, true); err != nil {
-		s.writeErr(w, r, err)
-		return
-	}
-	t, err := timeoutSec(body.Timeout, 15)
-	if err != nil {
-		s.writeErr(w, r, err)
 		return
 	}
 	count := 1
@@ -659,21 +613,10 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	limit := 100
-	if v := q.Get("limit"); v != "" {
-		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 100 {
-			s.writeErr(w, r, bad("limit %q: want 1 to 100", truncate(v)))
-			return
-		}
-	}
-	var cur *cursor
-	if v := q.Get("nextToken"); v != "" {
-		c, err := parseCursor(v)
-		if err != nil {
-			s.writeErr(w, r, err)
-			return
-		}
-		cur = &c
+	limit, cur, err := pageOf(q)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
 	}
 	template := q.Get("template")
 	sbs, err := s.cfg.Sandboxes.List(r.Context(), "", md)
@@ -729,6 +672,25 @@ func cursorOf(l listedSandbox) cursor { return cursor{l.StartedAt, l.SandboxID} 
 
 func (c cursor) String() string {
 	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.t.UnixNano(), 10) + "." + c.id))
+}
+
+// pageOf reads the page a listing's query asks for: limit (1 to 100,
+// default 100) and nextToken, the cursor to start after.
+func pageOf(q url.Values) (limit int, cur *cursor, err error) {
+	limit = 100
+	if v := q.Get("limit"); v != "" {
+		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 100 {
+			return 0, nil, bad("limit %q: want 1 to 100", truncate(v))
+		}
+	}
+	if v := q.Get("nextToken"); v != "" {
+		c, err := parseCursor(v)
+		if err != nil {
+			return 0, nil, err
+		}
+		cur = &c
+	}
+	return limit, cur, nil
 }
 
 func parseCursor(s string) (cursor, error) {

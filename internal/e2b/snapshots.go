@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
-	"strconv"
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
@@ -24,13 +23,8 @@ func snapshotInfoOf(sn api.Snapshot) snapshotInfo {
 }
 
 func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
-	id, ok := sandboxID(w, r)
+	id, body, ok := sandboxBody[snapshotRequest](s, w, r, true)
 	if !ok {
-		return
-	}
-	var body snapshotRequest
-	if err := decode(w, r, &body, true); err != nil {
-		s.writeErr(w, r, err)
 		return
 	}
 	if _, err := s.visible(r.Context(), id); err != nil {
@@ -49,29 +43,16 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 // newest first.
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	sandbox := q.Get("sandboxID")
-	if sandbox != "" && !validID(sandbox) {
+	sandbox, name := q.Get("sandboxID"), q.Get("name")
+	if sandbox != "" && !api.ValidSandboxID(sandbox) {
 		writeJSON(w, http.StatusOK, []snapshotInfo{})
 		return
 	}
-	limit := 100
-	if v := q.Get("limit"); v != "" {
-		var err error
-		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 100 {
-			s.writeErr(w, r, bad("limit %q: want 1 to 100", truncate(v)))
-			return
-		}
+	limit, cur, err := pageOf(q)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
 	}
-	var cur *cursor
-	if v := q.Get("nextToken"); v != "" {
-		c, err := parseCursor(v)
-		if err != nil {
-			s.writeErr(w, r, err)
-			return
-		}
-		cur = &c
-	}
-	name := q.Get("name")
 	snaps, err := s.cfg.Sandboxes.ListSnapshots(r.Context(), sandbox)
 	if err != nil {
 		s.writeErr(w, r, err)

@@ -923,33 +923,17 @@ func workdirScript(dir, user string) string {
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
-type assignTagsBody struct {
+// tagsBody is the body of E2B's tag requests: assigning names the template
+// as target, removing as name (the decoder ignores the other).
+type tagsBody struct {
 	Target string   `json:"target"`
+	Name   string   `json:"name"`
 	Tags   []string `json:"tags"`
 }
 
 func (s *Server) assignTags(w http.ResponseWriter, r *http.Request) {
-	var body assignTagsBody
-	if err := decode(w, r, &body, false); err != nil {
-		s.writeErr(w, r, err)
-		return
-	}
-	name, tag, err := parseName(body.Target)
-	if err != nil {
-		s.writeErr(w, r, err)
-		return
-	}
-	if len(body.Tags) == 0 {
-		writeError(w, http.StatusBadRequest, "tags are required")
-		return
-	}
-	if _, ok := s.cfg.Aliases[name]; ok {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("%q is an alias of an atoll template here, which cannot be tagged", name))
-		return
-	}
-	tags, err := normalTags(body.Tags)
-	if err != nil {
-		s.writeErr(w, r, err)
+	name, tag, tags, ok := s.tagging(w, r, true, func(b tagsBody) string { return b.Target })
+	if !ok {
 		return
 	}
 	var version string
@@ -968,6 +952,37 @@ func (s *Server) assignTags(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, map[string]any{"tags": tags, "buildID": s.builds.buildIDOf(version)})
 }
 
+// tagging reads a tag request, whose template ref names, and answers a
+// bad one itself: the name must parse, tags be given and valid
+// (normalTags), and with noAlias the name must not be an alias of an atoll
+// template (those cannot be tagged).
+func (s *Server) tagging(w http.ResponseWriter, r *http.Request, noAlias bool, ref func(tagsBody) string) (name, tag string, tags []string, ok bool) {
+	var body tagsBody
+	if err := decode(w, r, &body, false); err != nil {
+		s.writeErr(w, r, err)
+		return "", "", nil, false
+	}
+	raw := body.Tags
+	name, tag, err := parseName(ref(body))
+	if err != nil {
+		s.writeErr(w, r, err)
+		return "", "", nil, false
+	}
+	if len(raw) == 0 {
+		writeError(w, http.StatusBadRequest, "tags are required")
+		return "", "", nil, false
+	}
+	if _, alias := s.cfg.Aliases[name]; noAlias && alias {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%q is an alias of an atoll template here, which cannot be tagged", name))
+		return "", "", nil, false
+	}
+	if tags, err = normalTags(raw); err != nil {
+		s.writeErr(w, r, err)
+		return "", "", nil, false
+	}
+	return name, tag, tags, true
+}
+
 // normalTags lower-cases and trims the tags of a tag request and checks
 // each (the default tag names the template itself), before any is applied.
 func normalTags(raw []string) ([]string, error) {
@@ -984,29 +999,9 @@ func normalTags(raw []string) ([]string, error) {
 	return tags, nil
 }
 
-type removeTagsBody struct {
-	Name string   `json:"name"`
-	Tags []string `json:"tags"`
-}
-
 func (s *Server) removeTags(w http.ResponseWriter, r *http.Request) {
-	var body removeTagsBody
-	if err := decode(w, r, &body, false); err != nil {
-		s.writeErr(w, r, err)
-		return
-	}
-	name, _, err := parseName(body.Name)
-	if err != nil {
-		s.writeErr(w, r, err)
-		return
-	}
-	if len(body.Tags) == 0 {
-		writeError(w, http.StatusBadRequest, "tags are required")
-		return
-	}
-	tags, err := normalTags(body.Tags)
-	if err != nil {
-		s.writeErr(w, r, err)
+	name, _, tags, ok := s.tagging(w, r, false, func(b tagsBody) string { return b.Name })
+	if !ok {
 		return
 	}
 	for _, t := range tags {

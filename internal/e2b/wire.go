@@ -126,9 +126,14 @@ type connectRequest struct {
 	Timeout *int64 `json:"timeout"`
 }
 
+// timed is a request body with E2B's timeout field.
+type timed interface{ timeout() *int64 }
+
+func (c connectRequest) timeout() *int64 { return c.Timeout }
+
 type forkRequest struct {
-	Timeout *int64 `json:"timeout"`
-	Count   *int   `json:"count"`
+	connectRequest      // timeout
+	Count          *int `json:"count"`
 }
 
 type forkResult struct {

@@ -189,13 +189,18 @@ func (s *Store) WritableExists(id string) bool {
 // WritableIDs lists the sandboxes that have writable layers, for the start-up
 // sweep of leftovers.
 func (s *Store) WritableIDs() ([]string, error) {
-	ents, err := os.ReadDir(filepath.Join(s.dir, "sandboxes"))
+	return dirNames(filepath.Join(s.dir, "sandboxes"))
+}
+
+// dirNames lists the names in directory dir.
+func dirNames(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
-	var ids []string
+	var names []string
 	for _, e := range ents {
-		ids = append(ids, e.Name())
+		names = append(names, e.Name())
 	}
-	return ids, nil
+	return names, nil
 }

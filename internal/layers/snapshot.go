@@ -78,16 +78,9 @@ func (s *Store) RemoveSnapshot(snapID string) error {
 
 // SnapshotIDs lists the snapshots on disk, for the start-up sweep.
 func (s *Store) SnapshotIDs() ([]string, error) {
-	ents, err := os.ReadDir(filepath.Join(s.dir, "snapshots"))
+	ids, err := dirNames(filepath.Join(s.dir, "snapshots"))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	var ids []string
-	for _, e := range ents {
-		ids = append(ids, e.Name())
-	}
-	return ids, nil
+	return ids, err
 }

@@ -143,23 +143,18 @@ func buildHostSkeleton(dst string) error {
 	return os.Rename(tmp, dst)
 }
 
-// writeSkeleton makes, in tmp (the layer being built), the directories and /etc files of atoll's
-// own making: users, hosts, resolver and shell setup.
-func writeSkeleton(tmp string) error {
-	dirs := []struct {
-		path string
-		mode os.FileMode
-		uid  int
-	}{
-		{"", 0o755, 0}, {"etc", 0o755, 0}, {"etc/ssl/certs", 0o755, 0}, {"etc/alternatives", 0o755, 0},
-		{"root", 0o700, 0}, {"home", 0o755, 0}, {"home/user", 0o755, 1000},
-		{"tmp", 0o1777, 0}, {"var", 0o755, 0}, {"var/tmp", 0o1777, 0}, {"var/lib", 0o755, 0},
-		{"var/cache", 0o755, 0}, {"var/log", 0o755, 0}, {"run", 0o755, 0}, {"mnt", 0o755, 0},
-		{"opt", 0o755, 0}, {"srv", 0o755, 0}, {"proc", 0o555, 0}, {"sys", 0o555, 0},
-		{"dev", 0o755, 0},
-	}
+// skelDir is a directory of a layer atoll makes, with its mode and owner
+// (uid and gid).
+type skelDir struct {
+	path string
+	mode os.FileMode
+	uid  int
+}
+
+// makeDirs makes dirs under root, each with its mode and owner.
+func makeDirs(root string, dirs []skelDir) error {
 	for _, d := range dirs {
-		p := filepath.Join(tmp, d.path)
+		p := filepath.Join(root, d.path)
 		if err := os.MkdirAll(p, 0o755); err != nil {
 			return err
 		}
@@ -169,6 +164,23 @@ func writeSkeleton(tmp string) error {
 		if err := os.Lchown(p, d.uid, d.uid); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// writeSkeleton makes, in tmp (the layer being built), the directories and /etc files of atoll's
+// own making: users, hosts, resolver and shell setup.
+func writeSkeleton(tmp string) error {
+	dirs := []skelDir{
+		{"", 0o755, 0}, {"etc", 0o755, 0}, {"etc/ssl/certs", 0o755, 0}, {"etc/alternatives", 0o755, 0},
+		{"root", 0o700, 0}, {"home", 0o755, 0}, {"home/user", 0o755, 1000},
+		{"tmp", 0o1777, 0}, {"var", 0o755, 0}, {"var/tmp", 0o1777, 0}, {"var/lib", 0o755, 0},
+		{"var/cache", 0o755, 0}, {"var/log", 0o755, 0}, {"run", 0o755, 0}, {"mnt", 0o755, 0},
+		{"opt", 0o755, 0}, {"srv", 0o755, 0}, {"proc", 0o555, 0}, {"sys", 0o555, 0},
+		{"dev", 0o755, 0},
+	}
+	if err := makeDirs(tmp, dirs); err != nil {
+		return err
 	}
 	files := []struct {
 		path, content string
@@ -378,21 +390,10 @@ func buildImageTop(dst string, dirs []string) error {
 	if err := os.RemoveAll(tmp); err != nil {
 		return err
 	}
-	for _, d := range []struct {
-		path string
-		mode os.FileMode
-		uid  int
-	}{{"", 0o755, 0}, {"etc", 0o755, 0}, {"home", 0o755, 0}, {"home/user", 0o755, 1000}, {"proc", 0o555, 0}, {"sys", 0o555, 0}, {"dev", 0o755, 0}} {
-		p := filepath.Join(tmp, d.path)
-		if err := os.MkdirAll(p, 0o755); err != nil {
-			return err
-		}
-		if err := os.Chmod(p, d.mode); err != nil {
-			return err
-		}
-		if err := os.Lchown(p, d.uid, d.uid); err != nil {
-			return err
-		}
+	err := makeDirs(tmp, []skelDir{{"", 0o755, 0}, {"etc", 0o755, 0}, {"home", 0o755, 0}, {"home/user", 0o755, 1000},
+		{"proc", 0o555, 0}, {"sys", 0o555, 0}, {"dev", 0o755, 0}})
+	if err != nil {
+		return err
 	}
 	passwdFile := string(findInLayers(dirs, "etc/passwd"))
 	if passwdFile == "" {

@@ -74,6 +74,23 @@ func Create(path string, setup func() error) error {
 	return nil
 }
 
+// Temp makes a network namespace held only by the returned file
+// descriptor: it goes when the caller closes that.
+func Temp() (int, error) {
+	fd := -1
+	err := elsewhere(func() error { return unix.Unshare(unix.CLONE_NEWNET) }, func() (err error) {
+		fd, err = unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		return err
+	})
+	if err != nil {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		return -1, err
+	}
+	return fd, nil
+}
+
 // elsewhere runs fn on a goroutine locked to its thread after enter has
 // moved that thread into another network namespace, then moves the thread
 // back to the one it came from. If it cannot go back, the thread stays

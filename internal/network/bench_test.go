@@ -9,15 +9,18 @@ import (
 	"github.com/atoll-dev/atoll/internal/egress"
 )
 
-// reportPercentiles reports the median and 99th percentile of ds in ms.
-func reportPercentiles(b *testing.B, name string, ds []time.Duration) {
-	if len(ds) == 0 {
-		return
+// reportPercentiles reports the median and 99th percentile in ms of each
+// named series of durations.
+func reportPercentiles(b *testing.B, series map[string][]time.Duration) {
+	for name, ds := range series {
+		if len(ds) == 0 {
+			continue
+		}
+		slices.Sort(ds)
+		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+		b.ReportMetric(ms(ds[len(ds)/2]), name+"-p50-ms")
+		b.ReportMetric(ms(ds[(len(ds)*99)/100]), name+"-p99-ms")
 	}
-	slices.Sort(ds)
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	b.ReportMetric(ms(ds[len(ds)/2]), name+"-p50-ms")
-	b.ReportMetric(ms(ds[(len(ds)*99)/100]), name+"-p99-ms")
 }
 
 // BenchmarkAttach measures giving a sandbox its network without a pool: a
@@ -41,8 +44,7 @@ func BenchmarkAttach(b *testing.B) {
 		release = append(release, time.Since(start))
 	}
 	b.StopTimer()
-	reportPercentiles(b, "attach", attach)
-	reportPercentiles(b, "release", release)
+	reportPercentiles(b, map[string][]time.Duration{"attach": attach, "release": release})
 }
 
 // BenchmarkPoolGet measures Pool.Get with a warm entry ready: what sandbox
@@ -78,8 +80,7 @@ func BenchmarkPoolGet(b *testing.B) {
 		b.StartTimer()
 	}
 	b.StopTimer()
-	reportPercentiles(b, "get", get)
-	reportPercentiles(b, "warm", warm)
+	reportPercentiles(b, map[string][]time.Duration{"get": get, "warm": warm})
 }
 
 // BenchmarkSetPolicy measures setting an attached slot's policy again, as
@@ -102,5 +103,5 @@ func BenchmarkSetPolicy(b *testing.B) {
 		same = append(same, time.Since(start))
 	}
 	b.StopTimer()
-	reportPercentiles(b, "set", same)
+	reportPercentiles(b, map[string][]time.Duration{"set": same})
 }

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/atoll-dev/atoll/internal/netns"
+	"github.com/atoll-dev/atoll/internal/network/nettest"
 	"github.com/atoll-dev/atoll/internal/testenv"
 )
 
@@ -195,25 +196,10 @@ func (tp *topology) link(t testing.TB, name, peer string, mtu int, hostAddrs, pe
 	}
 }
 
-// listenIn listens on addr inside the namespace at path.
-func listenIn(t testing.TB, path, network, addr string) net.Listener {
-	t.Helper()
-	var ln net.Listener
-	err := netns.Run(path, func() (err error) {
-		ln, err = net.Listen(network, addr)
-		return err
-	})
-	if err != nil {
-		t.Fatalf("listening on %s in %s: %v", addr, filepath.Base(path), err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	return ln
-}
-
 // serveHTTP answers "<name> <client address>" on addr inside path.
 func serveHTTP(t testing.TB, path, name, addr string) net.Listener {
 	t.Helper()
-	ln := listenIn(t, path, "tcp", addr)
+	ln := nettest.Listen(t, path, "tcp", addr)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host, _, _ := net.SplitHostPort(r.RemoteAddr)
 		fmt.Fprintf(w, "%s %s", name, netip.MustParseAddr(host).Unmap())
@@ -228,21 +214,7 @@ func serveHTTP(t testing.TB, path, name, addr string) net.Listener {
 // serveTCP accepts connections on addr inside path and writes "hello" to each.
 func serveTCP(t testing.TB, path, addr string) {
 	t.Helper()
-	ln := listenIn(t, path, "tcp", addr)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("hello"))
-			c.Close()
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	nettest.ServeTCP(t, path, addr, func(c net.Conn) { c.Write([]byte("hello")) })
 }
 
 // serveUDP echoes datagrams on addr inside path.
@@ -307,14 +279,35 @@ func getWithin(path, url string, limit time.Duration) (string, error) {
 	return string(b), err
 }
 
+// mustDial is dialIn that fails t if it cannot connect; the connection
+// closes when t ends.
+func mustDial(t testing.TB, path, network, addr string) net.Conn {
+	t.Helper()
+	c, err := dialIn(path, network, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// dialBrief is dialIn for an exchange that must be over within
+// dialTimeout.
+func dialBrief(path, network, addr string) (net.Conn, error) {
+	c, err := dialIn(path, network, addr)
+	if err == nil {
+		c.SetDeadline(time.Now().Add(dialTimeout))
+	}
+	return c, err
+}
+
 // tcpHello connects to addr from path and reads the greeting of serveTCP.
 func tcpHello(path, addr string) error {
-	c, err := dialIn(path, "tcp", addr)
+	c, err := dialBrief(path, "tcp", addr)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(dialTimeout))
 	b, err := io.ReadAll(c)
 	if err != nil {
 		return err
@@ -327,12 +320,11 @@ func tcpHello(path, addr string) error {
 
 // udpEcho sends a datagram to addr from path and waits for its echo.
 func udpEcho(path, addr string) error {
-	c, err := dialIn(path, "udp", addr)
+	c, err := dialBrief(path, "udp", addr)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(dialTimeout))
 	if _, err := c.Write([]byte("ping")); err != nil {
 		return err
 	}

@@ -36,9 +36,7 @@ func TestReusedSlotAnswersAtOnce(t *testing.T) {
 	tp := newTopology(t, Config{})
 	m := tp.m
 	ctx := context.Background()
-	pool := NewPool(m, 2)
-	runPool(t, pool)
-	waitLen(t, pool, 2)
+	pool := warmPool(t, m, 2)
 
 	var macsMu sync.Mutex
 	macs := map[int]string{} // slot's MAC in its first cycle

@@ -46,9 +46,7 @@ func TestNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
-	pool := NewPool(m, 1)
-	runPool(t, pool)
-	waitLen(t, pool, 1)
+	pool := warmPool(t, m, 1)
 	b, err := pool.Get(ctx, 2, egress.Policy{})
 	if err != nil {
 		t.Fatalf("Pool.Get: %v", err)
@@ -267,11 +265,7 @@ func TestNetwork(t *testing.T) {
 			if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: attrs, PeerName: "eth0", PeerNamespace: netlink.NsFd(rxfd)}); err != nil {
 				return err
 			}
-			l, err := netlink.LinkByName("eth0")
-			if err != nil {
-				return err
-			}
-			return netlink.LinkSetUp(l)
+			return linkUp("eth0")
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -280,11 +274,7 @@ func TestNetwork(t *testing.T) {
 			if err := writeSysctl("net.ipv6.conf.eth0.accept_ra", "2"); err != nil {
 				return err
 			}
-			l, err := netlink.LinkByName("eth0")
-			if err != nil {
-				return err
-			}
-			return netlink.LinkSetUp(l)
+			return linkUp("eth0")
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -436,6 +426,25 @@ func TestChildJoinsNetns(t *testing.T) {
 	}
 }
 
+// linkUp sets link name of the current network namespace up.
+func linkUp(name string) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return err
+	}
+	return netlink.LinkSetUp(l)
+}
+
+// warmPool runs a pool of n over m until t ends, and returns it once it
+// holds n.
+func warmPool(t testing.TB, m *Manager, n int) *Pool {
+	t.Helper()
+	pool := NewPool(m, n)
+	runPool(t, pool)
+	waitLen(t, pool, n)
+	return pool
+}
+
 func runPool(t testing.TB, p *Pool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -578,9 +587,7 @@ func TestReleaseLeavesNothing(t *testing.T) {
 	m := tp.m
 	ctx := context.Background()
 	serveUDP(t, tp.host, hostport("10.213.0.1", 53))
-	pool := NewPool(m, 1)
-	runPool(t, pool)
-	waitLen(t, pool, 1)
+	pool := warmPool(t, m, 1)
 	cold, err := m.Attach(ctx, 5, egress.Policy{})
 	if err != nil {
 		t.Fatal(err)
@@ -681,9 +688,7 @@ func TestSweep(t *testing.T) {
 	body, err := get(atts[1].Netns, url(inet4, 80))
 	wantBody(t, "kept sandbox to the internet", body, err, "inet "+uplink4)
 	// A pool's own warm entries survive its Manager's sweep.
-	pool := NewPool(m2, 2)
-	runPool(t, pool)
-	waitLen(t, pool, 2)
+	pool := warmPool(t, m2, 2)
 	if err := m2.Sweep(ctx, []int{2}); err != nil {
 		t.Fatal(err)
 	}
@@ -704,9 +709,7 @@ func TestPool(t *testing.T) {
 	tp := newTopology(t, Config{})
 	m := tp.m
 	ctx := context.Background()
-	pool := NewPool(m, 3)
-	runPool(t, pool)
-	waitLen(t, pool, 3)
+	pool := warmPool(t, m, 3)
 	for slot := 10; slot < 15; slot++ { // more than the pool holds
 		a, err := pool.Get(ctx, slot, egress.Policy{})
 		if err != nil {
@@ -818,9 +821,7 @@ func TestConcurrentAttach(t *testing.T) {
 	tp := newTopology(t, Config{})
 	m := tp.m
 	ctx := context.Background()
-	pool := NewPool(m, 2)
-	runPool(t, pool)
-	waitLen(t, pool, 2)
+	pool := warmPool(t, m, 2)
 	type result struct {
 		a   *Attachment
 		err error

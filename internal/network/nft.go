@@ -140,14 +140,7 @@ type resolvedElem struct {
 func kernelOf(p egress.Policy, res []resolvedElem) slotKernel {
 	var k slotKernel
 	split := func(ps []netip.Prefix, k4, k6 int) {
-		var v4, v6 []netip.Prefix
-		for _, p := range ps {
-			if p.Addr().Is4() {
-				v4 = append(v4, p)
-			} else {
-				v6 = append(v6, p)
-			}
-		}
+		v4, v6 := splitFamily(ps)
 		k.spans[k4], k.spans[k6] = spansOf(v4), spansOf(v6)
 	}
 	split(p.Deny, kindDeny4, kindDeny6)
@@ -263,14 +256,7 @@ func (rs *ruleset) addChains(c *nftables.Conn) chains {
 func (rs *ruleset) addSets(c *nftables.Conn, cfg Config) error {
 	allow4, allow6 := byFamily(cfg.Allow)
 	deny4, deny6 := byFamily(cfg.Deny)
-	var blocked4, blocked6 []netip.Prefix
-	for _, p := range BlockedPrefixes {
-		if p.Addr().Is4() {
-			blocked4 = append(blocked4, p)
-		} else {
-			blocked6 = append(blocked6, p)
-		}
-	}
+	blocked4, blocked6 := splitFamily(BlockedPrefixes)
 	tcpPorts := cfg.GatewayTCPPorts
 	for _, s := range []struct {
 		set   *nftables.Set
@@ -309,6 +295,20 @@ func byFamily(ps []netip.Prefix) (v4, v6 []netip.Prefix) {
 		case p.Addr().Is4In6() && p.Bits() >= 96:
 			v4 = append(v4, netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96))
 		default:
+			v6 = append(v6, p)
+		}
+	}
+	return v4, v6
+}
+
+// splitFamily splits ps by the family they are written in: unlike
+// byFamily, it leaves an IPv4-mapped IPv6 prefix (BlockedPrefixes'
+// ::ffff:0:0/96) IPv6.
+func splitFamily(ps []netip.Prefix) (v4, v6 []netip.Prefix) {
+	for _, p := range ps {
+		if p.Addr().Is4() {
+			v4 = append(v4, p)
+		} else {
 			v6 = append(v6, p)
 		}
 	}
@@ -516,18 +516,24 @@ func (rs *ruleset) fillSlot(c *nftables.Conn, cfg Config, slot int, sets [len(sl
 			return err
 		}
 	}
+	return rs.members(cfg, slot, k, c.SetAddElements)
+}
+
+// members applies op (adding or deleting elements) to slot's addresses in
+// the open and proxied sets k says they are members of.
+func (rs *ruleset) members(cfg Config, slot int, k *slotKernel, op func(*nftables.Set, []nftables.SetElement) error) error {
 	a4, a6 := cfg.slotAddrs(slot)
 	for _, m := range []struct {
-		want   bool
+		in     bool
 		s4, s6 *nftables.Set
 	}{{k.open, rs.open4, rs.open6}, {k.proxied, rs.proxied4, rs.proxied6}} {
-		if !m.want {
+		if !m.in {
 			continue
 		}
-		if err := c.SetAddElements(m.s4, addrElems(a4.Addr())); err != nil {
+		if err := op(m.s4, addrElems(a4.Addr())); err != nil {
 			return err
 		}
-		if err := c.SetAddElements(m.s6, addrElems(a6.Addr())); err != nil {
+		if err := op(m.s6, addrElems(a6.Addr())); err != nil {
 			return err
 		}
 	}
@@ -542,20 +548,8 @@ func (rs *ruleset) refillSlot(c *nftables.Conn, cfg Config, slot int, old, k *sl
 		sets[kind] = rs.slotSet(slot, kind)
 		c.FlushSet(sets[kind])
 	}
-	a4, a6 := cfg.slotAddrs(slot)
-	for _, m := range []struct {
-		had    bool
-		s4, s6 *nftables.Set
-	}{{old.open, rs.open4, rs.open6}, {old.proxied, rs.proxied4, rs.proxied6}} {
-		if !m.had {
-			continue
-		}
-		if err := c.SetDeleteElements(m.s4, addrElems(a4.Addr())); err != nil {
-			return err
-		}
-		if err := c.SetDeleteElements(m.s6, addrElems(a6.Addr())); err != nil {
-			return err
-		}
+	if err := rs.members(cfg, slot, old, c.SetDeleteElements); err != nil {
+		return err
 	}
 	return rs.fillSlot(c, cfg, slot, sets, k)
 }
@@ -571,19 +565,8 @@ func (rs *ruleset) delSlot(c *nftables.Conn, cfg Config, slot int, had *slotKern
 	if err := c.SetDeleteElements(rs.sandbox6, addrElems(a6.Addr())); err != nil {
 		return err
 	}
-	for _, m := range []struct {
-		had    bool
-		s4, s6 *nftables.Set
-	}{{had.open, rs.open4, rs.open6}, {had.proxied, rs.proxied4, rs.proxied6}} {
-		if !m.had {
-			continue
-		}
-		if err := c.SetDeleteElements(m.s4, addrElems(a4.Addr())); err != nil {
-			return err
-		}
-		if err := c.SetDeleteElements(m.s6, addrElems(a6.Addr())); err != nil {
-			return err
-		}
+	if err := rs.members(cfg, slot, had, c.SetDeleteElements); err != nil {
+		return err
 	}
 	c.DelChain(&nftables.Chain{Name: slotChain(slot), Table: rs.table})
 	for kind := range slotSetKinds {
@@ -650,9 +633,13 @@ func prefixMatch(p netip.Prefix) []expr.Any {
 	}
 }
 
-func ctState(bits uint32) []expr.Any {
+func ctState(bits uint32) []expr.Any { return ctAny(expr.CtKeySTATE, bits) }
+
+// ctAny matches a connection whose conntrack key (a bit field) has any of
+// bits set.
+func ctAny(key expr.CtKey, bits uint32) []expr.Any {
 	return []expr.Any{
-		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Ct{Register: 1, Key: key},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
 			Mask: binaryutil.NativeEndian.PutUint32(bits), Xor: binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
@@ -664,14 +651,7 @@ func port(p uint16) []byte { return binaryutil.BigEndian.PutUint16(p) }
 // ipsDstNAT is IPS_DST_NAT of the conntrack status bits.
 const ipsDstNAT = 1 << 5
 
-func ctStatus(bits uint32) []expr.Any {
-	return []expr.Any{
-		&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(bits), Xor: binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
-	}
-}
+func ctStatus(bits uint32) []expr.Any { return ctAny(expr.CtKeySTATUS, bits) }
 
 func lookup(s *nftables.Set) []expr.Any {
 	return []expr.Any{&expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID}}

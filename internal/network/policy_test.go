@@ -302,11 +302,7 @@ func TestEgressPolicy(t *testing.T) {
 			wantRefused(t, "Host x.wild.example on "+ad, st, body, err)
 		}
 		// A second request on a kept-alive connection is checked too.
-		c, err := dialIn(sbList.Netns, "tcp", hostport(allowedA4, 80))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
+		c := mustDial(t, sbList.Netns, "tcp", hostport(allowedA4, 80))
 		c.SetDeadline(time.Now().Add(5 * time.Second))
 		br := bufio.NewReader(c)
 		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: allowed.example\r\n\r\n")
@@ -329,22 +325,10 @@ func TestEgressPolicy(t *testing.T) {
 	t.Run("policy change cuts connections", func(t *testing.T) {
 		// sbOpen (allow-all) and sbList (inet4 allowed by address) each hold
 		// a connection to the echo server on inet4.
-		cOpen, err := dialIn(sbOpen.Netns, "tcp", hostport(inet4, 7))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cOpen.Close()
-		cList, err := dialIn(sbList.Netns, "tcp", hostport(inet4, 7))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cList.Close()
+		cOpen := mustDial(t, sbOpen.Netns, "tcp", hostport(inet4, 7))
+		cList := mustDial(t, sbList.Netns, "tcp", hostport(inet4, 7))
 		// And a kept-alive proxied connection.
-		cProx, err := dialIn(sbList.Netns, "tcp", hostport(allowedA4, 80))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cProx.Close()
+		cProx := mustDial(t, sbList.Netns, "tcp", hostport(allowedA4, 80))
 		cProx.SetDeadline(time.Now().Add(5 * time.Second))
 		bp := bufio.NewReader(cProx)
 		fmt.Fprintf(cProx, "GET / HTTP/1.1\r\nHost: allowed.example\r\n\r\n")
@@ -379,7 +363,7 @@ func TestEgressPolicy(t *testing.T) {
 		// stays resolved, a new connection to inet6 opens.
 		mustReach(t, "kept resolved address", echo(sbList.Netns, hostport(wildA4, 7)))
 		mustReach(t, "still allowed address", echo(sbList.Netns, hostport(inet6, 7)))
-		_, err = dialIn(sbList.Netns, "tcp", hostport(allowedA4, 7))
+		_, err := dialIn(sbList.Netns, "tcp", hostport(allowedA4, 7))
 		mustNotReach(t, "dropped name's address", err)
 		rc, _, err := resolveIn(sbList.Netns, gw4, "allowed.example", dns.TypeA)
 		if err != nil || rc != dns.RcodeNameError {

@@ -1,10 +1,8 @@
 package network
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
-	"runtime"
 	"strings"
 	"time"
 
@@ -13,10 +11,11 @@ import (
 	mdnetlink "github.com/mdlayher/netlink"
 	"github.com/ti-mo/conntrack"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
+	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/netns"
 )
 
 // Probe reports whether the kernel has what enforcing the network model
@@ -27,7 +26,7 @@ import (
 // error wrapping errdefs.ErrUnavailable that names what is missing. New
 // refuses to start without them: the network fails closed.
 func Probe() error {
-	fd, err := tempNetns()
+	fd, err := netns.Temp()
 	if err != nil {
 		return fmt.Errorf("%w: network namespaces: %v", errdefs.ErrUnavailable, err)
 	}
@@ -101,7 +100,7 @@ func Probe() error {
 }
 
 func probeBridge(fd int) error {
-	h, err := netlink.NewHandleAt(netns.NsHandle(fd))
+	h, err := netlink.NewHandleAt(vnetns.NsHandle(fd))
 	if err != nil {
 		return err
 	}
@@ -120,41 +119,4 @@ func probeBridge(fd int) error {
 		return err
 	}
 	return h.LinkSetIsolated(v, true)
-}
-
-// tempNetns returns an fd of a new network namespace that lives as long as
-// the fd.
-func tempNetns() (int, error) {
-	type result struct {
-		fd  int
-		err error
-	}
-	c := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			c <- result{-1, err}
-			return
-		}
-		defer unix.Close(orig)
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			c <- result{-1, err}
-			return
-		}
-		fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if serr := unix.Setns(orig, unix.CLONE_NEWNET); serr != nil {
-			if fd >= 0 {
-				unix.Close(fd)
-			}
-			c <- result{-1, errors.Join(err, serr)}
-			return
-		}
-		runtime.UnlockOSThread()
-		c <- result{fd, err}
-	}()
-	r := <-c
-	return r.fd, r.err
 }

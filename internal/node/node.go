@@ -2,11 +2,12 @@
 // runtimes, its layer store, its sandbox networks, the agent binary every
 // sandbox runs and the memory images of suspended ones. The control plane
 // (internal/control, with internal/templates and internal/pools) decides
-// what runs and records it; it runs it on a Node.
+// what runs and records it; it runs it on a Node, through the control.Node
+// interface it declares for what it asks of one.
 //
 // Today both tiers live in one process and a Node hands the control plane
-// its parts directly. This package is the seam cluster mode cuts: there, a
-// scheduler picks a Node and the node protocol carries the calls made on
+// its parts directly. That interface is the seam cluster mode cuts: there,
+// a scheduler picks a node and the node protocol carries the calls made on
 // its parts here.
 package node
 

@@ -14,7 +14,9 @@ package pools
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,9 +56,24 @@ type Config struct {
 	Prestart int
 	// Node is the cluster node whose pooled sandboxes these are (the
 	// rows it scans); "" on a single machine.
-	Node   string
+	Node string
+	// Sizer, on a cluster node, sizes the pools from the cluster's demand
+	// (demand.go): WarmPool is then the most the node keeps, and a
+	// template's pool size a floor. nil keeps the fixed sizes.
+	Sizer Sizer
+	// BuiltIn is the built-in template's name, whose demand is counted
+	// under the version ID "".
+	BuiltIn string
+	// Busy, if set, reports that the node is starting sandboxes for
+	// creates: the pools wait to refill until it is not. A refill is a
+	// sandbox start too, and in a burst the creates need the machine
+	// more than the pools do.
+	Busy   func() bool
 	Logger *slog.Logger
 }
+
+// sizeEvery is how often a cluster node reads the demand its pools follow.
+const sizeEvery = 2 * time.Second
 
 // refillDelay is how long the pools wait after handing a sandbox out before
 // they start a replacement.
@@ -72,9 +89,20 @@ type Service struct {
 	poolSize     int
 	prestartSize int
 	log          *slog.Logger
+	sizer        Sizer
+	builtIn      string
+	busy         func() bool
+	rate         Rate
 	wake         chan struct{}
 	// held: the node is draining (Hold), so the pools stay empty.
 	held atomic.Bool
+
+	// sizeMu guards sized, the targets the demand last gave (with a
+	// Sizer), and sizedAt, when they were asked for: they are asked for
+	// again after sizeEvery.
+	sizeMu  sync.Mutex
+	sized   map[string]target
+	sizedAt time.Time
 
 	// mu guards warm and prestarted. It is a leaf: nothing else is locked
 	// while it is held, and no call leaves the package under it.
@@ -83,6 +111,10 @@ type Service struct {
 	warm map[string][]string
 	// prestarted are the prestarted sandboxes ready to take, oldest first.
 	prestarted []store.Sandbox
+	// filling is the pool key whose sandbox the filler is starting, if
+	// any; filled is closed (and replaced) each time it finishes one.
+	filling string
+	filled  chan struct{}
 }
 
 // New returns a Service; Run fills it.
@@ -92,8 +124,8 @@ func New(cfg Config) *Service {
 	}
 	return &Service{
 		store: cfg.Store, node: cfg.Node, tmpls: cfg.Templates, sandboxes: cfg.Sandboxes, defaultTmpl: cfg.DefaultTemplate,
-		poolSize: cfg.WarmPool, prestartSize: cfg.Prestart, log: cfg.Logger,
-		wake: make(chan struct{}, 1), warm: map[string][]string{},
+		poolSize: cfg.WarmPool, prestartSize: cfg.Prestart, log: cfg.Logger, sizer: cfg.Sizer, builtIn: cfg.BuiltIn, busy: cfg.Busy,
+		wake: make(chan struct{}, 1), warm: map[string][]string{}, filled: make(chan struct{}),
 	}
 }
 
@@ -102,8 +134,13 @@ func (p *Service) Run(ctx context.Context) {
 	defer p.discardPrestarted(context.WithoutCancel(ctx))
 	defer p.discardPools(context.WithoutCancel(ctx))
 	for {
-		p.fillPool(ctx)
-		p.fillPrestarted(ctx)
+		retry := 5 * time.Second // after failures
+		if p.isBusy() {
+			retry = refillDelay
+		} else {
+			p.fillPool(ctx)
+			p.fillPrestarted(ctx)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -116,10 +153,14 @@ func (p *Service) Run(ctx context.Context) {
 				return
 			case <-time.After(refillDelay):
 			}
-		case <-time.After(5 * time.Second): // retry after failures
+		case <-time.After(retry):
 		}
 	}
 }
+
+// isBusy reports whether the node is busy starting sandboxes for creates
+// (Config.Busy).
+func (p *Service) isBusy() bool { return p.busy != nil && p.busy() }
 
 // Wake has Run refill the pools.
 func (p *Service) Wake() {
@@ -139,7 +180,14 @@ type target struct {
 	name string
 	v    store.Template
 	n    int
+	// keep, if more than n, is how many a pool following demand keeps
+	// before it discards any: room fills no more, but takes none away
+	// (demand.go).
+	keep int
 }
+
+// wanted reports whether the pool keeps any sandbox.
+func (t target) wanted() bool { return t.n > 0 || t.keep > 0 }
 
 // Key is the pool of sandboxes of version v: its ID, or the name of the
 // built-in template, which has no versions.
@@ -152,15 +200,27 @@ func Key(name string, v store.Template) string {
 
 // targets is how many pooled sandboxes each version should have: the
 // default template's current one --warm-pool, and the current version of
-// each name whose pool size says so.
+// each name whose pool size says so; on a cluster node, what the demand
+// says (demandTargets).
 func (p *Service) targets(ctx context.Context) map[string]target {
 	targets := map[string]target{}
 	if p.held.Load() {
 		return targets
 	}
+	if p.sizer != nil {
+		p.sizeMu.Lock()
+		defer p.sizeMu.Unlock()
+		if now := time.Now(); now.Sub(p.sizedAt) >= sizeEvery {
+			if t := p.demandTargets(ctx); t != nil {
+				p.sized = t
+			}
+			p.sizedAt = now
+		}
+		return maps.Clone(p.sized)
+	}
 	if p.poolSize > 0 {
 		if name, v, err := p.tmpls.Resolve(ctx, p.defaultTmpl); err == nil {
-			targets[Key(name, v)] = target{name, v, p.poolSize}
+			targets[Key(name, v)] = target{name: name, v: v, n: p.poolSize}
 		}
 	}
 	ts, err := p.store.ListTemplates(ctx)
@@ -169,35 +229,92 @@ func (p *Service) targets(ctx context.Context) map[string]target {
 	}
 	for _, t := range ts {
 		if n := t.Current.Config.PoolSize; n > 0 {
-			targets[Key(t.Name, t.Current)] = target{t.Name, t.Current, n}
+			targets[Key(t.Name, t.Current)] = target{name: t.Name, v: t.Current, n: n}
 		}
 	}
 	return targets
 }
 
-// fillPool tops each version's pool up to its size, one sandbox at a time.
+// fillPool tops each version's pool up to its size, one sandbox at a time;
+// following demand, it first discards what a pool holds beyond its size.
 func (p *Service) fillPool(ctx context.Context) {
-	for key, tg := range p.targets(ctx) {
-		for ctx.Err() == nil {
+	targets := p.targets(ctx)
+	var surplus []string
+	p.mu.Lock()
+	for key, ids := range p.warm {
+		// The fixed sizes of a single machine change only with a name's
+		// version (Drain); demand moves them up and down.
+		if n := max(targets[key].n, targets[key].keep); p.sizer != nil && len(ids) > n {
+			surplus = append(surplus, ids[n:]...)
+			p.warm[key] = ids[:n]
+		}
+	}
+	p.mu.Unlock()
+	for _, id := range surplus {
+		p.sandboxes.DiscardIf(ctx, id, lifecycle.Pooled)
+	}
+	for key, tg := range targets {
+		for ctx.Err() == nil && !p.isBusy() {
 			p.mu.Lock()
 			short := len(p.warm[key]) < tg.n
 			p.mu.Unlock()
 			if !short {
 				break
 			}
+			p.mu.Lock()
+			p.filling = key
+			p.mu.Unlock()
 			id, err := p.sandboxes.StartPooled(ctx, tg.name, tg.v)
-			if err != nil {
-				p.log.Warn("filling warm pool", "template", tg.name, "err", err)
-				break
-			}
-			if p.targets(ctx)[key].n == 0 {
+			if err == nil && !p.targets(ctx)[key].wanted() {
 				// The name moved on while its sandbox started.
 				p.Drain(ctx)
-				break
+				id, err = "", errMovedOn
 			}
 			p.mu.Lock()
-			p.warm[key] = append(p.warm[key], id)
+			p.filling = ""
+			if err == nil {
+				p.warm[key] = append(p.warm[key], id)
+			}
+			close(p.filled)
+			p.filled = make(chan struct{})
 			p.mu.Unlock()
+			if err != nil {
+				if err != errMovedOn {
+					p.log.Warn("filling warm pool", "template", tg.name, "err", err)
+				}
+				break
+			}
+		}
+	}
+}
+
+// errMovedOn is a pooled sandbox's template name that moved to another
+// version while it started.
+var errMovedOn = errors.New("the template moved on")
+
+// TakeWaiting is Take, except that when the pool of key is empty while
+// the filler is starting a sandbox for it, it waits for that sandbox (at
+// most wait): in a cluster, the store counts a pooled sandbox from the
+// moment its row is written, before it is ready, and a placement may have
+// reserved it already.
+func (p *Service) TakeWaiting(ctx context.Context, key string, wait time.Duration) (string, bool) {
+	deadline := time.After(wait)
+	for {
+		if id, ok := p.Take(key); ok {
+			return id, true
+		}
+		p.mu.Lock()
+		filling, filled := p.filling == key, p.filled
+		p.mu.Unlock()
+		if !filling {
+			return "", false
+		}
+		select {
+		case <-filled:
+		case <-deadline:
+			return "", false
+		case <-ctx.Done():
+			return "", false
 		}
 	}
 }
@@ -209,13 +326,13 @@ func (p *Service) Drain(ctx context.Context) {
 	targets := p.targets(ctx)
 	p.mu.Lock()
 	for key := range p.warm {
-		if targets[key].n == 0 {
+		if !targets[key].wanted() {
 			delete(p.warm, key)
 		}
 	}
 	p.mu.Unlock()
 	p.discardPooledWhere(ctx, func(sb store.Sandbox) bool {
-		return targets[Key(sb.Template, store.Template{ID: sb.TemplateVersion})].n == 0
+		return !targets[Key(sb.Template, store.Template{ID: sb.TemplateVersion})].wanted()
 	})
 }
 
@@ -259,7 +376,7 @@ func (p *Service) Take(key string) (string, bool) {
 // fillPrestarted tops the prestarted sandboxes up to their target, one at
 // a time.
 func (p *Service) fillPrestarted(ctx context.Context) {
-	for ctx.Err() == nil && !p.held.Load() {
+	for ctx.Err() == nil && !p.held.Load() && !p.isBusy() {
 		p.mu.Lock()
 		short := len(p.prestarted) < p.prestartSize
 		p.mu.Unlock()

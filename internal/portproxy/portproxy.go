@@ -177,7 +177,7 @@ func writeFailure(w http.ResponseWriter, f Failure) { writeError(w, f.Status, f.
 // ports with headers and tokens of their own, and expect its words when
 // the port cannot be reached (fail; nil answers as the proxy does).
 func (p *Proxy) ServePort(w http.ResponseWriter, r *http.Request, id string, port int, fail FailFunc) {
-	if !validID(id) || port < 1 || port > 65535 {
+	if !api.ValidSandboxID(id) || port < 1 || port > 65535 {
 		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("malformed sandbox ID %q or port %d", truncate(id, 64), port))
 		return
 	}
@@ -241,7 +241,7 @@ func (p *Proxy) route(r *http.Request) (id string, port int, byHost bool, err er
 		if err != nil {
 			return "", 0, false, err
 		}
-		if !validID(id) {
+		if !api.ValidSandboxID(id) {
 			return "", 0, false, fmt.Errorf("malformed sandbox ID %q", truncate(id, 64))
 		}
 		return id, port, true, nil
@@ -257,7 +257,7 @@ func (p *Proxy) route(r *http.Request) (id string, port int, byHost bool, err er
 	if err != nil {
 		return "", 0, false, err
 	}
-	if !validID(id) {
+	if !api.ValidSandboxID(id) {
 		return "", 0, false, fmt.Errorf("malformed sandbox ID %q in %s", truncate(id, 64), HeaderSandboxID)
 	}
 	return id, port, false, nil
@@ -279,20 +279,6 @@ func ParsePort(s string) (int, error) {
 		return 0, bad
 	}
 	return n, nil
-}
-
-// validID is the shape of a sandbox ID: 20 of [a-z0-9].
-func validID(id string) bool {
-	if len(id) != 20 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
-			return false
-		}
-	}
-	return true
 }
 
 // authorized tells whether r may open port of sandbox id: with its token,

@@ -69,6 +69,10 @@ type Decision struct {
 	// Node is the node the sandbox went to (set by Scheduler.Place once
 	// the store accepted it); Rank leaves it empty.
 	Node string `json:"node,omitempty"`
+	// Warm says the placement took a warm sandbox of its template waiting
+	// on Node (its pool term was 1 there), reserved in the store with it
+	// (store.Sandbox.Warm); a cold start otherwise.
+	Warm bool `json:"warm,omitempty"`
 	// Candidates are the nodes that passed every filter, best first
 	// (Scheduler keeps the first few).
 	Candidates []Candidate `json:"candidates"`
@@ -156,10 +160,17 @@ var terms = [...]term{
 
 // poolValue is 1 on a node with a warm sandbox of the template.
 func poolValue(c *rankCtx, k int, n *store.Node) float64 {
-	if len(n.Status.Pooled) > 0 && n.Status.Pooled[c.req.TemplateVersion] > 0 {
+	if c.warm(n) {
 		return 1
 	}
 	return 0
+}
+
+// warm reports whether n has a warm sandbox for the request: of its
+// template version and runtime.
+func (c *rankCtx) warm(n *store.Node) bool {
+	return len(n.Status.Pooled) > 0 && n.Status.Pooled[c.req.TemplateVersion] > 0 &&
+		(n.PooledRuntime == "" || n.PooledRuntime == c.req.Runtime)
 }
 
 // localityValue is 1 on a node holding the template's layers; every node
@@ -247,8 +258,8 @@ var filters = []filter{
 		func(c *rankCtx, n *store.Node) bool { return len(c.avoided) > 0 && c.avoided[n.Name] },
 		func(c *rankCtx, n *store.Node) string { return "refused the placement" }},
 	{"room", false,
-		func(c *rankCtx, n *store.Node) bool { return !fits(n, &c.need) },
-		func(c *rankCtx, n *store.Node) string { return "no room: " + short(n, c.need) }},
+		func(c *rankCtx, n *store.Node) bool { return !c.fits(n) },
+		func(c *rankCtx, n *store.Node) string { return "no room: " + short(n, c.needOn(n)) }},
 }
 
 // dynamic are the filters that are not static, by index.
@@ -274,6 +285,27 @@ func fits(n *store.Node, need *store.Resources) bool {
 		n.Committed.MemoryMiB+need.MemoryMiB <= n.Capacity.MemoryMiB &&
 		n.Committed.DiskGiB+need.DiskGiB <= n.Capacity.DiskGiB &&
 		n.Committed.Sandboxes+need.Sandboxes <= n.Capacity.Sandboxes
+}
+
+// needOn is what the placement adds to n: on a node with a warm sandbox of
+// the template, what it needs beyond the pooled sandbox it replaces (as
+// the store counts a warm placement).
+func (c *rankCtx) needOn(n *store.Node) store.Resources {
+	need := c.need
+	if c.warm(n) {
+		h := n.PooledHolds
+		need.CPU -= h.CPU
+		need.MemoryMiB -= h.MemoryMiB
+		need.DiskGiB -= h.DiskGiB
+		need.Sandboxes -= h.Sandboxes
+	}
+	return need
+}
+
+// fits reports whether the placement fits on n (needOn).
+func (c *rankCtx) fits(n *store.Node) bool {
+	need := c.needOn(n)
+	return fits(n, &need)
 }
 
 // short names the resources need does not fit in on n, each as
@@ -551,7 +583,7 @@ func rank(nodes []store.Node, req *Request, now time.Time, o options) Decision {
 			var refuses bool
 			if cached && f == roomFilter {
 				if cl.gen[k] != o.gens[i] {
-					cl.gen[k], cl.room[k] = o.gens[i], fits(n, &c.need)
+					cl.gen[k], cl.room[k] = o.gens[i], c.fits(n)
 					if cl.room[k] {
 						cl.score[k] = c.score(k, n)
 					}

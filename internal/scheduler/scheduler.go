@@ -69,8 +69,8 @@ type Scheduler struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when loop has returned
 	stats  struct {
-		placed, refused, full, batches, refreshes atomic.Int64
-		others                                    atomic.Uint64 // math.Float64bits
+		placed, refused, noWarm, full, batches, refreshes atomic.Int64
+		others                                            atomic.Uint64 // math.Float64bits
 	}
 }
 
@@ -79,6 +79,9 @@ type Stats struct {
 	Placed  int64 `json:"placed"`  // placements recorded
 	Refused int64 `json:"refused"` // placements the store refused for room, each tried again elsewhere
 	Full    int64 `json:"full"`    // placements no node could take (NoRoomError)
+	// NoWarm are warm placements the store refused (another API node
+	// had taken the node's last warm sandbox), each placed again.
+	NoWarm int64 `json:"no_warm"`
 	// Batches are the store.Place calls; Placed+Refused over Batches is
 	// their mean size.
 	Batches   int64 `json:"batches"`
@@ -90,7 +93,7 @@ type Stats struct {
 
 // Stats returns the scheduler's counts.
 func (s *Scheduler) Stats() Stats {
-	return Stats{Placed: s.stats.placed.Load(), Refused: s.stats.refused.Load(), Full: s.stats.full.Load(),
+	return Stats{Placed: s.stats.placed.Load(), Refused: s.stats.refused.Load(), Full: s.stats.full.Load(), NoWarm: s.stats.noWarm.Load(),
 		Batches: s.stats.batches.Load(), Refreshes: s.stats.refreshes.Load(), Others: math.Float64frombits(s.stats.others.Load())}
 }
 
@@ -104,7 +107,9 @@ type job struct {
 	// fresh is set once it found no room and waits for (or had) an exact
 	// view.
 	fresh bool
-	done  chan error
+	// noWarm are the nodes the store refused it a warm sandbox on.
+	noWarm []string
+	done   chan error
 }
 
 // New starts a scheduler over cfg.Store. Close stops it.
@@ -232,7 +237,8 @@ func (s *Scheduler) Place(ctx context.Context, sb *store.Sandbox, req Request) (
 type adjust struct {
 	node     string
 	res      store.Resources
-	template string // its template version, a warm one of which it may take
+	template string // its template version
+	warm     bool   // it takes a warm sandbox of template on node
 	// seq is when its commit completed (the count of commits then); 0
 	// while in the store.
 	seq int64
@@ -462,11 +468,28 @@ func (st *loopState) apply(a *adjust, sign int) {
 		c.DiskGiB += int64(sign) * a.res.DiskGiB
 		c.Sandboxes += sign * a.res.Sandboxes
 	}
-	if p := st.view[i].Status.Pooled; p != nil {
-		if _, ok := p[a.template]; ok {
-			p[a.template] = max(p[a.template]-sign, 0)
+	if p := st.view[i].Status.Pooled; a.warm && p != nil {
+		p[a.template] = max(p[a.template]-sign, 0)
+	}
+}
+
+// noWarm marks node's warm sandboxes of template all taken, in the view,
+// until it is read again: the store said so (store.ErrNoWarm).
+func (st *loopState) noWarm(node, template string) {
+	if i, ok := st.index[node]; ok && st.view[i].Status.Pooled[template] > 0 {
+		st.view[i].Status.Pooled[template] = 0
+		st.gens[i]++
+	}
+}
+
+// pooled reports whether candidate c has a warm sandbox of the template.
+func pooled(c Candidate) bool {
+	for _, p := range c.Parts {
+		if p.Term == "pool" {
+			return p.Value > 0
 		}
 	}
+	return false
 }
 
 // holds is what sb adds to its node's Committed (store.Holds).
@@ -530,6 +553,10 @@ func (s *Scheduler) dispatch(st *loopState) {
 		}
 		j.node = j.dec.Candidates[0].Node
 		j.sb.Node = j.node
+		// A warm sandbox waits there: the store reserves it with the
+		// placement, unless it refused this job one there before.
+		j.dec.Warm = pooled(j.dec.Candidates[0]) && !slices.Contains(j.noWarm, j.node)
+		j.sb.Warm = j.dec.Warm
 		// The decision goes into the row the store records, as its
 		// placement record: one write, in the batch's transaction. An
 		// update afterwards would be a second write per create, and
@@ -538,7 +565,12 @@ func (s *Scheduler) dispatch(st *loopState) {
 		rec := j.dec
 		rec.Node = j.node
 		j.sb.Placement, _ = json.Marshal(rec)
-		a := &adjust{node: j.node, res: holds(j.sb), template: j.sb.TemplateVersion}
+		a := &adjust{node: j.node, res: holds(j.sb), template: j.sb.TemplateVersion, warm: j.sb.Warm}
+		if a.warm {
+			// It replaces a pooled sandbox the view counts already
+			// (of the default size, near enough: the store checks).
+			a.res = store.Resources{}
+		}
 		st.apply(a, 1)
 		st.adjusts = append(st.adjusts, a)
 		b.jobs, b.adj = append(b.jobs, j), append(b.adj, a)
@@ -580,7 +612,18 @@ func (s *Scheduler) settle(st *loopState, b batchDone) {
 		}
 		st.apply(a, -1)
 		st.adjusts = slices.DeleteFunc(st.adjusts, func(x *adjust) bool { return x == a })
-		j.sb.Node = ""
+		j.sb.Node, j.sb.Warm = "", false
+		if errors.Is(err, store.ErrNoWarm) {
+			// Another API node took the node's last warm one (or the
+			// view was behind): ranked again, the node may still win,
+			// cold.
+			s.stats.noWarm.Add(1)
+			st.noWarm(j.node, a.template)
+			j.noWarm = append(j.noWarm, j.node)
+			st.pending = append(st.pending, j)
+			st.soon = true
+			continue
+		}
 		if errors.Is(err, store.ErrNoRoom) {
 			s.stats.refused.Add(1)
 			st.refused[j.node] = true

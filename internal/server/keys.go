@@ -23,17 +23,12 @@ func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 }
 
 func (s *Server) keys(w http.ResponseWriter, r *http.Request) (Keys, bool) {
-	if s.cfg.Keys == nil {
-		s.writeError(w, r, fmt.Errorf("%w: this server does not issue keys", errdefs.ErrUnavailable))
-		return nil, false
-	}
-	return s.cfg.Keys, true
+	return part(s, w, r, s.cfg.Keys, fmt.Errorf("%w: this server does not issue keys", errdefs.ErrUnavailable))
 }
 
 func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
-	var req api.CreateKeyRequest
-	if err := decodeJSON(w, r, &req, false); err != nil {
-		s.writeError(w, r, err)
+	req, ok := decodeBody[api.CreateKeyRequest](s, w, r, false, nil)
+	if !ok {
 		return
 	}
 	keys, ok := s.keys(w, r)
@@ -55,11 +50,7 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ks, err := keys.List(r.Context())
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, api.APIKeyList{Keys: ks})
+	s.respond(w, r, http.StatusOK, api.APIKeyList{Keys: ks}, err)
 }
 
 func (s *Server) deleteKey(w http.ResponseWriter, r *http.Request) {

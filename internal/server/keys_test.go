@@ -15,10 +15,10 @@ import (
 	"github.com/atoll-dev/atoll/internal/store/sqlite"
 )
 
-// TestKeyRoutes runs the key routes and the admin check over real keys in
-// a real store: admin keys issue, list and revoke keys and change
-// templates; other keys get 403, bad keys 401, bad input 400.
-func TestKeyRoutes(t *testing.T) {
+// adminKeys returns the keys of a real store of the test's own, and its
+// first, admin, key.
+func adminKeys(t *testing.T) (*auth.Keys, string) {
+	t.Helper()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "atoll.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -29,6 +29,14 @@ func TestKeyRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return keys, admin
+}
+
+// TestKeyRoutes runs the key routes and the admin check over real keys in
+// a real store: admin keys issue, list and revoke keys and change
+// templates; other keys get 403, bad keys 401, bad input 400.
+func TestKeyRoutes(t *testing.T) {
+	keys, admin := adminKeys(t)
 	s, err := New(Config{Sandboxes: &memSandboxes{sbs: map[string]api.Sandbox{}}, Templates: newMemTemplates(),
 		Auth: keys, Keys: keys, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

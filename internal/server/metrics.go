@@ -18,29 +18,31 @@ func (s *Server) getMetrics(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var bounds [2]time.Time
-	for i, name := range []string{"start", "end"} {
-		t, err := timeParam(r, name)
-		if err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		bounds[i] = t
-	}
-	start, end := bounds[0], bounds[1]
-	if !start.IsZero() && !end.IsZero() && start.After(end) {
-		s.writeError(w, r, fmt.Errorf("%w: start is after end", errdefs.ErrInvalid))
-		return
-	}
-	ms, err := s.cfg.Sandboxes.Metrics(r.Context(), id, start, end)
+	start, end, err := timeRange(r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
+	ms, err := s.cfg.Sandboxes.Metrics(r.Context(), id, start, end)
 	if ms == nil {
 		ms = []api.Metric{}
 	}
-	writeJSON(w, http.StatusOK, api.MetricList{Metrics: ms})
+	s.respond(w, r, http.StatusOK, api.MetricList{Metrics: ms}, err)
+}
+
+// timeRange reads the start and end query parameters of r (timeParam),
+// either zero if absent; start must not be after end.
+func timeRange(r *http.Request) (start, end time.Time, err error) {
+	if start, err = timeParam(r, "start"); err != nil {
+		return start, end, err
+	}
+	if end, err = timeParam(r, "end"); err != nil {
+		return start, end, err
+	}
+	if !start.IsZero() && !end.IsZero() && start.After(end) {
+		return start, end, fmt.Errorf("%w: start is after end", errdefs.ErrInvalid)
+	}
+	return start, end, nil
 }
 
 // timeParam parses query parameter name of r, unix seconds or RFC 3339;

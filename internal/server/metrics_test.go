@@ -8,6 +8,23 @@ import (
 	"github.com/atoll-dev/atoll/api"
 )
 
+// wantListed GETs path, a list of L whose items are its field named
+// field: it must answer 200 with want of them (count), as an array even
+// when there are none.
+func wantListed[L any](t *testing.T, f *fixture, path, field string, want int, count func(L) int) {
+	t.Helper()
+	resp, body := f.do("GET", path, nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("list %s: %d %s", path, resp.StatusCode, body)
+	}
+	if got := count(decode[L](t, body)); got != want {
+		t.Errorf("list %s: %d %s, want %d", path, got, field, want)
+	}
+	if !bytes.Contains(body, []byte(`"`+field+`":[`)) {
+		t.Errorf("list %s: body %s: want an array, never null", path, body)
+	}
+}
+
 // TestSandboxMetrics checks GET /v1/sandboxes/{id}/metrics's parameters and
 // errors; the figures themselves come from the service (see
 // cmd/atoll's TestMetricsEndToEnd).
@@ -29,16 +46,7 @@ func TestSandboxMetrics(t *testing.T) {
 		{"?start=1970-01-01T00:16:45Z&end=1970-01-01T00:16:45Z", 1}, // 1005
 		{"?start=2000&end=3000", 0},
 	} {
-		resp, body := f.do("GET", "/v1/sandboxes/"+id+"/metrics"+tc.query, nil)
-		if resp.StatusCode != 200 {
-			t.Fatalf("metrics%s: %d %s", tc.query, resp.StatusCode, body)
-		}
-		if got := decode[api.MetricList](t, body); len(got.Metrics) != tc.want {
-			t.Errorf("metrics%s: %d samples, want %d", tc.query, len(got.Metrics), tc.want)
-		}
-		if !bytes.Contains(body, []byte(`"metrics":[`)) {
-			t.Errorf("metrics%s: body %s: want an array, never null", tc.query, body)
-		}
+		wantListed(t, f, "/v1/sandboxes/"+id+"/metrics"+tc.query, "metrics", tc.want, func(l api.MetricList) int { return len(l.Metrics) })
 	}
 	for _, tc := range []struct {
 		path   string

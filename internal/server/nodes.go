@@ -10,11 +10,7 @@ import (
 
 // nodes is the cluster's node list, or a 409 on a single machine.
 func (s *Server) nodes(w http.ResponseWriter, r *http.Request) (Nodes, bool) {
-	if s.cfg.Nodes == nil {
-		s.writeError(w, r, fmt.Errorf("%w: this server is one machine, not a cluster node (atoll serve --cluster)", errdefs.ErrConflict))
-		return nil, false
-	}
-	return s.cfg.Nodes, true
+	return part(s, w, r, s.cfg.Nodes, fmt.Errorf("%w: this server is one machine, not a cluster node (atoll serve --cluster)", errdefs.ErrConflict))
 }
 
 func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {

@@ -7,15 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/atoll-dev/atoll/api"
-	"github.com/atoll-dev/atoll/internal/auth"
 	"github.com/atoll-dev/atoll/internal/errdefs"
-	"github.com/atoll-dev/atoll/internal/store/sqlite"
 )
 
 // schedules is a Nodes that records schedules (the routes' own logic is
@@ -49,16 +46,7 @@ func (n *schedules) SetSchedule(_ context.Context, name, sched string) error {
 // keys get 403, bad names 400, unknown nodes 404, and a single machine
 // 409.
 func TestNodeRoutes(t *testing.T) {
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "atoll.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	keys := auth.New(st)
-	admin, err := keys.EnsureFirst(context.Background(), func(string) error { return nil })
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys, admin := adminKeys(t)
 	k, err := keys.Create(context.Background(), api.CreateKeyRequest{Name: "team-a"})
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/portproxy"
 )
@@ -45,19 +44,5 @@ func (s *Server) getPortURL(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) setPorts(w http.ResponseWriter, r *http.Request) {
-	id, ok := sandboxID(w, r)
-	if !ok {
-		return
-	}
-	var req api.PortAccess
-	if err := decodeJSON(w, r, &req, false); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	sb, err := s.cfg.Sandboxes.SetPorts(r.Context(), id, req)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, sb)
+	sandboxCall(s, w, r, false, nil, s.cfg.Sandboxes.SetPorts, http.StatusOK)
 }

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -158,26 +157,10 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 		labels[k] = v
 	}
 	sbs, err := s.cfg.Sandboxes.List(r.Context(), state, labels)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	if sbs == nil {
 		sbs = []api.Sandbox{}
 	}
-	writeJSON(w, http.StatusOK, api.SandboxList{Sandboxes: sbs})
-}
-
-func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
-	s.sandboxOp(w, r, s.cfg.Sandboxes.Get)
-}
-
-func (s *Server) stopSandbox(w http.ResponseWriter, r *http.Request) {
-	s.sandboxOp(w, r, s.cfg.Sandboxes.Stop)
-}
-
-func (s *Server) startSandbox(w http.ResponseWriter, r *http.Request) {
-	s.sandboxOp(w, r, s.renewingVaults(s.cfg.Sandboxes.Start))
+	s.respond(w, r, http.StatusOK, api.SandboxList{Sandboxes: sbs}, err)
 }
 
 func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
@@ -191,116 +174,26 @@ func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("%w: to_disk saves memory; with memory false there is none to save", errdefs.ErrInvalid))
 		return
 	case req.ToDisk:
-		s.sandboxOp(w, r, s.cfg.Sandboxes.Suspend)
+		sandboxOp(s, w, r, s.cfg.Sandboxes.Suspend)
 		return
 	case !memory:
-		s.sandboxOp(w, r, s.cfg.Sandboxes.Shelve)
+		sandboxOp(s, w, r, s.cfg.Sandboxes.Shelve)
 		return
 	}
-	s.sandboxOp(w, r, s.cfg.Sandboxes.Pause)
-}
-
-func (s *Server) archiveSandbox(w http.ResponseWriter, r *http.Request) {
-	s.sandboxOp(w, r, s.cfg.Sandboxes.Archive)
-}
-
-func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) {
-	s.sandboxOp(w, r, s.renewingVaults(s.cfg.Sandboxes.Resume))
+	sandboxOp(s, w, r, s.cfg.Sandboxes.Pause)
 }
 
 func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
-	id, ok := sandboxID(w, r)
-	if !ok {
-		return
-	}
-	var req api.TimeoutRequest
-	if err := decodeJSON(w, r, &req, false); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if err := validateSeconds("timeout_sec", req.TimeoutSec); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	sb, err := s.cfg.Sandboxes.SetTimeout(r.Context(), id, req)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, sb)
-}
-
-func (s *Server) getNetwork(w http.ResponseWriter, r *http.Request) {
-	id, ok := sandboxID(w, r)
-	if !ok {
-		return
-	}
-	n, err := s.cfg.Sandboxes.GetNetwork(r.Context(), id)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, n)
-}
-
-func (s *Server) getPlacement(w http.ResponseWriter, r *http.Request) {
-	id, ok := sandboxID(w, r)
-	if !ok {
-		return
-	}
-	p, err := s.cfg.Sandboxes.Placement(r.Context(), id)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, p)
+	sandboxCall(s, w, r, false, func(req *api.TimeoutRequest) error {
+		return validateSeconds("timeout_sec", req.TimeoutSec)
+	}, s.cfg.Sandboxes.SetTimeout, http.StatusOK)
 }
 
 func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request) {
-	id, ok := sandboxID(w, r)
-	if !ok {
-		return
-	}
-	var req api.NetworkPolicy
-	if err := decodeJSON(w, r, &req, false); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if _, err := egress.Parse(&req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	n, err := s.cfg.Sandboxes.SetNetwork(r.Context(), id, req)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, n)
-}
-
-func (s *Server) sandboxOp(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, id string) (api.Sandbox, error)) {
-	id, ok := sandboxID(w, r)
-	if !ok {
-		return
-	}
-	sb, err := op(r.Context(), id)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, sb)
-}
-
-func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
-	id, ok := sandboxID(w, r)
-	if !ok {
-		return
-	}
-	if err := s.cfg.Sandboxes.Delete(r.Context(), id); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	sandboxCall(s, w, r, false, func(req *api.NetworkPolicy) error {
+		_, err := egress.Parse(req)
+		return err
+	}, s.cfg.Sandboxes.SetNetwork, http.StatusOK)
 }
 
 // decodeJSON decodes one JSON value of at most MaxJSONBody bytes into v,

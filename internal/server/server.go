@@ -317,23 +317,3 @@ func (s *Server) limitHeaders(next http.Handler) http.Handler {
 
 // idPattern is the shape of sandbox and snapshot IDs: 20 characters of [a-z0-9].
 var idPattern = regexp.MustCompile(`^[a-z0-9]{20}$`)
-
-// sandboxID returns the {id} of r, or writes 400 and returns false.
-func sandboxID(w http.ResponseWriter, r *http.Request) (string, bool) {
-	id := r.PathValue("id")
-	if !idPattern.MatchString(id) {
-		writeJSONError(w, http.StatusBadRequest, "invalid", "malformed sandbox ID: want 20 characters of [a-z0-9]")
-		return "", false
-	}
-	return id, true
-}
-
-// snapshotID returns the {snap} of r, or writes 400 and returns false.
-func snapshotID(w http.ResponseWriter, r *http.Request) (string, bool) {
-	id := r.PathValue("snap")
-	if !idPattern.MatchString(id) {
-		writeJSONError(w, http.StatusBadRequest, "invalid", "malformed snapshot ID: want 20 characters of [a-z0-9]")
-		return "", false
-	}
-	return id, true
-}

@@ -495,6 +495,18 @@ type fixture struct {
 	agent *testAgent
 }
 
+// wantDeleted DELETEs path, which must answer 204 with nothing, and then
+// be gone: a GET of it not found.
+func wantDeleted(t *testing.T, f *fixture, path string) {
+	t.Helper()
+	resp, body := f.do("DELETE", path, nil)
+	if resp.StatusCode != http.StatusNoContent || len(body) != 0 {
+		t.Fatalf("delete: %d %s", resp.StatusCode, body)
+	}
+	resp, body = f.do("GET", path, nil)
+	wantError(t, resp, body, http.StatusNotFound, "not_found")
+}
+
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "atoll-server-test")
@@ -682,16 +694,7 @@ func TestSandboxLifecycle(t *testing.T) {
 		{"?label=team=a&label=x=y", 0},
 		{"?state=running&label=team=a", 1},
 	} {
-		resp, body := f.do("GET", "/v1/sandboxes"+tc.query, nil)
-		if resp.StatusCode != 200 {
-			t.Fatalf("list %s: %d %s", tc.query, resp.StatusCode, body)
-		}
-		if got := decode[api.SandboxList](t, body); len(got.Sandboxes) != tc.want {
-			t.Errorf("list %s: %d sandboxes, want %d", tc.query, len(got.Sandboxes), tc.want)
-		}
-		if !bytes.Contains(body, []byte(`"sandboxes":[`)) {
-			t.Errorf("list %s: body %s: want an array, never null", tc.query, body)
-		}
+		wantListed(t, f, "/v1/sandboxes"+tc.query, "sandboxes", tc.want, func(l api.SandboxList) int { return len(l.Sandboxes) })
 	}
 
 	resp, body = f.do("POST", "/v1/sandboxes/"+sb.ID+"/stop", nil)
@@ -706,12 +709,7 @@ func TestSandboxLifecycle(t *testing.T) {
 	if resp.StatusCode != 200 || decode[api.Sandbox](t, body).State != api.StateRunning {
 		t.Fatalf("start: %d %s", resp.StatusCode, body)
 	}
-	resp, body = f.do("DELETE", "/v1/sandboxes/"+sb.ID, nil)
-	if resp.StatusCode != http.StatusNoContent || len(body) != 0 {
-		t.Fatalf("delete: %d %s", resp.StatusCode, body)
-	}
-	resp, body = f.do("GET", "/v1/sandboxes/"+sb.ID, nil)
-	wantError(t, resp, body, http.StatusNotFound, "not_found")
+	wantDeleted(t, f, "/v1/sandboxes/"+sb.ID)
 }
 
 func TestLifecyclePolicies(t *testing.T) {

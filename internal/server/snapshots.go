@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -16,89 +17,54 @@ const MaxForks = 100
 var snapshotNamePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{0,63}$`)
 
 func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) {
-	id, ok := sandboxID(w, r)
-	if !ok {
-		return
-	}
-	var req api.ForkRequest
-	if err := decodeJSON(w, r, &req, true); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	switch {
-	case req.Count < 0 || req.Count > MaxForks:
-		s.writeError(w, r, fmt.Errorf("%w: count %d: want 1 to %d (0 means 1)", errdefs.ErrInvalid, req.Count, MaxForks))
-		return
-	case req.Count == 0:
-		req.Count = 1
-	}
-	if err := validateLabels(req.Labels); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	sbs, err := s.cfg.Sandboxes.Fork(r.Context(), id, req)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if sbs == nil {
-		sbs = []api.Sandbox{}
-	}
-	// The children's clones came with the files, with the parent's
-	// tokens: each gets its own.
-	for _, sb := range sbs {
-		if len(sb.Vaults) > 0 && sb.State == api.StateRunning && s.cfg.VaultMounts != nil {
-			if err := s.cfg.VaultMounts.Renew(r.Context(), sb); err != nil {
-				s.log.Warn("writing a fork's vault tokens", "sandbox", sb.ID, "err", err)
+	sandboxCall(s, w, r, true, func(req *api.ForkRequest) error {
+		switch {
+		case req.Count < 0 || req.Count > MaxForks:
+			return fmt.Errorf("%w: count %d: want 1 to %d (0 means 1)", errdefs.ErrInvalid, req.Count, MaxForks)
+		case req.Count == 0:
+			req.Count = 1
+		}
+		return validateLabels(req.Labels)
+	}, func(ctx context.Context, id string, req api.ForkRequest) (api.SandboxList, error) {
+		sbs, err := s.cfg.Sandboxes.Fork(ctx, id, req)
+		if sbs == nil {
+			sbs = []api.Sandbox{}
+		}
+		// The children's clones came with the files, with the parent's
+		// tokens: each gets its own.
+		for _, sb := range sbs {
+			if len(sb.Vaults) > 0 && sb.State == api.StateRunning && s.cfg.VaultMounts != nil {
+				if rerr := s.cfg.VaultMounts.Renew(ctx, sb); rerr != nil {
+					s.log.Warn("writing a fork's vault tokens", "sandbox", sb.ID, "err", rerr)
+				}
 			}
 		}
-	}
-	writeJSON(w, http.StatusCreated, api.SandboxList{Sandboxes: sbs})
+		return api.SandboxList{Sandboxes: sbs}, err
+	}, http.StatusCreated)
 }
 
 func (s *Server) restoreSandbox(w http.ResponseWriter, r *http.Request) {
-	id, ok := sandboxID(w, r)
-	if !ok {
-		return
-	}
-	var req api.RestoreRequest
-	if err := decodeJSON(w, r, &req, false); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if !idPattern.MatchString(req.Snapshot) {
-		s.writeError(w, r, fmt.Errorf("%w: malformed snapshot ID %q: want 20 characters of [a-z0-9]", errdefs.ErrInvalid, truncate(req.Snapshot)))
-		return
-	}
-	sb, err := s.cfg.Sandboxes.Restore(r.Context(), id, req)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, sb)
+	sandboxCall(s, w, r, false, func(req *api.RestoreRequest) error {
+		if !idPattern.MatchString(req.Snapshot) {
+			return fmt.Errorf("%w: malformed snapshot ID %q: want 20 characters of [a-z0-9]", errdefs.ErrInvalid, truncate(req.Snapshot))
+		}
+		return nil
+	}, s.cfg.Sandboxes.Restore, http.StatusOK)
 }
 
 func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
-	id, ok := sandboxID(w, r)
-	if !ok {
-		return
-	}
-	var req api.CreateSnapshotRequest
-	if err := decodeJSON(w, r, &req, true); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if !snapshotNamePattern.MatchString(req.Name) {
-		s.writeError(w, r, fmt.Errorf("%w: malformed snapshot name %q: want at most 63 characters of [A-Za-z0-9._-]", errdefs.ErrInvalid, truncate(req.Name)))
-		return
-	}
-	snap, err := s.cfg.Sandboxes.CreateSnapshot(r.Context(), id, req)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	w.Header().Set("Location", "/v1/snapshots/"+snap.ID)
-	writeJSON(w, http.StatusCreated, snap)
+	sandboxCall(s, w, r, true, func(req *api.CreateSnapshotRequest) error {
+		if !snapshotNamePattern.MatchString(req.Name) {
+			return fmt.Errorf("%w: malformed snapshot name %q: want at most 63 characters of [A-Za-z0-9._-]", errdefs.ErrInvalid, truncate(req.Name))
+		}
+		return nil
+	}, func(ctx context.Context, id string, req api.CreateSnapshotRequest) (api.Snapshot, error) {
+		snap, err := s.cfg.Sandboxes.CreateSnapshot(ctx, id, req)
+		if err == nil {
+			w.Header().Set("Location", "/v1/snapshots/"+snap.ID)
+		}
+		return snap, err
+	}, http.StatusCreated)
 }
 
 func (s *Server) listSandboxSnapshots(w http.ResponseWriter, r *http.Request) {
@@ -120,50 +86,8 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) writeSnapshots(w http.ResponseWriter, r *http.Request, sandboxID string) {
 	snaps, err := s.cfg.Sandboxes.ListSnapshots(r.Context(), sandboxID)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	if snaps == nil {
 		snaps = []api.Snapshot{}
 	}
-	writeJSON(w, http.StatusOK, api.SnapshotList{Snapshots: snaps})
-}
-
-func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
-	id, ok := snapshotID(w, r)
-	if !ok {
-		return
-	}
-	snap, err := s.cfg.Sandboxes.GetSnapshot(r.Context(), id)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, snap)
-}
-
-func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
-	id, ok := snapshotID(w, r)
-	if !ok {
-		return
-	}
-	if err := s.cfg.Sandboxes.DeleteSnapshot(r.Context(), id); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
-func (s *Server) archiveSnapshot(w http.ResponseWriter, r *http.Request) {
-	id, ok := snapshotID(w, r)
-	if !ok {
-		return
-	}
-	snap, err := s.cfg.Sandboxes.ArchiveSnapshot(r.Context(), id)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, snap)
+	s.respond(w, r, http.StatusOK, api.SnapshotList{Snapshots: snaps}, err)
 }

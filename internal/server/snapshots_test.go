@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"net/http"
 	"strings"
 	"testing"
@@ -109,16 +108,7 @@ func TestSnapshots(t *testing.T) {
 		{"/v1/sandboxes/" + id + "/snapshots", 2},
 		{"/v1/sandboxes/" + other + "/snapshots", 0},
 	} {
-		resp, body := f.do("GET", tc.path, nil)
-		if resp.StatusCode != 200 {
-			t.Fatalf("list %s: %d %s", tc.path, resp.StatusCode, body)
-		}
-		if got := decode[api.SnapshotList](t, body).Snapshots; len(got) != tc.want {
-			t.Errorf("list %s: %d snapshots, want %d", tc.path, len(got), tc.want)
-		}
-		if !bytes.Contains(body, []byte(`"snapshots":[`)) {
-			t.Errorf("list %s: body %s: want an array, never null", tc.path, body)
-		}
+		wantListed(t, f, tc.path, "snapshots", tc.want, func(l api.SnapshotList) int { return len(l.Snapshots) })
 	}
 
 	resp, body = f.do("POST", "/v1/sandboxes/"+other+"/restore", api.RestoreRequest{Snapshot: snap.ID})
@@ -141,12 +131,7 @@ func TestSnapshots(t *testing.T) {
 	resp, body = f.do("DELETE", "/v1/snapshots/"+snap.ID, nil)
 	wantError(t, resp, body, http.StatusConflict, "conflict")
 	f.do("DELETE", "/v1/sandboxes/"+child.ID, nil)
-	resp, body = f.do("DELETE", "/v1/snapshots/"+snap.ID, nil)
-	if resp.StatusCode != http.StatusNoContent || len(body) != 0 {
-		t.Fatalf("delete: %d %s", resp.StatusCode, body)
-	}
-	resp, body = f.do("GET", "/v1/snapshots/"+snap.ID, nil)
-	wantError(t, resp, body, http.StatusNotFound, "not_found")
+	wantDeleted(t, f, "/v1/snapshots/"+snap.ID)
 }
 
 func TestSnapshotBadInput(t *testing.T) {

@@ -100,40 +100,33 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
-	ts := s.templateStore(w)
-	if ts == nil {
-		return
+	if ts, name, ok := s.namedTemplate(w, r); ok {
+		t, err := ts.Get(r.Context(), name)
+		s.respond(w, r, http.StatusOK, normalizeTemplate(t), err)
 	}
-	name, ok := templateName(w, r)
-	if !ok {
-		return
-	}
-	t, err := ts.Get(r.Context(), name)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, normalizeTemplate(t))
 }
 
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
-	ts := s.templateStore(w)
-	if ts == nil {
-		return
-	}
-	name, ok := templateName(w, r)
+	ts, name, ok := s.namedTemplate(w, r)
 	if !ok {
 		return
 	}
 	out, err := ts.Delete(r.Context(), name)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	if out.Held == nil {
 		out.Held = []api.TemplateVersion{}
 	}
-	writeJSON(w, http.StatusOK, out)
+	s.respond(w, r, http.StatusOK, out, err)
+}
+
+// namedTemplate returns the configured Templates and the {name} of r, or
+// answers 503 or 400 and returns false.
+func (s *Server) namedTemplate(w http.ResponseWriter, r *http.Request) (Templates, string, bool) {
+	ts := s.templateStore(w)
+	if ts == nil {
+		return nil, "", false
+	}
+	name, ok := templateName(w, r)
+	return ts, name, ok
 }
 
 func (s *Server) bootstrapTemplate(w http.ResponseWriter, r *http.Request) {
@@ -141,13 +134,8 @@ func (s *Server) bootstrapTemplate(w http.ResponseWriter, r *http.Request) {
 	if ts == nil {
 		return
 	}
-	var req api.BootstrapTemplateRequest
-	if err := decodeJSON(w, r, &req, false); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if err := validTemplateName(req.Name); err != nil {
-		s.writeError(w, r, err)
+	req, ok := decodeBody(s, w, r, false, func(req *api.BootstrapTemplateRequest) error { return validTemplateName(req.Name) })
+	if !ok {
 		return
 	}
 	// What the request names is checked before the stream starts, so that
@@ -193,21 +181,12 @@ func (s *Server) tagTemplate(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("malformed template version %q: want a number or a version ID", truncate(ver)))
 		return
 	}
-	var req api.TagTemplateRequest
-	if err := decodeJSON(w, r, &req, false); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if err := validTemplateName(req.Tag); err != nil {
-		s.writeError(w, r, err)
+	req, ok := decodeBody(s, w, r, false, func(req *api.TagTemplateRequest) error { return validTemplateName(req.Tag) })
+	if !ok {
 		return
 	}
 	t, err := ts.Tag(r.Context(), name, req.Tag)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, normalizeTemplate(t))
+	s.respond(w, r, http.StatusOK, normalizeTemplate(t), err)
 }
 
 // normalizeTemplate makes t's always-present arrays [] rather than null.
@@ -235,12 +214,8 @@ func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) {
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	switch ct {
 	case "application/json":
-		if err := decodeJSON(w, r, &req, false); err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		if err := validateImport(req); err != nil {
-			s.writeError(w, r, err)
+		var ok bool
+		if req, ok = decodeBody(s, w, r, false, func(req *api.ImportTemplateRequest) error { return validateImport(*req) }); !ok {
 			return
 		}
 	case "application/x-tar":
@@ -268,13 +243,9 @@ func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) {
 		st.event(ev)
 	}
 	t, err := ts.Import(r.Context(), req, archive, progress)
-	if err != nil {
-		_, body := s.errorBody(r, err)
-		st.finish(api.ImportEvent{Type: "error", Code: body.Code, Message: body.Message})
-		return
-	}
-	t = normalizeTemplate(t)
-	st.finish(api.ImportEvent{Type: "done", Template: &t})
+	finish(s, st, r, t, err, func(typ, code, msg string, t *api.Template) api.ImportEvent {
+		return api.ImportEvent{Type: typ, Code: code, Message: msg, Template: t}
+	})
 }
 
 // streamWhileUploading readies w for a stream answered while the request body
@@ -413,13 +384,21 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 
 // finishBuild ends a build or bootstrap stream with its one final event.
 func (s *Server) finishBuild(st *eventStream[api.BuildEvent], r *http.Request, t api.Template, err error) {
+	finish(s, st, r, t, err, func(typ, code, msg string, t *api.Template) api.BuildEvent {
+		return api.BuildEvent{Type: typ, Code: code, Message: msg, Template: t}
+	})
+}
+
+// finish ends an import's or a build's stream with its one final event,
+// which ev makes: "done" with t, or "error" saying err.
+func finish[E any](s *Server, st *eventStream[E], r *http.Request, t api.Template, err error, ev func(typ, code, msg string, t *api.Template) E) {
 	if err != nil {
 		_, body := s.errorBody(r, err)
-		st.finish(api.BuildEvent{Type: "error", Code: body.Code, Message: body.Message})
+		st.finish(ev("error", body.Code, body.Message, nil))
 		return
 	}
 	t = normalizeTemplate(t)
-	st.finish(api.BuildEvent{Type: "done", Template: &t})
+	st.finish(ev("done", "", "", &t))
 }
 
 // dockerfilePath checks ?dockerfile=, a slash-separated path inside the build

@@ -193,17 +193,24 @@ func (m *memTemplates) Build(ctx context.Context, name, dockerfile string, build
 // exactly one done or error event.
 func importEvents(t *testing.T, resp *http.Response, body []byte) []api.ImportEvent {
 	t.Helper()
+	return streamEvents(t, resp, body, func(ev api.ImportEvent) string { return ev.Type }, "progress events")
+}
+
+// streamEvents decodes an NDJSON stream of Es and checks that it ends in
+// exactly one done or error event (typeOf), after what comes before.
+func streamEvents[E any](t *testing.T, resp *http.Response, body []byte, typeOf func(E) string, before string) []E {
+	t.Helper()
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/x-ndjson" {
 		t.Fatalf("status %d, Content-Type %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
 	}
-	var evs []api.ImportEvent
+	var evs []E
 	for line := range bytes.Lines(body) {
-		evs = append(evs, decode[api.ImportEvent](t, line))
+		evs = append(evs, decode[E](t, line))
 	}
 	for i, ev := range evs {
 		last := i == len(evs)-1
-		if final := ev.Type == "done" || ev.Type == "error"; final != last {
-			t.Errorf("event %d of %d is %q: want progress events, then one done or error", i+1, len(evs), ev.Type)
+		if final := typeOf(ev) == "done" || typeOf(ev) == "error"; final != last {
+			t.Errorf("event %d of %d is %q: want %s, then one done or error", i+1, len(evs), typeOf(ev), before)
 		}
 	}
 	if len(evs) == 0 {
@@ -402,20 +409,38 @@ func TestTemplateImportStreams(t *testing.T) {
 // sent after the progress event of its first half has arrived: progress must
 // stream while the upload is still going on.
 func TestTemplateImportArchiveDuplex(t *testing.T) {
-	f := newFixture(t)
+	big := bytes.Repeat([]byte("x"), 1<<20)
+	evs, err := duplexEvents[api.ImportEvent](t, newFixture(t), "/v1/templates/import?name=duplex",
+		tarEntry{"layer1", big}, tarEntry{"layer2", []byte("y")})
+	if len(evs) != 3 || evs[0].Layer != "layer1" || evs[0].Bytes != 1<<20 || evs[2].Type != "done" || len(evs[2].Template.Layers) != 2 {
+		t.Fatalf("events %+v (%v)", evs, err)
+	}
+}
+
+// tarEntry is a file of a tar stream a test sends.
+type tarEntry struct {
+	name string
+	data []byte
+}
+
+// duplexEvents posts to path a tar stream of first and second, second
+// sent only once the first event of the answer has arrived (so the answer
+// must stream while the upload goes on), and returns the events, with the
+// stream's read error.
+func duplexEvents[E any](t *testing.T, f *fixture, path string, first, second tarEntry) ([]E, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	pr, pw := io.Pipe()
-	req, _ := http.NewRequestWithContext(ctx, "POST", f.url+"/v1/templates/import?name=duplex", pr)
+	req, _ := http.NewRequestWithContext(ctx, "POST", f.url+path, pr)
 	req.Header.Set("Authorization", "Bearer "+testKey)
 	req.Header.Set("Content-Type", "application/x-tar")
 
 	firstSeen := make(chan struct{})
 	go func() {
 		tw := tar.NewWriter(pw)
-		big := bytes.Repeat([]byte("x"), 1<<20)
-		tw.WriteHeader(&tar.Header{Name: "layer1", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(big))})
-		tw.Write(big)
+		tw.WriteHeader(&tar.Header{Name: first.name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(first.data))})
+		tw.Write(first.data)
 		tw.Flush()
 		select {
 		case <-firstSeen:
@@ -423,8 +448,8 @@ func TestTemplateImportArchiveDuplex(t *testing.T) {
 			pw.CloseWithError(ctx.Err())
 			return
 		}
-		tw.WriteHeader(&tar.Header{Name: "layer2", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1})
-		tw.Write([]byte("y"))
+		tw.WriteHeader(&tar.Header{Name: second.name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(second.data))})
+		tw.Write(second.data)
 		tw.Close()
 		pw.Close()
 	}()
@@ -435,17 +460,15 @@ func TestTemplateImportArchiveDuplex(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
-	var evs []api.ImportEvent
+	var evs []E
 	for sc.Scan() {
-		ev := decode[api.ImportEvent](t, sc.Bytes())
+		ev := decode[E](t, sc.Bytes())
 		if len(evs) == 0 {
 			close(firstSeen)
 		}
 		evs = append(evs, ev)
 	}
-	if len(evs) != 3 || evs[0].Layer != "layer1" || evs[0].Bytes != 1<<20 || evs[2].Type != "done" || len(evs[2].Template.Layers) != 2 {
-		t.Fatalf("events %+v (%v)", evs, sc.Err())
-	}
+	return evs, sc.Err()
 }
 
 func TestTemplatesUnavailable(t *testing.T) {
@@ -472,23 +495,7 @@ func TestTemplatesUnavailable(t *testing.T) {
 // exactly one done or error event.
 func buildEvents(t *testing.T, resp *http.Response, body []byte) []api.BuildEvent {
 	t.Helper()
-	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/x-ndjson" {
-		t.Fatalf("status %d, Content-Type %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
-	}
-	var evs []api.BuildEvent
-	for line := range bytes.Lines(body) {
-		evs = append(evs, decode[api.BuildEvent](t, line))
-	}
-	for i, ev := range evs {
-		last := i == len(evs)-1
-		if final := ev.Type == "done" || ev.Type == "error"; final != last {
-			t.Errorf("event %d of %d is %q: want step and log events, then one done or error", i+1, len(evs), ev.Type)
-		}
-	}
-	if len(evs) == 0 {
-		t.Fatal("empty stream")
-	}
-	return evs
+	return streamEvents(t, resp, body, func(ev api.BuildEvent) string { return ev.Type }, "step and log events")
 }
 
 // contextOf is a build context of name/content pairs.
@@ -609,50 +616,10 @@ func TestTemplateBuildErrors(t *testing.T) {
 // sent after the first step event has arrived: events must stream while the
 // upload is still going on.
 func TestTemplateBuildDuplex(t *testing.T) {
-	f := newFixture(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	pr, pw := io.Pipe()
-	req, _ := http.NewRequestWithContext(ctx, "POST", f.url+"/v1/templates/build?name=duplex", pr)
-	req.Header.Set("Authorization", "Bearer "+testKey)
-	req.Header.Set("Content-Type", "application/x-tar")
-
-	firstSeen := make(chan struct{})
-	go func() {
-		tw := tar.NewWriter(pw)
-		df := []byte("FROM alpine\nRUN make")
-		tw.WriteHeader(&tar.Header{Name: "Dockerfile", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(df))})
-		tw.Write(df)
-		tw.Flush()
-		select {
-		case <-firstSeen:
-		case <-ctx.Done():
-			pw.CloseWithError(ctx.Err())
-			return
-		}
-		big := bytes.Repeat([]byte("x"), 1<<20)
-		tw.WriteHeader(&tar.Header{Name: "data", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(big))})
-		tw.Write(big)
-		tw.Close()
-		pw.Close()
-	}()
-
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	var evs []api.BuildEvent
-	for sc.Scan() {
-		ev := decode[api.BuildEvent](t, sc.Bytes())
-		if len(evs) == 0 {
-			close(firstSeen)
-		}
-		evs = append(evs, ev)
-	}
+	evs, err := duplexEvents[api.BuildEvent](t, newFixture(t), "/v1/templates/build?name=duplex",
+		tarEntry{"Dockerfile", []byte("FROM alpine\nRUN make")}, tarEntry{"data", bytes.Repeat([]byte("x"), 1<<20)})
 	if len(evs) != 4 || evs[0].Type != "step" || evs[0].Instruction != "FROM alpine" || evs[3].Type != "done" {
-		t.Fatalf("events %+v (%v)", evs, sc.Err())
+		t.Fatalf("events %+v (%v)", evs, err)
 	}
 }
 

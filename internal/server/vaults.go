@@ -26,6 +26,13 @@ type Vaults interface {
 	Log(ctx context.Context, name, rev string, limit int) ([]api.VaultCommit, error)
 	// Show returns a file's bytes at rev ("" for the main branch).
 	Show(ctx context.Context, name, path, rev string) ([]byte, error)
+	// Search finds the notes of the main branch matching q (SQLite FTS5
+	// syntax; errdefs.ErrInvalid if it does not parse), at most limit (0:
+	// the default).
+	Search(ctx context.Context, name, q string, limit int) (api.VaultSearch, error)
+	// Links returns a note's links and backlinks, or with path "" every
+	// broken link.
+	Links(ctx context.Context, name, path string) (api.VaultLinks, error)
 	// ServeGit serves git's smart HTTP protocol for vault name: rest is
 	// what follows /git/<name>.git/.
 	ServeGit(w http.ResponseWriter, r *http.Request, name, rest string)

@@ -58,6 +58,13 @@ type Cluster interface {
 	// placement. Each placement is applied or refused on its own, and
 	// concurrent Places never commit a node beyond its capacity. errs[i]
 	// is placement i's.
+	//
+	// A warm placement (sb.Warm) reserves one of its node's pooled
+	// sandboxes of sb.TemplateVersion (state StatePooled): those not yet
+	// reserved by warm placements still creating there. It needs room
+	// only for what it holds beyond the pooled sandbox it replaces. With
+	// none left, ErrNoWarm: concurrent Places never count on one pooled
+	// sandbox twice.
 	Place(ctx context.Context, sbs []*Sandbox) (errs []error)
 	// Move hands sandbox id, recorded on node from in api.StateArchived or
 	// api.StateLost (the states whose files are in object storage, none on
@@ -76,6 +83,10 @@ type Cluster interface {
 	// current epoch and the node is live. A sandbox write through it of a
 	// sandbox of another node is ErrFenced too. Reads are the Store's.
 	As(name string, epoch int64) Store
+	// Demand sums the creates a minute by template version that the live
+	// nodes last reported (NodeStatus.Demand), and counts the live,
+	// schedulable nodes that share them: what sizes the warm pools.
+	Demand(ctx context.Context) (Demand, error)
 	// Secret returns the value kept under name, first storing make()'s if
 	// there is none; when several nodes ask at once, every one gets the
 	// same value (the first stored).
@@ -91,6 +102,11 @@ var ErrFenced = fmt.Errorf("node fenced: its lease expired or another node owns 
 // schedulable, without the runtime, or without the capacity. The scheduler
 // tries another node.
 var ErrNoRoom = fmt.Errorf("node has no room for the sandbox: %w", errdefs.ErrUnavailable)
+
+// ErrNoWarm is a warm placement (Sandbox.Warm) on a node whose pooled
+// sandboxes of its template version are all reserved, or gone: the
+// scheduler places it again, cold.
+var ErrNoWarm = fmt.Errorf("node has no warm sandbox of the template left: %w", errdefs.ErrUnavailable)
 
 // IsFenced reports whether err is ErrFenced.
 func IsFenced(err error) bool { return errors.Is(err, ErrFenced) }
@@ -120,7 +136,8 @@ type Node struct {
 	Runtimes []string
 	Labels   map[string]string
 	Capacity Resources
-	// Committed is what the node's sandboxes hold (Nodes fills it).
+	// Committed is what the node's sandboxes hold (Nodes fills it; a pooled
+	// sandbox reserved by a warm placement counts once).
 	Committed Resources
 	Epoch     int64
 	State     string // NodeLive, NodeFenced
@@ -130,6 +147,11 @@ type Node struct {
 	Heartbeat, LeaseExpires time.Time
 	// Status is what the node last reported.
 	Status NodeStatus
+	// PooledHolds is what one of its pooled sandboxes holds, which a warm
+	// placement replaces, and PooledRuntime their runtime (the node's
+	// default): Nodes fills them, when the node has some.
+	PooledHolds   Resources
+	PooledRuntime string
 }
 
 // NodeStatus is what a node reports with each heartbeat.
@@ -140,8 +162,21 @@ type NodeStatus struct {
 	// Pooled counts the warm sandboxes the node holds, by template
 	// version ID ("" the built-in).
 	Pooled map[string]int `json:"pooled,omitempty"`
+	// Demand is how many creates a minute of each template version ("" the
+	// built-in) the node placed lately, as an API node: the cluster's
+	// demand is the sum over the live nodes (Demand), which sizes the
+	// nodes' warm pools.
+	Demand map[string]float64 `json:"demand,omitempty"`
 	// Drain is how the node's drain went, while its schedule is draining.
 	Drain *DrainStatus `json:"drain,omitempty"`
+}
+
+// Demand is the cluster's recent creates (Cluster.Demand).
+type Demand struct {
+	// Rates are creates a minute, by template version ("" the built-in).
+	Rates map[string]float64
+	// Nodes are the live, schedulable nodes; at least 1.
+	Nodes int
 }
 
 // DrainStatus is what a draining node reports of its last drain round.

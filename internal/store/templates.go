@@ -65,6 +65,21 @@ type VersionUse struct {
 	Sandboxes, Snapshots int
 }
 
+// VersionUses puts together the counts, by version, of the sandboxes and
+// of the snapshots made from each.
+func VersionUses(sandboxes, snapshots map[string]int) map[string]VersionUse {
+	out := map[string]VersionUse{}
+	for id, n := range sandboxes {
+		out[id] = VersionUse{Sandboxes: n}
+	}
+	for id, n := range snapshots {
+		u := out[id]
+		u.Snapshots = n
+		out[id] = u
+	}
+	return out
+}
+
 // VersionID is the ID of the version of name made of layers (bottom first)
 // with settings cfg: "v" and 19 hex digits of their hash, so that an ID
 // never reads as a version number.

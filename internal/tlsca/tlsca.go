@@ -93,13 +93,8 @@ func Load(dir string) (*CA, error) {
 // whole under its final name, so that a crash leaves either no CA or a
 // complete one (a key alone is made again).
 func create(dir string) error {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
-		SerialNumber:                serial(),
 		Subject:                     pkix.Name{CommonName: "atoll local CA"},
 		NotBefore:                   now.Add(-time.Hour),
 		NotAfter:                    now.AddDate(10, 0, 0),
@@ -114,7 +109,7 @@ func create(dir string) error {
 			{IP: net.IPv6loopback, Mask: net.CIDRMask(128, 128)},
 		},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	der, key, err := Issue(tmpl, nil, nil)
 	if err != nil {
 		return err
 	}
@@ -128,9 +123,31 @@ func create(dir string) error {
 	return atomicfile.Write(filepath.Join(dir, CertFile), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
 }
 
-func serial() *big.Int {
-	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	return n
+// Issue makes a P-256 key and the certificate of tmpl for it, with a
+// random serial number, signed by parent with parentKey, or by itself if
+// parent is nil. It returns the certificate's DER and the key. The
+// cluster's CA (internal/cluster/peer) issues through it too.
+func Issue(tmpl, parent *x509.Certificate, parentKey crypto.Signer) ([]byte, *ecdsa.PrivateKey, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl.SerialNumber, _ = rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	return der, key, err
+}
+
+// SetHost makes host, an IP address or a DNS name ("" for none), tmpl's
+// subject alternative name.
+func SetHost(tmpl *x509.Certificate, host string) {
+	if ip := net.ParseIP(host); ip != nil {
+		tmpl.IPAddresses = []net.IP{ip}
+	} else if host != "" {
+		tmpl.DNSNames = []string{host}
+	}
 }
 
 // Covers reports whether the CA may sign for name: localhost, a name
@@ -170,25 +187,16 @@ func (ca *CA) GetCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, erro
 }
 
 func (ca *CA) sign(name string) (*tls.Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(leafLife),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		Subject:     pkix.Name{CommonName: name},
+		NotBefore:   now.Add(-time.Hour),
+		NotAfter:    now.Add(leafLife),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
-	if ip := net.ParseIP(name); ip != nil {
-		tmpl.IPAddresses = []net.IP{ip}
-	} else {
-		tmpl.DNSNames = []string{name}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	SetHost(tmpl, name)
+	der, key, err := Issue(tmpl, ca.cert, ca.key)
 	if err != nil {
 		return nil, err
 	}

@@ -134,6 +134,9 @@ func (s *Service) ServeGit(w http.ResponseWriter, r *http.Request, name, rest st
 	cr.TransferEncoding = nil
 	h := &cgi.Handler{Path: s.backend, Args: s.backendArgs, Dir: s.cfg.Dir, Env: env, Stderr: logWriter{s, v.ID}}
 	h.ServeHTTP(w, cr)
+	if service == "git-receive-pack" && r.Method == "POST" {
+		s.indexSoon(v) // the index follows the push, not waited for
+	}
 }
 
 // logWriter logs what git http-backend writes to its standard error.

@@ -29,7 +29,8 @@ updated: %s
 ---
 # Index
 
-The map of this memory. Link notes as [[Title]] or [[path]].
+The map of this memory. Link notes by title or by path in double square brackets,
+as below.
 
 - [[entities/README.md]]: people, projects, systems, one file each
 - [[workflows/README.md]]: how things are done
@@ -50,7 +51,7 @@ One file per person, project or system, named after it
 		{"workflows/README.md", `# Workflows
 
 How things are done: one file per procedure, steps and the reasons for
-them, linked to the [[entities]] they involve.
+them, linked to the entities they involve.
 `},
 		{"timeline/README.md", `# Timeline
 

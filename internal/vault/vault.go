@@ -94,6 +94,9 @@ type Service struct {
 	conns  map[net.Conn]struct{}
 	closed bool
 
+	// idx are the vaults' search indexes (index.go).
+	idx *indexes
+
 	// afterCommit, set by tests, runs after a push is committed to the
 	// store; an error refuses the push to git as a crash there would.
 	afterCommit func() error
@@ -109,7 +112,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Store == nil || cfg.Blob == nil || cfg.Dir == "" {
 		return nil, errors.New("vault: Config.Store, Blob and Dir are required")
 	}
-	s := &Service{cfg: cfg, log: cfg.Logger, locks: map[string]*vaultLock{}, pushes: map[string]*push{}, conns: map[net.Conn]struct{}{}}
+	s := &Service{cfg: cfg, log: cfg.Logger, locks: map[string]*vaultLock{}, pushes: map[string]*push{}, conns: map[net.Conn]struct{}{}, idx: newIndexes()}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -152,6 +155,7 @@ func (s *Service) Close() error {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
+	s.idx.close()
 	return err
 }
 
@@ -293,6 +297,7 @@ func (s *Service) remove(ctx context.Context, v store.Vault) error {
 	if err := s.cfg.Store.DeleteVault(ctx, v.ID); err != nil {
 		return err
 	}
+	s.idx.drop(v.ID)
 	unlock := s.lock(v.ID)
 	defer unlock()
 	if err := os.RemoveAll(s.repoDir(v.ID)); err != nil {

@@ -523,6 +523,8 @@ func TestPostgres(t *testing.T) {
 		"ConcurrentPushes":             TestConcurrentPushes,
 		"StoredNotAcknowledged":        TestStoredNotAcknowledged,
 		"Delete":                       TestDelete,
+		"SearchAfterPush":              TestSearchAfterPush,
+		"IndexUpdatedAsBuiltAnew":      TestIndexUpdatedAsBuiltAnew,
 	} {
 		t.Run(name, test)
 	}

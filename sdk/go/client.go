@@ -192,6 +192,14 @@ func (c *Client) sendOnce(ctx context.Context, r request) (*http.Response, error
 }
 
 // do sends r and decodes a JSON answer into out, if out is not nil.
+// call sends r and decodes the answer into a T: the body of every method
+// that returns what the server answers.
+func call[T any](ctx context.Context, c *Client, r request) (T, error) {
+	var v T
+	err := c.do(ctx, r, &v)
+	return v, err
+}
+
 func (c *Client) do(ctx context.Context, r request, out any) error {
 	resp, err := c.send(ctx, r)
 	if err != nil {
@@ -218,15 +226,12 @@ func processPath(id string, pid int, rest string) string {
 
 // Health reports whether the server is up. It needs no API key.
 func (c *Client) Health(ctx context.Context) (api.Health, error) {
-	var h api.Health
-	err := c.do(ctx, request{method: "GET", path: "/v1/health"}, &h)
-	return h, err
+	return call[api.Health](ctx, c, request{method: "GET", path: "/v1/health"})
 }
 
 // Runtimes lists the server's sandbox runtimes with their capabilities,
 // and those it cannot offer, with why.
 func (c *Client) Runtimes(ctx context.Context) ([]api.Runtime, error) {
-	var l api.RuntimeList
-	err := c.do(ctx, request{method: "GET", path: "/v1/runtimes"}, &l)
+	l, err := call[api.RuntimeList](ctx, c, request{method: "GET", path: "/v1/runtimes"})
 	return l.Runtimes, err
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/server"
+	"github.com/atoll-dev/atoll/internal/testenv/memstore"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
@@ -32,10 +33,9 @@ const key = "sdk-test-key"
 // sandboxes holds sandboxes in memory; all reach one test agent.
 type sandboxes struct {
 	sock  string
-	mu    sync.Mutex
-	m     map[string]api.Sandbox
-	snaps map[string]api.Snapshot
-	pols  map[string]api.NetworkPolicy
+	m     *memstore.Table[api.Sandbox]
+	snaps *memstore.Table[api.Snapshot]
+	pols  *memstore.Table[api.NetworkPolicy]
 }
 
 // Placement answers as a cluster node does for a placed sandbox.
@@ -52,10 +52,8 @@ func (s *sandboxes) GetNetwork(ctx context.Context, id string) (api.SandboxNetwo
 	if _, err := s.Get(ctx, id); err != nil {
 		return api.SandboxNetwork{}, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p, ok := s.pols[id]
-	if !ok {
+	p, err := s.pols.Get(id)
+	if err != nil {
 		p = api.NetworkPolicy{Egress: "allow-all"}
 	}
 	return api.SandboxNetwork{IPv4: "10.213.0.2", IPv6: "fd00::2", Policy: p}, nil
@@ -80,70 +78,42 @@ func (s *sandboxes) SetNetwork(ctx context.Context, id string, p api.NetworkPoli
 	if _, err := s.Get(ctx, id); err != nil {
 		return api.SandboxNetwork{}, err
 	}
-	s.mu.Lock()
-	if s.pols == nil {
-		s.pols = map[string]api.NetworkPolicy{}
-	}
-	s.pols[id] = p
-	s.mu.Unlock()
+	s.pols.Put(id, p)
 	return s.GetNetwork(ctx, id)
 }
 
 func (s *sandboxes) SetPorts(ctx context.Context, id string, p api.PortAccess) (api.Sandbox, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sb, ok := s.m[id]
-	if !ok {
-		return api.Sandbox{}, errdefs.ErrNotFound
-	}
-	sb.Ports = p
-	s.m[id] = sb
-	return sb, nil
+	return s.m.Update(id, func(sb *api.Sandbox) error {
+		sb.Ports = p
+		return nil
+	})
 }
 
 func (s *sandboxes) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sb := api.Sandbox{ID: fmt.Sprintf("sdk%017d", len(s.m)), State: api.StateRunning, Template: req.Template, Labels: req.Labels}
-	s.m[sb.ID] = sb
-	return sb, nil
+	return s.m.Insert(func(n int) (string, api.Sandbox) {
+		id := fmt.Sprintf("sdk%017d", n)
+		return id, api.Sandbox{ID: id, State: api.StateRunning, Template: req.Template, Labels: req.Labels}
+	}), nil
 }
 
 func (s *sandboxes) Get(ctx context.Context, id string) (api.Sandbox, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sb, ok := s.m[id]
-	if !ok {
-		return sb, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
-	}
-	return sb, nil
+	return s.m.Get(id)
 }
 
 func (s *sandboxes) List(ctx context.Context, state string, labels map[string]string) ([]api.Sandbox, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []api.Sandbox
-	for _, sb := range s.m {
-		if (state == "" || sb.State == state) && (labels["team"] == "" || sb.Labels["team"] == labels["team"]) {
-			out = append(out, sb)
-		}
-	}
-	return out, nil
+	return s.m.List(func(sb api.Sandbox) bool {
+		return (state == "" || sb.State == state) && (labels["team"] == "" || sb.Labels["team"] == labels["team"])
+	}), nil
 }
 
 func (s *sandboxes) set(id, from, to string) (api.Sandbox, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sb, ok := s.m[id]
-	if !ok {
-		return sb, errdefs.ErrNotFound
-	}
-	if sb.State != from {
-		return sb, fmt.Errorf("sandbox is %s: %w", sb.State, errdefs.ErrConflict)
-	}
-	sb.State = to
-	s.m[id] = sb
-	return sb, nil
+	return s.m.Update(id, func(sb *api.Sandbox) error {
+		if sb.State != from {
+			return fmt.Errorf("sandbox is %s: %w", sb.State, errdefs.ErrConflict)
+		}
+		sb.State = to
+		return nil
+	})
 }
 
 func (s *sandboxes) Stop(ctx context.Context, id string) (api.Sandbox, error) {
@@ -155,32 +125,22 @@ func (s *sandboxes) Start(ctx context.Context, id string) (api.Sandbox, error) {
 }
 
 func (s *sandboxes) SetTimeout(ctx context.Context, id string, req api.TimeoutRequest) (api.Sandbox, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sb, ok := s.m[id]
-	if !ok {
-		return sb, errdefs.ErrNotFound
-	}
-	if sb.State != api.StateRunning && sb.State != api.StatePaused {
-		return sb, fmt.Errorf("sandbox is %s: %w", sb.State, errdefs.ErrConflict)
-	}
-	sb.ExpiresAt = nil
-	if req.TimeoutSec > 0 {
-		exp := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC).Add(time.Duration(req.TimeoutSec) * time.Second)
-		sb.ExpiresAt = &exp
-	}
-	s.m[id] = sb
-	return sb, nil
+	return s.m.Update(id, func(sb *api.Sandbox) error {
+		if sb.State != api.StateRunning && sb.State != api.StatePaused {
+			return fmt.Errorf("sandbox is %s: %w", sb.State, errdefs.ErrConflict)
+		}
+		sb.ExpiresAt = nil
+		if req.TimeoutSec > 0 {
+			exp := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC).Add(time.Duration(req.TimeoutSec) * time.Second)
+			sb.ExpiresAt = &exp
+		}
+		return nil
+	})
 }
 
 func (s *sandboxes) Delete(ctx context.Context, id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.m[id]; !ok {
-		return errdefs.ErrNotFound
-	}
-	delete(s.m, id)
-	return nil
+	_, err := s.m.Delete(id, nil)
+	return err
 }
 
 func (s *sandboxes) AgentDialer(ctx context.Context, id string) (func(context.Context) (net.Conn, error), error) {
@@ -309,7 +269,7 @@ func newClient(t *testing.T, apiKey string) (*atoll.Client, string) {
 	as := &http.Server{Handler: agent()}
 	go as.Serve(ln)
 	t.Cleanup(func() { as.Close() })
-	sbs := &sandboxes{sock: sock, m: map[string]api.Sandbox{}}
+	sbs := &sandboxes{sock: sock, m: memstore.New[api.Sandbox]("sandbox"), snaps: memstore.New[api.Snapshot]("snapshot"), pols: memstore.New[api.NetworkPolicy]("network policy")}
 	s, err := server.New(server.Config{Sandboxes: sbs, Templates: newTemplates(), Auth: auth{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -28,30 +28,23 @@ func (c *Client) WriteFile(ctx context.Context, id, path string, r io.Reader, mo
 	if mode != 0 {
 		q.Set("mode", fmt.Sprintf("%04o", mode))
 	}
-	var fi api.FileInfo
-	err := c.do(ctx, request{method: "PUT", path: sandboxPath(id, "/files"), query: q, body: r, ctype: "application/octet-stream"}, &fi)
-	return fi, err
+	return call[api.FileInfo](ctx, c, request{method: "PUT", path: sandboxPath(id, "/files"), query: q, body: r, ctype: "application/octet-stream"})
 }
 
 // Stat describes the file at path without following a final symlink.
 func (c *Client) Stat(ctx context.Context, id, path string) (api.FileInfo, error) {
-	var fi api.FileInfo
-	err := c.do(ctx, request{method: "GET", path: sandboxPath(id, "/files/stat"), query: pathQuery(path)}, &fi)
-	return fi, err
+	return call[api.FileInfo](ctx, c, request{method: "GET", path: sandboxPath(id, "/files/stat"), query: pathQuery(path)})
 }
 
 // ListDir lists the directory at path.
 func (c *Client) ListDir(ctx context.Context, id, path string) ([]api.FileInfo, error) {
-	var l api.FileList
-	err := c.do(ctx, request{method: "GET", path: sandboxPath(id, "/files/list"), query: pathQuery(path)}, &l)
+	l, err := call[api.FileList](ctx, c, request{method: "GET", path: sandboxPath(id, "/files/list"), query: pathQuery(path)})
 	return l.Files, err
 }
 
 // Mkdir makes the directory path and its parents; mode 0 means 0755.
 func (c *Client) Mkdir(ctx context.Context, id, path string, mode uint32) (api.FileInfo, error) {
-	var fi api.FileInfo
-	err := c.do(ctx, request{method: "POST", path: sandboxPath(id, "/files/mkdir"), json: api.MkdirRequest{Path: path, Mode: mode}}, &fi)
-	return fi, err
+	return call[api.FileInfo](ctx, c, request{method: "POST", path: sandboxPath(id, "/files/mkdir"), json: api.MkdirRequest{Path: path, Mode: mode}})
 }
 
 // Remove removes the file or directory at path; a non-empty directory only if recursive.
@@ -65,16 +58,12 @@ func (c *Client) Remove(ctx context.Context, id, path string, recursive bool) er
 
 // Rename renames from to to.
 func (c *Client) Rename(ctx context.Context, id, from, to string) (api.FileInfo, error) {
-	var fi api.FileInfo
-	err := c.do(ctx, request{method: "POST", path: sandboxPath(id, "/files/rename"), json: api.RenameRequest{From: from, To: to}}, &fi)
-	return fi, err
+	return call[api.FileInfo](ctx, c, request{method: "POST", path: sandboxPath(id, "/files/rename"), json: api.RenameRequest{From: from, To: to}})
 }
 
 // Chmod sets the permission bits of path.
 func (c *Client) Chmod(ctx context.Context, id, path string, mode uint32) (api.FileInfo, error) {
-	var fi api.FileInfo
-	err := c.do(ctx, request{method: "POST", path: sandboxPath(id, "/files/chmod"), json: api.ChmodRequest{Path: path, Mode: mode}}, &fi)
-	return fi, err
+	return call[api.FileInfo](ctx, c, request{method: "POST", path: sandboxPath(id, "/files/chmod"), json: api.ChmodRequest{Path: path, Mode: mode}})
 }
 
 // DownloadTar returns a tar stream of the directory's contents at path (or of

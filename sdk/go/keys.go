@@ -10,16 +10,13 @@ import (
 // CreateKey issues an API key (admin keys only). The answer's Key is the
 // only copy of the key there is.
 func (c *Client) CreateKey(ctx context.Context, req api.CreateKeyRequest) (api.APIKey, error) {
-	var k api.APIKey
-	err := c.do(ctx, request{method: "POST", path: "/v1/keys", json: req}, &k)
-	return k, err
+	return call[api.APIKey](ctx, c, request{method: "POST", path: "/v1/keys", json: req})
 }
 
 // ListKeys lists the server's API keys, without the keys themselves
 // (admin keys only).
 func (c *Client) ListKeys(ctx context.Context) ([]api.APIKey, error) {
-	var l api.APIKeyList
-	err := c.do(ctx, request{method: "GET", path: "/v1/keys"}, &l)
+	l, err := call[api.APIKeyList](ctx, c, request{method: "GET", path: "/v1/keys"})
 	return l.Keys, err
 }
 

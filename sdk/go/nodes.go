@@ -10,8 +10,7 @@ import (
 // ListNodes lists a cluster's nodes with their capacity, what is committed
 // on them and their leases (admin keys only; 409 from a single machine).
 func (c *Client) ListNodes(ctx context.Context) ([]api.Node, error) {
-	var l api.NodeList
-	err := c.do(ctx, request{method: "GET", path: "/v1/nodes"}, &l)
+	l, err := call[api.NodeList](ctx, c, request{method: "GET", path: "/v1/nodes"})
 	return l.Nodes, err
 }
 

@@ -17,14 +17,10 @@ func (c *Client) PortURL(ctx context.Context, id string, port int, signedFor tim
 	if signedFor > 0 {
 		q.Set("ttl_sec", strconv.FormatInt(int64(signedFor/time.Second), 10))
 	}
-	var u api.PortURL
-	err := c.do(ctx, request{method: "GET", path: sandboxPath(id, "/ports/", strconv.Itoa(port)), query: q}, &u)
-	return u, err
+	return call[api.PortURL](ctx, c, request{method: "GET", path: sandboxPath(id, "/ports/", strconv.Itoa(port)), query: q})
 }
 
 // SetPorts changes who may open sandbox id's ports through the port proxy.
 func (c *Client) SetPorts(ctx context.Context, id string, access api.PortAccess) (api.Sandbox, error) {
-	var sb api.Sandbox
-	err := c.do(ctx, request{method: "PUT", path: sandboxPath(id, "/ports"), json: access}, &sb)
-	return sb, err
+	return call[api.Sandbox](ctx, c, request{method: "PUT", path: sandboxPath(id, "/ports"), json: access})
 }

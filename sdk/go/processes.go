@@ -124,23 +124,18 @@ func (c *Client) ExecStream(ctx context.Context, id string, req api.ExecRequest)
 // Follow it with Attach, Terminal, SendStdin, Signal, GetProcess.
 func (c *Client) StartProcess(ctx context.Context, id string, req api.ExecRequest) (api.Process, error) {
 	req.Background = true
-	var p api.Process
-	err := c.do(ctx, request{method: "POST", path: sandboxPath(id, "/exec"), json: req}, &p)
-	return p, err
+	return call[api.Process](ctx, c, request{method: "POST", path: sandboxPath(id, "/exec"), json: req})
 }
 
 // ListProcesses returns the processes the sandbox's agent started.
 func (c *Client) ListProcesses(ctx context.Context, id string) ([]api.Process, error) {
-	var l api.ProcessList
-	err := c.do(ctx, request{method: "GET", path: sandboxPath(id, "/processes")}, &l)
+	l, err := call[api.ProcessList](ctx, c, request{method: "GET", path: sandboxPath(id, "/processes")})
 	return l.Processes, err
 }
 
 // GetProcess returns process pid of sandbox id.
 func (c *Client) GetProcess(ctx context.Context, id string, pid int) (api.Process, error) {
-	var p api.Process
-	err := c.do(ctx, request{method: "GET", path: processPath(id, pid, "")}, &p)
-	return p, err
+	return call[api.Process](ctx, c, request{method: "GET", path: processPath(id, pid, "")})
 }
 
 // Attach streams a process's output from now on, then its exit.

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/atoll-dev/atoll/api"
-	"github.com/atoll-dev/atoll/internal/errdefs"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
@@ -56,58 +55,30 @@ func (s *sandboxes) CreateSnapshot(ctx context.Context, id string, req api.Creat
 	if err != nil {
 		return api.Snapshot{}, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.snaps == nil {
-		s.snaps = make(map[string]api.Snapshot)
-	}
-	snap := api.Snapshot{ID: fmt.Sprintf("snap%016d", len(s.snaps)), Name: req.Name, SandboxID: id, Template: sb.Template, State: api.SnapshotReady}
-	s.snaps[snap.ID] = snap
-	return snap, nil
+	return s.snaps.Insert(func(n int) (string, api.Snapshot) {
+		snap := fmt.Sprintf("snap%016d", n)
+		return snap, api.Snapshot{ID: snap, Name: req.Name, SandboxID: id, Template: sb.Template, State: api.SnapshotReady}
+	}), nil
 }
 
 func (s *sandboxes) ListSnapshots(ctx context.Context, sandboxID string) ([]api.Snapshot, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []api.Snapshot
-	for _, snap := range s.snaps {
-		if sandboxID == "" || snap.SandboxID == sandboxID {
-			out = append(out, snap)
-		}
-	}
-	return out, nil
+	return s.snaps.List(func(snap api.Snapshot) bool { return sandboxID == "" || snap.SandboxID == sandboxID }), nil
 }
 
 func (s *sandboxes) GetSnapshot(ctx context.Context, id string) (api.Snapshot, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	snap, ok := s.snaps[id]
-	if !ok {
-		return snap, fmt.Errorf("snapshot %s: %w", id, errdefs.ErrNotFound)
-	}
-	return snap, nil
+	return s.snaps.Get(id)
 }
 
 func (s *sandboxes) ArchiveSnapshot(ctx context.Context, id string) (api.Snapshot, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	snap, ok := s.snaps[id]
-	if !ok {
-		return api.Snapshot{}, fmt.Errorf("snapshot %s: %w", id, errdefs.ErrNotFound)
-	}
-	snap.State = api.SnapshotArchived
-	s.snaps[id] = snap
-	return snap, nil
+	return s.snaps.Update(id, func(snap *api.Snapshot) error {
+		snap.State = api.SnapshotArchived
+		return nil
+	})
 }
 
 func (s *sandboxes) DeleteSnapshot(ctx context.Context, id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.snaps[id]; !ok {
-		return fmt.Errorf("snapshot %s: %w", id, errdefs.ErrNotFound)
-	}
-	delete(s.snaps, id)
-	return nil
+	_, err := s.snaps.Delete(id, nil)
+	return err
 }
 
 func TestPauseResume(t *testing.T) {

@@ -3,7 +3,6 @@ package atoll
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -41,29 +40,7 @@ func (c *Client) importTemplate(ctx context.Context, r request, progress func(ap
 
 // readImport reads an import's NDJSON stream up to its done or error event.
 func readImport(body io.Reader, progress func(api.ImportEvent)) (api.Template, error) {
-	dec := json.NewDecoder(body)
-	for {
-		var ev api.ImportEvent
-		if err := dec.Decode(&ev); err != nil {
-			if err == io.EOF {
-				return api.Template{}, errors.New("import: stream ended before the import finished")
-			}
-			return api.Template{}, fmt.Errorf("import: reading stream: %w", err)
-		}
-		switch ev.Type {
-		case "progress":
-			if progress != nil {
-				progress(ev)
-			}
-		case "done":
-			if ev.Template == nil {
-				return api.Template{}, errors.New("import: done event without a template")
-			}
-			return *ev.Template, nil
-		case "error":
-			return api.Template{}, errorOfCode(ev.Code, ev.Message)
-		}
-	}
+	return readEvents(body, "import", []string{"progress"}, progress)
 }
 
 // BuildOptions are the optional parameters of BuildTemplate.
@@ -101,51 +78,64 @@ func (c *Client) BuildTemplate(ctx context.Context, name string, opts BuildOptio
 
 // readBuild reads a build's NDJSON stream up to its done or error event.
 func readBuild(body io.Reader, events func(api.BuildEvent)) (api.Template, error) {
+	return readEvents(body, "build", []string{"step", "log"}, events)
+}
+
+// readEvents reads the NDJSON event stream of an import or a build (op) up
+// to its done or error event, handing the events of the types in pass to
+// events if it is not nil.
+func readEvents[E any](body io.Reader, op string, pass []string, events func(E)) (api.Template, error) {
 	dec := json.NewDecoder(body)
 	for {
-		var ev api.BuildEvent
-		if err := dec.Decode(&ev); err != nil {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
 			if err == io.EOF {
-				return api.Template{}, errors.New("build: stream ended before the build finished")
+				return api.Template{}, fmt.Errorf("%s: stream ended before the %s finished", op, op)
 			}
-			return api.Template{}, fmt.Errorf("build: reading stream: %w", err)
+			return api.Template{}, fmt.Errorf("%s: reading stream: %w", op, err)
 		}
-		switch ev.Type {
-		case "step", "log":
-			if events != nil {
-				events(ev)
+		// The fields every event type has; the rest are E's.
+		var end struct {
+			Type          string
+			Template      *api.Template
+			Code, Message string
+		}
+		if err := json.Unmarshal(raw, &end); err != nil {
+			return api.Template{}, fmt.Errorf("%s: reading stream: %w", op, err)
+		}
+		switch {
+		case end.Type == "done":
+			if end.Template == nil {
+				return api.Template{}, fmt.Errorf("%s: done event without a template", op)
 			}
-		case "done":
-			if ev.Template == nil {
-				return api.Template{}, errors.New("build: done event without a template")
+			return *end.Template, nil
+		case end.Type == "error":
+			return api.Template{}, errorOfCode(end.Code, end.Message)
+		case events != nil && slices.Contains(pass, end.Type):
+			var ev E
+			if err := json.Unmarshal(raw, &ev); err != nil {
+				return api.Template{}, fmt.Errorf("%s: reading stream: %w", op, err)
 			}
-			return *ev.Template, nil
-		case "error":
-			return api.Template{}, errorOfCode(ev.Code, ev.Message)
+			events(ev)
 		}
 	}
 }
 
 // ListTemplates returns the server's templates.
 func (c *Client) ListTemplates(ctx context.Context) ([]api.Template, error) {
-	var l api.TemplateList
-	err := c.do(ctx, request{method: "GET", path: "/v1/templates"}, &l)
+	l, err := call[api.TemplateList](ctx, c, request{method: "GET", path: "/v1/templates"})
 	return l.Templates, err
 }
 
 // GetTemplate returns template name.
 func (c *Client) GetTemplate(ctx context.Context, name string) (api.Template, error) {
-	var t api.Template
-	err := c.do(ctx, request{method: "GET", path: templatePath(name)}, &t)
-	return t, err
+	return call[api.Template](ctx, c, request{method: "GET", path: templatePath(name)})
 }
 
 // DeleteTemplate removes the template name name. Its versions stay while
 // sandboxes, snapshots or other names hold them; the answer lists those.
 func (c *Client) DeleteTemplate(ctx context.Context, name string) (api.TemplateRemoved, error) {
-	var out api.TemplateRemoved
-	err := c.do(ctx, request{method: "DELETE", path: templatePath(name)}, &out)
-	return out, err
+	return call[api.TemplateRemoved](ctx, c, request{method: "DELETE", path: templatePath(name)})
 }
 
 // BootstrapTemplate makes a base template with debootstrap on the server;
@@ -162,9 +152,7 @@ func (c *Client) BootstrapTemplate(ctx context.Context, req api.BootstrapTemplat
 // TagTemplate points the name tag at the current version of template name
 // (or at NAME@VERSION).
 func (c *Client) TagTemplate(ctx context.Context, name, tag string) (api.Template, error) {
-	var t api.Template
-	err := c.do(ctx, request{method: "POST", path: templatePath(name) + "/tag", json: api.TagTemplateRequest{Tag: tag}}, &t)
-	return t, err
+	return call[api.Template](ctx, c, request{method: "POST", path: templatePath(name) + "/tag", json: api.TagTemplateRequest{Tag: tag}})
 }
 
 func templatePath(name string) string {

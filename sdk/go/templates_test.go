@@ -1,7 +1,6 @@
 package atoll_test
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -11,54 +10,37 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/testenv"
+	"github.com/atoll-dev/atoll/internal/testenv/memstore"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
 // templates holds templates in memory. A registry import makes one layer per
 // character of the ref's last path element; an archive import one per tar entry.
 type templates struct {
-	mu    sync.Mutex
-	m     map[string]api.Template
-	inUse map[string]bool
+	memstore.Templates
+	inUse map[string]bool // read only
 }
 
 func newTemplates() *templates {
-	return &templates{
-		m:     map[string]api.Template{"host": {Name: "host", Source: "builtin"}},
-		inUse: map[string]bool{"host": true},
-	}
+	return &templates{memstore.NewTemplates(api.Template{Name: "host", Source: "builtin"}), map[string]bool{"host": true}}
 }
 
 func (s *templates) Import(ctx context.Context, req api.ImportTemplateRequest, archive io.Reader, progress func(api.ImportEvent)) (api.Template, error) {
-	s.mu.Lock()
-	_, exists := s.m[req.Name]
-	s.mu.Unlock()
-	if exists {
+	if s.Has(req.Name) {
 		return api.Template{}, fmt.Errorf("template %s already exists: %w", req.Name, errdefs.ErrConflict)
 	}
 	t := api.Template{Name: req.Name, Source: req.Ref}
 	if archive != nil {
 		t.Source = "archive"
-		tr := tar.NewReader(archive)
-		for {
-			h, err := tr.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return api.Template{}, fmt.Errorf("%w: not an image archive", errdefs.ErrInvalid)
-			}
-			n, _ := io.Copy(io.Discard, tr)
-			t.Layers = append(t.Layers, h.Name)
-			t.Size += n
-			progress(api.ImportEvent{Layer: h.Name, Bytes: n, Total: n})
+		if err := memstore.ImportArchive(&t, archive, progress); err != nil {
+			return api.Template{}, err
 		}
 	} else {
 		if req.Username != "" && req.Password != "secret" {
@@ -71,9 +53,7 @@ func (s *templates) Import(ctx context.Context, req api.ImportTemplateRequest, a
 			t.Size += 100
 		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.m[t.Name] = t
+	s.Put(t.Name, t)
 	return t, nil
 }
 
@@ -81,31 +61,13 @@ func (s *templates) Import(ctx context.Context, req api.ImportTemplateRequest, a
 // line is "RUN false". The template's Env lists the build args; its Layers the
 // context's files.
 func (s *templates) Build(ctx context.Context, name, dockerfile string, buildArgs map[string]string, buildContext io.Reader, events func(api.BuildEvent)) (api.Template, error) {
-	s.mu.Lock()
-	_, exists := s.m[name]
-	s.mu.Unlock()
-	if exists {
+	if s.Has(name) {
 		return api.Template{}, fmt.Errorf("template %s already exists: %w", name, errdefs.ErrConflict)
 	}
 	t := api.Template{Name: name, Source: "build"}
-	var lines []string
-	tr := tar.NewReader(buildContext)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return api.Template{}, fmt.Errorf("%w: not a tar stream", errdefs.ErrInvalid)
-		}
-		b, _ := io.ReadAll(tr)
-		if h.Name == dockerfile {
-			lines = strings.Split(strings.TrimSpace(string(b)), "\n")
-		}
-		t.Layers = append(t.Layers, h.Name)
-	}
-	if lines == nil {
-		return api.Template{}, fmt.Errorf("%w: no %s in the build context", errdefs.ErrInvalid, dockerfile)
+	lines, err := memstore.BuildContext(&t, buildContext, dockerfile)
+	if err != nil {
+		return api.Template{}, err
 	}
 	for i, l := range lines {
 		events(api.BuildEvent{Type: "step", Step: i + 1, Steps: len(lines), Instruction: l})
@@ -120,42 +82,20 @@ func (s *templates) Build(ctx context.Context, name, dockerfile string, buildArg
 		t.Env = append(t.Env, k+"="+v)
 	}
 	slices.Sort(t.Env)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.m[t.Name] = t
-	return t, nil
-}
-
-func (s *templates) List(ctx context.Context) ([]api.Template, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []api.Template
-	for _, t := range s.m {
-		out = append(out, t)
-	}
-	return out, nil
-}
-
-func (s *templates) Get(ctx context.Context, name string) (api.Template, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t, ok := s.m[name]
-	if !ok {
-		return t, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
-	}
+	s.Put(t.Name, t)
 	return t, nil
 }
 
 func (s *templates) Delete(ctx context.Context, name string) (api.TemplateRemoved, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.m[name]; !ok {
-		return api.TemplateRemoved{}, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
+	_, err := s.Table.Delete(name, func(api.Template) error {
+		if s.inUse[name] {
+			return fmt.Errorf("template %s is in use: %w", name, errdefs.ErrConflict)
+		}
+		return nil
+	})
+	if err != nil {
+		return api.TemplateRemoved{}, err
 	}
-	if s.inUse[name] {
-		return api.TemplateRemoved{}, fmt.Errorf("template %s is in use: %w", name, errdefs.ErrConflict)
-	}
-	delete(s.m, name)
 	return api.TemplateRemoved{Name: name, Held: []api.TemplateVersion{{ID: "v0123456789abcdef012", Number: 1, Layers: []string{}, Sandboxes: 1}}}, nil
 }
 
@@ -177,13 +117,8 @@ func TestTemplates(t *testing.T) {
 		t.Errorf("progress events %+v", evs)
 	}
 
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	tw.WriteHeader(&tar.Header{Name: "blobs/sha256/x", Mode: 0o644, Size: 5})
-	tw.Write([]byte("hello"))
-	tw.Close()
 	// No progress callback: events are read and dropped.
-	tpl, err = c.ImportTemplateArchive(ctx, "saved", io.MultiReader(&buf), nil)
+	tpl, err = c.ImportTemplateArchive(ctx, "saved", io.MultiReader(testenv.Tar("blobs/sha256/x", "hello")), nil)
 	if err != nil || tpl.Source != "archive" || tpl.Size != 5 {
 		t.Fatalf("ImportTemplateArchive = %+v, %v", tpl, err)
 	}
@@ -258,24 +193,13 @@ func TestImportTemplateErrors(t *testing.T) {
 	}
 }
 
-func buildContext(files ...string) *bytes.Buffer {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for i := 0; i+1 < len(files); i += 2 {
-		tw.WriteHeader(&tar.Header{Name: files[i], Mode: 0o644, Size: int64(len(files[i+1]))})
-		tw.Write([]byte(files[i+1]))
-	}
-	tw.Close()
-	return &buf
-}
-
 func TestBuildTemplate(t *testing.T) {
 	c, _ := newClient(t, key)
 	ctx := context.Background()
 	var evs []api.BuildEvent
 	tpl, err := c.BuildTemplate(ctx, "app",
 		atoll.BuildOptions{Dockerfile: "ci/Dockerfile", BuildArgs: map[string]string{"V": "1", "EQ": "a=b", "EMPTY": ""}},
-		buildContext("ci/Dockerfile", "FROM alpine\nRUN make", "main.c", "int main;"),
+		testenv.Tar("ci/Dockerfile", "FROM alpine\nRUN make", "main.c", "int main;"),
 		func(ev api.BuildEvent) { evs = append(evs, ev) })
 	if err != nil {
 		t.Fatal(err)
@@ -293,7 +217,7 @@ func TestBuildTemplate(t *testing.T) {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
 	// Default Dockerfile, no callback.
-	if _, err := c.BuildTemplate(ctx, "plain", atoll.BuildOptions{}, buildContext("Dockerfile", "FROM alpine"), nil); err != nil {
+	if _, err := c.BuildTemplate(ctx, "plain", atoll.BuildOptions{}, testenv.Tar("Dockerfile", "FROM alpine"), nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -301,7 +225,7 @@ func TestBuildTemplate(t *testing.T) {
 func TestBuildTemplateErrors(t *testing.T) {
 	c, _ := newClient(t, key)
 	ctx := context.Background()
-	df := func() io.Reader { return buildContext("Dockerfile", "FROM alpine") }
+	df := func() io.Reader { return testenv.Tar("Dockerfile", "FROM alpine") }
 	for _, tc := range []struct {
 		name    string
 		tpl     string
@@ -312,7 +236,7 @@ func TestBuildTemplateErrors(t *testing.T) {
 		code    string
 	}{
 		{"error event: name taken", "host", atoll.BuildOptions{}, df(), atoll.ErrConflict, 409, "conflict"},
-		{"error event: failing step", "f", atoll.BuildOptions{}, buildContext("Dockerfile", "FROM alpine\nRUN false"), atoll.ErrInvalid, 400, "invalid"},
+		{"error event: failing step", "f", atoll.BuildOptions{}, testenv.Tar("Dockerfile", "FROM alpine\nRUN false"), atoll.ErrInvalid, 400, "invalid"},
 		{"error event: no Dockerfile", "n", atoll.BuildOptions{Dockerfile: "x/Dockerfile"}, df(), atoll.ErrInvalid, 400, "invalid"},
 		{"4xx: bad name", "App", atoll.BuildOptions{}, df(), atoll.ErrInvalid, 400, "invalid"},
 		{"4xx: Dockerfile outside the context", "o", atoll.BuildOptions{Dockerfile: "../Dockerfile"}, df(), atoll.ErrInvalid, 400, "invalid"},
@@ -361,23 +285,9 @@ func TestImportTemplateTruncated(t *testing.T) {
 	}
 }
 
-func (s *templates) Tag(ctx context.Context, name, tag string) (api.Template, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t, ok := s.m[name]
-	if !ok {
-		return t, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
-	}
-	t.Name = tag
-	s.m[tag] = t
-	return t, nil
-}
-
 func (s *templates) Bootstrap(ctx context.Context, req api.BootstrapTemplateRequest, events func(api.BuildEvent)) (api.Template, error) {
 	events(api.BuildEvent{Type: "log", Data: []byte("I: Base system installed successfully.\n")})
 	t := api.Template{Name: req.Name, Source: "debootstrap " + req.Suite, Layers: []string{"l"}}
-	s.mu.Lock()
-	s.m[req.Name] = t
-	s.mu.Unlock()
+	s.Put(req.Name, t)
 	return t, nil
 }

@@ -81,3 +81,29 @@ func (c *Client) ReadVaultFile(ctx context.Context, name, path, rev string) (io.
 func (c *Client) VaultGitURL(name string) string {
 	return strings.TrimSuffix(c.base(), "/") + "/git/" + url.PathEscape(name) + ".git"
 }
+
+// SearchVault finds the notes of vault name's main branch matching q
+// (SQLite FTS5 syntax: words, "phrases", prefix*, AND, OR, NOT,
+// title:word), best first; at most limit (0: the server's default). A
+// query the server cannot parse is an invalid-argument error.
+func (c *Client) SearchVault(ctx context.Context, name, q string, limit int) (api.VaultSearch, error) {
+	query := url.Values{"q": {q}}
+	if limit > 0 {
+		query.Set("limit", strconv.Itoa(limit))
+	}
+	var res api.VaultSearch
+	err := c.do(ctx, request{method: "GET", path: vaultPath(name, "/search"), query: query}, &res)
+	return res, err
+}
+
+// VaultLinks returns the note at path of vault name's main branch with
+// its links and backlinks; with path "", every broken link of the vault.
+func (c *Client) VaultLinks(ctx context.Context, name, path string) (api.VaultLinks, error) {
+	var q url.Values
+	if path != "" {
+		q = url.Values{"path": {path}}
+	}
+	var res api.VaultLinks
+	err := c.do(ctx, request{method: "GET", path: vaultPath(name, "/links"), query: q}, &res)
+	return res, err
+}

@@ -4,18 +4,17 @@ import (
 	"bytes"
 	"context"
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"sync"
 	"time"
+
+	"github.com/atoll-dev/atoll/internal/tlsca"
 )
 
 // SecretCA is the name under which the cluster CA is kept in the store's
@@ -40,13 +39,8 @@ type CA struct {
 // It is the make of Secret(ctx, SecretCA, NewCA): the first node to ask
 // makes it, and every node gets that one.
 func NewCA() ([]byte, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
 		Subject:               pkix.Name{CommonName: "atoll cluster CA"},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(caLife),
@@ -55,7 +49,7 @@ func NewCA() ([]byte, error) {
 		IsCA:                  true,
 		MaxPathLenZero:        true,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	der, key, err := tlsca.Issue(tmpl, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -123,13 +117,8 @@ func (ca *CA) Pool() *x509.CertPool { return ca.pool }
 // check they reached the node they dialled. It serves both ends of a
 // connection, so it is valid for server and client authentication.
 func (ca *CA) sign(name, address string, life time.Duration, now time.Time) (*tls.Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
 	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: name, OrganizationalUnit: []string{"atoll node"}},
+		Subject: pkix.Name{CommonName: name, OrganizationalUnit: []string{"atoll node"}},
 		// A little slack for clocks that differ between nodes.
 		NotBefore:   now.Add(-5 * time.Minute),
 		NotAfter:    now.Add(life),
@@ -140,12 +129,8 @@ func (ca *CA) sign(name, address string, life time.Duration, now time.Time) (*tl
 	if h, _, err := net.SplitHostPort(address); err == nil {
 		host = h
 	}
-	if ip := net.ParseIP(host); ip != nil {
-		tmpl.IPAddresses = []net.IP{ip}
-	} else if host != "" {
-		tmpl.DNSNames = []string{host}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	tlsca.SetHost(tmpl, host)
+	der, key, err := tlsca.Issue(tmpl, ca.cert, ca.key)
 	if err != nil {
 		return nil, fmt.Errorf("signing node %s's certificate: %w", name, err)
 	}
@@ -154,11 +139,6 @@ func (ca *CA) sign(name, address string, life time.Duration, now time.Time) (*tl
 		return nil, err
 	}
 	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, nil
-}
-
-func serial() *big.Int {
-	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	return n
 }
 
 // LeafLife is how long a node's certificate is valid by default. A node

@@ -440,30 +440,45 @@ func TestTenantKeys(t *testing.T) {
 func TestStream(t *testing.T) {
 	c := newCluster(t, "a", "b")
 	key := t.Name()
-	req, _ := http.NewRequest("GET", c.nodes["a"].public.URL+"/v1/sandboxes/"+onB+"/stream?ack="+key, nil)
+	resp, br := routedStream(t, c, "GET", "/stream?ack="+key, nil)
+	// The owner writes chunk i+1 only once the client has read chunk i
+	// through the router: a router that buffered would hang here.
+	for i := 0; i < 3; i++ {
+		wantLine(t, br, fmt.Sprintf("chunk %d\n", i), fmt.Sprintf("chunk %d did not arrive: the stream is buffered", i))
+		if i < 2 {
+			streamAck(&http.Request{URL: resp.Request.URL}) <- struct{}{}
+		}
+	}
+}
+
+// routedStream sends a request for path of the sandbox on b to a, which
+// routes it, and returns the answer, to be read (until t ends) through
+// the reader.
+func routedStream(t *testing.T, c *cluster, method, path string, body io.Reader) (*http.Response, *bufio.Reader) {
+	t.Helper()
+	req, _ := http.NewRequest(method, c.nodes["a"].public.URL+"/v1/sandboxes/"+onB+path, body)
 	req.Header.Set("Authorization", keyT1)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	br := bufio.NewReader(resp.Body)
-	// The owner writes chunk i+1 only once the client has read chunk i
-	// through the router: a router that buffered would hang here.
-	for i := 0; i < 3; i++ {
-		got := make(chan string, 1)
-		go func() { line, _ := br.ReadString('\n'); got <- line }()
-		select {
-		case line := <-got:
-			if want := fmt.Sprintf("chunk %d\n", i); line != want {
-				t.Fatalf("read %q, want %q", line, want)
-			}
-		case <-time.After(testWait):
-			t.Fatalf("chunk %d did not arrive: the stream is buffered", i)
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp, bufio.NewReader(resp.Body)
+}
+
+// wantLine reads a line of br, which must be want and come within
+// testWait; late says what it means if it does not come.
+func wantLine(t *testing.T, br *bufio.Reader, want, late string) {
+	t.Helper()
+	got := make(chan string, 1)
+	go func() { line, _ := br.ReadString('\n'); got <- line }()
+	select {
+	case line := <-got:
+		if line != want {
+			t.Fatalf("read %q, want %q", line, want)
 		}
-		if i < 2 {
-			streamAck(&http.Request{URL: resp.Request.URL}) <- struct{}{}
-		}
+	case <-time.After(testWait):
+		t.Fatal(late)
 	}
 }
 
@@ -472,26 +487,10 @@ func TestStream(t *testing.T) {
 func TestFullDuplex(t *testing.T) {
 	c := newCluster(t, "a", "b")
 	pr, pw := io.Pipe()
-	req, _ := http.NewRequest("POST", c.nodes["a"].public.URL+"/v1/sandboxes/"+onB+"/echo", pr)
-	req.Header.Set("Authorization", keyT1)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	br := bufio.NewReader(resp.Body)
+	_, br := routedStream(t, c, "POST", "/echo", pr)
 	for i := range 3 {
 		fmt.Fprintf(pw, "line %d\n", i)
-		got := make(chan string, 1)
-		go func() { line, _ := br.ReadString('\n'); got <- line }()
-		select {
-		case line := <-got:
-			if want := fmt.Sprintf("echo line %d\n", i); line != want {
-				t.Fatalf("read %q, want %q", line, want)
-			}
-		case <-time.After(testWait):
-			t.Fatalf("line %d did not come back", i)
-		}
+		wantLine(t, br, fmt.Sprintf("echo line %d\n", i), fmt.Sprintf("line %d did not come back", i))
 	}
 	pw.Close()
 	if rest, err := io.ReadAll(br); err != nil || len(rest) != 0 {
@@ -585,15 +584,7 @@ func BenchmarkRouted(b *testing.B) {
 			req, _ := http.NewRequest("GET", bc.url+"/v1/sandboxes/"+onB, nil)
 			req.Header.Set("Authorization", keyT1)
 			for b.Loop() {
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					b.Fatal(err)
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					b.Fatal(resp.Status)
-				}
+				doOK(b, req)
 			}
 		})
 	}
@@ -617,18 +608,24 @@ func BenchmarkRoutedStream(b *testing.B) {
 						req, _ = http.NewRequest("PUT", bc.url+"/v1/sandboxes/"+onB+"/files/sink", io.LimitReader(zeros{}, size))
 					}
 					req.Header.Set("Authorization", keyT1)
-					resp, err := http.DefaultClient.Do(req)
-					if err != nil {
-						b.Fatal(err)
-					}
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode != http.StatusOK {
-						b.Fatal(resp.Status)
-					}
+					doOK(b, req)
 				}
 			})
 		}
+	}
+}
+
+// doOK sends req, which must be answered 200, and reads the answer to
+// its end.
+func doOK(b *testing.B, req *http.Request) {
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b.Fatal(resp.Status)
 	}
 }
 

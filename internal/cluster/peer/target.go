@@ -4,6 +4,8 @@ import (
 	"net"
 	"net/http"
 	"strings"
+
+	"github.com/atoll-dev/atoll/api"
 )
 
 // How a request names the sandbox it is about, one rule a row, tried in
@@ -31,7 +33,7 @@ var targetRules = []struct {
 // sandboxOf returns the ID of the sandbox r is about, "" for none.
 func sandboxOf(r *http.Request) string {
 	for _, rule := range targetRules {
-		if id := rule.find(r); validID(id) {
+		if id := rule.find(r); api.ValidSandboxID(id) {
 			return id
 		}
 	}
@@ -65,18 +67,4 @@ func hostID(host string) string {
 		return ""
 	}
 	return strings.ToLower(id)
-}
-
-// validID is the shape of a sandbox ID (control.ValidID): 20 of [a-z0-9].
-// Anything else is not looked up; the local handler refuses it.
-func validID(id string) bool {
-	if len(id) != 20 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		if c := id[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
-			return false
-		}
-	}
-	return true
 }

@@ -12,7 +12,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -39,37 +38,7 @@ import (
 const Dir = "/run/netns"
 
 // In runs fn on a thread that has joined the network namespace at path.
-func In(path string, fn func() error) error {
-	target, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(target)
-	errc := make(chan error, 1)
-	go func() {
-		goruntime.LockOSThread()
-		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			goruntime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer unix.Close(orig)
-		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
-			goruntime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		ferr := fn()
-		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
-			errc <- errors.Join(ferr, err) // the thread dies locked
-			return
-		}
-		goruntime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
+func In(path string, fn func() error) error { return netns.Run(path, fn) }
 
 // NewNetns makes a namespace named name under Dir with lo up, removed when
 // t ends.
@@ -210,7 +179,7 @@ func ServeHTTP(t testing.TB, path, name, addr string, useTLS bool) {
 // ServeEcho echoes what each connection on addr inside path sends.
 func ServeEcho(t testing.TB, path, addr string) {
 	t.Helper()
-	serveTCP(t, path, addr, func(c net.Conn) { io.Copy(c, c) })
+	ServeTCP(t, path, addr, func(c net.Conn) { io.Copy(c, c) })
 }
 
 // ServeBulk moves bulk data on addr inside path, for throughput: a
@@ -219,7 +188,7 @@ func ServeEcho(t testing.TB, path, addr string) {
 // it has shut down its side.
 func ServeBulk(t testing.TB, path, addr string) {
 	t.Helper()
-	serveTCP(t, path, addr, func(c net.Conn) {
+	ServeTCP(t, path, addr, func(c net.Conn) {
 		r := bufio.NewReader(c)
 		line, err := r.ReadString('\n')
 		if err != nil {
@@ -242,9 +211,9 @@ type zeros struct{}
 
 func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 
-// serveTCP runs handle for each connection on addr inside path, and closes
+// ServeTCP runs handle for each connection on addr inside path, and closes
 // the connection after it, until t ends.
-func serveTCP(t testing.TB, path, addr string, handle func(net.Conn)) {
+func ServeTCP(t testing.TB, path, addr string, handle func(net.Conn)) {
 	t.Helper()
 	ln := Listen(t, path, "tcp", addr)
 	var wg sync.WaitGroup

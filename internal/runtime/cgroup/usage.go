@@ -44,19 +44,28 @@ func ReadUsage(path string) (Usage, error) {
 		return Usage{}, err
 	}
 	u.CPU = time.Duration(ns)
-	mem := filepath.Join(dirs[cgroup1.Memory], path)
-	current, err := readInt(filepath.Join(mem, "memory.usage_in_bytes"))
-	if err != nil {
-		return Usage{}, err
-	}
 	// The total_ keys count the cgroups below too (a sandbox may make its
 	// own); cache is the page cache, shmem and tmpfs included.
-	stat, err := readKeyed(filepath.Join(mem, "memory.stat"), "total_cache", "total_shmem")
-	if err != nil {
+	if err := readMemory(&u, filepath.Join(dirs[cgroup1.Memory], path), "memory.usage_in_bytes", "total_cache", "total_shmem"); err != nil {
 		return Usage{}, err
 	}
-	u.MemoryBytes, u.FileBytes, u.ShmemBytes = current, stat["total_cache"], stat["total_shmem"]
 	return u, nil
+}
+
+// readMemory reads into u the memory a cgroup uses, from its directory
+// mem: all of it from file current, the page cache and shmem from the
+// keys file and shmem of its memory.stat.
+func readMemory(u *Usage, mem, current, file, shmem string) error {
+	cur, err := readInt(filepath.Join(mem, current))
+	if err != nil {
+		return err
+	}
+	stat, err := readKeyed(filepath.Join(mem, "memory.stat"), file, shmem)
+	if err != nil {
+		return err
+	}
+	u.MemoryBytes, u.FileBytes, u.ShmemBytes = cur, stat[file], stat[shmem]
+	return nil
 }
 
 // readUsageV2 reads the usage of the v2 cgroup at dir, a full path.
@@ -67,16 +76,10 @@ func readUsageV2(dir string) (Usage, error) {
 		return Usage{}, err
 	}
 	u.CPU = time.Duration(cpu["usage_usec"]) * time.Microsecond
-	current, err := readInt(filepath.Join(dir, "memory.current"))
-	if err != nil {
-		return Usage{}, err
-	}
 	// file is v2's page cache, shmem and tmpfs included, as v1's cache.
-	stat, err := readKeyed(filepath.Join(dir, "memory.stat"), "file", "shmem")
-	if err != nil {
+	if err := readMemory(&u, dir, "memory.current", "file", "shmem"); err != nil {
 		return Usage{}, err
 	}
-	u.MemoryBytes, u.FileBytes, u.ShmemBytes = current, stat["file"], stat["shmem"]
 	return u, nil
 }
 

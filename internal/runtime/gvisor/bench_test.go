@@ -1,68 +1,29 @@
 package gvisor_test
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
-	"sort"
 	"testing"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/layers"
-	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/runtime/runtimetest"
 )
 
 // The benchmarks report medians and p99 (p50-ms, p99-ms) beside Go's mean:
 // start and stop times under ptrace have long tails. The API-level figures come from bench/.
 
-var benchLimits = runtime.Limits{CPU: 1, MemoryBytes: 256 << 20, PIDs: 64}
-
 // BenchmarkStartExecStop measures the runtime alone, per phase: start to
 // agent ready, one exec of true, stop.
-func BenchmarkStartExecStop(b *testing.B) {
-	rt, env := newRuntime(b)
-	var start, exec, stop []time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		t0 := time.Now()
-		sb := runtimetest.Start(b, rt, env, benchLimits, 1<<30)
-		t1 := time.Now()
-		if _, err := sb.Client.Exec(context.Background(), api.ExecRequest{Cmd: []string{"true"}}); err != nil {
-			b.Fatal(err)
-		}
-		t2 := time.Now()
-		if err := rt.Stop(context.Background(), sb.ID, sb.Inst); err != nil {
-			b.Fatal(err)
-		}
-		start, exec, stop = append(start, t1.Sub(t0)), append(exec, t2.Sub(t1)), append(stop, time.Since(t2))
-	}
-	report(b, "start-", start)
-	report(b, "first-exec-", exec)
-	report(b, "stop-", stop)
-}
+func BenchmarkStartExecStop(b *testing.B) { runtimetest.BenchStartExecStop(b, newRuntime) }
 
 // BenchmarkExec measures an exec of true through the agent socket alone.
-func BenchmarkExec(b *testing.B) {
-	rt, env := newRuntime(b)
-	sb := runtimetest.Start(b, rt, env, benchLimits, 1<<30)
-	var d []time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		t0 := time.Now()
-		if _, err := sb.Client.Exec(context.Background(), api.ExecRequest{Cmd: []string{"true"}}); err != nil {
-			b.Fatal(err)
-		}
-		d = append(d, time.Since(t0))
-	}
-	report(b, "", d)
-}
+func BenchmarkExec(b *testing.B) { runtimetest.BenchExec(b, newRuntime) }
 
 // BenchmarkRunscTrue is the peer: `runsc run` of true over the same kind of
 // root (the host template's overlay and binds), with the same flags, until
@@ -111,17 +72,5 @@ func BenchmarkRunscTrue(b *testing.B) {
 		}
 		d = append(d, time.Since(t0))
 	}
-	report(b, "", d)
-}
-
-// report reports the median and p99 of d in milliseconds.
-func report(b *testing.B, prefix string, d []time.Duration) {
-	if len(d) == 0 {
-		return
-	}
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	ms := func(q float64) float64 { return float64(s[int(q*float64(len(s)-1))].Microseconds()) / 1000 }
-	b.ReportMetric(ms(0.5), prefix+"p50-ms")
-	b.ReportMetric(ms(0.99), prefix+"p99-ms")
+	runtimetest.Report(b, "", d)
 }

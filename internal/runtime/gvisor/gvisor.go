@@ -520,15 +520,7 @@ func (r *Runtime) Cleanup(ctx context.Context, id string) error {
 	if err := r.removeCgroups(id); err != nil {
 		errs = append(errs, err)
 	}
-	dir := r.runDir(id)
-	for _, m := range host.MountsUnder(dir) {
-		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-			errs = append(errs, fmt.Errorf("unmounting %s: %w", m, err))
-		}
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		errs = append(errs, err)
-	}
+	errs = append(errs, host.RemoveDir(r.runDir(id)))
 	return errors.Join(errs...)
 }
 
@@ -591,11 +583,7 @@ func (r *Runtime) Usage(ctx context.Context, id string) (runtime.Usage, error) {
 // Alive implements runtime.Runtime: inst.PID is runsc's sandbox process,
 // which lives exactly as long as the sandbox.
 func (r *Runtime) Alive(inst runtime.Instance) bool {
-	if inst.PID <= 0 {
-		return false
-	}
-	st, err := host.StartTime(inst.PID)
-	return err == nil && st == inst.StartTime
+	return host.Alive(inst.PID, inst.StartTime)
 }
 
 // Settle implements runtime.CheckpointSettler: the agent listens again.

@@ -1,7 +1,6 @@
 package gvisor_test
 
 import (
-	"bufio"
 	"context"
 	"os"
 	osexec "os/exec"
@@ -51,16 +50,7 @@ func newRuntime(t testing.TB) (*gvisor.Runtime, runtimetest.Env) {
 
 // leftovers lists what a stopped sandbox might have left on the host.
 func leftovers(runRoot, id string) []string {
-	var out []string
-	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), id) {
-				out = append(out, "mount: "+sc.Text())
-			}
-		}
-		f.Close()
-	}
+	out := runtimetest.Mounts(id)
 	cgs, _ := filepath.Glob("/sys/fs/cgroup/*/atoll-gvisor/" + id)
 	if c := "/sys/fs/cgroup/atoll-gvisor/" + id; exists(c) {
 		cgs = append(cgs, c)
@@ -89,22 +79,7 @@ func exists(p string) bool {
 
 // processes lists the PIDs in sandbox id's host cgroup: sentry, gofer and
 // ptrace stubs.
-func processes(id string) []int {
-	var pids []int
-	for _, f := range []string{"/sys/fs/cgroup/pids/atoll-gvisor/" + id + "/cgroup.procs", "/sys/fs/cgroup/atoll-gvisor/" + id + "/cgroup.procs"} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		for _, l := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(l); err == nil {
-				pids = append(pids, pid)
-			}
-		}
-		break
-	}
-	return pids
-}
+func processes(id string) []int { return runtimetest.CgroupPIDs("atoll-gvisor/" + id) }
 
 // TestCheckpointRefused checks that a sandbox holding a unix socket bound on
 // its file system, which runsc cannot save, is refused a checkpoint and goes

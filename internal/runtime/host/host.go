@@ -74,6 +74,33 @@ func StartTime(pid int) (uint64, error) {
 	return strconv.ParseUint(f[19], 10, 64)
 }
 
+// Alive reports whether process pid is the one that started at start
+// (StartTime's value): a PID the kernel has given to another process since
+// is not.
+func Alive(pid int, start uint64) bool {
+	if pid <= 0 {
+		return false
+	}
+	st, err := StartTime(pid)
+	return err == nil && st == start
+}
+
+// RemoveDir unmounts every mountpoint at or below dir, deepest first,
+// and removes dir: the end of a sandbox's run directory. It goes on past
+// failures and returns them all.
+func RemoveDir(dir string) error {
+	var errs []error
+	for _, m := range MountsUnder(dir) {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			errs = append(errs, fmt.Errorf("unmounting %s: %w", m, err))
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
 // MountsUnder lists mountpoints at or below dir, deepest first.
 func MountsUnder(dir string) []string {
 	f, err := os.Open("/proc/self/mountinfo")

@@ -1,12 +1,9 @@
 package ns_test
 
 import (
-	"context"
 	"path/filepath"
 	"testing"
 
-	"github.com/atoll-dev/atoll/api"
-	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/runtime/ns"
 	"github.com/atoll-dev/atoll/internal/runtime/runtimetest"
 	"github.com/atoll-dev/atoll/internal/testenv"
@@ -14,34 +11,12 @@ import (
 
 // BenchmarkStartExecStop measures the runtime alone: start to agent ready, one
 // exec of true, stop. The API-level figures come from bench/.
-func BenchmarkStartExecStop(b *testing.B) {
-	rt, env := benchRuntime(b)
-	limits := runtime.Limits{CPU: 1, MemoryBytes: 256 << 20, PIDs: 64}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		sb := runtimetest.Start(b, rt, env, limits, 1<<30)
-		if _, err := sb.Client.Exec(context.Background(), api.ExecRequest{Cmd: []string{"true"}}); err != nil {
-			b.Fatal(err)
-		}
-		if err := rt.Stop(context.Background(), sb.ID, sb.Inst); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
+func BenchmarkStartExecStop(b *testing.B) { runtimetest.BenchStartExecStop(b, benchRuntime) }
 
 // BenchmarkExec measures an exec of true through the agent socket alone.
-func BenchmarkExec(b *testing.B) {
-	rt, env := benchRuntime(b)
-	sb := runtimetest.Start(b, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 256 << 20, PIDs: 64}, 1<<30)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if _, err := sb.Client.Exec(context.Background(), api.ExecRequest{Cmd: []string{"true"}}); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
+func BenchmarkExec(b *testing.B) { runtimetest.BenchExec(b, benchRuntime) }
 
-func benchRuntime(b *testing.B) (*ns.Runtime, runtimetest.Env) {
+func benchRuntime(b testing.TB) (*ns.Runtime, runtimetest.Env) {
 	testenv.RequireRoot(b)
 	dir := testenv.Dir(b)
 	ls := testenv.Layers(b, dir)

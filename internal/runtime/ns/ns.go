@@ -578,17 +578,7 @@ func (r *Runtime) Cleanup(ctx context.Context, id string) error {
 // cleanupDir unmounts what is left under sandbox id's run directory and
 // removes it.
 func (r *Runtime) cleanupDir(id string) error {
-	var errs []error
-	dir := r.runDir(id)
-	for _, m := range host.MountsUnder(dir) {
-		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-			errs = append(errs, fmt.Errorf("unmounting %s: %w", m, err))
-		}
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	return host.RemoveDir(r.runDir(id))
 }
 
 // Pause implements runtime.Runtime with the cgroup freezer.
@@ -641,9 +631,5 @@ func (r *Runtime) Update(ctx context.Context, id string, l runtime.Limits) error
 
 // Alive implements runtime.Runtime.
 func (r *Runtime) Alive(inst runtime.Instance) bool {
-	if inst.PID <= 0 {
-		return false
-	}
-	st, err := host.StartTime(inst.PID)
-	return err == nil && st == inst.StartTime
+	return host.Alive(inst.PID, inst.StartTime)
 }

@@ -1,14 +1,11 @@
 package ns_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/atoll-dev/atoll/internal/runtime"
@@ -73,16 +70,7 @@ func TestCleanupHalfMadeCgroup(t *testing.T) {
 
 // leftovers lists what a stopped sandbox might have left on the host.
 func leftovers(runRoot, id string) []string {
-	var out []string
-	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), id) {
-				out = append(out, "mount: "+sc.Text())
-			}
-		}
-		f.Close()
-	}
+	out := runtimetest.Mounts(id)
 	for _, c := range []string{"/sys/fs/cgroup/memory/atoll/" + id, "/sys/fs/cgroup/pids/atoll/" + id, "/sys/fs/cgroup/atoll/" + id} {
 		if _, err := os.Stat(c); err == nil {
 			out = append(out, "cgroup: "+c)
@@ -95,22 +83,7 @@ func leftovers(runRoot, id string) []string {
 }
 
 // processes lists the PIDs in sandbox id's cgroup.
-func processes(id string) []int {
-	var pids []int
-	for _, f := range []string{"/sys/fs/cgroup/pids/atoll/" + id + "/cgroup.procs", "/sys/fs/cgroup/atoll/" + id + "/cgroup.procs"} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		for _, l := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(l); err == nil {
-				pids = append(pids, pid)
-			}
-		}
-		break
-	}
-	return pids
-}
+func processes(id string) []int { return runtimetest.CgroupPIDs("atoll/" + id) }
 
 func unmountAll(dir string) {
 	_ = exec("umount", "-l", dir)

@@ -211,39 +211,37 @@ func Run(t *testing.T, rt runtime.Runtime, env Env) {
 		}
 		testReadopt(t, rt, env)
 	})
-	t.Run("MemorySnapshot", func(t *testing.T) {
-		cp, ok := rt.(runtime.Checkpointer)
-		if !caps.MemorySnapshot || !ok {
-			t.Skip("the runtime does not claim MemorySnapshot")
-		}
-		testCheckpoint(t, rt, cp, env)
-	})
-	t.Run("Prepare", func(t *testing.T) {
-		p, ok := rt.(runtime.Preparer)
-		if !ok {
-			t.Skip("the runtime is not a Preparer")
-		}
-		testPrepare(t, rt, p, env)
-	})
+	t.Run("MemorySnapshot", func(t *testing.T) { testCheckpoint(t, rt, checkpointer(t, rt, caps), env) })
+	t.Run("Prepare", func(t *testing.T) { testPrepare(t, rt, implements[runtime.Preparer](t, rt, "Preparer"), env) })
 	t.Run("ManyLayers", func(t *testing.T) { testManyLayers(t, rt, env) })
 	t.Run("Setuid", func(t *testing.T) { testSetuid(t, rt, env) })
 	t.Run("PrepareLayers", func(t *testing.T) {
-		p, ok := rt.(runtime.LayerPreparer)
-		if !ok {
-			t.Skip("the runtime is not a LayerPreparer")
-		}
-		testPrepareLayers(t, rt, p, env)
+		testPrepareLayers(t, rt, implements[runtime.LayerPreparer](t, rt, "LayerPreparer"), env)
 	})
 	if env.Network != nil {
 		t.Run("Network", func(t *testing.T) { testNetwork(t, rt, env) })
-		t.Run("NetworkCheckpoint", func(t *testing.T) {
-			cp, ok := rt.(runtime.Checkpointer)
-			if !caps.MemorySnapshot || !ok {
-				t.Skip("the runtime does not claim MemorySnapshot")
-			}
-			testNetworkCheckpoint(t, rt, cp, env)
-		})
+		t.Run("NetworkCheckpoint", func(t *testing.T) { testNetworkCheckpoint(t, rt, checkpointer(t, rt, caps), env) })
 	}
+}
+
+// implements returns rt as a T (named what), and skips the test if it is
+// not one.
+func implements[T any](t *testing.T, rt runtime.Runtime, what string) T {
+	v, ok := rt.(T)
+	if !ok {
+		t.Skip("the runtime is not a " + what)
+	}
+	return v
+}
+
+// checkpointer returns rt's runtime.Checkpointer, and skips the test if rt
+// does not claim MemorySnapshot.
+func checkpointer(t *testing.T, rt runtime.Runtime, caps runtime.Caps) runtime.Checkpointer {
+	cp, ok := rt.(runtime.Checkpointer)
+	if !caps.MemorySnapshot || !ok {
+		t.Skip("the runtime does not claim MemorySnapshot")
+	}
+	return cp
 }
 
 // testNetwork checks a sandbox started in a network namespace made for it:

@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atoll-dev/atoll/api"
-	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/runtime/runtimetest"
 )
 
@@ -22,54 +20,19 @@ import (
 // Under TCG (here) every figure is the CPU emulator's as much as the
 // runtime's; the peer, QEMU alone booting the same kernel, says how much.
 
-var benchLimits = runtime.Limits{CPU: 1, MemoryBytes: 256 << 20, PIDs: 64}
-
 // BenchmarkStartExecStop measures the runtime alone, per phase: start to
 // agent ready, one exec of true, stop (which copies the disk back).
-func BenchmarkStartExecStop(b *testing.B) {
-	rt, env := newRuntime(b)
-	var start, exec, stop []time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		t0 := time.Now()
-		sb := runtimetest.Start(b, rt, env, benchLimits, 1<<30)
-		t1 := time.Now()
-		if _, err := sb.Client.Exec(context.Background(), api.ExecRequest{Cmd: []string{"true"}}); err != nil {
-			b.Fatal(err)
-		}
-		t2 := time.Now()
-		if err := rt.Stop(context.Background(), sb.ID, sb.Inst); err != nil {
-			b.Fatal(err)
-		}
-		start, exec, stop = append(start, t1.Sub(t0)), append(exec, t2.Sub(t1)), append(stop, time.Since(t2))
-	}
-	report(b, "start-", start)
-	report(b, "first-exec-", exec)
-	report(b, "stop-", stop)
-}
+func BenchmarkStartExecStop(b *testing.B) { runtimetest.BenchStartExecStop(b, newRuntime) }
 
 // BenchmarkExec measures an exec of true through the channel alone.
-func BenchmarkExec(b *testing.B) {
-	rt, env := newRuntime(b)
-	sb := runtimetest.Start(b, rt, env, benchLimits, 1<<30)
-	var d []time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		t0 := time.Now()
-		if _, err := sb.Client.Exec(context.Background(), api.ExecRequest{Cmd: []string{"true"}}); err != nil {
-			b.Fatal(err)
-		}
-		d = append(d, time.Since(t0))
-	}
-	report(b, "", d)
-}
+func BenchmarkExec(b *testing.B) { runtimetest.BenchExec(b, newRuntime) }
 
 // BenchmarkPauseResume measures a pause and a resume, and the agent
 // answering after it.
 func BenchmarkPauseResume(b *testing.B) {
 	rt, env := newRuntime(b)
 	ctx := context.Background()
-	sb := runtimetest.Start(b, rt, env, benchLimits, 1<<30)
+	sb := runtimetest.Start(b, rt, env, runtimetest.BenchLimits, 1<<30)
 	var pause, resume []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -86,8 +49,8 @@ func BenchmarkPauseResume(b *testing.B) {
 		}
 		pause, resume = append(pause, t1.Sub(t0)), append(resume, time.Since(t1))
 	}
-	report(b, "pause-", pause)
-	report(b, "resume-", resume)
+	runtimetest.Report(b, "pause-", pause)
+	runtimetest.Report(b, "resume-", resume)
 }
 
 // BenchmarkCheckpointRestore measures a checkpoint to disk of a sandbox
@@ -95,7 +58,7 @@ func BenchmarkPauseResume(b *testing.B) {
 func BenchmarkCheckpointRestore(b *testing.B) {
 	rt, env := newRuntime(b)
 	ctx := context.Background()
-	sb := runtimetest.Start(b, rt, env, benchLimits, 1<<30)
+	sb := runtimetest.Start(b, rt, env, runtimetest.BenchLimits, 1<<30)
 	sb.MustSh(b, `nohup sleep 100000 >/dev/null 2>&1 &`)
 	var cp, rs []time.Duration
 	var size int64
@@ -120,8 +83,8 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 			size = fi.Size()
 		}
 	}
-	report(b, "checkpoint-", cp)
-	report(b, "restore-", rs)
+	runtimetest.Report(b, "checkpoint-", cp)
+	runtimetest.Report(b, "restore-", rs)
 	b.ReportMetric(float64(size)/(1<<20), "image-MiB")
 }
 
@@ -131,7 +94,7 @@ func BenchmarkIdleMemory(b *testing.B) {
 	rt, env := newRuntime(b)
 	var pss []float64
 	for i := 0; i < b.N; i++ {
-		sb := runtimetest.Start(b, rt, env, benchLimits, 1<<30)
+		sb := runtimetest.Start(b, rt, env, runtimetest.BenchLimits, 1<<30)
 		time.Sleep(3 * time.Second)
 		var kb int64
 		for _, pid := range processes(sb.ID) {
@@ -187,17 +150,5 @@ func BenchmarkQEMUBootToInitExit(b *testing.B) {
 		}
 		d = append(d, time.Since(t0))
 	}
-	report(b, "", d)
-}
-
-// report reports the median and p99 of d in milliseconds.
-func report(b *testing.B, prefix string, d []time.Duration) {
-	if len(d) == 0 {
-		return
-	}
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	ms := func(q float64) float64 { return float64(s[int(q*float64(len(s)-1))].Microseconds()) / 1000 }
-	b.ReportMetric(ms(0.5), prefix+"p50-ms")
-	b.ReportMetric(ms(0.99), prefix+"p99-ms")
+	runtimetest.Report(b, "", d)
 }

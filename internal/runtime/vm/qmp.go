@@ -101,6 +101,15 @@ func qmpRun(ctx context.Context, path, cmd string, args any) (json.RawMessage, e
 	return q.do(cmd, args)
 }
 
+// query runs query command cmd and decodes its answer into v.
+func (q *qmp) query(cmd string, v any) error {
+	out, err := q.do(cmd, nil)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(out, v)
+}
+
 // migrate saves the (stopped) VM's state to uri and waits until it is
 // written.
 func (q *qmp) migrate(ctx context.Context, uri string) error {
@@ -108,15 +117,11 @@ func (q *qmp) migrate(ctx context.Context, uri string) error {
 		return err
 	}
 	for {
-		out, err := q.do("query-migrate", nil)
-		if err != nil {
-			return err
-		}
 		var st struct {
 			Status    string `json:"status"`
 			ErrorDesc string `json:"error-desc"`
 		}
-		if err := json.Unmarshal(out, &st); err != nil {
+		if err := q.query("query-migrate", &st); err != nil {
 			return err
 		}
 		switch st.Status {

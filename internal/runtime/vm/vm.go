@@ -747,14 +747,10 @@ func finishIncoming(ctx context.Context, qmpPath string) error {
 	}
 	defer q.Close()
 	for {
-		out, err := q.do("query-status", nil)
-		if err != nil {
-			return err
-		}
 		var st struct {
 			Status string `json:"status"`
 		}
-		if err := json.Unmarshal(out, &st); err != nil {
+		if err := q.query("query-status", &st); err != nil {
 			return err
 		}
 		switch st.Status {
@@ -865,14 +861,7 @@ func (r *Runtime) Cleanup(ctx context.Context, id string) error {
 			errs = append(errs, err)
 		}
 	}
-	for _, m := range host.MountsUnder(dir) {
-		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-			errs = append(errs, fmt.Errorf("unmounting %s: %w", m, err))
-		}
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		errs = append(errs, err)
-	}
+	errs = append(errs, host.RemoveDir(dir))
 	return errors.Join(errs...)
 }
 
@@ -1046,11 +1035,7 @@ func (r *Runtime) guestCall(ctx context.Context, id, method, path string, in, ou
 // Alive implements runtime.Runtime: inst.PID is QEMU's, which lives exactly
 // as long as the VM.
 func (r *Runtime) Alive(inst runtime.Instance) bool {
-	if inst.PID <= 0 {
-		return false
-	}
-	st, err := host.StartTime(inst.PID)
-	return err == nil && st == inst.StartTime
+	return host.Alive(inst.PID, inst.StartTime)
 }
 
 // Settle makes whole again a running sandbox whose Checkpoint a crash of

@@ -89,14 +89,7 @@ func newRuntime(t testing.TB) (*vm.Runtime, runtimetest.Env) {
 
 // leftovers lists what a stopped sandbox might have left on the host.
 func leftovers(runRoot, id string) []string {
-	var out []string
-	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.Contains(l, id) {
-				out = append(out, "mount: "+l)
-			}
-		}
-	}
+	out := runtimetest.Mounts(id)
 	if _, err := os.Stat(filepath.Join(runRoot, "sandboxes", id)); err == nil {
 		out = append(out, "dir: "+filepath.Join(runRoot, "sandboxes", id))
 	}

@@ -210,6 +210,11 @@ func (s *Store) Renew(ctx context.Context, name string, epoch int64, ttl time.Du
 			return fmt.Errorf("%w: node status: template IDs must be UTF-8", errdefs.ErrInvalid)
 		}
 	}
+	for k, r := range st.Demand {
+		if !utf8.ValidString(k) || math.IsNaN(r) || math.IsInf(r, 0) || r < 0 {
+			return fmt.Errorf("%w: node status: demand must be finite rates by UTF-8 template IDs", errdefs.ErrInvalid)
+		}
+	}
 	if !storable(name) {
 		return fmt.Errorf("node %.40q: %w", name, store.ErrFenced)
 	}
@@ -223,6 +228,37 @@ func (s *Store) Renew(ctx context.Context, name string, epoch int64, ttl time.Du
 		}
 		return err
 	})
+}
+
+// Demand sums the live nodes' reported demand. It reads only the nodes'
+// rows (a few, each a small JSON document), not their sandboxes: every
+// node asks every few seconds.
+func (s *Store) Demand(ctx context.Context) (store.Demand, error) {
+	var d store.Demand
+	err := s.read(ctx, func(q querier) error {
+		d = store.Demand{Rates: map[string]float64{}} // a retry starts over
+		rows, err := q.Query(ctx, `SELECT schedule, status FROM nodes WHERE state = 'live'`)
+		if err != nil {
+			return err
+		}
+		var schedule, status string
+		_, err = pgx.ForEachRow(rows, []any{&schedule, &status}, func() error {
+			var st store.NodeStatus
+			if err := json.Unmarshal([]byte(status), &st); err != nil {
+				return err
+			}
+			for v, r := range st.Demand {
+				d.Rates[v] += r
+			}
+			if schedule == "" {
+				d.Nodes++
+			}
+			return nil
+		})
+		return err
+	})
+	d.Nodes = max(d.Nodes, 1)
+	return d, err
 }
 
 // nodeColumns are a node row's, in scanNode's order.
@@ -283,10 +319,67 @@ func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
 			}
 			return nil
 		})
+		if err != nil {
+			return err
+		}
+		// The warm sandboxes as the rows have them, not as the last
+		// heartbeat did: pooled ones, less those that warm placements
+		// still creating have reserved (Place). The partial index
+		// sandboxes_warm keeps this to the few rows in those states.
+		pooled := map[string]map[string]int{}
+		holds := map[string]store.Resources{}
+		for i := range out {
+			out[i].Status.Pooled = nil
+			pooled[out[i].Name] = map[string]int{}
+		}
+		// A reserved one is counted in Committed once, as Place counts
+		// it: it becomes the sandbox that reserved it.
+		rows, err = q.Query(ctx, warmQuery)
+		if err != nil {
+			return err
+		}
+		var version, rt string
+		var free, reserved int
+		runtimes := map[string]string{}
+		_, err = pgx.ForEachRow(rows, []any{&node, &version, &free, &reserved, &sum.CPU, &sum.MemoryMiB, &sum.DiskGiB, &rt}, func() error {
+			p := pooled[node]
+			if p == nil || free == 0 {
+				return nil
+			}
+			if free > reserved {
+				p[version] = free - reserved
+			}
+			n := min(free, reserved)
+			runtimes[node] = rt
+			holds[node] = store.Resources{CPU: sum.CPU / float64(free), MemoryMiB: sum.MemoryMiB / int64(free),
+				DiskGiB: sum.DiskGiB / int64(free), Sandboxes: 1}
+			c := committed[node]
+			c.CPU -= sum.CPU * float64(n) / float64(free)
+			c.MemoryMiB -= sum.MemoryMiB * int64(n) / int64(free)
+			c.DiskGiB -= sum.DiskGiB * int64(n) / int64(free)
+			c.Sandboxes -= n
+			return nil
+		})
+		for i := range out {
+			if p := pooled[out[i].Name]; len(p) > 0 {
+				out[i].Status.Pooled = p
+			}
+			out[i].PooledHolds, out[i].PooledRuntime = holds[out[i].Name], runtimes[out[i].Name]
+		}
 		return err
 	})
 	return out, err
 }
+
+// warmQuery counts each node's pooled sandboxes by template version, and
+// the warm placements creating there. The states are written out, not
+// parameters, so that the planner matches the partial index
+// sandboxes_warm.
+var warmQuery = fmt.Sprintf(`SELECT node, template_version, COUNT(*) FILTER (WHERE state = '%[1]s'),
+	COUNT(*) FILTER (WHERE state = '%[2]s' AND warm), COALESCE(SUM(cpu) FILTER (WHERE state = '%[1]s'), 0),
+	COALESCE(SUM(memory_mib) FILTER (WHERE state = '%[1]s'), 0), COALESCE(SUM(disk_gib) FILTER (WHERE state = '%[1]s'), 0),
+	COALESCE(MIN(runtime) FILTER (WHERE state = '%[1]s'), '')
+	FROM sandboxes WHERE state IN ('%[1]s', '%[2]s') GROUP BY node, template_version`, store.StatePooled, api.StateCreating)
 
 // add adds to c what sandboxes in state, holding r between them (r's
 // Sandboxes their count), hold on their node (store.Holds).

@@ -33,13 +33,7 @@ func (s *Store) LookupKey(ctx context.Context, hash string) (store.Key, error) {
 		return store.Key{}, fmt.Errorf("key: %w", errdefs.ErrNotFound)
 	}
 	ks, err := s.keys(ctx, `WHERE hash = $1`, hash)
-	if err != nil {
-		return store.Key{}, err
-	}
-	if len(ks) == 0 {
-		return store.Key{}, fmt.Errorf("key: %w", errdefs.ErrNotFound)
-	}
-	return ks[0], nil
+	return store.Only(ks, err, "key")
 }
 
 // ListKeys returns every key, by creation, then hash.

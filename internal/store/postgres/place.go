@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/store"
 )
@@ -38,6 +39,43 @@ type target struct {
 	schedule  string
 	used      map[int]bool // slots held
 	next      int          // no slot below is free
+	// warm are the node's pooled sandboxes by warmKey: how many, how many
+	// of them warm placements still creating there have reserved, and
+	// what one holds.
+	warm map[string]*warmSet
+}
+
+// warmSet is what a node's pooled sandboxes of one template version and
+// runtime are to Place.
+type warmSet struct {
+	pooled, reserved int
+	holds            store.Resources
+}
+
+// warmKey keys the pooled sandboxes a warm placement of version v and
+// runtime rt may take.
+func warmKey(v, rt string) string { return v + "\x00" + rt }
+
+// reserve takes one of t's unreserved pooled sandboxes for warm placement
+// sb, which then holds only what it needs beyond it, or returns
+// ErrNoWarm.
+func (t *target) reserve(sb *store.Sandbox) error {
+	w := t.warm[warmKey(sb.TemplateVersion, sb.Runtime)]
+	if w == nil || w.reserved >= w.pooled {
+		return fmt.Errorf("node %.40q, template version %.40q: %w", sb.Node, sb.TemplateVersion, store.ErrNoWarm)
+	}
+	t.release(w, 1)
+	w.reserved++
+	return nil
+}
+
+// release takes n pooled sandboxes of w out of what t holds: they are
+// reserved, and become the sandboxes reserving them.
+func (t *target) release(w *warmSet, n int) {
+	t.committed.CPU -= float64(n) * w.holds.CPU
+	t.committed.MemoryMiB -= int64(n) * w.holds.MemoryMiB
+	t.committed.DiskGiB -= int64(n) * w.holds.DiskGiB
+	t.committed.Sandboxes -= n * w.holds.Sandboxes
 }
 
 // fits reports whether sb fits on t, beside what it holds.
@@ -180,7 +218,7 @@ func placeTx(ctx context.Context, tx pgx.Tx, sbs []*store.Sandbox, todo []int, e
 		_, err := pgx.ForEachRow(rows, []any{&name, &runtimes, &t.capacity.CPU, &t.capacity.MemoryMiB, &t.capacity.DiskGiB,
 			&t.capacity.Sandboxes, &t.epoch, &t.state, &t.schedule}, func() error {
 			nt := t
-			nt.used = map[int]bool{}
+			nt.used, nt.warm = map[int]bool{}, map[string]*warmSet{}
 			if err := json.Unmarshal([]byte(runtimes), &nt.runtimes); err != nil {
 				return err
 			}
@@ -189,15 +227,34 @@ func placeTx(ctx context.Context, tx pgx.Tx, sbs []*store.Sandbox, todo []int, e
 		})
 		return err
 	})
-	b.Queue(`SELECT node, slot, state, cpu, memory_mib, disk_gib FROM sandboxes WHERE node = ANY($1)`, names).Query(func(rows pgx.Rows) error {
-		var node, state string
+	b.Queue(`SELECT node, slot, state, cpu, memory_mib, disk_gib, template_version, runtime, warm FROM sandboxes WHERE node = ANY($1)`, names).Query(func(rows pgx.Rows) error {
+		var node, state, version, rt string
 		var slot int
+		var warm bool
 		var r store.Resources
-		_, err := pgx.ForEachRow(rows, []any{&node, &slot, &state, &r.CPU, &r.MemoryMiB, &r.DiskGiB}, func() error {
-			if t := targets[node]; t != nil {
-				r.Sandboxes = 1
-				add(&t.committed, state, r)
-				t.used[slot] = true
+		_, err := pgx.ForEachRow(rows, []any{&node, &slot, &state, &r.CPU, &r.MemoryMiB, &r.DiskGiB, &version, &rt, &warm}, func() error {
+			t := targets[node]
+			if t == nil {
+				return nil
+			}
+			r.Sandboxes = 1
+			add(&t.committed, state, r)
+			t.used[slot] = true
+			pooled, reserving := state == store.StatePooled, state == api.StateCreating && warm
+			if pooled || reserving {
+				k := warmKey(version, rt)
+				w := t.warm[k]
+				if w == nil {
+					w = &warmSet{}
+					t.warm[k] = w
+				}
+				if pooled {
+					w.pooled++
+					w.holds = store.Resources{}
+					add(&w.holds, state, r)
+				} else {
+					w.reserved++
+				}
 			}
 			return nil
 		})
@@ -235,6 +292,13 @@ func placeTx(ctx context.Context, tx pgx.Tx, sbs []*store.Sandbox, todo []int, e
 	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 		return err
 	}
+	// A pooled sandbox reserved by a warm placement still creating is
+	// counted twice until its node serves the placement from it: once.
+	for _, t := range targets {
+		for _, w := range t.warm {
+			t.release(w, min(w.reserved, w.pooled))
+		}
+	}
 
 	// Decide, in the batch's order; then the second round trip.
 	var values []any
@@ -265,6 +329,15 @@ func placeTx(ctx context.Context, tx pgx.Tx, sbs []*store.Sandbox, todo []int, e
 			errs[i] = fmt.Errorf("template version %s: %w", sb.TemplateVersion, errdefs.ErrNotFound)
 		case over != nil:
 			errs[i] = over
+		case sb.Warm && as == nil:
+			// After the checks above, which a reservation must not
+			// outlive: it is undone if the sandbox does not fit.
+			if errs[i] = t.reserve(sb); errs[i] == nil && !t.fits(sb) {
+				w := t.warm[warmKey(sb.TemplateVersion, sb.Runtime)]
+				w.reserved--
+				t.release(w, -1)
+				errs[i] = fmt.Errorf("node %.40q holds %+v of %+v: %w", sb.Node, t.committed, t.capacity, store.ErrNoRoom)
+			}
 		case !t.fits(sb):
 			errs[i] = fmt.Errorf("node %.40q holds %+v of %+v: %w", sb.Node, t.committed, t.capacity, store.ErrNoRoom)
 		}

@@ -100,12 +100,13 @@ func placeholders(from, n int) string {
 }
 
 // insertColumns are what an insert writes: columns, and the placement
-// record, written once and read only by Placement.
-const insertColumns = columns + `, placement`
+// record, written once and read only by Placement, and whether the
+// placement is warm (store.Sandbox.Warm), read only by Place.
+const insertColumns = columns + `, placement, warm`
 
 // insertArgs are sb's values for insertColumns.
 func insertArgs(sb *store.Sandbox) []any {
-	return append(args(sb), string(sb.Placement))
+	return append(args(sb), string(sb.Placement), sb.Warm)
 }
 
 // Placement returns sandbox id's placement record.
@@ -216,6 +217,11 @@ func update(ctx context.Context, tx pgx.Tx, as *writer, sb *store.Sandbox, from 
 		public_ports=$28, tenant=$29, node=$30, lost_from=$31, checkpoint_every_sec=$32, checkpointed_at=$33, vaults=$34 WHERE id=$1`, a...); err != nil {
 		return err
 	}
+	if len(sb.Placement) > 0 {
+		if _, err := tx.Exec(ctx, `UPDATE sandboxes SET placement = $2 WHERE id = $1`, sb.ID, string(sb.Placement)); err != nil {
+			return err
+		}
+	}
 	if cur != sb.State {
 		return transition(ctx, tx, sb.ID, cur, sb.State, sb.Error)
 	}
@@ -248,13 +254,7 @@ func (s *Store) Get(ctx context.Context, id string) (store.Sandbox, error) {
 		return store.Sandbox{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
 	sbs, err := s.sandboxes(ctx, `WHERE id = $1`, id)
-	if err != nil {
-		return store.Sandbox{}, err
-	}
-	if len(sbs) == 0 {
-		return store.Sandbox{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
-	}
-	return sbs[0], nil
+	return store.Only(sbs, err, "sandbox "+id)
 }
 
 // List returns every sandbox, by creation, then ID.
@@ -293,24 +293,7 @@ func scanSandbox(row pgx.CollectableRow) (store.Sandbox, error) {
 	sb.CreatedAt = sb.CreatedAt.UTC()
 	sb.StartedAt, sb.StoppedAt, sb.ExpiresAt = utc(sb.StartedAt), utc(sb.StoppedAt), utc(sb.ExpiresAt)
 	sb.CheckpointedAt = utc(sb.CheckpointedAt)
-	if policy != "" {
-		if err := json.Unmarshal([]byte(policy), &sb.Policy); err != nil {
-			return sb, err
-		}
-	}
-	if err := json.Unmarshal([]byte(env), &sb.Env); err != nil {
-		return sb, err
-	}
-	if err := json.Unmarshal([]byte(labels), &sb.Labels); err != nil {
-		return sb, err
-	}
-	if len(sb.Env) == 0 {
-		sb.Env = nil
-	}
-	if len(sb.Labels) == 0 {
-		sb.Labels = nil
-	}
-	return sb, nil
+	return sb, sb.SetJSON(env, labels, policy)
 }
 
 // Transitions returns a sandbox's recorded state changes, oldest first.

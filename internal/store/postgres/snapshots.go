@@ -58,13 +58,7 @@ func (s *Store) GetSnapshot(ctx context.Context, id string) (store.Snapshot, err
 		return store.Snapshot{}, fmt.Errorf("snapshot %s: %w", id, errdefs.ErrNotFound)
 	}
 	sns, err := s.snapshots(ctx, `WHERE id = $1`, id)
-	if err != nil {
-		return store.Snapshot{}, err
-	}
-	if len(sns) == 0 {
-		return store.Snapshot{}, fmt.Errorf("snapshot %s: %w", id, errdefs.ErrNotFound)
-	}
-	return sns[0], nil
+	return store.Only(sns, err, "snapshot "+id)
 }
 
 // ListSnapshots returns the snapshots of sandboxID, or all if it is empty,

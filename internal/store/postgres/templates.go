@@ -137,13 +137,7 @@ func (s *Store) oneVersion(ctx context.Context, what, where string, a ...any) (s
 		ts, err = versions(ctx, q, where, a...)
 		return err
 	})
-	if err != nil {
-		return store.Template{}, err
-	}
-	if len(ts) == 0 {
-		return store.Template{}, fmt.Errorf("%s: %w", what, errdefs.ErrNotFound)
-	}
-	return ts[0], nil
+	return store.Only(ts, err, what)
 }
 
 // ListTemplates returns every name with its current version, by name.
@@ -191,11 +185,6 @@ func (s *Store) DeleteTemplate(ctx context.Context, name string) error {
 	})
 }
 
-// unheld is the condition of a version v that nothing holds.
-const unheld = `NOT EXISTS (SELECT 1 FROM template_names n WHERE n.version = v.id)
-	AND NOT EXISTS (SELECT 1 FROM sandboxes s WHERE s.template_version = v.id)
-	AND NOT EXISTS (SELECT 1 FROM snapshots p WHERE p.template_version = v.id)`
-
 // CollectTemplates deletes the versions that no name, sandbox or snapshot
 // holds (only among ids, if any are given) and returns them. Serializable:
 // a Create of a sandbox of one of them at the same time reads the version
@@ -217,7 +206,7 @@ func (s *Store) CollectTemplates(ctx context.Context, ids ...string) ([]store.Te
 		if err := s.as.check(ctx, tx); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `DELETE FROM template_versions v WHERE `+unheld+`
+		rows, err := tx.Query(ctx, `DELETE FROM template_versions v WHERE `+store.UnheldVersion+`
 			AND (cardinality($1::text[]) = 0 OR v.id = ANY($1)) RETURNING `+versionColumns, validIDs(ids))
 		if err != nil {
 			return err
@@ -260,16 +249,7 @@ func (s *Store) VersionUsers(ctx context.Context, t string) (map[string]store.Ve
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]store.VersionUse{}
-	for id, n := range sandboxes {
-		out[id] = store.VersionUse{Sandboxes: n}
-	}
-	for id, n := range snapshots {
-		u := out[id]
-		u.Snapshots = n
-		out[id] = u
-	}
-	return out, nil
+	return store.VersionUses(sandboxes, snapshots), nil
 }
 
 // TemplateUsers counts the sandboxes (not pooled ones) made from each

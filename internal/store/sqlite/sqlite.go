@@ -438,13 +438,7 @@ func (s *Store) Get(ctx context.Context, id string) (store.Sandbox, error) {
 		return store.Sandbox{}, err
 	}
 	sbs, err := scan(rows)
-	if err != nil {
-		return store.Sandbox{}, err
-	}
-	if len(sbs) == 0 {
-		return store.Sandbox{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
-	}
-	return sbs[0], nil
+	return store.Only(sbs, err, "sandbox "+id)
 }
 
 // List returns all sandboxes, oldest first.
@@ -487,13 +481,7 @@ func (s *Store) AddKey(ctx context.Context, hash, name, tenant string) error {
 // there is none.
 func (s *Store) LookupKey(ctx context.Context, hash string) (store.Key, error) {
 	ks, err := s.keys(ctx, `WHERE hash = ?`, hash)
-	if err != nil {
-		return store.Key{}, err
-	}
-	if len(ks) == 0 {
-		return store.Key{}, fmt.Errorf("key: %w", errdefs.ErrNotFound)
-	}
-	return ks[0], nil
+	return store.Only(ks, err, "key")
 }
 
 // ListKeys returns every key, oldest first.
@@ -632,26 +620,12 @@ func scan(rows *sql.Rows) ([]store.Sandbox, error) {
 		if err := store.ParseVaults(vaults, &sb.Vaults); err != nil {
 			return nil, err
 		}
-		if policy != "" {
-			if err := json.Unmarshal([]byte(policy), &sb.Policy); err != nil {
-				return nil, err
-			}
+		if err := sb.SetJSON(env, labels, policy); err != nil {
+			return nil, err
 		}
 		sb.ExpiresAt = fromNanos(expires)
 		sb.CheckpointedAt = fromNanos(checkpointed)
 		sb.StartTime = uint64(startTime)
-		if err := json.Unmarshal([]byte(env), &sb.Env); err != nil {
-			return nil, err
-		}
-		if err := json.Unmarshal([]byte(labels), &sb.Labels); err != nil {
-			return nil, err
-		}
-		if len(sb.Env) == 0 {
-			sb.Env = nil
-		}
-		if len(sb.Labels) == 0 {
-			sb.Labels = nil
-		}
 		sb.CreatedAt = fromUnixNano(created)
 		sb.StartedAt = fromNanos(started)
 		sb.StoppedAt = fromNanos(stopped)
@@ -744,13 +718,7 @@ func (s *Store) SetSnapshotState(ctx context.Context, id, from, to string) error
 // GetSnapshot returns one snapshot.
 func (s *Store) GetSnapshot(ctx context.Context, id string) (store.Snapshot, error) {
 	sns, err := s.snapshots(ctx, `WHERE id = ?`, id)
-	if err != nil {
-		return store.Snapshot{}, err
-	}
-	if len(sns) == 0 {
-		return store.Snapshot{}, fmt.Errorf("snapshot %s: %w", id, errdefs.ErrNotFound)
-	}
-	return sns[0], nil
+	return store.Only(sns, err, "snapshot "+id)
 }
 
 // ListSnapshots returns the snapshots of sandboxID, or all if it is empty.

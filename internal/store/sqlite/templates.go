@@ -95,13 +95,7 @@ func versionExists(ctx context.Context, tx *sql.Tx, id string) error {
 // GetTemplate returns the version name points to.
 func (s *Store) GetTemplate(ctx context.Context, name string) (store.Template, error) {
 	ts, err := versions(ctx, s.db, `WHERE id = (SELECT version FROM template_names WHERE name = ?)`, name)
-	if err != nil {
-		return store.Template{}, err
-	}
-	if len(ts) == 0 {
-		return store.Template{}, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
-	}
-	return ts[0], nil
+	return store.Only(ts, err, "template "+name)
 }
 
 // GetTemplateVersion returns the version of name that ref names: its
@@ -116,25 +110,13 @@ func (s *Store) GetTemplateVersion(ctx context.Context, name, ref string) (store
 	} else {
 		return store.Template{}, fmt.Errorf("%w: a template version is a number or an ID of v and 19 hex digits", errdefs.ErrInvalid)
 	}
-	if err != nil {
-		return store.Template{}, err
-	}
-	if len(ts) == 0 {
-		return store.Template{}, fmt.Errorf("template %s@%s: %w", name, ref, errdefs.ErrNotFound)
-	}
-	return ts[0], nil
+	return store.Only(ts, err, "template "+name+"@"+ref)
 }
 
 // TemplateVersion returns version id.
 func (s *Store) TemplateVersion(ctx context.Context, id string) (store.Template, error) {
 	ts, err := versions(ctx, s.db, `WHERE id = ?`, id)
-	if err != nil {
-		return store.Template{}, err
-	}
-	if len(ts) == 0 {
-		return store.Template{}, fmt.Errorf("template version %s: %w", id, errdefs.ErrNotFound)
-	}
-	return ts[0], nil
+	return store.Only(ts, err, "template version "+id)
 }
 
 // ListTemplates returns every name with its current version, by name.
@@ -189,11 +171,6 @@ func (s *Store) DeleteTemplate(ctx context.Context, name string) error {
 	return nil
 }
 
-// unheld is the condition of a version that nothing holds.
-const unheld = `NOT EXISTS (SELECT 1 FROM template_names n WHERE n.version = v.id)
-	AND NOT EXISTS (SELECT 1 FROM sandboxes s WHERE s.template_version = v.id)
-	AND NOT EXISTS (SELECT 1 FROM snapshots p WHERE p.template_version = v.id)`
-
 // CollectTemplates deletes the versions that no name, sandbox or snapshot
 // holds (only among ids, if any are given) and returns them.
 func (s *Store) CollectTemplates(ctx context.Context, ids ...string) ([]store.Template, error) {
@@ -202,7 +179,7 @@ func (s *Store) CollectTemplates(ctx context.Context, ids ...string) ([]store.Te
 		return nil, err
 	}
 	defer tx.Rollback()
-	where, args := `WHERE `+unheld, []any{}
+	where, args := `WHERE `+store.UnheldVersion, []any{}
 	if len(ids) > 0 {
 		where += ` AND v.id IN (?` + strings.Repeat(",?", len(ids)-1) + `)`
 		for _, id := range ids {
@@ -232,16 +209,7 @@ func (s *Store) VersionUsers(ctx context.Context, t string) (map[string]store.Ve
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]store.VersionUse{}
-	for id, n := range sandboxes {
-		out[id] = store.VersionUse{Sandboxes: n}
-	}
-	for id, n := range snapshots {
-		u := out[id]
-		u.Snapshots = n
-		out[id] = u
-	}
-	return out, nil
+	return store.VersionUses(sandboxes, snapshots), nil
 }
 
 // TemplateUsers counts the sandboxes made from each template name: those of

@@ -47,6 +47,8 @@ func Cluster(t *testing.T, open OpenCluster) {
 		{"HostileNodes", testHostileNodes},
 		{"PlacePlacement", testPlacePlacement},
 		{"PlaceQuota", testPlaceQuota},
+		{"PlaceWarm", testPlaceWarm},
+		{"Demand", testDemand},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, fresh(t)) })
 	}
@@ -80,6 +82,15 @@ func placed(t *testing.T, c store.Cluster, id, node string) *store.Sandbox {
 	if err := c.Place(context.Background(), []*store.Sandbox{sb})[0]; err != nil {
 		t.Fatalf("placing %s on %s: %v", id, node, err)
 	}
+	return sb
+}
+
+// placedAs is placed with its State set to state, for the caller to
+// record (UpdateAll from creating).
+func placedAs(t *testing.T, c store.Cluster, id, node, state string) *store.Sandbox {
+	t.Helper()
+	sb := placed(t, c, id, node)
+	sb.State = state
 	return sb
 }
 
@@ -140,7 +151,7 @@ func testJoinRenew(t *testing.T, c store.Cluster) {
 		t.Errorf("sandbox after rejoin: %+v, %v", sb, err)
 	}
 
-	st := store.NodeStatus{Templates: []string{"v1", "v2"}, Pooled: map[string]int{"": 2, "v1": 1}}
+	st := store.NodeStatus{Templates: []string{"v1", "v2"}, Demand: map[string]float64{"": 2.5, "v1": 1}}
 	if err := c.Renew(ctx, "n1", 1, time.Hour, st); !store.IsFenced(err) {
 		t.Errorf("renew under the old epoch: %v, want ErrFenced", err)
 	}
@@ -179,12 +190,9 @@ func testExpire(t *testing.T, c store.Cluster) {
 		t.Fatal(err)
 	}
 	join(t, c, NewNode("b"))
-	run := placed(t, c, "run", "a")
-	run.State = api.StateRunning
-	stop := placed(t, c, "stop", "a")
-	stop.State = api.StateStopped
-	del := placed(t, c, "del", "a")
-	del.State = api.StateDeleting
+	run := placedAs(t, c, "run", "a", api.StateRunning)
+	stop := placedAs(t, c, "stop", "a", api.StateStopped)
+	del := placedAs(t, c, "del", "a", api.StateDeleting)
 	if err := c.UpdateAll(ctx, []*store.Sandbox{run, stop, del}, api.StateCreating); err != nil {
 		t.Fatal(err)
 	}
@@ -576,44 +584,10 @@ func testAs(t *testing.T, c store.Cluster) {
 // recorded and its version stays, or the version is gone and the placement
 // refused (ErrNotFound); never a sandbox of a collected version.
 func testCollectRacesPlace(t *testing.T, c store.Cluster) {
-	ctx := context.Background()
 	join(t, c, NewNode("n"))
-	for i := range 30 {
-		v, _, err := c.PutTemplate(ctx, store.Template{Name: "race", Layers: []string{"l1"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.DeleteTemplate(ctx, "race"); err != nil {
-			t.Fatal(err)
-		}
-		sb := NewSandbox(fmt.Sprintf("r%d", i))
-		sb.Node, sb.Template, sb.TemplateVersion = "n", "race", v.ID
-		var placeErr, collectErr error
-		var wg sync.WaitGroup
-		wg.Go(func() { placeErr = c.Place(ctx, []*store.Sandbox{sb})[0] })
-		wg.Go(func() { _, collectErr = c.CollectTemplates(ctx, v.ID) })
-		wg.Wait()
-		if collectErr != nil {
-			t.Fatal(collectErr)
-		}
-		_, verErr := c.TemplateVersion(ctx, v.ID)
-		switch {
-		case placeErr == nil && verErr != nil:
-			t.Fatalf("round %d: a sandbox was placed, but its version was collected (%v)", i, verErr)
-		case placeErr != nil && !errors.Is(placeErr, errdefs.ErrNotFound):
-			t.Fatalf("round %d: place: %v, want success or not found", i, placeErr)
-		case placeErr != nil && !errors.Is(verErr, errdefs.ErrNotFound):
-			t.Fatalf("round %d: placement refused, yet the version is there (%v)", i, verErr)
-		}
-		if placeErr == nil {
-			if err := c.Delete(ctx, sb.ID); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if _, err := c.CollectTemplates(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	raceCollect(t, c, 30, "n", "placed", func(ctx context.Context, sb *store.Sandbox) error {
+		return c.Place(ctx, []*store.Sandbox{sb})[0]
+	})
 }
 
 func testSecret(t *testing.T, c store.Cluster) {

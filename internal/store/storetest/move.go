@@ -31,12 +31,9 @@ func testMove(t *testing.T, c store.Cluster) {
 	noGvisor.Runtimes = []string{"ns"}
 	join(t, c, noGvisor)
 	// b holds a running sandbox: 1 of its 2 CPUs.
-	busy := placed(t, c, "busy", "b")
-	busy.State = api.StateRunning
-	arch := placed(t, c, "arch", "a")
-	arch.State = api.StateArchived
-	run := placed(t, c, "run", "a")
-	run.State = api.StateRunning
+	busy := placedAs(t, c, "busy", "b", api.StateRunning)
+	arch := placedAs(t, c, "arch", "a", api.StateArchived)
+	run := placedAs(t, c, "run", "a", api.StateRunning)
 	gv := placed(t, c, "gv", "a")
 	gv.State, gv.Runtime = api.StateArchived, "gvisor"
 	if err := c.UpdateAll(ctx, []*store.Sandbox{busy, arch, run, gv}, api.StateCreating); err != nil {

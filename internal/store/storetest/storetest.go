@@ -320,9 +320,17 @@ func testConcurrentWriters(t *testing.T, s suite) {
 // and holds the version, or it is refused (not found) and the version is
 // gone; never a sandbox of a collected version.
 func testCollectRacesCreate(t *testing.T, s suite) {
-	ctx := context.Background()
 	st := s.fresh(t)
-	for i := range 20 {
+	raceCollect(t, st, 20, "", "recorded", func(ctx context.Context, sb *store.Sandbox) error { return st.Create(ctx, sb) })
+}
+
+// raceCollect runs rounds of a race between record, which records sandbox
+// sb (on node) of a version no name holds, and the version's collection:
+// either sb is recorded (made, in the errors' words) and its version
+// stays, or the version is gone and record refused with ErrNotFound.
+func raceCollect(t *testing.T, st store.Store, rounds int, node, made string, record func(context.Context, *store.Sandbox) error) {
+	ctx := context.Background()
+	for i := range rounds {
 		v, _, err := st.PutTemplate(ctx, store.Template{Name: "race", Layers: []string{"l1"}})
 		if err != nil {
 			t.Fatal(err)
@@ -331,10 +339,10 @@ func testCollectRacesCreate(t *testing.T, s suite) {
 			t.Fatal(err)
 		}
 		sb := NewSandbox(fmt.Sprintf("r%d", i))
-		sb.Template, sb.TemplateVersion = "race", v.ID
-		var createErr, collectErr error
+		sb.Node, sb.Template, sb.TemplateVersion = node, "race", v.ID
+		var recErr, collectErr error
 		var wg sync.WaitGroup
-		wg.Go(func() { createErr = st.Create(ctx, sb) })
+		wg.Go(func() { recErr = record(ctx, sb) })
 		wg.Go(func() { _, collectErr = st.CollectTemplates(ctx, v.ID) })
 		wg.Wait()
 		if collectErr != nil {
@@ -342,14 +350,14 @@ func testCollectRacesCreate(t *testing.T, s suite) {
 		}
 		_, verErr := st.TemplateVersion(ctx, v.ID)
 		switch {
-		case createErr == nil && verErr != nil:
-			t.Fatalf("round %d: a sandbox was recorded, but its version was collected (%v)", i, verErr)
-		case createErr != nil && !errors.Is(createErr, errdefs.ErrNotFound):
-			t.Fatalf("round %d: create: %v, want success or not found", i, createErr)
-		case createErr != nil && !errors.Is(verErr, errdefs.ErrNotFound):
-			t.Fatalf("round %d: create refused, yet the version is there (%v)", i, verErr)
+		case recErr == nil && verErr != nil:
+			t.Fatalf("round %d: a sandbox was %s, but its version was collected (%v)", i, made, verErr)
+		case recErr != nil && !errors.Is(recErr, errdefs.ErrNotFound):
+			t.Fatalf("round %d: %v, want success or not found", i, recErr)
+		case recErr != nil && !errors.Is(verErr, errdefs.ErrNotFound):
+			t.Fatalf("round %d: refused, yet the version is there (%v)", i, verErr)
 		}
-		if createErr == nil {
+		if recErr == nil {
 			if err := st.Delete(ctx, sb.ID); err != nil {
 				t.Fatal(err)
 			}
