@@ -76,8 +76,9 @@ func (s *serving) startVaultMounts(ctx context.Context, vaults *vault.Service) (
 			}
 			s.handler.ServeHTTP(w, r)
 		}))
-		go hs.Serve(ln)
-		s.onClose(func() { hs.Close() })
+		done := make(chan struct{})
+		go func() { defer close(done); hs.Serve(ln) }()
+		s.onClose(func() { hs.Close(); <-done })
 	}
 	m.gitURL = func(sb api.Sandbox, name string) string {
 		if gw != "" && sb.Network != nil {
