@@ -83,6 +83,9 @@ type Sandbox struct {
 	Ports PortAccess `json:"ports"`
 	// Node is the cluster node that runs it; absent on a single machine.
 	Node string `json:"node,omitempty"`
+	// Vaults are the memory vaults cloned into it at its creation (with
+	// Path always set); a fork has its parent's.
+	Vaults []VaultMount `json:"vaults,omitempty"`
 	// TemplatePull is in a create's answer only, when the node that runs
 	// the sandbox first fetched its template's layers from the cluster's
 	// object store: that time is part of the create's.
@@ -277,7 +280,28 @@ type CreateSandboxRequest struct {
 	// with every node the scheduler filtered out named; as the query
 	// ?explain=1 does.
 	Explain bool `json:"explain,omitempty"`
+	// Vaults are memory vaults of the tenant cloned into the sandbox
+	// before the create answers, with a git credential that is good for
+	// that vault and that sandbox only (docs/vault.md). At most
+	// MaxVaultMounts.
+	Vaults []VaultMount `json:"vaults,omitempty"`
 }
+
+// VaultMount is a memory vault cloned into a sandbox.
+type VaultMount struct {
+	Name string `json:"name"`
+	// ReadOnly mounts get a credential that fetches but cannot push.
+	ReadOnly bool `json:"read_only,omitempty"`
+	// Path is where the clone goes, an absolute path of
+	// [A-Za-z0-9._/-]; default VaultMountDir/NAME.
+	Path string `json:"path,omitempty"`
+}
+
+// VaultMountDir is where vaults are cloned by default, one directory each.
+const VaultMountDir = "/home/user/memory"
+
+// MaxVaultMounts bounds the vaults of one sandbox.
+const MaxVaultMounts = 16
 
 // TimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout: the sandbox
 // now stops TimeoutSec from now (0 removes the timeout).

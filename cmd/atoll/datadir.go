@@ -91,3 +91,6 @@ func openDataDir(path string) (dataDir, error) {
 	}
 	return dataDir(abs), nil
 }
+
+// VaultTokenKey is the key of the tokens of vaults mounted in sandboxes.
+func (d dataDir) VaultTokenKey() string { return d.path("vault-token-key") }

@@ -15,7 +15,7 @@ import (
 
 func newCreateCmd(g *globals) *cobra.Command {
 	var req api.CreateSandboxRequest
-	var env, labels, selector []string
+	var env, labels, selector, vaults []string
 	var timeout, autoDelete, autoStop, autoArchive, checkpointEvery time.Duration
 	var pol policyFlags
 	var publicPorts bool
@@ -40,6 +40,11 @@ stopping it. Durations are at most a year.
 --egress, --allow and --deny set its egress policy (default allow-all; see
 "atoll network").
 
+--vault NAME[:ro][=PATH] clones the memory vault NAME into the sandbox, at
+/home/user/memory/NAME or PATH, before the create answers; git pull and git
+push work there with a short-lived token for that vault and that sandbox (":ro":
+pull only). Repeatable; see docs/vault.md.
+
 In a cluster, --node-selector K=V puts it only on nodes carrying that label
 (atoll serve --node-label), --spread KEY spreads sandboxes over the values of
 a node label, and --explain prints how its node was chosen: the candidates
@@ -50,7 +55,8 @@ nodes filtered out with why ("atoll placement ID" shows it later).`,
   atoll create --timeout 30m --ephemeral
   atoll create --timeout 10m --auto-resume --public-ports
   atoll create --egress deny-all --allow pypi.org --allow '*.pythonhosted.org' --allow 10.0.0.0/8
-  atoll create --node-selector zone=a --explain`,
+  atoll create --node-selector zone=a --explain
+  atoll create --vault notes --vault handbook:ro=/srv/handbook`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
@@ -82,6 +88,9 @@ nodes filtered out with why ("atoll placement ID" shows it later).`,
 					return err
 				}
 			}
+			if req.Vaults, err = parseVaultFlags(vaults); err != nil {
+				return err
+			}
 			req.Network = pol.policy()
 			if publicPorts {
 				req.Ports = &api.PortAccess{Public: true}
@@ -109,6 +118,7 @@ nodes filtered out with why ("atoll placement ID" shows it later).`,
 	f.Int64Var(&req.PIDs, "pids", 0, "maximum number of processes")
 	f.StringArrayVar(&env, "env", nil, "default environment variable K=V of every process (repeatable)")
 	f.StringArrayVar(&labels, "label", nil, "label k=v (repeatable)")
+	f.StringArrayVar(&vaults, "vault", nil, "clone memory vault NAME[:ro][=PATH] into the sandbox (repeatable; default path /home/user/memory/NAME)")
 	f.DurationVar(&timeout, "timeout", 0, "stop the sandbox this long after it starts, e.g. 30m (default never)")
 	f.BoolVar(&req.Ephemeral, "ephemeral", false, "delete the sandbox when it stops")
 	f.DurationVar(&autoDelete, "auto-delete", 0, "delete the sandbox this long after it stops, e.g. 24h (default never)")
@@ -325,4 +335,24 @@ func progressText(p api.Progress) string {
 		return formatBytes(p.DoneBytes)
 	}
 	return fmt.Sprintf("%s of %s (%d%%)", formatBytes(p.DoneBytes), formatBytes(p.TotalBytes), p.DoneBytes*100/p.TotalBytes)
+}
+
+// parseVaultFlags parses --vault's values, NAME[:ro|:rw][=PATH]; the server
+// checks names and paths.
+func parseVaultFlags(vals []string) ([]api.VaultMount, error) {
+	var out []api.VaultMount
+	for _, v := range vals {
+		spec, path, _ := strings.Cut(v, "=")
+		name, mode, colon := strings.Cut(spec, ":")
+		m := api.VaultMount{Name: name, Path: path}
+		switch {
+		case !colon, mode == "rw":
+		case mode == "ro":
+			m.ReadOnly = true
+		default:
+			return nil, fmt.Errorf("--vault %q: want NAME[:ro][=PATH]", v)
+		}
+		out = append(out, m)
+	}
+	return out, nil
 }

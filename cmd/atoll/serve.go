@@ -79,8 +79,11 @@ type serveConfig struct {
 	netPool     int
 
 	proxyListen string
-	proxyDomain string
-	tlsListen   string // HTTPS for the same handler, under the local CA; "" for none
+	// vaultGitPort is the port on the sandboxes' gateway that serves
+	// vaults' git URLs to mounted clones (0: none).
+	vaultGitPort int
+	proxyDomain  string
+	tlsListen    string // HTTPS for the same handler, under the local CA; "" for none
 }
 
 func newServeCmd() *cobra.Command {
@@ -158,6 +161,7 @@ the data directory (port-key).`,
 	f.StringArrayVar(&cfg.netAllow, "network-allow", nil, "private or special prefix that sandboxes may reach all the same, e.g. an internal mirror's 10.1.2.0/24 (repeatable)")
 	f.StringArrayVar(&cfg.dnsUpstream, "dns-upstream", nil, "DNS server the sandboxes' resolver asks, ADDR or ADDR:PORT (repeatable; default the nameservers of /etc/resolv.conf)")
 	f.IntVar(&cfg.netPool, "network-pool", 4, "network namespaces to keep made ahead of demand (0: none)")
+	f.IntVar(&cfg.vaultGitPort, "vault-git-port", 7780, "port on the sandboxes' gateway address that serves vaults' git URLs, and nothing else, to the clones of vaults mounted in sandboxes (0: none; docs/vault.md)")
 	f.StringVar(&cfg.proxyListen, "proxy-listen", "127.0.0.1:7401", `address of the port proxy, which serves sandboxes' ports at http://{port}-{id}.{domain}/ ("": none)`)
 	f.StringVar(&cfg.proxyDomain, "proxy-domain", "localhost", "domain under which the port proxy serves sandboxes' ports (its names must resolve to the proxy)")
 	f.StringVar(&cfg.tlsListen, "tls-listen", "", `address to serve the same API over HTTPS as well, with certificates for localhost and its subdomains from a CA kept in the data directory (<data>/tls-ca.pem, for clients to trust); E2B SDKs reach sandboxes' ports at https://{port}-{id}.localhost:PORT through it ("": none)`)
@@ -168,6 +172,14 @@ the data directory (port-key).`,
 func networkConfig(cfg serveConfig, log *slog.Logger) (network.Config, error) {
 	nc := network.Config{Bridge: cfg.bridge, Logger: log}
 	var err error
+	if cfg.vaultGitPort != 0 {
+		if cfg.vaultGitPort < 0 || cfg.vaultGitPort > 65535 || cfg.vaultGitPort == 53 {
+			return nc, fmt.Errorf("--vault-git-port %d: want a TCP port other than 53", cfg.vaultGitPort)
+		}
+		// The one host port sandboxes reach besides the resolver's, under
+		// every egress policy.
+		nc.GatewayTCPPorts = []uint16{53, uint16(cfg.vaultGitPort)}
+	}
 	if cfg.subnet4 != "" {
 		if nc.Subnet4, err = netip.ParsePrefix(cfg.subnet4); err != nil {
 			return nc, fmt.Errorf("--network-subnet4: %w", err)
@@ -589,7 +601,11 @@ func (s *serving) buildHandler(ctx context.Context) error {
 	scfg := server.Config{Sandboxes: s.svc, Templates: s.svc.Templates(), Runtimes: s.svc, Auth: s.keys, Keys: s.keys, Tenants: s.svc.Tenants(), Logger: s.log, Version: version}
 	// Memory vaults: packs in the archive's object store, refs in the
 	// state store; git is needed (the README's packages have it).
-	vaults, err := vault.New(vault.Config{Store: s.state, Blob: s.archive, Dir: s.dir.Vaults(), Logger: s.log})
+	// Mounts counts the sandboxes that mount a vault (vaultmount.go),
+	// made once the vaults are.
+	var mounts *vaultMounts
+	vaults, err := vault.New(vault.Config{Store: s.state, Blob: s.archive, Dir: s.dir.Vaults(), Logger: s.log,
+		Mounts: func(ctx context.Context, t, name string) (int, error) { return mounts.count(ctx, t, name) }})
 	switch {
 	case errors.Is(err, vault.ErrNoGit):
 		// Sandboxes do not need vaults: the vault routes answer 503.
@@ -599,6 +615,10 @@ func (s *serving) buildHandler(ctx context.Context) error {
 	default:
 		s.onClose(func() { vaults.Close() })
 		scfg.Vaults = vaults
+		if mounts, err = s.startVaultMounts(ctx, vaults); err != nil {
+			return err
+		}
+		scfg.VaultMounts = mounts
 	}
 	if s.cluster.store != nil {
 		scfg.Nodes = nodes{s.cluster.store}

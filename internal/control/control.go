@@ -36,6 +36,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/store"
 	"github.com/atoll-dev/atoll/internal/templates"
 	"github.com/atoll-dev/atoll/internal/tenant"
+	"github.com/atoll-dev/atoll/internal/vault"
 )
 
 // Defaults are the limits a sandbox gets when its create request leaves them out.
@@ -441,6 +442,15 @@ func (s *Service) validate(req *api.CreateSandboxRequest) error {
 	if _, err := s.checkPolicy(req.Runtime, req.Network); err != nil {
 		return err
 	}
+	// Vaults: their names and paths here (the server clones them once the
+	// sandbox runs); a vault that does not exist fails the create there.
+	var err error
+	if req.Vaults, err = vault.CheckMounts(req.Vaults); err != nil {
+		return err
+	}
+	if len(req.Vaults) == 0 {
+		req.Vaults = nil
+	}
 	for k, v := range req.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) || len(k)+len(v) > 128<<10 {
 			return bad("invalid environment variable %q", truncate(k, 64))
@@ -565,7 +575,7 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 		Env: req.Env, Labels: req.Labels, CreatedAt: time.Now().UTC(),
 		Ephemeral: req.Ephemeral, AutoDeleteSec: req.AutoDeleteSec, AutoStopSec: req.AutoStopSec,
 		AutoArchiveSec: req.AutoArchiveSec, AutoResume: req.AutoResume, Ports: portAccess(req.Ports),
-		CheckpointEverySec: req.CheckpointEverySec,
+		CheckpointEverySec: req.CheckpointEverySec, Vaults: req.Vaults,
 	}, TimeoutSec: req.TimeoutSec, FromSnapshot: req.Snapshot, Policy: policy, Tenant: tenant.Of(ctx)}
 	// In a cluster a new sandbox goes where the placer says.
 	if placed {

@@ -149,6 +149,7 @@ func (s *Service) adoptPooled(ctx context.Context, id string, req api.CreateSand
 	sb.TimeoutSec, sb.Ephemeral, sb.AutoDeleteSec, sb.ExpiresAt = req.TimeoutSec, req.Ephemeral, req.AutoDeleteSec, nil
 	sb.AutoStopSec, sb.AutoArchiveSec, sb.AutoResume = req.AutoStopSec, req.AutoArchiveSec, req.AutoResume
 	sb.CheckpointEverySec = req.CheckpointEverySec
+	sb.Vaults = req.Vaults
 	sb.Ports = portAccess(req.Ports)
 	sb.Tenant = tenant.Of(ctx)
 	sb.Placement = placement

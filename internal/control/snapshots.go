@@ -301,6 +301,9 @@ func (s *Service) forkRecords(parent store.Sandbox, req api.ForkRequest) ([]stor
 			State: api.StateCreating, Template: parent.Template, TemplateVersion: parent.TemplateVersion, Runtime: parent.Runtime,
 			CPU: parent.CPU, MemoryMiB: parent.MemoryMiB, DiskGiB: parent.DiskGiB, PIDs: parent.PIDs,
 			Env: parent.Env, Labels: labels, CreatedAt: time.Now().UTC(), Ports: parent.Ports,
+			// The clones come with the files; each child gets its own
+			// token (the server writes it after the fork).
+			Vaults: parent.Vaults,
 		}, Policy: parent.Policy, Tenant: parent.Tenant})
 	}
 	return children, nil

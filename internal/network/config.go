@@ -31,8 +31,9 @@ type Config struct {
 	// default-route interface (the uplink), or 1500 without one.
 	MTU int
 	// GatewayTCPPorts and GatewayUDPPorts are the host ports on the gateway
-	// addresses that sandboxes may connect to: the resolver's. Default: 53
-	// for each. Everything else on the host is refused, but for ProxyPort
+	// addresses that sandboxes may connect to, under every egress policy:
+	// the resolver's, and (atoll serve --vault-git-port) the listener that
+	// serves vaults' git URLs. Default: 53 for each. Everything else on the host is refused, but for ProxyPort
 	// to which the firewall itself sends connections.
 	GatewayTCPPorts []uint16
 	GatewayUDPPorts []uint16

@@ -47,7 +47,14 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("%w: explain: want 1 or 0", errdefs.ErrInvalid))
 		return
 	}
+	if err := s.checkVaults(r.Context(), req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	sb, err := s.cfg.Sandboxes.Create(r.Context(), req)
+	if err == nil {
+		err = s.mountVaults(r.Context(), sb)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -131,12 +131,16 @@ type Config struct {
 	Ports     Ports     // nil: GET .../ports/{port} answers 503 unavailable
 	Runtimes  Runtimes  // nil: GET /v1/runtimes answers 503 unavailable
 	Auth      Authenticator
-	Keys      Keys         // nil: the key routes answer 503 unavailable
-	Nodes     Nodes        // nil (one machine, not a cluster): the node routes answer 409 conflict
-	Tenants   Tenants      // nil: the tenant routes answer 503 unavailable
-	Vaults    Vaults       // nil: the vault routes answer 503 unavailable
-	Logger    *slog.Logger // default slog.Default()
-	Version   string       // reported by GET /v1/health
+	Keys      Keys    // nil: the key routes answer 503 unavailable
+	Nodes     Nodes   // nil (one machine, not a cluster): the node routes answer 409 conflict
+	Tenants   Tenants // nil: the tenant routes answer 503 unavailable
+	Vaults    Vaults  // nil: the vault routes answer 503 unavailable
+	// VaultMounts clone vaults into sandboxes and check their tokens;
+	// nil: a create with vaults is 503 and the git endpoint takes API
+	// keys only.
+	VaultMounts VaultMounts
+	Logger      *slog.Logger // default slog.Default()
+	Version     string       // reported by GET /v1/health
 	// Ready, if set, is asked by GET /v1/health: an error makes it answer
 	// 503 with the error's message (a cluster node that has lost its
 	// store).

@@ -30,6 +30,15 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) {
 		if sbs == nil {
 			sbs = []api.Sandbox{}
 		}
+		// The children's clones came with the files, with the parent's
+		// tokens: each gets its own.
+		for _, sb := range sbs {
+			if len(sb.Vaults) > 0 && sb.State == api.StateRunning && s.cfg.VaultMounts != nil {
+				if rerr := s.cfg.VaultMounts.Renew(ctx, sb); rerr != nil {
+					s.log.Warn("writing a fork's vault tokens", "sandbox", sb.ID, "err", rerr)
+				}
+			}
+		}
 		return api.SandboxList{Sandboxes: sbs}, err
 	}, http.StatusCreated)
 }

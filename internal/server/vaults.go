@@ -10,7 +10,9 @@ import (
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/httpkit"
 	"github.com/atoll-dev/atoll/internal/tenant"
+	"github.com/atoll-dev/atoll/internal/vault"
 )
 
 // Vaults are memory vaults (vault.Service), each the context's tenant's.
@@ -188,6 +190,15 @@ func (s *Server) serveGit(w http.ResponseWriter, r *http.Request) {
 		challenge("missing API key: give it as the password (git credential) or as Authorization: Bearer KEY")
 		return
 	}
+	name, ok := strings.CutSuffix(r.PathValue("repo"), ".git")
+	if !ok {
+		s.writeError(w, r, fmt.Errorf("%w: a vault's git URL is /git/NAME.git", errdefs.ErrNotFound))
+		return
+	}
+	if vault.IsToken(key) {
+		s.serveGitToken(w, r, vs, key, name, challenge)
+		return
+	}
 	t, err := s.cfg.Auth.Authenticate(r.Context(), key)
 	if errors.Is(err, errdefs.ErrUnauthorized) {
 		challenge("invalid API key")
@@ -197,10 +208,30 @@ func (s *Server) serveGit(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("authenticating: %w", err))
 		return
 	}
-	name, ok := strings.CutSuffix(r.PathValue("repo"), ".git")
-	if !ok {
-		s.writeError(w, r, fmt.Errorf("%w: a vault's git URL is /git/NAME.git", errdefs.ErrNotFound))
+	vs.ServeGit(w, r.WithContext(tenant.NewContext(r.Context(), t)), name, r.PathValue("rest"))
+}
+
+// serveGitToken serves a git request whose password is a sandbox's vault
+// token (docs/vault.md, "In a sandbox"): good for one vault, while its
+// sandbox runs; a read-only one fetches but never pushes.
+func (s *Server) serveGitToken(w http.ResponseWriter, r *http.Request, vs Vaults, token, name string, challenge func(string)) {
+	if s.cfg.VaultMounts == nil {
+		challenge("vault tokens are not taken by this server")
 		return
 	}
-	vs.ServeGit(w, r.WithContext(tenant.NewContext(r.Context(), t)), name, r.PathValue("rest"))
+	t, readOnly, err := s.cfg.VaultMounts.CheckToken(r.Context(), token, name)
+	if errors.Is(err, errdefs.ErrUnauthorized) {
+		challenge(httpkit.ClientMessage(err, errdefs.Kind(err)))
+		return
+	}
+	if err != nil {
+		s.writeError(w, r, fmt.Errorf("checking a vault token: %w", err))
+		return
+	}
+	rest := r.PathValue("rest")
+	if readOnly && (rest == "git-receive-pack" || r.URL.Query().Get("service") == "git-receive-pack") {
+		s.writeError(w, r, fmt.Errorf("%w: vault %s is mounted read-only in this sandbox", errdefs.ErrForbidden, name))
+		return
+	}
+	vs.ServeGit(w, r.WithContext(tenant.NewContext(r.Context(), t)), name, rest)
 }

@@ -119,3 +119,22 @@ func Only[T any](rows []T, err error, what string) (T, error) {
 	}
 	return rows[0], nil
 }
+
+// VaultsJSON is a sandbox's vault mounts as the stores keep them: JSON,
+// "" for none.
+func VaultsJSON(ms []api.VaultMount) string {
+	if len(ms) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(ms)
+	return string(b)
+}
+
+// ParseVaults reads what VaultsJSON wrote into ms.
+func ParseVaults(s string, ms *[]api.VaultMount) error {
+	if s == "" {
+		*ms = nil
+		return nil
+	}
+	return json.Unmarshal([]byte(s), ms)
+}

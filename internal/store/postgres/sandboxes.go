@@ -21,7 +21,7 @@ import (
 const columns = `id, state, template, template_version, runtime, cpu, memory_mib, disk_gib, pids, env, labels, error,
 	slot, created_at, started_at, stopped_at, pid, start_time, socket,
 	timeout_sec, expires_at, ephemeral, auto_delete_sec, auto_stop_sec, auto_archive_sec, auto_resume,
-	from_snapshot, egress, public_ports, tenant, node, lost_from, checkpoint_every_sec, checkpointed_at`
+	from_snapshot, egress, public_ports, tenant, node, lost_from, checkpoint_every_sec, checkpointed_at, vaults`
 
 // args are sb's values for columns.
 func args(sb *store.Sandbox) []any {
@@ -31,7 +31,8 @@ func args(sb *store.Sandbox) []any {
 		string(env), string(labels), sb.Error,
 		sb.Slot, sb.CreatedAt, sb.StartedAt, sb.StoppedAt, sb.PID, int64(sb.StartTime), sb.Socket,
 		sb.TimeoutSec, sb.ExpiresAt, sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec, sb.AutoArchiveSec, sb.AutoResume,
-		sb.FromSnapshot, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant), sb.Node, sb.LostFrom, sb.CheckpointEverySec, sb.CheckpointedAt}
+		sb.FromSnapshot, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant), sb.Node, sb.LostFrom, sb.CheckpointEverySec, sb.CheckpointedAt,
+		store.VaultsJSON(sb.Vaults)}
 }
 
 // Create records a new sandbox in the lowest slot free on its node, and
@@ -213,7 +214,7 @@ func update(ctx context.Context, tx pgx.Tx, as *writer, sb *store.Sandbox, from 
 		memory_mib=$7, disk_gib=$8, pids=$9, env=$10, labels=$11, error=$12, created_at=$13, started_at=$14,
 		stopped_at=$15, pid=$16, start_time=$17, socket=$18, timeout_sec=$19, expires_at=$20, ephemeral=$21,
 		auto_delete_sec=$22, auto_stop_sec=$23, auto_archive_sec=$24, auto_resume=$25, from_snapshot=$26, egress=$27,
-		public_ports=$28, tenant=$29, node=$30, lost_from=$31, checkpoint_every_sec=$32, checkpointed_at=$33 WHERE id=$1`, a...); err != nil {
+		public_ports=$28, tenant=$29, node=$30, lost_from=$31, checkpoint_every_sec=$32, checkpointed_at=$33, vaults=$34 WHERE id=$1`, a...); err != nil {
 		return err
 	}
 	if len(sb.Placement) > 0 {
@@ -276,13 +277,16 @@ func (s *Store) sandboxes(ctx context.Context, where string, a ...any) ([]store.
 
 func scanSandbox(row pgx.CollectableRow) (store.Sandbox, error) {
 	var sb store.Sandbox
-	var env, labels, policy string
+	var env, labels, policy, vaults string
 	var startTime int64
 	if err := row.Scan(&sb.ID, &sb.State, &sb.Template, &sb.TemplateVersion, &sb.Runtime, &sb.CPU, &sb.MemoryMiB,
 		&sb.DiskGiB, &sb.PIDs, &env, &labels, &sb.Error,
 		&sb.Slot, &sb.CreatedAt, &sb.StartedAt, &sb.StoppedAt, &sb.PID, &startTime, &sb.Socket,
 		&sb.TimeoutSec, &sb.ExpiresAt, &sb.Ephemeral, &sb.AutoDeleteSec, &sb.AutoStopSec, &sb.AutoArchiveSec, &sb.AutoResume,
-		&sb.FromSnapshot, &policy, &sb.Ports.Public, &sb.Tenant, &sb.Node, &sb.LostFrom, &sb.CheckpointEverySec, &sb.CheckpointedAt); err != nil {
+		&sb.FromSnapshot, &policy, &sb.Ports.Public, &sb.Tenant, &sb.Node, &sb.LostFrom, &sb.CheckpointEverySec, &sb.CheckpointedAt, &vaults); err != nil {
+		return sb, err
+	}
+	if err := store.ParseVaults(vaults, &sb.Vaults); err != nil {
 		return sb, err
 	}
 	sb.StartTime = uint64(startTime)

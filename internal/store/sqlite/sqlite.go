@@ -185,6 +185,8 @@ var added = []struct{ table, column, def string }{
 	{"sandboxes", "placement", "TEXT NOT NULL DEFAULT ''"},
 	{"sandboxes", "checkpoint_every_sec", "INTEGER NOT NULL DEFAULT 0"},
 	{"sandboxes", "checkpointed_at", "INTEGER"},
+	// The vaults cloned into it (api.Sandbox.Vaults), JSON; '' for none.
+	{"sandboxes", "vaults", "TEXT NOT NULL DEFAULT ''"},
 }
 
 // migrate adds the columns a database made by an older version lacks, and
@@ -264,7 +266,7 @@ func addColumns(db *sql.DB) error {
 const columns = `id, state, template, runtime, cpu, memory_mib, disk_gib, pids, env, labels, error,
 	slot, created_at, started_at, stopped_at, pid, start_time, socket,
 	timeout_sec, expires_at, ephemeral, auto_delete_sec, auto_stop_sec, from_snapshot,
-	auto_archive_sec, egress, public_ports, tenant, template_version, auto_resume, node, lost_from, checkpoint_every_sec, checkpointed_at`
+	auto_archive_sec, egress, public_ports, tenant, template_version, auto_resume, node, lost_from, checkpoint_every_sec, checkpointed_at, vaults`
 
 // Create inserts a new sandbox, choosing its slot (the lowest one free), and
 // records its first state.
@@ -298,13 +300,13 @@ func create(ctx context.Context, tx *sql.Tx, sb *store.Sandbox) error {
 	}
 	env, _ := json.Marshal(orEmpty(sb.Env))
 	labels, _ := json.Marshal(orEmpty(sb.Labels))
-	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`, placement) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`, placement) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		sb.ID, sb.State, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
 		string(env), string(labels), sb.Error, sb.Slot, unixNano(sb.CreatedAt),
 		nanos(sb.StartedAt), nanos(sb.StoppedAt), sb.PID, int64(sb.StartTime), sb.Socket,
 		sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec, sb.FromSnapshot,
 		sb.AutoArchiveSec, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant), sb.TemplateVersion, sb.AutoResume,
-		sb.Node, sb.LostFrom, sb.CheckpointEverySec, nanos(sb.CheckpointedAt), string(sb.Placement))
+		sb.Node, sb.LostFrom, sb.CheckpointEverySec, nanos(sb.CheckpointedAt), store.VaultsJSON(sb.Vaults), string(sb.Placement))
 	if err != nil {
 		return fmt.Errorf("inserting sandbox: %w", uniqueConflict(err, "sandbox "+sb.ID))
 	}
@@ -396,11 +398,11 @@ func update(ctx context.Context, tx *sql.Tx, sb *store.Sandbox, from []string) e
 	_, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state=?, error=?, template=?, runtime=?, cpu=?, memory_mib=?,
 		disk_gib=?, pids=?, env=?, labels=?, created_at=?, started_at=?, stopped_at=?, pid=?, start_time=?, socket=?,
 		timeout_sec=?, expires_at=?, ephemeral=?, auto_delete_sec=?, auto_stop_sec=?,
-		auto_archive_sec=?, from_snapshot=?, egress=?, public_ports=?, tenant=?, template_version=?, auto_resume=?, lost_from=?, checkpoint_every_sec=?, checkpointed_at=? WHERE id=?`,
+		auto_archive_sec=?, from_snapshot=?, egress=?, public_ports=?, tenant=?, template_version=?, auto_resume=?, lost_from=?, checkpoint_every_sec=?, checkpointed_at=?, vaults=? WHERE id=?`,
 		sb.State, sb.Error, sb.Template, sb.Runtime, sb.CPU, sb.MemoryMiB, sb.DiskGiB, sb.PIDs,
 		string(env), string(labels), unixNano(sb.CreatedAt), nanos(sb.StartedAt), nanos(sb.StoppedAt),
 		sb.PID, int64(sb.StartTime), sb.Socket, sb.TimeoutSec, nanos(sb.ExpiresAt), sb.Ephemeral, sb.AutoDeleteSec, sb.AutoStopSec,
-		sb.AutoArchiveSec, sb.FromSnapshot, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant), sb.TemplateVersion, sb.AutoResume, sb.LostFrom, sb.CheckpointEverySec, nanos(sb.CheckpointedAt), sb.ID)
+		sb.AutoArchiveSec, sb.FromSnapshot, policyJSON(sb.Policy), sb.Ports.Public, tenantOf(sb.Tenant), sb.TemplateVersion, sb.AutoResume, sb.LostFrom, sb.CheckpointEverySec, nanos(sb.CheckpointedAt), store.VaultsJSON(sb.Vaults), sb.ID)
 	if err != nil {
 		return err
 	}
@@ -607,12 +609,15 @@ func scan(rows *sql.Rows) ([]store.Sandbox, error) {
 		var created int64
 		var started, stopped, expires, checkpointed sql.NullInt64
 		var startTime int64
-		var policy string
+		var policy, vaults string
 		if err := rows.Scan(&sb.ID, &sb.State, &sb.Template, &sb.Runtime, &sb.CPU, &sb.MemoryMiB, &sb.DiskGiB,
 			&sb.PIDs, &env, &labels, &sb.Error, &sb.Slot, &created, &started, &stopped, &sb.PID, &startTime, &sb.Socket,
 			&sb.TimeoutSec, &expires, &sb.Ephemeral, &sb.AutoDeleteSec, &sb.AutoStopSec, &sb.FromSnapshot,
 			&sb.AutoArchiveSec, &policy, &sb.Ports.Public, &sb.Tenant, &sb.TemplateVersion, &sb.AutoResume,
-			&sb.Node, &sb.LostFrom, &sb.CheckpointEverySec, &checkpointed); err != nil {
+			&sb.Node, &sb.LostFrom, &sb.CheckpointEverySec, &checkpointed, &vaults); err != nil {
+			return nil, err
+		}
+		if err := store.ParseVaults(vaults, &sb.Vaults); err != nil {
 			return nil, err
 		}
 		if err := sb.SetJSON(env, labels, policy); err != nil {

@@ -92,6 +92,7 @@ func testCreateGetListDelete(t *testing.T, s suite) {
 	ctx := context.Background()
 	st := s.fresh(t)
 	a, b, c := NewSandbox("a"), NewSandbox("b"), NewSandbox("c")
+	c.Vaults = []api.VaultMount{{Name: "notes", Path: "/home/user/memory/notes"}, {Name: "hb", ReadOnly: true, Path: "/srv/hb"}}
 	for _, sb := range []*store.Sandbox{a, b, c} {
 		if err := st.Create(ctx, sb); err != nil {
 			t.Fatal(err)
@@ -109,6 +110,10 @@ func testCreateGetListDelete(t *testing.T, s suite) {
 	}
 	if diff := cmp.Diff(*b, got); diff != "" {
 		t.Errorf("get (-want +got):\n%s", diff)
+	}
+	// A sandbox's vault mounts are kept with it.
+	if got, err := st.Get(ctx, "c"); err != nil || !cmp.Equal(got.Vaults, c.Vaults) {
+		t.Errorf("vaults: %+v, %v; want %+v", got.Vaults, err, c.Vaults)
 	}
 	if err := st.Delete(ctx, "b"); err != nil {
 		t.Fatal(err)
