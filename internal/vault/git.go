@@ -128,10 +128,15 @@ func (s *Service) ServeGit(w http.ResponseWriter, r *http.Request, name, rest st
 	cr.URL.Path = "/" + v.ID + ".git/" + rest
 	cr.Header.Del("Authorization")
 	cr.Header.Del("X-Api-Key")
+	// git http-backend is never told a CONTENT_LENGTH: it reads the body
+	// to its end instead. Told one, it loops for ever on a standard input
+	// that ends short of it (a client gone mid-push, a lying header, or
+	// this server killed), spinning a core and holding this handler.
 	// net/http/cgi refuses chunked bodies, which git sends for any push
-	// over its postBuffer; read to its end, as git http-backend does when
-	// it is given no CONTENT_LENGTH, the body is the same.
+	// over its postBuffer; to git the body is the same either way.
 	cr.TransferEncoding = nil
+	cr.ContentLength = -1
+	cr.Header.Del("Content-Length")
 	h := &cgi.Handler{Path: s.backend, Args: s.backendArgs, Dir: s.cfg.Dir, Env: env, Stderr: logWriter{s, v.ID}}
 	h.ServeHTTP(w, cr)
 	if service == "git-receive-pack" && r.Method == "POST" {

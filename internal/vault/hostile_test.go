@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -219,4 +220,59 @@ func TestHookPort(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close waits for an idle hook connection")
 	}
+}
+
+// A body cut short of the length its request declared (a client that goes
+// away mid-push, or lies) leaves no git process behind: git http-backend
+// loops forever on a standard input that ends before CONTENT_LENGTH, so it
+// must never be told one.
+func TestBodyCutShort(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxOf("acme")
+	e.svc.Create(ctx, api.CreateVaultRequest{Name: "notes"})
+	for _, service := range []string{"git-receive-pack", "git-upload-pack"} {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(e.srv.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "POST %s/%s HTTP/1.1\r\nHost: x\r\nAuthorization: Basic eDphY21lLWtleQ==\r\n"+
+			"Content-Type: application/x-%s-request\r\nContent-Length: 1468\r\n\r\n0094", vault.GitPath("notes"), service, service)
+		time.Sleep(100 * time.Millisecond) // the server has started git
+		conn.Close()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		left := gitProcessesIn(t, e.dir)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, p := range left { // else the server's Close waits on them for ever
+				var pid int
+				fmt.Sscan(p, &pid)
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+			t.Fatalf("10 s after two requests were cut short, git processes still run in the vaults: %v", left)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// gitProcessesIn lists the processes whose working directory is under dir.
+func gitProcessesIn(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []string
+	for _, ent := range ents {
+		cwd, err := os.Readlink(filepath.Join("/proc", ent.Name(), "cwd"))
+		if err != nil || !strings.HasPrefix(cwd, dir) {
+			continue
+		}
+		comm, _ := os.ReadFile(filepath.Join("/proc", ent.Name(), "comm"))
+		found = append(found, ent.Name()+" "+strings.TrimSpace(string(comm)))
+	}
+	return found
 }
