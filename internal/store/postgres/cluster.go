@@ -374,12 +374,13 @@ func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
 // warmQuery counts each node's pooled sandboxes by template version, and
 // the warm placements creating there. The states are written out, not
 // parameters, so that the planner matches the partial index
-// sandboxes_warm.
+// sandboxes_warm (creating ones only if warm: a burst's other placements
+// are not read).
 var warmQuery = fmt.Sprintf(`SELECT node, template_version, COUNT(*) FILTER (WHERE state = '%[1]s'),
 	COUNT(*) FILTER (WHERE state = '%[2]s' AND warm), COALESCE(SUM(cpu) FILTER (WHERE state = '%[1]s'), 0),
 	COALESCE(SUM(memory_mib) FILTER (WHERE state = '%[1]s'), 0), COALESCE(SUM(disk_gib) FILTER (WHERE state = '%[1]s'), 0),
 	COALESCE(MIN(runtime) FILTER (WHERE state = '%[1]s'), '')
-	FROM sandboxes WHERE state IN ('%[1]s', '%[2]s') GROUP BY node, template_version`, store.StatePooled, api.StateCreating)
+	FROM sandboxes WHERE state = '%[1]s' OR (state = '%[2]s' AND warm) GROUP BY node, template_version`, store.StatePooled, api.StateCreating)
 
 // add adds to c what sandboxes in state, holding r between them (r's
 // Sandboxes their count), hold on their node (store.Holds).

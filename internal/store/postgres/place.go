@@ -276,9 +276,13 @@ func placeTx(ctx context.Context, tx pgx.Tx, sbs []*store.Sandbox, todo []int, e
 		})
 		return err
 	})
-	b.Queue(`SELECT tenant, state, COUNT(*), COALESCE(SUM(cpu), 0), COALESCE(SUM(memory_mib), 0), COALESCE(SUM(disk_gib), 0)
-		FROM sandboxes WHERE tenant IN (SELECT name FROM tenants WHERE name = ANY($1) AND `+limited+`)
-		GROUP BY tenant, state`, tenants).Query(func(rows pgx.Rows) error {
+	// Driven by the limited tenants' rows (a nested loop over the index
+	// sandboxes_tenant): with none, no sandbox row is read. As a semi-join
+	// the planner scanned every sandbox in each batch.
+	b.Queue(`SELECT t.name, u.state, u.n, u.cpu, u.mem, u.disk FROM tenants t CROSS JOIN LATERAL (
+			SELECT state, COUNT(*) AS n, COALESCE(SUM(cpu), 0) AS cpu, COALESCE(SUM(memory_mib), 0) AS mem, COALESCE(SUM(disk_gib), 0) AS disk
+			FROM sandboxes s WHERE s.tenant = t.name GROUP BY state) u
+		WHERE t.name = ANY($1) AND `+limited, tenants).Query(func(rows pgx.Rows) error {
 		var tn, state string
 		var n int
 		var cpu float64
