@@ -896,6 +896,33 @@ type CreateVaultRequest struct {
 	AllowRewrite bool   `json:"allow_rewrite,omitempty"`
 }
 
+// VaultCredentialsRequest is the body of POST /v1/vaults/{name}/credentials.
+type VaultCredentialsRequest struct {
+	// TTLSeconds is how long the credentials last: 900 (the default) to
+	// 43200.
+	TTLSeconds int `json:"ttl_seconds,omitempty"`
+	// ReadWrite also allows writing and deleting the vault's objects.
+	// Without it the credentials only read them: agents push through git,
+	// and a pack written or deleted behind the server's back is unknown to
+	// the vault's refs or breaks them.
+	ReadWrite bool `json:"read_write,omitempty"`
+}
+
+// VaultCredentials are temporary object-storage credentials (AWS STS)
+// limited to a vault's objects: the keys under Prefix in Bucket.
+type VaultCredentials struct {
+	AccessKeyID     string    `json:"access_key_id"`
+	SecretAccessKey string    `json:"secret_access_key"`
+	SessionToken    string    `json:"session_token"`
+	Expiration      time.Time `json:"expiration"`
+	Bucket          string    `json:"bucket"`
+	Prefix          string    `json:"prefix"`
+	Region          string    `json:"region,omitempty"`
+	// Endpoint is the S3 endpoint of an S3-compatible store; "" for AWS.
+	Endpoint string `json:"endpoint,omitempty"`
+	ReadOnly bool   `json:"read_only"`
+}
+
 // VaultCommit is one commit of GET /v1/vaults/{name}/log.
 type VaultCommit struct {
 	ID      string    `json:"id"`
