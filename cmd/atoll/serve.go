@@ -43,6 +43,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/server"
 	"github.com/atoll-dev/atoll/internal/store"
 	"github.com/atoll-dev/atoll/internal/store/sqlite"
+	"github.com/atoll-dev/atoll/internal/stscreds"
 	"github.com/atoll-dev/atoll/internal/tlsca"
 	"github.com/atoll-dev/atoll/internal/vault"
 )
@@ -82,8 +83,11 @@ type serveConfig struct {
 	// vaultGitPort is the port on the sandboxes' gateway that serves
 	// vaults' git URLs to mounted clones (0: none).
 	vaultGitPort int
-	proxyDomain  string
-	tlsListen    string // HTTPS for the same handler, under the local CA; "" for none
+	// vaultSTSRole and vaultSTSEndpoint mint vaults' object-storage
+	// credentials (stscreds): the role to assume, the STS endpoint.
+	vaultSTSRole, vaultSTSEndpoint string
+	proxyDomain                    string
+	tlsListen                      string // HTTPS for the same handler, under the local CA; "" for none
 }
 
 func newServeCmd() *cobra.Command {
@@ -142,6 +146,8 @@ the data directory (port-key).`,
 	f.DurationVar(&cfg.metricsInterval, "metrics-interval", 5*time.Second, "how often running sandboxes are sampled for their metrics (E2B's interval is 5s)")
 	f.IntVar(&cfg.createQueue, "create-queue", 0, "creates that may wait for their turn (default 256); beyond it, and after 30 s of waiting, a create is answered 503 with Retry-After")
 	f.StringVar(&cfg.archive, "archive", "", "object storage URL for archived sandboxes: file:///dir, or s3://bucket?region=R (S3-compatible: &endpoint=URL&use_path_style=true) with credentials from AWS_* variables or ~/.aws (default file://<data>/archive)")
+	f.StringVar(&cfg.vaultSTSRole, "vault-sts-role", "", "IAM role (arn:aws:iam::ACCOUNT:role/NAME) that atoll vault credentials assumes through STS to mint temporary credentials limited to one vault's objects; needs an s3:// --blob (docs/vault.md)")
+	f.StringVar(&cfg.vaultSTSEndpoint, "vault-sts-endpoint", "", "STS endpoint for --vault-sts-role (default: the AWS SDK's, or AWS_ENDPOINT_URL_STS; an S3-compatible store's own, e.g. MinIO's URL)")
 	f.StringVar(&cfg.archive, "blob", "", "object storage every node of a cluster shares (--cluster): the same URLs as --archive, whose other name it is")
 	f.StringVar(&cfg.cluster.url, "cluster", "", "join the cluster whose state is in this PostgreSQL database (postgres://USER:PASS@HOST/DB); one machine with embedded SQLite without it (docs/cluster.md)")
 	f.StringVar(&cfg.cluster.name, "node-name", hostName(), "this node's name in its cluster (1-63 of [a-z0-9-])")
@@ -604,8 +610,19 @@ func (s *serving) buildHandler(ctx context.Context) error {
 	// Mounts counts the sandboxes that mount a vault (vaultmount.go),
 	// made once the vaults are.
 	var mounts *vaultMounts
-	vaults, err := vault.New(vault.Config{Store: s.state, Blob: s.archive, Dir: s.dir.Vaults(), Logger: s.log,
-		Mounts: func(ctx context.Context, t, name string) (int, error) { return mounts.count(ctx, t, name) }})
+	vcfg := vault.Config{Store: s.state, Blob: s.archive, Dir: s.dir.Vaults(), Logger: s.log,
+		Mounts: func(ctx context.Context, t, name string) (int, error) { return mounts.count(ctx, t, name) }}
+	if s.cfg.vaultSTSRole != "" {
+		if !strings.HasPrefix(s.cfg.archive, "s3://") {
+			return errors.New("--vault-sts-role needs an s3:// object store (--blob s3://bucket?...): the credentials it mints are S3's")
+		}
+		minter, err := stscreds.New(ctx, stscreds.Config{RoleARN: s.cfg.vaultSTSRole, BlobURL: s.cfg.archive, STSEndpoint: s.cfg.vaultSTSEndpoint})
+		if err != nil {
+			return fmt.Errorf("--vault-sts-role: %w", err)
+		}
+		vcfg.Credentials = minter
+	}
+	vaults, err := vault.New(vcfg)
 	switch {
 	case errors.Is(err, vault.ErrNoGit):
 		// Sandboxes do not need vaults: the vault routes answer 503.

@@ -95,6 +95,7 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/vaults", true, s.listVaults},
 		{"GET", vaultPath, true, s.getVault},
 		{"DELETE", vaultPath, true, s.deleteVault},
+		{"POST", vaultPath + "/credentials", true, s.vaultCredentials},
 		{"GET", vaultPath + "/log", true, s.vaultLog},
 		{"GET", vaultPath + "/files/{path...}", true, s.vaultFile},
 		{"GET", vaultPath + "/search", true, s.vaultSearch},

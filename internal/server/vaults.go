@@ -33,6 +33,9 @@ type Vaults interface {
 	// Links returns a note's links and backlinks, or with path "" every
 	// broken link.
 	Links(ctx context.Context, name, path string) (api.VaultLinks, error)
+	// Credentials mints object-storage credentials limited to a vault's
+	// objects; errdefs.ErrConflict if the server mints none.
+	Credentials(ctx context.Context, name string, req api.VaultCredentialsRequest) (api.VaultCredentials, error)
 	// ServeGit serves git's smart HTTP protocol for vault name: rest is
 	// what follows /git/<name>.git/.
 	ServeGit(w http.ResponseWriter, r *http.Request, name, rest string)
@@ -113,6 +116,24 @@ func (s *Server) deleteVault(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) vaultCredentials(w http.ResponseWriter, r *http.Request) {
+	var req api.VaultCredentialsRequest
+	if err := decodeJSON(w, r, &req, true); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	vs, ok := s.vaults(w, r)
+	if !ok {
+		return
+	}
+	c, err := vs.Credentials(r.Context(), r.PathValue("name"), req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, c)
 }
 
 func (s *Server) vaultLog(w http.ResponseWriter, r *http.Request) {

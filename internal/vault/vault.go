@@ -37,6 +37,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/blob"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/store"
+	"github.com/atoll-dev/atoll/internal/stscreds"
 	"github.com/atoll-dev/atoll/internal/tenant"
 )
 
@@ -56,7 +57,17 @@ type Config struct {
 	// tenant t; Delete refuses a vault they mount unless forced. nil:
 	// none ever does (sandboxes do not mount vaults yet).
 	Mounts func(ctx context.Context, t, name string) (int, error)
-	Logger *slog.Logger // default slog.Default()
+	// Credentials, if set, mints object-storage credentials limited to a
+	// vault's objects (stscreds.Minter); nil: Credentials answers
+	// errdefs.ErrConflict, the server has no S3 store or no role.
+	Credentials Minter
+	Logger      *slog.Logger // default slog.Default()
+}
+
+// Minter mints temporary object-storage credentials for the objects of
+// vault id of tenant (stscreds.Minter).
+type Minter interface {
+	Mint(ctx context.Context, tenant, id string, ttl time.Duration, readOnly bool) (api.VaultCredentials, error)
 }
 
 // Limits.
@@ -249,6 +260,29 @@ func (s *Service) describe(ctx context.Context, v store.Vault) (api.Vault, error
 	}
 	return api.Vault{Name: v.Name, Layout: v.Layout, AllowRewrite: v.AllowRewrite, GitPath: GitPath(v.Name),
 		Head: refs[mainRef], Refs: refs, Packs: len(packs), CreatedAt: v.CreatedAt}, nil
+}
+
+// Credentials mints temporary object-storage credentials that read (and
+// with req.ReadWrite write) the objects of the context's tenant's vault
+// name and no others: for agents that read the packs from the store
+// directly (docs/vault.md).
+func (s *Service) Credentials(ctx context.Context, name string, req api.VaultCredentialsRequest) (api.VaultCredentials, error) {
+	ttl := time.Duration(req.TTLSeconds) * time.Second
+	if req.TTLSeconds == 0 {
+		ttl = stscreds.MinTTL
+	}
+	if ttl < stscreds.MinTTL || ttl > stscreds.MaxTTL {
+		return api.VaultCredentials{}, fmt.Errorf("%w: ttl_seconds must be %d to %d", errdefs.ErrInvalid,
+			int(stscreds.MinTTL/time.Second), int(stscreds.MaxTTL/time.Second))
+	}
+	v, err := s.lookup(ctx, name)
+	if err != nil {
+		return api.VaultCredentials{}, err
+	}
+	if s.cfg.Credentials == nil {
+		return api.VaultCredentials{}, fmt.Errorf("%w: this server mints no vault credentials: it needs an s3:// object store (--blob) and a role to assume (--vault-sts-role)", errdefs.ErrConflict)
+	}
+	return s.cfg.Credentials.Mint(ctx, tenant.Of(ctx), v.ID, ttl, !req.ReadWrite)
 }
 
 // List returns the context's tenant's vaults, by name.

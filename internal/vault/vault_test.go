@@ -39,6 +39,7 @@ type env struct {
 	pgURL   string // the store: PostgreSQL at pgURL if set, else SQLite
 	blobURL string // the object store: a bucket's URL, default e.blobDir
 	mounts  func(ctx context.Context, t, name string) (int, error)
+	creds   vault.Minter // Config.Credentials
 }
 
 var keys = map[string]string{"admin-key": tenant.Default, "acme-key": "acme", "other-key": "other"}
@@ -84,7 +85,7 @@ func (e *env) start() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.svc, err = vault.New(vault.Config{Store: st, Blob: b, Dir: filepath.Join(e.dir, "vaults"), MaxPush: e.maxPush, Mounts: e.mounts,
+	e.svc, err = vault.New(vault.Config{Store: st, Blob: b, Dir: filepath.Join(e.dir, "vaults"), MaxPush: e.maxPush, Mounts: e.mounts, Credentials: e.creds,
 		Logger: slog.New(slog.NewTextHandler(testWriter{e.t}, nil))})
 	if err != nil {
 		t.Fatal(err)
