@@ -123,3 +123,20 @@ func TestVaultRoutesWithoutVaults(t *testing.T) {
 	resp, body := f.do("GET", "/v1/vaults", nil)
 	wantError(t, resp, body, http.StatusServiceUnavailable, "unavailable")
 }
+
+// TestVaultCredentialsRoute: the route's answers without a minter (the
+// minting itself is internal/vault's TestCredentials).
+func TestVaultCredentialsRoute(t *testing.T) {
+	f := newVaultFixture(t)
+	if resp, body := f.do("POST", "/v1/vaults", api.CreateVaultRequest{Name: "notes"}); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create: %s %s", resp.Status, body)
+	}
+	resp, body := f.do("POST", "/v1/vaults/notes/credentials", nil)
+	wantError(t, resp, body, http.StatusConflict, "conflict")
+	resp, body = f.do("POST", "/v1/vaults/notes/credentials", api.VaultCredentialsRequest{TTLSeconds: 60})
+	wantError(t, resp, body, http.StatusBadRequest, "invalid")
+	resp, body = f.do("POST", "/v1/vaults/notes/credentials", `{"ttl_seconds":"900"}`)
+	wantError(t, resp, body, http.StatusBadRequest, "invalid")
+	resp, body = f.do("POST", "/v1/vaults/nope/credentials", api.VaultCredentialsRequest{})
+	wantError(t, resp, body, http.StatusNotFound, "not_found")
+}
