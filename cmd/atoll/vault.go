@@ -31,10 +31,11 @@ admin's. See docs/vault.md.`,
   atoll vault log notes
   atoll vault show notes index.md@HEAD~1
   atoll vault search notes ada lovelace
-  atoll vault links notes entities/ada-lovelace.md`,
+  atoll vault links notes entities/ada-lovelace.md
+  atoll vault credentials notes --env`,
 	}
 	cmd.AddCommand(newVaultCreateCmd(g), newVaultListCmd(g), newVaultInspectCmd(g), newVaultRmCmd(g), newVaultLogCmd(g), newVaultShowCmd(g),
-		newVaultSearchCmd(g), newVaultLinksCmd(g))
+		newVaultSearchCmd(g), newVaultLinksCmd(g), newVaultCredentialsCmd(g))
 	return cmd
 }
 

@@ -107,3 +107,13 @@ func (c *Client) VaultLinks(ctx context.Context, name, path string) (api.VaultLi
 	err := c.do(ctx, request{method: "GET", path: vaultPath(name, "/links"), query: q}, &res)
 	return res, err
 }
+
+// VaultCredentials mints temporary object-storage credentials (AWS STS)
+// that read vault name's objects in the server's S3 store, and with
+// req.ReadWrite write them; conflict if the server mints none
+// (docs/vault.md).
+func (c *Client) VaultCredentials(ctx context.Context, name string, req api.VaultCredentialsRequest) (api.VaultCredentials, error) {
+	var v api.VaultCredentials
+	err := c.do(ctx, request{method: "POST", path: vaultPath(name, "/credentials"), json: req}, &v)
+	return v, err
+}
