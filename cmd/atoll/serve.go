@@ -347,6 +347,8 @@ type serving struct {
 	closers []func()
 
 	archive blob.Store
+	// vaultCreds mints vaults' S3 credentials; nil without --vault-sts-role.
+	vaultCreds *stscreds.Minter
 	// drain is this node's drain, while it is draining (move.go).
 	drain drainer
 	// state is the state store: SQLite on one machine; in a cluster the
@@ -421,6 +423,15 @@ func (s *serving) openStores(ctx context.Context) error {
 	}
 	s.archive = bucket
 	s.onClose(func() { bucket.Close() })
+	if s.cfg.vaultSTSRole != "" {
+		// Vaults' credentials name the store's bucket and prefix.
+		if !strings.HasPrefix(archiveURL, "s3://") {
+			return errors.New("--vault-sts-role needs an s3:// object store (--blob s3://bucket?...): the credentials it mints are S3's")
+		}
+		if s.vaultCreds, err = stscreds.New(ctx, stscreds.Config{RoleARN: s.cfg.vaultSTSRole, BlobURL: archiveURL, STSEndpoint: s.cfg.vaultSTSEndpoint}); err != nil {
+			return fmt.Errorf("--vault-sts-role: %w", err)
+		}
+	}
 	if s.cfg.cluster.url != "" {
 		if err := s.openCluster(ctx); err != nil {
 			return err
@@ -612,15 +623,8 @@ func (s *serving) buildHandler(ctx context.Context) error {
 	var mounts *vaultMounts
 	vcfg := vault.Config{Store: s.state, Blob: s.archive, Dir: s.dir.Vaults(), Logger: s.log,
 		Mounts: func(ctx context.Context, t, name string) (int, error) { return mounts.count(ctx, t, name) }}
-	if s.cfg.vaultSTSRole != "" {
-		if !strings.HasPrefix(s.cfg.archive, "s3://") {
-			return errors.New("--vault-sts-role needs an s3:// object store (--blob s3://bucket?...): the credentials it mints are S3's")
-		}
-		minter, err := stscreds.New(ctx, stscreds.Config{RoleARN: s.cfg.vaultSTSRole, BlobURL: s.cfg.archive, STSEndpoint: s.cfg.vaultSTSEndpoint})
-		if err != nil {
-			return fmt.Errorf("--vault-sts-role: %w", err)
-		}
-		vcfg.Credentials = minter
+	if s.vaultCreds != nil {
+		vcfg.Credentials = s.vaultCreds
 	}
 	vaults, err := vault.New(vcfg)
 	switch {

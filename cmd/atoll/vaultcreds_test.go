@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os/exec"
 	"strings"
 	"testing"
@@ -22,5 +23,29 @@ func TestCredentialsEnv(t *testing.T) {
 	}
 	if want := "ASIA1|" + c.SecretAccessKey + "|" + c.SessionToken + "|b|p/vaults/v1/"; string(out) != want {
 		t.Errorf("sh read back %q, want %q", out, want)
+	}
+}
+
+// TestServeVaultSTSRole: --vault-sts-role is refused at start-up, before
+// the state store opens, without an s3:// store or with a role or prefix
+// the credentials could not be minted for.
+func TestServeVaultSTSRole(t *testing.T) {
+	t.Setenv("AWS_CONFIG_FILE", "/dev/null")
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	for _, tc := range []struct{ blob, role, want string }{
+		{"file://" + t.TempDir(), "arn:aws:iam::1:role/r", "needs an s3:// object store"},
+		{"s3://archive?region=us-east-1", "r", "not an ARN"},
+		{"s3://archive?region=us-east-1&prefix=a*/", "arn:aws:iam::1:role/r", "wildcard"},
+	} {
+		s := &serving{cfg: serveConfig{archive: tc.blob, vaultSTSRole: tc.role}}
+		err := s.openStores(context.Background())
+		s.close()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--blob %s --vault-sts-role %s: %v, want %q", tc.blob, tc.role, err, tc.want)
+		}
+		if s.state != nil {
+			t.Errorf("--blob %s: the state store was opened", tc.blob)
+		}
 	}
 }
