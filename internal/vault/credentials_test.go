@@ -93,6 +93,8 @@ func TestCredentials(t *testing.T) {
 		{"ttl too short", "acme", "notes", 899, errdefs.ErrInvalid},
 		{"ttl too long", "acme", "notes", 12*3600 + 1, errdefs.ErrInvalid},
 		{"ttl negative", "acme", "notes", -1, errdefs.ErrInvalid},
+		// (1<<55 + 1800) s in nanoseconds wraps to 1800 s.
+		{"ttl that wraps", "acme", "notes", 1<<55 + 1800, errdefs.ErrInvalid},
 	} {
 		if _, err := e.svc.Credentials(ctxOf(tc.tenant), tc.vault, api.VaultCredentialsRequest{TTLSeconds: tc.ttl}); !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)

@@ -267,11 +267,13 @@ func (s *Service) describe(ctx context.Context, v store.Vault) (api.Vault, error
 // name and no others: for agents that read the packs from the store
 // directly (docs/vault.md).
 func (s *Service) Credentials(ctx context.Context, name string, req api.VaultCredentialsRequest) (api.VaultCredentials, error) {
-	ttl := time.Duration(req.TTLSeconds) * time.Second
-	if req.TTLSeconds == 0 {
-		ttl = stscreds.MinTTL
+	secs := req.TTLSeconds
+	if secs == 0 {
+		secs = int(stscreds.MinTTL / time.Second)
 	}
-	if ttl < stscreds.MinTTL || ttl > stscreds.MaxTTL {
+	// Bounded in seconds before the Duration: a huge count would wrap.
+	ttl := time.Duration(secs) * time.Second
+	if secs < int(stscreds.MinTTL/time.Second) || secs > int(stscreds.MaxTTL/time.Second) {
 		return api.VaultCredentials{}, fmt.Errorf("%w: ttl_seconds must be %d to %d", errdefs.ErrInvalid,
 			int(stscreds.MinTTL/time.Second), int(stscreds.MaxTTL/time.Second))
 	}
