@@ -23,7 +23,8 @@ func newVaultCredentialsCmd(g *globals) *cobra.Command {
 only the vault's objects in the server's S3 store: its packs, under the
 prefix printed. They read; with --read-write they also write and delete,
 which bypasses the vault's refs: a pack written or deleted behind the
-server's back is unknown to the vault or breaks it, so push through git.
+server's back is unknown to the vault or breaks it, so push through git
+(and only a vault made with --allow-rewrite gives them).
 For agents that read the store directly; the server needs an s3:// --blob
 and --vault-sts-role. --ttl is 15m to 12h (the role's maximum session
 duration may be less). --env prints export lines for a shell; see

@@ -75,7 +75,13 @@ func TestCredentials(t *testing.T) {
 	if f.Get("RoleSessionName") != "atoll-acme-"+id || f.Get("DurationSeconds") != "900" || f.Get("Policy") != policy {
 		t.Errorf("STS request %v", f)
 	}
-	if _, err := e.svc.Credentials(ctxOf("acme"), "notes", api.VaultCredentialsRequest{TTLSeconds: 3600, ReadWrite: true}); err != nil {
+	if _, err := e.svc.Credentials(ctxOf("acme"), "notes", api.VaultCredentialsRequest{TTLSeconds: 3600, ReadWrite: true}); !errors.Is(err, errdefs.ErrForbidden) {
+		t.Errorf("read-write credentials of a vault without allow_rewrite: %v, want forbidden", err)
+	}
+	if _, err := e.svc.Create(ctxOf("acme"), api.CreateVaultRequest{Name: "raw", AllowRewrite: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.svc.Credentials(ctxOf("acme"), "raw", api.VaultCredentialsRequest{TTLSeconds: 3600, ReadWrite: true}); err != nil {
 		t.Fatal(err)
 	}
 	if f := forms[1]; f.Get("DurationSeconds") != "3600" || !strings.Contains(f.Get("Policy"), "s3:DeleteObject") {

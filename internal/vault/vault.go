@@ -281,6 +281,12 @@ func (s *Service) Credentials(ctx context.Context, name string, req api.VaultCre
 	if err != nil {
 		return api.VaultCredentials{}, err
 	}
+	// Writing and deleting the vault's objects directly can undo pushes
+	// that were acknowledged: only a vault whose history may be rewritten
+	// (allow_rewrite) gives write access to them.
+	if req.ReadWrite && !v.AllowRewrite {
+		return api.VaultCredentials{}, fmt.Errorf("%w: read-write credentials can undo acknowledged pushes: vault %s was not created with allow_rewrite", errdefs.ErrForbidden, v.Name)
+	}
 	if s.cfg.Credentials == nil {
 		return api.VaultCredentials{}, fmt.Errorf("%w: this server mints no vault credentials: it needs an s3:// object store (--blob) and a role to assume (--vault-sts-role)", errdefs.ErrConflict)
 	}
