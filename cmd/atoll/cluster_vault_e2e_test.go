@@ -20,7 +20,8 @@ import (
 // the clone goes through the sandbox's agent). A commit pushed from inside
 // it (through n2's vault git port, with a token n2 signed) is the vault's
 // head as n3 sees it. Stopped and started through other nodes, it gets
-// fresh tokens from n2 and pushes again.
+// fresh tokens from n2 and pushes again; moved off n2 by a drain, it
+// runs on n3, which writes them.
 func TestClusterVaultMount(t *testing.T) {
 	testenv.RequireCommand(t, "git")
 	cl := startCluster(t, netcluster.Config{Cluster: true,
@@ -93,6 +94,27 @@ func TestClusterVaultMount(t *testing.T) {
 	git(c1, b.ID, "echo again > timeline/c.md && git add -A && git commit -qm again && git push -q 2>&1")
 	if log, err := c1.VaultLog(ctx, "notes", "", 1); err != nil || len(log) != 1 || log[0].Subject != "again" {
 		t.Errorf("the vault's log through n1 after the push from the started sandbox: %+v %v", log, err)
+	}
+
+	// Running, moved off n2 by a drain: n2 archives it and has n3 start it
+	// (n3's start endpoint), which writes fresh tokens into its clone.
+	tok = git(c1, b.ID, "cat .git/atoll-token")
+	if err := c1.UncordonNode(ctx, "n3"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c1.DrainNode(ctx, "n2"); err != nil {
+		t.Fatal(err)
+	}
+	waitNode(t, c1, "n2", func(n api.Node) bool { return n.Drain != nil && n.Drain.Moved == 1 })
+	if sb, err := c1.GetSandbox(ctx, b.ID); err != nil || sb.Node != "n3" || sb.State != api.StateRunning {
+		t.Fatalf("after the drain of n2: %s on %s, %v; want running on n3\nnode 3: %s", sb.State, sb.Node, err, tail(cl.Nodes[2].Log()))
+	}
+	if got := git(c1, b.ID, "cat .git/atoll-token"); got == tok {
+		t.Errorf("the clone's token is the same after the move to n3")
+	}
+	git(c1, b.ID, "git pull -q 2>&1; echo moved > timeline/d.md && git add -A && git commit -qm moved && git push -q 2>&1")
+	if log, err := c1.VaultLog(ctx, "notes", "", 1); err != nil || len(log) != 1 || log[0].Subject != "moved" {
+		t.Errorf("the vault's log after the push from n3: %+v %v", log, err)
 	}
 	t.Logf("clone on n2 at %s; push from n2 seen through n3 at %s", pushed[:12], head[:12])
 }
