@@ -279,6 +279,9 @@ func (s *serving) internalHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+runPath, func(w http.ResponseWriter, r *http.Request) {
 		sb, err := s.svc.RunPlaced(r.Context(), r.PathValue("id"))
+		if err == nil {
+			err = s.mountPlaced(r.Context(), sb)
+		}
 		if err != nil {
 			writeNodeError(w, err, s.log)
 			return

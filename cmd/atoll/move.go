@@ -179,6 +179,7 @@ func (s *serving) handleStart(w http.ResponseWriter, r *http.Request) {
 		writeNodeError(w, err, s.log)
 		return
 	}
+	s.renewStarted(r.Context(), sb)
 	httpkit.Atoll.JSON(w, http.StatusOK, sb)
 }
 

@@ -369,6 +369,8 @@ type serving struct {
 	proxy        *portproxy.Proxy
 	proxyLn      net.Listener
 	handler      http.Handler
+	// mounts clone vaults into sandboxes; nil when vaults are off.
+	mounts *vaultMounts
 	// local is handler without the cluster's router: what a request routed
 	// here from another node is served with.
 	local http.Handler
@@ -640,6 +642,7 @@ func (s *serving) buildHandler(ctx context.Context) error {
 			return err
 		}
 		scfg.VaultMounts = mounts
+		s.mounts = mounts
 	}
 	if s.cluster.store != nil {
 		scfg.Nodes = nodes{s.cluster.store}

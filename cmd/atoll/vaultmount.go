@@ -131,8 +131,20 @@ func (m *vaultMounts) upload(ctx context.Context, id, dir string, write func(io.
 }
 
 // Mount implements server.VaultMounts: one clone after the other (a
-// sandbox has a few).
+// sandbox has a few). A sandbox another node of the cluster runs is left
+// alone: its clones go through its agent, which only its node reaches, so
+// that node mounted them when it ran the sandbox (mountPlaced), before the
+// create came back here.
 func (m *vaultMounts) Mount(ctx context.Context, sb api.Sandbox) error {
+	if sb.Node != m.svc.Node() {
+		return nil
+	}
+	return m.mount(ctx, sb)
+}
+
+// mount clones sb.Vaults into sandbox sb, which this node runs, for the
+// context's tenant.
+func (m *vaultMounts) mount(ctx context.Context, sb api.Sandbox) error {
 	for _, v := range sb.Vaults {
 		tok, err := m.token(ctx, sb, v)
 		if err != nil {
@@ -149,8 +161,13 @@ func (m *vaultMounts) Mount(ctx context.Context, sb api.Sandbox) error {
 	return nil
 }
 
-// Renew implements server.VaultMounts.
+// Renew implements server.VaultMounts. A sandbox another node of the
+// cluster runs is left to that node, as in Mount: it renewed the tokens
+// when it started the sandbox (renewStarted), and renews them every round.
 func (m *vaultMounts) Renew(ctx context.Context, sb api.Sandbox) error {
+	if sb.Node != m.svc.Node() {
+		return nil
+	}
 	for _, v := range sb.Vaults {
 		tok, err := m.token(ctx, sb, v)
 		if errors.Is(err, errdefs.ErrNotFound) {
@@ -268,4 +285,57 @@ func (m *vaultMounts) count(ctx context.Context, t, name string) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// owner is ctx as the tenant of sandbox id (the node-to-node calls carry
+// none), for the vaults the sandbox mounts, which are its tenant's.
+func (s *serving) owner(ctx context.Context, id string) (context.Context, error) {
+	row, err := s.state.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return tenant.NewContext(ctx, row.Tenant), nil
+}
+
+// renewStarted writes fresh vault tokens into sb, which this node has just
+// started for another node (the start endpoint: an archived sandbox moved
+// here), as that node's server does for a sandbox it starts itself.
+func (s *serving) renewStarted(ctx context.Context, sb api.Sandbox) {
+	if len(sb.Vaults) == 0 || sb.State != api.StateRunning || s.mounts == nil {
+		return
+	}
+	tctx, err := s.owner(ctx, sb.ID)
+	if err == nil {
+		err = s.mounts.Renew(tctx, sb)
+	}
+	if err != nil {
+		s.log.Warn("writing a started sandbox's vault tokens", "sandbox", sb.ID, "err", err)
+	}
+}
+
+// mountPlaced clones the vaults of sb, which this node has just run for a
+// create another node took (the run endpoint): as that node's server does
+// for a sandbox it runs itself, the sandbox is deleted if a clone fails,
+// so the create answers with its vaults there or not at all. The vault
+// cache here is brought up to the shared store as for any request, and the
+// token key is the cluster's, so the clone's token is good on every node.
+func (s *serving) mountPlaced(ctx context.Context, sb api.Sandbox) error {
+	if len(sb.Vaults) == 0 {
+		return nil
+	}
+	ctx = context.WithoutCancel(ctx) // the sandbox exists: finish either way
+	err := fmt.Errorf("%w: this node keeps no vaults", errdefs.ErrUnavailable)
+	if s.mounts != nil {
+		var tctx context.Context
+		if tctx, err = s.owner(ctx, sb.ID); err == nil {
+			err = s.mounts.mount(tctx, sb)
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	if derr := s.svc.Delete(ctx, sb.ID); derr != nil {
+		s.log.Error("deleting a sandbox whose vaults could not be cloned", "sandbox", sb.ID, "err", derr)
+	}
+	return fmt.Errorf("cloning its vaults into sandbox %s: %w", sb.ID, err)
 }
