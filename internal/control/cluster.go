@@ -133,7 +133,7 @@ func (s *Service) createPlaced(ctx context.Context, sb store.Sandbox, req api.Cr
 	if err == nil && req.Explain && len(sb.Placement) > 0 {
 		var p api.Placement
 		if json.Unmarshal(sb.Placement, &p) == nil {
-			p.Sandbox = out.ID // another, if a warm sandbox served it
+			p.Sandbox = out.ID // another, if a warm or prestarted sandbox served it
 			out.Placement = &p
 		}
 	}
@@ -174,7 +174,9 @@ func (s *Service) Placement(ctx context.Context, id string) (api.Placement, erro
 // recorded itself. A node's internal endpoint calls it for Peers.RunOn.
 // Another node's sandbox, or one not creating, is a conflict; one the
 // placed-row sweep discarded meanwhile is not found. A create refused for
-// want of a turn (a Busy error) gives its placement back at once.
+// want of a turn (a Busy error) gives its placement back at once. A
+// sandbox served warm or from a prestarted process is answered under that
+// one's ID, the placed row gone.
 func (s *Service) RunPlaced(ctx context.Context, id string) (api.Sandbox, error) {
 	if err := checkID(id); err != nil {
 		return api.Sandbox{}, err
@@ -227,6 +229,12 @@ func (s *Service) RunPlaced(ctx context.Context, id string) (api.Sandbox, error)
 			s.discard(ctx, sb)
 			return api.Sandbox{}, err
 		}
+	}
+	// A prestarted process saves the process start, as on one machine;
+	// the sandbox is then its, under its ID.
+	if unlockPre, ok := s.servePrestarted(ctx, &sb); ok {
+		defer unlockPre()
+		s.log.Debug("serving a placement from a prestarted sandbox", "sandbox", sb.ID, "placed", id, "op", "create")
 	}
 	snapPull, err := s.startCreated(ctx, &sb, tmpl, snap)
 	if err != nil {

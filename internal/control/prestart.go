@@ -146,3 +146,39 @@ func (s *Service) newSandboxes(ctx context.Context, sbs []store.Sandbox) error {
 func idMap(slot int) runtime.IDMap {
 	return runtime.IDMap{HostID: uint32(uidBase + slot*uidRange), Size: uidRange}
 }
+
+// servePrestarted has placed row sb, which the caller holds locked, served
+// by a prestarted sandbox of its runtime if this node has one, as a warm
+// sandbox serves a warm placement (runWarm): sb takes the prestarted
+// sandbox's ID and slot, the placed row goes in the same write, and its
+// placement record moves to sb. sb cannot keep the placed ID: the process
+// is the runtime's under its own ID, and its uid range and network are
+// those of its slot. It returns the unlock of sb's new ID; on any failure
+// sb is left as it was, placed, to start cold.
+func (s *Service) servePrestarted(ctx context.Context, sb *store.Sandbox) (unlock func(), ok bool) {
+	taken := s.pools.TakePrestarted(sb.Runtime)
+	if len(taken) == 0 {
+		return nil, false
+	}
+	pre := taken[0]
+	rec, err := s.store.Placement(ctx, sb.ID)
+	if err != nil {
+		s.DiscardIf(ctx, pre.ID, statePrestarted)
+		return nil, false
+	}
+	placed := *sb
+	sb.ID, sb.Slot, sb.Placement = pre.ID, pre.Slot, recordFor(rec, pre.ID)
+	unlock = s.lock(sb.ID)
+	if err := s.serveState(ctx, sb, placed.ID, statePrestarted); err != nil {
+		// Taken out of the pool, it would be no one's (a tenant at its
+		// quota counts the placed row and this one in that write): it
+		// is discarded, the pool makes another, and the create starts
+		// cold.
+		unlock()
+		s.log.Warn("serving a placement from a prestarted sandbox", "sandbox", pre.ID, "placed", placed.ID, "err", err)
+		s.DiscardIf(ctx, pre.ID, statePrestarted)
+		*sb = placed
+		return nil, false
+	}
+	return unlock, true
+}
