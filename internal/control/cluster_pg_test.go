@@ -13,6 +13,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/lifecycle"
 	"github.com/atoll-dev/atoll/internal/store"
 	"github.com/atoll-dev/atoll/internal/store/postgres"
+	"github.com/atoll-dev/atoll/internal/tenant"
 	"github.com/atoll-dev/atoll/internal/testenv/pgtest"
 )
 
@@ -165,6 +166,28 @@ func TestClusterPrestartServesPlacement(t *testing.T) {
 	}
 	if res, err := a.agentClient(a.sock(t, got.ID)).Exec(ctx, api.ExecRequest{Cmd: []string{"sh", "-c", "test \"$E\" = 1"}}); err != nil || res.ExitCode != 0 {
 		t.Errorf("exec in the sandbox served from a prestarted process, with its environment: %+v, %v", res, err)
+	}
+
+	// A tenant whose quota the placed row fills is served all the same:
+	// the placed row's charge goes with it, in the same write.
+	if err := pg.SetQuota(ctx, tenant.Default, store.Quota{Sandboxes: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); len(pre) != 1 || pre[0] == got.ID; pre = prestarted() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no process was prestarted again: %v", pre)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	got, err = a.Create(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != pre[0] || got.State != api.StateRunning || !a.alive(t, got.ID) {
+		t.Errorf("placed cold at the tenant's quota: %s %s; want the prestarted %s running", got.ID, got.State, pre[0])
+	}
+	if _, err := a.Create(ctx, api.CreateSandboxRequest{}); !errors.Is(err, errdefs.ErrQuota) {
+		t.Errorf("a create over the tenant's quota: %v, want refused", err)
 	}
 }
 

@@ -13,7 +13,8 @@ import (
 
 // ServeWarm is Update of pooled sandbox sb (its stored state one of from),
 // which now serves the warm placement recorded as row placed, and the
-// delete of that row, in one transaction. Place counts a node's pooled
+// delete of that row, in one transaction; a prestarted sandbox serving a
+// cold placement is written the same way. Place counts a node's pooled
 // sandboxes less the warm placements creating there: written apart, the
 // pooled sandbox would be gone while its placement still counted, and a
 // placement checked between the two writes would find the node's warm
@@ -25,21 +26,24 @@ func (s *Store) ServeWarm(ctx context.Context, placed string, sb *store.Sandbox,
 	if err := checkText(sb); err != nil {
 		return err
 	}
+	// The placed row goes first: what it charged its tenant is then not
+	// counted twice when sb's update checks the quota (a tenant the
+	// placed row brought to its quota is served all the same).
 	return s.write(ctx, func(tx pgx.Tx) error {
-		if err := update(ctx, tx, s.as, sb, from); err != nil {
-			return err
-		}
 		var cur, node string
 		err := tx.QueryRow(ctx, `DELETE FROM sandboxes WHERE id = $1 RETURNING state, node`, placed).Scan(&cur, &node)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
 			return err
+		default:
+			if err := s.as.owns(placed, node, node); err != nil {
+				return err
+			}
+			if err := transition(ctx, tx, placed, cur, "deleted", ""); err != nil {
+				return err
+			}
 		}
-		if err := s.as.owns(placed, node, node); err != nil {
-			return err
-		}
-		return transition(ctx, tx, placed, cur, "deleted", "")
+		return update(ctx, tx, s.as, sb, from)
 	})
 }
