@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/store"
 )
@@ -38,10 +39,7 @@ type Summarizer interface {
 
 // CompactResult is what a compaction did: its commit ("" if there was
 // nothing to roll up) and the day files rolled into each week's file.
-type CompactResult struct {
-	Commit string              `json:"commit,omitempty"`
-	Weeks  map[string][]string `json:"weeks"` // week file → day files
-}
+type CompactResult = api.VaultCompaction
 
 // compactAttempts bounds the retries when pushes keep moving the branch.
 const compactAttempts = 8
@@ -75,9 +73,20 @@ func ParseBefore(s string, now time.Time) (time.Time, error) {
 	return t, nil
 }
 
-// Compact rolls the daily timeline files of vault name dated before
+// Compact rolls the daily timeline files of the context's tenant's
+// vault name into their week files, with the default summarizer: those
+// of the days before req.Before (default DefaultBefore(now)).
+func (s *Service) Compact(ctx context.Context, name string, req api.VaultCompactRequest) (api.VaultCompaction, error) {
+	before, err := ParseBefore(req.Before, time.Now().UTC())
+	if err != nil {
+		return api.VaultCompaction{}, err
+	}
+	return s.CompactBefore(ctx, name, before, nil)
+}
+
+// CompactBefore rolls the daily timeline files of vault name dated before
 // before into their week files, with sum (nil: Deterministic).
-func (s *Service) Compact(ctx context.Context, name string, before time.Time, sum Summarizer) (CompactResult, error) {
+func (s *Service) CompactBefore(ctx context.Context, name string, before time.Time, sum Summarizer) (CompactResult, error) {
 	v, err := s.lookup(ctx, name)
 	if err != nil {
 		return CompactResult{}, err

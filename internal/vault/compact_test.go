@@ -55,7 +55,7 @@ func TestCompact(t *testing.T) {
 		}
 	})
 	before, _ := vault.ParseBefore("2026-11-16", time.Now())
-	res, err := e.svc.Compact(ctx, "mem", before, nil)
+	res, err := e.svc.CompactBefore(ctx, "mem", before, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestCompact(t *testing.T) {
 	}
 
 	// Again: nothing to do, no commit.
-	res, err = e.svc.Compact(ctx, "mem", before, nil)
+	res, err = e.svc.CompactBefore(ctx, "mem", before, nil)
 	if err != nil || res.Commit != "" {
 		t.Errorf("second compaction: %+v, %v; want no commit", res, err)
 	}
@@ -131,7 +131,7 @@ func TestCompact(t *testing.T) {
 	// a day of a week already rolled up to that week's file.
 	commitFile(t, fresh, "timeline/2026/11/02.md", "# Late\n\nA late note.\n")
 	mustGit(t, fresh, "push", "-q")
-	res, err = e.svc.Compact(ctx, "mem", time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC), nil)
+	res, err = e.svc.CompactBefore(ctx, "mem", time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC), nil)
 	if err != nil || len(res.Weeks) != 2 {
 		t.Fatalf("third compaction: %+v, %v", res, err)
 	}
@@ -150,14 +150,14 @@ func TestCompactBadInput(t *testing.T) {
 			t.Errorf("ParseBefore(%q) = %v, want invalid", s, err)
 		}
 	}
-	if _, err := e.svc.Compact(ctxOf("other"), "mem", time.Now(), nil); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := e.svc.CompactBefore(ctxOf("other"), "mem", time.Now(), nil); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("another tenant's vault: %v, want not found", err)
 	}
-	if _, err := e.svc.Compact(ctx, "../x", time.Now(), nil); !errors.Is(err, errdefs.ErrInvalid) {
+	if _, err := e.svc.CompactBefore(ctx, "../x", time.Now(), nil); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Errorf("a bad name: %v, want invalid", err)
 	}
 	// An empty vault has nothing to compact.
-	if res, err := e.svc.Compact(ctx, "mem", time.Now(), nil); err != nil || res.Commit != "" {
+	if res, err := e.svc.CompactBefore(ctx, "mem", time.Now(), nil); err != nil || res.Commit != "" {
 		t.Errorf("empty vault: %+v, %v", res, err)
 	}
 }
@@ -180,7 +180,7 @@ func TestCompactYear(t *testing.T) {
 	writeDays(t, dir, time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), 365)
 	mustGit(t, dir, "push", "-q", "origin", "HEAD:main")
 	start := time.Now()
-	res, err := e.svc.Compact(ctx, "mem", time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), nil)
+	res, err := e.svc.CompactBefore(ctx, "mem", time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), nil)
 	took := time.Since(start)
 	if err != nil {
 		t.Fatal(err)
@@ -193,4 +193,32 @@ func TestCompactYear(t *testing.T) {
 		t.Errorf("%d days into %d weeks, want 365 into 53", n, len(res.Weeks))
 	}
 	t.Logf("compaction of 365 daily files into %d weeks: %v", len(res.Weeks), took)
+}
+
+func TestCompactRequest(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxOf("acme")
+	e.svc.Create(ctx, api.CreateVaultRequest{Name: "mem"})
+	dir := e.clone("acme-key", "mem")
+	writeDays(t, dir, time.Now().UTC().AddDate(0, 0, -30), 31)
+	mustGit(t, dir, "push", "-q", "origin", "HEAD:main")
+	if _, err := e.svc.Compact(ctx, "mem", api.VaultCompactRequest{Before: "2026-02-30"}); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("a bad date: %v, want invalid", err)
+	}
+	// The default window keeps the current week's days.
+	res, err := e.svc.Compact(ctx, "mem", api.VaultCompactRequest{})
+	if err != nil || res.Commit == "" {
+		t.Fatalf("Compact: %+v, %v", res, err)
+	}
+	monday := vault.DefaultBefore(time.Now().UTC())
+	if _, err := e.svc.Show(ctx, "mem", "timeline/"+time.Now().UTC().Format("2006/01/02")+".md", ""); err != nil {
+		t.Errorf("today's file was rolled up: %v", err)
+	}
+	for _, days := range res.Weeks {
+		for _, d := range days {
+			if dt, _ := time.Parse("timeline/2006/01/02.md", d); !dt.Before(monday) {
+				t.Errorf("%s rolled up, on or after %s", d, monday)
+			}
+		}
+	}
 }
