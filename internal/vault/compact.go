@@ -112,19 +112,26 @@ func (s *Service) compactOnce(ctx context.Context, v store.Vault, before time.Ti
 	if err != nil {
 		return res, err
 	}
-	head, err := s.head(ctx, v)
+	// The head is the cache's, whose objects are there to read: if the
+	// store has moved on since, the compare-and-set fails and the next
+	// attempt reads the newer one.
+	refs, err := s.localRefs(ctx, dir)
+	head := refs[mainRef]
 	if err != nil || head == "" {
 		return res, err
 	}
-	out, err := s.run(ctx, dir, nil, nil, "ls-tree", "-r", "--name-only", "--full-tree", head, "--", "timeline/")
+	out, err := s.run(ctx, dir, nil, nil, "ls-tree", "-r", "--full-tree", head, "--", "timeline/")
 	if err != nil {
 		return res, err
 	}
 	days := map[string]time.Time{}
 	var paths []string
-	for _, p := range lines(out) {
+	for _, l := range lines(out) {
+		// "<mode> <type> <oid>\t<path>": files only, not symlinks or
+		// submodules, which the server stores but never follows.
+		meta, p, ok := strings.Cut(l, "\t")
 		m := dayPattern.FindStringSubmatch(p)
-		if m == nil {
+		if !ok || m == nil || !strings.HasPrefix(meta, "100644 blob ") && !strings.HasPrefix(meta, "100755 blob ") {
 			continue
 		}
 		d, err := time.Parse("2006-01-02", m[1]+"-"+m[2]+"-"+m[3])

@@ -222,3 +222,26 @@ func TestCompactRequest(t *testing.T) {
 		}
 	}
 }
+
+// TestCompactSkipsSymlinks: a symlink at a day's path is stored, never
+// followed nor rolled up.
+func TestCompactSkipsSymlinks(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxOf("acme")
+	e.svc.Create(ctx, api.CreateVaultRequest{Name: "mem"})
+	dir := e.clone("acme-key", "mem")
+	os.MkdirAll(filepath.Join(dir, "timeline/2026/01"), 0o755)
+	if err := os.Symlink("/etc/passwd", filepath.Join(dir, "timeline/2026/01/05.md")); err != nil {
+		t.Fatal(err)
+	}
+	commitFile(t, dir, "timeline/2026/01/06.md", "# Tue\n\nReal day.\n")
+	mustGit(t, dir, "push", "-q", "origin", "HEAD:main")
+	res, err := e.svc.CompactBefore(ctx, "mem", time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC), nil)
+	if err != nil || len(res.Weeks["timeline/weekly/2026-W02.md"]) != 1 || res.Weeks["timeline/weekly/2026-W02.md"][0] != "timeline/2026/01/06.md" {
+		t.Fatalf("Compact: %+v, %v", res, err)
+	}
+	w, _ := e.svc.Show(ctx, "mem", "timeline/weekly/2026-W02.md", "")
+	if strings.Contains(string(w), "root:") || strings.Contains(string(w), "2026-01-05") {
+		t.Errorf("the symlink was followed or rolled up:\n%s", w)
+	}
+}
