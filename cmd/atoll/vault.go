@@ -35,7 +35,7 @@ admin's. See docs/vault.md.`,
   atoll vault credentials notes --env`,
 	}
 	cmd.AddCommand(newVaultCreateCmd(g), newVaultListCmd(g), newVaultInspectCmd(g), newVaultRmCmd(g), newVaultLogCmd(g), newVaultShowCmd(g),
-		newVaultSearchCmd(g), newVaultLinksCmd(g), newVaultCredentialsCmd(g))
+		newVaultSearchCmd(g), newVaultLinksCmd(g), newVaultCredentialsCmd(g), newVaultCompactCmd(g))
 	return cmd
 }
 

@@ -100,6 +100,7 @@ func (s *Server) routes() []route {
 		{"GET", vaultPath + "/files/{path...}", true, s.vaultFile},
 		{"GET", vaultPath + "/search", true, s.vaultSearch},
 		{"GET", vaultPath + "/links", true, s.vaultLinks},
+		{"POST", vaultPath + "/compact", true, s.vaultCompact},
 		{"POST", "/v1/keys", true, s.admin(s.createKey)},
 		{"GET", "/v1/keys", true, s.admin(s.listKeys)},
 		{"DELETE", "/v1/keys/{key}", true, s.admin(s.deleteKey)},

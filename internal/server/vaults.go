@@ -36,6 +36,9 @@ type Vaults interface {
 	// Credentials mints object-storage credentials limited to a vault's
 	// objects; errdefs.ErrConflict if the server mints none.
 	Credentials(ctx context.Context, name string, req api.VaultCredentialsRequest) (api.VaultCredentials, error)
+	// Compact rolls a vault's old daily timeline files into week files;
+	// errdefs.ErrInvalid for a bad date.
+	Compact(ctx context.Context, name string, req api.VaultCompactRequest) (api.VaultCompaction, error)
 	// ServeGit serves git's smart HTTP protocol for vault name: rest is
 	// what follows /git/<name>.git/.
 	ServeGit(w http.ResponseWriter, r *http.Request, name, rest string)
@@ -255,4 +258,22 @@ func (s *Server) serveGitToken(w http.ResponseWriter, r *http.Request, vs Vaults
 		return
 	}
 	vs.ServeGit(w, r.WithContext(tenant.NewContext(r.Context(), t)), name, rest)
+}
+
+func (s *Server) vaultCompact(w http.ResponseWriter, r *http.Request) {
+	var req api.VaultCompactRequest
+	if err := decodeJSON(w, r, &req, true); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	vs, ok := s.vaults(w, r)
+	if !ok {
+		return
+	}
+	res, err := vs.Compact(r.Context(), r.PathValue("name"), req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
 }

@@ -6,3 +6,7 @@ func SetAfterCommit(s *Service, f func() error) { s.afterCommit = f }
 
 // HookAddr is where s listens for its hooks.
 func HookAddr(s *Service) string { return s.ln.Addr().String() }
+
+// SetBeforeCompactCommit sets what runs before a compaction's commit goes
+// to the store, for the test of a push racing it.
+func SetBeforeCompactCommit(s *Service, f func()) { s.beforeCompactCommit = f }

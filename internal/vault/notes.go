@@ -4,6 +4,7 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"time"
 )
 
 // Notes: what the index reads of a Markdown file. Its frontmatter (a
@@ -219,6 +220,31 @@ func (r *resolver) resolve(target string) string {
 	}
 	if p, ok := r.byName[strings.TrimSuffix(k, ".md")]; ok {
 		return p
+	}
+	return r.rolledUp(t)
+}
+
+// dayLink is a link to a day: timeline/YYYY/MM/DD or YYYY-MM-DD.
+var dayLink = regexp.MustCompile(`^(?:timeline/([0-9]{4})/([0-9]{2})/([0-9]{2})(?:\.md)?|([0-9]{4})-([0-9]{2})-([0-9]{2}))$`)
+
+// rolledUp resolves a link to a day whose file compaction removed to
+// the week file it was rolled into (compact.go), which holds the day's
+// section "## YYYY-MM-DD"; "" if there is none.
+func (r *resolver) rolledUp(t string) string {
+	m := dayLink.FindStringSubmatch(t)
+	if m == nil {
+		return ""
+	}
+	ymd := m[1] + "-" + m[2] + "-" + m[3]
+	if m[1] == "" {
+		ymd = m[4] + "-" + m[5] + "-" + m[6]
+	}
+	d, err := time.Parse("2006-01-02", ymd)
+	if err != nil {
+		return ""
+	}
+	if w := WeekPath(d); r.paths[w] {
+		return w
 	}
 	return ""
 }

@@ -111,6 +111,9 @@ type Service struct {
 	// afterCommit, set by tests, runs after a push is committed to the
 	// store; an error refuses the push to git as a crash there would.
 	afterCommit func() error
+	// beforeCompactCommit, set by tests, runs before a compaction's
+	// commit goes to the store (compact.go).
+	beforeCompactCommit func()
 }
 
 type vaultLock struct {

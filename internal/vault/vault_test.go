@@ -526,6 +526,7 @@ func TestPostgres(t *testing.T) {
 		"Delete":                       TestDelete,
 		"SearchAfterPush":              TestSearchAfterPush,
 		"IndexUpdatedAsBuiltAnew":      TestIndexUpdatedAsBuiltAnew,
+		"Compact":                      TestCompact,
 	} {
 		t.Run(name, test)
 	}

@@ -117,3 +117,12 @@ func (c *Client) VaultCredentials(ctx context.Context, name string, req api.Vaul
 	err := c.do(ctx, request{method: "POST", path: vaultPath(name, "/credentials"), json: req}, &v)
 	return v, err
 }
+
+// CompactVault rolls vault name's daily timeline files of the days before
+// req.Before (default: before the current ISO week) into their week
+// files, in one commit; a compaction with nothing to do makes none.
+func (c *Client) CompactVault(ctx context.Context, name string, req api.VaultCompactRequest) (api.VaultCompaction, error) {
+	var res api.VaultCompaction
+	err := c.do(ctx, request{method: "POST", path: vaultPath(name, "/compact"), json: req}, &res)
+	return res, err
+}
