@@ -2,7 +2,11 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"strconv"
+
+	"github.com/atoll-dev/atoll/internal/errdefs"
 )
 
 // Most handlers are one shape: the resource the path names, maybe a JSON
@@ -122,4 +126,18 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, status int, v a
 		return
 	}
 	writeJSON(w, status, v)
+}
+
+// queryLimit reads the optional ?limit= of r, 1 to most; 0 when absent
+// (the service's default).
+func queryLimit(r *http.Request, most int) (int, error) {
+	l := r.URL.Query().Get("limit")
+	if l == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(l)
+	if err != nil || n < 1 || n > most {
+		return 0, fmt.Errorf("%w: limit must be 1 to %d", errdefs.ErrInvalid, most)
+	}
+	return n, nil
 }

@@ -98,11 +98,7 @@ func (s *Server) getVault(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v, err := vs.Get(r.Context(), r.PathValue("name"))
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, v)
+	s.respond(w, r, http.StatusOK, v, err)
 }
 
 func (s *Server) deleteVault(w http.ResponseWriter, r *http.Request) {
@@ -132,11 +128,7 @@ func (s *Server) vaultCredentials(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c, err := vs.Credentials(r.Context(), r.PathValue("name"), req)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, c)
+	s.respond(w, r, http.StatusOK, c, err)
 }
 
 func (s *Server) vaultLog(w http.ResponseWriter, r *http.Request) {
@@ -144,14 +136,10 @@ func (s *Server) vaultLog(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	limit := 0
-	if l := r.URL.Query().Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > 1000 {
-			s.writeError(w, r, fmt.Errorf("%w: limit must be 1 to 1000", errdefs.ErrInvalid))
-			return
-		}
-		limit = n
+	limit, err := queryLimit(r, 1000)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
 	log, err := vs.Log(r.Context(), r.PathValue("name"), r.URL.Query().Get("rev"), limit)
 	if err != nil {
@@ -271,9 +259,5 @@ func (s *Server) vaultCompact(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := vs.Compact(r.Context(), r.PathValue("name"), req)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, res)
+	s.respond(w, r, http.StatusOK, res, err)
 }

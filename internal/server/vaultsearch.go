@@ -1,11 +1,7 @@
 package server
 
 import (
-	"fmt"
 	"net/http"
-	"strconv"
-
-	"github.com/atoll-dev/atoll/internal/errdefs"
 )
 
 // The index of a vault (vault.Service.Search and Links): full-text search
@@ -16,21 +12,13 @@ func (s *Server) vaultSearch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	limit := 0
-	if l := r.URL.Query().Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > 200 {
-			s.writeError(w, r, fmt.Errorf("%w: limit must be 1 to 200", errdefs.ErrInvalid))
-			return
-		}
-		limit = n
-	}
-	res, err := vs.Search(r.Context(), r.PathValue("name"), r.URL.Query().Get("q"), limit)
+	limit, err := queryLimit(r, 200)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, res)
+	res, err := vs.Search(r.Context(), r.PathValue("name"), r.URL.Query().Get("q"), limit)
+	s.respond(w, r, http.StatusOK, res, err)
 }
 
 func (s *Server) vaultLinks(w http.ResponseWriter, r *http.Request) {
@@ -39,9 +27,5 @@ func (s *Server) vaultLinks(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := vs.Links(r.Context(), r.PathValue("name"), r.URL.Query().Get("path"))
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, res)
+	s.respond(w, r, http.StatusOK, res, err)
 }
