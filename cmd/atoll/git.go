@@ -140,12 +140,12 @@ if the host asks for one.`,
 	checkout.Flags().BoolVarP(&create, "create", "b", false, "make the branch first")
 
 	add := &cobra.Command{
-		Use:     "add ID PATH [FILE...]",
-		Short:   "Stage changes",
-		Long:    `Stage the named files (relative to the repository), or every change when none is named.`,
+		Use:   "add ID PATH [FILE...]",
+		Short: "Stage changes",
+		Long:  `Stage the named files (relative to the repository), or every change when none is named.`,
 		Example: `  atoll git add $id repo
   atoll git add $id repo src/main.go README.md`,
-		Args:    cobra.MinimumNArgs(2),
+		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			gt, err := gitOf(args[0])
 			if err != nil {
@@ -189,9 +189,9 @@ if the host asks for one.`,
 	}
 	var pushOpts, pullOpts atoll.GitRemoteOptions
 	push := remoteCmd(&cobra.Command{
-		Use:     "push ID PATH [--remote R] [--branch B] [--set-upstream] [--username U]",
-		Short:   "Push a repository's commits",
-		Long:    `Push the repository at PATH, with the password or token in $` + gitPasswordEnv + ` if the host asks for one.`,
+		Use:   "push ID PATH [--remote R] [--branch B] [--set-upstream] [--username U]",
+		Short: "Push a repository's commits",
+		Long:  `Push the repository at PATH, with the password or token in $` + gitPasswordEnv + ` if the host asks for one.`,
 		Example: `  ATOLL_GIT_PASSWORD=$TOKEN atoll git push $id repo
   ATOLL_GIT_PASSWORD=$TOKEN atoll git push $id repo --branch feature --set-upstream`,
 	}, &pushOpts, (*atoll.Git).Push)

@@ -148,7 +148,7 @@ var gitFailures = []struct {
 	{"not a git repository", ErrNotFound},
 	{"did not match any file(s) known to git", ErrNotFound},
 	{"invalid reference", ErrNotFound}, // switch to no such branch
-	{"remote branch", ErrNotFound}, // "Remote branch X not found in upstream origin"
+	{"remote branch", ErrNotFound},     // "Remote branch X not found in upstream origin"
 	{"already exists and is not an empty directory", ErrConflict},
 	{"already exists", ErrConflict}, // a branch that exists
 	{"[rejected]", ErrConflict},     // a push that is not a fast-forward
