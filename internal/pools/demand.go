@@ -27,6 +27,13 @@ import (
 // the window has passed without a create: the rolling count is exact, so
 // a rate falls to zero, not towards it.
 //
+// Prestarted processes are not bound to a template: a cold create takes
+// one whatever its template. A node keeps about the cold creates it
+// expects within Horizon, its share of the cluster's rate less what its
+// warm pools are sized to serve, within --prestart; as for the pools, half
+// its room bounds the filling, not what it keeps. None while nobody
+// creates.
+//
 // A single machine keeps the fixed sizes: its one node is where every
 // create lands, the operator sized --warm-pool for it, and a pool that
 // follows demand would only start later than one kept full.
@@ -130,16 +137,17 @@ func share(wants []want, nodes, budget int) {
 }
 
 // demandTargets are the pools' targets from the cluster's demand (see
-// above), or nil if it cannot be read: the pools then stay as they are.
-func (p *Service) demandTargets(ctx context.Context) map[string]target {
+// above) and how many processes to keep prestarted; !ok if the demand
+// cannot be read: the pools then stay as they are.
+func (p *Service) demandTargets(ctx context.Context) (_ map[string]target, prestart, prestartKeep int, ok bool) {
 	d, room, err := p.sizer.Sizing(ctx)
 	if err != nil {
 		p.log.Warn("reading the cluster's demand for warm pools", "err", err)
-		return nil
+		return nil, 0, 0, false
 	}
 	ts, err := p.store.ListTemplates(ctx)
 	if err != nil {
-		return nil
+		return nil, 0, 0, false
 	}
 	type version struct {
 		name string
@@ -165,6 +173,15 @@ func (p *Service) demandTargets(ctx context.Context) map[string]target {
 	keep := slices.Clone(wants)
 	share(keep, d.Nodes, p.poolSize)
 	share(wants, d.Nodes, min(p.poolSize, (room+1)/2))
+	expected, warm, warmKept := 0.0, 0, 0
+	for i, w := range wants {
+		expected += w.rate * Horizon / float64(max(d.Nodes, 1))
+		warm += w.n
+		warmKept += keep[i].n
+	}
+	cold := int(math.Ceil(expected))
+	prestart = min(p.prestartSize, max(0, cold-warm), max(0, (room+1)/2-warm))
+	prestartKeep = max(prestart, min(p.prestartSize, max(0, cold-warmKept)))
 	kept := map[string]int{}
 	for _, w := range keep {
 		kept[w.key] = w.n
@@ -183,7 +200,7 @@ func (p *Service) demandTargets(ctx context.Context) map[string]target {
 			targets[k] = target{name: c.name, v: c.v, n: n, keep: max(n, tg.keep)}
 		}
 	}
-	return targets
+	return targets, prestart, prestartKeep, true
 }
 
 // Count counts a create of template version v ("" the built-in) this

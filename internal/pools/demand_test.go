@@ -272,3 +272,74 @@ func TestTakeWaiting(t *testing.T) {
 		t.Error("the take did not get the sandbox that was starting")
 	}
 }
+
+// TestDemandSizesPrestart: on a cluster node the prestarted processes
+// follow demand too: the cold creates the node expects (its share of the
+// rate less what its warm pool serves), within --prestart, filled within
+// half its room, and none while nobody creates; those beyond are
+// discarded.
+func TestDemandSizesPrestart(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "atoll.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	sz := &sizer{}
+	sz.set(nil, 20)
+	p := New(Config{Store: st, Templates: host{}, Sandboxes: &rows{st: st}, DefaultTemplate: "host", WarmPool: 1,
+		Prestart: 5, Sizer: sz, BuiltIn: "host"})
+	count := func() (pooled, prestarted int) {
+		sbs, err := st.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sb := range sbs {
+			switch sb.State {
+			case lifecycle.Pooled:
+				pooled++
+			case lifecycle.Prestarted:
+				prestarted++
+			}
+		}
+		return pooled, prestarted
+	}
+	waitFor := func(pooled, prestarted int, why string) {
+		t.Helper()
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			p.Wake()
+			p.mu.Lock()
+			held := len(p.prestarted)
+			p.mu.Unlock()
+			if a, b := count(); a == pooled && b == prestarted && held == prestarted {
+				return
+			}
+			if time.Now().After(deadline) {
+				a, b := count()
+				t.Fatalf("%s: %d pooled, %d prestarted (%d held); want %d and %d", why, a, b, held, pooled, prestarted)
+			}
+		}
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(runCtx) }()
+	defer func() { cancel(); <-done }()
+
+	time.Sleep(100 * time.Millisecond)
+	if a, b := count(); a != 0 || b != 0 {
+		t.Errorf("no demand: %d pooled, %d prestarted; want none", a, b)
+	}
+	sz.set(map[string]float64{"": 12}, 20) // 4 a minute here, 1 of them warm
+	waitFor(1, 3, "12 creates a minute on 3 nodes")
+	sz.set(map[string]float64{"": 60}, 20)
+	waitFor(1, 5, "demand beyond --prestart")
+	// Room bounds the filling, not what is kept: a burst filling the
+	// node is about to take them.
+	sz.set(map[string]float64{"": 60}, 4)
+	time.Sleep(sizeEvery + 500*time.Millisecond)
+	waitFor(1, 5, "room for 4 more")
+	sz.set(map[string]float64{"": 12}, 20)
+	waitFor(1, 3, "demand falls back")
+	sz.set(nil, 20)
+	waitFor(0, 0, "nobody creates")
+}

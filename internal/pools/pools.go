@@ -17,6 +17,7 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,6 +104,10 @@ type Service struct {
 	sizeMu  sync.Mutex
 	sized   map[string]target
 	sizedAt time.Time
+	// sizedPrestart is how many processes the demand last said to fill
+	// prestarted and keepPrestart how many to keep before discarding any
+	// (with a Sizer; prestartSize is the most of both). Under sizeMu.
+	sizedPrestart, keepPrestart int
 
 	// mu guards warm and prestarted. It is a leaf: nothing else is locked
 	// while it is held, and no call leaves the package under it.
@@ -211,8 +216,8 @@ func (p *Service) targets(ctx context.Context) map[string]target {
 		p.sizeMu.Lock()
 		defer p.sizeMu.Unlock()
 		if now := time.Now(); now.Sub(p.sizedAt) >= sizeEvery {
-			if t := p.demandTargets(ctx); t != nil {
-				p.sized = t
+			if t, pre, keep, ok := p.demandTargets(ctx); ok {
+				p.sized, p.sizedPrestart, p.keepPrestart = t, pre, keep
 			}
 			p.sizedAt = now
 		}
@@ -373,12 +378,36 @@ func (p *Service) Take(key string) (string, bool) {
 	return id, true
 }
 
+// prestartTarget is how many processes to fill prestarted, and how many
+// to keep: --prestart, or on a cluster node what the demand last said
+// (demand.go), which fillPool's round of targets has just read.
+func (p *Service) prestartTarget() (fill, keep int) {
+	if p.sizer == nil {
+		return p.prestartSize, p.prestartSize
+	}
+	p.sizeMu.Lock()
+	defer p.sizeMu.Unlock()
+	return p.sizedPrestart, p.keepPrestart
+}
+
 // fillPrestarted tops the prestarted sandboxes up to their target, one at
-// a time.
+// a time, and following demand, first discards the newest beyond what it
+// keeps.
 func (p *Service) fillPrestarted(ctx context.Context) {
+	want, keep := p.prestartTarget()
+	p.mu.Lock()
+	var extra []store.Sandbox
+	if n := len(p.prestarted); n > keep {
+		extra = slices.Clone(p.prestarted[keep:])
+		p.prestarted = p.prestarted[:keep]
+	}
+	p.mu.Unlock()
+	for _, sb := range extra {
+		p.sandboxes.DiscardIf(ctx, sb.ID, lifecycle.Prestarted)
+	}
 	for ctx.Err() == nil && !p.held.Load() && !p.isBusy() {
 		p.mu.Lock()
-		short := len(p.prestarted) < p.prestartSize
+		short := len(p.prestarted) < want
 		p.mu.Unlock()
 		if !short {
 			return
