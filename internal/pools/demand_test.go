@@ -100,15 +100,7 @@ func (s *sizer) set(rates map[string]float64, room int) {
 // nothing once nobody creates the template.
 func TestDemandSizing(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "atoll.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	sz := &sizer{}
-	sz.set(nil, 20)
-	p := New(Config{Store: st, Templates: host{}, Sandboxes: &rows{st: st}, DefaultTemplate: "host", WarmPool: 4,
-		Sizer: sz, BuiltIn: "host"})
+	p, st, sz := sizedService(t, 4, 0)
 	pooled := func() int {
 		sbs, err := st.List(ctx)
 		if err != nil {
@@ -280,15 +272,7 @@ func TestTakeWaiting(t *testing.T) {
 // discarded.
 func TestDemandSizesPrestart(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "atoll.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	sz := &sizer{}
-	sz.set(nil, 20)
-	p := New(Config{Store: st, Templates: host{}, Sandboxes: &rows{st: st}, DefaultTemplate: "host", WarmPool: 1,
-		Prestart: 5, Sizer: sz, BuiltIn: "host"})
+	p, st, sz := sizedService(t, 1, 5)
 	count := func() (pooled, prestarted int) {
 		sbs, err := st.List(ctx)
 		if err != nil {
@@ -342,4 +326,20 @@ func TestDemandSizesPrestart(t *testing.T) {
 	waitFor(1, 3, "demand falls back")
 	sz.set(nil, 20)
 	waitFor(0, 0, "nobody creates")
+}
+
+// sizedService is a cluster node's pools over a store of their own, with
+// --warm-pool warm and --prestart prestart, sized by a sizer that reports
+// no demand and room for 20 until the test sets it.
+func sizedService(t *testing.T, warm, prestart int) (*Service, store.Store, *sizer) {
+	t.Helper()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "atoll.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	sz := &sizer{}
+	sz.set(nil, 20)
+	return New(Config{Store: st, Templates: host{}, Sandboxes: &rows{st: st}, DefaultTemplate: "host", WarmPool: warm,
+		Prestart: prestart, Sizer: sz, BuiltIn: "host"}), st, sz
 }
