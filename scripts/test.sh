@@ -22,6 +22,9 @@ done
 # which needs node 20.18 or later); any install of them will do.
 command -v node >/dev/null 2>&1 || need="$need nodejs"
 command -v npm >/dev/null 2>&1 || need="$need npm"
+# Debian's chromium is the browser the dashboard's test drives
+# (cmd/atoll/dashboard_e2e_test.go, through playwright-core).
+dpkg -s chromium >/dev/null 2>&1 || need="$need chromium"
 # The vm runtime: QEMU, a guest kernel (Debian's, with its modules), and
 # the tools that make its disks (erofs and ext4 images, copied back with
 # rsync; xz unpacks the kernel for a direct PVH boot). Without
@@ -57,6 +60,9 @@ if ! go mod tidy -diff; then
 	exit 1
 fi
 go vet ./...
+# The Node programs' pinned packages (their tests would install them on
+# first use too): playwright-core for the dashboard's browser test.
+(cd cmd/atoll/testdata/dashboard && npm ci --no-audit --no-fund --loglevel=error)
 
 # What this run tests against: package updates change these under an
 # unchanged tree (a new guest kernel once broke every vm boot).

@@ -45,6 +45,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/store/sqlite"
 	"github.com/atoll-dev/atoll/internal/stscreds"
 	"github.com/atoll-dev/atoll/internal/tlsca"
+	"github.com/atoll-dev/atoll/internal/ui"
 	"github.com/atoll-dev/atoll/internal/vault"
 )
 
@@ -656,7 +657,9 @@ func (s *serving) buildHandler(ctx context.Context) error {
 		return err
 	}
 	s.local = srv.Handler()
-	defer func() { s.handler = s.route(s.local) }()
+	// The dashboard is static files that call the API like any client:
+	// every node serves its own copy, in front of the cluster's router.
+	defer func() { s.handler = ui.Mount(s.route(s.local)) }()
 	if !s.cfg.e2b {
 		return nil
 	}

@@ -60,7 +60,9 @@ func (s *Server) forward(hasPID, jsonBody bool) http.HandlerFunc {
 				// The agent trusts its socket, not keys; don't hand it the tenant's key.
 				pr.Out.Header.Del("Authorization")
 				pr.Out.Header.Del("X-Api-Key")
+				stripWSKey(pr.Out.Header)
 			},
+			ModifyResponse: selectWSProtocol,
 			Transport: &http.Transport{
 				DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 					return dial(ctx)

@@ -247,7 +247,9 @@ func (r *headerRecorder) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// authenticate requires an API key in "Authorization: Bearer KEY" or "X-API-Key: KEY".
+// authenticate requires an API key in "Authorization: Bearer KEY" or
+// "X-API-Key: KEY", or for a websocket handshake in its subprotocols
+// (wsauth.go).
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("X-API-Key")
@@ -255,6 +257,9 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			if h := r.Header.Get("Authorization"); len(h) > 7 && equalFold(h[:7], "bearer ") {
 				key = h[7:]
 			}
+		}
+		if key == "" {
+			key = wsKey(r)
 		}
 		if key == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="atoll"`)

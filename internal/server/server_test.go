@@ -461,6 +461,12 @@ func (a *testAgent) handler() http.Handler {
 		writeJSON(w, 200, api.FileInfo{Name: filepath.Base(req.Path), Path: req.Path, Type: api.FileTypeDir, Mode: 0o755, ModTime: time.Unix(0, 0).UTC()})
 	})
 	mux.HandleFunc("GET /processes/{pid}/ws", func(w http.ResponseWriter, r *http.Request) {
+		// The agent trusts its socket: a key must never reach it
+		// (wsauth.go).
+		if strings.Contains(strings.Join(r.Header.Values("Sec-WebSocket-Protocol"), ","), wsKeyProtocol) {
+			http.Error(w, "the agent was handed an API key", http.StatusBadRequest)
+			return
+		}
 		c, err := websocket.Accept(w, r, nil)
 		if err != nil {
 			return
