@@ -48,6 +48,7 @@ type Store interface {
 	Keys
 	Tenants
 	Vaults
+	Usage
 	// TenantInUse reports whether tenant t has keys, sandboxes,
 	// snapshots or vaults.
 	TenantInUse(ctx context.Context, t string) (bool, error)

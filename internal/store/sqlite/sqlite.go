@@ -212,8 +212,12 @@ func migrate(db *sql.DB) error {
 	if _, err := db.Exec(tenantsSchema); err != nil {
 		return err
 	}
-	// Memory vaults (vaults.go), last.
-	_, err := db.Exec(vaultSchema)
+	// Memory vaults (vaults.go).
+	if _, err := db.Exec(vaultSchema); err != nil {
+		return err
+	}
+	// Usage metering (usage.go), last.
+	_, err := db.Exec(usageSchema)
 	return err
 }
 

@@ -54,6 +54,7 @@ func Run(t *testing.T, open Open) {
 		{"QuotaStorm", testQuotaStorm},
 		{"Vaults", testVaults},
 		{"VaultRefs", testVaultRefs},
+		{"Usage", testUsage},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, s) })
 	}
