@@ -66,6 +66,9 @@ type UsageRow struct {
 	// reads them from LastUsage so that it neither loses nor counts twice
 	// what the sandbox used while the meter was down.
 	CPUCounter, NetInCounter, NetOutCounter int64
+	// Instance names the run of the sandbox the counters belong to (its
+	// init's start time): a new run starts them again from zero.
+	Instance int64
 }
 
 // Add adds o's figures (not its identity or counters) to r's.
@@ -92,13 +95,13 @@ const UsageSums = `SUM(r.seconds), SUM(r.cpu_us), SUM(r.mem_byte_s), SUM(r.disk_
 
 // UsageColumns are a usage row's columns, in UsageValues' order.
 const UsageColumns = `sandbox_id, start, node, seconds, cpu_us, mem_byte_s, disk_byte_s, snapshot_byte_s, archive_byte_s,
-	net_in, net_out, running_ms, paused_ms, suspended_ms, stopped_ms, archived_ms, cpu_counter, net_in_counter, net_out_counter`
+	net_in, net_out, running_ms, paused_ms, suspended_ms, stopped_ms, archived_ms, cpu_counter, net_in_counter, net_out_counter, instance`
 
 // UsageValues are r's values for UsageColumns.
 func (r *UsageRow) UsageValues() []any {
 	return []any{r.Sandbox, r.Start.Unix(), r.Node, r.Seconds, r.CPUMicros, r.MemoryByteSec, r.DiskByteSec,
 		r.SnapshotByteSec, r.ArchiveByteSec, r.NetInBytes, r.NetOutBytes, r.RunningMs, r.PausedMs, r.SuspendedMs,
-		r.StoppedMs, r.ArchivedMs, r.CPUCounter, r.NetInCounter, r.NetOutCounter}
+		r.StoppedMs, r.ArchivedMs, r.CPUCounter, r.NetInCounter, r.NetOutCounter, r.Instance}
 }
 
 // UsageSumDest are pointers into r for the columns "r.sandbox_id,
@@ -113,7 +116,7 @@ func (r *UsageRow) UsageSumDest(start *int64) []any {
 func (r *UsageRow) UsageDest(start *int64) []any {
 	return []any{&r.Sandbox, start, &r.Node, &r.Seconds, &r.CPUMicros, &r.MemoryByteSec, &r.DiskByteSec,
 		&r.SnapshotByteSec, &r.ArchiveByteSec, &r.NetInBytes, &r.NetOutBytes, &r.RunningMs, &r.PausedMs, &r.SuspendedMs,
-		&r.StoppedMs, &r.ArchivedMs, &r.CPUCounter, &r.NetInCounter, &r.NetOutCounter}
+		&r.StoppedMs, &r.ArchivedMs, &r.CPUCounter, &r.NetInCounter, &r.NetOutCounter, &r.Instance}
 }
 
 // UsageColumnsOf is UsageColumns with each column prefixed by p ("r.").

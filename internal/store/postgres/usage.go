@@ -30,7 +30,7 @@ func (s *Store) PutUsage(ctx context.Context, rows []store.UsageRow) error {
 		for i := range rows {
 			r := &rows[i]
 			labels, _ := json.Marshal(orEmpty(r.Labels))
-			b.Queue(`INSERT INTO usage (`+store.UsageColumns+`) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19)
+			b.Queue(`INSERT INTO usage (`+store.UsageColumns+`) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20)
 				ON CONFLICT (sandbox_id, start) DO NOTHING`, r.UsageValues()...)
 			b.Queue(`INSERT INTO usage_sandboxes (sandbox_id, tenant, template, labels, node, last_start) VALUES ($1,$2,$3,$4,$5,$6)
 				ON CONFLICT (sandbox_id) DO UPDATE SET tenant = excluded.tenant, template = excluded.template, labels = excluded.labels,

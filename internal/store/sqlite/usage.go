@@ -35,6 +35,7 @@ CREATE TABLE IF NOT EXISTS usage (
 	cpu_counter INTEGER NOT NULL,
 	net_in_counter INTEGER NOT NULL,
 	net_out_counter INTEGER NOT NULL,
+	instance INTEGER NOT NULL,
 	PRIMARY KEY (sandbox_id, start)
 );
 CREATE INDEX IF NOT EXISTS usage_start ON usage(start);
@@ -59,7 +60,7 @@ func (s *Store) PutUsage(ctx context.Context, rows []store.UsageRow) error {
 		for i := range rows {
 			r := &rows[i]
 			labels, _ := json.Marshal(orEmpty(r.Labels))
-			if _, err := tx.ExecContext(ctx, `INSERT INTO usage (`+store.UsageColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+			if _, err := tx.ExecContext(ctx, `INSERT INTO usage (`+store.UsageColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
 				ON CONFLICT (sandbox_id, start) DO NOTHING`, r.UsageValues()...); err != nil {
 				return fmt.Errorf("recording usage of %s: %w", r.Sandbox, err)
 			}

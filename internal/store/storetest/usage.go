@@ -22,7 +22,7 @@ func usageRow(sb, tn, node string, sec int, cpu int64) store.UsageRow {
 		Start: usageBase.Add(time.Duration(sec) * time.Second), Seconds: 10,
 		CPUMicros: cpu, MemoryByteSec: 10 << 30, DiskByteSec: 1 << 20, SnapshotByteSec: 3, ArchiveByteSec: 4,
 		NetInBytes: 5, NetOutBytes: 6, RunningMs: 10000, PausedMs: 1, SuspendedMs: 2, StoppedMs: 3, ArchivedMs: 4,
-		CPUCounter: cpu * 1000, NetInCounter: 50, NetOutCounter: 60,
+		CPUCounter: cpu * 1000, NetInCounter: 50, NetOutCounter: 60, Instance: 77,
 	}
 }
 
@@ -67,7 +67,7 @@ func testUsage(t *testing.T, s suite) {
 		if tn != "" {
 			r.Tenant = tn
 		}
-		r.CPUCounter, r.NetInCounter, r.NetOutCounter = 0, 0, 0
+		r.CPUCounter, r.NetInCounter, r.NetOutCounter, r.Instance = 0, 0, 0, 0
 		one := r
 		r.Seconds, r.MemoryByteSec, r.DiskByteSec, r.SnapshotByteSec, r.ArchiveByteSec = 0, 0, 0, 0, 0
 		r.NetInBytes, r.NetOutBytes, r.RunningMs, r.PausedMs, r.SuspendedMs, r.StoppedMs, r.ArchivedMs = 0, 0, 0, 0, 0, 0, 0

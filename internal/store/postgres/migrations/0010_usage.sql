@@ -21,6 +21,7 @@ CREATE TABLE usage (
 	cpu_counter bigint NOT NULL,
 	net_in_counter bigint NOT NULL,
 	net_out_counter bigint NOT NULL,
+	instance bigint NOT NULL,
 	PRIMARY KEY (sandbox_id, start)
 );
 CREATE INDEX usage_start ON usage (start);
