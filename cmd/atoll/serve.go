@@ -46,6 +46,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/stscreds"
 	"github.com/atoll-dev/atoll/internal/tlsca"
 	"github.com/atoll-dev/atoll/internal/ui"
+	"github.com/atoll-dev/atoll/internal/usage"
 	"github.com/atoll-dev/atoll/internal/vault"
 )
 
@@ -63,6 +64,8 @@ type serveConfig struct {
 	// creates in flight and waiting (admission control; 0: defaults)
 	createConcurrency, createQueue int
 	metricsInterval                time.Duration
+	usageInterval                  time.Duration
+	noUsage                        bool
 	archive                        string
 	// cluster joins a cluster (--cluster and the --node- flags).
 	cluster      clusterConfig
@@ -145,6 +148,8 @@ the data directory (port-key).`,
 	f.IntVar(&cfg.prestart, "prestart", 4, "sandbox processes to keep started ahead of demand for forks and other creates (0: none); in cluster mode the most a node keeps, sized by its demand")
 	f.IntVar(&cfg.createConcurrency, "create-concurrency", 0, "creates that may start sandboxes at once (default 2 per core); more wait in a queue")
 	f.DurationVar(&cfg.metricsInterval, "metrics-interval", 5*time.Second, "how often running sandboxes are sampled for their metrics (E2B's interval is 5s)")
+	f.DurationVar(&cfg.usageInterval, "usage-interval", usage.DefaultInterval, "how often every sandbox's usage is metered and written (at most 10s)")
+	f.BoolVar(&cfg.noUsage, "no-usage", false, "do not meter usage (GET /v1/usage still answers from what was metered)")
 	f.IntVar(&cfg.createQueue, "create-queue", 0, "creates that may wait for their turn (default 256); beyond it, and after 30 s of waiting, a create is answered 503 with Retry-After")
 	f.StringVar(&cfg.archive, "archive", "", "object storage URL for archived sandboxes: file:///dir, or s3://bucket?region=R (S3-compatible: &endpoint=URL&use_path_style=true) with credentials from AWS_* variables or ~/.aws (default file://<data>/archive)")
 	f.StringVar(&cfg.vaultSTSRole, "vault-sts-role", "", "IAM role (arn:aws:iam::ACCOUNT:role/NAME) that atoll vault credentials assumes through STS to mint temporary credentials limited to one vault's objects; needs an s3:// --blob (docs/vault.md)")
@@ -412,6 +417,10 @@ func (s *serving) openData(context.Context) (err error) {
 // first API key if it has none. The archive URL first: a wrong one fails
 // before the layer image is made.
 func (s *serving) openStores(ctx context.Context) error {
+	// Rows are whole seconds long, and billing promises 10 s at most.
+	if i := s.cfg.usageInterval; i < time.Second || i > usage.DefaultInterval || i%time.Second != 0 {
+		return fmt.Errorf("--usage-interval %s: want whole seconds from 1s to %s", i, usage.DefaultInterval)
+	}
 	archiveURL := s.cfg.archive
 	if archiveURL == "" {
 		if s.cfg.cluster.url != "" {
@@ -577,6 +586,7 @@ func (s *serving) startControl(ctx context.Context) error {
 		Store: s.state, Node: s.node, Logger: s.log,
 		WarmPool: cfg.warmPool, Prestart: cfg.prestart, Archive: s.archive,
 		CreateConcurrency: cfg.createConcurrency, CreateQueue: cfg.createQueue, MetricsInterval: cfg.metricsInterval,
+		UsageInterval: cfg.usageInterval, NoUsage: cfg.noUsage,
 	}
 	if s.cluster.member != nil {
 		ccfg.Placer, ccfg.Peers, ccfg.Mover = placer{s.cluster.sched}, peers{&s.cluster}, mover{&s.cluster}
@@ -618,7 +628,8 @@ func (s *serving) startPortProxy(ctx context.Context) error {
 // buildHandler is the API: atoll's REST API, and E2B's beside it with
 // --e2b.
 func (s *serving) buildHandler(ctx context.Context) error {
-	scfg := server.Config{Sandboxes: s.svc, Templates: s.svc.Templates(), Runtimes: s.svc, Auth: s.keys, Keys: s.keys, Tenants: s.svc.Tenants(), Logger: s.log, Version: version}
+	scfg := server.Config{Sandboxes: s.svc, Templates: s.svc.Templates(), Runtimes: s.svc, Auth: s.keys, Keys: s.keys, Tenants: s.svc.Tenants(),
+		Usage: usage.Reporter{Store: s.state}, Logger: s.log, Version: version}
 	// Memory vaults: packs in the archive's object store, refs in the
 	// state store; git is needed (the README's packages have it).
 	// Mounts counts the sandboxes that mount a vault (vaultmount.go),

@@ -35,6 +35,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/store"
 	"github.com/atoll-dev/atoll/internal/templates"
+	"github.com/atoll-dev/atoll/internal/usage"
 	"github.com/atoll-dev/atoll/internal/tenant"
 	"github.com/atoll-dev/atoll/internal/vault"
 )
@@ -76,6 +77,11 @@ type Config struct {
 	// MetricsInterval is how often running sandboxes are sampled for
 	// their metrics; default metrics.DefaultInterval (5 s, E2B's).
 	MetricsInterval time.Duration
+	// UsageInterval is how often the usage meter samples every sandbox
+	// of the node and writes its usage (package usage); default
+	// usage.DefaultInterval. NoUsage turns metering off.
+	UsageInterval time.Duration
+	NoUsage       bool
 	// Placer and Peers make the Service a node of a cluster, with a
 	// named Node and a fenced store (see cluster.go); nil on a single
 	// machine.
@@ -188,6 +194,9 @@ type Service struct {
 	checkpoints string
 	// metrics samples running sandboxes (metrics.go).
 	metrics *metrics.Sampler
+	// meter meters the node's sandboxes' usage (usage.go); nil when
+	// metering is off.
+	meter *usage.Meter
 }
 
 // uidBase is the first host uid of sandbox ranges: far above the ids a host
@@ -272,6 +281,10 @@ func New(cfg Config) (*Service, error) {
 		BuiltIn: layers.HostTemplate,
 	}, cfg.Demand, cfg.Capacity)
 	s.metrics = metrics.New(metrics.Config{Source: meterSource{s}, Interval: cfg.MetricsInterval, Logger: cfg.Logger})
+	if !cfg.NoUsage {
+		s.meter = usage.New(usage.Config{Source: &usageSource{s: s}, Store: cfg.Store, Node: s.name,
+			Interval: cfg.UsageInterval, Logger: cfg.Logger})
+	}
 	if s.runtimes[d.Runtime] == nil {
 		return nil, fmt.Errorf("default runtime %q is not available", d.Runtime)
 	}
@@ -290,6 +303,13 @@ func (s *Service) Run(ctx context.Context) {
 		defer wg.Done()
 		s.metrics.Run(ctx)
 	}()
+	if s.meter != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.meter.Run(ctx)
+		}()
+	}
 	go func() {
 		defer wg.Done()
 		s.pools.Run(ctx)

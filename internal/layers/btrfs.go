@@ -214,7 +214,18 @@ type btrfsInoLookupArgs struct {
 // up to date at each transaction commit, so it can lag writes by the
 // commit interval (30 s by default).
 func (s *Store) WritableUsage(id string) (used, quota int64, err error) {
-	w := s.WritableDir(id)
+	return subvolumeUsage(s.WritableDir(id))
+}
+
+// SnapshotUsage is what snapshot id refers to, in bytes, as its btrfs
+// quota group counts it (see WritableUsage).
+func (s *Store) SnapshotUsage(id string) (int64, error) {
+	used, _, err := subvolumeUsage(s.snapshotDir(id))
+	return used, err
+}
+
+// subvolumeUsage reads the level-0 quota group of the subvolume at w.
+func subvolumeUsage(w string) (used, quota int64, err error) {
 	f, err := os.Open(w)
 	if err != nil {
 		return 0, 0, err

@@ -33,14 +33,19 @@ func (s *Server) getMetrics(w http.ResponseWriter, r *http.Request) {
 // timeRange reads the start and end query parameters of r (timeParam),
 // either zero if absent; start must not be after end.
 func timeRange(r *http.Request) (start, end time.Time, err error) {
-	if start, err = timeParam(r, "start"); err != nil {
+	return timeRangeOf(r, "start", "end")
+}
+
+// timeRangeOf is timeRange of the parameters named first and last.
+func timeRangeOf(r *http.Request, first, last string) (start, end time.Time, err error) {
+	if start, err = timeParam(r, first); err != nil {
 		return start, end, err
 	}
-	if end, err = timeParam(r, "end"); err != nil {
+	if end, err = timeParam(r, last); err != nil {
 		return start, end, err
 	}
 	if !start.IsZero() && !end.IsZero() && start.After(end) {
-		return start, end, fmt.Errorf("%w: start is after end", errdefs.ErrInvalid)
+		return start, end, fmt.Errorf("%w: %s is after %s", errdefs.ErrInvalid, first, last)
 	}
 	return start, end, nil
 }

@@ -104,6 +104,7 @@ func (s *Server) routes() []route {
 		{"POST", "/v1/keys", true, s.admin(s.createKey)},
 		{"GET", "/v1/keys", true, s.admin(s.listKeys)},
 		{"DELETE", "/v1/keys/{key}", true, s.admin(s.deleteKey)},
+		{"GET", "/v1/usage", true, s.getUsage},
 		{"GET", "/v1/tenants", true, s.admin(s.listTenants)},
 		{"GET", "/v1/tenants/{tenant}", true, s.getTenant},
 		{"PUT", "/v1/tenants/{tenant}/quota", true, s.admin(s.setQuota)},

@@ -135,6 +135,7 @@ type Config struct {
 	Nodes     Nodes   // nil (one machine, not a cluster): the node routes answer 409 conflict
 	Tenants   Tenants // nil: the tenant routes answer 503 unavailable
 	Vaults    Vaults  // nil: the vault routes answer 503 unavailable
+	Usage     Usage   // nil: GET /v1/usage answers 503 unavailable
 	// VaultMounts clone vaults into sandboxes and check their tokens;
 	// nil: a create with vaults is 503 and the git endpoint takes API
 	// keys only.
