@@ -115,6 +115,9 @@ commas: a node that cannot be reached is skipped.`,
 	tn := newTenantCmd(g)
 	tn.GroupID = "server"
 	root.AddCommand(tn)
+	use := newUsageCmd(g)
+	use.GroupID = "server"
+	root.AddCommand(use)
 	node := newNodeCmd(g)
 	node.GroupID = "server"
 	root.AddCommand(node)
