@@ -52,8 +52,8 @@ type UsageEntry struct {
 	SnapshotGiBHours float64 `json:"snapshot_gib_hours"`
 	ArchiveGiBHours  float64 `json:"archive_gib_hours"`
 	// Network bytes into and out of the sandboxes.
-	NetInBytes  int64 `json:"net_in_bytes"`
-	NetOutBytes int64 `json:"net_out_bytes"`
+	NetInBytes  int64 `json:"network_in_bytes"`
+	NetOutBytes int64 `json:"network_out_bytes"`
 	// Seconds in each state.
 	States UsageStates `json:"states"`
 }
