@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net"
@@ -210,7 +211,22 @@ func (a *Agent) Handler() http.Handler {
 			return
 		}
 		mux.ServeHTTP(w, r)
+		drainBody(r)
 	}))
+}
+
+// drainBody reads what the client sent of r's body that the handler did
+// not, before the answer goes out. Go's server reads at most 256 KiB of
+// an unread body and then closes the connection; a client that sends its
+// whole body before it reads the answer (Python's http.client, curl with
+// a file) is then reset mid-send and never sees the answer, a refusal such
+// as 400 for a bad path included. A connection the handler hijacked (the
+// terminal's websocket) has no body to drain.
+func drainBody(r *http.Request) {
+	if r.Body == nil || r.Body == http.NoBody || r.Header.Get("Upgrade") != "" {
+		return
+	}
+	io.Copy(io.Discard, r.Body)
 }
 
 // handleSetEnv replaces the default environment of processes started from now on.

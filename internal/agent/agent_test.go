@@ -1,9 +1,12 @@
 package agent
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -228,4 +231,47 @@ func TestRecoverer(t *testing.T) {
 	if diff := cmp.Diff(api.Error{Code: "internal", Message: "internal error"}, got); w.Code != 500 || diff != "" {
 		t.Errorf("status %d, body diff (-want +got):\n%s", w.Code, diff)
 	}
+}
+
+// TestEarlyAnswerWithBody sends large bodies the way Python's http.client
+// does, the whole body before reading the answer, to requests the agent
+// refuses without reading them: the refusal must arrive, not a reset, and
+// the connection stay usable.
+func TestEarlyAnswerWithBody(t *testing.T) {
+	env := startAgent(t, Config{})
+	conn, err := net.Dial("unix", filepath.Join(env.dir, "agent.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	body := bytes.Repeat([]byte("x"), 8<<20) // far above what Go's server discards for us
+	for _, target := range []string{"/files?path=relative", "/files?path=/x&mode=999999", "/files/tar?path=relative"} {
+		req := fmt.Sprintf("PUT %s HTTP/1.1\r\nHost: agent\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n", target, len(body))
+		if _, err := conn.Write(append([]byte(req), body...)); err != nil {
+			t.Fatalf("%s: sending the body: %v", target, err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: reading the answer: %v", target, err)
+		}
+		var e api.Error
+		json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || e.Code != api.CodeInvalid {
+			t.Errorf("%s: %d %+v, want 400 invalid", target, resp.StatusCode, e)
+		}
+		if resp.Close {
+			t.Errorf("%s: the agent closes the connection after the answer", target)
+		}
+	}
+	// The same connection still answers.
+	if _, err := conn.Write([]byte("GET /health HTTP/1.1\r\nHost: agent\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("health after the refusals: %v %v", resp, err)
+	}
+	resp.Body.Close()
 }
