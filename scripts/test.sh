@@ -15,7 +15,9 @@ need=""
 # sandbox's root (internal/runtime/lowers).
 # postgresql is the store of cluster mode (internal/store/postgres): the
 # run starts a throwaway server of it below.
-for p in btrfs-progs erofs-utils python3 git iproute2 util-linux procps debootstrap curl postgresql; do
+# python3-venv and python3-pip install the Python SDK (sdk/python) into a
+# venv with no package index, as a user would (cmd/atoll's TestPythonSDK).
+for p in btrfs-progs erofs-utils python3 python3-venv python3-pip git iproute2 util-linux procps debootstrap curl postgresql; do
 	dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 # node and npm run the official e2b SDK against atoll (cmd/atoll/e2b_test.go,
