@@ -90,7 +90,7 @@ commas: a node that cannot be reached is skipped.`,
 		c.GroupID = "snapshots"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{newExecCmd(g), newShellCmd(g), newCpCmd(g), newGitCmd(g)} {
+	for _, c := range []*cobra.Command{newExecCmd(g), newShellCmd(g), newCpCmd(g), newGitCmd(g), newMCPCmd(g)} {
 		c.GroupID = "inside"
 		root.AddCommand(c)
 	}
@@ -127,18 +127,25 @@ commas: a node that cannot be reached is skipped.`,
 // client returns a client of the server the flags, environment or data
 // directory name.
 func (g *globals) client() (*atoll.Client, error) {
-	url, err := setting(g.url, "ATOLL_URL", dataDir(g.data).URL())
-	if err != nil {
-		return nil, err
-	}
-	if url == "" {
-		return nil, errors.New("no server: set --url or ATOLL_URL, or run \"atoll serve\" (which writes " + dataDir(g.data).URL() + ")")
-	}
-	key, err := setting(g.apiKey, "ATOLL_API_KEY", dataDir(g.data).APIKey())
+	url, key, err := g.server()
 	if err != nil {
 		return nil, err
 	}
 	return atoll.New(url, key, atoll.WithUserAgent("atoll-cli")), nil
+}
+
+// server is the URL and API key of the server the flags, environment or
+// data directory name.
+func (g *globals) server() (url, key string, err error) {
+	url, err = setting(g.url, "ATOLL_URL", dataDir(g.data).URL())
+	if err != nil {
+		return "", "", err
+	}
+	if url == "" {
+		return "", "", errors.New("no server: set --url or ATOLL_URL, or run \"atoll serve\" (which writes " + dataDir(g.data).URL() + ")")
+	}
+	key, err = setting(g.apiKey, "ATOLL_API_KEY", dataDir(g.data).APIKey())
+	return url, key, err
 }
 
 // setting is flag, else $env, else the contents of file, else "".

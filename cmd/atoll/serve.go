@@ -32,6 +32,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/control"
 	"github.com/atoll-dev/atoll/internal/e2b"
 	"github.com/atoll-dev/atoll/internal/layers"
+	"github.com/atoll-dev/atoll/internal/mcp"
 	"github.com/atoll-dev/atoll/internal/network"
 	"github.com/atoll-dev/atoll/internal/node"
 	"github.com/atoll-dev/atoll/internal/portproxy"
@@ -663,6 +664,9 @@ func (s *serving) buildHandler(ctx context.Context) error {
 	if s.proxy != nil {
 		scfg.Ports = s.proxy
 	}
+	// MCP at /v1/mcp: its tools call this server's own listener with
+	// the key of the session's first request (internal/mcp).
+	scfg.MCP = mcp.NewHandler(mcp.HandlerConfig{URL: func() string { return s.url }, Version: version, Logger: s.log})
 	srv, err := server.New(scfg)
 	if err != nil {
 		return err

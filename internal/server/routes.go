@@ -101,6 +101,11 @@ func (s *Server) routes() []route {
 		{"GET", vaultPath + "/search", true, s.vaultSearch},
 		{"GET", vaultPath + "/links", true, s.vaultLinks},
 		{"POST", vaultPath + "/compact", true, s.vaultCompact},
+		// MCP's streamable HTTP transport: POST carries messages, GET
+		// opens a session's stream, DELETE ends a session.
+		{"POST", "/v1/mcp", true, s.mcp},
+		{"GET", "/v1/mcp", true, s.mcp},
+		{"DELETE", "/v1/mcp", true, s.mcp},
 		{"POST", "/v1/keys", true, s.admin(s.createKey)},
 		{"GET", "/v1/keys", true, s.admin(s.listKeys)},
 		{"DELETE", "/v1/keys/{key}", true, s.admin(s.deleteKey)},

@@ -21,6 +21,16 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: s.cfg.Version})
 }
 
+// mcp hands an authenticated request to the MCP handler, whose sessions
+// act with the request's key.
+func (s *Server) mcp(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.MCP == nil {
+		s.writeError(w, r, fmt.Errorf("%w: this server does not serve MCP", errdefs.ErrUnavailable))
+		return
+	}
+	s.cfg.MCP.ServeHTTP(w, r)
+}
+
 func (s *Server) listRuntimes(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Runtimes == nil {
 		s.writeError(w, r, fmt.Errorf("%w: this server does not list its runtimes", errdefs.ErrUnavailable))

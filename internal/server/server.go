@@ -140,8 +140,12 @@ type Config struct {
 	// nil: a create with vaults is 503 and the git endpoint takes API
 	// keys only.
 	VaultMounts VaultMounts
-	Logger      *slog.Logger // default slog.Default()
-	Version     string       // reported by GET /v1/health
+	// MCP serves the Model Context Protocol at /v1/mcp (internal/mcp's
+	// streamable HTTP handler) to authenticated requests; nil: 503
+	// unavailable.
+	MCP     http.Handler
+	Logger  *slog.Logger // default slog.Default()
+	Version string       // reported by GET /v1/health
 	// Ready, if set, is asked by GET /v1/health: an error makes it answer
 	// 503 with the error's message (a cluster node that has lost its
 	// store).
