@@ -88,9 +88,13 @@ func asToolError(err error) *toolError {
 	}
 }
 
+// ErrorMeta is the key in a tool error's _meta of the error's
+// {"code", "message"}.
+const ErrorMeta = "atoll.dev/error"
+
 // toolErrors makes every failed tool call an MCP tool error (isError)
-// whose text starts with atoll's error code and whose structured content
-// is {"code", "message"}, never a JSON-RPC error: a model reads tool
+// whose text is "CODE: message" with atoll's error code, and whose _meta
+// holds the two under ErrorMeta, never a JSON-RPC error: a model reads tool
 // errors and can correct itself. The SDK's own refusals (arguments that do
 // not match the tool's input schema) come as errors of no code: invalid.
 func toolErrors(next mcp.MethodHandler) mcp.MethodHandler {
@@ -109,7 +113,13 @@ func toolErrors(next mcp.MethodHandler) mcp.MethodHandler {
 			te = &toolError{Code: api.CodeInvalid, Message: msg}
 		}
 		r.Content = []mcp.Content{&mcp.TextContent{Text: te.Error()}}
-		r.StructuredContent = te
+		// Not structured content: clients check that against the tool's
+		// output schema, errors or not.
+		r.StructuredContent = nil
+		if r.Meta == nil {
+			r.Meta = mcp.Meta{}
+		}
+		r.Meta[ErrorMeta] = te
 		return r, nil
 	}
 }
