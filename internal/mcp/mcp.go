@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -81,7 +82,11 @@ func asToolError(err error) *toolError {
 		if code == "" {
 			code = api.CodeOf(ae.StatusCode)
 		}
-		return &toolError{Code: code, Message: ae.Error()}
+		// The server's messages often start with their kind ("conflict:
+		// sandbox … is stopped"), which the text puts first already.
+		msg := strings.TrimPrefix(ae.Error(), code+": ")
+		msg = strings.TrimPrefix(msg, strings.ReplaceAll(code, "_", " ")+": ")
+		return &toolError{Code: code, Message: msg}
 	default:
 		// The server could not be reached, or answered too late.
 		return &toolError{Code: api.CodeUnavailable, Message: err.Error()}
