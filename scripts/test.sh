@@ -27,6 +27,10 @@ command -v npm >/dev/null 2>&1 || need="$need npm"
 # Debian's chromium is the browser the dashboard's test drives
 # (cmd/atoll/dashboard_e2e_test.go, through playwright-core).
 dpkg -s chromium >/dev/null 2>&1 || need="$need chromium"
+# The official MCP SDK's client drives atoll's MCP server
+# (cmd/atoll/mcp_e2e_test.go): installed from its package-lock.json once
+# node and npm are (below), as the test would on first run.
+mcpclient=cmd/atoll/testdata/mcp
 # The vm runtime: QEMU, a guest kernel (Debian's, with its modules), and
 # the tools that make its disks (erofs and ext4 images, copied back with
 # rsync; xz unpacks the kernel for a direct PVH boot). Without
@@ -43,6 +47,9 @@ if [ -n "$need" ]; then
 fi
 if [ -n "$vmneed" ]; then
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $vmneed
+fi
+if [ ! -f "$mcpclient/node_modules/@modelcontextprotocol/sdk/package.json" ]; then
+	(cd "$mcpclient" && npm ci --no-audit --no-fund --loglevel=error)
 fi
 # runsc is gVisor, for the gvisor runtime: a current one, built from gVisor's
 # Go module (two minutes, once). Debian 12's runsc (2022) lacks the systrap
