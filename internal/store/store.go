@@ -49,6 +49,7 @@ type Store interface {
 	Tenants
 	Vaults
 	Usage
+	VaultSchedules
 	// TenantInUse reports whether tenant t has keys, sandboxes,
 	// snapshots or vaults.
 	TenantInUse(ctx context.Context, t string) (bool, error)

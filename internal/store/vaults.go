@@ -49,3 +49,61 @@ type Vault struct {
 type RefUpdate struct {
 	Name, Old, New string
 }
+
+// VaultSchedules are the vaults' compaction schedules and their logs of
+// events (package vault's compaction). The schedule of a cluster's
+// vaults is run by one node at a time: every node looks for the due
+// ones, and the one whose ClaimVaultSchedule moves the next run on is
+// the one that runs it.
+type VaultSchedules interface {
+	// SetVaultSchedule sets vault sc.VaultID's schedule and summarizer,
+	// replacing what it had; ErrNotFound without the vault.
+	SetVaultSchedule(ctx context.Context, sc VaultSchedule) error
+	// VaultSchedule returns vault id's schedule: Every "" and Summarizer
+	// "" if it has none.
+	VaultSchedule(ctx context.Context, id string) (VaultSchedule, error)
+	// DueVaultSchedules returns up to limit schedules (Every not "")
+	// whose Next is at or before now, earliest first, with their vault's
+	// tenant and name.
+	DueVaultSchedules(ctx context.Context, now time.Time, limit int) ([]VaultSchedule, error)
+	// ClaimVaultSchedule moves vault id's Next from was to next if it is
+	// still was, and reports whether it did: of the nodes that found the
+	// schedule due, the one that claimed it runs it.
+	ClaimVaultSchedule(ctx context.Context, id string, was, next time.Time) (bool, error)
+	// AddVaultEvent appends e to its vault's events, of which the newest
+	// MaxVaultEvents are kept.
+	AddVaultEvent(ctx context.Context, e VaultEvent) error
+	// VaultEvents returns vault id's newest events, at most limit, newest
+	// first.
+	VaultEvents(ctx context.Context, id string, limit int) ([]VaultEvent, error)
+}
+
+// MaxVaultEvents bounds the events kept per vault.
+const MaxVaultEvents = 200
+
+// VaultSchedule is a vault's compaction schedule.
+type VaultSchedule struct {
+	VaultID string
+	// Tenant and Name are the vault's, filled in by DueVaultSchedules.
+	Tenant, Name string
+	// Every is "daily", "weekly" or "" (no scheduled compaction).
+	Every string
+	// Summarizer is the command that summarizes the vault's compactions
+	// ("" for the default, deterministic one).
+	Summarizer string
+	// Next is when the next scheduled compaction is due.
+	Next time.Time
+}
+
+// VaultEvent is one thing that happened to a vault outside a push: a
+// compaction made, found nothing to do, or failed.
+type VaultEvent struct {
+	VaultID string
+	At      time.Time
+	Kind    string // "compact"
+	// Trigger says who asked: "api" or "schedule".
+	Trigger string
+	Commit  string // the commit made, if any
+	Error   string // why it failed, if it did
+	Detail  string // what was rolled up, in a line
+}

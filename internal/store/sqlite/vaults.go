@@ -35,6 +35,24 @@ CREATE TABLE IF NOT EXISTS vault_packs (
 	PRIMARY KEY (vault_id, seq),
 	UNIQUE (vault_id, name)
 );
+CREATE TABLE IF NOT EXISTS vault_schedules (
+	vault_id TEXT PRIMARY KEY REFERENCES vaults(id) ON DELETE CASCADE,
+	every TEXT NOT NULL DEFAULT '',
+	summarizer TEXT NOT NULL DEFAULT '',
+	next_at INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS vault_schedules_due ON vault_schedules(next_at) WHERE every <> '';
+CREATE TABLE IF NOT EXISTS vault_events (
+	seq INTEGER PRIMARY KEY AUTOINCREMENT,
+	vault_id TEXT NOT NULL REFERENCES vaults(id) ON DELETE CASCADE,
+	at INTEGER NOT NULL,
+	kind TEXT NOT NULL,
+	trigger TEXT NOT NULL DEFAULT '',
+	commit_id TEXT NOT NULL DEFAULT '',
+	error TEXT NOT NULL DEFAULT '',
+	detail TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS vault_events_vault ON vault_events(vault_id, seq);
 `
 
 // CreateVault records a vault.

@@ -53,6 +53,7 @@ func Run(t *testing.T, open Open) {
 		{"Quotas", testQuotas},
 		{"QuotaStorm", testQuotaStorm},
 		{"Vaults", testVaults},
+		{"VaultSchedules", testVaultSchedules},
 		{"VaultRefs", testVaultRefs},
 		{"Usage", testUsage},
 	} {

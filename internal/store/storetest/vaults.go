@@ -141,3 +141,113 @@ func testVaultRefs(t *testing.T, s suite) {
 		t.Errorf("after reopen: %v %v %v; want main moved, the tag gone, packs p1, q*, p3", refs, packs, err)
 	}
 }
+
+// testVaultSchedules: a schedule is set and read back, found due once
+// its time has come, claimed by one of the racers only, removed with its
+// vault; events come newest first, the oldest past MaxVaultEvents
+// dropped.
+func testVaultSchedules(t *testing.T, s suite) {
+	ctx := context.Background()
+	st := s.fresh(t)
+	for _, v := range []store.Vault{newVault("v1", "acme", "notes"), newVault("v2", "acme", "other")} {
+		if err := st.CreateVault(ctx, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sc, err := st.VaultSchedule(ctx, "v1"); err != nil || sc.Every != "" || sc.Summarizer != "" {
+		t.Errorf("no schedule: %+v, %v", sc, err)
+	}
+	at := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
+	if err := st.SetVaultSchedule(ctx, store.VaultSchedule{VaultID: "nope", Every: "daily", Next: at}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("a schedule of no vault: %v, want not found", err)
+	}
+	want := store.VaultSchedule{VaultID: "v1", Every: "daily", Summarizer: "llm --short", Next: at}
+	if err := st.SetVaultSchedule(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	// v2 has a summarizer but no schedule: never due.
+	if err := st.SetVaultSchedule(ctx, store.VaultSchedule{VaultID: "v2", Summarizer: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.VaultSchedule(ctx, "v1"); err != nil || !cmp.Equal(got, want) {
+		t.Errorf("VaultSchedule = %+v, %v; want %+v", got, err, want)
+	}
+	if due, err := st.DueVaultSchedules(ctx, at.Add(-time.Second), 10); err != nil || len(due) != 0 {
+		t.Errorf("due before its time: %+v, %v", due, err)
+	}
+	due, err := st.DueVaultSchedules(ctx, at, 10)
+	if err != nil || len(due) != 1 || due[0].VaultID != "v1" || due[0].Tenant != "acme" || due[0].Name != "notes" || !due[0].Next.Equal(at) {
+		t.Fatalf("due: %+v, %v", due, err)
+	}
+	// Racers claim it: one wins.
+	next := at.AddDate(0, 0, 1)
+	var wins int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, err := st.ClaimVaultSchedule(ctx, "v1", due[0].Next, next)
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				mu.Lock()
+				wins++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if wins != 1 {
+		t.Errorf("%d claims won, want 1", wins)
+	}
+	if due, _ := st.DueVaultSchedules(ctx, at.Add(time.Hour), 10); len(due) != 0 {
+		t.Errorf("due after the claim: %+v", due)
+	}
+	// Off: never due.
+	if err := st.SetVaultSchedule(ctx, store.VaultSchedule{VaultID: "v1"}); err != nil {
+		t.Fatal(err)
+	}
+	if due, _ := st.DueVaultSchedules(ctx, next.AddDate(1, 0, 0), 10); len(due) != 0 {
+		t.Errorf("due while off: %+v", due)
+	}
+	if ok, _ := st.ClaimVaultSchedule(ctx, "v1", time.Time{}, next); ok {
+		t.Errorf("an off schedule was claimed")
+	}
+
+	// Events.
+	for i := range store.MaxVaultEvents + 3 {
+		e := store.VaultEvent{VaultID: "v1", At: at.Add(time.Duration(i) * time.Minute), Kind: "compact", Trigger: "schedule", Detail: fmt.Sprint(i)}
+		if i == store.MaxVaultEvents+2 {
+			e.Error, e.Detail = "summarizer exited 1: boom", ""
+		}
+		if err := st.AddVaultEvent(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.AddVaultEvent(ctx, store.VaultEvent{VaultID: "nope", At: at, Kind: "compact"}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("an event of no vault: %v, want not found", err)
+	}
+	evs, err := st.VaultEvents(ctx, "v1", 1000)
+	if err != nil || len(evs) != store.MaxVaultEvents {
+		t.Fatalf("events: %d, %v; want %d", len(evs), err, store.MaxVaultEvents)
+	}
+	if evs[0].Error != "summarizer exited 1: boom" || !evs[0].At.Equal(at.Add(time.Duration(store.MaxVaultEvents+2)*time.Minute)) || evs[len(evs)-1].Detail != "3" {
+		t.Errorf("events: newest %+v, oldest %+v", evs[0], evs[len(evs)-1])
+	}
+	if evs, _ := st.VaultEvents(ctx, "v1", 2); len(evs) != 2 {
+		t.Errorf("limit 2: %d events", len(evs))
+	}
+	// Deleting the vault deletes its schedule and events.
+	if err := st.DeleteVault(ctx, "v1"); err != nil {
+		t.Fatal(err)
+	}
+	if evs, _ := st.VaultEvents(ctx, "v1", 10); len(evs) != 0 {
+		t.Errorf("events of a deleted vault: %d", len(evs))
+	}
+	if sc, _ := st.VaultSchedule(ctx, "v1"); sc.Every != "" || sc.Summarizer != "" {
+		t.Errorf("schedule of a deleted vault: %+v", sc)
+	}
+}
