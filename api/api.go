@@ -883,6 +883,14 @@ type Vault struct {
 	Refs      map[string]string `json:"refs,omitempty"`
 	Packs     int               `json:"packs"` // pack files in the object store
 	CreatedAt time.Time         `json:"created_at"`
+	// Compact is the compaction schedule: VaultCompactDaily,
+	// VaultCompactWeekly, or "" for none.
+	Compact string `json:"compact,omitempty"`
+	// NextCompaction is when the schedule runs next.
+	NextCompaction *time.Time `json:"next_compaction,omitempty"`
+	// Summarizer is the command that summarizes its compactions; "" for
+	// the deterministic summarizer.
+	Summarizer string `json:"summarizer,omitempty"`
 }
 
 // VaultLayoutAgent is the layout `atoll vault create --layout agent`
@@ -894,6 +902,11 @@ type CreateVaultRequest struct {
 	Name         string `json:"name"`
 	Layout       string `json:"layout,omitempty"`
 	AllowRewrite bool   `json:"allow_rewrite,omitempty"`
+	// Compact is the compaction schedule (VaultUpdate.Compact); "" for
+	// none.
+	Compact string `json:"compact,omitempty"`
+	// Summarizer is the command of its compactions (VaultUpdate).
+	Summarizer string `json:"summarizer,omitempty"`
 }
 
 // VaultCredentialsRequest is the body of POST /v1/vaults/{name}/credentials.

@@ -22,35 +22,96 @@ import (
 
 // Compaction rolls a vault's daily timeline files (timeline/YYYY/MM/DD.md)
 // older than a window into their ISO week's file
-// (timeline/weekly/YYYY-Www.md, a "## YYYY-MM-DD" section a day) and
-// removes them from the tip in the same commit: they stay in history. The
-// commit takes the path a seed does (commit in repo.go): its pack to the
-// object store, then the main branch compare-and-set from the head it was
-// made on; an agent's push in between makes the compare fail, and
-// compaction starts again from the new head, as a pusher would after a
-// non-fast-forward refusal.
+// (timeline/weekly/YYYY-Www.md, a "## YYYY-MM-DD" section a day), and
+// the week files older than a second window into their month's file
+// (timeline/monthly/YYYY-MM.md, a "## YYYY-Www" section a week), and
+// removes what it rolled up from the tip in the same commit: it stays in
+// history. The commit takes the path a seed does (commit in repo.go): its
+// pack to the object store, then the main branch compare-and-set from the
+// head it was made on; an agent's push in between makes the compare fail,
+// and compaction starts again from the new head, as a pusher would after
+// a non-fast-forward refusal.
 
-// Summarizer turns one day's file into its section of the week's file.
-// The default, Deterministic, needs no model; a command summarizer (run
-// in a sandbox) is for later.
+// Rollup is one file rolled up: a day's into its week's file, or a
+// week's into its month's.
+type Rollup struct {
+	Kind    string // RollupDay or RollupWeek
+	Path    string // the file rolled up (a week's may exist only in this compaction)
+	Into    string // the file it goes into
+	Section string // its section's heading there: YYYY-MM-DD or YYYY-Www
+	Content string // the file's content
+}
+
+// Rollup kinds.
+const (
+	RollupDay  = "day"
+	RollupWeek = "week"
+)
+
+// Summarizer turns a file rolled up into its section of the file it goes
+// into. The default, Deterministic, needs no model; a command of the
+// user's run in a sandbox (summarizer.go) is the other.
 type Summarizer interface {
-	Summarize(ctx context.Context, day time.Time, path, content string) (string, error)
+	Summarize(ctx context.Context, r Rollup) (string, error)
 }
 
 // CompactResult is what a compaction did: its commit ("" if there was
-// nothing to roll up) and the day files rolled into each week's file.
+// nothing to roll up), the day files rolled into each week's file and the
+// week files rolled into each month's.
 type CompactResult = api.VaultCompaction
+
+// CompactOptions say what a compaction rolls up, and how.
+type CompactOptions struct {
+	// Before: the days before it are rolled into their weeks; zero, none.
+	Before time.Time
+	// WeeksBefore: the weeks that ended before it are rolled into their
+	// months; zero, none.
+	WeeksBefore time.Time
+	// Summarizer makes the sections; nil, Deterministic.
+	Summarizer Summarizer
+}
 
 // compactAttempts bounds the retries when pushes keep moving the branch.
 const compactAttempts = 8
 
-// dayPattern is a daily timeline file's path.
-var dayPattern = regexp.MustCompile(`^timeline/([0-9]{4})/([0-9]{2})/([0-9]{2})\.md$`)
+// dayPattern is a daily timeline file's path; weekPattern a week file's.
+var (
+	dayPattern  = regexp.MustCompile(`^timeline/([0-9]{4})/([0-9]{2})/([0-9]{2})\.md$`)
+	weekPattern = regexp.MustCompile(`^timeline/weekly/([0-9]{4})-W([0-9]{2})\.md$`)
+)
 
 // WeekPath is the path of the week file day is rolled into.
 func WeekPath(day time.Time) string {
 	y, w := day.ISOWeek()
 	return fmt.Sprintf("timeline/weekly/%04d-W%02d.md", y, w)
+}
+
+// MonthPath is the path of the month file week file (a WeekPath) is
+// rolled into: its Thursday's month, as ISO gives a week its year; ""
+// if week is no week file.
+func MonthPath(week string) string {
+	mon, ok := weekMonday(week)
+	if !ok {
+		return ""
+	}
+	return "timeline/monthly/" + mon.AddDate(0, 0, 3).Format("2006-01") + ".md"
+}
+
+// weekMonday is the Monday that starts week file p's ISO week.
+func weekMonday(p string) (time.Time, bool) {
+	m := weekPattern.FindStringSubmatch(p)
+	if m == nil {
+		return time.Time{}, false
+	}
+	y, _ := strconv.Atoi(m[1])
+	w, _ := strconv.Atoi(m[2])
+	// January 4th is always in week 1.
+	jan4 := time.Date(y, 1, 4, 0, 0, 0, 0, time.UTC)
+	mon := jan4.AddDate(0, 0, -((int(jan4.Weekday())+6)%7)+7*(w-1))
+	if yy, ww := mon.ISOWeek(); yy != y || ww != w {
+		return time.Time{}, false // W53 of a year of 52
+	}
+	return mon, true
 }
 
 // DefaultBefore is the default window's end: the Monday that starts
@@ -60,53 +121,143 @@ func DefaultBefore(now time.Time) time.Time {
 	return d.AddDate(0, 0, -((int(d.Weekday()) + 6) % 7))
 }
 
+// DefaultWeeksBefore is the weeks' window's end for a days' window that
+// ends at before: the first day of before's month; the weeks that ended
+// before it are rolled up.
+func DefaultWeeksBefore(before time.Time) time.Time {
+	return time.Date(before.Year(), before.Month(), 1, 0, 0, 0, 0, time.UTC)
+}
+
 // ParseBefore parses a compaction's "before" date (YYYY-MM-DD); ""
 // is DefaultBefore(now).
 func ParseBefore(s string, now time.Time) (time.Time, error) {
 	if s == "" {
 		return DefaultBefore(now), nil
 	}
+	return parseDate("before", s)
+}
+
+func parseDate(what, s string) (time.Time, error) {
 	t, err := time.Parse("2006-01-02", s)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("%w: before %.40q: want a date YYYY-MM-DD", errdefs.ErrInvalid, s)
+		return time.Time{}, fmt.Errorf("%w: %s %.40q: want a date YYYY-MM-DD", errdefs.ErrInvalid, what, s)
 	}
 	return t, nil
 }
 
-// Compact rolls the daily timeline files of the context's tenant's
-// vault name into their week files, with the default summarizer: those
-// of the days before req.Before (default DefaultBefore(now)).
+// Compact compacts the context's tenant's vault name as req says: the
+// days before req.Before (default DefaultBefore(now)) into weeks, the
+// weeks that ended before req.WeeksBefore (default DefaultWeeksBefore)
+// into months, with req's summarizer, else the vault's, else the
+// deterministic one. What it did or why it failed is also the vault's
+// event.
 func (s *Service) Compact(ctx context.Context, name string, req api.VaultCompactRequest) (api.VaultCompaction, error) {
 	before, err := ParseBefore(req.Before, time.Now().UTC())
 	if err != nil {
 		return api.VaultCompaction{}, err
 	}
-	return s.CompactBefore(ctx, name, before, nil)
+	weeks := DefaultWeeksBefore(before)
+	if req.WeeksBefore != "" {
+		if weeks, err = parseDate("weeks_before", req.WeeksBefore); err != nil {
+			return api.VaultCompaction{}, err
+		}
+	}
+	if err := checkSummarizer(req.Summarizer); err != nil {
+		return api.VaultCompaction{}, err
+	}
+	v, err := s.lookup(ctx, name)
+	if err != nil {
+		return api.VaultCompaction{}, err
+	}
+	cmd := req.Summarizer
+	if cmd == "" {
+		sc, err := s.cfg.Store.VaultSchedule(ctx, v.ID)
+		if err != nil {
+			return api.VaultCompaction{}, err
+		}
+		cmd = sc.Summarizer
+	}
+	return s.compactLogged(ctx, v, CompactOptions{Before: before, WeeksBefore: weeks}, cmd, "api")
+}
+
+// compactLogged compacts v with the command summarizer cmd ("" for the
+// deterministic one) and records the vault's event of it.
+func (s *Service) compactLogged(ctx context.Context, v store.Vault, opts CompactOptions, cmd, trigger string) (CompactResult, error) {
+	if cmd != "" {
+		c, err := s.commandSummarizer(cmd)
+		if err != nil {
+			return CompactResult{}, err
+		}
+		defer c.close()
+		opts.Summarizer = c
+	}
+	res, err := s.compact(ctx, v, opts)
+	ev := store.VaultEvent{VaultID: v.ID, At: time.Now().UTC(), Kind: "compact", Trigger: trigger, Commit: res.Commit}
+	switch {
+	case err != nil:
+		ev.Error = err.Error()
+	case res.Commit == "":
+		ev.Detail = "nothing to roll up"
+	default:
+		n := 0
+		for _, d := range res.Weeks {
+			n += len(d)
+		}
+		ev.Detail = fmt.Sprintf("%d days into %d weeks, %d weeks into %d months", n, len(res.Weeks), countValues(res.Months), len(res.Months))
+	}
+	if lerr := s.cfg.Store.AddVaultEvent(context.WithoutCancel(ctx), ev); lerr != nil && !errors.Is(lerr, errdefs.ErrNotFound) {
+		s.log.Warn("recording a vault's event", "vault", v.ID, "err", lerr)
+	}
+	return res, err
+}
+
+func countValues(m map[string][]string) int {
+	n := 0
+	for _, v := range m {
+		n += len(v)
+	}
+	return n
 }
 
 // CompactBefore rolls the daily timeline files of vault name dated before
 // before into their week files, with sum (nil: Deterministic).
 func (s *Service) CompactBefore(ctx context.Context, name string, before time.Time, sum Summarizer) (CompactResult, error) {
+	return s.CompactWith(ctx, name, CompactOptions{Before: before, Summarizer: sum})
+}
+
+// CompactWith compacts the context's tenant's vault name as opts say.
+func (s *Service) CompactWith(ctx context.Context, name string, opts CompactOptions) (CompactResult, error) {
 	v, err := s.lookup(ctx, name)
 	if err != nil {
 		return CompactResult{}, err
 	}
-	if sum == nil {
-		sum = Deterministic{}
+	return s.compact(ctx, v, opts)
+}
+
+func (s *Service) compact(ctx context.Context, v store.Vault, opts CompactOptions) (CompactResult, error) {
+	if opts.Summarizer == nil {
+		opts.Summarizer = Deterministic{}
 	}
 	for range compactAttempts {
-		res, err := s.compactOnce(ctx, v, before, sum)
+		res, err := s.compactOnce(ctx, v, opts)
 		if errors.Is(err, errCompactRaced) {
 			continue
 		}
 		return res, err
 	}
-	return CompactResult{}, fmt.Errorf("%w: vault %s kept moving during compaction; try again", errdefs.ErrConflict, v.Name)
+	return CompactResult{Weeks: map[string][]string{}}, fmt.Errorf("%w: vault %s kept moving during compaction; try again", errdefs.ErrConflict, v.Name)
 }
 
 var errCompactRaced = errors.New("the branch moved")
 
-func (s *Service) compactOnce(ctx context.Context, v store.Vault, before time.Time, sum Summarizer) (CompactResult, error) {
+// isRegular reports whether ls-tree's "<mode> <type> <oid>" is a file's:
+// not a symlink's or a submodule's, which the server stores but never
+// follows.
+func isRegular(meta string) bool {
+	return strings.HasPrefix(meta, "100644 blob ") || strings.HasPrefix(meta, "100755 blob ")
+}
+
+func (s *Service) compactOnce(ctx context.Context, v store.Vault, opts CompactOptions) (CompactResult, error) {
 	res := CompactResult{Weeks: map[string][]string{}}
 	dir, err := s.ready(ctx, v)
 	if err != nil {
@@ -125,27 +276,27 @@ func (s *Service) compactOnce(ctx context.Context, v store.Vault, before time.Ti
 		return res, err
 	}
 	days := map[string]time.Time{}
-	var paths []string
+	var paths []string            // the days rolled up
+	existing := map[string]bool{} // the regular files under timeline/
 	for _, l := range lines(out) {
-		// "<mode> <type> <oid>\t<path>": files only, not symlinks or
-		// submodules, which the server stores but never follows.
 		meta, p, ok := strings.Cut(l, "\t")
+		if !ok || !isRegular(meta) {
+			continue
+		}
+		existing[p] = true
 		m := dayPattern.FindStringSubmatch(p)
-		if !ok || m == nil || !strings.HasPrefix(meta, "100644 blob ") && !strings.HasPrefix(meta, "100755 blob ") {
+		if m == nil || opts.Before.IsZero() {
 			continue
 		}
 		d, err := time.Parse("2006-01-02", m[1]+"-"+m[2]+"-"+m[3])
-		if err != nil || !d.Before(before) {
+		if err != nil || !d.Before(opts.Before) {
 			continue
 		}
 		days[p] = d
 		paths = append(paths, p)
 	}
-	if len(paths) == 0 {
-		return res, nil // nothing to do: no commit, not even an empty one
-	}
 	sort.Slice(paths, func(i, j int) bool { return days[paths[i]].Before(days[paths[j]]) })
-	var weeks []string
+	var weeks []string // the week files written or rolled up, in order
 	for _, p := range paths {
 		w := WeekPath(days[p])
 		if res.Weeks[w] == nil {
@@ -153,15 +304,48 @@ func (s *Service) compactOnce(ctx context.Context, v store.Vault, before time.Ti
 		}
 		res.Weeks[w] = append(res.Weeks[w], p)
 	}
-	// One cat-file for the days and the week files there are already.
-	want := append(append([]string{}, paths...), weeks...)
+	// The weeks that go into their months: those that ended before the
+	// window, already files or made by this compaction.
+	rolled := map[string]bool{}
+	if !opts.WeeksBefore.IsZero() {
+		for p := range existing {
+			if mon, ok := weekMonday(p); ok && mon.AddDate(0, 0, 7).Compare(opts.WeeksBefore) <= 0 && res.Weeks[p] == nil {
+				weeks = append(weeks, p)
+			}
+		}
+		for _, w := range weeks {
+			if mon, ok := weekMonday(w); ok && mon.AddDate(0, 0, 7).Compare(opts.WeeksBefore) <= 0 {
+				rolled[w] = true
+			}
+		}
+	}
+	sort.SliceStable(weeks, func(i, j int) bool { return weeks[i] < weeks[j] }) // YYYY-Www sorts as time
+	if len(paths) == 0 && len(rolled) == 0 {
+		return res, nil // nothing to do: no commit, not even an empty one
+	}
+	var months []string
+	res.Months = map[string][]string{}
+	for _, w := range weeks {
+		if rolled[w] {
+			m := MonthPath(w)
+			if res.Months[m] == nil {
+				months = append(months, m)
+			}
+			res.Months[m] = append(res.Months[m], w)
+		}
+	}
+	// One cat-file for the days, and the week and month files there are
+	// already.
+	want := append(append(append([]string{}, paths...), weeks...), months...)
 	content, err := s.catFiles(ctx, dir, head, want)
 	if err != nil {
 		return res, err
 	}
 	var files []File
+	gone := append([]string{}, paths...)
 	var msg strings.Builder
-	fmt.Fprintf(&msg, "Compact the timeline: %d days into %d weeks\n\n", len(paths), len(weeks))
+	fmt.Fprintf(&msg, "Compact the timeline: %d days into %d weeks, %d weeks into %d months\n\n", len(paths), len(res.Weeks), countValues(res.Months), len(months))
+	weekText := map[string]string{}
 	for _, w := range weeks {
 		var b strings.Builder
 		if old, ok := content[w]; ok {
@@ -172,16 +356,46 @@ func (s *Service) compactOnce(ctx context.Context, v store.Vault, before time.Ti
 		}
 		for _, p := range res.Weeks[w] {
 			d := days[p]
-			sec, err := sum.Summarize(ctx, d, p, content[p])
+			sec, err := opts.Summarizer.Summarize(ctx, Rollup{Kind: RollupDay, Path: p, Into: w, Section: d.Format("2006-01-02"), Content: content[p]})
 			if err != nil {
 				return res, fmt.Errorf("summarizing %s: %w", p, err)
 			}
 			fmt.Fprintf(&b, "\n## %s\n\n%s\n", d.Format("2006-01-02"), strings.TrimRight(sec, "\n"))
 			fmt.Fprintf(&msg, "%s -> %s#%s\n", p, w, d.Format("2006-01-02"))
 		}
-		files = append(files, File{Path: w, Content: b.String()})
+		weekText[w] = b.String()
+		switch {
+		case rolled[w]:
+			if existing[w] {
+				gone = append(gone, w)
+			}
+		default:
+			files = append(files, File{Path: w, Content: weekText[w]})
+		}
 	}
-	commit, err := s.commitOn(ctx, v, dir, head, files, paths, msg.String())
+	for _, m := range months {
+		var b strings.Builder
+		if old, ok := content[m]; ok {
+			b.WriteString(strings.TrimRight(old, "\n"))
+			b.WriteString("\n")
+		} else {
+			fmt.Fprintf(&b, "# %s\n", strings.TrimSuffix(filepath.Base(m), ".md"))
+		}
+		for _, w := range res.Months[m] {
+			sec := strings.TrimSuffix(filepath.Base(w), ".md")
+			text, err := opts.Summarizer.Summarize(ctx, Rollup{Kind: RollupWeek, Path: w, Into: m, Section: sec, Content: weekText[w]})
+			if err != nil {
+				return res, fmt.Errorf("summarizing %s: %w", w, err)
+			}
+			fmt.Fprintf(&b, "\n## %s\n\n%s\n", sec, strings.TrimRight(text, "\n"))
+			fmt.Fprintf(&msg, "%s -> %s#%s\n", w, m, sec)
+		}
+		files = append(files, File{Path: m, Content: b.String()})
+	}
+	if len(res.Months) == 0 {
+		res.Months = nil
+	}
+	commit, err := s.commitOn(ctx, v, dir, head, files, gone, msg.String())
 	if err != nil {
 		return res, err
 	}
@@ -300,8 +514,15 @@ type Deterministic struct{}
 
 var tagPattern = regexp.MustCompile(`(?:^|\s)#([A-Za-z][A-Za-z0-9_/-]*)`)
 
-func (Deterministic) Summarize(_ context.Context, _ time.Time, p, content string) (string, error) {
-	n := parseNote(p, content)
+func (Deterministic) Summarize(_ context.Context, r Rollup) (string, error) {
+	if r.Kind == RollupWeek {
+		// A week file is summaries already: it goes into its month
+		// whole, its title dropped (the section names the week) and its
+		// headings one level down, under the week's.
+		return demote(dropTitle(r.Content)), nil
+	}
+	p := r.Path
+	n := parseNote(p, r.Content)
 	type entry struct {
 		heading string
 		text    []string
@@ -392,4 +613,35 @@ func firstSentence(text string) string {
 		s = s[:400] + "…"
 	}
 	return s
+}
+
+// dropTitle is text without its first line if that is a level-1
+// heading.
+func dropTitle(text string) string {
+	first, rest, _ := strings.Cut(text, "\n")
+	if strings.HasPrefix(first, "# ") {
+		return strings.TrimLeft(rest, "\n")
+	}
+	return text
+}
+
+// demote puts text's ATX headings one level down (at most 6), outside
+// fenced code blocks.
+func demote(text string) string {
+	ls := strings.Split(text, "\n")
+	fenced := false
+	for i, line := range ls {
+		t := strings.TrimSpace(line)
+		if strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~") {
+			fenced = !fenced
+		}
+		if fenced || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		h := strings.TrimLeft(line, "#")
+		if n := len(line) - len(h); n < 6 && (h == "" || h[0] == ' ') {
+			ls[i] = "#" + line
+		}
+	}
+	return strings.Join(ls, "\n")
 }

@@ -1,5 +1,7 @@
 package vault
 
+import "context"
+
 // SetAfterCommit sets what runs after a push is committed to the store
 // (nil: nothing), for the tests of a crash at that moment.
 func SetAfterCommit(s *Service, f func() error) { s.afterCommit = f }
@@ -10,3 +12,9 @@ func HookAddr(s *Service) string { return s.ln.Addr().String() }
 // SetBeforeCompactCommit sets what runs before a compaction's commit goes
 // to the store, for the test of a push racing it.
 func SetBeforeCompactCommit(s *Service, f func()) { s.beforeCompactCommit = f }
+
+// RunDue makes the scheduled compactions due now that s claims.
+func RunDue(s *Service, ctx context.Context) { s.runDue(ctx) }
+
+// NextRun is nextRun, for its test.
+var NextRun = nextRun

@@ -224,27 +224,37 @@ func (r *resolver) resolve(target string) string {
 	return r.rolledUp(t)
 }
 
-// dayLink is a link to a day: timeline/YYYY/MM/DD or YYYY-MM-DD.
-var dayLink = regexp.MustCompile(`^(?:timeline/([0-9]{4})/([0-9]{2})/([0-9]{2})(?:\.md)?|([0-9]{4})-([0-9]{2})-([0-9]{2}))$`)
+// dayLink is a link to a day: timeline/YYYY/MM/DD or YYYY-MM-DD;
+// weekLink to a week: timeline/weekly/YYYY-Www or YYYY-Www.
+var (
+	dayLink  = regexp.MustCompile(`^(?:timeline/([0-9]{4})/([0-9]{2})/([0-9]{2})(?:\.md)?|([0-9]{4})-([0-9]{2})-([0-9]{2}))$`)
+	weekLink = regexp.MustCompile(`^(?:timeline/weekly/)?([0-9]{4}-W[0-9]{2})(?:\.md)?$`)
+)
 
-// rolledUp resolves a link to a day whose file compaction removed to
-// the week file it was rolled into (compact.go), which holds the day's
-// section "## YYYY-MM-DD"; "" if there is none.
+// rolledUp resolves a link to a day or a week whose file compaction
+// removed (compact.go): a day to the week file it was rolled into, which
+// holds its section "## YYYY-MM-DD", or once that week went into its
+// month, to the month file (whose "## YYYY-Www" section holds the day's);
+// a week to its month file. "" if there is none.
 func (r *resolver) rolledUp(t string) string {
-	m := dayLink.FindStringSubmatch(t)
-	if m == nil {
-		return ""
+	week := ""
+	if m := dayLink.FindStringSubmatch(t); m != nil {
+		ymd := m[1] + "-" + m[2] + "-" + m[3]
+		if m[1] == "" {
+			ymd = m[4] + "-" + m[5] + "-" + m[6]
+		}
+		d, err := time.Parse("2006-01-02", ymd)
+		if err != nil {
+			return ""
+		}
+		if week = WeekPath(d); r.paths[week] {
+			return week
+		}
+	} else if m := weekLink.FindStringSubmatch(t); m != nil {
+		week = "timeline/weekly/" + m[1] + ".md"
 	}
-	ymd := m[1] + "-" + m[2] + "-" + m[3]
-	if m[1] == "" {
-		ymd = m[4] + "-" + m[5] + "-" + m[6]
-	}
-	d, err := time.Parse("2006-01-02", ymd)
-	if err != nil {
-		return ""
-	}
-	if w := WeekPath(d); r.paths[w] {
-		return w
+	if month := MonthPath(week); month != "" && r.paths[month] {
+		return month
 	}
 	return ""
 }

@@ -43,7 +43,7 @@ import (
 
 // Config configures a Service. Store, Blob and Dir are required.
 type Config struct {
-	Store store.Vaults
+	Store Store
 	// Blob is the object store the packs go to: the archive's.
 	Blob blob.Store
 	// Dir holds the local cache of bare repositories.
@@ -61,7 +61,17 @@ type Config struct {
 	// vault's objects (stscreds.Minter); nil: Credentials answers
 	// errdefs.ErrConflict, the server has no S3 store or no role.
 	Credentials Minter
-	Logger      *slog.Logger // default slog.Default()
+	// Sandboxes, if set, make the sandboxes that command summarizers
+	// run in (summarizer.go); nil: a compaction with one is
+	// errdefs.ErrUnavailable.
+	Sandboxes Sandboxes
+	Logger    *slog.Logger // default slog.Default()
+}
+
+// Store is what the vaults keep in the state store.
+type Store interface {
+	store.Vaults
+	store.VaultSchedules
 }
 
 // Minter mints temporary object-storage credentials for the objects of
@@ -223,6 +233,13 @@ func (s *Service) Create(ctx context.Context, req api.CreateVaultRequest) (api.V
 	if !ok {
 		return api.Vault{}, fmt.Errorf("%w: unknown layout %.40q (want %q or none)", errdefs.ErrInvalid, req.Layout, api.VaultLayoutAgent)
 	}
+	every, err := checkSchedule(req.Compact)
+	if err != nil {
+		return api.Vault{}, err
+	}
+	if err := checkSummarizer(req.Summarizer); err != nil {
+		return api.Vault{}, err
+	}
 	v := store.Vault{ID: newID(), Tenant: tenant.Of(ctx), Name: req.Name, Layout: req.Layout,
 		AllowRewrite: req.AllowRewrite, CreatedAt: time.Now().UTC().Truncate(time.Microsecond)}
 	if err := s.cfg.Store.CreateVault(ctx, v); err != nil {
@@ -233,6 +250,16 @@ func (s *Service) Create(ctx context.Context, req api.CreateVaultRequest) (api.V
 			// A vault half made is no vault: remove it.
 			s.remove(context.WithoutCancel(ctx), v)
 			return api.Vault{}, fmt.Errorf("seeding vault %s: %w", v.Name, err)
+		}
+	}
+	if every != "" || req.Summarizer != "" {
+		sc := store.VaultSchedule{VaultID: v.ID, Every: every, Summarizer: req.Summarizer}
+		if every != "" {
+			sc.Next = time.Now().UTC().Truncate(time.Microsecond)
+		}
+		if err := s.cfg.Store.SetVaultSchedule(ctx, sc); err != nil {
+			s.remove(context.WithoutCancel(ctx), v)
+			return api.Vault{}, err
 		}
 	}
 	return s.Get(ctx, req.Name)
@@ -261,8 +288,16 @@ func (s *Service) describe(ctx context.Context, v store.Vault) (api.Vault, error
 	if err != nil {
 		return api.Vault{}, err
 	}
-	return api.Vault{Name: v.Name, Layout: v.Layout, AllowRewrite: v.AllowRewrite, GitPath: GitPath(v.Name),
-		Head: refs[mainRef], Refs: refs, Packs: len(packs), CreatedAt: v.CreatedAt}, nil
+	sc, err := s.cfg.Store.VaultSchedule(ctx, v.ID)
+	if err != nil {
+		return api.Vault{}, err
+	}
+	av := api.Vault{Name: v.Name, Layout: v.Layout, AllowRewrite: v.AllowRewrite, GitPath: GitPath(v.Name),
+		Head: refs[mainRef], Refs: refs, Packs: len(packs), CreatedAt: v.CreatedAt, Compact: sc.Every, Summarizer: sc.Summarizer}
+	if sc.Every != "" && !sc.Next.IsZero() {
+		av.NextCompaction = &sc.Next
+	}
+	return av, nil
 }
 
 // Credentials mints temporary object-storage credentials that read (and

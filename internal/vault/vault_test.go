@@ -16,7 +16,6 @@ import (
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/blob"
 	"github.com/atoll-dev/atoll/internal/errdefs"
-	"github.com/atoll-dev/atoll/internal/store"
 	"github.com/atoll-dev/atoll/internal/store/postgres"
 	"github.com/atoll-dev/atoll/internal/store/sqlite"
 	"github.com/atoll-dev/atoll/internal/tenant"
@@ -39,7 +38,10 @@ type env struct {
 	pgURL   string // the store: PostgreSQL at pgURL if set, else SQLite
 	blobURL string // the object store: a bucket's URL, default e.blobDir
 	mounts  func(ctx context.Context, t, name string) (int, error)
-	creds   vault.Minter // Config.Credentials
+	creds   vault.Minter    // Config.Credentials
+	sbs     vault.Sandboxes // Config.Sandboxes
+	st      vault.Store     // the store and the object store, while started
+	blob    blob.Store
 }
 
 var keys = map[string]string{"admin-key": tenant.Default, "acme-key": "acme", "other-key": "other"}
@@ -69,7 +71,7 @@ func newEnvMax(t testing.TB, maxPush int64) *env {
 func (e *env) start() {
 	t := e.t
 	var st interface {
-		store.Vaults
+		vault.Store
 		Close() error
 	}
 	var err error
@@ -85,7 +87,8 @@ func (e *env) start() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.svc, err = vault.New(vault.Config{Store: st, Blob: b, Dir: filepath.Join(e.dir, "vaults"), MaxPush: e.maxPush, Mounts: e.mounts, Credentials: e.creds,
+	e.st, e.blob = st, b
+	e.svc, err = vault.New(vault.Config{Store: st, Blob: b, Dir: filepath.Join(e.dir, "vaults"), MaxPush: e.maxPush, Mounts: e.mounts, Credentials: e.creds, Sandboxes: e.sbs,
 		Logger: slog.New(slog.NewTextHandler(testWriter{e.t}, nil))})
 	if err != nil {
 		t.Fatal(err)
