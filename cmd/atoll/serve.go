@@ -641,6 +641,11 @@ func (s *serving) buildHandler(ctx context.Context) error {
 	if s.vaultCreds != nil {
 		vcfg.Credentials = s.vaultCreds
 	}
+	vcfg.Sandboxes = summarizerSandboxes{svc: s.svc, log: s.log}
+	tick, err := vaultScheduleTick()
+	if err != nil {
+		return err
+	}
 	vaults, err := vault.New(vcfg)
 	switch {
 	case errors.Is(err, vault.ErrNoGit):
@@ -649,7 +654,12 @@ func (s *serving) buildHandler(ctx context.Context) error {
 	case err != nil:
 		return err
 	default:
-		s.onClose(func() { vaults.Close() })
+		// The compaction schedules, run by every node; the store
+		// gives each compaction to one.
+		sctx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); vaults.RunSchedules(sctx, tick) }()
+		s.onClose(func() { stop(); <-done; vaults.Close() })
 		scfg.Vaults = vaults
 		if mounts, err = s.startVaultMounts(ctx, vaults); err != nil {
 			return err

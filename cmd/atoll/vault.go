@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -32,10 +33,11 @@ admin's. See docs/vault.md.`,
   atoll vault show notes index.md@HEAD~1
   atoll vault search notes ada lovelace
   atoll vault links notes entities/ada-lovelace.md
-  atoll vault credentials notes --env`,
+  atoll vault credentials notes --env
+  atoll vault set notes --compact daily`,
 	}
 	cmd.AddCommand(newVaultCreateCmd(g), newVaultListCmd(g), newVaultInspectCmd(g), newVaultRmCmd(g), newVaultLogCmd(g), newVaultShowCmd(g),
-		newVaultSearchCmd(g), newVaultLinksCmd(g), newVaultCredentialsCmd(g), newVaultCompactCmd(g))
+		newVaultSearchCmd(g), newVaultLinksCmd(g), newVaultCredentialsCmd(g), newVaultCompactCmd(g), newVaultSetCmd(g))
 	return cmd
 }
 
@@ -43,15 +45,19 @@ func newVaultCreateCmd(g *globals) *cobra.Command {
 	var req api.CreateVaultRequest
 	var asJSON bool
 	create := &cobra.Command{
-		Use:   "create NAME [--layout agent] [--allow-rewrite]",
+		Use:   "create NAME [--layout agent] [--allow-rewrite] [--compact daily|weekly] [--summarizer CMD]",
 		Short: "Create a vault and print its git URL",
 		Long: `Create a vault: empty, or with --layout agent seeded with entities/,
 workflows/, timeline/ and index.md (docs/vault.md explains the layout).
 NAME is 1 to 64 characters of [A-Za-z0-9._-], starting with a letter or
 digit, without "..". --allow-rewrite lets admin keys force-push and delete
-refs; no other key ever may.`,
+refs; no other key ever may.
+
+--compact daily or weekly has the server compact the vault's timeline on a
+schedule, as "atoll vault compact" does, with --summarizer's command if one
+is given (see "atoll vault set" and "atoll vault compact").`,
 		Example: `  atoll vault create notes
-  atoll vault create memory --layout agent`,
+  atoll vault create memory --layout agent --compact daily`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
@@ -72,6 +78,8 @@ refs; no other key ever may.`,
 	}
 	create.Flags().StringVar(&req.Layout, "layout", "", "seed the vault with a layout: agent")
 	create.Flags().BoolVar(&req.AllowRewrite, "allow-rewrite", false, "let admin keys force-push and delete refs")
+	create.Flags().StringVar(&req.Compact, "compact", "", "compact the timeline on a schedule: daily or weekly (00:00 UTC; weekly on Mondays)")
+	create.Flags().StringVar(&req.Summarizer, "summarizer", "", "the shell command that summarizes its compactions, run in a sandbox of the tenant's")
 	create.Flags().BoolVar(&asJSON, "json", false, "print the vault as JSON")
 	return create
 }
@@ -179,9 +187,12 @@ func newVaultLogCmd(g *globals) *cobra.Command {
 	var asJSON bool
 	log := &cobra.Command{
 		Use:   "log NAME [--rev REV] [-n N]",
-		Short: "List a vault's commits, newest first",
+		Short: "List a vault's commits and failed compactions, newest first",
 		Long: `List a vault's commits, newest first: each one's ID, time, author and
-subject.`,
+subject; and among them, marked "!", the compactions that failed (a
+summarizer that exited non-zero or printed nothing, say), which changed
+nothing. --json prints the commits and all the vault's events (compactions
+made, with nothing to do, or failed).`,
 		Example: `  atoll vault log notes
   atoll vault log notes --rev v1 -n 20`,
 		Args: cobra.ExactArgs(1),
@@ -194,12 +205,17 @@ subject.`,
 			if err != nil {
 				return err
 			}
+			evs, err := c.VaultEvents(cmd.Context(), args[0], 0)
+			if err != nil {
+				return err
+			}
 			if asJSON {
-				return renderJSON(cmd.OutOrStdout(), cs)
+				return renderJSON(cmd.OutOrStdout(), struct {
+					Commits []api.VaultCommit `json:"commits"`
+					Events  []api.VaultEvent  `json:"events"`
+				}{cs, evs})
 			}
-			for _, co := range cs {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s %s %s %s\n", short(co.ID), co.Time.Format("2006-01-02 15:04"), co.Author, co.Subject)
-			}
+			printLog(cmd.OutOrStdout(), cs, evs)
 			return nil
 		},
 	}
@@ -237,4 +253,94 @@ removed.`,
 			return err
 		},
 	}
+}
+
+// printLog prints commits and, among them by time, the failed events,
+// newest first.
+func printLog(w io.Writer, cs []api.VaultCommit, evs []api.VaultEvent) {
+	var failed []api.VaultEvent
+	for _, e := range evs {
+		if e.Error != "" {
+			failed = append(failed, e)
+		}
+	}
+	for len(cs) > 0 || len(failed) > 0 {
+		if len(failed) > 0 && (len(cs) == 0 || !failed[0].Time.Before(cs[0].Time)) {
+			e := failed[0]
+			failed = failed[1:]
+			fmt.Fprintf(w, "! %s %s (%s) failed: %s\n", e.Time.Format("2006-01-02 15:04"), e.Kind, e.Trigger, e.Error)
+			continue
+		}
+		co := cs[0]
+		cs = cs[1:]
+		fmt.Fprintf(w, "%s %s %s %s\n", short(co.ID), co.Time.Format("2006-01-02 15:04"), co.Author, co.Subject)
+	}
+}
+
+func newVaultSetCmd(g *globals) *cobra.Command {
+	var compact, summarizer string
+	var asJSON bool
+	set := &cobra.Command{
+		Use:   "set NAME [--compact daily|weekly|off] [--summarizer CMD]",
+		Short: "Change a vault's compaction schedule and summarizer",
+		Long: `Change what is given of a vault's settings, keeping the rest:
+
+  --compact daily    compact the timeline every day at 00:00 UTC
+  --compact weekly   every Monday at 00:00 UTC
+  --compact off      no scheduled compaction
+
+A schedule turned on or changed makes its first compaction at once (at the
+server's next look, within a minute). A scheduled compaction rolls the days
+before the current ISO week into their weeks' files and the weeks before
+that week's month into their months' files, as "atoll vault compact" does
+without dates; one server of a cluster makes it.
+
+--summarizer CMD is the shell command that summarizes the vault's
+compactions, scheduled or not (see "atoll vault compact"); "" goes back to
+the deterministic summarizer. A compaction that fails shows in "atoll vault
+log".`,
+		Example: `  atoll vault set notes --compact daily
+  atoll vault set notes --summarizer 'python3 /opt/summarize.py'
+  atoll vault set notes --compact off --summarizer ''`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var u api.VaultUpdate
+			if cmd.Flags().Changed("compact") {
+				u.Compact = &compact
+			}
+			if cmd.Flags().Changed("summarizer") {
+				u.Summarizer = &summarizer
+			}
+			if u.Compact == nil && u.Summarizer == nil {
+				return fmt.Errorf("nothing to set: give --compact or --summarizer")
+			}
+			v, err := c.UpdateVault(cmd.Context(), args[0], u)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return renderJSON(cmd.OutOrStdout(), v)
+			}
+			w := cmd.OutOrStdout()
+			if v.Compact == "" {
+				fmt.Fprintln(w, "compact: off")
+			} else {
+				fmt.Fprintf(w, "compact: %s, next %s\n", v.Compact, v.NextCompaction.Format(time.RFC3339))
+			}
+			if v.Summarizer == "" {
+				fmt.Fprintln(w, "summarizer: deterministic")
+			} else {
+				fmt.Fprintf(w, "summarizer: %s\n", v.Summarizer)
+			}
+			return nil
+		},
+	}
+	set.Flags().StringVar(&compact, "compact", "", "the compaction schedule: daily, weekly or off")
+	set.Flags().StringVar(&summarizer, "summarizer", "", "the shell command that summarizes its compactions; '' for the deterministic one")
+	set.Flags().BoolVar(&asJSON, "json", false, "print the vault as JSON")
+	return set
 }

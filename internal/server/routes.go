@@ -95,6 +95,8 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/vaults", true, s.listVaults},
 		{"GET", vaultPath, true, s.getVault},
 		{"DELETE", vaultPath, true, s.deleteVault},
+		{"PATCH", vaultPath, true, s.updateVault},
+		{"GET", vaultPath + "/events", true, s.vaultEvents},
 		{"POST", vaultPath + "/credentials", true, s.vaultCredentials},
 		{"GET", vaultPath + "/log", true, s.vaultLog},
 		{"GET", vaultPath + "/files/{path...}", true, s.vaultFile},

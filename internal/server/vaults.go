@@ -39,6 +39,11 @@ type Vaults interface {
 	// Compact rolls a vault's old daily timeline files into week files;
 	// errdefs.ErrInvalid for a bad date.
 	Compact(ctx context.Context, name string, req api.VaultCompactRequest) (api.VaultCompaction, error)
+	// Update changes a vault's compaction schedule and summarizer.
+	Update(ctx context.Context, name string, u api.VaultUpdate) (api.Vault, error)
+	// Events returns a vault's newest events (compactions made or
+	// failed), at most limit (0: the default), newest first.
+	Events(ctx context.Context, name string, limit int) ([]api.VaultEvent, error)
 	// ServeGit serves git's smart HTTP protocol for vault name: rest is
 	// what follows /git/<name>.git/.
 	ServeGit(w http.ResponseWriter, r *http.Request, name, rest string)
@@ -260,4 +265,36 @@ func (s *Server) vaultCompact(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := vs.Compact(r.Context(), r.PathValue("name"), req)
 	s.respond(w, r, http.StatusOK, res, err)
+}
+
+func (s *Server) updateVault(w http.ResponseWriter, r *http.Request) {
+	var u api.VaultUpdate
+	if err := decodeJSON(w, r, &u, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	vs, ok := s.vaults(w, r)
+	if !ok {
+		return
+	}
+	v, err := vs.Update(r.Context(), r.PathValue("name"), u)
+	s.respond(w, r, http.StatusOK, v, err)
+}
+
+func (s *Server) vaultEvents(w http.ResponseWriter, r *http.Request) {
+	vs, ok := s.vaults(w, r)
+	if !ok {
+		return
+	}
+	limit, err := queryLimit(r, 200)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	evs, err := vs.Events(r.Context(), r.PathValue("name"), limit)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.VaultEvents{Events: evs})
 }

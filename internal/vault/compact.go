@@ -183,15 +183,18 @@ func (s *Service) Compact(ctx context.Context, name string, req api.VaultCompact
 // compactLogged compacts v with the command summarizer cmd ("" for the
 // deterministic one) and records the vault's event of it.
 func (s *Service) compactLogged(ctx context.Context, v store.Vault, opts CompactOptions, cmd, trigger string) (CompactResult, error) {
+	var res CompactResult
+	var err error
 	if cmd != "" {
-		c, err := s.commandSummarizer(cmd)
-		if err != nil {
-			return CompactResult{}, err
+		var c *command
+		if c, err = s.commandSummarizer(cmd); err == nil {
+			defer c.close()
+			opts.Summarizer = c
 		}
-		defer c.close()
-		opts.Summarizer = c
 	}
-	res, err := s.compact(ctx, v, opts)
+	if err == nil {
+		res, err = s.compact(ctx, v, opts)
+	}
 	ev := store.VaultEvent{VaultID: v.ID, At: time.Now().UTC(), Kind: "compact", Trigger: trigger, Commit: res.Commit}
 	switch {
 	case err != nil:

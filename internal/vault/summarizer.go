@@ -26,7 +26,7 @@ type Sandboxes interface {
 
 // Sandbox is one that Sandboxes made.
 type Sandbox interface {
-	// Run runs shell (bash -c) as the sandbox's user, with env and stdin,
+	// Run runs shell (sh -c) as the sandbox's user, with env and stdin,
 	// and returns what it printed and its exit code.
 	Run(ctx context.Context, shell string, env map[string]string, stdin []byte) (stdout, stderr []byte, exit int, err error)
 	// Close removes the sandbox.

@@ -126,3 +126,24 @@ func (c *Client) CompactVault(ctx context.Context, name string, req api.VaultCom
 	err := c.do(ctx, request{method: "POST", path: vaultPath(name, "/compact"), json: req}, &res)
 	return res, err
 }
+
+// UpdateVault changes vault name's compaction schedule and summarizer:
+// the fields of u given, the others kept.
+func (c *Client) UpdateVault(ctx context.Context, name string, u api.VaultUpdate) (api.Vault, error) {
+	var v api.Vault
+	err := c.do(ctx, request{method: "PATCH", path: vaultPath(name, ""), json: u}, &v)
+	return v, err
+}
+
+// VaultEvents returns up to limit (0: the server's default) of vault
+// name's newest events (compactions made, with nothing to do, or
+// failed), newest first.
+func (c *Client) VaultEvents(ctx context.Context, name string, limit int) ([]api.VaultEvent, error) {
+	q := url.Values{}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var evs api.VaultEvents
+	err := c.do(ctx, request{method: "GET", path: vaultPath(name, "/events"), query: q}, &evs)
+	return evs.Events, err
+}
