@@ -530,6 +530,8 @@ func TestPostgres(t *testing.T) {
 		"SearchAfterPush":              TestSearchAfterPush,
 		"IndexUpdatedAsBuiltAnew":      TestIndexUpdatedAsBuiltAnew,
 		"Compact":                      TestCompact,
+		"Schedule":                     TestSchedule,
+		"CompactCommandSummarizer":     TestCompactCommandSummarizer,
 	} {
 		t.Run(name, test)
 	}
