@@ -513,7 +513,10 @@ function terminalTab(id) {
         body: {
           cmd: ["/bin/sh", "-c", "if command -v bash >/dev/null 2>&1; then exec bash -l; else exec sh -l; fi"],
           env: { TERM: "xterm-256color" }, keep_stdin: true, background: true, tag: "atoll-dashboard",
-          pty: { rows: term.rows, cols: term.cols },
+          // One row short: the resize once the socket is open is then a
+          // real change, whose SIGWINCH makes the shell redraw its prompt
+          // (the agent does not keep output from before the socket).
+          pty: { rows: Math.max(term.rows - 1, 1), cols: term.cols },
         },
       });
       // Browsers cannot set headers on a websocket: the key goes as a
@@ -522,7 +525,11 @@ function terminalTab(id) {
       ws = new WebSocket(url, ["atoll", "atoll.key." + key()]);
       ws.binaryType = "arraybuffer";
       undo.push(() => ws.close());
-      ws.onopen = () => { status.textContent = `connected: shell, process ${p.pid}`; term.focus(); };
+      ws.onopen = () => {
+        ws.send(JSON.stringify({ type: "resize", rows: term.rows, cols: term.cols }));
+        status.textContent = `connected: shell, process ${p.pid}`;
+        term.focus();
+      };
       ws.onmessage = (ev) => {
         if (typeof ev.data === "string") {
           let code = "";
