@@ -157,8 +157,11 @@ function download(blob, name) {
 const palette = ["#1f6feb", "#2e7d32", "#b26a00", "#8e24aa", "#c62828", "#00838f", "#6d4c41", "#3949ab"];
 
 // lineChart draws series [{name, points: [[t(ms), v], ...]}] on a canvas,
-// scaled to max (or the data's largest value) and labelled with fmt.
-function lineChart(title, series, { max, fmt = (v) => v.toFixed(1), stacked = false } = {}) {
+// scaled to max (or the data's largest value) and labelled with fmt; over
+// span ([t0, t1], default the data's); with bar (a bucket's length in ms)
+// as stacked bars, one per bucket.
+function lineChart(title, series, { max, fmt = (v) => v.toFixed(1), stacked = false, span, bar } = {}) {
+  if (bar) stacked = true;
   const canvas = h("canvas", { role: "img", "aria-label": title });
   const box = h("div", { class: "chart", "data-chart": title }, h("h3", {}, title), canvas,
     series.length > 1 ? h("div", { class: "legend" }, series.map((s, i) => h("span", {}, h("i", { style: `background:${palette[i % palette.length]}` }), s.name))) : null);
@@ -176,7 +179,7 @@ function lineChart(title, series, { max, fmt = (v) => v.toFixed(1), stacked = fa
       g.fillText("no samples yet", 8, ht / 2);
       return;
     }
-    let t0 = Math.min(...all.map((p) => p[0])), t1 = Math.max(...all.map((p) => p[0]));
+    let [t0, t1] = span || [Math.min(...all.map((p) => p[0])), Math.max(...all.map((p) => p[0]))];
     if (t1 === t0) { t0 -= 1000; t1 += 1000; }
     let top = max;
     if (!top) {
@@ -196,10 +199,24 @@ function lineChart(title, series, { max, fmt = (v) => v.toFixed(1), stacked = fa
       g.beginPath(); g.moveTo(L, y(v)); g.lineTo(w - R, y(v)); g.stroke();
       g.fillText(fmt(v), 2, y(v) + 4);
     }
-    g.fillText(new Date(t0).toLocaleTimeString(), L, ht - 4);
-    const end = new Date(t1).toLocaleTimeString();
+    // Past a day the axis needs dates too.
+    const at = (t) => (t1 - t0 > 20 * 3600e3 ? new Date(t).toLocaleString([], { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" }) : new Date(t).toLocaleTimeString());
+    g.fillText(at(t0), L, ht - 4);
+    const end = at(t1);
     g.fillText(end, w - R - g.measureText(end).width, ht - 4);
     const base = new Map();
+    if (bar) {
+      const bw = Math.max(1, (x(t0 + bar) - x(t0)) * 0.8);
+      series.forEach((s, i) => {
+        g.fillStyle = palette[i % palette.length];
+        for (const [t, v] of s.points) {
+          const b = base.get(t) || 0;
+          base.set(t, b + v);
+          g.fillRect(x(t), y(b + v), bw, y(b) - y(b + v));
+        }
+      });
+      return;
+    }
     series.forEach((s, i) => {
       g.strokeStyle = palette[i % palette.length]; g.lineWidth = 1.6;
       g.beginPath();
@@ -757,35 +774,44 @@ function templateView(name) {
 
 // ---------- usage ----------
 
-// usageMetrics are the usage figures the charts offer: field of a usage
-// row, title, and how to show a value.
+// usageMetrics are the usage figures the charts offer: field of an
+// api.UsageEntry (the states flattened to running_seconds and so on),
+// title, and how to show a value.
+// small shows a small positive figure with two significant digits.
+const small = (d) => (v) => (v > 0 && v < 0.01 ? v.toPrecision(2) : v.toFixed(d));
 const usageMetrics = [
   ["cpu_seconds", "CPU-seconds", (v) => v.toFixed(1)],
-  ["memory_gib_seconds", "Memory GiB·s", (v) => v.toFixed(1)],
-  ["disk_gib_hours", "Disk GiB·h", (v) => v.toFixed(3)],
+  ["memory_gib_seconds", "Memory GiB·s", small(1)],
+  ["disk_gib_hours", "Disk GiB·h", small(3)],
+  ["snapshot_gib_hours", "Snapshots GiB·h", small(3)],
+  ["archive_gib_hours", "Archives GiB·h", small(3)],
   ["network_out_bytes", "Network out", bytes],
   ["network_in_bytes", "Network in", bytes],
+  ["running_seconds", "Running, s", (v) => v.toFixed(0)],
+  ["paused_seconds", "Paused, s", (v) => v.toFixed(0)],
+  ["suspended_seconds", "Suspended, s", (v) => v.toFixed(0)],
+  ["stopped_seconds", "Stopped, s", (v) => v.toFixed(0)],
+  ["archived_seconds", "Archived, s", (v) => v.toFixed(0)],
 ];
 
+// ranges are the usage page's windows: seconds back from now, and the
+// step of its buckets.
 const ranges = { "1h": [3600, "1m"], "24h": [86400, "1h"], "7d": [7 * 86400, "1h"], "30d": [30 * 86400, "1d"] };
+const stepMs = { "1m": 60e3, "1h": 3600e3, "1d": 86400e3 };
 
-// usageRows flattens an answer of GET /v1/usage into rows of {group, time,
-// field: value...}, whichever of the shapes below it has: a list of
-// buckets, or of series each with points.
+// usageRows flattens GET /v1/usage's api.UsageReport into rows of {group,
+// time, field: value...}, one per bucket and group.
 function usageRows(r) {
-  const rows = [];
-  const list = r.usage || r.series || r.buckets || r.rows || (Array.isArray(r) ? r : []);
-  for (const s of list) {
-    const group = s.group ?? s.key ?? s.name ?? "";
-    const pts = s.points || s.buckets || s.samples;
-    if (Array.isArray(pts)) for (const p of pts) rows.push({ group, ...p, time: p.time ?? p.start ?? p.from });
-    else rows.push({ ...s, group, time: s.time ?? s.start ?? s.from });
-  }
-  return rows;
+  return (r.usage || []).map((e) => {
+    const row = { ...e, time: e.start, group: e.group };
+    for (const [st, secs] of Object.entries(e.states || {})) row[st + "_seconds"] = secs;
+    delete row.states;
+    return row;
+  });
 }
 
 function usageCSV(rows) {
-  const cols = ["time", "group", ...usageMetrics.map((m) => m[0]).filter((f) => rows.some((r) => f in r))];
+  const cols = ["time", "group", ...usageMetrics.map((m) => m[0])];
   const esc = (v) => { const s = v === undefined || v === null ? "" : String(v); return /[",\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s; };
   return [cols.join(","), ...rows.map((r) => cols.map((c) => esc(r[c])).join(","))].join("\n") + "\n";
 }
@@ -801,16 +827,17 @@ function usageView() {
     const [secs, step] = ranges[range.value];
     const now = Math.floor(Date.now() / 1000);
     const gb = group.value === "label" ? "label:" + (labelKey.value || "team") : group.value;
-    const r = await api("GET", "/v1/usage" + q({ from: new Date((now - secs) * 1000).toISOString(), to: new Date(now * 1000).toISOString(), step, group_by: gb }));
+    const r = await api("GET", "/v1/usage" + q({ from: now - secs, to: now, step, group_by: gb }));
     rows = usageRows(r);
     const groups = [...new Set(rows.map((x) => x.group))];
     const totals = new Map(groups.map((g) => [g, {}]));
     for (const x of rows) for (const [f] of usageMetrics) if (typeof x[f] === "number") totals.get(x.group)[f] = (totals.get(x.group)[f] || 0) + x[f];
-    const shown = usageMetrics.filter(([f]) => rows.some((x) => typeof x[f] === "number"));
+    // The figures anything used, CPU always.
+    const shown = usageMetrics.filter(([f]) => f === "cpu_seconds" || rows.some((x) => x[f]));
     out.replaceChildren(
       h("div", { class: "charts" }, shown.map(([f, title, fmt]) => lineChart(title, groups.map((g) => ({
         name: g || "(none)", points: rows.filter((x) => x.group === g && typeof x[f] === "number").map((x) => [new Date(x.time).getTime(), x[f]]).sort((a, b) => a[0] - b[0]),
-      })), { fmt, stacked: true }))),
+      })), { fmt, bar: stepMs[step], span: [new Date(r.from).getTime(), new Date(r.to).getTime()] }))),
       h("h2", {}, "Totals"),
       table(["Group", ...shown.map((m) => m[1])], groups.map((g) =>
         h("tr", { "data-group": g }, h("td", {}, g || "(none)"), shown.map(([f, , fmt]) => h("td", { "data-metric": f }, fmt(totals.get(g)[f] || 0))))),
