@@ -325,6 +325,10 @@ type Error struct {
 	Message string `json:"message"`
 	// Quota says which quota a quota_exceeded error is of.
 	Quota *QuotaExceeded `json:"quota,omitempty"`
+	// RequestID is the request's ID, also in the X-Request-Id header:
+	// what the server's log lines about it carry, for a report of the
+	// error to be found.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // QuotaExceeded is the quota a request would have taken its tenant over

@@ -31,6 +31,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/blob"
 	"github.com/atoll-dev/atoll/internal/control"
 	"github.com/atoll-dev/atoll/internal/e2b"
+	"github.com/atoll-dev/atoll/internal/httpkit"
 	"github.com/atoll-dev/atoll/internal/layers"
 	"github.com/atoll-dev/atoll/internal/mcp"
 	"github.com/atoll-dev/atoll/internal/network"
@@ -67,6 +68,7 @@ type serveConfig struct {
 	metricsInterval                time.Duration
 	usageInterval                  time.Duration
 	noUsage                        bool
+	metricsListen                  string // address of the Prometheus metrics; "" for none
 	archive                        string
 	// cluster joins a cluster (--cluster and the --node- flags).
 	cluster      clusterConfig
@@ -165,6 +167,7 @@ the data directory (port-key).`,
 	f.DurationVar(&cfg.cluster.lease, "node-lease", 15*time.Second, "how long this node stays live without a heartbeat; a node that misses its lease is fenced and its sandboxes are marked lost")
 	f.BoolVar(&cfg.e2b, "e2b", true, "also serve the E2B-compatible API and sandbox traffic on the listener (see docs/e2b.md)")
 	f.BoolVar(&cfg.debug, "debug", false, "log debug messages")
+	f.StringVar(&cfg.metricsListen, "metrics-listen", "", `address to serve Prometheus metrics on at http://ADDR/metrics, without authentication ("": none; admin keys read them at GET /v1/metrics too); docs/operations.md`)
 	f.StringVar(&cfg.pprof, "debug-pprof", "", "serve Go's profiles (net/http/pprof) at http://ADDR/debug/pprof/, on a loopback address only, without authentication")
 	f.StringVar(&cfg.cgroupParent, "cgroup-parent", "atoll", `names the host cgroups below which sandboxes get theirs: /NAME (ns), /NAME-gvisor and /NAME-vm; servers that share a host each need their own, as they need their own --data and --network-bridge`)
 	f.StringVar(&cfg.network, "network", "auto", "sandbox networking: auto (on if the kernel can enforce it), on or off")
@@ -316,7 +319,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if cfg.debug {
 		level = slog.LevelDebug
 	}
-	s := &serving{cfg: cfg, log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))}
+	s := &serving{cfg: cfg, log: slog.New(httpkit.LogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))}
 	if cfg.cluster.url != "" {
 		s.cluster.cfg = cfg.cluster
 	}
@@ -434,7 +437,7 @@ func (s *serving) openStores(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--archive: %w", err)
 	}
-	s.archive = bucket
+	s.archive = blob.Metered(bucket)
 	s.onClose(func() { bucket.Close() })
 	if s.cfg.vaultSTSRole != "" {
 		// Vaults' credentials name the store's bucket and prefix.
@@ -677,6 +680,7 @@ func (s *serving) buildHandler(ctx context.Context) error {
 	// MCP at /v1/mcp: its tools call this server's own listener with
 	// the key of the session's first request (internal/mcp).
 	scfg.MCP = mcp.NewHandler(mcp.HandlerConfig{URL: func() string { return s.url }, Version: version, Logger: s.log})
+	scfg.Metrics = s.metricsHandler()
 	srv, err := server.New(scfg)
 	if err != nil {
 		return err
@@ -684,7 +688,8 @@ func (s *serving) buildHandler(ctx context.Context) error {
 	s.local = srv.Handler()
 	// The dashboard is static files that call the API like any client:
 	// every node serves its own copy, in front of the cluster's router.
-	defer func() { s.handler = ui.Mount(s.route(s.local)) }()
+	// One request ID from the first node a request reaches (httpkit.RequestID).
+	defer func() { s.handler = httpkit.RequestID(ui.Mount(s.route(s.local))) }()
 	if !s.cfg.e2b {
 		return nil
 	}
@@ -817,6 +822,13 @@ func (s *serving) run(ctx context.Context) error {
 			return err
 		}
 		defer stopPprof()
+	}
+	if s.cfg.metricsListen != "" {
+		stop, err := serveMetrics(s.cfg.metricsListen, s.metricsHandler(), log)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	if s.netm != nil {
 		wg.Add(1)

@@ -523,8 +523,8 @@ func validLabelKey(k string) bool {
 	return true
 }
 
-// Create makes a sandbox and returns once its agent answers.
-func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
+// create makes a sandbox and returns once its agent answers.
+func (s *Service) create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
 	var snap store.Snapshot
 	if req.Snapshot != "" {
 		if err := checkID(req.Snapshot); err != nil {
@@ -925,8 +925,8 @@ func (s *Service) endLocked(ctx context.Context, sb *store.Sandbox, doing string
 	return nil
 }
 
-// Start runs a stopped sandbox again over the files it left.
-func (s *Service) Start(ctx context.Context, id string) (api.Sandbox, error) {
+// start runs a stopped sandbox again over the files it left.
+func (s *Service) start(ctx context.Context, id string) (api.Sandbox, error) {
 	ctx = context.WithoutCancel(ctx)
 	// A lost sandbox is no node's: whichever node is asked restores it
 	// (move.go).

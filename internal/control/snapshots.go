@@ -20,8 +20,8 @@ const maxFork = 100
 
 var snapshotName = regexp.MustCompile(`^[A-Za-z0-9._-]{0,63}$`)
 
-// Pause freezes a running sandbox's processes.
-func (s *Service) Pause(ctx context.Context, id string) (api.Sandbox, error) {
+// pause freezes a running sandbox's processes.
+func (s *Service) pause(ctx context.Context, id string) (api.Sandbox, error) {
 	return s.locked(ctx, id, "pause", s.pauseLocked)
 }
 
@@ -63,9 +63,9 @@ var resumes = map[string]resumption{
 	api.StateShelved:   {(*Service).bootShelvedLocked, false},
 }
 
-// Resume brings back a paused sandbox as resumes says: thawed, restored from
+// resume brings back a paused sandbox as resumes says: thawed, restored from
 // its memory image, or booted again over its files.
-func (s *Service) Resume(ctx context.Context, id string) (api.Sandbox, error) {
+func (s *Service) resume(ctx context.Context, id string) (api.Sandbox, error) {
 	return s.locked(ctx, id, "resume", func(ctx context.Context, sb *store.Sandbox) error {
 		return resumes[sb.State].resume(s, ctx, sb)
 	})
@@ -110,8 +110,8 @@ func (s *Service) frozen(ctx context.Context, sb store.Sandbox, op string, f fun
 	return err
 }
 
-// CreateSnapshot turns a sandbox's files into an immutable snapshot.
-func (s *Service) CreateSnapshot(ctx context.Context, id string, req api.CreateSnapshotRequest) (api.Snapshot, error) {
+// createSnapshot turns a sandbox's files into an immutable snapshot.
+func (s *Service) createSnapshot(ctx context.Context, id string, req api.CreateSnapshotRequest) (api.Snapshot, error) {
 	if !snapshotName.MatchString(req.Name) {
 		return api.Snapshot{}, fmt.Errorf("%w: snapshot names are at most 63 of [A-Za-z0-9._-]", errdefs.ErrInvalid)
 	}
@@ -205,9 +205,9 @@ func (s *Service) DeleteSnapshot(ctx context.Context, id string) error {
 	return nil
 }
 
-// Fork makes count children of a sandbox, each with the parent's files at one
+// fork makes count children of a sandbox, each with the parent's files at one
 // instant and a writable layer of its own, and starts them.
-func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) ([]api.Sandbox, error) {
+func (s *Service) fork(ctx context.Context, id string, req api.ForkRequest) ([]api.Sandbox, error) {
 	if req.Count == 0 {
 		req.Count = 1
 	}
@@ -363,9 +363,9 @@ func (s *Service) startForkChildren(ctx context.Context, children []store.Sandbo
 	return s.setStates(ctx, running, api.StateCreating)
 }
 
-// Restore rolls a sandbox's files back to a snapshot of the same template;
+// restore rolls a sandbox's files back to a snapshot of the same template;
 // a running sandbox is restarted over them.
-func (s *Service) Restore(ctx context.Context, id string, req api.RestoreRequest) (api.Sandbox, error) {
+func (s *Service) restore(ctx context.Context, id string, req api.RestoreRequest) (api.Sandbox, error) {
 	if err := checkID(req.Snapshot); err != nil {
 		return api.Sandbox{}, err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/httpkit"
 	"github.com/atoll-dev/atoll/internal/portproxy"
+	"github.com/atoll-dev/atoll/internal/telemetry"
 	"github.com/atoll-dev/atoll/internal/tenant"
 )
 
@@ -132,7 +133,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.envd = envd.New(envd.Config{Logger: s.log})
 	s.routes()
-	s.handler = httpkit.LogRequests(s.log, "e2b request", httpkit.E2B.Recover(s.log, http.HandlerFunc(s.dispatch)))
+	s.handler = httpkit.RequestID(telemetry.Instrument("e2b", httpkit.LogRequests(s.log, "e2b request", httpkit.E2B.Recover(s.log, http.HandlerFunc(s.dispatch)))))
 	return s, nil
 }
 
@@ -148,13 +149,17 @@ func (s *Server) Close() {
 
 func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
 	if t, ok := sandboxTarget(r); ok {
+		telemetry.SetRoute(r, "sandbox traffic")
 		s.serveSandbox(w, r, t)
 		return
 	}
 	if id, ok := s.signedFileSandbox(r); ok {
+		telemetry.SetRoute(r, "sandbox traffic")
 		s.serveSandbox(w, r, target{id: id, port: strconv.Itoa(envd.Port)})
 		return
 	}
+	_, pattern := s.api.Handler(r)
+	telemetry.SetRoute(r, pattern)
 	s.api.ServeHTTP(w, r)
 }
 

@@ -31,7 +31,7 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, errdefs.Status(err), clientMessage(err, kind))
 		return
 	}
-	s.log.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
+	s.log.ErrorContext(r.Context(), "internal error", "method", r.Method, "path", r.URL.Path, "err", err)
 	writeError(w, http.StatusInternalServerError, "internal error")
 }
 

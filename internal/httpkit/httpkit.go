@@ -54,6 +54,15 @@ func (s Surface) Status(err error) int {
 // JSON answers v as JSON with status. A value that does not marshal (a bug,
 // say a NaN) is answered with a 500 error body instead.
 func (s Surface) JSON(w http.ResponseWriter, status int, v any) {
+	if e, ok := v.(api.Error); ok {
+		// An error names its request (RequestID) and its code for the
+		// metrics (telemetry.Instrument), whoever wrote it.
+		if e.RequestID == "" {
+			e.RequestID = w.Header().Get(RequestIDHeader)
+		}
+		w.Header().Set(ErrorCodeHeader, e.Code)
+		v = e
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		status = http.StatusInternalServerError
@@ -67,8 +76,15 @@ func (s Surface) JSON(w http.ResponseWriter, status int, v any) {
 
 // Error answers an error body with status, code and message.
 func (s Surface) Error(w http.ResponseWriter, status int, code, msg string) {
+	if code != "" {
+		w.Header().Set(ErrorCodeHeader, code)
+	}
 	s.JSON(w, status, s.Body(status, code, msg))
 }
+
+// ErrorCodeHeader carries an error answer's code (api.ErrorCodes), which
+// E2B's bodies have no room for: the metrics count errors by it.
+const ErrorCodeHeader = "X-Error-Code"
 
 // ClientMessage is what a client may see of err, an error of kind: its
 // message, or the kind's text alone when it carries an OS error, whose text

@@ -87,7 +87,7 @@ func (s Surface) Recover(log *slog.Logger, next http.Handler) http.Handler {
 			if v == http.ErrAbortHandler {
 				panic(v)
 			}
-			log.Error("panic in handler", "method", r.Method, "path", r.URL.Path,
+			log.ErrorContext(r.Context(), "panic in handler", "method", r.Method, "path", r.URL.Path,
 				"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 			if sw.Status() == 0 {
 				s.Error(sw, http.StatusInternalServerError, api.CodeInternal, "internal error")

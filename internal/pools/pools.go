@@ -378,6 +378,13 @@ func (p *Service) Take(key string) (string, bool) {
 	return id, true
 }
 
+// Targets are the pools' sizes (--warm-pool) and how many processes the
+// node keeps prestarted now, for the metrics.
+func (p *Service) Targets() (pool, prestart int) {
+	fill, _ := p.prestartTarget()
+	return p.poolSize, fill
+}
+
 // prestartTarget is how many processes to fill prestarted, and how many
 // to keep: --prestart, or on a cluster node what the demand last said
 // (demand.go), which fillPool's round of targets has just read.

@@ -32,7 +32,7 @@ func (s *Server) errorBody(r *http.Request, err error) (int, api.Error) {
 		}
 		return errdefs.Status(err), body
 	}
-	s.log.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
+	s.log.ErrorContext(r.Context(), "internal error", "method", r.Method, "path", r.URL.Path, "err", err)
 	return http.StatusInternalServerError, api.Error{Code: "internal", Message: "internal error"}
 }
 

@@ -30,6 +30,15 @@ func (s *Server) getMetrics(w http.ResponseWriter, r *http.Request) {
 	s.respond(w, r, http.StatusOK, api.MetricList{Metrics: ms}, err)
 }
 
+// serveMetrics serves the Prometheus metrics (Config.Metrics).
+func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Metrics == nil {
+		s.writeError(w, r, fmt.Errorf("%w: this server keeps no Prometheus metrics", errdefs.ErrUnavailable))
+		return
+	}
+	s.cfg.Metrics.ServeHTTP(w, r)
+}
+
 // timeRange reads the start and end query parameters of r (timeParam),
 // either zero if absent; start must not be after end.
 func timeRange(r *http.Request) (start, end time.Time, err error) {

@@ -10,8 +10,11 @@ import (
 	"net/http/httputil"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/httpkit"
+	"github.com/atoll-dev/atoll/internal/telemetry"
 )
 
 // forward returns the handler of an agent route: it forwards the request to the
@@ -87,6 +90,22 @@ func (s *Server) forward(hasPID, jsonBody bool) http.HandlerFunc {
 				}
 			},
 			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		}
+		if strings.HasSuffix(r.URL.Path, "/exec") {
+			// An exec's answer begins once its process has started: the
+			// time to the agent's answer is the exec's latency.
+			start := time.Now()
+			rp.ModifyResponse = func(resp *http.Response) error {
+				var err error
+				if resp.StatusCode >= 400 {
+					// The agent's errors carry their code (httpkit.Surface).
+					if err = errdefs.FromCode(resp.Header.Get(httpkit.ErrorCodeHeader)); err == nil {
+						err = fmt.Errorf("agent answered %d", resp.StatusCode)
+					}
+				}
+				telemetry.Op(telemetry.OpExec, start, err)
+				return nil
+			}
 		}
 		rp.ServeHTTP(w, r)
 	}

@@ -58,6 +58,7 @@ func (s *Server) routes() []route {
 	rts := []route{
 		{"GET", "/v1/health", false, s.health},
 		{"GET", "/v1/runtimes", true, s.listRuntimes},
+		{"GET", "/v1/metrics", true, s.admin(s.serveMetrics)},
 		{"POST", "/v1/sandboxes", true, s.createSandbox},
 		{"GET", "/v1/sandboxes", true, s.listSandboxes},
 		{"GET", sandboxPath, true, handle(s, sandboxID, s.cfg.Sandboxes.Get)},

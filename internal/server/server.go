@@ -17,6 +17,7 @@ import (
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/httpkit"
+	"github.com/atoll-dev/atoll/internal/telemetry"
 	"github.com/atoll-dev/atoll/internal/tenant"
 )
 
@@ -150,6 +151,9 @@ type Config struct {
 	// 503 with the error's message (a cluster node that has lost its
 	// store).
 	Ready func() error
+	// Metrics serves the Prometheus metrics at GET /v1/metrics to admin
+	// keys (telemetry.Handler); nil: that route answers 503 unavailable.
+	Metrics http.Handler
 }
 
 // Server serves the /v1 API.
@@ -189,8 +193,8 @@ func New(cfg Config) (*Server, error) {
 		s.mux.Handle(rt.pattern(), h)
 	}
 	s.mux.HandleFunc(gitPattern, s.serveGit)
-	s.handler = httpkit.LogRequests(s.log, "http request",
-		httpkit.Atoll.Recover(s.log, s.limitHeaders(http.HandlerFunc(s.route))))
+	s.handler = httpkit.RequestID(telemetry.Instrument("atoll", httpkit.LogRequests(s.log, "http request",
+		httpkit.Atoll.Recover(s.log, s.limitHeaders(http.HandlerFunc(s.route))))))
 	return s, nil
 }
 
@@ -215,6 +219,7 @@ func NewHTTPServer(addr string, h http.Handler) *http.Server {
 func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	h, pattern := s.mux.Handler(r)
 	if pattern != "" {
+		telemetry.SetRoute(r, pattern)
 		s.mux.ServeHTTP(w, r)
 		return
 	}
