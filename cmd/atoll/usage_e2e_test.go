@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/network"
+	"github.com/atoll-dev/atoll/internal/testenv"
+	atoll "github.com/atoll-dev/atoll/sdk/go"
+)
+
+// usageTick is the metering interval of the usage tests: rows every
+// second, so that a figure is complete a few seconds after its load.
+const usageTick = time.Second
+
+// spinScript spins on one core until the process has used argv[1]
+// seconds of CPU time (not clock time: a loaded host does not shorten it).
+const spinScript = `python3 -c 'import sys, time
+t = time.process_time()
+while time.process_time() - t < float(sys.argv[1]): pass' `
+
+// usageTotal is everything sandbox id was billed so far, from the API:
+// the sum of its entries by the day over the last two days.
+func usageTotal(t *testing.T, c *atoll.Client, id string) api.UsageEntry {
+	t.Helper()
+	rep, err := c.Usage(context.Background(), api.UsageQuery{From: time.Now().Add(-48 * time.Hour), To: time.Now().Add(time.Hour), Step: api.UsageByDay})
+	if err != nil {
+		t.Fatalf("usage: %v", err)
+	}
+	var sum api.UsageEntry
+	for _, e := range rep.Usage {
+		if e.Group != id {
+			continue
+		}
+		sum.CPUSeconds += e.CPUSeconds
+		sum.MemoryGiBSeconds += e.MemoryGiBSeconds
+		sum.DiskGiBHours += e.DiskGiBHours
+		sum.NetInBytes += e.NetInBytes
+		sum.NetOutBytes += e.NetOutBytes
+		sum.States.Running += e.States.Running
+		sum.States.Paused += e.States.Paused
+		sum.States.Stopped += e.States.Stopped
+	}
+	return sum
+}
+
+// settled is usageTotal once the meter has written the intervals up to
+// now: it waits for a few of them to pass.
+func settled(t *testing.T, c *atoll.Client, id string) api.UsageEntry {
+	t.Helper()
+	time.Sleep(3*usageTick + 500*time.Millisecond)
+	return usageTotal(t, c, id)
+}
+
+func diff(a, b api.UsageEntry) api.UsageEntry {
+	return api.UsageEntry{
+		CPUSeconds: b.CPUSeconds - a.CPUSeconds, MemoryGiBSeconds: b.MemoryGiBSeconds - a.MemoryGiBSeconds,
+		NetInBytes: b.NetInBytes - a.NetInBytes, NetOutBytes: b.NetOutBytes - a.NetOutBytes,
+		States: api.UsageStates{Running: b.States.Running - a.States.Running, Paused: b.States.Paused - a.States.Paused},
+	}
+}
+
+// TestUsageAccuracy meters real sandboxes on a server that meters every
+// second, in a private network with a test host: a sandbox spinning one
+// core for 10 CPU-seconds is billed 10 ± 0.5; one holding 512 MiB for 20
+// s about 10 GiB·s (± 10 %, its idle memory taken out); 100 MB sent to
+// the test host and 100 MB received from it show as 100 MB ± 2 % each
+// way; a paused sandbox accrues no CPU while it is paused, though its
+// spinner never stops. Then the API's scoping and bad queries.
+func TestUsageAccuracy(t *testing.T) {
+	testenv.RequireRoot(t)
+	if err := network.Probe(); err != nil {
+		testenv.Skip(t, err.Error())
+	}
+	w := newNetWorld(t)
+	data := testenv.Dir(t)
+	d := startDaemonIn(t, data, w.host, "--network", "on", "--network-bridge", w.id, "--dns-upstream", wInet4,
+		"--usage-interval", usageTick.String(), "--warm-pool", "0", "--prestart", "0", "--network-pool", "0")
+	c := d.client()
+	ctx := context.Background()
+	sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{CPU: 1, MemoryMiB: 1024, Labels: map[string]string{"team": "meter"}})
+
+	// The idle rate of memory, to take out of the load's figure.
+	idle0 := settled(t, c, sb.ID)
+	time.Sleep(5 * time.Second)
+	idle := diff(idle0, settled(t, c, sb.ID))
+	if idle.States.Running < 5 {
+		t.Fatalf("idle for 5 s and more, billed %+v", idle)
+	}
+	idleGiB := idle.MemoryGiBSeconds / idle.States.Running
+	t.Logf("idle: %+v (%.1f MiB)", idle, idleGiB*1024)
+
+	t.Run("cpu", func(t *testing.T) {
+		before := usageTotal(t, c, sb.ID)
+		if out, code := sh(t, c, sb.ID, spinScript+"10"); code != 0 {
+			t.Fatalf("spin: %s", out)
+		}
+		got := diff(before, settled(t, c, sb.ID))
+		t.Logf("spinning 10 CPU-seconds: %+v", got)
+		if math.Abs(got.CPUSeconds-10) > 0.5 {
+			t.Errorf("spinning 10 CPU-seconds billed %.3f CPU-s, want 10 ± 0.5", got.CPUSeconds)
+		}
+	})
+
+	t.Run("memory", func(t *testing.T) {
+		before := usageTotal(t, c, sb.ID)
+		// b'x' * n writes every page: all of it is in the working set.
+		if out, code := sh(t, c, sb.ID, `python3 -c 'import time; b = b"x" * (512 << 20); time.sleep(20)'`); code != 0 {
+			t.Fatalf("holding memory: %s", out)
+		}
+		got := diff(before, settled(t, c, sb.ID))
+		held := got.MemoryGiBSeconds - idleGiB*got.States.Running
+		t.Logf("holding 512 MiB for 20 s: %+v; less idle memory %.2f GiB·s", got, held)
+		if math.Abs(held-10) > 1 {
+			t.Errorf("holding 512 MiB for 20 s billed %.2f GiB·s (%.2f with idle memory), want 10 ± 10%%", held, got.MemoryGiBSeconds)
+		}
+	})
+
+	t.Run("network", func(t *testing.T) {
+		const n = 100_000_000
+		before := usageTotal(t, c, sb.ID)
+		bulkRate(t, c, sb.ID, wInet4, "up", n)
+		up := diff(before, settled(t, c, sb.ID))
+		t.Logf("sending %d bytes: out %d, in %d", n, up.NetOutBytes, up.NetInBytes)
+		if math.Abs(float64(up.NetOutBytes)-n) > 0.02*n {
+			t.Errorf("sending 100 MB billed %d bytes out, want 100 MB ± 2%%", up.NetOutBytes)
+		}
+		before = usageTotal(t, c, sb.ID)
+		bulkRate(t, c, sb.ID, wInet4, "down", n)
+		down := diff(before, settled(t, c, sb.ID))
+		t.Logf("receiving %d bytes: in %d, out %d", n, down.NetInBytes, down.NetOutBytes)
+		if math.Abs(float64(down.NetInBytes)-n) > 0.02*n {
+			t.Errorf("receiving 100 MB billed %d bytes in, want 100 MB ± 2%%", down.NetInBytes)
+		}
+	})
+
+	t.Run("paused", func(t *testing.T) {
+		if out, code := sh(t, c, sb.ID, "nohup "+spinScript+"600 >/dev/null 2>&1 &"); code != 0 {
+			t.Fatalf("starting a spinner: %s", out)
+		}
+		time.Sleep(2 * time.Second)
+		if _, err := c.PauseSandbox(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		before := settled(t, c, sb.ID)
+		time.Sleep(5 * time.Second)
+		got := diff(before, settled(t, c, sb.ID))
+		t.Logf("paused: %+v", got)
+		if got.CPUSeconds > 0.05 || got.States.Paused < 5 || got.States.Running != 0 {
+			t.Errorf("paused for 5 s and more, billed %+v: want no CPU, only paused seconds", got)
+		}
+		if _, err := c.ResumeSandbox(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		// Resumed, the spinner goes on and is billed again.
+		before = usageTotal(t, c, sb.ID)
+		time.Sleep(3 * time.Second)
+		if got := diff(before, settled(t, c, sb.ID)); got.CPUSeconds < 0.5 {
+			t.Errorf("resumed spinner billed %+v", got)
+		}
+	})
+
+	// The API: a tenant sees its own usage only; bad queries are 400s.
+	status, body := d.v1(t, "POST", "/v1/keys", d.key, `{"name":"other-team"}`)
+	wantV1(t, "create key", status, body, 201, "")
+	var other api.APIKey
+	json.Unmarshal(body, &other)
+	status, body = d.v1(t, "GET", "/v1/usage?step=1d", other.Key, "")
+	wantV1(t, "another tenant's usage", status, body, 200, "")
+	if strings.Contains(string(body), sb.ID) {
+		t.Errorf("another tenant sees the admin's sandbox's usage: %s", body)
+	}
+	status, body = d.v1(t, "GET", "/v1/usage?tenant=default", other.Key, "")
+	wantV1(t, "another tenant's usage by name", status, body, 403, "forbidden")
+	for _, q := range []string{"step=2h", "group_by=node", "group_by=label:", "from=soon", "from=100&to=50",
+		"step=1m&from=0&to=" + fmt.Sprint(time.Now().Unix()), "tenant=" + url.QueryEscape("Bad Name")} {
+		status, body := d.v1(t, "GET", "/v1/usage?"+q, d.key, "")
+		wantV1(t, "usage?"+q, status, body, 400, "invalid")
+	}
+	for _, g := range []struct{ by, group string }{{"tenant", "default"}, {"label:team", "meter"}, {"template", sb.Template}} {
+		rep, err := c.Usage(ctx, api.UsageQuery{Step: api.UsageByDay, GroupBy: g.by})
+		if err != nil || len(rep.Usage) == 0 || rep.Usage[len(rep.Usage)-1].Group != g.group {
+			t.Errorf("by %s: %+v, %v; want group %q", g.by, rep, err, g.group)
+		}
+	}
+	// The CLI: a table, CSV and JSON.
+	for _, args := range [][]string{{"usage"}, {"usage", "--csv"}, {"usage", "--json", "--group-by", "label:team"}} {
+		out, code := d.cli(args...)
+		if code != 0 || !strings.Contains(out, sb.ID) && !strings.Contains(out, "meter") {
+			t.Errorf("atoll %s: exit %d\n%s", strings.Join(args, " "), code, out)
+		}
+	}
+	// A deleted sandbox's usage stays.
+	before := usageTotal(t, c, sb.ID)
+	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if after := usageTotal(t, c, sb.ID); after.CPUSeconds < before.CPUSeconds || after.CPUSeconds < 10 {
+		t.Errorf("a deleted sandbox's usage: %+v, before %+v", after, before)
+	}
+}
+
+// TestUsageKillRestart kills the server with SIGKILL while a sandbox
+// spins through a known number of CPU-seconds, and starts it again: the
+// CPU used while it was down is billed once, after, and nothing twice;
+// the seconds billed never exceed the clock's.
+func TestUsageKillRestart(t *testing.T) {
+	d, _, c := startRooted(t, "--usage-interval", usageTick.String(), "--warm-pool", "0", "--prestart", "0")
+	ctx := context.Background()
+	sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{CPU: 1})
+	created := time.Now()
+	before := settled(t, c, sb.ID)
+	if out, code := sh(t, c, sb.ID, "nohup "+spinScript+"12 >/dev/null 2>&1 &"); code != 0 {
+		t.Fatalf("starting a spinner: %s", out)
+	}
+	for i := range 2 {
+		time.Sleep(2*time.Second + time.Duration(i)*300*time.Millisecond)
+		d.kill()
+		time.Sleep(3 * time.Second)
+		d.args = []string{"--usage-interval", usageTick.String(), "--warm-pool", "0", "--prestart", "0"}
+		d.start()
+		c = d.client()
+	}
+	// The spinner ends after 12 CPU-seconds; wait for it.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		out, _ := sh(t, c, sb.ID, "pgrep -f 'process_[t]ime' || true")
+		if strings.TrimSpace(out) == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the spinner still runs after 2 minutes")
+		}
+		// Not more often: each look is billed too.
+		time.Sleep(3 * time.Second)
+	}
+	after := settled(t, c, sb.ID)
+	got := diff(before, after)
+	t.Logf("12 CPU-seconds across two kills: %+v", got)
+	if math.Abs(got.CPUSeconds-12) > 0.5 {
+		t.Errorf("a spinner of 12 CPU-seconds across two kills -9 billed %.3f CPU-s, want 12 ± 0.5", got.CPUSeconds)
+	}
+	if wall := time.Since(created).Seconds(); after.States.Running > wall+1 {
+		t.Errorf("billed %.1f running seconds in %.1f s since the create: counted twice", after.States.Running, wall)
+	}
+}
