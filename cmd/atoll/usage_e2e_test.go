@@ -62,6 +62,7 @@ func settled(t *testing.T, c *atoll.Client, id string) api.UsageEntry {
 func diff(a, b api.UsageEntry) api.UsageEntry {
 	return api.UsageEntry{
 		CPUSeconds: b.CPUSeconds - a.CPUSeconds, MemoryGiBSeconds: b.MemoryGiBSeconds - a.MemoryGiBSeconds,
+		DiskGiBHours: b.DiskGiBHours - a.DiskGiBHours,
 		NetInBytes: b.NetInBytes - a.NetInBytes, NetOutBytes: b.NetOutBytes - a.NetOutBytes,
 		States: api.UsageStates{Running: b.States.Running - a.States.Running, Paused: b.States.Paused - a.States.Paused},
 	}
@@ -121,6 +122,23 @@ func TestUsageAccuracy(t *testing.T) {
 		if math.Abs(held-10) > 1 {
 			t.Errorf("holding 512 MiB for 20 s billed %.2f GiB·s (%.2f with idle memory), want 10 ± 10%%", held, got.MemoryGiBSeconds)
 		}
+	})
+
+	t.Run("disk", func(t *testing.T) {
+		// btrfs counts the file in the layer's quota group at its next
+		// commit, which the sync makes.
+		if out, code := sh(t, c, sb.ID, "head -c 256M /dev/zero > /root/disk-use && sync"); code != 0 {
+			t.Fatalf("writing a file: %s", out)
+		}
+		before := settled(t, c, sb.ID)
+		time.Sleep(5 * time.Second)
+		got := diff(before, settled(t, c, sb.ID))
+		gib := got.DiskGiBHours * 3600 / got.States.Running
+		t.Logf("a 256 MiB file: %.6f GiB·h in %.0f s: %.3f GiB", got.DiskGiBHours, got.States.Running, gib)
+		if gib < 0.25 || gib > 0.3 {
+			t.Errorf("a 256 MiB file billed as %.3f GiB of disk, want 0.25 and the layer's own few MiB", gib)
+		}
+		sh(t, c, sb.ID, "rm /root/disk-use")
 	})
 
 	t.Run("network", func(t *testing.T) {
