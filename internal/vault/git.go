@@ -2,6 +2,7 @@ package vault
 
 import (
 	"bufio"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/cgi"
+	"net/http/httptest"
+	"regexp"
 	"path/filepath"
 	"strings"
 	"time"
@@ -93,11 +96,14 @@ func (s *Service) ServeGit(w http.ResponseWriter, r *http.Request, name, rest st
 	// takes it again in its hook, before it commits to the store, and
 	// holds it until git has moved its own refs (see lock).
 	unlock := s.lock(v.ID)
-	dir, err := s.ensure(r.Context(), v)
+	dir, refs, err := s.ensureRefs(r.Context(), v)
 	unlock()
 	if err != nil {
 		s.log.Error("bringing a vault's cache up to the store", "vault", v.ID, "err", err)
 		fail(fmt.Errorf("%w: vault %s cannot be read now", errdefs.ErrUnavailable, v.Name))
+		return
+	}
+	if rest == "info/refs" && s.adverts.serve(w, r, v.ID, refs) {
 		return
 	}
 	env := append(s.gitEnv(),
@@ -122,6 +128,11 @@ func (s *Service) ServeGit(w http.ResponseWriter, r *http.Request, name, rest st
 		}()
 		env = append(env, "ATOLL_VAULT_HOOK="+s.ln.Addr().String(), "ATOLL_VAULT_PUSH="+token)
 	}
+	if service == "git-receive-pack" && r.Method == "POST" {
+		s.receivePack(w, r, v, dir, env)
+		s.indexSoon(v) // the index follows the push, not waited for
+		return
+	}
 	// git http-backend sees the cache repository's path and none of the
 	// client's credentials.
 	cr := r.Clone(r.Context())
@@ -138,10 +149,83 @@ func (s *Service) ServeGit(w http.ResponseWriter, r *http.Request, name, rest st
 	cr.ContentLength = -1
 	cr.Header.Del("Content-Length")
 	h := &cgi.Handler{Path: s.backend, Args: s.backendArgs, Dir: s.cfg.Dir, Env: env, Stderr: logWriter{s, v.ID}}
-	h.ServeHTTP(w, cr)
-	if service == "git-receive-pack" && r.Method == "POST" {
-		s.indexSoon(v) // the index follows the push, not waited for
+	if rest != "info/refs" {
+		h.ServeHTTP(w, cr)
+		return
 	}
+	// A ref advertisement is kept, to be served again while the refs are
+	// the same (adverts).
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, cr)
+	s.adverts.put(r, v.ID, refs, rec)
+	for k, vs := range rec.Header() {
+		w.Header()[k] = vs
+	}
+	w.WriteHeader(rec.Code)
+	w.Write(rec.Body.Bytes())
+}
+
+// receivePack runs git receive-pack on a push's request, as git
+// http-backend would (its service_rpc): the same headers, the body
+// gunzipped if it comes so, the Git-Protocol header passed on. Run
+// directly rather than through http-backend: a process less on every
+// push, the costly part of it on a busy machine (docs/benchmarks.md).
+func (s *Service) receivePack(w http.ResponseWriter, r *http.Request, v store.Vault, dir string, env []string) {
+	if ct := r.Header.Get("Content-Type"); ct != "application/x-git-receive-pack-request" {
+		httpkit.Atoll.Error(w, http.StatusUnsupportedMediaType, "invalid", "a push's Content-Type is application/x-git-receive-pack-request")
+		return
+	}
+	body := io.Reader(r.Body)
+	switch r.Header.Get("Content-Encoding") {
+	case "", "identity":
+	case "gzip", "x-gzip":
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			httpkit.Atoll.Error(w, http.StatusBadRequest, "invalid", "the push's gzip body does not start as gzip")
+			return
+		}
+		// Bounded as the raw body is: a pack past MaxPush is refused by
+		// git (receive.maxInputSize) either way.
+		body = io.LimitReader(zr, s.cfg.MaxPush+1<<20)
+	default:
+		httpkit.Atoll.Error(w, http.StatusUnsupportedMediaType, "invalid", "a push's Content-Encoding is gzip or none")
+		return
+	}
+	if p := r.Header.Get("Git-Protocol"); p != "" && gitProtocol.MatchString(p) {
+		env = append(env, "GIT_PROTOCOL="+p)
+	}
+	h := w.Header()
+	h.Set("Expires", "Fri, 01 Jan 1980 00:00:00 GMT")
+	h.Set("Pragma", "no-cache")
+	h.Set("Cache-Control", "no-cache, max-age=0, must-revalidate")
+	h.Set("Content-Type", "application/x-git-receive-pack-result")
+	w.WriteHeader(http.StatusOK)
+	cmd := s.command(r.Context(), dir, env, "receive-pack", "--stateless-rpc", ".")
+	cmd.Stdin = body
+	cmd.Stdout = flushWriter{w, http.NewResponseController(w)}
+	cmd.Stderr = logWriter{s, v.ID}
+	if err := cmd.Run(); err != nil && r.Context().Err() == nil {
+		s.log.Warn("git receive-pack", "vault", v.ID, "err", err)
+	}
+}
+
+// gitProtocol is what the Git-Protocol header may carry: git's
+// "version=2" and the like, nothing an environment variable should not.
+var gitProtocol = regexp.MustCompile(`^[A-Za-z0-9=:._-]{1,100}$`)
+
+// flushWriter sends what git writes at once: its progress and report
+// reach the pusher as they come.
+type flushWriter struct {
+	w  io.Writer
+	rc *http.ResponseController
+}
+
+func (f flushWriter) Write(p []byte) (int, error) {
+	n, err := f.w.Write(p)
+	if err == nil {
+		f.rc.Flush()
+	}
+	return n, err
 }
 
 // logWriter logs what git http-backend writes to its standard error.

@@ -124,31 +124,37 @@ cat <&3 >&2
 // ensure brings v's cache up to the store, making it if it is missing,
 // and returns its directory. The caller holds v's lock.
 func (s *Service) ensure(ctx context.Context, v store.Vault) (string, error) {
+	dir, _, err := s.ensureRefs(ctx, v)
+	return dir, err
+}
+
+// ensureRefs is ensure, also returning the refs the cache then has.
+func (s *Service) ensureRefs(ctx context.Context, v store.Vault) (string, map[string]string, error) {
 	dir := s.repoDir(v.ID)
 	if _, err := os.Stat(filepath.Join(dir, "hooks", "pre-receive")); errors.Is(err, os.ErrNotExist) {
 		if err := s.initRepo(ctx, dir); err != nil {
-			return "", fmt.Errorf("making vault %s's repository: %w", v.Name, err)
+			return "", nil, fmt.Errorf("making vault %s's repository: %w", v.Name, err)
 		}
 	} else if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	refs, packs, err := s.cfg.Store.VaultState(ctx, v.ID)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	local, err := s.localRefs(ctx, dir)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if maps.Equal(refs, local) {
-		return dir, nil
+		return dir, local, nil
 	}
 	for _, name := range packs {
 		if _, err := os.Stat(filepath.Join(dir, "objects", "pack", name)); err == nil {
 			continue
 		}
 		if err := s.fetchPack(ctx, v, dir, name); err != nil {
-			return "", err
+			return "", nil, err
 		}
 	}
 	var cmds bytes.Buffer
@@ -163,10 +169,10 @@ func (s *Service) ensure(ctx context.Context, v store.Vault) (string, error) {
 	}
 	cmds.WriteString("prepare\ncommit\n")
 	if _, err := s.run(ctx, dir, nil, &cmds, "update-ref", "--stdin"); err != nil {
-		return "", fmt.Errorf("setting vault %s's cached refs: %w", v.Name, err)
+		return "", nil, fmt.Errorf("setting vault %s's cached refs: %w", v.Name, err)
 	}
 	s.log.Info("vault cache brought up to the store", "vault", v.ID, "refs", len(refs), "packs", len(packs))
-	return dir, nil
+	return dir, refs, nil
 }
 
 // initRepo makes a cache repository at dir: made whole in a directory
