@@ -11,8 +11,8 @@ import (
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
-	"regexp"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
