@@ -63,7 +63,7 @@ func diff(a, b api.UsageEntry) api.UsageEntry {
 	return api.UsageEntry{
 		CPUSeconds: b.CPUSeconds - a.CPUSeconds, MemoryGiBSeconds: b.MemoryGiBSeconds - a.MemoryGiBSeconds,
 		DiskGiBHours: b.DiskGiBHours - a.DiskGiBHours,
-		NetInBytes: b.NetInBytes - a.NetInBytes, NetOutBytes: b.NetOutBytes - a.NetOutBytes,
+		NetInBytes:   b.NetInBytes - a.NetInBytes, NetOutBytes: b.NetOutBytes - a.NetOutBytes,
 		States: api.UsageStates{Running: b.States.Running - a.States.Running, Paused: b.States.Paused - a.States.Paused},
 	}
 }

@@ -35,8 +35,8 @@ import (
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/store"
 	"github.com/atoll-dev/atoll/internal/templates"
-	"github.com/atoll-dev/atoll/internal/usage"
 	"github.com/atoll-dev/atoll/internal/tenant"
+	"github.com/atoll-dev/atoll/internal/usage"
 	"github.com/atoll-dev/atoll/internal/vault"
 )
 
