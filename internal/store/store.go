@@ -50,6 +50,7 @@ type Store interface {
 	Vaults
 	Usage
 	VaultSchedules
+	Journal
 	// TenantInUse reports whether tenant t has keys, sandboxes,
 	// snapshots or vaults.
 	TenantInUse(ctx context.Context, t string) (bool, error)

@@ -216,8 +216,12 @@ func migrate(db *sql.DB) error {
 	if _, err := db.Exec(vaultSchema); err != nil {
 		return err
 	}
-	// Usage metering (usage.go), last.
-	_, err := db.Exec(usageSchema)
+	// Usage metering (usage.go).
+	if _, err := db.Exec(usageSchema); err != nil {
+		return err
+	}
+	// The journal (journal.go), last.
+	_, err := db.Exec(journalSchema)
 	return err
 }
 

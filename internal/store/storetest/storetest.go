@@ -56,6 +56,8 @@ func Run(t *testing.T, open Open) {
 		{"VaultSchedules", testVaultSchedules},
 		{"VaultRefs", testVaultRefs},
 		{"Usage", testUsage},
+		{"Audit", testAudit},
+		{"Events", testEvents},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, s) })
 	}
