@@ -121,6 +121,10 @@ commas: a node that cannot be reached is skipped.`,
 	node := newNodeCmd(g)
 	node.GroupID = "server"
 	root.AddCommand(node)
+	for _, c := range []*cobra.Command{newAuditCmd(g), newEventsCmd(g), newWebhookCmd(g)} {
+		c.GroupID = "server"
+		root.AddCommand(c)
+	}
 	return root
 }
 

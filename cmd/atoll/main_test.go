@@ -61,6 +61,7 @@ func TestHelp(t *testing.T) {
 		{"template"}, {"template", "import"}, {"template", "build"}, {"template", "ls"}, {"template", "inspect"}, {"template", "rm"}, {"template", "bootstrap"},
 		{"key"}, {"key", "create"}, {"key", "ls"}, {"key", "rm"},
 		{"tenant"}, {"tenant", "set"}, {"tenant", "ls"}, {"tenant", "inspect"},
+		{"audit"}, {"events"}, {"webhook"}, {"webhook", "add"}, {"webhook", "ls"}, {"webhook", "rm"}, {"webhook", "deliveries"},
 		{"vault"}, {"vault", "create"}, {"vault", "ls"}, {"vault", "inspect"}, {"vault", "rm"}, {"vault", "log"}, {"vault", "show"}, {"vault", "search"}, {"vault", "links"}, {"vault", "credentials"}, {"vault", "compact"}, {"vault", "set"},
 	} {
 		name := "help-" + strings.Join(append([]string{"atoll"}, args...), "-")

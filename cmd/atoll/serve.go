@@ -27,6 +27,7 @@ import (
 
 	"github.com/atoll-dev/atoll/internal/agentbin"
 	"github.com/atoll-dev/atoll/internal/atomicfile"
+	"github.com/atoll-dev/atoll/internal/audit"
 	"github.com/atoll-dev/atoll/internal/auth"
 	"github.com/atoll-dev/atoll/internal/blob"
 	"github.com/atoll-dev/atoll/internal/control"
@@ -95,6 +96,9 @@ type serveConfig struct {
 	vaultSTSRole, vaultSTSEndpoint string
 	proxyDomain                    string
 	tlsListen                      string // HTTPS for the same handler, under the local CA; "" for none
+	// auditRetention is how long the journal (audit log, events,
+	// webhook deliveries) is kept.
+	auditRetention time.Duration
 }
 
 func newServeCmd() *cobra.Command {
@@ -181,6 +185,7 @@ the data directory (port-key).`,
 	f.StringVar(&cfg.proxyListen, "proxy-listen", "127.0.0.1:7401", `address of the port proxy, which serves sandboxes' ports at http://{port}-{id}.{domain}/ ("": none)`)
 	f.StringVar(&cfg.proxyDomain, "proxy-domain", "localhost", "domain under which the port proxy serves sandboxes' ports (its names must resolve to the proxy)")
 	f.StringVar(&cfg.tlsListen, "tls-listen", "", `address to serve the same API over HTTPS as well, with certificates for localhost and its subdomains from a CA kept in the data directory (<data>/tls-ca.pem, for clients to trust); E2B SDKs reach sandboxes' ports at https://{port}-{id}.localhost:PORT through it ("": none)`)
+	f.DurationVar(&cfg.auditRetention, "audit-retention", audit.DefaultRetention, "how long the audit log, lifecycle events and webhook deliveries are kept (0: forever)")
 	return cmd
 }
 
@@ -632,8 +637,18 @@ func (s *serving) startPortProxy(ctx context.Context) error {
 // buildHandler is the API: atoll's REST API, and E2B's beside it with
 // --e2b.
 func (s *serving) buildHandler(ctx context.Context) error {
-	scfg := server.Config{Sandboxes: s.svc, Templates: s.svc.Templates(), Runtimes: s.svc, Auth: s.keys, Keys: s.keys, Tenants: s.svc.Tenants(),
-		Usage: usage.Reporter{Store: s.state}, Logger: s.log, Version: version}
+	// The audit log records every request that asks for a change, on
+	// the node that serves it (so around local, not the router), with
+	// the key that asked.
+	retention := s.cfg.auditRetention
+	if retention == 0 {
+		retention = -1 // forever
+	}
+	rec := audit.New(audit.Config{Journal: s.state, Retention: retention, Skip: notAnAction, Logger: s.log})
+	s.onClose(rec.Close)
+	keys := rec.Auth(s.keys)
+	scfg := server.Config{Sandboxes: s.svc, Templates: s.svc.Templates(), Runtimes: s.svc, Auth: keys, Keys: s.keys, Tenants: s.svc.Tenants(),
+		Usage: usage.Reporter{Store: s.state}, Audit: rec, Logger: s.log, Version: version}
 	// Memory vaults: packs in the archive's object store, refs in the
 	// state store; git is needed (the README's packages have it).
 	// Mounts counts the sandboxes that mount a vault (vaultmount.go),
@@ -689,7 +704,10 @@ func (s *serving) buildHandler(ctx context.Context) error {
 	// The dashboard is static files that call the API like any client:
 	// every node serves its own copy, in front of the cluster's router.
 	// One request ID from the first node a request reaches (httpkit.RequestID).
-	defer func() { s.handler = httpkit.RequestID(ui.Mount(s.route(s.local))) }()
+	defer func() {
+		s.local = rec.Wrap(s.local)
+		s.handler = httpkit.RequestID(ui.Mount(s.route(s.local)))
+	}()
 	if !s.cfg.e2b {
 		return nil
 	}
@@ -697,7 +715,7 @@ func (s *serving) buildHandler(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ecfg := e2b.Config{Sandboxes: s.svc, Templates: s.svc.Templates(), Auth: s.keys, TokenKey: tokenKey, Logger: s.log}
+	ecfg := e2b.Config{Sandboxes: s.svc, Templates: s.svc.Templates(), Auth: keys, TokenKey: tokenKey, Logger: s.log}
 	if s.proxy != nil {
 		ecfg.Ports = s.proxy
 	}
@@ -890,6 +908,17 @@ func (s *serving) run(ctx context.Context) error {
 		err = nil
 	}
 	return err
+}
+
+// notAnAction is a request the audit log leaves out although its method
+// may change something: traffic to a sandbox's own daemons (envd, its
+// ports), which is the sandbox's business, and git fetches of vaults,
+// which are POSTs that read.
+func notAnAction(r *http.Request) bool {
+	if e2b.IsSandboxRequest(r) {
+		return true
+	}
+	return strings.HasPrefix(r.URL.Path, server.GitPrefix) && !strings.HasSuffix(r.URL.Path, "/git-receive-pack")
 }
 
 // withE2B serves the E2B-compatible API beside atoll's: atoll's routes are

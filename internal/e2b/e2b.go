@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -99,7 +100,7 @@ var DefaultAliases = map[string][]string{"base": {"base", "host"}}
 type Server struct {
 	cfg     Config
 	log     *slog.Logger
-	api     *http.ServeMux
+	api     *routeMux
 	envd    *envd.Server
 	reverse map[string]string // atoll template → E2B alias
 	builds  *builds
@@ -122,7 +123,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Aliases == nil {
 		cfg.Aliases = DefaultAliases
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, api: http.NewServeMux(), reverse: map[string]string{}, builds: newBuilds()}
+	s := &Server{cfg: cfg, log: cfg.Logger, api: &routeMux{ServeMux: http.NewServeMux()}, reverse: map[string]string{}, builds: newBuilds()}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -185,6 +186,25 @@ func (s *Server) signedFileSandbox(r *http.Request) (string, bool) {
 	}
 	return "", false
 }
+
+// routeMux is a ServeMux that lists its patterns (Routes).
+type routeMux struct {
+	*http.ServeMux
+	patterns []string
+}
+
+func (m *routeMux) Handle(pattern string, h http.Handler) {
+	m.patterns = append(m.patterns, pattern)
+	m.ServeMux.Handle(pattern, h)
+}
+
+func (m *routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.Handle(pattern, http.HandlerFunc(h))
+}
+
+// Routes lists the control plane's route patterns ("POST
+// /sandboxes/{sandboxID}/pause"), for the tests of what wraps the server.
+func (s *Server) Routes() []string { return slices.Clone(s.api.patterns) }
 
 func (s *Server) routes() {
 	auth := func(h http.HandlerFunc) http.Handler { return s.authenticate(h) }

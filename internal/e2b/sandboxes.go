@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/audit"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 )
 
@@ -120,6 +121,7 @@ func (s *Server) create(defaultTimeout int64) http.HandlerFunc {
 			s.writeErr(w, r, err)
 			return
 		}
+		audit.SetTarget(r.Context(), sb.ID)
 		out := s.sandbox(sb)
 		if alias != "" {
 			out.Alias = alias

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/audit"
 	"github.com/atoll-dev/atoll/internal/egress"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/httpkit"
@@ -63,6 +64,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, err := s.cfg.Sandboxes.Create(r.Context(), req)
 	if err == nil {
+		audit.SetTarget(r.Context(), sb.ID)
 		err = s.mountVaults(r.Context(), sb)
 	}
 	if err != nil {

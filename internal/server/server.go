@@ -144,9 +144,14 @@ type Config struct {
 	// MCP serves the Model Context Protocol at /v1/mcp (internal/mcp's
 	// streamable HTTP handler) to authenticated requests; nil: 503
 	// unavailable.
-	MCP     http.Handler
-	Logger  *slog.Logger // default slog.Default()
-	Version string       // reported by GET /v1/health
+	MCP http.Handler
+	// Audit, Events and Webhooks are the journal (packages audit, events,
+	// webhooks); nil: their routes answer 503 unavailable.
+	Audit    Audit
+	Events   Events
+	Webhooks Webhooks
+	Logger   *slog.Logger // default slog.Default()
+	Version  string       // reported by GET /v1/health
 	// Ready, if set, is asked by GET /v1/health: an error makes it answer
 	// 503 with the error's message (a cluster node that has lost its
 	// store).
