@@ -916,21 +916,36 @@ function quotaForm(row, t, done) {
 
 // ---------- audit ----------
 
+// auditView lists GET /v1/audit's api.AuditList, newest first, a page at a
+// time ("Older" follows its next).
 function auditView() {
-  const f = { tenant: h("input", { placeholder: "tenant", size: 10 }), sandbox: h("input", { placeholder: "sandbox", size: 22 }), action: h("input", { placeholder: "action", size: 14 }) };
-  const out = h("div", { id: "audit", dataset: { what: "The audit log" } });
-  const fill = async () => {
-    const r = await api("GET", "/v1/audit" + q({ tenant: f.tenant.value, sandbox: f.sandbox.value, action: f.action.value, limit: 200 }));
-    const evs = r.events || r.entries || r.audit || [];
-    out.replaceChildren(table(["Time", "Tenant", "Key", "Source", "Action", "Target", "Result"], evs.map((e) =>
-      h("tr", {},
-        h("td", {}, time(e.time)), h("td", {}, e.tenant), h("td", { class: "mono" }, e.key_id ?? e.key ?? ""),
-        h("td", { class: "mono" }, e.source ?? e.source_addr ?? e.remote ?? ""), h("td", {}, e.action),
-        h("td", { class: "mono" }, e.target ?? ""), h("td", {}, e.result ?? e.status ?? ""))), "No audit events match."));
+  const f = {
+    tenant: h("input", { id: "audit-tenant", placeholder: "tenant", size: 10 }),
+    sandbox: h("input", { id: "audit-sandbox", placeholder: "sandbox or other target", size: 22 }),
+    action: h("input", { id: "audit-action", placeholder: "action, e.g. DELETE", size: 16 }),
   };
-  for (const el of Object.values(f)) el.addEventListener("change", () => live(out, 0, fill));
-  live(out, 15000, fill);
-  return h("div", {}, h("h1", {}, "Audit log"), h("div", { class: "bar" }, Object.values(f)), out);
+  const out = h("div", { id: "audit", dataset: { what: "The audit log" } });
+  const more = h("button", { class: "secondary", hidden: true }, "Older");
+  let pages = [0]; // the before= of each page shown
+  const fill = async () => {
+    const before = pages[pages.length - 1];
+    const r = await api("GET", "/v1/audit" + q({ tenant: f.tenant.value, sandbox: f.sandbox.value, action: f.action.value, limit: 100, before: before || "" }));
+    const evs = r.entries || [];
+    out.replaceChildren(table(["Time", "Tenant", "Key", "Source", "Action", "Target", "Status", "Request"], evs.map((e) =>
+      h("tr", { "data-seq": e.seq },
+        h("td", {}, time(e.time)), h("td", {}, e.tenant || ""), h("td", { class: "mono" }, e.key_id || ""),
+        h("td", { class: "mono" }, e.source || ""), h("td", { class: "mono" }, e.action),
+        h("td", { class: "mono" }, e.target ? h("a", { href: /^[a-z0-9]{20}$/.test(e.target) ? `#/sandboxes/${e.target}` : null }, e.target) : ""),
+        h("td", { class: e.status >= 400 ? "error" : "" }, e.status), h("td", { class: "mono muted" }, e.request_id || ""))),
+    "No audit entries match."));
+    more.hidden = !r.next;
+    more.onclick = () => { pages.push(r.next); live(out, 0, fill); };
+  };
+  for (const el of Object.values(f)) el.addEventListener("change", () => { pages = [0]; live(out, 0, fill); });
+  live(out, 15000, async () => { if (pages.length === 1) await fill(); });
+  return h("div", {}, h("h1", {}, "Audit log"),
+    h("div", { class: "bar" }, Object.values(f), h("button", { class: "secondary", onclick: () => { pages = [0]; live(out, 0, fill); } }, "Newest")),
+    out, h("div", { class: "bar" }, more));
 }
 
 // ---------- start ----------

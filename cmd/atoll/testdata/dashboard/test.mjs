@@ -113,6 +113,22 @@ test("dashboard", async (t) => {
     await shot(page, "files");
   });
 
+  await t.test("logs", async () => {
+    await page.click("a[href$='/logs']");
+    if (!(await routeExists(`/v1/sandboxes/${id}/logs`))) {
+      await page.waitForSelector("[data-notavailable]");
+      t.diagnostic("this server keeps no sandbox logs: the tab says so");
+      return;
+    }
+    // A background process's output is kept in the sandbox's logs.
+    const r = await fetch(`${base}/v1/sandboxes/${id}/exec`, {
+      method: "POST", headers: { "X-API-Key": adminKey, "Content-Type": "application/json" },
+      body: JSON.stringify({ cmd: ["sh", "-c", "echo from-the-logs"], background: true }),
+    });
+    assert.equal(r.status, 200);
+    await page.waitForFunction(() => /from-the-logs/.test(document.querySelector("#logs")?.textContent || ""), null, { timeout: 30000 });
+  });
+
   await t.test("metrics charts", async () => {
     await page.click("a[href$='/metrics']");
     await page.waitForSelector("#metrics [data-chart='CPU %'] canvas");
@@ -222,6 +238,16 @@ test("dashboard", async (t) => {
     await page.waitForSelector(row, { state: "detached", timeout: 30000 });
     const r = await fetch(`${base}/v1/sandboxes/${id}`, { headers: { "X-API-Key": adminKey } });
     assert.equal(r.status, 404);
+    // The audit log has the delete, with its key and status.
+    if (await routeExists("/v1/audit")) {
+      await page.click("a[data-nav=audit]");
+      await page.fill("#audit-sandbox", id);
+      await page.press("#audit-sandbox", "Enter");
+      await page.dispatchEvent("#audit-sandbox", "change");
+      await page.waitForFunction((id) => [...document.querySelectorAll("#audit tr[data-seq]")].some((tr) =>
+        /DELETE/.test(tr.textContent) && tr.textContent.includes(id) && /\b204\b/.test(tr.textContent)), id, { timeout: 20000 });
+      await shot(page, "audit");
+    }
   });
 
   assert.deepEqual(errors, [], "no uncaught errors in the page");
