@@ -691,7 +691,7 @@ function snapshotsTab(id) {
           } }, "delete")))), "No snapshots of this sandbox."));
   };
   live(list, 0, fill);
-  const btn = h("button", { type: "submit" }, "Take snapshot");
+  const btn = h("button", { type: "submit", id: "snapshot-take" }, "Take snapshot");
   return h("div", {},
     h("form", { class: "bar", onsubmit: (ev) => { ev.preventDefault(); act(btn, () => api("POST", sbPath(id, "/snapshots"), { body: { name: name.value || undefined } }), () => { name.value = ""; fill(); }); } }, name, btn),
     list);

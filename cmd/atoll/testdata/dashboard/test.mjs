@@ -146,6 +146,23 @@ test("dashboard", async (t) => {
     await shot(page, "sandboxes");
   });
 
+  await t.test("snapshot, pause, resume and fork from the pages", async () => {
+    await page.goto(`${base}/ui/#/sandboxes/${id}/snapshots`);
+    await page.fill("#snapshot-name", "from-the-ui");
+    await page.click("#snapshot-take");
+    await page.waitForSelector("#snapshots tr:has-text('from-the-ui')");
+    await page.click("a[data-nav=sandboxes]");
+    const row = `#sandboxes tr[data-id='${id}']`;
+    await page.click(`${row} [data-action=pause]`);
+    await page.waitForSelector(`${row} [data-state=paused]`, { timeout: 30000 });
+    await page.click(`${row} [data-action=resume]`);
+    await page.waitForSelector(`${row} [data-state=running]`, { timeout: 30000 });
+    const before = await page.$$eval("#sandboxes tr[data-id]", (rs) => rs.length);
+    await page.click(`${row} [data-action=fork]`);
+    await page.waitForFunction((n) => document.querySelectorAll("#sandboxes tr[data-id]").length === n + 1, before, { timeout: 60000 });
+    assert.match(await page.textContent("#flash"), /Forked: [a-z0-9]{20}/);
+  });
+
   await t.test("templates", async () => {
     await page.click("a[data-nav=templates]");
     await page.waitForSelector("#templates tr[data-template], #templates .notavail");
