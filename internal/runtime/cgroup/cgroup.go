@@ -131,6 +131,14 @@ func (c *Cgroup) Update(r *specs.LinuxResources) error {
 	if c.v2 != nil {
 		return c.v2.Update(v2Resources(r))
 	}
+	if r != nil && r.Memory != nil && r.Memory.Swap != nil {
+		// containerd's cgroup1 writes memory.limit_in_bytes before
+		// memory.memsw.limit_in_bytes (its reordering for a rising limit
+		// swaps the wrong pair), and the kernel refuses a limit above the
+		// current memsw: raise memsw first. When the limit falls, this
+		// write is refused and the update below lowers both in order.
+		c.v1.Update(&specs.LinuxResources{Memory: &specs.LinuxMemory{Swap: r.Memory.Swap}})
+	}
 	return c.v1.Update(r)
 }
 
