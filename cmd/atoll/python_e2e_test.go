@@ -121,19 +121,68 @@ func runPythonTests(t *testing.T, d *daemon, pattern string, env ...string) int 
 	return n
 }
 
-// TestPythonSDK runs the Python SDK's suite (sdk/python/tests/test_sdk.py):
-// every call of the client and the errors each raises, against a server
-// with networking in a namespace of its own.
-func TestPythonSDK(t *testing.T) {
+// pythonDaemon starts a server with networking in a namespace of its own
+// (its internet host at wInet4) for the Python suites.
+func pythonDaemon(t *testing.T, args ...string) *daemon {
+	t.Helper()
 	testenv.RequireRoot(t)
 	if err := network.Probe(); err != nil {
 		testenv.Skip(t, err.Error())
 	}
 	w := newNetWorld(t)
-	d := startDaemonIn(t, testenv.Dir(t), w.host, "--network", "on", "--network-bridge", w.id,
-		"--dns-upstream", wInet4, "--warm-pool", "0", "--prestart", "0", "--network-pool", "0")
-	if n := runPythonTests(t, d, "test_sdk.py", "ATOLL_TEST_INET="+wInet4); n < 30 {
-		t.Errorf("only %d Python tests ran", n)
+	return startDaemonIn(t, testenv.Dir(t), w.host, append([]string{"--network", "on", "--network-bridge", w.id,
+		"--dns-upstream", wInet4}, args...)...)
+}
+
+// TestPythonSDK runs the Python SDK's suites against a real server:
+// test_sdk.py, every call of the client and the errors each raises, and
+// test_harbor.py, atoll.harbor's environment through trials of the task
+// in sdk/python/tests/tasks/hello.
+func TestPythonSDK(t *testing.T) {
+	d := pythonDaemon(t, "--warm-pool", "0", "--prestart", "0", "--network-pool", "0")
+	for _, s := range []struct {
+		pattern string
+		min     int
+	}{{"test_sdk.py", 30}, {"test_harbor.py", 7}} {
+		t.Run(strings.TrimSuffix(s.pattern, ".py"), func(t *testing.T) {
+			if n := runPythonTests(t, d, s.pattern, "ATOLL_TEST_INET="+wInet4); n < s.min {
+				t.Errorf("only %d Python tests ran, want %d", n, s.min)
+			}
+		})
+	}
+}
+
+// TestHarborBench measures how many trials of the hello task one node
+// runs at once, all holding a sandbox together (sdk/python/tests/
+// bench_harbor.py; figures in docs/evals.md). It runs only with
+// ATOLL_HARBOR_BENCH set, to the levels of parallelism to measure
+// ("1 8 16 32 64" when it is "1").
+func TestHarborBench(t *testing.T) {
+	levels := os.Getenv("ATOLL_HARBOR_BENCH")
+	if levels == "" {
+		t.Skip("a benchmark: set ATOLL_HARBOR_BENCH=1 (or to levels, e.g. \"8 64\") to run it")
+	}
+	if levels == "1" {
+		levels = "1 8 16 32 64"
+	}
+	d := pythonDaemon(t)
+	py := pythonSDK(t)
+	dir := testenv.Dir(t)
+	if out, err := exec.Command("cp", "-r", "../../sdk/python/tests", dir).CombinedOutput(); err != nil {
+		t.Fatalf("copying the tests: %v %s", err, out)
+	}
+	cmd := exec.Command(py, append([]string{"-m", "tests.bench_harbor"}, strings.Fields(levels)...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "ATOLL_URL="+d.url, "ATOLL_API_KEY="+d.key)
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := d.startCmd(cmd)
+	if err == nil {
+		err = cmd.Wait()
+	}
+	t.Logf("bench_harbor %s:\n%s", levels, out.String())
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -1,0 +1,3 @@
+#!/bin/bash
+# The oracle's solution.
+echo "Hello, world!" > /app/hello.txt
