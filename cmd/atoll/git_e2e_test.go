@@ -71,7 +71,7 @@ func hostGit(t *testing.T, dir string, args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// TestGitE2E drives the SDK's and the CLI's git against a repository on a
+// TestGitE2E drives the Go and Python SDKs' and the CLI's git against a repository on a
 // test git host that wants a token: clone, status, branches, checkout,
 // add, commit, push and pull in two sandboxes, with the token never left
 // in a sandbox, and git's refusals arriving as typed errors.
@@ -270,4 +270,13 @@ func TestGitE2E(t *testing.T) {
 	if out, code := d.cli("git", "push", b.ID, "cli", "--user", "user"); code == 0 || !strings.Contains(out, "git push") {
 		t.Errorf("atoll git push without a token: %d %q", code, out)
 	}
+
+	// The Python SDK's git, the same calls against the same host
+	// (sdk/python/tests/test_git.py).
+	t.Run("python", func(t *testing.T) {
+		if n := runPythonTests(t, d, "test_git.py", "ATOLL_TEST_GIT_URL="+repoURL,
+			"ATOLL_TEST_GIT_USER="+gitUser, "ATOLL_TEST_GIT_TOKEN="+gitToken); n < 4 {
+			t.Errorf("only %d Python git tests ran", n)
+		}
+	})
 }
