@@ -185,6 +185,9 @@ type entry struct {
 	mu            sync.Mutex
 	tenant, keyID string
 	target        string
+	// action and pathTarget are the route that served the request and
+	// its first wildcard's value (Matched).
+	action, pathTarget string
 }
 
 type ctxKey struct{}
@@ -195,6 +198,18 @@ func SetTarget(ctx context.Context, target string) {
 	if e, ok := ctx.Value(ctxKey{}).(*entry); ok {
 		e.mu.Lock()
 		e.target = target
+		e.mu.Unlock()
+	}
+}
+
+// Matched tells the Recorder which route served r: call it (deferred)
+// where a ServeMux serves r, which writes the route's pattern and path
+// values into r, as middleware between Wrap and there may have passed
+// on a copy of the request Wrap saw.
+func Matched(r *http.Request) {
+	if e, ok := r.Context().Value(ctxKey{}).(*entry); ok && r.Pattern != "" {
+		e.mu.Lock()
+		e.action, e.pathTarget = r.Pattern, firstWildcard(r)
 		e.mu.Unlock()
 	}
 }
@@ -212,20 +227,23 @@ func (r *Recorder) Wrap(h http.Handler) http.Handler {
 		sw := httpkit.Record(w)
 		start := time.Now()
 		h.ServeHTTP(sw, req)
-		// The mux wrote the route it matched into req (not a copy):
-		// requests that matched none changed nothing.
-		if req.Pattern == "" || req.Pattern == "/" {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		action, target := e.action, e.target
+		if action == "" && req.Pattern != "" {
+			// A mux served req itself.
+			action, e.pathTarget = req.Pattern, firstWildcard(req)
+		}
+		// Requests that matched no route changed nothing.
+		if action == "" || action == "/" {
 			return
+		}
+		if target == "" {
+			target = e.pathTarget
 		}
 		status := sw.Status()
 		if status == 0 {
 			status = http.StatusOK
-		}
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		target := e.target
-		if target == "" {
-			target = firstWildcard(req)
 		}
 		rid := httpkit.RequestIDFrom(req.Context())
 		if rid == "" {
@@ -233,7 +251,7 @@ func (r *Recorder) Wrap(h http.Handler) http.Handler {
 		}
 		r.record(store.AuditEntry{
 			At: start.UTC(), Tenant: e.tenant, KeyID: e.keyID, Source: host(req.RemoteAddr),
-			Action: req.Pattern, Target: clip(target), Status: status, RequestID: clip(rid),
+			Action: action, Target: clip(target), Status: status, RequestID: clip(rid),
 		})
 	})
 }

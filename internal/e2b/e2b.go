@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/audit"
 	"github.com/atoll-dev/atoll/internal/e2b/envd"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/httpkit"
@@ -161,6 +162,7 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
 	}
 	_, pattern := s.api.Handler(r)
 	telemetry.SetRoute(r, pattern)
+	defer audit.Matched(r)
 	s.api.ServeHTTP(w, r)
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/audit"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/httpkit"
 	"github.com/atoll-dev/atoll/internal/telemetry"
@@ -225,6 +226,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	h, pattern := s.mux.Handler(r)
 	if pattern != "" {
 		telemetry.SetRoute(r, pattern)
+		defer audit.Matched(r)
 		s.mux.ServeHTTP(w, r)
 		return
 	}
