@@ -39,7 +39,7 @@ import (
 func main() {
 	n := flag.Int("n", 100, "iterations per measurement")
 	clients := flag.Int("clients", 8, "concurrent clients for the concurrent run")
-	only := flag.String("only", "", "comma-separated parts to run (core,templates,state,forks,prestarted,recent,warm,e2b,dashboard,runtimes,ports,autoresume,vault,vaultmount,metering,peers,burst; and scheduler and cluster, only when named); default all but scheduler and cluster")
+	only := flag.String("only", "", "comma-separated parts to run (core,templates,state,forks,prestarted,recent,warm,e2b,mcp,dashboard,runtimes,ports,autoresume,vault,vaultmount,metering,peers,burst; and scheduler and cluster, only when named); default all but scheduler and cluster")
 	flag.Int64Var(&hostDirtyLimit, "layer-dirty-limit", 0, "the servers' --layer-dirty-limit (0: their default; -1: the kernel's defaults)")
 	var b burstConfig
 	flag.IntVar(&b.n, "burst-n", 300, "burst: creates in the burst")
@@ -141,6 +141,7 @@ func main() {
 		{"warm", func() { warm(r, work, *n, *clients) }},
 		{"e2b", func() { e2bSDK(r, srv, min(*n, 50)) }},
 		{"dashboard", func() { dashboard(r, srv, min(*n, 30)) }},
+		{"mcp", func() { mcpBench(r, srv, min(*n, 50)) }},
 		{"runtimes", func() { runtimes(r, work, min(*n, 30)) }},
 		{"ports", func() { ports(r, work, min(*n, 30)) }},
 		{"autoresume", func() { autoResume(r, work, min(*n, 20)) }},

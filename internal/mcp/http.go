@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -35,9 +36,8 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 	if cfg.SessionTimeout == 0 {
 		cfg.SessionTimeout = 30 * time.Minute
 	}
-	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
-		return New(Config{URL: cfg.URL(), Key: bearer(r), Version: cfg.Version})
-	}, &mcp.StreamableHTTPOptions{
+	servers := &serverCache{cfg: cfg, m: map[string]*mcp.Server{}}
+	h := mcp.NewStreamableHTTPHandler(servers.get, &mcp.StreamableHTTPOptions{
 		Logger:         cfg.Logger,
 		SessionTimeout: cfg.SessionTimeout,
 		// The SDK refuses requests to a loopback address whose Host is
@@ -48,10 +48,9 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 		DisableLocalhostProtection: true,
 	})
 	verify := func(_ context.Context, key string, _ *http.Request) (*auth.TokenInfo, error) {
-		sum := sha256.Sum256([]byte(key))
 		// Checked already; the expiry is the SDK's requirement, and
 		// this request's only.
-		return &auth.TokenInfo{UserID: hex.EncodeToString(sum[:]), Expiration: time.Now().Add(time.Hour)}, nil
+		return &auth.TokenInfo{UserID: keyHash(key), Expiration: time.Now().Add(time.Hour)}, nil
 	}
 	withUser := auth.RequireBearerToken(verify, nil)(h)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -71,4 +70,39 @@ func bearer(r *http.Request) string {
 		return strings.TrimSpace(h[7:])
 	}
 	return r.Header.Get("X-API-Key")
+}
+
+func keyHash(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+// serverCache holds an MCP server per API key. The SDK asks for the
+// server of every request (for its protocol versions), not only of a
+// session's first, and making one (its tools' schemas) takes
+// milliseconds. A server outlives its cache entry for as long as its
+// sessions do.
+type serverCache struct {
+	cfg HandlerConfig
+	mu  sync.Mutex
+	m   map[string]*mcp.Server // by keyHash
+}
+
+// maxServers bounds the cache: past it, it starts again empty.
+const maxServers = 1024
+
+func (c *serverCache) get(r *http.Request) *mcp.Server {
+	key := bearer(r)
+	h := keyHash(key)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := c.m[h]; ok {
+		return s
+	}
+	if len(c.m) >= maxServers {
+		clear(c.m)
+	}
+	s := New(Config{URL: c.cfg.URL(), Key: key, Version: c.cfg.Version})
+	c.m[h] = s
+	return s
 }
