@@ -60,7 +60,7 @@ func TestHelp(t *testing.T) {
 		{"pause"}, {"resume"}, {"archive"}, {"timeout"}, {"placement"}, {"network"}, {"port"}, {"mcp"}, {"fork"}, {"restore"}, {"snapshot"}, {"snapshot", "create"}, {"snapshot", "ls"}, {"snapshot", "rm"}, {"snapshot", "archive"},
 		{"template"}, {"template", "import"}, {"template", "build"}, {"template", "ls"}, {"template", "inspect"}, {"template", "rm"}, {"template", "bootstrap"},
 		{"key"}, {"key", "create"}, {"key", "ls"}, {"key", "rm"},
-		{"tenant"}, {"tenant", "set"}, {"tenant", "ls"}, {"tenant", "inspect"},
+		{"tenant"}, {"tenant", "set"}, {"tenant", "ls"}, {"tenant", "inspect"}, {"usage"},
 		{"audit"}, {"events"}, {"webhook"}, {"webhook", "add"}, {"webhook", "ls"}, {"webhook", "rm"}, {"webhook", "deliveries"},
 		{"vault"}, {"vault", "create"}, {"vault", "ls"}, {"vault", "inspect"}, {"vault", "rm"}, {"vault", "log"}, {"vault", "show"}, {"vault", "search"}, {"vault", "links"}, {"vault", "credentials"}, {"vault", "compact"}, {"vault", "set"},
 	} {

@@ -102,21 +102,21 @@ func parseTime(flag, v string) (time.Time, error) {
 // usageColumns are the columns of the table and the CSV: a header and
 // the cell of an entry, for the CSV exactly, for the table rounded.
 var usageColumns = []struct {
-	header     string
-	csv, table func(e api.UsageEntry) string
+	header, field string // the table's header, the CSV's (the API's field)
+	csv, table    func(e api.UsageEntry) string
 }{
-	{"CPU_S", func(e api.UsageEntry) string { return exact(e.CPUSeconds) }, func(e api.UsageEntry) string { return fixed(e.CPUSeconds, 1) }},
-	{"MEM_GIB_S", func(e api.UsageEntry) string { return exact(e.MemoryGiBSeconds) }, func(e api.UsageEntry) string { return fixed(e.MemoryGiBSeconds, 1) }},
-	{"DISK_GIB_H", func(e api.UsageEntry) string { return exact(e.DiskGiBHours) }, func(e api.UsageEntry) string { return fixed(e.DiskGiBHours, 4) }},
-	{"SNAP_GIB_H", func(e api.UsageEntry) string { return exact(e.SnapshotGiBHours) }, func(e api.UsageEntry) string { return fixed(e.SnapshotGiBHours, 4) }},
-	{"ARCHIVE_GIB_H", func(e api.UsageEntry) string { return exact(e.ArchiveGiBHours) }, func(e api.UsageEntry) string { return fixed(e.ArchiveGiBHours, 4) }},
-	{"NET_IN", func(e api.UsageEntry) string { return strconv.FormatInt(e.NetInBytes, 10) }, func(e api.UsageEntry) string { return humanBytes(e.NetInBytes) }},
-	{"NET_OUT", func(e api.UsageEntry) string { return strconv.FormatInt(e.NetOutBytes, 10) }, func(e api.UsageEntry) string { return humanBytes(e.NetOutBytes) }},
-	{"RUNNING_S", func(e api.UsageEntry) string { return exact(e.States.Running) }, func(e api.UsageEntry) string { return fixed(e.States.Running, 0) }},
-	{"PAUSED_S", func(e api.UsageEntry) string { return exact(e.States.Paused) }, func(e api.UsageEntry) string { return fixed(e.States.Paused, 0) }},
-	{"SUSPENDED_S", func(e api.UsageEntry) string { return exact(e.States.Suspended) }, func(e api.UsageEntry) string { return fixed(e.States.Suspended, 0) }},
-	{"STOPPED_S", func(e api.UsageEntry) string { return exact(e.States.Stopped) }, func(e api.UsageEntry) string { return fixed(e.States.Stopped, 0) }},
-	{"ARCHIVED_S", func(e api.UsageEntry) string { return exact(e.States.Archived) }, func(e api.UsageEntry) string { return fixed(e.States.Archived, 0) }},
+	{"CPU_S", "cpu_seconds", func(e api.UsageEntry) string { return exact(e.CPUSeconds) }, func(e api.UsageEntry) string { return fixed(e.CPUSeconds, 1) }},
+	{"MEM_GIB_S", "memory_gib_seconds", func(e api.UsageEntry) string { return exact(e.MemoryGiBSeconds) }, func(e api.UsageEntry) string { return fixed(e.MemoryGiBSeconds, 1) }},
+	{"DISK_GIB_H", "disk_gib_hours", func(e api.UsageEntry) string { return exact(e.DiskGiBHours) }, func(e api.UsageEntry) string { return fixed(e.DiskGiBHours, 4) }},
+	{"SNAP_GIB_H", "snapshot_gib_hours", func(e api.UsageEntry) string { return exact(e.SnapshotGiBHours) }, func(e api.UsageEntry) string { return fixed(e.SnapshotGiBHours, 4) }},
+	{"ARCHIVE_GIB_H", "archive_gib_hours", func(e api.UsageEntry) string { return exact(e.ArchiveGiBHours) }, func(e api.UsageEntry) string { return fixed(e.ArchiveGiBHours, 4) }},
+	{"NET_IN", "network_in_bytes", func(e api.UsageEntry) string { return strconv.FormatInt(e.NetInBytes, 10) }, func(e api.UsageEntry) string { return humanBytes(e.NetInBytes) }},
+	{"NET_OUT", "network_out_bytes", func(e api.UsageEntry) string { return strconv.FormatInt(e.NetOutBytes, 10) }, func(e api.UsageEntry) string { return humanBytes(e.NetOutBytes) }},
+	{"RUNNING_S", "running_seconds", func(e api.UsageEntry) string { return exact(e.States.Running) }, func(e api.UsageEntry) string { return fixed(e.States.Running, 0) }},
+	{"PAUSED_S", "paused_seconds", func(e api.UsageEntry) string { return exact(e.States.Paused) }, func(e api.UsageEntry) string { return fixed(e.States.Paused, 0) }},
+	{"SUSPENDED_S", "suspended_seconds", func(e api.UsageEntry) string { return exact(e.States.Suspended) }, func(e api.UsageEntry) string { return fixed(e.States.Suspended, 0) }},
+	{"STOPPED_S", "stopped_seconds", func(e api.UsageEntry) string { return exact(e.States.Stopped) }, func(e api.UsageEntry) string { return fixed(e.States.Stopped, 0) }},
+	{"ARCHIVED_S", "archived_seconds", func(e api.UsageEntry) string { return exact(e.States.Archived) }, func(e api.UsageEntry) string { return fixed(e.States.Archived, 0) }},
 }
 
 func exact(f float64) string           { return strconv.FormatFloat(f, 'f', -1, 64) }
@@ -161,7 +161,7 @@ func renderUsageCSV(w io.Writer, rep api.UsageReport) error {
 	cw := csv.NewWriter(w)
 	head := []string{"start", rep.GroupBy}
 	for _, c := range usageColumns {
-		head = append(head, c.header)
+		head = append(head, c.field)
 	}
 	if err := cw.Write(head); err != nil {
 		return err
