@@ -17,26 +17,26 @@ code: :class:`NotFound`, :class:`Conflict`, :class:`Invalid`, ...
 """
 
 from .aio import AsyncClient
-from .client import Client, Stream
+from .client import Client, EventStream, Stream
 from .errors import (KINDS, Conflict, Error, Forbidden, Internal, Invalid, NotFound,
                      QuotaExceeded, TooLarge, Unauthorized, Unavailable)
 from .git import Git, GitAuth, GitBranches, GitError, GitFileStatus, GitStatus
 from .terminal import Terminal
-from .types import (APIKey, Bandwidth, BuildEvent, ExecEvent, ExecResult, FileInfo, Health,
+from .types import (APIKey, Bandwidth, BuildEvent, Delivery, Event, ExecEvent, ExecResult, FileInfo, Health,
                     ImportEvent, Metric, NetworkPolicy, Node, PortAccess, PortURL, Process,
                     Runtime, RuntimeCapabilities, Sandbox, SandboxNetwork, Snapshot, Template,
                     TemplateRemoved, TemplateVersion, Tenant, TenantQuota, TenantUsage, Vault,
-                    VaultCommit, VaultMount, WatchEvent)
+                    VaultCommit, VaultMount, WatchEvent, Webhook)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AsyncClient", "Client", "Stream", "Terminal", "Git", "GitAuth", "GitBranches", "GitError",
+    "AsyncClient", "Client", "EventStream", "Stream", "Terminal", "Git", "GitAuth", "GitBranches", "GitError",
     "GitFileStatus", "GitStatus", "KINDS", "Error", "Invalid", "Unauthorized", "Forbidden",
     "NotFound", "Conflict", "TooLarge", "QuotaExceeded", "Unavailable", "Internal",
     "APIKey", "Bandwidth", "BuildEvent", "ExecEvent", "ExecResult", "FileInfo", "Health",
     "ImportEvent", "Metric", "NetworkPolicy", "Node", "PortAccess", "PortURL", "Process",
     "Runtime", "RuntimeCapabilities", "Sandbox", "SandboxNetwork", "Snapshot", "Template",
     "TemplateRemoved", "TemplateVersion", "Tenant", "TenantQuota", "TenantUsage", "Vault",
-    "VaultCommit", "VaultMount", "WatchEvent",
+    "VaultCommit", "VaultMount", "WatchEvent", "Event", "Webhook", "Delivery",
 ]

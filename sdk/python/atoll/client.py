@@ -14,10 +14,10 @@ from typing import (Any, BinaryIO, Callable, Dict, Iterable, Iterator, List, Map
 
 from . import errors
 from ._http import Body, Transport, ndjson, quote, read_json
-from .types import (APIKey, BuildEvent, ExecEvent, ExecResult, FileInfo, Health,
+from .types import (APIKey, BuildEvent, Delivery, Event, ExecEvent, ExecResult, FileInfo, Health,
                     ImportEvent, Metric, NetworkPolicy, Node, PortURL, Process, Runtime,
                     Sandbox, SandboxNetwork, Snapshot, Template, TemplateRemoved, Tenant,
-                    TenantQuota, Vault, VaultCommit, VaultMount, WatchEvent, decode)
+                    TenantQuota, Vault, VaultCommit, VaultMount, WatchEvent, Webhook, decode)
 
 #: how many times a create the server refused as busy is sent again
 DEFAULT_BUSY_RETRIES = 30
@@ -57,6 +57,42 @@ class Stream:
 
     def close(self) -> None:
         self._it.close()
+        self._resp.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class EventStream:
+    """Lifecycle events from a Server-Sent Events answer (Client.events):
+    an iterator of Event and a context manager."""
+
+    def __init__(self, resp):
+        self._resp = resp
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> Event:
+        data: List[str] = []
+        while True:
+            line = self._resp.readline()
+            if not line:
+                self.close()
+                raise StopIteration
+            line = line.decode().rstrip("\r\n")
+            if line == "":
+                if data:
+                    return decode(Event, json.loads("\n".join(data)))
+                continue  # a comment's end, or a keep-alive
+            if line.startswith("data:"):
+                data.append(line[5:].lstrip(" "))
+            # id:, event: and comments: the data holds all of it.
+
+    def close(self) -> None:
         self._resp.close()
 
     def __enter__(self):
@@ -643,6 +679,87 @@ class Client:
     def compact_vault(self, name: str, before: Optional[str] = None) -> Dict[str, Any]:
         return self._json("POST", "/v1/vaults/" + quote(name) + "/compact",
                           json_body=_drop_none({"before": before}))
+
+    def update_vault(self, name: str, *, compact: Optional[str] = None,
+                     summarizer: Optional[str] = None) -> Vault:
+        """Changes a vault's compaction schedule or summarizer."""
+        return self._json("PATCH", "/v1/vaults/" + quote(name), Vault,
+                          json_body=_drop_none({"compact": compact, "summarizer": summarizer}))
+
+    def vault_events(self, name: str, limit: int = 0) -> List[Dict[str, Any]]:
+        """The vault's newest events (compactions), newest first."""
+        v = self._json("GET", "/v1/vaults/" + quote(name) + "/events",
+                       query=[("limit", limit)] if limit else None) or {}
+        return v.get("events") or []
+
+    # Usage, audit, events, webhooks.
+
+    def usage(self, *, start: Optional[_dt.datetime] = None, end: Optional[_dt.datetime] = None,
+              step: Optional[str] = None, group_by: Optional[str] = None,
+              tenant: Optional[str] = None) -> Dict[str, Any]:
+        """Metered use from start to end (default the last day), in buckets
+        of step ("1m", "1h", "1d") per group_by ("sandbox",
+        "tenant", "template", "label:KEY"). The report as the API gives it."""
+        q: List[Tuple[str, Any]] = []
+        for k, t in (("from", start), ("to", end)):
+            if t is not None:
+                q.append((k, int(t.timestamp())))
+        for k, v in (("step", step), ("group_by", group_by), ("tenant", tenant)):
+            if v:
+                q.append((k, v))
+        return self._json("GET", "/v1/usage", query=q)
+
+    def audit(self, *, tenant: Optional[str] = None, sandbox: Optional[str] = None,
+              action: Optional[str] = None, start: Optional[_dt.datetime] = None,
+              end: Optional[_dt.datetime] = None, before: int = 0, limit: int = 0) -> Dict[str, Any]:
+        """Audit log entries, newest first (admin keys): {"entries", "next"};
+        next, if set, is before= of the next page."""
+        q: List[Tuple[str, Any]] = []
+        for k, v in (("tenant", tenant), ("sandbox", sandbox), ("action", action)):
+            if v:
+                q.append((k, v))
+        for k, t in (("from", start), ("to", end)):
+            if t is not None:
+                q.append((k, t.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")))
+        if before:
+            q.append(("before", before))
+        if limit:
+            q.append(("limit", limit))
+        return self._json("GET", "/v1/audit", query=q)
+
+    def events(self, *, after: Optional[int] = None, types: Optional[Sequence[str]] = None,
+               sandbox: Optional[str] = None) -> "EventStream":
+        """Lifecycle events as they happen (Server-Sent Events), from now,
+        or after the event of seq after (to resume a broken stream)."""
+        q: List[Tuple[str, Any]] = []
+        if after is not None:
+            q.append(("after", after))
+        if types:
+            q.append(("types", ",".join(types)))
+        if sandbox:
+            q.append(("sandbox", sandbox))
+        resp = self._t.request("GET", "/v1/events", query=q)
+        if not (resp.getheader("Content-Type") or "").startswith("text/event-stream"):
+            resp.close()
+            raise errors.Error("GET /v1/events: not an event stream")
+        return EventStream(resp)
+
+    def create_webhook(self, url: str, events: Optional[Sequence[str]] = None) -> Webhook:
+        """Adds a webhook for the tenant's events of these types (none:
+        all). Its secret, which signs deliveries, is shown only here."""
+        return self._json("POST", "/v1/webhooks", Webhook,
+                          json_body=_drop_none({"url": url, "events": list(events) if events else None}))
+
+    def list_webhooks(self) -> List[Webhook]:
+        return self._list("GET", "/v1/webhooks", "webhooks", Webhook)
+
+    def delete_webhook(self, id: str) -> None:
+        self._do("DELETE", "/v1/webhooks/" + quote(id))
+
+    def webhook_deliveries(self, id: str, limit: int = 0) -> List[Delivery]:
+        """A webhook's latest deliveries, newest first."""
+        return self._list("GET", "/v1/webhooks/" + quote(id) + "/deliveries", "deliveries", Delivery,
+                          query=[("limit", limit)] if limit else None)
 
     # Git.
 

@@ -439,3 +439,38 @@ class Node:
     state: str = ""
     schedule: str = ""
     epoch: int = 0
+
+
+@dataclass
+class Event:
+    """A lifecycle event: a sandbox's state change, a template's, ..."""
+    seq: int = 0
+    id: str = ""
+    type: str = ""
+    time: Optional[_dt.datetime] = None
+    tenant: str = ""
+    sandbox: str = ""
+    state: str = ""
+    reason: str = ""
+
+
+@dataclass
+class Webhook:
+    id: str = ""
+    tenant: str = ""
+    url: str = ""
+    events: List[str] = field(default_factory=list)
+    #: the secret that signs deliveries, only in the answer of create_webhook
+    secret: str = ""
+    created_at: Optional[_dt.datetime] = None
+
+
+@dataclass
+class Delivery:
+    event: Event = field(default_factory=Event)
+    state: str = ""
+    attempts: int = 0
+    next_at: Optional[_dt.datetime] = None
+    last_status: int = 0
+    last_error: str = ""
+    done_at: Optional[_dt.datetime] = None

@@ -605,6 +605,78 @@ class TestKeysTenants(TestCase):
             pass
 
 
+class TestJournal(TestCase):
+    def test_events(self):
+        c = client(timeout=30)
+        try:
+            c.events().close()
+        except atoll.Unavailable as e:
+            # A server without a journal says so.
+            self.assertIn("events", e.message)
+            return
+        with c.events(types=["sandbox.state"]) as events:
+            sb = self.sandbox()
+            seen = []
+            for ev in events:
+                self.assertIsInstance(ev, atoll.Event)
+                if ev.sandbox == sb.id:
+                    seen.append(ev.state)
+                    if ev.state == "running":
+                        break
+        self.assertIn("running", seen)
+        last = None
+        with c.events(after=0, sandbox=sb.id) as events:
+            last = next(iter(events))
+        self.assertEqual(last.sandbox, sb.id)
+        with self.assertRaises(atoll.Invalid):
+            c.events(after=-5)
+
+    def test_webhooks(self):
+        try:
+            self.c.list_webhooks()
+        except atoll.Unavailable as e:
+            # A server that sends no webhooks says so, to every call.
+            self.assertIn("webhooks", e.message)
+            with self.assertRaises(atoll.Unavailable):
+                self.c.create_webhook("http://127.0.0.1:9/hook")
+            return
+        w = self.c.create_webhook("http://127.0.0.1:9/hook", ["sandbox.state"])
+        self.addCleanup(self._delete_webhook, w.id)
+        self.assertTrue(w.secret)
+        self.assertEqual(w.events, ["sandbox.state"])
+        self.assertIn(w.id, [x.id for x in self.c.list_webhooks()])
+        self.assertEqual([x.secret for x in self.c.list_webhooks() if x.id == w.id], [""])
+        self.assertIsInstance(self.c.webhook_deliveries(w.id, limit=5), list)
+        with self.assertRaises(atoll.Invalid):
+            self.c.create_webhook("not a url")
+        self.c.delete_webhook(w.id)
+        with self.assertRaises(atoll.NotFound):
+            self.c.delete_webhook(w.id)
+
+    def _delete_webhook(self, id):
+        try:
+            self.c.delete_webhook(id)
+        except atoll.NotFound:
+            pass
+
+    def test_usage_and_audit(self):
+        sb = self.sandbox(labels={"team": "py"})
+        rep = self.c.usage(step="1h", group_by="label:team")
+        self.assertEqual((rep["step"], rep["group_by"]), ("1h", "label:team"))
+        self.assertIsInstance(rep["usage"], list)
+        with self.assertRaises(atoll.Invalid):
+            self.c.usage(step="7s")
+        page = self.c.audit(sandbox=sb.id, limit=5)
+        self.assertIsInstance(page["entries"], list)
+        self.assertTrue(all(e["target"] == sb.id for e in page["entries"]), page)
+        k = self.c.create_key("py-audit", tenant="py-audit")
+        try:
+            with self.assertRaises(atoll.Forbidden):
+                atoll.Client(os.environ["ATOLL_URL"], k.key).audit()
+        finally:
+            self.c.delete_key(k.id)
+
+
 class TestVaults(TestCase):
     def test_vault(self):
         try:
@@ -629,6 +701,10 @@ class TestVaults(TestCase):
             self.c.read_vault_file("py-notes", "entities/nope.md")
         with self.assertRaises((atoll.Conflict, atoll.Unavailable)):
             self.c.vault_credentials("py-notes")
+        self.assertEqual(self.c.update_vault("py-notes", compact="off").name, "py-notes")
+        with self.assertRaises(atoll.Invalid):
+            self.c.update_vault("py-notes", compact="hourly")
+        self.assertIsInstance(self.c.vault_events("py-notes", limit=3), list)
         self.c.delete_vault("py-notes")
         with self.assertRaises(atoll.NotFound):
             self.c.get_vault("py-notes")
