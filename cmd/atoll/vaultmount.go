@@ -97,12 +97,22 @@ func (s *serving) startVaultMounts(ctx context.Context, vaults *vault.Service) (
 	return m, nil
 }
 
-// Check implements server.VaultMounts.
+// Check implements server.VaultMounts. The vaults there, it starts
+// preparing their mounts (vault.Service.Prepare) while the create makes
+// the sandbox: the clone then only sends what is ready.
 func (m *vaultMounts) Check(ctx context.Context, ms []api.VaultMount) error {
 	for _, v := range ms {
 		if _, err := m.vaults.ID(ctx, v.Name); err != nil {
 			return err
 		}
+	}
+	pctx := context.WithoutCancel(ctx)
+	for _, v := range ms {
+		go func() {
+			if err := m.vaults.Prepare(pctx, v.Name, sandboxUID, sandboxUID); err != nil {
+				m.log.Debug("preparing a vault's mount", "vault", v.Name, "err", err)
+			}
+		}()
 	}
 	return nil
 }

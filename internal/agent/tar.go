@@ -13,6 +13,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/atoll-dev/atoll/internal/errdefs"
 )
@@ -139,7 +142,15 @@ func (a *Agent) extract(root *os.Root, r io.Reader) error {
 		dirs  []dirMeta
 		total int64
 		tr    = tar.NewReader(r)
+		// made are the directories known to be there: a file's parent
+		// is made once, not once per file (a tar of a thousand small
+		// files, a vault's clone, spends its time in such syscalls).
+		made = map[string]bool{}
+		// in is the directory files were last written in, opened: the
+		// next of its files is made with one openat, not two.
+		in = &subdir{}
 	)
+	defer in.close()
 	for n := 0; ; n++ {
 		hdr, err := tr.Next()
 		if err == io.EOF {
@@ -156,7 +167,7 @@ func (a *Agent) extract(root *os.Root, r io.Reader) error {
 			return err
 		}
 		mode := hdr.FileInfo().Mode() & (os.ModePerm | os.ModeSetuid | os.ModeSetgid | os.ModeSticky)
-		if err := extractEntry(root, tr, hdr, name, mode, &total, a.maxTarBytes); err != nil {
+		if err := extractEntry(root, tr, hdr, name, mode, &total, a.maxTarBytes, made, in); err != nil {
 			return tarError(hdr.Name, err)
 		}
 		if hdr.Typeflag == tar.TypeDir && name != "." {
@@ -186,34 +197,45 @@ func entryName(name string) (string, error) {
 	return filepath.Clean(name), nil
 }
 
-func extractEntry(root *os.Root, tr *tar.Reader, hdr *tar.Header, name string, mode os.FileMode, total *int64, maxBytes int64) error {
+func extractEntry(root *os.Root, tr *tar.Reader, hdr *tar.Header, name string, mode os.FileMode, total *int64, maxBytes int64, made map[string]bool, in *subdir) error {
 	if name == "." {
 		if hdr.Typeflag == tar.TypeDir {
 			return nil // the target directory itself
 		}
 		return errorf(errdefs.ErrInvalid, "archive entry %q is not a directory", hdr.Name)
 	}
-	if dir := filepath.Dir(name); dir != "." {
+	if dir := filepath.Dir(name); dir != "." && !made[dir] {
 		if err := root.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
+		made[dir] = true
 	}
 	switch hdr.Typeflag {
 	case tar.TypeDir:
 		if err := root.MkdirAll(name, 0o700); err != nil {
 			return err
 		}
+		made[name] = true
 		return root.Lchown(name, hdr.Uid, hdr.Gid)
 	case tar.TypeReg:
 		if hdr.Size < 0 || hdr.Size > maxBytes-*total {
 			return errorf(errdefs.ErrTooLarge, "archive holds more than %d bytes", maxBytes)
 		}
 		*total += hdr.Size
-		if err := clearPath(root, name); err != nil {
+		// O_EXCL: never open through a symlink planted at name. What is
+		// there already is removed only then, as tar does.
+		dir, err := in.open(root, filepath.Dir(name))
+		if err != nil {
 			return err
 		}
-		// O_EXCL: never open through a symlink planted at name.
-		f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		base := filepath.Base(name)
+		f, err := dir.OpenFile(base, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			if err := clearPath(root, name); err != nil {
+				return err
+			}
+			f, err = dir.OpenFile(base, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		}
 		if err != nil {
 			return err
 		}
@@ -227,10 +249,12 @@ func extractEntry(root *os.Root, tr *tar.Reader, hdr *tar.Header, name string, m
 		if err := f.Chmod(mode); err != nil {
 			return err
 		}
-		if err := f.Close(); err != nil {
+		// The times through the open file: a path would be resolved in
+		// root again.
+		if err := futimes(f, hdr.ModTime); err != nil {
 			return err
 		}
-		return root.Chtimes(name, hdr.ModTime, hdr.ModTime)
+		return f.Close()
 	case tar.TypeSymlink:
 		if hdr.Linkname == "" || strings.ContainsRune(hdr.Linkname, 0) {
 			return errorf(errdefs.ErrInvalid, "bad symlink target")
@@ -283,4 +307,58 @@ func tarError(name string, err error) error {
 		return &kindError{kind: ke.kind, msg: fmt.Sprintf("archive entry %q: %s", name, ke.msg)}
 	}
 	return errorf(errdefs.ErrInvalid, "archive entry %q: %v", name, err)
+}
+
+// futimes sets f's access and modification times to t (futimens(3),
+// which is utimensat(2) with a NULL path: x/sys/unix has no wrapper).
+func futimes(f *os.File, t time.Time) error {
+	if t.IsZero() {
+		return nil // as os.Chtimes: a zero time leaves it as it is
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	ts := [2]unix.Timespec{unix.NsecToTimespec(t.UnixNano()), unix.NsecToTimespec(t.UnixNano())}
+	var errno syscall.Errno
+	if err := rc.Control(func(fd uintptr) {
+		_, _, errno = unix.Syscall6(unix.SYS_UTIMENSAT, fd, 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
+	}); err != nil {
+		return err
+	}
+	if errno != 0 {
+		return &os.PathError{Op: "futimens", Path: f.Name(), Err: errno}
+	}
+	return nil
+}
+
+// subdir is a directory under an extraction's root, kept open.
+type subdir struct {
+	name string
+	r    *os.Root
+}
+
+// open returns the directory name of root, opened as a root of its own
+// (so that nothing in it leads out of it either), or root itself for ".".
+func (d *subdir) open(root *os.Root, name string) (*os.Root, error) {
+	if name == "." {
+		return root, nil
+	}
+	if d.r != nil && d.name == name {
+		return d.r, nil
+	}
+	d.close()
+	r, err := root.OpenRoot(name)
+	if err != nil {
+		return nil, err
+	}
+	d.name, d.r = name, r
+	return r, nil
+}
+
+func (d *subdir) close() {
+	if d.r != nil {
+		d.r.Close()
+		d.r = nil
+	}
 }

@@ -3,6 +3,7 @@ package vault
 import (
 	"archive/tar"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -107,11 +108,6 @@ func (s *Service) Clone(ctx context.Context, m Mount, upload Upload) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.MkdirTemp(s.cfg.Dir, "mount-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
 	unlock := s.lock(v.ID)
 	dir, err := s.ensure(ctx, v)
 	var refs map[string]string
@@ -134,14 +130,29 @@ func (s *Service) Clone(ctx context.Context, m Mount, upload Upload) error {
 		return fmt.Errorf("cloning vault %s: %w", m.Name, err)
 	}
 	head := refs[mainRef]
-	index := filepath.Join(tmp, "index")
+	var indexFile, treeFile *os.File
 	if head != "" {
-		// The index of the main branch's tree, without its files' stat
-		// data: git in the sandbox hashes them once, finds them clean and
-		// refreshes it.
-		if _, err := s.run(ctx, dir, []string{"GIT_INDEX_FILE=" + index}, nil, "read-tree", head); err != nil {
-			return fmt.Errorf("cloning vault %s: %w", m.Name, err)
+		// Made ahead (Prepare) or now, once per commit; opened at once,
+		// before a newer commit's replace them (a second try if that
+		// happened in between).
+		for try := 0; ; try++ {
+			index, tree, err := s.prepared(ctx, v.ID, dir, head, m.UID, m.GID)
+			if err == nil {
+				if indexFile, err = os.Open(index); err == nil {
+					if treeFile, err = os.Open(tree); err != nil {
+						indexFile.Close()
+					}
+				}
+			}
+			if err == nil {
+				break
+			}
+			if try > 0 || !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("cloning vault %s: %w", m.Name, err)
+			}
 		}
+		defer indexFile.Close()
+		defer treeFile.Close()
 	}
 	now := time.Now()
 	own := func(h *tar.Header) *tar.Header {
@@ -208,12 +219,7 @@ func (s *Service) Clone(ctx context.Context, m Mount, upload Upload) error {
 			}
 		}
 		if head != "" {
-			f, err := os.Open(index)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			objects = append(objects, objectFile{name: "../index", f: f})
+			objects = append(objects, objectFile{name: "../index", f: indexFile})
 		}
 		for _, o := range objects {
 			fi, err := o.f.Stat()
@@ -237,12 +243,11 @@ func (s *Service) Clone(ctx context.Context, m Mount, upload Upload) error {
 	if err != nil || head == "" {
 		return err
 	}
+	// The working tree's tar, as prepared: opened before the cache may
+	// drop it for a newer commit's.
 	return upload(m.Path, func(w io.Writer) error {
-		tw := tar.NewWriter(w)
-		if err := s.tarTree(ctx, tw, dir, head, m.UID, m.GID); err != nil {
-			return fmt.Errorf("packing vault %s's files: %w", m.Name, err)
-		}
-		return tw.Close()
+		_, err := io.Copy(w, treeFile)
+		return err
 	})
 }
 

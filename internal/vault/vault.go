@@ -33,6 +33,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/atomicfile"
 	"github.com/atoll-dev/atoll/internal/blob"
@@ -120,6 +122,8 @@ type Service struct {
 	idx *indexes
 	// adverts are the vaults' ref advertisements (advert.go).
 	adverts adverts
+	// preparing makes prepared mounts, one maker each (prepared.go).
+	preparing singleflight.Group
 
 	// afterCommit, set by tests, runs after a push is committed to the
 	// store; an error refuses the push to git as a crash there would.
