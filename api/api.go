@@ -363,6 +363,20 @@ type ExecRequest struct {
 	Detach bool `json:"detach,omitempty"`
 }
 
+// LogEntry is one line a sandbox's start command or one of its background
+// processes printed (GET /v1/sandboxes/{id}/logs, NDJSON). The agent keeps
+// the newest lines, a bounded amount (docs/operations.md); Seq numbers
+// them from 1 in the order kept, for a client to go on from the last it saw
+// (?since=SEQ).
+type LogEntry struct {
+	Seq    int64     `json:"seq"`
+	Time   time.Time `json:"time"`
+	PID    int       `json:"pid"`
+	Tag    string    `json:"tag,omitempty"`
+	Stream string    `json:"stream"` // stdout or stderr (a terminal's output is stdout)
+	Line   string    `json:"line"`   // without its newline
+}
+
 // PTYSize is a terminal size.
 type PTYSize struct {
 	Rows uint16 `json:"rows"`

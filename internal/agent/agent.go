@@ -84,6 +84,9 @@ type Agent struct {
 	envMu      sync.Mutex
 	defaultEnv map[string]string
 
+	// logs keeps what background processes print (logs.go).
+	logs *logRing
+
 	procMu sync.Mutex
 	procs  map[int]*process // running processes and the last exited background ones
 	exited []*process       // exited background processes, oldest first
@@ -107,6 +110,7 @@ func New(cfg Config) (*Agent, error) {
 		waiters:     make(map[int]*process),
 		procs:       make(map[int]*process),
 		defaultEnv:  maps.Clone(cfg.DefaultEnv),
+		logs:        newLogRing(logBytes),
 	}
 	if a.log == nil {
 		a.log = slog.Default()
@@ -183,6 +187,7 @@ func (a *Agent) Handler() http.Handler {
 
 	mux.HandleFunc("PUT /env", a.handleSetEnv)
 	mux.HandleFunc("POST /exec", a.handleExec)
+	mux.HandleFunc("GET /logs", a.handleLogs)
 	mux.HandleFunc("GET /processes", a.handleListProcesses)
 	mux.HandleFunc("GET /processes/{pid}", a.handleGetProcess)
 	mux.HandleFunc("GET /processes/{pid}/attach", a.handleAttach)

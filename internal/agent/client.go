@@ -474,3 +474,30 @@ func (c *Client) WatchWith(ctx context.Context, path string, opts WatchOptions) 
 	}
 	return &WatchStream{body: resp.Body, dec: json.NewDecoder(resp.Body)}, nil
 }
+
+// Logs returns the sandbox's kept log lines after seq since (0: all), and
+// with follow the lines to come, as a stream the caller closes.
+func (c *Client) Logs(ctx context.Context, since int64, follow bool) (*LogStream, error) {
+	q := url.Values{"since": {strconv.FormatInt(since, 10)}, "follow": {strconv.FormatBool(follow)}}
+	resp, err := c.do(ctx, http.MethodGet, "/logs", q, nil, "")
+	if err != nil {
+		return nil, err
+	}
+	return &LogStream{body: resp.Body, dec: json.NewDecoder(resp.Body)}, nil
+}
+
+// LogStream is a stream of log lines (Client.Logs).
+type LogStream struct {
+	body io.ReadCloser
+	dec  *json.Decoder
+}
+
+// Next returns the next line; io.EOF at the end of a stream not followed.
+func (s *LogStream) Next() (api.LogEntry, error) {
+	var e api.LogEntry
+	err := s.dec.Decode(&e)
+	return e, err
+}
+
+// Close ends the stream.
+func (s *LogStream) Close() error { return s.body.Close() }

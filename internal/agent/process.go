@@ -310,12 +310,22 @@ func (p *process) signal(sig unix.Signal) error {
 
 func (p *process) kill() { p.signal(unix.SIGKILL) }
 
-func (p *process) read(f *os.File, typ string) {
+// read passes what f gives to the process's subscribers as events of typ,
+// and a background process's lines to the sandbox's log too.
+func (p *process) read(f *os.File, typ string, logs *logRing) {
 	defer p.readers.Done()
+	var lines *lineSplitter
+	if p.background && logs != nil {
+		lines = &lineSplitter{emit: func(l string) { logs.add(p.pid, p.tag, typ, l) }}
+		defer lines.flush()
+	}
 	buf := make([]byte, chunkSize)
 	for {
 		n, err := f.Read(buf)
 		if n > 0 {
+			if lines != nil {
+				lines.write(buf[:n])
+			}
 			p.broadcast(api.ExecEvent{Type: typ, Data: bytes.Clone(buf[:n])})
 		}
 		if err != nil {
@@ -523,7 +533,7 @@ func (a *Agent) supervise(p *process, s *spec) {
 	types := []string{api.EventStdout, api.EventStderr}
 	for i, f := range p.outputs {
 		p.readers.Add(1)
-		a.wg.Go(func() { p.read(f, types[i]) })
+		a.wg.Go(func() { p.read(f, types[i], a.logs) })
 	}
 	var timer *time.Timer
 	if s.tmo > 0 {

@@ -33,6 +33,7 @@ var agentRoutes = []struct {
 }{
 	{"GET", "/health", false},
 	{"POST", "/exec", true},
+	{"GET", "/logs", false},
 	{"GET", "/processes", false},
 	{"GET", "/processes/{pid}", false},
 	{"GET", "/processes/{pid}/attach", false},
