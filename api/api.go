@@ -219,6 +219,11 @@ type Metric struct {
 	// disk quota.
 	DiskUsedBytes  int64 `json:"disk_used_bytes"`
 	DiskTotalBytes int64 `json:"disk_total_bytes"`
+	// NetworkRxBytes and NetworkTxBytes are the bytes it received and
+	// sent since its network was attached (it started): counters, which
+	// start over when it starts again; 0 without a network.
+	NetworkRxBytes int64 `json:"network_rx_bytes"`
+	NetworkTxBytes int64 `json:"network_tx_bytes"`
 }
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes. Zero values take the

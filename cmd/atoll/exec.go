@@ -23,17 +23,20 @@ func newExecCmd(g *globals) *cobra.Command {
 	var req api.ExecRequest
 	var env []string
 	var timeout time.Duration
-	var interactive bool
+	var interactive, detach bool
 	cmd := &cobra.Command{
 		Use:   "exec ID [flags] -- CMD [ARG...]",
 		Short: "Run a command in a sandbox",
 		Long: `Run a command in a sandbox, streaming its stdout and stderr to yours, and
 exit with its exit code (128+N if signal N ended it, 124 if --timeout passed).
 Put "--" before the command so that its own flags are not read as atoll's.
-Ctrl-C (SIGINT) and SIGTERM are passed on to the command.`,
+Ctrl-C (SIGINT) and SIGTERM are passed on to the command. With -d the
+command runs in the background: its PID is printed at once, and what it
+prints goes to the sandbox's log (atoll logs).`,
 		Example: `  atoll exec 3k9x2m7q1w8e5r4t6y0u -- ls -la /
   atoll exec 3k9x2m7q1w8e5r4t6y0u --cwd /work --env CI=1 --timeout 5m -- make test
-  tar c . | atoll exec 3k9x2m7q1w8e5r4t6y0u -i -- tar x -C /work`,
+  tar c . | atoll exec 3k9x2m7q1w8e5r4t6y0u -i -- tar x -C /work
+  atoll exec 3k9x2m7q1w8e5r4t6y0u -d -- python3 -m http.server 8080`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
@@ -46,9 +49,20 @@ Ctrl-C (SIGINT) and SIGTERM are passed on to the command.`,
 			req.TimeoutMs = timeout.Milliseconds()
 			req.Cmd = args[1:]
 			req.KeepStdin = interactive
+			if detach && interactive {
+				return errors.New("-d and -i do not go together: a background command's stdin is closed")
+			}
 			c, err := g.client()
 			if err != nil {
 				return err
+			}
+			if detach {
+				p, err := c.StartProcess(cmd.Context(), args[0], req)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), p.PID)
+				return nil
 			}
 			return runExec(cmd.Context(), c, args[0], req, interactive, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
@@ -59,6 +73,7 @@ Ctrl-C (SIGINT) and SIGTERM are passed on to the command.`,
 	f.StringVar(&req.User, "user", "", `user to run as: "root" (default) or "user"`)
 	f.DurationVar(&timeout, "timeout", 0, "kill the command after this long, e.g. 30s (default none)")
 	f.BoolVarP(&interactive, "interactive", "i", false, "pass stdin to the command")
+	f.BoolVarP(&detach, "detach", "d", false, "run in the background and print its PID; its output goes to the sandbox's log (atoll logs)")
 	return cmd
 }
 

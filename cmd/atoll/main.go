@@ -81,7 +81,7 @@ commas: a node that cannot be reached is skipped.`,
 	pf.StringVar(&g.data, "data", "/var/lib/atoll", "data directory of the local server")
 
 	root.AddGroup(&cobra.Group{ID: "sandboxes", Title: "Sandboxes:"}, &cobra.Group{ID: "inside", Title: "Inside a sandbox:"})
-	for _, c := range []*cobra.Command{newCreateCmd(g), newLsCmd(g), newInspectCmd(g), newStopCmd(g), newStartCmd(g), newPauseCmd(g), newResumeCmd(g), newArchiveCmd(g), newTimeoutCmd(g), newPlacementCmd(g), newNetworkCmd(g), newPortCmd(g), newRmCmd(g)} {
+	for _, c := range []*cobra.Command{newCreateCmd(g), newLsCmd(g), newInspectCmd(g), newStopCmd(g), newStartCmd(g), newPauseCmd(g), newResumeCmd(g), newArchiveCmd(g), newTimeoutCmd(g), newPlacementCmd(g), newNetworkCmd(g), newPortCmd(g), newLogsCmd(g), newTopCmd(g), newRmCmd(g)} {
 		c.GroupID = "sandboxes"
 		root.AddCommand(c)
 	}

@@ -31,7 +31,7 @@ func (m meterSource) Sandboxes(ctx context.Context) ([]metrics.Target, error) {
 	out := make([]metrics.Target, 0, len(sbs))
 	for _, sb := range sbs {
 		out = append(out, metrics.Target{
-			ID: sb.ID, Runtime: sb.Runtime, Running: sb.State == api.StateRunning && !hidden(sb),
+			ID: sb.ID, Runtime: sb.Runtime, Slot: sb.Slot, Running: sb.State == api.StateRunning && !hidden(sb),
 			CPU: sb.CPU, MemoryBytes: sb.MemoryMiB << 20, DiskBytes: sb.DiskGiB << 30,
 		})
 	}
@@ -51,6 +51,12 @@ func (m meterSource) Read(ctx context.Context, t metrics.Target) (metrics.Readin
 		return metrics.Reading{}, err
 	}
 	r := metrics.Reading{CPU: u.CPU, MemUsed: u.MemoryBytes, MemCache: u.CacheBytes, DiskUsed: u.DiskBytes, DiskTotal: u.DiskTotalBytes}
+	if m.s.net != nil {
+		// The firewall's side of its veth (network.Manager.Counters).
+		if in, out, err := m.s.net.Counters(t.Slot); err == nil {
+			r.NetRx, r.NetTx = in, out
+		}
+	}
 	if u.DiskTotalBytes == 0 {
 		used, quota, err := m.s.layers.WritableUsage(t.ID)
 		if err != nil {
@@ -109,5 +115,6 @@ func apiMetric(smp metrics.Sample) api.Metric {
 		Time: smp.Time.UTC(), CPUCount: smp.CPUCount, CPUUsedPct: smp.CPUUsedPct,
 		MemoryUsedBytes: smp.MemUsed, MemoryCacheBytes: smp.MemCache, MemoryTotalBytes: smp.MemTotal,
 		DiskUsedBytes: smp.DiskUsed, DiskTotalBytes: smp.DiskTotal,
+		NetworkRxBytes: smp.NetRx, NetworkTxBytes: smp.NetTx,
 	}
 }

@@ -230,12 +230,12 @@ func (s *Server) routes() {
 	m.Handle("GET /snapshots", auth(s.listSnapshots))
 	m.Handle("GET /sandboxes/{sandboxID}/metrics", auth(s.metrics))
 	m.Handle("GET /sandboxes/metrics", auth(s.latestMetrics))
+	m.Handle("GET /sandboxes/{sandboxID}/logs", auth(s.logs))
+	m.Handle("GET /v2/sandboxes/{sandboxID}/logs", auth(s.logsV2))
 	m.Handle("DELETE /templates/{templateID}", auth(s.deleteSnapshot))
 	s.templateRoutes()
 	// Parts of E2B's API atoll does not offer answer so, not "not found".
 	for _, p := range []struct{ pattern, what string }{
-		{"GET /sandboxes/{sandboxID}/logs", "sandbox logs"},
-		{"GET /v2/sandboxes/{sandboxID}/logs", "sandbox logs"},
 		{"/templates/", "this template call (use atoll template)"},
 		{"/templates", "listing and legacy builds of templates (use atoll template)"},
 		{"/v2/templates/", "this template call (use atoll template)"},

@@ -27,6 +27,10 @@ type Sample struct {
 	// DiskUsed is what its writable layer holds, DiskTotal the layer's
 	// quota.
 	DiskUsed, DiskTotal int64
+	// NetRx and NetTx are the bytes it received and sent since its
+	// network was attached (counters: they start over when it starts
+	// again); 0 without a network.
+	NetRx, NetTx int64
 }
 
 // Target is a sandbox as the sampler needs to know it.
@@ -34,6 +38,8 @@ type Target struct {
 	ID string
 	// Runtime is the backend that runs it, for the Source's Read.
 	Runtime string
+	// Slot is its network's slot, for the Source's Read.
+	Slot int
 	// Running sandboxes are sampled; the others keep their samples.
 	Running bool
 	// Limits: cores (0: the host's), memory and disk in bytes.
@@ -48,6 +54,7 @@ type Reading struct {
 	CPU                 time.Duration
 	MemUsed, MemCache   int64
 	DiskUsed, DiskTotal int64 // DiskTotal 0: the Target's DiskBytes
+	NetRx, NetTx        int64 // bytes received and sent, counters
 }
 
 // Source is what the sampler samples: package control's Service.
@@ -212,6 +219,7 @@ func (s *Sampler) record(t Target, r Reading, now time.Time) {
 		CPUUsedPct: math.Round(min(pct, 100)*100) / 100,
 		MemUsed:    r.MemUsed, MemCache: r.MemCache, MemTotal: t.MemoryBytes,
 		DiskUsed: r.DiskUsed, DiskTotal: diskTotal,
+		NetRx: r.NetRx, NetTx: r.NetTx,
 	}
 	rg := s.rings[t.ID]
 	if rg == nil {
