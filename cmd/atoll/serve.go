@@ -705,7 +705,8 @@ func (s *serving) buildHandler(ctx context.Context) error {
 	// every node serves its own copy, in front of the cluster's router.
 	// One request ID from the first node a request reaches (httpkit.RequestID).
 	defer func() {
-		s.local = rec.Wrap(s.local)
+		// Requests routed here from another node come with theirs.
+		s.local = httpkit.RequestID(rec.Wrap(s.local))
 		s.handler = httpkit.RequestID(ui.Mount(s.route(s.local)))
 	}()
 	if !s.cfg.e2b {

@@ -135,7 +135,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.envd = envd.New(envd.Config{Logger: s.log})
 	s.routes()
-	s.handler = httpkit.RequestID(telemetry.Instrument("e2b", httpkit.LogRequests(s.log, "e2b request", httpkit.E2B.Recover(s.log, http.HandlerFunc(s.dispatch)))))
+	s.handler = telemetry.Instrument("e2b", httpkit.LogRequests(s.log, "e2b request", httpkit.E2B.Recover(s.log, http.HandlerFunc(s.dispatch))))
 	return s, nil
 }
 
@@ -151,17 +151,15 @@ func (s *Server) Close() {
 
 func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
 	if t, ok := sandboxTarget(r); ok {
-		telemetry.SetRoute(r, "sandbox traffic")
+		telemetry.SetRoute(w, "sandbox traffic")
 		s.serveSandbox(w, r, t)
 		return
 	}
 	if id, ok := s.signedFileSandbox(r); ok {
-		telemetry.SetRoute(r, "sandbox traffic")
+		telemetry.SetRoute(w, "sandbox traffic")
 		s.serveSandbox(w, r, target{id: id, port: strconv.Itoa(envd.Port)})
 		return
 	}
-	_, pattern := s.api.Handler(r)
-	telemetry.SetRoute(r, pattern)
 	defer audit.Matched(r)
 	s.api.ServeHTTP(w, r)
 }

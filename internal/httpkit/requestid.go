@@ -17,7 +17,8 @@ const maxRequestID = 128
 
 type requestIDKey struct{}
 
-// RequestID gives each request an ID: the one it came with in
+// RequestID gives each request an ID, once, in front of everything else
+// (atoll serve's handler): the one it came with in
 // X-Request-Id if that is sane (RequestIDOK), a new random one otherwise.
 // The ID is set on the answer's X-Request-Id before next runs, put in the
 // request's context for logs (LogHandler) and errors (Surface.JSON), and
@@ -30,6 +31,13 @@ func RequestID(next http.Handler) http.Handler {
 			r.Header.Set(RequestIDHeader, id)
 		}
 		w.Header().Set(RequestIDHeader, id)
+		if RequestIDFrom(r.Context()) == id {
+			// Named already by a RequestID further out: r goes on
+			// itself, not a copy, for what reads what the ServeMux
+			// writes into it (r.Pattern).
+			next.ServeHTTP(w, r)
+			return
+		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
 	})
 }

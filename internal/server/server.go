@@ -199,8 +199,8 @@ func New(cfg Config) (*Server, error) {
 		s.mux.Handle(rt.pattern(), h)
 	}
 	s.mux.HandleFunc(gitPattern, s.serveGit)
-	s.handler = httpkit.RequestID(telemetry.Instrument("atoll", httpkit.LogRequests(s.log, "http request",
-		httpkit.Atoll.Recover(s.log, s.limitHeaders(http.HandlerFunc(s.route))))))
+	s.handler = telemetry.Instrument("atoll", httpkit.LogRequests(s.log, "http request",
+		httpkit.Atoll.Recover(s.log, s.limitHeaders(http.HandlerFunc(s.route)))))
 	return s, nil
 }
 
@@ -225,7 +225,6 @@ func NewHTTPServer(addr string, h http.Handler) *http.Server {
 func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	h, pattern := s.mux.Handler(r)
 	if pattern != "" {
-		telemetry.SetRoute(r, pattern)
 		defer audit.Matched(r)
 		s.mux.ServeHTTP(w, r)
 		return

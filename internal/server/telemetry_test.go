@@ -28,7 +28,8 @@ func TestRequestIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(s.Handler())
+	// In front, as atoll serve puts it.
+	ts := httptest.NewServer(httpkit.RequestID(s.Handler()))
 	t.Cleanup(ts.Close)
 	f := &fixture{t: t, s: s, url: ts.URL}
 

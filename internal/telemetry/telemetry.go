@@ -227,22 +227,28 @@ func (c levelsCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // Instrument records each request of next (Request) under api: its route
-// is what next named with SetRoute ("unmatched" if nothing did), and an
-// error answer's code is read from the X-Error-Code header the APIs' error
-// writers set (httpkit.Surface.JSON).
+// is what next named with SetRoute, else the pattern its ServeMux matched
+// (r.Pattern), else "unmatched"; an error answer's code is read from the
+// X-Error-Code header the APIs' error writers set (httpkit.Surface.JSON).
 func Instrument(api string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		tw := &timingWriter{ResponseWriter: w, start: start}
-		route := new(string)
-		next.ServeHTTP(tw, r.WithContext(context.WithValue(r.Context(), routeKey{}, route)))
+		// r itself, not a copy: the ServeMux writes the route it
+		// matched into the request it is given (r.Pattern), which
+		// Instrument and the middleware around it (the audit log) read.
+		next.ServeHTTP(tw, r)
 		status := tw.status
 		if status == 0 {
 			status = http.StatusOK
 			tw.first = time.Since(start)
 		}
-		if *route == "" {
-			*route = "unmatched"
+		route := tw.route
+		if route == "" {
+			route = r.Pattern
+		}
+		if route == "" {
+			route = "unmatched"
 		}
 		code := ""
 		if status >= 400 {
@@ -251,20 +257,24 @@ func Instrument(api string, next http.Handler) http.Handler {
 				code = "http_" + strconv.Itoa(status)
 			}
 		}
-		Request(api, *route, r.Method, status, tw.first, code)
+		Request(api, route, r.Method, status, tw.first, code)
 	})
 }
 
-type routeKey struct{}
-
-// SetRoute names the route of r for Instrument: the pattern its ServeMux
-// matched (r.Pattern after the mux has served it), or a fixed name for
-// traffic the mux does not route. The mux sets r.Pattern on the request
-// it was handed, which middleware that copies the request (WithContext)
-// does not see: hence a name passed down in the context.
-func SetRoute(r *http.Request, route string) {
-	if p, ok := r.Context().Value(routeKey{}).(*string); ok && route != "" {
-		*p = route
+// SetRoute names the route of the request w answers, for Instrument, when
+// no ServeMux pattern does (an API's traffic to sandboxes). It finds
+// Instrument's writer through the writers wrapping it (Unwrap).
+func SetRoute(w http.ResponseWriter, route string) {
+	for {
+		if tw, ok := w.(*timingWriter); ok {
+			tw.route = route
+			return
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return
+		}
+		w = u.Unwrap()
 	}
 }
 
@@ -278,6 +288,7 @@ type timingWriter struct {
 	start  time.Time
 	status int
 	first  time.Duration
+	route  string // SetRoute's
 }
 
 func (w *timingWriter) WriteHeader(code int) {

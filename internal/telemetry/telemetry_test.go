@@ -77,7 +77,7 @@ func TestScrapeParses(t *testing.T) {
 	// Requests through Instrument, named by SetRoute as the server's
 	// router does; the error's code comes from the error writer's header.
 	inst := telemetry.Instrument("atoll", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		telemetry.SetRoute(r, "GET /v1/sandboxes/{id}")
+		telemetry.SetRoute(w, "GET /v1/sandboxes/{id}")
 		if r.URL.Path == "/v1/sandboxes/missing" {
 			httpkit.Atoll.Error(w, 404, "not_found", "no sandbox")
 			return
