@@ -816,6 +816,7 @@ func (s *serving) announce() {
 		fmt.Fprintf(out, "HTTPS on %s (https://localhost:%s, https://*.localhost:%s) with certificates from the CA %s\n",
 			s.tlsLn.Addr(), tlsPort, tlsPort, s.dir.CACert())
 	}
+	fmt.Fprintf(out, "Web dashboard: %s%s (sign in with an API key)\n", url, ui.Prefix)
 	fmt.Fprintf(out, "Try: atoll exec $(atoll create) -- python3 -c 'print(1)'\n")
 	if s.cfg.e2b {
 		hosts := ""

@@ -316,6 +316,8 @@ function live(el, ms, fill) {
     busy = true;
     try { await fill(el); } catch (e) {
       if (e instanceof NotAvailable) el.replaceChildren(notAvailable(el.dataset.what || "This"));
+      // 503: a part this server runs without (no networking, no metering).
+      else if (e instanceof APIError && e.status === 503) el.replaceChildren(h("div", { class: "notavail", "data-notavailable": "" }, e.message));
       else if (!(e instanceof APIError && e.status === 401)) el.replaceChildren(h("p", { class: "error" }, e.message));
     } finally { busy = false; }
   };
@@ -333,6 +335,7 @@ const routes = [
   [/^keys$/, () => keysView()],
   [/^tenants$/, () => tenantsView()],
   [/^audit$/, () => auditView()],
+  [/^events$/, () => eventsView()],
 ];
 
 function render() {
@@ -912,6 +915,92 @@ function quotaForm(row, t, done) {
     act(btn, () => api("PUT", `/v1/tenants/${encodeURIComponent(t.name)}/quota`, { body }), done);
   } }, fields.map(([, l], i) => h("div", { class: "field" }, h("label", {}, l), inputs[i])), btn);
   row.after(h("tr", {}, h("td", { colspan: 7 }, form)));
+}
+
+// ---------- events and webhooks ----------
+
+// streamEvents reads GET /v1/events (Server-Sent Events) with fetch, which
+// unlike EventSource can send the key in a header, calling on(event) for
+// each until the view changes.
+async function streamEvents(on, onState) {
+  const ctl = new AbortController();
+  undo.push(() => ctl.abort());
+  const resp = await api("GET", "/v1/events", { raw: true, signal: ctl.signal, headers: { Accept: "text/event-stream" } });
+  onState("live");
+  const rd = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "";
+  try {
+    for (;;) {
+      const { value, done } = await rd.read();
+      if (done) break;
+      buf += value;
+      let i;
+      while ((i = buf.indexOf("\n\n")) >= 0) {
+        const block = buf.slice(0, i);
+        buf = buf.slice(i + 2);
+        const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join("\n");
+        if (data) { try { on(JSON.parse(data)); } catch { /* not an event */ } }
+      }
+    }
+  } catch (e) { if (e.name !== "AbortError") throw e; }
+  onState("ended");
+}
+
+function eventsView() {
+  const feed = h("tbody", { id: "events-feed" });
+  const status = h("span", { class: "muted", id: "events-status" }, "connecting…");
+  const box = h("div", { dataset: { what: "Lifecycle events" } },
+    h("div", { class: "scroll" }, h("table", {}, h("thead", {}, h("tr", {}, ["Time", "Type", "Sandbox", "State", "Tenant", "Reason"].map((x) => h("th", {}, x)))), feed)));
+  streamEvents((e) => {
+    feed.prepend(h("tr", { "data-event": e.type },
+      h("td", {}, time(e.time)), h("td", {}, badge(e.type)),
+      h("td", { class: "mono" }, e.sandbox ? h("a", { href: `#/sandboxes/${e.sandbox}` }, e.sandbox) : ""),
+      h("td", {}, e.state || ""), h("td", {}, e.tenant || ""), h("td", {}, e.reason || "")));
+    while (feed.children.length > 500) feed.lastChild.remove();
+  }, (st) => { status.textContent = st === "live" ? "live: new events appear as they happen" : "the stream ended; reload to reconnect"; })
+    .catch((e) => {
+      if (e instanceof NotAvailable) box.replaceChildren(notAvailable("The event stream"));
+      else if (e instanceof APIError && e.status === 503) box.replaceChildren(h("div", { class: "notavail", "data-notavailable": "" }, e.message));
+      else if (!(e instanceof APIError && e.status === 401)) status.textContent = e.message;
+    });
+  return h("div", {}, h("h1", {}, "Events"), h("p", {}, status), box, webhooksPanel());
+}
+
+function webhooksPanel() {
+  const list = h("div", { id: "webhooks", dataset: { what: "Webhooks" } });
+  const url = h("input", { id: "webhook-url", type: "url", placeholder: "https://example.com/hook", size: 34, required: true });
+  const types = h("input", { id: "webhook-events", placeholder: "events: created,deleted (empty: all)", size: 30 });
+  const shown = h("div");
+  const fill = async () => {
+    const r = await api("GET", "/v1/webhooks");
+    list.replaceChildren(table(["URL", "Events", "Tenant", "Created", ""], (r.webhooks || []).map((w) => {
+      const row = h("tr", { "data-webhook": w.id },
+        h("td", { class: "mono" }, w.url), h("td", {}, (w.events || []).join(", ") || "all"), h("td", {}, w.tenant), h("td", {}, time(w.created_at)),
+        h("td", { class: "actions" },
+          h("button", { class: "secondary", onclick: (ev) => act(ev.currentTarget, () => api("GET", `/v1/webhooks/${encodeURIComponent(w.id)}/deliveries`), (d) => {
+            row.after(h("tr", {}, h("td", { colspan: 5 }, table(["Event", "Type", "Sandbox", "State", "Attempts", "Last status", "Error"], (d.deliveries || []).map((x) =>
+              h("tr", {}, h("td", { class: "mono" }, x.event.id), h("td", {}, x.event.type), h("td", { class: "mono" }, x.event.sandbox || ""),
+                h("td", {}, badge(x.state)), h("td", {}, x.attempts), h("td", {}, x.last_status || ""), h("td", { class: "error" }, x.last_error || ""))), "No deliveries yet."))));
+          }) }, "deliveries"),
+          h("button", { class: "danger", onclick: (ev) => {
+            if (!confirm(`Remove the webhook to ${w.url}?`)) return;
+            act(ev.currentTarget, () => api("DELETE", `/v1/webhooks/${encodeURIComponent(w.id)}`), fill);
+          } }, "remove")));
+      return row;
+    }), "No webhooks."));
+  };
+  live(list, 0, fill);
+  const btn = h("button", { type: "submit" }, "Add webhook");
+  return h("div", {}, h("h2", {}, "Webhooks"),
+    h("form", { class: "bar", onsubmit: (ev) => {
+      ev.preventDefault();
+      const events = types.value.split(",").map((x) => x.trim()).filter(Boolean);
+      act(btn, () => api("POST", "/v1/webhooks", { body: { url: url.value, events: events.length ? events : undefined } }), (w) => {
+        shown.replaceChildren(h("div", { class: "flash ok", style: "margin:0 0 12px" }, "Signing secret (shown once): ", h("code", {}, w.secret || "")));
+        url.value = ""; types.value = "";
+        fill();
+      });
+    } }, url, types, btn), shown, list);
 }
 
 // ---------- audit ----------
