@@ -290,8 +290,10 @@ test("dashboard", async (t) => {
       await page.fill("#audit-sandbox", id);
       await page.press("#audit-sandbox", "Enter");
       await page.dispatchEvent("#audit-sandbox", "change");
-      await page.waitForFunction((id) => [...document.querySelectorAll("#audit tr[data-seq]")].some((tr) =>
-        /DELETE/.test(tr.textContent) && tr.textContent.includes(id) && /\b204\b/.test(tr.textContent)), id, { timeout: 20000 });
+      await page.waitForFunction((id) => [...document.querySelectorAll("#audit tr[data-seq]")].some((tr) => {
+        const cells = [...tr.children].map((td) => td.textContent);
+        return cells[4] === "DELETE /v1/sandboxes/{id}" && cells[5] === id && cells[6] === "204" && cells[2] !== "";
+      }), id, { timeout: 20000 });
       await shot(page, "audit");
     }
   });
