@@ -334,8 +334,9 @@ func TestTemplateBuild(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "src", "sub", "data.txt"), []byte("from the context\n"), 0o644)
 	os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(`FROM host
 ARG GREETING=hello
+ARG ONLYARG=from-arg
 ENV GREETING=${GREETING} APP=/opt/app
-RUN mkdir -p /opt/app && echo "built by $GREETING" > /opt/app/built.txt && echo step-output
+RUN mkdir -p /opt/app && echo "built by $GREETING" > /opt/app/built.txt && echo "$GREETING $ONLYARG" > /root/args.txt && echo step-output
 COPY src/ /opt/app/
 ADD bundle.tar.gz /opt/unpacked/
 WORKDIR $APP
@@ -366,6 +367,11 @@ LABEL atoll.start="sleep 0.3 && echo up > /tmp/ready-flag" atoll.ready="test -f 
 	sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{Template: "app"})
 	if out, code := sh(t, c, sb.ID, "pwd; echo $GREETING; cat both.txt /opt/unpacked/inner/readme"); code != 0 || out != "/opt/app\nhi\nbuilt by hi\nfrom the context\ntar" {
 		t.Errorf("sandbox from the built template: %q (exit %d)", out, code)
+	}
+	// A RUN step sees the ARGs as its environment (ENV winning), and the
+	// image keeps none of them that ENV did not set.
+	if out, code := sh(t, c, sb.ID, "cat /root/args.txt; echo ${ONLYARG:-unset}"); code != 0 || out != "hi from-arg\nunset\n" {
+		t.Errorf("ARGs in a RUN step: %q (exit %d)", out, code)
 	}
 	// Create waited for the ready command, which waited for the start command.
 	if out, code := sh(t, c, sb.ID, "cat /tmp/ready-flag"); code != 0 || out != "up\n" {

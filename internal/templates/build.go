@@ -53,6 +53,25 @@ type buildState struct {
 	from map[string]store.Template
 }
 
+// argEnv is the environment a RUN step gets from the ARGs in scope, as
+// docker build gives it: each ARG whose name no ENV has set (ENV wins),
+// for the step only, never written into the image's Env. An ARG's value
+// is in the chain key from its ARG on, so a change rebuilds the steps
+// after it.
+func (b *buildState) argEnv() map[string]string {
+	env := b.envMap()
+	out := map[string]string{}
+	for k, v := range b.vars {
+		if _, ok := env[k]; !ok {
+			out[k] = v
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
 func (b *buildState) envMap() map[string]string {
 	m := map[string]string{}
 	for _, kv := range b.env {
@@ -443,7 +462,7 @@ func (s *Service) buildRun(ctx context.Context, st *buildState, user, cwd string
 			return fmt.Errorf("making WORKDIR: %w", err)
 		}
 	}
-	req := api.ExecRequest{User: user, Cwd: cwd}
+	req := api.ExecRequest{User: user, Cwd: cwd, Env: st.argEnv()}
 	if in.Exec {
 		req.Cmd = in.Args
 	} else {
