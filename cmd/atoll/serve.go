@@ -32,6 +32,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/blob"
 	"github.com/atoll-dev/atoll/internal/control"
 	"github.com/atoll-dev/atoll/internal/e2b"
+	"github.com/atoll-dev/atoll/internal/events"
 	"github.com/atoll-dev/atoll/internal/httpkit"
 	"github.com/atoll-dev/atoll/internal/layers"
 	"github.com/atoll-dev/atoll/internal/mcp"
@@ -51,6 +52,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/ui"
 	"github.com/atoll-dev/atoll/internal/usage"
 	"github.com/atoll-dev/atoll/internal/vault"
+	"github.com/atoll-dev/atoll/internal/webhooks"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -99,6 +101,10 @@ type serveConfig struct {
 	// auditRetention is how long the journal (audit log, events,
 	// webhook deliveries) is kept.
 	auditRetention time.Duration
+	// webhookAllowPrivate lets webhooks reach private addresses;
+	// webhookRetry is the wait before a failed delivery's first retry.
+	webhookAllowPrivate bool
+	webhookRetry        time.Duration
 }
 
 func newServeCmd() *cobra.Command {
@@ -185,6 +191,8 @@ the data directory (port-key).`,
 	f.StringVar(&cfg.proxyListen, "proxy-listen", "127.0.0.1:7401", `address of the port proxy, which serves sandboxes' ports at http://{port}-{id}.{domain}/ ("": none)`)
 	f.StringVar(&cfg.proxyDomain, "proxy-domain", "localhost", "domain under which the port proxy serves sandboxes' ports (its names must resolve to the proxy)")
 	f.StringVar(&cfg.tlsListen, "tls-listen", "", `address to serve the same API over HTTPS as well, with certificates for localhost and its subdomains from a CA kept in the data directory (<data>/tls-ca.pem, for clients to trust); E2B SDKs reach sandboxes' ports at https://{port}-{id}.localhost:PORT through it ("": none)`)
+	f.BoolVar(&cfg.webhookAllowPrivate, "webhook-allow-private", false, "let webhooks reach private, loopback and link-local addresses (refused by default, so that a tenant cannot make the server call into its network)")
+	f.DurationVar(&cfg.webhookRetry, "webhook-retry", webhooks.DefaultRetryAfter, "wait before a failed webhook delivery's first retry; each next waits twice as long, up to an hour, for a day")
 	f.DurationVar(&cfg.auditRetention, "audit-retention", audit.DefaultRetention, "how long the audit log, lifecycle events and webhook deliveries are kept (0: forever)")
 	return cmd
 }
@@ -381,6 +389,8 @@ type serving struct {
 	netPool      *network.Pool
 	node         *node.Node
 	svc          *control.Service
+	events       *events.Bus
+	hooks        *webhooks.Service
 	proxy        *portproxy.Proxy
 	proxyLn      net.Listener
 	handler      http.Handler
@@ -591,8 +601,13 @@ func (s *serving) assembleNode(context.Context) error {
 // the store and the node, and reconciles it with what the node runs.
 func (s *serving) startControl(ctx context.Context) error {
 	cfg := s.cfg
+	// Lifecycle events go to the store's journal; the webhooks' sender
+	// delivers them (and, being woken, at once).
+	s.hooks = webhooks.New(webhooks.Config{Store: s.state, AllowPrivate: cfg.webhookAllowPrivate, RetryAfter: cfg.webhookRetry, Logger: s.log})
+	s.events = events.New(events.Config{Journal: s.state, Logger: s.log, Written: s.hooks.Kick})
+	s.onClose(s.events.Close)
 	ccfg := control.Config{
-		Store: s.state, Node: s.node, Logger: s.log,
+		Store: s.state, Node: s.node, Logger: s.log, Events: s.events,
 		WarmPool: cfg.warmPool, Prestart: cfg.prestart, Archive: s.archive,
 		CreateConcurrency: cfg.createConcurrency, CreateQueue: cfg.createQueue, MetricsInterval: cfg.metricsInterval,
 		UsageInterval: cfg.usageInterval, NoUsage: cfg.noUsage,
@@ -648,7 +663,7 @@ func (s *serving) buildHandler(ctx context.Context) error {
 	s.onClose(rec.Close)
 	keys := rec.Auth(s.keys)
 	scfg := server.Config{Sandboxes: s.svc, Templates: s.svc.Templates(), Runtimes: s.svc, Auth: keys, Keys: s.keys, Tenants: s.svc.Tenants(),
-		Usage: usage.Reporter{Store: s.state}, Audit: rec, Logger: s.log, Version: version}
+		Usage: usage.Reporter{Store: s.state}, Audit: rec, Events: s.events, Webhooks: s.hooks, Logger: s.log, Version: version}
 	// Memory vaults: packs in the archive's object store, refs in the
 	// state store; git is needed (the README's packages have it).
 	// Mounts counts the sandboxes that mount a vault (vaultmount.go),
@@ -863,8 +878,9 @@ func (s *serving) run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); s.netPool.Run(runCtx) }()
 	}
-	wg.Add(1)
+	wg.Add(2)
 	go func() { defer wg.Done(); s.svc.Run(runCtx) }()
+	go func() { defer wg.Done(); s.hooks.Run(runCtx) }()
 	hs := server.NewHTTPServer(s.cfg.listen, s.handler)
 	errc := make(chan error, 5)
 	go func() { errc <- hs.Serve(s.ln) }()

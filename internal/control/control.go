@@ -95,7 +95,10 @@ type Config struct {
 	Capacity store.Resources
 	// Mover hands sandboxes to other nodes (move.go): a drain's and a
 	// lost sandbox's restore; nil on a single machine.
-	Mover  Mover
+	Mover Mover
+	// Events takes the sandboxes' lifecycle events (events.Bus); nil
+	// publishes none.
+	Events Events
 	Logger *slog.Logger
 }
 
@@ -137,6 +140,8 @@ type Node interface {
 // nothing held.
 type Service struct {
 	store store.Store
+	// events takes the lifecycle events (events.go); nil: none.
+	events Events
 	// name is the node's (Config.Node.Name()); "" on a single machine.
 	name      string
 	placer    Placer
@@ -245,6 +250,7 @@ func New(cfg Config) (*Service, error) {
 		admit:        newAdmission(cfg.CreateConcurrency, cfg.CreateQueue),
 		rates:        newRates(cfg.Store),
 		store:        cfg.Store,
+		events:       cfg.Events,
 		name:         n.Name(),
 		placer:       cfg.Placer,
 		peers:        cfg.Peers,

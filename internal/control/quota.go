@@ -176,7 +176,7 @@ func (s *Service) limitCreates(ctx context.Context, n int) error {
 	if !ok {
 		return nil
 	}
-	return s.rates.take(ctx, t, n)
+	return s.quotaHit(ctx, s.rates.take(ctx, t, n))
 }
 
 // admitWarm reports whether ctx's tenant may have a sandbox of req's
@@ -195,5 +195,5 @@ func (s *Service) admitWarm(ctx context.Context, req api.CreateSandboxRequest) e
 	if err != nil {
 		return err
 	}
-	return tn.Quota.Admit(t, tn.Used, store.Resources{}, store.Charge(api.StateRunning, req.CPU, req.MemoryMiB, req.DiskGiB))
+	return s.quotaHit(ctx, tn.Quota.Admit(t, tn.Used, store.Resources{}, store.Charge(api.StateRunning, req.CPU, req.MemoryMiB, req.DiskGiB)))
 }

@@ -27,7 +27,11 @@ func (s *Service) setState(ctx context.Context, sb *store.Sandbox, from ...strin
 			return err
 		}
 	}
-	return s.fencedWrite(ctx, s.store.Update(ctx, sb, from...), sb)
+	err := s.quotaHit(ctx, s.fencedWrite(ctx, s.store.Update(ctx, sb, from...), sb))
+	if err == nil {
+		s.announce([]*store.Sandbox{sb}, "", from...)
+	}
+	return err
 }
 
 // warmServer is a cluster store that records a pooled sandbox serving a
@@ -57,7 +61,11 @@ func (s *Service) serveState(ctx context.Context, sb *store.Sandbox, placed stri
 			return err
 		}
 	}
-	return s.fencedWrite(ctx, ws.ServeWarm(ctx, placed, sb, from...), sb)
+	err := s.quotaHit(ctx, s.fencedWrite(ctx, ws.ServeWarm(ctx, placed, sb, from...), sb))
+	if err == nil {
+		s.announce([]*store.Sandbox{sb}, "", from...)
+	}
+	return err
 }
 
 // setStates is setState for every sandbox of sbs, in one transaction.
@@ -69,7 +77,11 @@ func (s *Service) setStates(ctx context.Context, sbs []*store.Sandbox, from ...s
 			}
 		}
 	}
-	return s.fencedWrite(ctx, s.store.UpdateAll(ctx, sbs, from...), sbs...)
+	err := s.quotaHit(ctx, s.fencedWrite(ctx, s.store.UpdateAll(ctx, sbs, from...), sbs...))
+	if err == nil {
+		s.announce(sbs, "", from...)
+	}
+	return err
 }
 
 // record makes sb's record, in the state it carries, on this node: the
@@ -81,7 +93,11 @@ func (s *Service) record(ctx context.Context, sb *store.Sandbox) error {
 	sb.Node = s.name
 	// Nothing of sb runs yet: a refusal (store.ErrFenced, unavailable)
 	// only goes back to the caller.
-	return s.store.Create(ctx, sb)
+	err := s.quotaHit(ctx, s.store.Create(ctx, sb))
+	if err == nil {
+		s.announce([]*store.Sandbox{sb}, "")
+	}
+	return err
 }
 
 // removeRecord removes sandbox id's record; the store records its move to
@@ -95,7 +111,11 @@ func (s *Service) removeRecord(ctx context.Context, id string) error {
 	if err := lifecycle.Check(cur.State, api.StateDeleted); err != nil {
 		return err
 	}
-	return s.fencedWrite(ctx, s.store.Delete(ctx, id), &cur)
+	err = s.fencedWrite(ctx, s.store.Delete(ctx, id), &cur)
+	if err == nil {
+		s.announce([]*store.Sandbox{&cur}, api.StateDeleted, cur.State)
+	}
+	return err
 }
 
 // hidden reports whether sb is one the API must not show.

@@ -38,6 +38,8 @@ type Journal interface {
 	// Events returns the events whose Seq is above after, by Seq, at
 	// most limit (0: all).
 	Events(ctx context.Context, after int64, limit int) ([]Event, error)
+	// LastEventSeq is the highest Seq recorded; 0 if none.
+	LastEventSeq(ctx context.Context) (int64, error)
 	// PruneJournal deletes the audit entries and events from before
 	// before, and the deliveries finished before it; an event a pending
 	// delivery still needs stays.

@@ -168,6 +168,15 @@ func (s *Store) Events(ctx context.Context, after int64, limit int) ([]store.Eve
 	return out, err
 }
 
+// LastEventSeq is the highest seq recorded.
+func (s *Store) LastEventSeq(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.read(ctx, func(q querier) error {
+		return q.QueryRow(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events`).Scan(&n)
+	})
+	return n, err
+}
+
 // PruneJournal deletes what is older than before.
 func (s *Store) PruneJournal(ctx context.Context, before time.Time) error {
 	return s.writeAt(ctx, pgx.ReadCommitted, s.as, func(tx pgx.Tx) error {

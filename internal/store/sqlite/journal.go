@@ -202,6 +202,13 @@ func (s *Store) Events(ctx context.Context, after int64, limit int) ([]store.Eve
 	return out, rows.Err()
 }
 
+// LastEventSeq is the highest seq recorded.
+func (s *Store) LastEventSeq(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.rdb.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events`).Scan(&n)
+	return n, err
+}
+
 // PruneJournal deletes what is older than before.
 func (s *Store) PruneJournal(ctx context.Context, before time.Time) error {
 	t := unixNano(before)

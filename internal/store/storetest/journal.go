@@ -124,6 +124,9 @@ func testEvents(t *testing.T, s suite) {
 		{ID: "e4", At: t0, Type: "started", Tenant: "acme", Sandbox: "sb2", State: "running"},
 		{ID: "e5", At: t0, Type: "error", Tenant: "", Sandbox: "sb3", State: "error", Reason: "boom"},
 	}
+	if last, err := st.LastEventSeq(ctx); err != nil || last != 0 {
+		t.Errorf("LastEventSeq of none = %d, %v", last, err)
+	}
 	added, err := st.AddEvents(ctx, evs[:3])
 	if err != nil {
 		t.Fatal(err)
@@ -147,6 +150,9 @@ func testEvents(t *testing.T, s suite) {
 	got, err := st.Events(ctx, added[1].Seq, 0)
 	if err != nil || !cmp.Equal(got, added[2:]) {
 		t.Errorf("Events after the second: %s %v", cmp.Diff(added[2:], got), err)
+	}
+	if last, err := st.LastEventSeq(ctx); err != nil || last != added[4].Seq {
+		t.Errorf("LastEventSeq = %d, %v; want %d", last, err, added[4].Seq)
 	}
 	if got, err := st.Events(ctx, 0, 2); err != nil || len(got) != 2 || got[0].ID != "e1" {
 		t.Errorf("Events limit 2: %+v %v", got, err)
