@@ -18,3 +18,6 @@ func RunDue(s *Service, ctx context.Context) { s.runDue(ctx) }
 
 // NextRun is nextRun, for its test.
 var NextRun = nextRun
+
+// QuarantineParents is quarantineParents, for its test.
+var QuarantineParents = quarantineParents

@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -413,8 +414,10 @@ func (s *Service) receive(ctx context.Context, req hookRequest) error {
 		case old != "" && strings.HasPrefix(u.Ref, "refs/tags/"):
 			rewrite = "moving tag " + u.Ref
 		case old != "":
-			ff, err := s.isAncestor(ctx, p.dir, env, old, nu)
-			if err != nil {
+			ff := false
+			if parents, ok := quarantineParents(req.Quarantine, nu); ok && slices.Contains(parents, old) {
+				ff = true // the common push: no git process for it
+			} else if ff, err = s.isAncestor(ctx, p.dir, env, old, nu); err != nil {
 				return err
 			}
 			if !ff {
