@@ -39,7 +39,7 @@ import (
 func main() {
 	n := flag.Int("n", 100, "iterations per measurement")
 	clients := flag.Int("clients", 8, "concurrent clients for the concurrent run")
-	only := flag.String("only", "", "comma-separated parts to run (core,templates,state,forks,prestarted,recent,warm,e2b,mcp,dashboard,runtimes,ports,autoresume,vault,vaultmount,metering,peers,burst; and scheduler and cluster, only when named); default all but scheduler and cluster")
+	only := flag.String("only", "", "comma-separated parts to run (core,templates,state,forks,prestarted,recent,warm,e2b,mcp,dashboard,runtimes,ports,autoresume,vault,vaultmount,metering,telemetry,peers,burst; and scheduler and cluster, only when named); default all but scheduler and cluster")
 	flag.Int64Var(&hostDirtyLimit, "layer-dirty-limit", 0, "the servers' --layer-dirty-limit (0: their default; -1: the kernel's defaults)")
 	var b burstConfig
 	flag.IntVar(&b.n, "burst-n", 300, "burst: creates in the burst")
@@ -149,6 +149,7 @@ func main() {
 		{"vault", func() { vaultBench(r, work, *n) }},
 		{"vaultmount", func() { vaultMountBench(r, work, min(*n, 50), 1000) }},
 		{"metering", func() { metering(r, work, min(*n, 50)) }},
+		{"telemetry", func() { telemetry(r, work, min(*n, 100)) }},
 		{"peers", func() { peers(r, work, filepath.Join(srv.data, "layers", "templates", "host-v2"), *n) }},
 	} {
 		if want(p.name) {
