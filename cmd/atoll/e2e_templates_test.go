@@ -342,7 +342,7 @@ ADD bundle.tar.gz /opt/unpacked/
 WORKDIR $APP
 RUN ["sh", "-c", "cat built.txt sub/data.txt > both.txt"]
 CMD ["cat", "both.txt"]
-LABEL atoll.start="sleep 0.3 && echo up > /tmp/ready-flag" atoll.ready="test -f /tmp/ready-flag" atoll.pool=1
+LABEL atoll.start="echo app-starting && sleep 0.3 && echo up > /tmp/ready-flag" atoll.ready="test -f /tmp/ready-flag" atoll.pool=1
 `), 0o644)
 
 	{
@@ -376,6 +376,10 @@ LABEL atoll.start="sleep 0.3 && echo up > /tmp/ready-flag" atoll.ready="test -f 
 	// Create waited for the ready command, which waited for the start command.
 	if out, code := sh(t, c, sb.ID, "cat /tmp/ready-flag"); code != 0 || out != "up\n" {
 		t.Errorf("start/ready commands: %q (exit %d)", out, code)
+	}
+	// What the start command printed is in the sandbox's log, tagged.
+	if lines := readLogs(t, c, sb.ID, atoll.LogOptions{}); len(lines) == 0 || lines[0].Line != "app-starting" || lines[0].Tag != "start" {
+		t.Errorf("the start command's log: %+v", lines)
 	}
 	if out, _ := sh(t, c, sb.ID, "python3 -c 'print(2)'"); out != "2\n" {
 		t.Errorf("host tools in a template built FROM host: %q", out)
