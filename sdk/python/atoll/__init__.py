@@ -23,7 +23,7 @@ from .errors import (KINDS, Conflict, Error, Forbidden, Internal, Invalid, NotFo
 from .git import Git, GitAuth, GitBranches, GitError, GitFileStatus, GitStatus
 from .terminal import Terminal
 from .types import (APIKey, Bandwidth, BuildEvent, Delivery, Event, ExecEvent, ExecResult, FileInfo, Health,
-                    ImportEvent, Metric, NetworkPolicy, Node, PortAccess, PortURL, Process,
+                    ImportEvent, LogEntry, Metric, NetworkPolicy, Node, PortAccess, PortURL, Process,
                     Runtime, RuntimeCapabilities, Sandbox, SandboxNetwork, Snapshot, Template,
                     TemplateRemoved, TemplateVersion, Tenant, TenantQuota, TenantUsage, Vault,
                     VaultCommit, VaultMount, WatchEvent, Webhook)
@@ -35,7 +35,7 @@ __all__ = [
     "GitFileStatus", "GitStatus", "KINDS", "Error", "Invalid", "Unauthorized", "Forbidden",
     "NotFound", "Conflict", "TooLarge", "QuotaExceeded", "Unavailable", "Internal",
     "APIKey", "Bandwidth", "BuildEvent", "ExecEvent", "ExecResult", "FileInfo", "Health",
-    "ImportEvent", "Metric", "NetworkPolicy", "Node", "PortAccess", "PortURL", "Process",
+    "ImportEvent", "LogEntry", "Metric", "NetworkPolicy", "Node", "PortAccess", "PortURL", "Process",
     "Runtime", "RuntimeCapabilities", "Sandbox", "SandboxNetwork", "Snapshot", "Template",
     "TemplateRemoved", "TemplateVersion", "Tenant", "TenantQuota", "TenantUsage", "Vault",
     "VaultCommit", "VaultMount", "WatchEvent", "Event", "Webhook", "Delivery",

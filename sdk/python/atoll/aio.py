@@ -6,7 +6,7 @@ has no asynchronous HTTP client.
         sb = await c.create_sandbox(template="host")
         r = await c.exec(sb.id, shell="echo hi")
 
-Methods that return streams (exec_stream, attach, watch, open_file,
+Methods that return streams (exec_stream, attach, watch, logs, open_file,
 download_tar, terminal) return the same blocking objects as the
 synchronous client; read them with asyncio.to_thread too.
 """

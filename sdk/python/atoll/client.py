@@ -15,7 +15,7 @@ from typing import (Any, BinaryIO, Callable, Dict, Iterable, Iterator, List, Map
 from . import errors
 from ._http import Body, Transport, ndjson, quote, read_json
 from .types import (APIKey, BuildEvent, Delivery, Event, ExecEvent, ExecResult, FileInfo, Health,
-                    ImportEvent, Metric, NetworkPolicy, Node, PortURL, Process, Runtime,
+                    ImportEvent, LogEntry, Metric, NetworkPolicy, Node, PortURL, Process, Runtime,
                     Sandbox, SandboxNetwork, Snapshot, Template, TemplateRemoved, Tenant,
                     TenantQuota, Vault, VaultCommit, VaultMount, WatchEvent, Webhook, decode)
 
@@ -208,6 +208,17 @@ class Client:
             if t is not None:
                 q.append((k, t.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")))
         return self._list("GET", _sandbox_path(id, "/metrics"), "metrics", Metric, query=q)
+
+    def logs(self, id: str, since: int = 0, follow: bool = False) -> Stream:
+        """What the sandbox's start command and background processes
+        printed, as its agent keeps it (a Stream of LogEntry), after line
+        since; with follow, the lines to come too, until closed."""
+        q: List[Tuple[str, Any]] = []
+        if since:
+            q.append(("since", since))
+        if follow:
+            q.append(("follow", True))
+        return Stream(self._t.request("GET", _sandbox_path(id, "/logs"), query=q), LogEntry)
 
     def get_placement(self, id: str) -> Dict[str, Any]:
         """How the cluster chose the sandbox's node (Conflict on one machine)."""

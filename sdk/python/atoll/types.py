@@ -196,6 +196,22 @@ class Metric:
     memory_total_bytes: int = 0
     disk_used_bytes: int = 0
     disk_total_bytes: int = 0
+    # Bytes received and sent since its network was attached (counters).
+    network_rx_bytes: int = 0
+    network_tx_bytes: int = 0
+
+
+@dataclass
+class LogEntry:
+    """A line the sandbox's start command or a background process printed
+    (Client.logs): seq numbers the lines kept, stream is "stdout" or
+    "stderr"."""
+    seq: int = 0
+    time: Optional[_dt.datetime] = None
+    pid: int = 0
+    tag: str = ""
+    stream: str = ""
+    line: str = ""
 
 
 @dataclass

@@ -249,6 +249,23 @@ class TestExec(TestCase):
         with self.assertRaises(atoll.NotFound):
             self.c.send_stdin(self.sb.id, 999999, b"x")
 
+    def test_logs(self):
+        p = self.c.start_process(self.sb.id, ["sh", "-c", "echo to-out; echo to-err >&2"], tag="logged")
+        self.eventually(lambda: self.assertGreaterEqual(
+            len([l for l in self.c.logs(self.sb.id) if l.pid == p.pid]), 2))
+        mine = [l for l in self.c.logs(self.sb.id) if l.pid == p.pid]
+        self.assertEqual({(l.stream, l.line, l.tag) for l in mine},
+                         {("stdout", "to-out", "logged"), ("stderr", "to-err", "logged")})
+        last = max(l.seq for l in self.c.logs(self.sb.id))
+        self.assertEqual(list(self.c.logs(self.sb.id, since=last)), [])
+        with self.c.logs(self.sb.id, since=last, follow=True) as s:
+            self.c.start_process(self.sb.id, ["echo", "later"])
+            self.assertEqual(next(s).line, "later")
+        with self.assertRaises(atoll.Invalid):
+            list(self.c.logs(self.sb.id, since=-1))
+        with self.assertRaises(atoll.NotFound):
+            list(self.c.logs(NOPE))
+
     def test_signals(self):
         p = self.c.start_process(self.sb.id, ["sh", "-c", "trap 'echo term; exit 5' TERM; while true; do sleep 0.05; done"])
         time.sleep(0.3)
