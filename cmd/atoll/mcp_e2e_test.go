@@ -543,4 +543,12 @@ func TestMCPHTTPKeys(t *testing.T) {
 	if l := toolOK[api.SandboxList](t, a, "list_sandboxes", args{}); len(l.Sandboxes) != 1 || l.Sandboxes[0].ID != sb.ID {
 		t.Errorf("A's session lists %+v", l)
 	}
+
+	// Open sessions (each with its stream of server messages, a GET that
+	// stays open) do not hold up the server's drain on SIGTERM.
+	start := time.Now()
+	d.stop()
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the server took %v to stop with MCP sessions open", took)
+	}
 }

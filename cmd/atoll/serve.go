@@ -394,6 +394,7 @@ type serving struct {
 	proxy        *portproxy.Proxy
 	proxyLn      net.Listener
 	handler      http.Handler
+	mcp          *mcp.Handler // /v1/mcp
 	// mounts clone vaults into sandboxes; nil when vaults are off.
 	mounts *vaultMounts
 	// local is handler without the cluster's router: what a request routed
@@ -709,7 +710,8 @@ func (s *serving) buildHandler(ctx context.Context) error {
 	}
 	// MCP at /v1/mcp: its tools call this server's own listener with
 	// the key of the session's first request (internal/mcp).
-	scfg.MCP = mcp.NewHandler(mcp.HandlerConfig{URL: func() string { return s.url }, Version: version, Logger: s.log})
+	s.mcp = mcp.NewHandler(mcp.HandlerConfig{URL: func() string { return s.url }, Version: version, Logger: s.log})
+	scfg.MCP = s.mcp
 	scfg.Metrics = s.metricsHandler()
 	srv, err := server.New(scfg)
 	if err != nil {
@@ -916,6 +918,10 @@ func (s *serving) run(ctx context.Context) error {
 		}
 		if s.cluster.srv != nil {
 			s.cluster.srv.Shutdown(sctx)
+		}
+		// MCP sessions' streams stay open until ended.
+		if s.mcp != nil {
+			s.mcp.Close()
 		}
 		err = hs.Shutdown(sctx)
 		scancel()

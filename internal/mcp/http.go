@@ -32,7 +32,7 @@ type HandlerConfig struct {
 // API key of the request that opened it, so its tools see that key's
 // tenant only, and a request of the session with another key is refused
 // (the SDK compares the key's hash, set here as the token's user).
-func NewHandler(cfg HandlerConfig) http.Handler {
+func NewHandler(cfg HandlerConfig) *Handler {
 	if cfg.SessionTimeout == 0 {
 		cfg.SessionTimeout = 30 * time.Minute
 	}
@@ -52,16 +52,37 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 		// this request's only.
 		return &auth.TokenInfo{UserID: keyHash(key), Expiration: time.Now().Add(time.Hour)}, nil
 	}
-	withUser := auth.RequireBearerToken(verify, nil)(h)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// atoll takes the key as X-API-Key too; the SDK reads bearers.
-		if key := r.Header.Get("X-API-Key"); key != "" && r.Header.Get("Authorization") == "" {
-			r = r.Clone(r.Context())
-			r.Header.Set("Authorization", "Bearer "+key)
-		}
-		withUser.ServeHTTP(w, r)
-	})
+	life, end := context.WithCancel(context.Background())
+	return &Handler{next: auth.RequireBearerToken(verify, nil)(h), life: life, end: end}
 }
+
+// Handler is the streamable HTTP handler of NewHandler.
+type Handler struct {
+	next http.Handler
+	// life ends at Close, and with it every request.
+	life context.Context
+	end  context.CancelFunc
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(h.life, cancel)
+	defer stop()
+	r = r.WithContext(ctx)
+	// atoll takes the key as X-API-Key too; the SDK reads bearers.
+	if key := r.Header.Get("X-API-Key"); key != "" && r.Header.Get("Authorization") == "" {
+		r = r.Clone(ctx)
+		r.Header.Set("Authorization", "Bearer "+key)
+	}
+	h.next.ServeHTTP(w, r)
+}
+
+// Close ends the requests under way, among them each session's stream of
+// server messages (a GET that stays open for as long as the session): an
+// http.Server's Shutdown waits for them. Sessions live in the process:
+// after a restart a client opens a new one (its old ID is 404).
+func (h *Handler) Close() { h.end() }
 
 // bearer is the request's API key.
 func bearer(r *http.Request) string {
