@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -267,5 +268,48 @@ func TestUsageKillRestart(t *testing.T) {
 	}
 	if wall := time.Since(created).Seconds(); after.States.Running > wall+1 {
 		t.Errorf("billed %.1f running seconds in %.1f s since the create: counted twice", after.States.Running, wall)
+	}
+}
+
+// TestUsageRuntimes meters a sandbox of gvisor and of vm spinning for 5
+// CPU-seconds by its own clock. That clock is not the host's: gVisor's
+// sentry keeps its own (on a loaded host it ran ahead of the host cgroup's
+// count, 5 s of it billed 3.9 CPU-s), and a guest's counts its boot's and
+// Python's cold start from its disk too (billed 7.1). So the bounds here
+// are wide: what they check is that CPU, memory and running time are
+// metered on these runtimes at all, from the sentry's host cgroup and the
+// guest's cgroup; TestUsageAccuracy holds ns to ± 0.5.
+func TestUsageRuntimes(t *testing.T) {
+	testenv.RequireRoot(t)
+	data := filepath.Join(testenv.Dir(t), "data")
+	linkVMCache(t, data)
+	d := startDaemon(t, data, "--usage-interval", usageTick.String(), "--warm-pool", "0", "--prestart", "0")
+	c := d.client()
+	ctx := context.Background()
+	for _, rt := range []struct {
+		name     string
+		least, most float64 // the CPU-seconds the spin may be billed
+		required func(t *testing.T)
+	}{
+		{"gvisor", 2.5, 8, func(t *testing.T) { testenv.RequireCommand(t, "runsc") }},
+		{"vm", 4.5, 10, requireVM},
+	} {
+		t.Run(rt.name, func(t *testing.T) {
+			rt.required(t)
+			sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{Runtime: rt.name, CPU: 1})
+			defer c.DeleteSandbox(ctx, sb.ID)
+			before := settled(t, c, sb.ID)
+			if out, code := sh(t, c, sb.ID, spinScript+"5"); code != 0 {
+				t.Fatalf("spin: %s", out)
+			}
+			got := diff(before, settled(t, c, sb.ID))
+			t.Logf("%s, spinning 5 CPU-seconds: %+v", rt.name, got)
+			if got.CPUSeconds < rt.least || got.CPUSeconds > rt.most {
+				t.Errorf("%s: spinning 5 CPU-seconds billed %.3f CPU-s, want %.1f to %.1f", rt.name, got.CPUSeconds, rt.least, rt.most)
+			}
+			if got.MemoryGiBSeconds <= 0 || got.States.Running < 5 {
+				t.Errorf("%s: no memory or running time billed: %+v", rt.name, got)
+			}
+		})
 	}
 }
