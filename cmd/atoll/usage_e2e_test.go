@@ -287,9 +287,9 @@ func TestUsageRuntimes(t *testing.T) {
 	c := d.client()
 	ctx := context.Background()
 	for _, rt := range []struct {
-		name     string
+		name        string
 		least, most float64 // the CPU-seconds the spin may be billed
-		required func(t *testing.T)
+		required    func(t *testing.T)
 	}{
 		{"gvisor", 2.5, 8, func(t *testing.T) { testenv.RequireCommand(t, "runsc") }},
 		{"vm", 4.5, 10, requireVM},
