@@ -265,7 +265,7 @@ func TestUsageKillRestart(t *testing.T) {
 // time are metered on these runtimes, from the sentry's host cgroup and
 // the guest's sandbox cgroup; TestUsageAccuracy holds ns to ± 0.5. On
 // the loaded 2-core test machine gVisor's 5 s were billed 3.9-4.4 CPU-s,
-// and a vm's 10-18: its guest's sandbox cgroup, which holds its agent
+// and a vm's 8.5-18: its guest's sandbox cgroup, which holds its agent
 // (init; 2.7-5 CPU-s of it meanwhile) and the spinner's cold start, counts
 // more than the spinner's own clock, the more the longer the host keeps
 // the spin waiting (not explained yet; logged for whoever looks).
