@@ -256,6 +256,13 @@ function signOut(msg) {
   e.hidden = !msg;
   $("#signin-key").value = "";
   $("#signin-key").focus();
+  mark("atoll:signin");
+}
+
+// mark notes when a page first showed what it is for, from the page's
+// navigation start (the load times in docs/benchmarks.md read it).
+function mark(name) {
+  if (!performance.getEntriesByName(name).length) performance.mark(name);
 }
 
 // signIn checks the key on a route every key may call, then asks an
@@ -444,6 +451,7 @@ function sandboxesView() {
           h("td", { "data-mem": "" }, u ? meter((100 * u.memory_used_bytes) / u.memory_total_bytes, bytes(u.memory_used_bytes) + " / " + bytes(u.memory_total_bytes)) : ""),
           h("td", { class: "actions" }, actionButtons(sb, () => fill())));
       }), "No sandboxes yet: create one above."));
+    mark("atoll:list");
   };
   filter.addEventListener("change", () => fill());
   state.addEventListener("change", () => fill());
@@ -624,29 +632,36 @@ function filesTab(id) {
 
 // ---------- logs ----------
 
-// logLine renders one line of the logs route: text, or a JSON object with
-// a time, a stream and the line.
-function logLine(line) {
-  if (!line.startsWith("{")) return line;
-  try {
-    const o = JSON.parse(line);
-    const text = o.line ?? o.message ?? o.data ?? o.text ?? line;
-    return [o.time ? new Date(o.time).toLocaleTimeString() : "", o.stream || o.source || "", text].filter(Boolean).join("  ");
-  } catch { return line; }
-}
-
+// logsTab shows GET …/logs: NDJSON api.LogEntry lines (seq, time, pid,
+// tag, stream, line), fetched again every 2 s from after the last seq
+// seen.
 function logsTab(id) {
-  const out = h("pre", { class: "logs", id: "logs" }, "loading…");
+  const out = h("pre", { class: "logs", id: "logs" });
   const wrap = h("div", { dataset: { what: "Sandbox logs" } }, out);
-  live(wrap, 3000, async () => {
-    const resp = await api("GET", sbPath(id, "/logs"), { raw: true });
+  let since = 0, lines = 0;
+  live(wrap, 2000, async () => {
+    const resp = await api("GET", sbPath(id, "/logs") + q({ since: since || "" }), { raw: true });
     const text = await resp.text();
-    const atEnd = out.scrollTop + out.clientHeight >= out.scrollHeight - 4;
-    out.textContent = text.split("\n").filter(Boolean).map(logLine).join("\n") || "(nothing logged yet)";
-    if (atEnd) out.scrollTop = out.scrollHeight;
     if (!wrap.contains(out)) wrap.replaceChildren(out);
+    const atEnd = out.scrollTop + out.clientHeight >= out.scrollHeight - 4;
+    for (const l of text.split("\n")) {
+      if (!l.trim()) continue;
+      let e;
+      try { e = JSON.parse(l); } catch { e = { line: l }; }
+      if (e.seq) since = Math.max(since, e.seq);
+      if (!lines) out.textContent = ""; // the placeholder goes
+      const when = e.time ? new Date(e.time).toLocaleTimeString() + " " : "";
+      const who = e.tag || (e.pid ? "pid " + e.pid : "");
+      out.append(h("div", { class: e.stream === "stderr" ? "stderr" : "", "data-seq": e.seq },
+        h("span", { class: "muted" }, when + (who ? who + " " : "")), e.line ?? ""));
+      lines++;
+    }
+    // The newest 5,000 lines: what the agent keeps is at most a MiB.
+    while (out.childElementCount > 5000) out.firstElementChild.remove();
+    if (!lines) out.textContent = "Nothing logged yet: the start command's and background processes' output shows here.";
+    if (atEnd) out.scrollTop = out.scrollHeight;
   });
-  return h("div", {}, h("p", { class: "muted" }, "What the sandbox's start command and background processes print (refreshed every 3 s)."), wrap);
+  return h("div", {}, h("p", { class: "muted" }, "What the sandbox's start command and background processes print, as they print it (kept in memory while it runs)."), wrap);
 }
 
 // ---------- metrics ----------
