@@ -127,6 +127,10 @@ class TestSandboxes(TestCase):
             self.c.create_sandbox(runtime="no-such-runtime")
         with self.assertRaises(atoll.Invalid):
             self.c.set_timeout("sb", -1)
+        # A JSON body above the server's 1 MiB.
+        with self.assertRaises(atoll.TooLarge) as cm:
+            self.c.create_sandbox(labels={"big": "x" * (2 << 20)})
+        self.assertEqual(cm.exception.status, 413)
 
     def test_archive(self):
         sb = self.sandbox()
@@ -225,6 +229,8 @@ class TestExec(TestCase):
             self.c.exec(self.sb.id, ["true"], env={"A=B": "c"})
         with self.assertRaises(atoll.NotFound):
             self.c.exec(NOPE, ["true"])
+        with self.assertRaises(atoll.TooLarge):
+            self.c.exec(self.sb.id, ["cat"], stdin=b"x" * (2 << 20))
         with self.assertRaises(atoll.Invalid):
             self.c.exec(self.sb.id, ["/no/such/binary"])
 
