@@ -446,14 +446,35 @@ func (s *Store) Expire(ctx context.Context, now time.Time, cause string) ([]stor
 		slices.SortFunc(fenced, func(a, b store.Node) int { return cmpString(a.Name, b.Name) })
 		// The API shows a lost sandbox's cause as its error and the time
 		// as its stopped_at (api.Sandbox).
-		_, err = tx.Exec(ctx, `WITH lost AS (
+		at := time.Now()
+		rows, err = tx.Query(ctx, `WITH lost AS (
 				UPDATE sandboxes SET lost_from = state, state = $2, stopped_at = $5,
 					error = 'node ' || node || ' was fenced: ' || $4
 				WHERE node = ANY($1) AND state NOT IN ($2, $3)
-				RETURNING id, lost_from)
-			INSERT INTO transitions (sandbox_id, from_state, to_state, reason, at)
-			SELECT id, lost_from, $2, $4, $5 FROM lost`, names, api.StateLost, api.StateDeleting, cause, time.Now())
-		return err
+				RETURNING id, lost_from, tenant, error),
+			t AS (INSERT INTO transitions (sandbox_id, from_state, to_state, reason, at)
+				SELECT id, lost_from, $2, $4, $5 FROM lost)
+			SELECT id, lost_from, tenant, error FROM lost ORDER BY id`, names, api.StateLost, api.StateDeleting, cause, at)
+		if err != nil {
+			return err
+		}
+		// Their lost events, in the same transaction (the journal's): a
+		// sandbox started ahead of demand was nobody's, and has none.
+		var evs []store.Event
+		for rows.Next() {
+			var id, from, t, reason string
+			if err := rows.Scan(&id, &from, &t, &reason); err != nil {
+				return err
+			}
+			if from == store.StatePooled || from == store.StatePrestarted {
+				continue
+			}
+			evs = append(evs, store.Event{ID: newEventID(), At: at.UTC(), Type: api.LifecycleLost, Tenant: t, Sandbox: id, State: api.StateLost, Reason: reason})
+		}
+		if err := rows.Err(); err != nil || len(evs) == 0 {
+			return err
+		}
+		return appendEvents(ctx, tx, evs)
 	})
 	return fenced, err
 }

@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
@@ -17,6 +19,14 @@ import (
 // handed out before its transaction commits, so without it a reader that
 // has seen seq n could later see a smaller seq commit and would skip it.
 const eventLock = 0x61746f6c6d
+
+// newEventID is an event ID for events the store itself records (a
+// fenced node's lost sandboxes), of events.NewID's shape.
+func newEventID() string {
+	var r [12]byte
+	rand.Read(r[:])
+	return "evt_" + hex.EncodeToString(r[:])
+}
 
 // AddAudit appends entries.
 func (s *Store) AddAudit(ctx context.Context, entries []store.AuditEntry) error {
@@ -104,41 +114,47 @@ func (s *Store) AddEvents(ctx context.Context, evs []store.Event) ([]store.Event
 	out := make([]store.Event, len(evs))
 	err := s.write(ctx, func(tx pgx.Tx) error {
 		copy(out, evs)
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, eventLock); err != nil {
-			return err
-		}
-		hooks := map[string][]store.Webhook{}
-		for i := range out {
-			e := &out[i]
-			e.Tenant = tenantOf(e.Tenant)
-			if err := tx.QueryRow(ctx, `INSERT INTO events (id, at, type, tenant, sandbox, state, reason) VALUES ($1,$2,$3,$4,$5,$6,$7) RETURNING seq`,
-				e.ID, e.At, e.Type, e.Tenant, e.Sandbox, e.State, e.Reason).Scan(&e.Seq); err != nil {
-				return err
-			}
-			ws, ok := hooks[e.Tenant]
-			if !ok {
-				var err error
-				if ws, err = webhooks(ctx, tx, `WHERE tenant = $1`, e.Tenant); err != nil {
-					return err
-				}
-				hooks[e.Tenant] = ws
-			}
-			for _, w := range ws {
-				if !w.Wants(e.Type) {
-					continue
-				}
-				if _, err := tx.Exec(ctx, `INSERT INTO deliveries (webhook_id, event_seq, sandbox, state, next_at, created_at) VALUES ($1,$2,$3,$4,$5,$5)`,
-					w.ID, e.Seq, e.Sandbox, store.DeliveryPending, e.At); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
+		return appendEvents(ctx, tx, out)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("recording events: %w", err)
 	}
 	return out, nil
+}
+
+// appendEvents records evs (their Seq written into them) and queues their
+// deliveries in tx, under the lock that orders appends.
+func appendEvents(ctx context.Context, tx pgx.Tx, evs []store.Event) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, eventLock); err != nil {
+		return err
+	}
+	hooks := map[string][]store.Webhook{}
+	for i := range evs {
+		e := &evs[i]
+		e.Tenant = tenantOf(e.Tenant)
+		if err := tx.QueryRow(ctx, `INSERT INTO events (id, at, type, tenant, sandbox, state, reason) VALUES ($1,$2,$3,$4,$5,$6,$7) RETURNING seq`,
+			e.ID, e.At, e.Type, e.Tenant, e.Sandbox, e.State, e.Reason).Scan(&e.Seq); err != nil {
+			return err
+		}
+		ws, ok := hooks[e.Tenant]
+		if !ok {
+			var err error
+			if ws, err = webhooks(ctx, tx, `WHERE tenant = $1`, e.Tenant); err != nil {
+				return err
+			}
+			hooks[e.Tenant] = ws
+		}
+		for _, w := range ws {
+			if !w.Wants(e.Type) {
+				continue
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO deliveries (webhook_id, event_seq, sandbox, state, next_at, created_at) VALUES ($1,$2,$3,$4,$5,$5)`,
+				w.ID, e.Seq, e.Sandbox, store.DeliveryPending, e.At); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Events returns the events after seq after.

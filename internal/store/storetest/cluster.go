@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -220,6 +221,20 @@ func testExpire(t *testing.T, c store.Cluster) {
 		if last := ts[len(ts)-1]; last.From != from || last.To != api.StateLost || last.Reason != "lease expired" {
 			t.Errorf("%s's last transition %+v", id, last)
 		}
+	}
+	// Their lost events are recorded with the fencing.
+	evs, err := c.Events(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lost []string
+	for _, e := range evs {
+		if e.Type == api.LifecycleLost && e.State == api.StateLost && strings.Contains(e.Reason, "lease expired") && e.ID != "" {
+			lost = append(lost, e.Sandbox)
+		}
+	}
+	if want := []string{"run", "stop"}; !slices.Equal(lost, want) {
+		t.Errorf("lost events for %v, want %v", lost, want)
 	}
 	if sb, _ := c.Get(ctx, "del"); sb.State != api.StateDeleting || sb.LostFrom != "" {
 		t.Errorf("deleting sandbox after expiry: %s from %q", sb.State, sb.LostFrom)
