@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/cgi"
@@ -158,7 +159,11 @@ func (s *Service) ServeGit(w http.ResponseWriter, r *http.Request, name, rest st
 	// the same (adverts).
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, cr)
-	s.adverts.put(r, v.ID, refs, rec)
+	// Kept only if the refs did not move while git read them: the
+	// advertisement is then of refs.
+	if after, err := s.localRefs(r.Context(), dir); err == nil && maps.Equal(after, refs) {
+		s.adverts.put(r, v.ID, refs, rec)
+	}
 	for k, vs := range rec.Header() {
 		w.Header()[k] = vs
 	}
