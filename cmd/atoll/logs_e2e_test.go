@@ -152,6 +152,22 @@ func TestLogsEndToEnd(t *testing.T) {
 		t.Errorf("atoll top's header:\n%s", out)
 	}
 
+	// An error of the sandbox's agent, forwarded, names the request once,
+	// in its header and its body.
+	req, _ := http.NewRequest("GET", d.url+"/v1/sandboxes/"+sb.ID+"/files?path=/no/such/file", nil)
+	req.Header.Set("Authorization", "Bearer "+d.key)
+	req.Header.Set("X-Request-Id", "agent-err-1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e api.Error
+	json.NewDecoder(resp.Body).Decode(&e)
+	resp.Body.Close()
+	if ids := resp.Header.Values("X-Request-Id"); resp.StatusCode != 404 || len(ids) != 1 || ids[0] != "agent-err-1" || e.RequestID != "agent-err-1" {
+		t.Errorf("agent's 404: %s, X-Request-Id %q, body %+v", resp.Status, ids, e)
+	}
+
 	// A stopped sandbox has no agent to ask: 409 on atoll's API, no lines
 	// on E2B's.
 	if _, err := c.StopSandbox(ctx, sb.ID); err != nil {

@@ -209,7 +209,9 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("PUT /files/tar", a.handleTarPut)
 	mux.HandleFunc("GET /files/watch", a.handleWatch)
 
-	return surface.Recover(a.log, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// The API's request ID comes along with a forwarded request: the
+	// agent's errors name it too.
+	return httpkit.RequestID(surface.Recover(a.log, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The mux's own 404 and 405 answers are plain text; ours are JSON.
 		if _, pattern := mux.Handler(r); pattern == "" {
 			writeError(w, errorf(errdefs.ErrNotFound, "no endpoint %s %s", r.Method, r.URL.Path))
@@ -217,7 +219,7 @@ func (a *Agent) Handler() http.Handler {
 		}
 		mux.ServeHTTP(w, r)
 		drainBody(r)
-	}))
+	})))
 }
 
 // drainBody reads what the client sent of r's body that the handler did

@@ -42,6 +42,14 @@ func RequestID(next http.Handler) http.Handler {
 	})
 }
 
+// DropRequestID takes the X-Request-Id off an answer a reverse proxy
+// passes on (as its ModifyResponse): the proxy's own answer has it
+// already, from RequestID, and the proxy would add the upstream's as a
+// second.
+func DropRequestID(resp *http.Response) {
+	resp.Header.Del(RequestIDHeader)
+}
+
 // RequestIDOK says whether id may be taken as given: 1 to 128 letters,
 // digits and - _ . : (a UUID, a trace ID, a load balancer's), nothing that
 // could forge a log line.

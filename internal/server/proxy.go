@@ -65,7 +65,6 @@ func (s *Server) forward(hasPID, jsonBody bool) http.HandlerFunc {
 				pr.Out.Header.Del("X-Api-Key")
 				stripWSKey(pr.Out.Header)
 			},
-			ModifyResponse: selectWSProtocol,
 			Transport: &http.Transport{
 				DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 					return dial(ctx)
@@ -91,11 +90,13 @@ func (s *Server) forward(hasPID, jsonBody bool) http.HandlerFunc {
 			},
 			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		}
-		if strings.HasSuffix(r.URL.Path, "/exec") {
-			// An exec's answer begins once its process has started: the
-			// time to the agent's answer is the exec's latency.
-			start := time.Now()
-			rp.ModifyResponse = func(resp *http.Response) error {
+		// An exec's answer begins once its process has started: the time
+		// to the agent's answer is the exec's latency.
+		exec, start := strings.HasSuffix(r.URL.Path, "/exec"), time.Now()
+		rp.ModifyResponse = func(resp *http.Response) error {
+			// This answer has the request's ID already (httpkit.RequestID).
+			httpkit.DropRequestID(resp)
+			if exec {
 				var err error
 				if resp.StatusCode >= 400 {
 					// The agent's errors carry their code (httpkit.Surface).
@@ -104,8 +105,8 @@ func (s *Server) forward(hasPID, jsonBody bool) http.HandlerFunc {
 					}
 				}
 				telemetry.Op(telemetry.OpExec, start, err)
-				return nil
 			}
+			return selectWSProtocol(resp)
 		}
 		rp.ServeHTTP(w, r)
 	}

@@ -155,8 +155,13 @@ func (rt *Router) proxy(w http.ResponseWriter, n Node, id string) *httputil.Reve
 		// answer off mid-stream. Enabled once the owner has answered, not
 		// before: a request that never reached the owner is answered
 		// while nothing reads its body, as the server expects.
-		ModifyResponse: func(*http.Response) error {
+		ModifyResponse: func(resp *http.Response) error {
 			_ = http.NewResponseController(w).EnableFullDuplex()
+			// The request's ID went to the owner with the request,
+			// and this node's answer carries it already.
+			if w.Header().Get(httpkit.RequestIDHeader) != "" {
+				httpkit.DropRequestID(resp)
+			}
 			return nil
 		},
 		Rewrite: func(pr *httputil.ProxyRequest) {
