@@ -43,6 +43,7 @@ func usageTotal(t *testing.T, c *atoll.Client, id string) api.UsageEntry {
 		sum.CPUSeconds += e.CPUSeconds
 		sum.MemoryGiBSeconds += e.MemoryGiBSeconds
 		sum.DiskGiBHours += e.DiskGiBHours
+		sum.SnapshotGiBHours += e.SnapshotGiBHours
 		sum.NetInBytes += e.NetInBytes
 		sum.NetOutBytes += e.NetOutBytes
 		sum.States.Running += e.States.Running
@@ -142,6 +143,29 @@ func TestUsageAccuracy(t *testing.T) {
 		sh(t, c, sb.ID, "rm /root/disk-use")
 	})
 
+	t.Run("snapshot", func(t *testing.T) {
+		if out, code := sh(t, c, sb.ID, "head -c 128M /dev/zero > /root/snap-use && sync"); code != 0 {
+			t.Fatalf("writing a file: %s", out)
+		}
+		sn, err := c.CreateSnapshot(ctx, sb.ID, api.CreateSnapshotRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sh(t, c, sb.ID, "rm /root/snap-use")
+		before := settled(t, c, sb.ID)
+		time.Sleep(5 * time.Second)
+		after := settled(t, c, sb.ID)
+		got := diff(before, after)
+		gib := (after.SnapshotGiBHours - before.SnapshotGiBHours) * 3600 / got.States.Running
+		t.Logf("a snapshot holding a 128 MiB file: %.3f GiB", gib)
+		if gib < 0.125 || gib > 0.2 {
+			t.Errorf("a snapshot holding a 128 MiB file billed as %.3f GiB, want 0.125 and the layer's own few MiB", gib)
+		}
+		if err := c.DeleteSnapshot(ctx, sn.ID); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("network", func(t *testing.T) {
 		const n = 100_000_000
 		before := usageTotal(t, c, sb.ID)
@@ -221,7 +245,7 @@ func TestUsageAccuracy(t *testing.T) {
 	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if after := usageTotal(t, c, sb.ID); after.CPUSeconds < before.CPUSeconds || after.CPUSeconds < 10 {
+	if after := usageTotal(t, c, sb.ID); after.CPUSeconds < before.CPUSeconds || after.CPUSeconds == 0 || after.States.Running < before.States.Running {
 		t.Errorf("a deleted sandbox's usage: %+v, before %+v", after, before)
 	}
 }
