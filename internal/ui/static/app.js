@@ -265,27 +265,27 @@ function mark(name) {
   if (!performance.getEntriesByName(name).length) performance.mark(name);
 }
 
-// signIn checks the key on a route every key may call, then asks an
-// admin-only one to learn whether to show the admin pages.
-async function signIn(k) {
+// signIn checks a typed key on a route every key may call before it
+// shows anything; a key already in the tab's session (a reload) shows the
+// page at once, and a 401 on its first call signs out. An admin-only
+// route, asked beside, tells whether to show the admin pages.
+async function signIn(k, { check = true } = {}) {
   sessionStorage.setItem(keyStore, k);
-  try {
-    await api("GET", "/v1/sandboxes", { quiet: true });
-  } catch (e) {
-    sessionStorage.removeItem(keyStore);
-    throw e.status === 401 ? new Error("Wrong API key: the server refused it.") : e;
+  const admin = api("GET", "/v1/keys", { quiet: true }).then(() => true, () => false);
+  if (check) {
+    try {
+      await api("GET", "/v1/sandboxes", { quiet: true });
+    } catch (e) {
+      sessionStorage.removeItem(keyStore);
+      throw e.status === 401 ? new Error("Wrong API key: the server refused it.") : e;
+    }
   }
-  session.admin = false;
-  try {
-    const keys = await api("GET", "/v1/keys", { quiet: true });
-    session.admin = true;
-    session.keys = keys.keys || [];
-  } catch { /* 403: not an admin */ }
-  document.body.classList.toggle("admin", session.admin);
-  $("#whoami").textContent = session.admin ? "admin" : "";
   $("#signin").hidden = true;
   $("#app").hidden = false;
   render();
+  session.admin = await admin;
+  document.body.classList.toggle("admin", session.admin);
+  $("#whoami").textContent = session.admin ? "admin" : "";
 }
 
 $("#signin-form").addEventListener("submit", async (ev) => {
@@ -433,11 +433,7 @@ function sandboxesView() {
     for (const l of ls) path += (path.includes("?") ? "&" : "?") + "label=" + encodeURIComponent(l);
     const r = await api("GET", path);
     const sbs = (r.sandboxes || []).sort((a, b) => (a.created_at < b.created_at ? 1 : -1));
-    // Live figures of the running ones (the first 50: a page, not a census).
-    await Promise.all(sbs.filter((s) => s.state === "running").slice(0, 50).map(async (s) => {
-      try { usage.set(s.id, await usageNow(s.id)); } catch { /* gone meanwhile */ }
-    }));
-    list.replaceChildren(table(["ID", "State", "Template", "Runtime", "Age", "Labels", "CPU", "Memory", ""],
+    const draw = () => list.replaceChildren(table(["ID", "State", "Template", "Runtime", "Age", "Labels", "CPU", "Memory", ""],
       sbs.map((sb) => {
         const u = sb.state === "running" ? usage.get(sb.id) : null;
         return h("tr", { "data-id": sb.id },
@@ -451,7 +447,15 @@ function sandboxesView() {
           h("td", { "data-mem": "" }, u ? meter((100 * u.memory_used_bytes) / u.memory_total_bytes, bytes(u.memory_used_bytes) + " / " + bytes(u.memory_total_bytes)) : ""),
           h("td", { class: "actions" }, actionButtons(sb, () => fill())));
       }), "No sandboxes yet: create one above."));
+    // The list at once (with the figures of the last round), then again
+    // with the running ones' live figures (the first 50: a page, not a
+    // census).
+    draw();
     mark("atoll:list");
+    await Promise.all(sbs.filter((s) => s.state === "running").slice(0, 50).map(async (s) => {
+      try { usage.set(s.id, await usageNow(s.id)); } catch { /* gone meanwhile */ }
+    }));
+    draw();
   };
   filter.addEventListener("change", () => fill());
   state.addEventListener("change", () => fill());
@@ -1031,13 +1035,19 @@ function auditView() {
   const out = h("div", { id: "audit", dataset: { what: "The audit log" } });
   const more = h("button", { class: "secondary", hidden: true }, "Older");
   let pages = [0]; // the before= of each page shown
+  const keyNames = new Map();
   const fill = async () => {
     const before = pages[pages.length - 1];
     const r = await api("GET", "/v1/audit" + q({ tenant: f.tenant.value, sandbox: f.sandbox.value, action: f.action.value, limit: 100, before: before || "" }));
     const evs = r.entries || [];
+    // Keys by name where the admin's key list has them (revoked ones
+    // stay IDs).
+    if (!keyNames.size) {
+      try { for (const k of (await api("GET", "/v1/keys")).keys || []) keyNames.set(k.id, k.name); } catch { /* not an admin */ }
+    }
     out.replaceChildren(table(["Time", "Tenant", "Key", "Source", "Action", "Target", "Status", "Request"], evs.map((e) =>
       h("tr", { "data-seq": e.seq },
-        h("td", {}, time(e.time)), h("td", {}, e.tenant || ""), h("td", { class: "mono" }, e.key_id || ""),
+        h("td", {}, time(e.time)), h("td", {}, e.tenant || ""), h("td", { class: "mono", title: e.key_id || "" }, keyNames.get(e.key_id) || e.key_id || ""),
         h("td", { class: "mono" }, e.source || ""), h("td", { class: "mono" }, e.action),
         h("td", { class: "mono" }, e.target ? h("a", { href: /^[a-z0-9]{20}$/.test(e.target) ? `#/sandboxes/${e.target}` : null }, e.target) : ""),
         h("td", { class: e.status >= 400 ? "error" : "" }, e.status), h("td", { class: "mono muted" }, e.request_id || ""))),
@@ -1055,7 +1065,7 @@ function auditView() {
 // ---------- start ----------
 
 if (key()) {
-  signIn(key()).catch((e) => signOut(e.message));
+  signIn(key(), { check: false }).catch((e) => signOut(e.message));
 } else {
   signOut("");
 }

@@ -81,7 +81,7 @@ test("dashboard", async (t) => {
   await t.test("sign in and create a sandbox", async () => {
     await signIn(page, adminKey);
     await page.waitForSelector("#sandboxes");
-    assert.ok(await page.isVisible("a[data-nav=keys]"), "an admin key shows the admin pages");
+    await page.waitForSelector("a[data-nav=keys]", { state: "visible", timeout: 10000 }); // an admin key shows the admin pages
     await page.fill("#create-labels", "team=ui,purpose=test");
     await page.click("#create-sandbox");
     await page.waitForURL(/#\/sandboxes\/[a-z0-9]{20}$/, { timeout: 60000 });
@@ -245,6 +245,8 @@ test("dashboard", async (t) => {
     const other = await (await browser.newContext({ viewport: wide })).newPage();
     await signIn(other, secret);
     await other.waitForSelector("#sandboxes");
+    await other.waitForFunction(() => document.querySelector("#whoami") && performance.getEntriesByName("atoll:list").length);
+    await other.waitForTimeout(500); // the admin check has answered 403 by now
     assert.ok(await other.isHidden("a[data-nav=keys]"), "a tenant's key hides the admin pages");
     assert.equal(await other.$(`#sandboxes tr[data-id='${id}']`), null, "another tenant sees no sandbox of the admin's");
     await page.click("#keys tr[data-key='ui-revoked'] button.danger");
