@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -105,6 +106,26 @@ func TestClusterNodesShareAHost(t *testing.T) {
 			}
 		}
 	}
+
+	t.Run("a request ID through the router", func(t *testing.T) {
+		// Asked of node 2, answered by node 1's sandbox's agent: one ID,
+		// in the header and the body.
+		n2 := cl.Nodes[1]
+		hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: n2.Dial}}
+		req, _ := http.NewRequest("GET", n2.URL+"/v1/sandboxes/"+ids[0][0]+"/files?path=/no/such/file", nil)
+		req.Header.Set("Authorization", "Bearer "+n2.Key)
+		req.Header.Set("X-Request-Id", "routed-1")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e api.Error
+		json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if ids := resp.Header.Values("X-Request-Id"); resp.StatusCode != 404 || len(ids) != 1 || ids[0] != "routed-1" || e.RequestID != "routed-1" {
+			t.Errorf("routed 404: %s, X-Request-Id %q, body %+v", resp.Status, ids, e)
+		}
+	})
 
 	t.Run("sandboxes reach no node address", func(t *testing.T) {
 		noNodeReach(t, cl, cl.Nodes[0].Client(), ids[0][0])
