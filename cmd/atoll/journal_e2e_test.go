@@ -295,4 +295,19 @@ func TestJournalE2E(t *testing.T) {
 	if ws, err := a.ListWebhooks(ctx); err != nil || len(ws) != 0 {
 		t.Errorf("after rm: %+v %v", ws, err)
 	}
+
+	// A stream open does not hold a shutdown up: it ends the stream.
+	open, err := a.Events(ctx, atoll.EventsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	start := time.Now()
+	d.stop()
+	if took := time.Since(start); took > 8*time.Second {
+		t.Errorf("shutdown with an event stream open took %v", took)
+	}
+	if _, err := open.Next(); err == nil {
+		t.Error("the stream goes on after the shutdown")
+	}
 }

@@ -884,12 +884,15 @@ func (s *serving) run(ctx context.Context) error {
 	go func() { defer wg.Done(); s.svc.Run(runCtx) }()
 	go func() { defer wg.Done(); s.hooks.Run(runCtx) }()
 	hs := server.NewHTTPServer(s.cfg.listen, s.handler)
+	// Event streams never end on their own: a shutdown ends them.
+	hs.RegisterOnShutdown(s.events.EndStreams)
 	errc := make(chan error, 5)
 	go func() { errc <- hs.Serve(s.ln) }()
 	if s.cluster.member != nil {
 		s.runCluster(runCtx, errc)
 	}
 	if s.tls != nil {
+		s.tls.RegisterOnShutdown(s.events.EndStreams)
 		go func() { errc <- s.tls.ServeTLS(s.tlsLn, "", "") }()
 	}
 	var ps *http.Server

@@ -56,8 +56,10 @@ type Bus struct {
 	closed bool
 	wake   chan struct{}
 	queue  chan store.Event
-	stop   chan struct{}
 	done   sync.WaitGroup
+	// streams is closed by EndStreams, ending every subscription.
+	streams   chan struct{}
+	endStream sync.Once
 }
 
 const (
@@ -72,7 +74,8 @@ func New(cfg Config) *Bus {
 	if cfg.Poll <= 0 {
 		cfg.Poll = DefaultPoll
 	}
-	b := &Bus{cfg: cfg, log: cfg.Logger, wake: make(chan struct{}), queue: make(chan store.Event, queueSize), stop: make(chan struct{})}
+	b := &Bus{cfg: cfg, log: cfg.Logger, wake: make(chan struct{}), queue: make(chan store.Event, queueSize),
+		streams: make(chan struct{})}
 	if b.log == nil {
 		b.log = slog.Default()
 	}
@@ -90,10 +93,15 @@ func (b *Bus) Close() {
 	}
 	b.closed = true
 	close(b.queue)
-	close(b.stop)
 	b.mu.Unlock()
+	b.EndStreams()
 	b.done.Wait()
 }
+
+// EndStreams ends every subscription, now and to come, so that an HTTP
+// server shutting down does not wait for streams that never end; events
+// are still recorded until Close.
+func (b *Bus) EndStreams() { b.endStream.Do(func() { close(b.streams) }) }
 
 // Publish queues e to be recorded, with an ID and a time if it has none.
 // It waits only while the queue is full.
@@ -210,7 +218,7 @@ func (b *Bus) Subscribe(ctx context.Context, after int64) (<-chan api.Event, err
 				case ch <- Wire(e):
 				case <-ctx.Done():
 					return
-				case <-b.stop:
+				case <-b.streams:
 					return
 				}
 			}
@@ -220,7 +228,7 @@ func (b *Bus) Subscribe(ctx context.Context, after int64) (<-chan api.Event, err
 			select {
 			case <-ctx.Done():
 				return
-			case <-b.stop:
+			case <-b.streams:
 				return
 			case <-wake:
 			case <-poll.C:
