@@ -4,7 +4,10 @@
 // same shapes and a test keeps the two in step.
 package api
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Sandbox states.
 const (
@@ -976,4 +979,66 @@ type VaultList struct {
 // VaultLog is the body of GET /v1/vaults/{name}/log.
 type VaultLog struct {
 	Commits []VaultCommit `json:"commits"`
+}
+
+// RunCodeRequest is the body of POST /v1/sandboxes/{id}/code/execute, as
+// E2B's code interpreter takes it: the code, and the context to run it in
+// (ContextID) or the language whose default context runs it (default
+// python), never both. EnvVars hold for this execution only.
+type RunCodeRequest struct {
+	Code      string            `json:"code"`
+	ContextID string            `json:"context_id,omitempty"`
+	Language  string            `json:"language,omitempty"`
+	EnvVars   map[string]string `json:"env_vars,omitempty"`
+}
+
+// CodeEvent is one line of a code execution's NDJSON stream, E2B's code
+// interpreter's messages: Type "stdout" or "stderr" (Text), "result" (the
+// value of the code's last expression when IsMainResult, else a display:
+// Text is its text/plain, the others its other formats, binary ones in
+// base64), "error" (Name, Value, Traceback), "number_of_executions"
+// (ExecutionCount) and "end_of_execution", last.
+type CodeEvent struct {
+	Type           string          `json:"type"`
+	Text           string          `json:"text,omitempty"`
+	IsMainResult   bool            `json:"is_main_result,omitempty"`
+	HTML           string          `json:"html,omitempty"`
+	Markdown       string          `json:"markdown,omitempty"`
+	SVG            string          `json:"svg,omitempty"`
+	PNG            string          `json:"png,omitempty"`
+	JPEG           string          `json:"jpeg,omitempty"`
+	PDF            string          `json:"pdf,omitempty"`
+	LaTeX          string          `json:"latex,omitempty"`
+	JSON           json.RawMessage `json:"json,omitempty"`
+	JavaScript     string          `json:"javascript,omitempty"`
+	Extra          map[string]any  `json:"extra,omitempty"`
+	Name           string          `json:"name,omitempty"`
+	Value          string          `json:"value,omitempty"`
+	Traceback      string          `json:"traceback,omitempty"`
+	ExecutionCount int             `json:"execution_count,omitempty"`
+}
+
+// Code event types.
+const (
+	CodeStdout = "stdout"
+	CodeStderr = "stderr"
+	CodeResult = "result"
+	CodeError  = "error"
+	CodeCount  = "number_of_executions"
+	CodeEnd    = "end_of_execution"
+)
+
+// CodeContext is a code context: one kernel, whose variables, imports and
+// working directory last between executions.
+type CodeContext struct {
+	ID       string `json:"id"`
+	Language string `json:"language"`
+	Cwd      string `json:"cwd"`
+}
+
+// CreateCodeContextRequest is the body of POST
+// /v1/sandboxes/{id}/code/contexts; default python in /home/user.
+type CreateCodeContextRequest struct {
+	Language string `json:"language,omitempty"`
+	Cwd      string `json:"cwd,omitempty"`
 }

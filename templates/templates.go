@@ -11,7 +11,7 @@ import (
 	"path"
 )
 
-//go:embed base
+//go:embed base code-interpreter
 var files embed.FS
 
 // Context returns the build context of template name as a tar archive, and

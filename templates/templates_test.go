@@ -10,7 +10,7 @@ import (
 )
 
 func TestContext(t *testing.T) {
-	if !slices.Equal(Names(), []string{"base"}) {
+	if !slices.Equal(Names(), []string{"base", "code-interpreter"}) {
 		t.Errorf("Names() = %v", Names())
 	}
 	b, ok := Context("base")

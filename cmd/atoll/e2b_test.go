@@ -65,7 +65,7 @@ func requireNode(t *testing.T) (node, npm string) {
 	return node, npm
 }
 
-// e2bProgram installs the pinned SDK (npm ci) if it is not there yet and
+// e2bProgram installs the pinned SDKs (npm ci) if it is not there yet and
 // returns the directory of the Node programs.
 func e2bProgram(t *testing.T) (dir, node string) {
 	t.Helper()
@@ -74,7 +74,11 @@ func e2bProgram(t *testing.T) (dir, node string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "e2b", "package.json")); err != nil {
+	// Both SDKs: a tree installed before the code-interpreter's was added
+	// lacks the second.
+	_, err1 := os.Stat(filepath.Join(dir, "node_modules", "e2b", "package.json"))
+	_, err2 := os.Stat(filepath.Join(dir, "node_modules", "@e2b", "code-interpreter", "package.json"))
+	if err1 != nil || err2 != nil {
 		cmd := exec.Command(npm, "ci", "--no-audit", "--no-fund")
 		cmd.Dir = dir
 		if out, err := cmd.CombinedOutput(); err != nil {

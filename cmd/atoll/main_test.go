@@ -56,7 +56,7 @@ func goldenTable[T any](t *testing.T, name string, render func(io.Writer, []T, t
 
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{
-		{}, {"create"}, {"ls"}, {"inspect"}, {"exec"}, {"shell"}, {"cp"}, {"stop"}, {"start"}, {"rm"},
+		{}, {"create"}, {"ls"}, {"inspect"}, {"exec"}, {"shell"}, {"cp"}, {"run-code"}, {"stop"}, {"start"}, {"rm"},
 		{"pause"}, {"resume"}, {"archive"}, {"timeout"}, {"placement"}, {"network"}, {"port"}, {"mcp"}, {"fork"}, {"restore"}, {"snapshot"}, {"snapshot", "create"}, {"snapshot", "ls"}, {"snapshot", "rm"}, {"snapshot", "archive"},
 		{"template"}, {"template", "import"}, {"template", "build"}, {"template", "ls"}, {"template", "inspect"}, {"template", "rm"}, {"template", "bootstrap"},
 		{"key"}, {"key", "create"}, {"key", "ls"}, {"key", "rm"},

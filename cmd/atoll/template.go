@@ -428,8 +428,8 @@ pointed to before stays while sandboxes use it.`,
 func newTemplateBootstrapCmd(g *globals) *cobra.Command {
 	req := api.BootstrapTemplateRequest{}
 	cmd := &cobra.Command{
-		Use:   "bootstrap debian|base [--name NAME]",
-		Short: "Make a Debian template, or the base template, with debootstrap",
+		Use:   "bootstrap debian|base|code-interpreter [--name NAME]",
+		Short: "Make a Debian template, or one of atoll's own templates, with debootstrap",
 		Long: `Make a template on the server with debootstrap, from a Debian package mirror:
 a real Debian with apt, for servers that cannot reach an image registry.
 
@@ -438,6 +438,10 @@ a real Debian with apt, for servers that cannot reach an image registry.
 template, with python, node and npm, curl, git, and the user "user" with
 passwordless sudo. It is named base unless --name says otherwise, and the E2B
 API's template "base" then means it (instead of the host template).
+"code-interpreter" builds templates/code-interpreter over it: E2B's code
+interpreter service on port 49999 (Python and bash Jupyter kernels, matplotlib,
+pandas), which the code-interpreter SDK's default template code-interpreter-v1
+and atoll run-code use.
 
 The server needs the debootstrap package; "base" also needs its sandboxes to
 reach the mirror (networking on). The log streams to stderr; the template's
@@ -473,7 +477,7 @@ name is printed when it is ready.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&req.Name, "name", "", "name of the template (required for debian; default base for base)")
+	f.StringVar(&req.Name, "name", "", "name of the template (required for debian; default the name of the template built)")
 	f.StringVar(&req.Suite, "suite", "bookworm", "Debian suite")
 	f.StringVar(&req.Mirror, "mirror", "http://deb.debian.org/debian", "Debian mirror URL")
 	f.StringVar(&req.Variant, "variant", "minbase", "debootstrap variant: minbase or buildd")

@@ -209,6 +209,12 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("PUT /files/tar", a.handleTarPut)
 	mux.HandleFunc("GET /files/watch", a.handleWatch)
 
+	code := codeProxy()
+	for _, p := range []string{"POST /code/execute", "GET /code/contexts", "POST /code/contexts",
+		"DELETE /code/contexts/{ctx}", "POST /code/contexts/{ctx}/restart"} {
+		mux.Handle(p, code)
+	}
+
 	// The API's request ID comes along with a forwarded request: the
 	// agent's errors name it too.
 	return httpkit.RequestID(surface.Recover(a.log, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -94,8 +94,10 @@ type Config struct {
 
 // DefaultAliases: E2B's default template is atoll's base template
 // (atoll template bootstrap base), which has what E2B's has, or the
-// built-in host template on a server without one.
-var DefaultAliases = map[string][]string{"base": {"base", "host"}}
+// built-in host template on a server without one. The code-interpreter
+// SDK's default template (code-interpreter-v1) is atoll's code-interpreter
+// template (templates/code-interpreter), which serves E2B's protocol.
+var DefaultAliases = map[string][]string{"base": {"base", "host"}, "code-interpreter-v1": {"code-interpreter"}}
 
 // Server serves the E2B-compatible API.
 type Server struct {

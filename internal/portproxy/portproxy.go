@@ -220,6 +220,10 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, id string, port in
 		wg.Wait()
 		p.cfg.Sandboxes.Touch(id)
 	}()
+	// HTTP/1 answers otherwise stop the request body from being read once
+	// they begin: a sandbox's server that answers before it has read the
+	// whole body (a stream both ways) would wait for the rest forever.
+	http.NewResponseController(w).EnableFullDuplex()
 	ctx := context.WithValue(r.Context(), targetKey{}, target{id: id, port: port, addr: addr, fail: fail})
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
 }

@@ -89,6 +89,22 @@ func newFixture(t *testing.T) *fixture {
 			time.Sleep(200 * time.Millisecond)
 		}
 	})
+	// /duplex answers before it reads the request body, then echoes it.
+	mux.HandleFunc("/duplex", func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		rc.EnableFullDuplex()
+		io.WriteString(w, "ready\n")
+		rc.Flush()
+		br := bufio.NewReader(r.Body)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			io.WriteString(w, "echo "+line)
+			rc.Flush()
+		}
+	})
 	mux.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Upgrade") != "echo" {
 			http.Error(w, "want Upgrade: echo", 400)
@@ -362,6 +378,41 @@ func TestStreamAndUpgrade(t *testing.T) {
 			t.Fatalf("touches %d, lookups %d; want 2 each", n, l)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestAnswerBeforeBody: a sandbox's server may answer before it has read
+// the whole request body (a streaming RPC, an execution service that starts
+// its reply at once), and the proxy keeps passing the body on after the
+// answer's headers have gone back.
+func TestAnswerBeforeBody(t *testing.T) {
+	f := newFixture(t)
+	conn, err := net.Dial("tcp", f.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(conn)
+	fmt.Fprintf(conn, "POST /duplex HTTP/1.1\r\nHost: %s\r\nTransfer-Encoding: chunked\r\n\r\n", f.host(idPublic))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body := bufio.NewReader(resp.Body)
+	if line, err := body.ReadString('\n'); line != "ready\n" {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+	for _, msg := range []string{"one\n", "two\n"} {
+		fmt.Fprintf(conn, "%x\r\n%s\r\n", len(msg), msg)
+		if line, err := body.ReadString('\n'); line != "echo "+msg {
+			t.Fatalf("after sending %q the answer says %q, %v", msg, line, err)
+		}
+	}
+	io.WriteString(conn, "0\r\n\r\n")
+	if rest, err := io.ReadAll(body); err != nil || len(rest) != 0 {
+		t.Errorf("the answer ends with %q, %v", rest, err)
 	}
 }
 

@@ -20,7 +20,7 @@ import (
 // names that name nothing, so that each route runs to its own answer.
 var wildcardValues = map[string]string{
 	"id": "sbxaaaaaaaaaaaaaaaaa", "snap": "snpaaaaaaaaaaaaaaaaa", "name": "base", "tenant": "acme",
-	"key": "0123456789abcdef0123", "node": "n1", "pid": "1", "webhook": "whkaaaaaaaaaaaaaaaaa", "path...": "notes.md",
+	"key": "0123456789abcdef0123", "node": "n1", "pid": "1", "ctx": "c1", "webhook": "whkaaaaaaaaaaaaaaaaa", "path...": "notes.md",
 }
 
 // TestEveryChangeIsAudited walks the route table: every route whose

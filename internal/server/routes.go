@@ -53,6 +53,13 @@ var agentRoutes = []struct {
 	{"GET", "/files/tar", false},
 	{"PUT", "/files/tar", false},
 	{"GET", "/files/watch", false},
+	// The code interpreter (templates/code-interpreter), which the agent
+	// reaches on the sandbox's loopback.
+	{"POST", "/code/execute", true},
+	{"GET", "/code/contexts", false},
+	{"POST", "/code/contexts", true},
+	{"DELETE", "/code/contexts/{ctx}", false},
+	{"POST", "/code/contexts/{ctx}/restart", false},
 }
 
 func (s *Server) routes() []route {

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/netns"
+	atoll "github.com/atoll-dev/atoll/sdk/go"
+)
+
+// codeInterp measures the code interpreter (docs/code-interpreter.md): the
+// first runCode after a create, the template's service having started
+// with the sandbox, and a warm runCode('1+1'), through E2B's
+// @e2b/code-interpreter (the port proxy) and atoll's Go SDK (the agent).
+//
+// The template is built first, as the test builds it: Debian bootstrapped
+// from its mirror, then templates/code-interpreter. The server runs in a
+// network namespace of its own with networking on; its one route leads to
+// a second namespace where the benchmark serves a proxy to Debian's mirror,
+// so that the machine's own network is left alone and builds reach only
+// the mirror.
+func codeInterp(r *report, work string, n int) {
+	dir, err := filepath.Abs("cmd/atoll/testdata/e2b")
+	check(err)
+	node, err1 := exec.LookPath("node")
+	npm, err2 := exec.LookPath("npm")
+	if err1 != nil || err2 != nil {
+		r.missing("node and npm (@e2b/code-interpreter)")
+		return
+	}
+	if _, err := exec.LookPath("debootstrap"); err != nil {
+		r.missing("debootstrap (the code-interpreter template)")
+		return
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@e2b", "code-interpreter")); err != nil {
+		ci := exec.Command(npm, "ci", "--no-audit", "--no-fund")
+		ci.Dir = dir
+		if out, err := ci.CombinedOutput(); err != nil {
+			r.failed("codeinterp", fmt.Sprintf("npm ci: %v: %s", err, out))
+			return
+		}
+	}
+
+	host, inet := "atoll-bench-ci", "atoll-bench-ci-inet"
+	for _, ns := range []string{host, inet} {
+		exec.Command("ip", "netns", "del", ns).Run()
+		must("ip", "netns", "add", ns)
+		defer exec.Command("ip", "netns", "del", ns).Run()
+		must("ip", "-n", ns, "link", "set", "lo", "up")
+	}
+	must("ip", "-n", host, "link", "add", "up0", "type", "veth", "peer", "name", "eth0", "netns", inet)
+	must("ip", "-n", host, "addr", "add", "198.51.100.2/24", "dev", "up0")
+	must("ip", "-n", inet, "addr", "add", "198.51.100.1/24", "dev", "eth0")
+	must("ip", "-n", host, "link", "set", "up0", "up")
+	must("ip", "-n", inet, "link", "set", "eth0", "up")
+	must("ip", "-n", host, "route", "add", "default", "via", "198.51.100.1")
+	var ln net.Listener
+	check(netns.Run(filepath.Join("/run/netns", inet), func() (err error) {
+		ln, err = net.Listen("tcp", "198.51.100.1:8080")
+		return err
+	}))
+	up, _ := url.Parse("http://deb.debian.org")
+	mirror := &http.Server{Handler: &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+		pr.SetURL(up)
+		pr.Out.Host = up.Host
+	}}}
+	go mirror.Serve(ln)
+	defer mirror.Close()
+
+	srv := startServerIn(work, "codeinterp", filepath.Join("/run/netns", host), "--network", "on", "--network-bridge", "atollci",
+		"--dns-upstream", "198.51.100.1", "--warm-pool", "0", "--prestart", "0", "--network-pool", "1", "--proxy-listen", "127.0.0.1:0")
+	defer srv.stop()
+	cli := func(args ...string) {
+		cmd := exec.Command(srv.bin, args...)
+		cmd.Env = append(os.Environ(), "ATOLL_URL="+srv.url, "ATOLL_API_KEY="+srv.key)
+		out, err := outputIn(srv.netns, cmd)
+		if err != nil {
+			fatal("atoll %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	t0 := time.Now()
+	cli("template", "bootstrap", "debian", "--name", "debian", "--mirror", "http://198.51.100.1:8080/debian")
+	ctxDir, err := filepath.Abs("templates/code-interpreter")
+	check(err)
+	cli("template", "build", "--name", "code-interpreter", ctxDir)
+	r.note(fmt.Sprintf("codeinterp: bootstrapping Debian and building the code-interpreter template took %v", time.Since(t0).Round(time.Second)))
+
+	// atoll's Go SDK.
+	c := srv.client()
+	ctx := context.Background()
+	var create, first, warm []time.Duration
+	for i := 0; i < n; i++ {
+		t0 := time.Now()
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "code-interpreter"})
+		check(err)
+		t1 := time.Now()
+		ex, err := c.RunCode(ctx, sb.ID, "1+1", atoll.RunCodeOptions{})
+		check(err)
+		if ex.Text() != "2" {
+			fatal("RunCode('1+1') gave %+v", ex)
+		}
+		create, first = append(create, t1.Sub(t0)), append(first, time.Since(t1))
+		if i == n-1 {
+			for j := 0; j < n*10+5; j++ {
+				t := time.Now()
+				_, err := c.RunCode(ctx, sb.ID, "1+1", atoll.RunCodeOptions{})
+				check(err)
+				if j >= 5 {
+					warm = append(warm, time.Since(t))
+				}
+			}
+		}
+		check(c.DeleteSandbox(ctx, sb.ID))
+	}
+
+	// E2B's SDK, from the server's namespace.
+	cmd := exec.Command(node, "codeinterp-bench.mjs", fmt.Sprint(n))
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+srv.url, "E2B_SANDBOX_URL="+srv.url, "E2B_API_KEY="+srv.key)
+	out, err := outputIn(srv.netns, cmd)
+	if err != nil {
+		r.failed("codeinterp", fmt.Sprintf("node codeinterp-bench.mjs: %v: %s", err, out))
+		return
+	}
+	var js struct{ Create, First, Warm []float64 }
+	if err := json.Unmarshal([]byte(lastLine(out)), &js); err != nil {
+		r.failed("codeinterp", fmt.Sprintf("codeinterp-bench.mjs printed %q", out))
+		return
+	}
+	durations := func(msecs []float64) (ds []time.Duration) {
+		for _, m := range msecs {
+			ds = append(ds, time.Duration(m*float64(time.Millisecond)))
+		}
+		return ds
+	}
+	r.add("E2B code-interpreter SDK `Sandbox.create()` (code-interpreter-v1)", "sequential", durations(js.Create))
+	r.add("E2B code-interpreter SDK first `runCode('1+1')` after create", "sequential", durations(js.First))
+	r.add("E2B code-interpreter SDK warm `runCode('1+1')`", "sequential", durations(js.Warm))
+	r.add("atoll Go SDK `CreateSandbox` of code-interpreter", "sequential", create)
+	r.add("atoll Go SDK first `RunCode('1+1')` after create", "sequential", first)
+	r.add("atoll Go SDK warm `RunCode('1+1')`", "sequential", warm)
+}
+
+// outputIn runs cmd in the network namespace at ns and returns its
+// output, stdout and stderr together.
+func outputIn(ns string, cmd *exec.Cmd) (string, error) {
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := netns.Run(ns, cmd.Start); err != nil {
+		return "", err
+	}
+	err := cmd.Wait()
+	return out.String(), err
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}

@@ -1,0 +1,193 @@
+// Runs E2B's code-interpreter SDK (@e2b/code-interpreter), unchanged,
+// against atoll's code-interpreter template. cmd/atoll/codeinterp_e2e_test.go
+// builds the template, starts `atoll serve` and runs this with E2B_API_URL,
+// E2B_SANDBOX_URL and E2B_API_KEY pointing at it; by hand:
+//   E2B_API_URL=http://127.0.0.1:7400 E2B_SANDBOX_URL=http://127.0.0.1:7400 \
+//   E2B_API_KEY=$(sudo cat /var/lib/atoll/api-key) node codeinterp.mjs
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { stripVTControlCharacters } from 'node:util'
+import { Sandbox } from '@e2b/code-interpreter'
+
+let sbx
+before(async () => {
+  // No template named: the SDK's default, code-interpreter-v1.
+  const t0 = performance.now()
+  sbx = await Sandbox.create({ timeoutMs: 300_000 })
+  const t1 = performance.now()
+  const exec = await sbx.runCode('1+1')
+  const t2 = performance.now()
+  assert.equal(exec.text, '2')
+  console.log(`create ${(t1 - t0).toFixed(0)} ms, first runCode ${(t2 - t1).toFixed(0)} ms`)
+})
+after(async () => {
+  await sbx?.kill().catch(() => {})
+})
+
+test('the default template is atoll\'s code-interpreter template', async () => {
+  const info = await sbx.getInfo()
+  assert.equal(info.templateId, 'code-interpreter')
+  assert.equal(info.name, 'code-interpreter-v1')
+})
+
+test('state persists between calls of the default context', async () => {
+  await sbx.runCode('x = 41\nimport math')
+  const exec = await sbx.runCode('x + 1')
+  assert.equal(exec.text, '42')
+  assert.equal(exec.error, undefined)
+  assert.ok(exec.executionCount >= 2, `executionCount ${exec.executionCount}`)
+  assert.equal((await sbx.runCode('math.floor(x / 2)')).text, '20')
+})
+
+test('two contexts are apart; a context keeps its cwd', async () => {
+  const a = await sbx.createCodeContext()
+  const b = await sbx.createCodeContext({ cwd: '/tmp', language: 'python' })
+  assert.equal(b.cwd, '/tmp')
+  assert.equal(b.language, 'python')
+  await sbx.runCode('y = "in a"', { context: a })
+  assert.equal((await sbx.runCode('y', { context: a })).text, 'in a')
+  const inB = await sbx.runCode('y', { context: b })
+  assert.equal(inB.error?.name, 'NameError')
+  assert.equal((await sbx.runCode('import os; os.getcwd()', { context: b })).text, '/tmp')
+  const ids = (await sbx.listCodeContexts()).map((c) => c.id)
+  assert.ok(ids.includes(a.id) && ids.includes(b.id), `contexts ${ids}`)
+  await sbx.removeCodeContext(b)
+  assert.ok(!(await sbx.listCodeContexts()).some((c) => c.id === b.id))
+  await assert.rejects(sbx.runCode('1', { context: b }), /not found/)
+  await sbx.removeCodeContext(a.id)
+})
+
+test('stdout and stderr stream in order, as they are written', async () => {
+  const seen = []
+  const code = [
+    'import sys, time',
+    'for i in range(3):',
+    '    print(f"out {i}", flush=True)',
+    '    print(f"err {i}", file=sys.stderr, flush=True)',
+    '    time.sleep(0.2)',
+  ].join('\n')
+  const t0 = performance.now()
+  let first
+  const exec = await sbx.runCode(code, {
+    onStdout: (m) => { first ??= performance.now() - t0; seen.push(`stdout ${m.line.trim()}`) },
+    onStderr: (m) => { seen.push(`stderr ${m.line.trim()}`) },
+  })
+  assert.deepEqual(seen, ['stdout out 0', 'stderr err 0', 'stdout out 1', 'stderr err 1', 'stdout out 2', 'stderr err 2'])
+  assert.deepEqual(exec.logs.stdout, ['out 0\n', 'out 1\n', 'out 2\n'])
+  assert.deepEqual(exec.logs.stderr, ['err 0\n', 'err 1\n', 'err 2\n'])
+  // Streamed: the first line came before the execution's 0.6 s were over.
+  assert.ok(first < 500, `first stdout after ${first} ms`)
+})
+
+test('an exception comes back with its name, value and traceback', async () => {
+  let called
+  const exec = await sbx.runCode('def boom():\n    raise ValueError("no good")\n\nboom()', { onError: (e) => { called = e } })
+  assert.equal(exec.error.name, 'ValueError')
+  assert.equal(exec.error.value, 'no good')
+  // IPython colours its tracebacks, as on E2B.
+  const tb = stripVTControlCharacters(exec.error.traceback)
+  assert.match(tb, /----> 4 boom\(\)/)
+  assert.match(tb, /ValueError: no good/)
+  assert.equal(called?.name, 'ValueError')
+  assert.equal(exec.results.length, 0)
+})
+
+test('a matplotlib figure comes back as a PNG', async () => {
+  const exec = await sbx.runCode([
+    'import matplotlib.pyplot as plt',
+    'plt.plot([1, 2, 3], [1, 4, 9])',
+    'plt.title("squares")',
+    'plt.show()',
+  ].join('\n'))
+  assert.equal(exec.error, undefined)
+  const png = exec.results.find((r) => r.png)
+  assert.ok(png, `results: ${JSON.stringify(exec.results.map((r) => r.formats()))}`)
+  const bytes = Buffer.from(png.png, 'base64')
+  assert.deepEqual([...bytes.subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])
+  assert.equal(bytes.subarray(12, 16).toString(), 'IHDR')
+  const width = bytes.readUInt32BE(16), height = bytes.readUInt32BE(20)
+  assert.ok(width > 100 && height > 100, `${width}x${height}`)
+})
+
+test('a pandas DataFrame comes back as HTML and text', async () => {
+  const exec = await sbx.runCode('import pandas as pd\npd.DataFrame({"name": ["ada", "bob"], "score": [3, 5]})')
+  assert.equal(exec.error, undefined)
+  const r = exec.results[0]
+  assert.ok(r.isMainResult)
+  assert.match(r.html, /<table/)
+  assert.match(r.html, /<td>ada<\/td>/)
+  assert.match(r.text, /bob\s+5/)
+})
+
+test('rich results: markdown, svg, latex, json, html', async () => {
+  const exec = await sbx.runCode([
+    'from IPython.display import display, Markdown, SVG, Latex, JSON, HTML',
+    'display(Markdown("# title"))',
+    'display(SVG(\'<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"><rect width="4" height="4"/></svg>\'))',
+    'display(Latex(r"$x^2$"))',
+    'display(JSON({"a": 1}))',
+    'HTML("<b>bold</b>")',
+  ].join('\n'))
+  assert.equal(exec.error, undefined)
+  const [md, svg, latex, json, html] = exec.results
+  assert.equal(md.markdown, '# title')
+  assert.match(svg.svg, /<svg/)
+  assert.equal(latex.latex, '$x^2$')
+  assert.deepEqual(json.json, { a: 1 })
+  assert.equal(html.html, '<b>bold</b>')
+  assert.ok(html.isMainResult && !md.isMainResult)
+})
+
+test('a timeout interrupts the execution and the context stays usable', async () => {
+  await sbx.runCode('z = 7')
+  const t0 = performance.now()
+  await assert.rejects(sbx.runCode('while True:\n    pass', { timeoutMs: 2000 }), (e) => e.name === 'TimeoutError')
+  assert.ok(performance.now() - t0 < 5000)
+  const t1 = performance.now()
+  const exec = await sbx.runCode('z * 6')
+  assert.equal(exec.text, '42')
+  assert.ok(performance.now() - t1 < 5000, `the next execution took ${performance.now() - t1} ms`)
+})
+
+test('restarting a context forgets its state', async () => {
+  const ctx = await sbx.createCodeContext()
+  await sbx.runCode('kept = 1', { context: ctx })
+  await sbx.restartCodeContext(ctx)
+  const exec = await sbx.runCode('kept', { context: ctx })
+  assert.equal(exec.error?.name, 'NameError')
+  assert.equal((await sbx.runCode('2 * 21', { context: ctx })).text, '42')
+  await sbx.removeCodeContext(ctx)
+})
+
+test('a kernel that dies is replaced, its state lost', async () => {
+  const ctx = await sbx.createCodeContext()
+  await sbx.runCode('lost = 1', { context: ctx })
+  const died = await sbx.runCode('import os; os._exit(1)', { context: ctx })
+  assert.equal(died.error?.name, 'KernelDied')
+  assert.equal((await sbx.runCode('lost', { context: ctx })).error?.name, 'NameError')
+  assert.equal((await sbx.runCode('6 * 7', { context: ctx })).text, '42')
+  await sbx.removeCodeContext(ctx)
+})
+
+test('envs hold for one execution', async () => {
+  const exec = await sbx.runCode('import os; os.environ["GREETING"]', { envs: { GREETING: 'hello' } })
+  assert.equal(exec.text, 'hello')
+  assert.equal((await sbx.runCode('import os; os.environ.get("GREETING", "unset")')).text, 'unset')
+})
+
+test('bash keeps its variables and working directory', async () => {
+  const one = await sbx.runCode('cd /tmp && N=20; echo "n is $N"; echo oops >&2', { language: 'bash' })
+  assert.deepEqual(one.logs.stdout, ['n is 20\n'])
+  assert.deepEqual(one.logs.stderr, ['oops\n'])
+  const two = await sbx.runCode('echo $((N + 22)) $(pwd)', { language: 'bash' })
+  assert.deepEqual(two.logs.stdout, ['42 /tmp\n'])
+  const bad = await sbx.runCode('false', { language: 'bash' })
+  assert.equal(bad.error?.value, 'exit status 1')
+})
+
+test('the sandbox is an E2B sandbox as well: commands and files', async () => {
+  await sbx.runCode('open("/tmp/from-python.txt", "w").write("written by python")')
+  assert.equal(await sbx.files.read('/tmp/from-python.txt'), 'written by python')
+  const r = await sbx.commands.run('python3 -c "import pandas; print(pandas.__version__)"')
+  assert.match(r.stdout, /^\d+\.\d+/)
+})
