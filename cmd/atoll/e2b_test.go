@@ -438,7 +438,12 @@ func TestE2BHostileInput(t *testing.T) {
 		}
 		d.e2b(t, e2bReq{method: "GET", path: "/sandboxes/x/metrics", key: key}).want(t, "metrics of a malformed ID", 404)
 		d.e2b(t, e2bReq{method: "GET", path: "/sandboxes/metrics?sandbox_ids=" + id + ",%2e%2e", key: key}).want(t, "latest metrics of a malformed ID", 400)
-		d.e2b(t, e2bReq{method: "GET", path: "/sandboxes/" + id + "/logs", key: key}).want(t, "logs", 501)
+		d.e2b(t, e2bReq{method: "GET", path: "/sandboxes/" + id + "/logs", key: key}).want(t, "logs", 200)
+		for _, q := range []string{"limit=-1", "limit=100000", "start=yesterday"} {
+			d.e2b(t, e2bReq{method: "GET", path: "/sandboxes/" + id + "/logs?" + q, key: key}).want(t, "logs?"+q, 400)
+		}
+		d.e2b(t, e2bReq{method: "GET", path: "/v2/sandboxes/" + id + "/logs?direction=up", key: key}).want(t, "v2 logs direction=up", 400)
+		d.e2b(t, e2bReq{method: "GET", path: "/sandboxes/aaaaaaaaaaaaaaaaaaaa/logs", key: key}).want(t, "logs of no sandbox", 404)
 		d.e2b(t, e2bReq{method: "GET", path: "/no/such/route", key: key}).want(t, "unknown route", 404)
 		d.e2b(t, e2bReq{method: "DELETE", path: "/templates/base", key: key}).want(t, "delete a template", 404)
 	})
