@@ -845,11 +845,14 @@ function usageView() {
   const out = h("div", { id: "usage", dataset: { what: "Usage metering" } });
   let rows = [];
   const csv = h("button", { class: "secondary", id: "usage-csv", onclick: () => download(new Blob([usageCSV(rows)], { type: "text/csv" }), "atoll-usage.csv") }, "Export CSV");
+  let gen = 0; // only the latest fill shows: the choices may change while one is out
   const fill = async () => {
+    const my = ++gen;
     const [secs, step] = ranges[range.value];
     const now = Math.floor(Date.now() / 1000);
     const gb = group.value === "label" ? "label:" + (labelKey.value || "team") : group.value;
     const r = await api("GET", "/v1/usage" + q({ from: now - secs, to: now, step, group_by: gb }));
+    if (my !== gen) return;
     rows = usageRows(r);
     const groups = [...new Set(rows.map((x) => x.group))];
     const totals = new Map(groups.map((g) => [g, {}]));
@@ -1036,14 +1039,18 @@ function auditView() {
   const more = h("button", { class: "secondary", hidden: true }, "Older");
   let pages = [0]; // the before= of each page shown
   const keyNames = new Map();
+  let gen = 0; // only the latest fill shows
   const fill = async () => {
+    const my = ++gen;
     const before = pages[pages.length - 1];
     const r = await api("GET", "/v1/audit" + q({ tenant: f.tenant.value, sandbox: f.sandbox.value, action: f.action.value, limit: 100, before: before || "" }));
+    if (my !== gen) return;
     const evs = r.entries || [];
     // Keys by name where the admin's key list has them (revoked ones
     // stay IDs).
     if (!keyNames.size) {
       try { for (const k of (await api("GET", "/v1/keys")).keys || []) keyNames.set(k.id, k.name); } catch { /* not an admin */ }
+      if (my !== gen) return;
     }
     out.replaceChildren(table(["Time", "Tenant", "Key", "Source", "Action", "Target", "Status", "Request"], evs.map((e) =>
       h("tr", { "data-seq": e.seq },
