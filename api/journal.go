@@ -31,7 +31,7 @@ type AuditList struct {
 type AuditQuery struct {
 	Tenant  string
 	Sandbox string // any target, in fact: a sandbox's ID most often
-	Action  string
+	Action  string // a route, or a method alone ("DELETE")
 	From    time.Time
 	To      time.Time
 	Before  int64

@@ -65,7 +65,7 @@ kept.`,
 	f := cmd.Flags()
 	f.StringVar(&q.Tenant, "tenant", "", "one tenant's requests")
 	f.StringVar(&q.Sandbox, "sandbox", "", "requests about one sandbox (or any target: snapshot, template, key, webhook)")
-	f.StringVar(&q.Action, "action", "", `one route's requests, as "POST /v1/sandboxes/{id}/stop"`)
+	f.StringVar(&q.Action, "action", "", `one route's requests, as "POST /v1/sandboxes/{id}/stop", or a method's (DELETE)`)
 	f.StringVar(&from, "since", "", "requests from this time (RFC 3339) or this long ago (24h)")
 	f.StringVar(&from, "from", "", "the same as --since")
 	f.StringVar(&to, "to", "", "requests up to this time (RFC 3339) or this long ago")

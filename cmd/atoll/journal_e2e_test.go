@@ -244,6 +244,9 @@ func TestJournalE2E(t *testing.T) {
 	if l, err := admin.Audit(ctx, api.AuditQuery{Tenant: "journal-a", Action: "POST /v1/sandboxes"}); err != nil || len(l.Entries) != 3 || l.Entries[0].Status != 429 {
 		t.Errorf("audit of A's creates (the last refused 429): %+v %v", l, err)
 	}
+	if l, err := admin.Audit(ctx, api.AuditQuery{Tenant: "journal-a", Action: "DELETE"}); err != nil || len(l.Entries) != 1 || l.Entries[0].Target != sbA.ID {
+		t.Errorf("audit of A's DELETEs: %+v %v", l, err)
+	}
 	if l, err := admin.Audit(ctx, api.AuditQuery{From: time.Now().Add(time.Hour)}); err != nil || len(l.Entries) != 0 {
 		t.Errorf("audit from the future: %+v %v", l, err)
 	}

@@ -92,6 +92,8 @@ type AuditEntry struct {
 
 // AuditFilter selects audit entries; a zero field selects all.
 type AuditFilter struct {
+	// Action is a route ("POST /v1/sandboxes/{id}/stop"), or a method
+	// alone ("DELETE"): every route of it.
 	Tenant, Target, Action string
 	// From and To bound At, inclusive.
 	From, To time.Time
@@ -104,8 +106,14 @@ type AuditFilter struct {
 // tests and for checking them).
 func (f AuditFilter) Match(e AuditEntry) bool {
 	return (f.Tenant == "" || e.Tenant == f.Tenant) && (f.Target == "" || e.Target == f.Target) &&
-		(f.Action == "" || e.Action == f.Action) && (f.From.IsZero() || !e.At.Before(f.From)) &&
+		(f.Action == "" || e.Action == f.Action || IsMethod(f.Action) && strings.HasPrefix(e.Action, f.Action+" ")) && (f.From.IsZero() || !e.At.Before(f.From)) &&
 		(f.To.IsZero() || !e.At.After(f.To)) && (f.Before == 0 || e.Seq < f.Before)
+}
+
+// IsMethod reports whether s is an HTTP method's name (an audit filter
+// of every route of it): 1 to 10 of [A-Z].
+func IsMethod(s string) bool {
+	return s != "" && len(s) <= 10 && strings.Trim(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") == ""
 }
 
 // Event is a sandbox's lifecycle event (api.Event's types), or a tenant's

@@ -63,7 +63,8 @@ func (s *Store) Audit(ctx context.Context, f store.AuditFilter) ([]store.AuditEn
 	}{
 		{"tenant = $%d", f.Tenant, f.Tenant != ""},
 		{"target = $%d", f.Target, f.Target != ""},
-		{"action = $%d", f.Action, f.Action != ""},
+		{"action = $%d", f.Action, f.Action != "" && !store.IsMethod(f.Action)},
+		{"action LIKE $%d", f.Action + " %", store.IsMethod(f.Action)},
 		{"at >= $%d", f.From, !f.From.IsZero()},
 		{"at <= $%d", f.To, !f.To.IsZero()},
 		{"seq < $%d", f.Before, f.Before != 0},

@@ -91,7 +91,8 @@ func (s *Store) Audit(ctx context.Context, f store.AuditFilter) ([]store.AuditEn
 	}{
 		{"tenant = ?", f.Tenant, f.Tenant != ""},
 		{"target = ?", f.Target, f.Target != ""},
-		{"action = ?", f.Action, f.Action != ""},
+		{"action = ?", f.Action, f.Action != "" && !store.IsMethod(f.Action)},
+		{"action LIKE ?", f.Action + " %", store.IsMethod(f.Action)},
 		{"at >= ?", unixNano(f.From), !f.From.IsZero()},
 		{"at <= ?", unixNano(f.To), !f.To.IsZero()},
 		{"seq < ?", f.Before, f.Before != 0},

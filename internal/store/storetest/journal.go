@@ -47,7 +47,7 @@ func testAudit(t *testing.T, s suite) {
 		}
 	}
 	for _, f := range []store.AuditFilter{
-		{Tenant: "acme"}, {Target: "sb1"}, {Action: "DELETE /v1/sandboxes/{id}"},
+		{Tenant: "acme"}, {Target: "sb1"}, {Action: "DELETE /v1/sandboxes/{id}"}, {Action: "POST"}, {Action: "PO"}, {Action: "POST %"},
 		{From: t0.Add(2 * time.Minute), To: t0.Add(4 * time.Minute)},
 		{Tenant: "default", Action: "POST /v1/sandboxes"},
 		{Before: got[1].Seq}, {Limit: 2}, {Tenant: "nobody"}, {Target: "x\x00'; DROP TABLE audit; --"},
