@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/usage"
 )
 
 // TestCredentialsEnv: the export lines are what a shell reads back,
@@ -38,7 +39,7 @@ func TestServeVaultSTSRole(t *testing.T) {
 		{"s3://archive?region=us-east-1", "r", "not an ARN"},
 		{"s3://archive?region=us-east-1&prefix=a*/", "arn:aws:iam::1:role/r", "wildcard"},
 	} {
-		s := &serving{cfg: serveConfig{archive: tc.blob, vaultSTSRole: tc.role}}
+		s := &serving{cfg: serveConfig{archive: tc.blob, vaultSTSRole: tc.role, usageInterval: usage.DefaultInterval}}
 		err := s.openStores(context.Background())
 		s.close()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
