@@ -87,7 +87,9 @@ func (ci *codeInterpreter) node(t *testing.T, program string) (string, error) {
 // TestCodeInterpreter builds the code-interpreter template and runs E2B's
 // code-interpreter SDK, unchanged, against it (testdata/e2b/codeinterp.mjs):
 // state across calls, contexts, streaming order, errors, matplotlib and
-// pandas results, timeouts, restarts, bash.
+// pandas results, timeouts, restarts, bash; then atoll's own clients: the
+// Go SDK (codeAPI), the MCP run_code tool (codeMCP) and the Python SDK
+// (sdk/python/tests/test_code.py).
 func TestCodeInterpreter(t *testing.T) {
 	ci := startCodeInterpreter(t)
 	out, err := ci.node(t, "codeinterp.mjs")
@@ -96,6 +98,12 @@ func TestCodeInterpreter(t *testing.T) {
 		t.Fatalf("the code-interpreter SDK program failed: %v\nserver log:\n%s", err, ci.d.out.String())
 	}
 	t.Run("api", func(t *testing.T) { codeAPI(t, ci) })
+	t.Run("mcp", func(t *testing.T) { codeMCP(t, ci) })
+	t.Run("python", func(t *testing.T) {
+		if n := runPythonTests(t, ci.d, "test_code.py", "ATOLL_TEST_CODE_TEMPLATE=code-interpreter"); n < 4 {
+			t.Errorf("only %d Python tests ran, want 4", n)
+		}
+	})
 }
 
 // codeAPI checks atoll's own code API on a code-interpreter sandbox: the

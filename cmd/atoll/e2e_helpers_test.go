@@ -243,7 +243,16 @@ func (d *daemon) clientWith(key string) *atoll.Client {
 	if d.netns == "" {
 		return atoll.New(d.url, key)
 	}
-	hc := &http.Client{Transport: &http.Transport{
+	return atoll.New(d.url, key, atoll.WithHTTPClient(d.httpClient()))
+}
+
+// httpClient is an HTTP client that reaches the daemon: nil (the default
+// one) unless the daemon runs in a network namespace of its own.
+func (d *daemon) httpClient() *http.Client {
+	if d.netns == "" {
+		return nil
+	}
+	return &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (c net.Conn, err error) {
 			err = nettest.In(d.netns, func() (err error) {
 				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
@@ -252,7 +261,6 @@ func (d *daemon) clientWith(key string) *atoll.Client {
 			return c, err
 		},
 	}}
-	return atoll.New(d.url, key, atoll.WithHTTPClient(hc))
 }
 
 // cli runs the atoll CLI against the daemon and returns stdout and exit code.

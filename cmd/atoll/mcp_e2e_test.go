@@ -74,7 +74,7 @@ func TestMCPClient(t *testing.T) {
 func mcpSession(t *testing.T, d *daemon, key string, progress func(*mcp.ProgressNotificationParams)) *mcp.ClientSession {
 	t.Helper()
 	st, ct := mcp.NewInMemoryTransports()
-	s := atollmcp.New(atollmcp.Config{URL: d.url, Key: key, Version: "test"})
+	s := atollmcp.New(atollmcp.Config{URL: d.url, Key: key, Version: "test", HTTPClient: d.httpClient()})
 	ctx := context.Background()
 	ss, err := s.Connect(ctx, st, nil)
 	if err != nil {
@@ -172,7 +172,7 @@ func TestMCPTools(t *testing.T) {
 	for _, tl := range tools.Tools {
 		names = append(names, tl.Name)
 	}
-	if len(names) != 21 {
+	if len(names) != 22 {
 		t.Errorf("%d tools: %v", len(names), names)
 	}
 

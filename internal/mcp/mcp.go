@@ -109,6 +109,14 @@ func toolErrors(next mcp.MethodHandler) mcp.MethodHandler {
 		if method != "tools/call" || err != nil || !ok || !r.IsError {
 			return res, err
 		}
+		var ce *codeException
+		if errors.As(r.GetError(), &ce) {
+			// The code's exception: no atoll code, its own text and _meta.
+			r.Content = []mcp.Content{&mcp.TextContent{Text: ce.text()}}
+			r.StructuredContent = nil
+			r.Meta = mcp.Meta{ExceptionMeta: ce}
+			return r, nil
+		}
 		var te *toolError
 		if e := r.GetError(); !errors.As(e, &te) {
 			msg := "bad arguments"

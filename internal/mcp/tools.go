@@ -84,6 +84,7 @@ func (t *tools) table() []adder {
 		tool("list_snapshots", "List snapshots, of one sandbox or all.", readOnly, t.listSnapshots),
 		tool("fork_sandbox", "Create sandboxes from the current files of a sandbox.", writes, t.forkSandbox),
 		tool("restore_sandbox", "Put a snapshot's files back into a sandbox; what was written since is lost.", destructive, t.restoreSandbox),
+		t.runCodeTool(),
 		tool("port_url", "The URL at which a port a sandbox listens on is reachable, with its access token; signed_for_sec signs a URL that needs no token.", readOnly, t.portURL),
 		tool("vault_read", "Read a note of a memory vault (a git repository of Markdown files).", readOnly, t.vaultRead),
 		tool("vault_write", "Write (or append to) a note of a memory vault and commit it to the main branch.", writes, t.vaultWrite),

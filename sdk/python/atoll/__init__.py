@@ -2,7 +2,8 @@
 
 Sandboxes, commands (streaming, background, stdin, signals), terminals,
 files (streams, tar, watch), snapshots, forks, templates, network, ports,
-keys, tenants, memory vaults, and git in a sandbox; standard library only.
+keys, tenants, memory vaults, git in a sandbox, and the code
+interpreter (run_code, code contexts); standard library only.
 
     import atoll
 
@@ -22,8 +23,8 @@ from .errors import (KINDS, Conflict, Error, Forbidden, Internal, Invalid, NotFo
                      QuotaExceeded, TooLarge, Unauthorized, Unavailable)
 from .git import Git, GitAuth, GitBranches, GitError, GitFileStatus, GitStatus
 from .terminal import Terminal
-from .types import (APIKey, Bandwidth, BuildEvent, Delivery, Event, ExecEvent, ExecResult, FileInfo, Health,
-                    ImportEvent, LogEntry, Metric, NetworkPolicy, Node, PortAccess, PortURL, Process,
+from .types import (APIKey, Bandwidth, BuildEvent, CodeContext, Delivery, Event, ExecEvent, ExecResult, Execution, ExecutionError,
+                    FileInfo, Health, ImportEvent, Logs, Result, LogEntry, Metric, NetworkPolicy, Node, PortAccess, PortURL, Process,
                     Runtime, RuntimeCapabilities, Sandbox, SandboxNetwork, Snapshot, Template,
                     TemplateRemoved, TemplateVersion, Tenant, TenantQuota, TenantUsage, Vault,
                     VaultCommit, VaultMount, WatchEvent, Webhook)
@@ -39,4 +40,5 @@ __all__ = [
     "Runtime", "RuntimeCapabilities", "Sandbox", "SandboxNetwork", "Snapshot", "Template",
     "TemplateRemoved", "TemplateVersion", "Tenant", "TenantQuota", "TenantUsage", "Vault",
     "VaultCommit", "VaultMount", "WatchEvent", "Event", "Webhook", "Delivery",
+    "CodeContext", "Execution", "ExecutionError", "Logs", "Result",
 ]

@@ -6,18 +6,21 @@ import datetime as _dt
 import io
 import json
 import os
+import socket
 import ssl
 import tarfile
 import tempfile
+import time
 from typing import (Any, BinaryIO, Callable, Dict, Iterable, Iterator, List, Mapping,
                     Optional, Sequence, Tuple, Union)
 
 from . import errors
 from ._http import Body, Transport, ndjson, quote, read_json
-from .types import (APIKey, BuildEvent, Delivery, Event, ExecEvent, ExecResult, FileInfo, Health,
-                    ImportEvent, LogEntry, Metric, NetworkPolicy, Node, PortURL, Process, Runtime,
-                    Sandbox, SandboxNetwork, Snapshot, Template, TemplateRemoved, Tenant,
-                    TenantQuota, Vault, VaultCommit, VaultMount, WatchEvent, Webhook, decode)
+from .types import (APIKey, BuildEvent, CodeContext, Delivery, Event, ExecEvent, Execution,
+                    ExecutionError, ExecResult, FileInfo, Health, ImportEvent, LogEntry, Metric,
+                    NetworkPolicy, Node, PortURL, Process, Result, Runtime, Sandbox,
+                    SandboxNetwork, Snapshot, Template, TemplateRemoved, Tenant, TenantQuota,
+                    Vault, VaultCommit, VaultMount, WatchEvent, Webhook, decode)
 
 #: how many times a create the server refused as busy is sent again
 DEFAULT_BUSY_RETRIES = 30
@@ -319,6 +322,96 @@ class Client:
     def set_ports(self, id: str, public: bool) -> Sandbox:
         """Whether anyone (public) or only API keys may open the sandbox's ports."""
         return self._json("PUT", _sandbox_path(id, "/ports"), Sandbox, json_body={"public": public})
+
+    # The code interpreter: stateful code contexts (Jupyter kernels) in a
+    # sandbox of the code-interpreter template (docs/code-interpreter.md).
+
+    def run_code(self, sandbox_id: str, code: str, *, language: Optional[str] = None,
+                 context: Union[str, CodeContext, None] = None,
+                 envs: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None,
+                 on_stdout: Optional[Callable[[str], Any]] = None,
+                 on_stderr: Optional[Callable[[str], Any]] = None,
+                 on_result: Optional[Callable[[Result], Any]] = None,
+                 on_error: Optional[Callable[[ExecutionError], Any]] = None) -> Execution:
+        """Runs code in a code context (context, or the default one of
+        language, python unless given) and returns what it produced; the
+        callbacks get its events as they come. envs hold for this execution
+        only. timeout (seconds) ends the call, which interrupts the code
+        and raises Unavailable; the context and its state stay. An exception
+        in the code is the Execution's error, not an exception."""
+        if language is not None and context is not None:
+            raise errors.invalid("give language or context, not both")
+        if timeout is not None and timeout <= 0:
+            raise errors.invalid("timeout must be positive")
+        if isinstance(context, CodeContext):
+            context = context.id
+        body = _drop_none(dict(code=code, context_id=context, language=language, env_vars=envs))
+        deadline = time.monotonic() + timeout if timeout is not None else None
+        try:
+            return self._run_code(sandbox_id, body, deadline, on_stdout, on_stderr, on_result, on_error)
+        except (socket.timeout, TimeoutError):
+            # Ending the request interrupted the code.
+            raise errors.Unavailable(f"run_code: the code ran past its timeout of {timeout} s and "
+                                     "was interrupted; its context stays usable") from None
+
+    def _run_code(self, sandbox_id, body, deadline, on_stdout, on_stderr, on_result,
+                  on_error) -> Execution:
+        resp = self._t.request("POST", _sandbox_path(sandbox_id, "/code/execute"), json_body=body,
+                               timeout=deadline - time.monotonic() if deadline is not None else -1.0)
+        ex = Execution()
+        try:
+            while True:
+                if deadline is not None:
+                    # A deadline for the whole call, not for each read.
+                    resp.sock.settimeout(max(deadline - time.monotonic(), 0.001))
+                line = resp.readline()
+                if not line:
+                    break
+                if not line.strip():
+                    continue
+                ev = json.loads(line)
+                kind = ev.get("type")
+                if kind == "stdout":
+                    ex.logs.stdout.append(ev.get("text", ""))
+                    on_stdout and on_stdout(ev.get("text", ""))
+                elif kind == "stderr":
+                    ex.logs.stderr.append(ev.get("text", ""))
+                    on_stderr and on_stderr(ev.get("text", ""))
+                elif kind == "result":
+                    r = decode(Result, ev)
+                    ex.results.append(r)
+                    on_result and on_result(r)
+                elif kind == "error":
+                    ex.error = decode(ExecutionError, ev)
+                    on_error and on_error(ex.error)
+                elif kind == "number_of_executions":
+                    ex.execution_count = ev.get("execution_count")
+                elif kind == "end_of_execution":
+                    return ex
+        finally:
+            resp.close()
+        raise errors.Unavailable("run_code: the stream ended before the execution's end")
+
+    def create_code_context(self, sandbox_id: str, *, language: Optional[str] = None,
+                            cwd: Optional[str] = None) -> CodeContext:
+        """Starts a new code context (default python, in /home/user)."""
+        return self._json("POST", _sandbox_path(sandbox_id, "/code/contexts"), CodeContext,
+                          json_body=_drop_none(dict(language=language, cwd=cwd)))
+
+    def list_code_contexts(self, sandbox_id: str) -> List[CodeContext]:
+        """The sandbox's code contexts, the default ones included."""
+        return [decode(CodeContext, x) for x in
+                read_json(self._t.request("GET", _sandbox_path(sandbox_id, "/code/contexts"))) or []]
+
+    def restart_code_context(self, sandbox_id: str, context: Union[str, CodeContext]) -> None:
+        """Restarts a context's kernel: its state is lost."""
+        cid = context.id if isinstance(context, CodeContext) else context
+        self._do("POST", _sandbox_path(sandbox_id, "/code/contexts/" + quote(cid) + "/restart"))
+
+    def remove_code_context(self, sandbox_id: str, context: Union[str, CodeContext]) -> None:
+        """Stops and removes a code context."""
+        cid = context.id if isinstance(context, CodeContext) else context
+        self._do("DELETE", _sandbox_path(sandbox_id, "/code/contexts/" + quote(cid)))
 
     # Commands and processes.
 

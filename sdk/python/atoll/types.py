@@ -490,3 +490,72 @@ class Delivery:
     last_status: int = 0
     last_error: str = ""
     done_at: Optional[_dt.datetime] = None
+
+
+# The code interpreter (docs/code-interpreter.md), as E2B's code-interpreter
+# SDK has it.
+
+@dataclass
+class CodeContext:
+    """A code context: one kernel, whose variables, imports and working
+    directory last between executions."""
+    id: str = ""
+    language: str = ""
+    cwd: str = ""
+
+
+@dataclass
+class Result:
+    """One result of an execution: a display, or the value of the code's
+    last expression (is_main_result). text is its text/plain; png, jpeg
+    and pdf are base64."""
+    text: Optional[str] = None
+    html: Optional[str] = None
+    markdown: Optional[str] = None
+    svg: Optional[str] = None
+    png: Optional[str] = None
+    jpeg: Optional[str] = None
+    pdf: Optional[str] = None
+    latex: Optional[str] = None
+    json: Optional[Any] = None
+    javascript: Optional[str] = None
+    extra: Optional[Dict[str, Any]] = None
+    is_main_result: bool = False
+
+    def formats(self) -> List[str]:
+        """The formats it has, e.g. ["text", "png"]."""
+        return [f for f in ("text", "html", "markdown", "svg", "png", "jpeg", "pdf", "latex",
+                            "json", "javascript") if getattr(self, f) is not None]
+
+
+@dataclass
+class Logs:
+    """An execution's output, in the pieces it came in."""
+    stdout: List[str] = field(default_factory=list)
+    stderr: List[str] = field(default_factory=list)
+
+
+@dataclass
+class ExecutionError:
+    """The exception the code raised (in bash, a non-zero exit status)."""
+    name: str = ""
+    value: str = ""
+    traceback: str = ""
+
+
+@dataclass
+class Execution:
+    """What an execution produced. An exception in the code is error, not
+    an exception of the call."""
+    results: List[Result] = field(default_factory=list)
+    logs: Logs = field(default_factory=Logs)
+    error: Optional[ExecutionError] = None
+    execution_count: Optional[int] = None
+
+    @property
+    def text(self) -> Optional[str]:
+        """The text of the main result, if there is one."""
+        for r in self.results:
+            if r.is_main_result:
+                return r.text
+        return None
