@@ -138,15 +138,9 @@ func codeInterp(r *report, work string, n int) {
 		r.failed("codeinterp", fmt.Sprintf("codeinterp-bench.mjs printed %q", out))
 		return
 	}
-	durations := func(msecs []float64) (ds []time.Duration) {
-		for _, m := range msecs {
-			ds = append(ds, time.Duration(m*float64(time.Millisecond)))
-		}
-		return ds
-	}
-	r.add("E2B code-interpreter SDK `Sandbox.create()` (code-interpreter-v1)", "sequential", durations(js.Create))
-	r.add("E2B code-interpreter SDK first `runCode('1+1')` after create", "sequential", durations(js.First))
-	r.add("E2B code-interpreter SDK warm `runCode('1+1')`", "sequential", durations(js.Warm))
+	r.add("E2B code-interpreter SDK `Sandbox.create()` (code-interpreter-v1)", "sequential", millis(js.Create))
+	r.add("E2B code-interpreter SDK first `runCode('1+1')` after create", "sequential", millis(js.First))
+	r.add("E2B code-interpreter SDK warm `runCode('1+1')`", "sequential", millis(js.Warm))
 	r.add("atoll Go SDK `CreateSandbox` of code-interpreter", "sequential", create)
 	r.add("atoll Go SDK first `RunCode('1+1')` after create", "sequential", first)
 	r.add("atoll Go SDK warm `RunCode('1+1')`", "sequential", warm)

@@ -69,19 +69,13 @@ func dashboard(r *report, srv *server, n int) {
 		r.failed("dashboard", fmt.Sprintf("bench.mjs printed %q", out))
 		return
 	}
-	ms := func(v []float64) (ds []time.Duration) {
-		for _, m := range v {
-			ds = append(ds, time.Duration(m*float64(time.Millisecond)))
-		}
-		return ds
-	}
 	// "page": timed by the page from its navigation start; "chromium":
 	// from the driving program, round trips to the browser included.
-	r.add("dashboard first load → sign-in form (nothing cached)", "page", ms(js.SigninPage))
-	r.add("dashboard first load → sign-in form (nothing cached)", "chromium", ms(js.Signin))
-	r.add("dashboard first load → list of 10 sandboxes, signed in (nothing cached)", "page", ms(js.ListPage))
-	r.add("dashboard first load → list of 10 sandboxes, signed in (nothing cached)", "chromium", ms(js.List))
-	r.add("dashboard reload → list of 10 sandboxes (revalidated)", "page", ms(js.ReloadPage))
-	r.add("dashboard reload → list of 10 sandboxes (revalidated)", "chromium", ms(js.Reload))
-	r.add("dashboard terminal page → shell prompt", "chromium", ms(js.Terminal))
+	r.add("dashboard first load → sign-in form (nothing cached)", "page", millis(js.SigninPage))
+	r.add("dashboard first load → sign-in form (nothing cached)", "chromium", millis(js.Signin))
+	r.add("dashboard first load → list of 10 sandboxes, signed in (nothing cached)", "page", millis(js.ListPage))
+	r.add("dashboard first load → list of 10 sandboxes, signed in (nothing cached)", "chromium", millis(js.List))
+	r.add("dashboard reload → list of 10 sandboxes (revalidated)", "page", millis(js.ReloadPage))
+	r.add("dashboard reload → list of 10 sandboxes (revalidated)", "chromium", millis(js.Reload))
+	r.add("dashboard terminal page → shell prompt", "chromium", millis(js.Terminal))
 }

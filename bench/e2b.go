@@ -81,15 +81,19 @@ func e2bSDK(r *report, srv *server, n int) {
 		r.failed("e2b JS SDK", fmt.Sprintf("bench.mjs printed %q", out))
 		return
 	}
-	durations := func(msecs []float64) (ds []time.Duration) {
-		for _, m := range msecs {
-			ds = append(ds, time.Duration(m*float64(time.Millisecond)))
-		}
-		return ds
-	}
-	r.add("E2B JS SDK `Sandbox.create()`", "sequential", durations(js.Create))
+	r.add("E2B JS SDK `Sandbox.create()`", "sequential", millis(js.Create))
 	r.add("atoll Go SDK `CreateSandbox` (same request)", "sequential", create)
-	r.add("E2B JS SDK `commands.run('true')`", "sequential", durations(js.Run))
+	r.add("E2B JS SDK `commands.run('true')`", "sequential", millis(js.Run))
 	r.add("atoll Go SDK `Exec` of `/bin/bash -l -c true`", "sequential", login)
 	r.add("atoll Go SDK `Exec` of `true`", "sequential", run)
+}
+
+// millis turns milliseconds, as a JavaScript benchmark prints them, into
+// durations.
+func millis(ms []float64) []time.Duration {
+	ds := make([]time.Duration, len(ms))
+	for i, m := range ms {
+		ds[i] = time.Duration(m * float64(time.Millisecond))
+	}
+	return ds
 }

@@ -46,25 +46,11 @@ const (
 // milliseconds) on, oldest first. A sandbox that is not running has no
 // agent to ask: its logs are empty.
 func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
-	id, ok := sandboxID(w, r)
+	q, ok := s.logsQuery(w, r, "start")
 	if !ok {
 		return
 	}
-	start, err := msParam(r, "start")
-	if err != nil {
-		s.writeErr(w, r, err)
-		return
-	}
-	limit, err := limitParam(r)
-	if err != nil {
-		s.writeErr(w, r, err)
-		return
-	}
-	lines, err := s.sandboxLogs(r, id)
-	if err != nil {
-		s.sandboxErr(w, r, id, err)
-		return
-	}
+	start, limit, lines := q.from, q.limit, q.lines
 	out := sandboxLogsV1{Logs: []sandboxLog{}, LogEntries: []sandboxLogEntry{}}
 	for _, l := range lines {
 		if len(out.Logs) == limit {
@@ -83,30 +69,16 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 // forward|backward: from cursor (unix milliseconds) on, oldest first, or
 // back from it (default now), newest first.
 func (s *Server) logsV2(w http.ResponseWriter, r *http.Request) {
-	id, ok := sandboxID(w, r)
-	if !ok {
-		return
-	}
-	cursor, err := msParam(r, "cursor")
-	if err != nil {
-		s.writeErr(w, r, err)
-		return
-	}
-	limit, err := limitParam(r)
-	if err != nil {
-		s.writeErr(w, r, err)
-		return
-	}
 	dir := r.URL.Query().Get("direction")
 	if dir != "" && dir != "forward" && dir != "backward" {
 		s.writeErr(w, r, bad("direction %q: want forward or backward", truncate(dir)))
 		return
 	}
-	lines, err := s.sandboxLogs(r, id)
-	if err != nil {
-		s.sandboxErr(w, r, id, err)
+	q, ok := s.logsQuery(w, r, "cursor")
+	if !ok {
 		return
 	}
+	cursor, limit, lines := q.from, q.limit, q.lines
 	keep := func(l api.LogEntry) bool { return cursor.IsZero() || !l.Time.Before(cursor) }
 	if dir == "backward" {
 		slices.Reverse(lines)
@@ -122,6 +94,36 @@ func (s *Server) logsV2(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// logsQuery is what both logs routes read: the sandbox's lines, the time
+// in query parameter param and the limit.
+type logsQuery struct {
+	from  time.Time
+	limit int
+	lines []api.LogEntry
+}
+
+// logsQuery reads a logs request, or answers its error and returns false.
+func (s *Server) logsQuery(w http.ResponseWriter, r *http.Request, param string) (logsQuery, bool) {
+	id, ok := sandboxID(w, r)
+	if !ok {
+		return logsQuery{}, false
+	}
+	var q logsQuery
+	var err error
+	if q.from, err = msParam(r, param); err == nil {
+		q.limit, err = limitParam(r)
+	}
+	if err != nil {
+		s.writeErr(w, r, err)
+		return logsQuery{}, false
+	}
+	if q.lines, err = s.sandboxLogs(r, id); err != nil {
+		s.sandboxErr(w, r, id, err)
+		return logsQuery{}, false
+	}
+	return q, true
 }
 
 // sandboxLogs reads all the lines sandbox id's agent keeps; none if it is

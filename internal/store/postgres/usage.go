@@ -54,20 +54,7 @@ func (s *Store) LastUsage(ctx context.Context, node string) (map[string]store.Us
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var r store.UsageRow
-			var start int64
-			var labels string
-			if err := rows.Scan(append(r.UsageDest(&start), &r.Tenant, &r.Template, &labels)...); err != nil {
-				return err
-			}
-			if err := finishUsage(&r, start, labels); err != nil {
-				return err
-			}
-			out[r.Sandbox] = r
-		}
-		return rows.Err()
+		return scanUsage(rows, (*store.UsageRow).UsageDest, func(r store.UsageRow) { out[r.Sandbox] = r })
 	})
 	return out, err
 }
@@ -99,22 +86,28 @@ func (s *Store) QueryUsage(ctx context.Context, q store.UsageQuery) ([]store.Usa
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var r store.UsageRow
-			var start int64
-			var labels string
-			if err := rows.Scan(append(r.UsageSumDest(&start), &r.Tenant, &r.Template, &labels)...); err != nil {
-				return err
-			}
-			if err := finishUsage(&r, start, labels); err != nil {
-				return err
-			}
-			out = append(out, r)
-		}
-		return rows.Err()
+		return scanUsage(rows, (*store.UsageRow).UsageSumDest, func(r store.UsageRow) { out = append(out, r) })
 	})
 	return out, err
+}
+
+// scanUsage reads rows of usage columns (as dest lists them) followed by
+// the sandbox's tenant, template and labels, handing each row to add.
+func scanUsage(rows pgx.Rows, dest func(*store.UsageRow, *int64) []any, add func(store.UsageRow)) error {
+	defer rows.Close()
+	for rows.Next() {
+		var r store.UsageRow
+		var start int64
+		var labels string
+		if err := rows.Scan(append(dest(&r, &start), &r.Tenant, &r.Template, &labels)...); err != nil {
+			return err
+		}
+		if err := finishUsage(&r, start, labels); err != nil {
+			return err
+		}
+		add(r)
+	}
+	return rows.Err()
 }
 
 func finishUsage(r *store.UsageRow, start int64, labels string) error {
