@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"os/exec"
@@ -302,11 +303,17 @@ func schedRun(r *report, c schedConfig, fail float64) {
 	// The check: what PostgreSQL holds, node by node.
 	nodes, err := nodesStore.Nodes(ctx)
 	check(err)
-	over, live := 0, 0
+	over, live, drift := 0, 0, 0
 	minN, maxN := int(^uint(0)>>1), 0
 	isFenced := map[string]bool{}
+	// Against the sums of the sandbox rows, not the sums the store keeps
+	// (Nodes' Committed), which must equal them.
+	held := heldByRows(u)
 	for _, n := range nodes {
-		cm, cp := n.Committed, n.Capacity
+		cm, cp := held[n.Name], n.Capacity
+		if k := n.Committed; k.MemoryMiB != cm.MemoryMiB || k.DiskGiB != cm.DiskGiB || k.Sandboxes != cm.Sandboxes || math.Abs(k.CPU-cm.CPU) > 1e-6 {
+			drift++
+		}
 		if cm.CPU > cp.CPU+1e-9 || cm.MemoryMiB > cp.MemoryMiB || cm.DiskGiB > cp.DiskGiB || cm.Sandboxes > cp.Sandboxes {
 			over++
 		}
@@ -325,11 +332,11 @@ func schedRun(r *report, c schedConfig, fail float64) {
 	}
 	procCPU := cpuSeconds(ru1) - cpuSeconds(ru0)
 	r.note(fmt.Sprintf("Scheduler, %s: %d of %d placed in %v (%.0f/s); %d no room, %d other errors%s. "+
-		"Spread over the %d live nodes: %d–%d sandboxes each. Over capacity after the run: %d nodes (checked from PostgreSQL's rows: %d sandbox rows, %d lost). "+
+		"Spread over the %d live nodes: %d–%d sandboxes each. Over capacity after the run: %d nodes (checked from PostgreSQL's rows: %d sandbox rows, %d lost; nodes whose kept sums differ from the rows': %d). "+
 		"Batches: %d, %.1f placements each; %d refused by the store and placed elsewhere; %d reads of the nodes; each scheduler expected the others to place %.1f times as many as itself. "+
 		"Heartbeats: %d renewals (%d refused). CPU in the burst: this process (schedulers and simulated nodes) %.1f s, PostgreSQL %s, anything else on the machine %.1f s, of %.1f s (%d cores × wall).",
 		name, placed, c.sandboxes, wall.Round(time.Millisecond), float64(placed)/wall.Seconds(), noRoom.Load(), otherErrs.Load(), firstErrNote(&firstErr),
-		live, minN, maxN, over, rows, lost,
+		live, minN, maxN, over, rows, lost, drift,
 		st.Batches, float64(st.Placed+st.Refused)/float64(max(st.Batches, 1)), st.Refused, st.Refreshes, st.Others,
 		renewals.Load(), renewErrs.Load(), procCPU, pgNote(pg0, pg1), (cpu1.busy-cpu0.busy)-procCPU-max(pg1-pg0, 0), wall.Seconds()*float64(cpu1.cores), cpu1.cores))
 	if fail > 0 {
@@ -361,6 +368,36 @@ func countFailing(c schedConfig, fail float64) int {
 }
 
 // countRows counts the sandbox rows in the schema u uses, and the lost.
+// heldByRows sums what each node's sandboxes hold from their rows
+// (store.Holds), as the store did before it kept the sums.
+func heldByRows(u string) map[string]store.Resources {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, u)
+	check(err)
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT node, state, SUM(cpu), SUM(memory_mib), SUM(disk_gib), COUNT(*) FROM sandboxes GROUP BY node, state`)
+	check(err)
+	out := map[string]store.Resources{}
+	var node, state string
+	var r store.Resources
+	_, err = pgx.ForEachRow(rows, []any{&node, &state, &r.CPU, &r.MemoryMiB, &r.DiskGiB, &r.Sandboxes}, func() error {
+		c := out[node]
+		compute, slot := store.Holds(state)
+		if compute {
+			c.CPU += r.CPU
+			c.MemoryMiB += r.MemoryMiB
+		}
+		if slot {
+			c.DiskGiB += r.DiskGiB
+			c.Sandboxes += r.Sandboxes
+		}
+		out[node] = c
+		return nil
+	})
+	check(err)
+	return out
+}
+
 func countRows(u string) (rows, lost, _ int) {
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, u)

@@ -306,16 +306,16 @@ func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
 		for i := range out {
 			committed[out[i].Name] = &out[i].Committed
 		}
-		rows, err = q.Query(ctx, `SELECT node, state, SUM(cpu), SUM(memory_mib), SUM(disk_gib), COUNT(*)
-			FROM sandboxes WHERE node <> '' GROUP BY node, state`)
+		// The sums the triggers keep (committed.go): one row a node.
+		rows, err = q.Query(ctx, `SELECT node, cpu::float8, memory_mib, disk_gib, sandboxes FROM node_committed`)
 		if err != nil {
 			return err
 		}
-		var node, state string
+		var node string
 		var sum store.Resources
-		_, err = pgx.ForEachRow(rows, []any{&node, &state, &sum.CPU, &sum.MemoryMiB, &sum.DiskGiB, &sum.Sandboxes}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&node, &sum.CPU, &sum.MemoryMiB, &sum.DiskGiB, &sum.Sandboxes}, func() error {
 			if c := committed[node]; c != nil {
-				add(c, state, sum)
+				*c = sum
 			}
 			return nil
 		})

@@ -51,25 +51,14 @@ func moveTx(ctx context.Context, tx pgx.Tx, id, from, to, reason string) (store.
 	if err := json.Unmarshal([]byte(runtimes), &t.runtimes); err != nil {
 		return store.Sandbox{}, err
 	}
-	t.used = map[int]bool{}
-	rows, err := tx.Query(ctx, `SELECT slot, state, cpu, memory_mib, disk_gib FROM sandboxes WHERE node = $1`, to)
-	if err != nil {
-		return store.Sandbox{}, err
-	}
-	var slot int
-	var state string
-	var r store.Resources
-	_, err = pgx.ForEachRow(rows, []any{&slot, &state, &r.CPU, &r.MemoryMiB, &r.DiskGiB}, func() error {
-		r.Sandboxes = 1
-		add(&t.committed, state, r)
-		t.used[slot] = true
-		return nil
-	})
-	if err != nil {
+	t.used, t.warm = map[int]bool{}, map[string]*warmSet{}
+	var b pgx.Batch
+	queueHeld(&b, []string{to}, func(string) *target { return &t })
+	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 		return store.Sandbox{}, err
 	}
 
-	rows, err = tx.Query(ctx, `SELECT `+columns+` FROM sandboxes WHERE id = $1 FOR UPDATE`, id)
+	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM sandboxes WHERE id = $1 FOR UPDATE`, id)
 	if err != nil {
 		return store.Sandbox{}, err
 	}

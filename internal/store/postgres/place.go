@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/store"
 )
@@ -227,39 +226,7 @@ func placeTx(ctx context.Context, tx pgx.Tx, sbs []*store.Sandbox, todo []int, e
 		})
 		return err
 	})
-	b.Queue(`SELECT node, slot, state, cpu, memory_mib, disk_gib, template_version, runtime, warm FROM sandboxes WHERE node = ANY($1)`, names).Query(func(rows pgx.Rows) error {
-		var node, state, version, rt string
-		var slot int
-		var warm bool
-		var r store.Resources
-		_, err := pgx.ForEachRow(rows, []any{&node, &slot, &state, &r.CPU, &r.MemoryMiB, &r.DiskGiB, &version, &rt, &warm}, func() error {
-			t := targets[node]
-			if t == nil {
-				return nil
-			}
-			r.Sandboxes = 1
-			add(&t.committed, state, r)
-			t.used[slot] = true
-			pooled, reserving := state == store.StatePooled, state == api.StateCreating && warm
-			if pooled || reserving {
-				k := warmKey(version, rt)
-				w := t.warm[k]
-				if w == nil {
-					w = &warmSet{}
-					t.warm[k] = w
-				}
-				if pooled {
-					w.pooled++
-					w.holds = store.Resources{}
-					add(&w.holds, state, r)
-				} else {
-					w.reserved++
-				}
-			}
-			return nil
-		})
-		return err
-	})
+	queueHeld(&b, names, func(name string) *target { return targets[name] })
 	// The quotas of the tenants that have limits, their rows locked (in
 	// name order: no deadlock) and updated (tenants.go says why), then
 	// what their sandboxes hold, read after the locks.

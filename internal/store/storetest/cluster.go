@@ -50,6 +50,7 @@ func Cluster(t *testing.T, open OpenCluster) {
 		{"PlaceQuota", testPlaceQuota},
 		{"PlaceWarm", testPlaceWarm},
 		{"Demand", testDemand},
+		{"CommittedSums", testCommittedSums},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, fresh(t)) })
 	}
