@@ -153,8 +153,9 @@ func (c *Client) GetSnapshot(ctx context.Context, id string) (api.Snapshot, erro
 	return call[api.Snapshot](ctx, c, request{method: "GET", path: snapshotPath(id)})
 }
 
-// DeleteSnapshot deletes a snapshot. It fails with ErrConflict while
-// sandboxes created from it exist.
+// DeleteSnapshot deletes a snapshot. Sandboxes created from it keep their
+// own copies of its files; it fails with ErrConflict while the snapshot is
+// being archived.
 func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
 	return c.do(ctx, request{method: "DELETE", path: snapshotPath(id)}, nil)
 }

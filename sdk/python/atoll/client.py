@@ -295,7 +295,8 @@ class Client:
         return self._json("GET", "/v1/snapshots/" + quote(id), Snapshot)
 
     def delete_snapshot(self, id: str) -> None:
-        """Deletes a snapshot; Conflict while sandboxes made from it exist."""
+        """Deletes a snapshot (sandboxes made from it keep their copies);
+        Conflict while it is being archived."""
         self._do("DELETE", "/v1/snapshots/" + quote(id))
 
     def archive_snapshot(self, id: str) -> Snapshot:
