@@ -52,6 +52,11 @@ type Config struct {
 	// template's image USER and WORKDIR. Empty means root and the user's home.
 	DefaultUser string
 	DefaultCwd  string
+	// StartOn, if not nil, runs the function it is given where processes
+	// must start: on the one thread of a namespace sandbox's init whose
+	// capability bounding set was dropped (confine.Starter); a process
+	// inherits the bounding set of the thread that forked it.
+	StartOn func(func())
 }
 
 // Agent serves the agent protocol. Create it with New.

@@ -25,7 +25,7 @@ const helperEnv = "ATOLL_AGENT_TEST_MAIN"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "1" {
-		Main(nil)
+		Main(nil, nil)
 		os.Exit(0)
 	}
 	os.Exit(m.Run())

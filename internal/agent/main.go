@@ -17,16 +17,17 @@ import (
 
 // Main is atoll-agent's main: it serves the listener inherited as launch.ListenerFD
 // (or the socket at $ATOLL_AGENT_LISTEN) until SIGTERM, reaping every child. It
-// calls ready, if not nil, just before it serves.
-func Main(ready func()) {
+// calls ready, if not nil, just before it serves, and starts every process
+// through startOn, if not nil (Config.StartOn).
+func Main(ready func(), startOn func(func())) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(log, ready); err != nil {
+	if err := run(log, ready, startOn); err != nil {
 		log.Error("atoll-agent", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(log *slog.Logger, ready func()) error {
+func run(log *slog.Logger, ready func(), startOn func(func())) error {
 	var env map[string]string
 	if s := os.Getenv(launch.EnvVar); s != "" {
 		if err := json.Unmarshal([]byte(s), &env); err != nil {
@@ -49,7 +50,7 @@ func run(log *slog.Logger, ready func()) error {
 			return fmt.Errorf("becoming a subreaper: %w", err)
 		}
 	}
-	a, err := New(Config{Listener: ln, DefaultEnv: env, Logger: log, Reap: true, DefaultUser: defaultUser, DefaultCwd: defaultCwd})
+	a, err := New(Config{Listener: ln, DefaultEnv: env, Logger: log, Reap: true, DefaultUser: defaultUser, DefaultCwd: defaultCwd, StartOn: startOn})
 	if err != nil {
 		return err
 	}

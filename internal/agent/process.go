@@ -481,7 +481,14 @@ func (a *Agent) spawn(p *process, s *spec, child []*os.File, attr *syscall.SysPr
 		err = errorf(errdefs.ErrUnavailable, "agent is shutting down")
 	} else {
 		a.reapMu.Lock()
-		proc, err = os.StartProcess(s.path, s.argv, &os.ProcAttr{Dir: s.dir, Env: s.env, Files: child, Sys: attr})
+		start := func() {
+			proc, err = os.StartProcess(s.path, s.argv, &os.ProcAttr{Dir: s.dir, Env: s.env, Files: child, Sys: attr})
+		}
+		if a.cfg.StartOn != nil {
+			a.cfg.StartOn(start)
+		} else {
+			start()
+		}
 		if err == nil && a.cfg.Reap {
 			a.waiters[proc.Pid] = p
 		}

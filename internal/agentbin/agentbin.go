@@ -7,6 +7,7 @@ package agentbin
 import (
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 
 	"github.com/atoll-dev/atoll/internal/agent"
@@ -20,10 +21,19 @@ import (
 // arguments after it. None returns but by exiting, except Init's agent
 // when it is told to stop.
 var roles = map[string]func(args []string){
-	launch.Init:    func([]string) { agent.Main(nsinit.Setup()) },
+	launch.Init:    func([]string) { nsinit.Main(agent.Main) },
 	launch.VMInit:  func([]string) { vminit.Init() },
 	launch.VMAgent: func([]string) { vminit.AgentMain() },
 	launch.VMProxy: channel.ProxyMain,
+}
+
+// init keeps the main goroutine of an ns sandbox's init on the process's
+// main thread, which nsinit.Main makes the thread that starts every process
+// (Go runs main on the main thread when an init function locks it).
+func init() {
+	if len(os.Args) > 1 && os.Args[1] == launch.Init && Is(os.Args[0]) {
+		goruntime.LockOSThread()
+	}
 }
 
 // Main runs the role os.Args names, or the agent alone (gvisor's start)
@@ -35,7 +45,7 @@ func Main() {
 			return
 		}
 	}
-	agent.Main(nil)
+	agent.Main(nil, nil)
 }
 
 // Is reports whether a process started as argv0 is an agent: the node runs

@@ -4,8 +4,9 @@
 // its cgroups; Setup waits for the
 // node to prepare id-mapped layers, builds the sandbox's mount namespace (overlay
 // root, /proc, /dev, /sys, masked paths), pivots into it and drops privileges
-// (capability bounding set, no_new_privs, seccomp) on every thread of the
-// process. The same process then goes on as the agent, PID 1: one program start
+// (capability bounding set, no_new_privs, seccomp): the bounding set on the
+// one thread that starts every process (confine.Starter), the rest on every
+// thread of the process. The same process then goes on as the agent, PID 1: one program start
 // per sandbox instead of two.
 package nsinit
 
@@ -70,22 +71,32 @@ type Status struct {
 	Error string `json:"error,omitempty"`
 }
 
-// Setup sets the sandbox up and returns ready, which the agent calls once it
-// is about to serve: that tells the node the sandbox is up. On failure Setup
-// tells the node why and exits.
-func Setup() (ready func()) {
-	ctl := os.NewFile(launch.ControlFD, "control")
-	if err := setup(ctl); err != nil {
-		json.NewEncoder(ctl).Encode(Status{Error: err.Error()})
-		os.Exit(1)
-	}
-	return func() {
-		json.NewEncoder(ctl).Encode(Status{})
-		ctl.Close()
-	}
+// Main runs the init stage, then agentMain as the sandbox's agent with
+// ready, which the agent calls once it is about to serve (that tells the node
+// the sandbox is up), and startOn, on which the agent must start every
+// process: it runs its function on the one thread whose capability bounding
+// set was dropped, the calling goroutine's (confine.Starter). The caller
+// keeps to the main thread (agentbin locks it there from its init), so that
+// the bounding set of PID 1 as /proc shows it is the dropped one too. On
+// failure the init stage tells the node why and exits.
+func Main(agentMain func(ready func(), startOn func(func()))) {
+	starter := confine.NewStarter()
+	go func() {
+		defer starter.Stop()
+		ctl := os.NewFile(launch.ControlFD, "control")
+		if err := setup(ctl, starter); err != nil {
+			json.NewEncoder(ctl).Encode(Status{Error: err.Error()})
+			os.Exit(1)
+		}
+		agentMain(func() {
+			json.NewEncoder(ctl).Encode(Status{})
+			ctl.Close()
+		}, starter.Do)
+	}()
+	starter.Serve()
 }
 
-func setup(ctl *os.File) error {
+func setup(ctl *os.File, starter *confine.Starter) error {
 	// Only the listener and the control socket are meant to reach the
 	// sandbox; anything else the node let through must not pass to the
 	// processes the agent starts.
@@ -111,8 +122,9 @@ func setup(ctl *os.File) error {
 		}
 	}
 	// From here the sandbox outlives the node (see ns.Runtime.Start).
-	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, 0, 0); e != 0 {
-		return fmt.Errorf("clearing the parent-death signal: %w", e)
+	starter.Do(func() { err = clearParentDeathSignal() })
+	if err != nil {
+		return err
 	}
 	// The node's staging mounts have arrived by propagation; from here on
 	// nothing propagates in either direction.
@@ -131,7 +143,7 @@ func setup(ctl *os.File) error {
 	if err := confine.MaskPaths(); err != nil {
 		return err
 	}
-	if err := dropPrivileges(filter, cfg.Setuid); err != nil {
+	if err := dropPrivileges(starter, filter, cfg.Setuid); err != nil {
 		return err
 	}
 	// The agent reads its defaults from its environment, then clears it.
@@ -143,24 +155,28 @@ func setup(ctl *os.File) error {
 	return nil
 }
 
-// dropPrivileges drops the capabilities and loads the seccomp filter on
-// every thread. TSYNC puts the filter on every thread of the process; this
-// goroutine keeps to one thread while it loads.
+// dropPrivileges drops the capabilities (the bounding set on the starter's
+// thread, which starts every process; the other sets on every thread) and
+// loads the seccomp filter on every thread: TSYNC puts the filter on every
+// thread of the process, and with it the loading thread's no_new_privs.
+// Everything runs on the starter's thread, so that it holds no_new_privs
+// itself, not only by that sync.
 //
 // Loading a filter takes no_new_privs or CAP_SYS_ADMIN (of the sandbox's
 // own user namespace). By default capabilities go first and no_new_privs is
-// set on every thread, so nothing in the sandbox gains privileges by exec.
-// With setuid, the filter loads while CAP_SYS_ADMIN is still held and
-// no_new_privs stays unset, so that setuid programs such as sudo raise a
-// process to the sandbox's root: at most the capabilities kept here, under
-// the same filter, in the sandbox's user namespace.
-func dropPrivileges(filter seccomp.Filter, setuid bool) error {
-	load := func() error {
+// set, so nothing in the sandbox gains privileges by exec. With setuid, the
+// filter loads while CAP_SYS_ADMIN is still held and no_new_privs stays
+// unset, so that setuid programs such as sudo raise a process to the
+// sandbox's root: at most the capabilities kept here, under the same filter,
+// in the sandbox's user namespace.
+//
+// Two stops of the Go world in all (the capset and the filter's sync),
+// where dropping each capability on every thread took ~30.
+func dropPrivileges(starter *confine.Starter, filter seccomp.Filter, setuid bool) error {
+	load := func() (err error) {
 		filter.Flag = seccomp.FilterFlagTSync
 		filter.NoNewPrivs = !setuid
-		goruntime.LockOSThread()
-		err := seccomp.LoadFilter(filter)
-		goruntime.UnlockOSThread()
+		starter.Do(func() { err = seccomp.LoadFilter(filter) })
 		if err != nil {
 			return fmt.Errorf("loading seccomp filter: %w", err)
 		}
@@ -170,15 +186,30 @@ func dropPrivileges(filter seccomp.Filter, setuid bool) error {
 		if err := load(); err != nil {
 			return err
 		}
-		return confine.DropCapabilities()
+		return starter.DropCapabilities()
 	}
-	if err := confine.DropCapabilities(); err != nil {
+	if err := starter.DropCapabilities(); err != nil {
 		return err
 	}
-	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
-		return fmt.Errorf("setting no_new_privs: %w", e)
-	}
 	return load()
+}
+
+// clearParentDeathSignal clears the signal the node asked for when this
+// process's parent dies. It is set on the main thread alone (a thread made
+// by clone starts without one), so where this goroutine runs there a plain
+// prctl does; elsewhere it takes a stop of the Go world. It runs on a
+// locked thread (the starter's).
+func clearParentDeathSignal() error {
+	if unix.Gettid() == unix.Getpid() {
+		if err := unix.Prctl(unix.PR_SET_PDEATHSIG, 0, 0, 0, 0); err != nil {
+			return fmt.Errorf("clearing the parent-death signal: %w", err)
+		}
+		return nil
+	}
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, 0, 0); e != 0 {
+		return fmt.Errorf("clearing the parent-death signal: %w", e)
+	}
+	return nil
 }
 
 // newCgroupNS puts every thread of the process in one new cgroup namespace,
