@@ -231,6 +231,10 @@ type Metric struct {
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes. Zero values take the
 // server's defaults.
+// NodeNameLabel is the label every cluster node carries with its name as
+// the value: a node selector of it places a sandbox on that node.
+const NodeNameLabel = "atoll.dev/node"
+
 type CreateSandboxRequest struct {
 	// Template is NAME (its current version) or NAME@VERSION (a version
 	// number or ID, while the version exists); default "host".
@@ -277,8 +281,9 @@ type CreateSandboxRequest struct {
 	Ports *PortAccess `json:"ports,omitempty"`
 	// NodeSelector are labels the node that runs it must carry, each
 	// with the value given (cluster mode: see `atoll serve --node-label`);
-	// no node carrying them is 503 unavailable. A single machine has no
-	// labels: it refuses a selector (400).
+	// no node carrying them is 503 unavailable. Every node carries
+	// NodeNameLabel, its name. A single machine has no labels: it
+	// refuses a selector (400).
 	NodeSelector map[string]string `json:"node_selector,omitempty"`
 	// Spread is a node label (e.g. "zone") whose values the cluster
 	// spreads sandboxes over, other things equal; a single machine

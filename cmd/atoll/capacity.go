@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/store"
 )
 
@@ -107,6 +108,9 @@ func nodeLabels(flags []string) (map[string]string, error) {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" || len(k) > 63 || len(v) > 63 {
 			return nil, fmt.Errorf("--node-label %q: want KEY=VALUE (each at most 63 bytes)", kv)
+		}
+		if k == api.NodeNameLabel {
+			return nil, fmt.Errorf("--node-label %q: %s is the node's name, set by atoll", kv, api.NodeNameLabel)
 		}
 		labels[k] = v
 	}

@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/atoll-dev/atoll/api"
+)
 
 func TestNodeCapacity(t *testing.T) {
 	c, err := nodeCapacity("cpu=6.5,memory=16Gi,disk=2Ti,sandboxes=40", t.TempDir())
@@ -26,7 +30,7 @@ func TestNodeCapacity(t *testing.T) {
 	if _, err := nodeLabels([]string{"zone=a", "rack=r1"}); err != nil {
 		t.Error(err)
 	}
-	for _, bad := range []string{"zone", "=a"} {
+	for _, bad := range []string{"zone", "=a", api.NodeNameLabel + "=n9"} {
 		if _, err := nodeLabels([]string{bad}); err == nil {
 			t.Errorf("label %q accepted", bad)
 		}

@@ -109,6 +109,7 @@ func (s *serving) joinCluster(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	labels[api.NodeNameLabel] = c.cfg.name
 	address, _ := c.cfg.nodeAddress()
 	var runtimes []string
 	for name := range s.node.Runtimes() {

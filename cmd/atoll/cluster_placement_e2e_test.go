@@ -100,8 +100,19 @@ func TestClusterPlacement(t *testing.T) {
 			}
 		}
 
-		// No node carries zone=c: 503, naming the selector.
+		// Every node carries its name: n3 through node 1.
 		req := small
+		req.NodeSelector = map[string]string{api.NodeNameLabel: "n3"}
+		sb, err = c1.CreateSandbox(ctx, req)
+		if err != nil || sb.Node != "n3" {
+			t.Errorf("create with %s=n3 through n1: %+v, %v; want it on n3", api.NodeNameLabel, sb, err)
+		}
+		if err == nil {
+			made = append(made, sb.ID)
+		}
+
+		// No node carries zone=c: 503, naming the selector.
+		req = small
 		req.NodeSelector = map[string]string{"zone": "c"}
 		_, err = c1.CreateSandbox(ctx, req)
 		var e *atoll.Error

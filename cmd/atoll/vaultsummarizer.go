@@ -11,7 +11,6 @@ import (
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/agent"
 	"github.com/atoll-dev/atoll/internal/control"
-	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/vault"
 )
 
@@ -32,18 +31,17 @@ const summarizerLabel = "atoll.dev/vault-summarizer"
 const summarizerTimeout = 15 * time.Minute
 
 func (m summarizerSandboxes) Open(ctx context.Context) (vault.Sandbox, error) {
-	sb, err := m.svc.Create(ctx, api.CreateSandboxRequest{TimeoutSec: int64(summarizerTimeout / time.Second),
-		Labels: map[string]string{summarizerLabel: "true"}})
+	req := api.CreateSandboxRequest{TimeoutSec: int64(summarizerTimeout / time.Second),
+		Labels: map[string]string{summarizerLabel: "true"}}
+	if n := m.svc.Node(); n != "" {
+		// In a cluster, on this node, whose agents this server reaches.
+		req.NodeSelector = map[string]string{api.NodeNameLabel: n}
+	}
+	sb, err := m.svc.Create(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	s := &summarizerSandbox{m: m, id: sb.ID}
-	if sb.Node != m.svc.Node() {
-		// Its agent is reached through its node only: not yet.
-		s.Close()
-		return nil, fmt.Errorf("%w: the summarizer's sandbox was placed on node %s, and summarizers run on the compacting node's sandboxes only", errdefs.ErrUnavailable, sb.Node)
-	}
-	return s, nil
+	return &summarizerSandbox{m: m, id: sb.ID}, nil
 }
 
 type summarizerSandbox struct {
