@@ -221,7 +221,17 @@ type process struct {
 	reaped chan struct{}  // closed once exited is set
 	exit   *api.ExecEvent // the final event, once output is drained
 	subs   map[*subscriber]struct{}
+	// backlog is a terminal's output while nobody was attached (the
+	// newest maxBacklog bytes), given to the next to attach: what a shell
+	// printed before the terminal's websocket was open (its prompt) is
+	// not lost, as a terminal multiplexer keeps it. PTY only: a pipe's
+	// output goes to whoever is attached, and a background process's
+	// lines to the sandbox's log.
+	backlog []byte
 }
+
+// maxBacklog bounds a terminal's backlog.
+const maxBacklog = 64 << 10
 
 // subscriber receives a process's events until ch is closed after the exit
 // event.
@@ -242,13 +252,26 @@ func (p *process) info() api.Process {
 
 // subscribe registers for events from now on. If the process has already
 // finished it returns the exit event instead.
+//
+// A terminal's backlog comes first: the subscriber's first event, or,
+// if the process has exited meanwhile, the first of the two its
+// subscriber holds (then closed), the exit the second.
 func (p *process) subscribe() (*subscriber, *api.ExecEvent) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.exit != nil {
+	if p.exit != nil && len(p.backlog) == 0 {
 		return nil, p.exit
 	}
 	s := &subscriber{ch: make(chan api.ExecEvent, 16), gone: make(chan struct{})}
+	if len(p.backlog) > 0 {
+		s.ch <- api.ExecEvent{Type: api.EventStdout, Data: p.backlog}
+		p.backlog = nil
+	}
+	if p.exit != nil {
+		s.ch <- *p.exit
+		close(s.ch)
+		return s, nil
+	}
 	p.subs[s] = struct{}{}
 	return s, nil
 }
@@ -264,6 +287,14 @@ func (p *process) unsubscribe(s *subscriber) {
 // down (backpressure through the pipe) rather than losing output.
 func (p *process) broadcast(ev api.ExecEvent) {
 	p.mu.Lock()
+	if p.isPTY && len(p.subs) == 0 {
+		p.backlog = append(p.backlog, ev.Data...)
+		if n := len(p.backlog) - maxBacklog; n > 0 {
+			p.backlog = append(p.backlog[:0], p.backlog[n:]...)
+		}
+		p.mu.Unlock()
+		return
+	}
 	subs := slices.Collect(maps.Keys(p.subs))
 	p.mu.Unlock()
 	for _, s := range subs {

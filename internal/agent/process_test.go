@@ -422,6 +422,90 @@ func TestPTYResize(t *testing.T) {
 	wantStatus(t, e.c.Resize(ctx, p.PID, api.PTYSize{Rows: 0, Cols: 10}), 400, "invalid")
 }
 
+// TestPTYBacklog: what a terminal printed while nobody was attached (a
+// shell's first prompt, before the browser's websocket is open) is given
+// to the next to attach, the newest maxBacklog bytes of it; also after
+// the process has exited. A pipe's output is not kept so.
+func TestPTYBacklog(t *testing.T) {
+	e := startAgent(t, Config{})
+	ctx := context.Background()
+	backlog := func(pid int) int {
+		p, err := e.a.process(strconv.Itoa(pid))
+		if err != nil {
+			return -1
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.backlog)
+	}
+	waitBacklog := func(pid, atLeast int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); backlog(pid) < atLeast; {
+			if time.Now().After(deadline) {
+				t.Fatalf("process %d: backlog of %d bytes, want %d", pid, backlog(pid), atLeast)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	// 100 KiB before the first attach: the newest 64 KiB are kept.
+	p, err := e.c.Start(ctx, api.ExecRequest{Shell: "head -c 102400 /dev/zero | tr '\\0' a; echo early; read x; echo late:$x", PTY: &api.PTYSize{Rows: 24, Cols: 80}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitBacklog(p.PID, maxBacklog)
+	s, err := e.c.Attach(ctx, p.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := s.Next()
+	if err != nil || len(ev.Data) != maxBacklog || !strings.HasSuffix(strings.TrimRight(string(ev.Data), "\r\n"), "aaaearly") {
+		t.Fatalf("first event after attaching: %d bytes ending %q, %v; want the newest %d bytes", len(ev.Data), tail(ev.Data), err, maxBacklog)
+	}
+	if err := e.c.WriteStdin(ctx, p.PID, strings.NewReader("x\n")); err != nil {
+		t.Fatal(err)
+	}
+	readUntil(t, s, "late:x")
+	s.Close()
+
+	// Printed, exited, then attached: the output, then the exit.
+	p, err = e.c.Start(ctx, api.ExecRequest{Shell: "echo bye; exit 3", PTY: &api.PTYSize{Rows: 24, Cols: 80}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitExit := func(pid int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if pp, err := e.c.Process(ctx, pid); err != nil || !pp.Running {
+				return
+			} else if time.Now().After(deadline) {
+				t.Fatalf("process %d still runs", pid)
+			}
+		}
+	}
+	waitExit(p.PID)
+	s, err = e.c.Attach(ctx, p.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readUntil(t, s, "bye")
+	if ev, err := s.Next(); err != nil || ev.Type != api.EventExit || ev.ExitCode == nil || *ev.ExitCode != 3 {
+		t.Errorf("after the backlog: %+v, %v; want the exit, 3", ev, err)
+	}
+	s.Close()
+
+	// A pipe's output before attaching is not kept.
+	p, err = e.c.Start(ctx, api.ExecRequest{Shell: "echo early"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitExit(p.PID)
+	if n := backlog(p.PID); n > 0 {
+		t.Errorf("a pipe's process kept %d bytes", n)
+	}
+}
+
+func tail(b []byte) string { return string(b[max(0, len(b)-20):]) }
+
 func TestWebsocket(t *testing.T) {
 	e := startAgent(t, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

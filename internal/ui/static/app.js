@@ -545,10 +545,9 @@ function terminalTab(id) {
         body: {
           cmd: ["/bin/sh", "-c", "if command -v bash >/dev/null 2>&1; then exec bash -l; else exec sh -l; fi"],
           env: { TERM: "xterm-256color" }, keep_stdin: true, background: true, tag: "atoll-dashboard",
-          // One row short: the resize once the socket is open is then a
-          // real change, whose SIGWINCH makes the shell redraw its prompt
-          // (the agent does not keep output from before the socket).
-          pty: { rows: Math.max(term.rows - 1, 1), cols: term.cols },
+          // What the shell prints before the socket is open (its prompt)
+          // is kept by the agent and sent when the socket attaches.
+          pty: { rows: term.rows, cols: term.cols },
         },
       });
       // Browsers cannot set headers on a websocket: the key goes as a
