@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -362,6 +363,12 @@ func checkText(sb *store.Sandbox) error {
 		if !storable(v) {
 			return fmt.Errorf("%w: sandbox %.40q: text with a NUL or not UTF-8", errdefs.ErrInvalid, sb.ID)
 		}
+	}
+	// Nor resources that are not a number of each, none below zero: the
+	// triggers add them to their node's sums (node_committed), where a
+	// NaN would stay after the sandbox is gone.
+	if math.IsNaN(sb.CPU) || math.IsInf(sb.CPU, 0) || sb.CPU < 0 || sb.MemoryMiB < 0 || sb.DiskGiB < 0 {
+		return fmt.Errorf("%w: sandbox %.40q: %v CPU, %d MiB, %d GiB", errdefs.ErrInvalid, sb.ID, sb.CPU, sb.MemoryMiB, sb.DiskGiB)
 	}
 	if len(sb.Placement) > 0 && !json.Valid(sb.Placement) {
 		return fmt.Errorf("%w: sandbox %.40q: placement record is not JSON", errdefs.ErrInvalid, sb.ID)

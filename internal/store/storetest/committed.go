@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/store"
 )
 
@@ -220,6 +221,18 @@ func testCommittedSums(t *testing.T, c store.Cluster) {
 			epochs[name] = join(t, c, n)
 			return name
 		}},
+	}
+	// Resources no sum could hold are refused, not added.
+	bad := placed(t, c, "bad", "a")
+	for _, cpu := range []float64{math.NaN(), math.Inf(1), -1} {
+		b := *bad
+		b.CPU, b.State = cpu, api.StateRunning
+		if err := c.Update(ctx, &b, api.StateCreating); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("update to %v CPU: %v, want ErrInvalid", cpu, err)
+		}
+	}
+	if err := c.Delete(ctx, "bad"); err != nil {
+		t.Fatal(err)
 	}
 	weights := []int{6, 2, 2, 2, 8, 3, 2, 1}
 	var total int
