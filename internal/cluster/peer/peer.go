@@ -41,6 +41,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,6 +69,10 @@ const (
 	// API's listener, a sandbox's port on the port proxy's), so the owner
 	// serves it with that listener's handler (Listeners).
 	HeaderListener = headerPrefix + "Listener"
+	// HeaderClient is the client's address as the routing node saw it:
+	// the owner serves the request as from it (what its audit log and
+	// logs record), not from the routing node.
+	HeaderClient = headerPrefix + "Client"
 )
 
 // stripPeerHeaders removes the node-to-node headers from h.
@@ -148,8 +153,13 @@ func Guard(live Live, next http.Handler, log *slog.Logger) http.Handler {
 			return
 		}
 		ctx := context.WithValue(r.Context(), peerKey{}, sender{node: name, listener: r.Header.Get(HeaderListener)})
+		client := r.Header.Get(HeaderClient)
 		stripPeerHeaders(r.Header)
-		next.ServeHTTP(w, r.WithContext(ctx))
+		r = r.WithContext(ctx)
+		if _, err := netip.ParseAddrPort(client); err == nil {
+			r.RemoteAddr = client
+		}
+		next.ServeHTTP(w, r)
 	})
 }
 

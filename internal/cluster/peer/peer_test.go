@@ -189,6 +189,7 @@ type answer struct {
 	Host     string `json:"host"`
 	Peer     string `json:"peer_headers"`
 	Listener string `json:"listener"`
+	Remote   string `json:"remote"` // the client's address, as the answering node sees it
 }
 
 // api is node n's API: it serves the sandboxes the world places on n, to
@@ -293,7 +294,7 @@ func (c *cluster) api(n *node) http.Handler {
 		}
 		b, _ := io.ReadAll(r.Body)
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(answer{Node: n.name, Sandbox: id, RoutedBy: from, Body: string(b), Host: r.Host, Peer: strings.Join(peerHeaders, ","), Listener: "api"})
+		json.NewEncoder(w).Encode(answer{Node: n.name, Sandbox: id, RoutedBy: from, Body: string(b), Host: r.Host, Peer: strings.Join(peerHeaders, ","), Listener: "api", Remote: remoteIP(r)})
 	})
 }
 
@@ -310,7 +311,7 @@ func (c *cluster) ports(n *node) http.Handler {
 			return
 		}
 		from, _ := From(r)
-		json.NewEncoder(w).Encode(answer{Node: n.name, Sandbox: id, RoutedBy: from, Host: r.Host, Listener: "ports"})
+		json.NewEncoder(w).Encode(answer{Node: n.name, Sandbox: id, RoutedBy: from, Host: r.Host, Listener: "ports", Remote: remoteIP(r)})
 	})
 }
 
@@ -348,13 +349,27 @@ func do(t *testing.T, method, url, auth string, body io.Reader, hdr map[string]s
 		}
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := clientFrom.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, b
+}
+
+// clientIP is the address do's requests come from: not the nodes' own
+// (127.0.0.1), so that an owner can tell the client from the routing node.
+const clientIP = "127.0.0.2"
+
+var clientFrom = &http.Client{Transport: &http.Transport{
+	DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(clientIP)}}).DialContext,
+}}
+
+// remoteIP is the IP r came from.
+func remoteIP(r *http.Request) string {
+	host, _, _ := net.SplitHostPort(r.RemoteAddr)
+	return host
 }
 
 func decode[T any](t *testing.T, b []byte) T {
@@ -404,6 +419,9 @@ func TestRouted(t *testing.T) {
 				t.Fatalf("status %d: %s", st, b)
 			}
 			got := decode[answer](t, b)
+			if got.Remote != clientIP {
+				t.Errorf("%s saw the request come from %s, want the client's %s", got.Node, got.Remote, clientIP)
+			}
 			if got.Node != tc.node || got.RoutedBy != tc.routedBy || got.Body != tc.body || got.Peer != "" {
 				t.Errorf("answered by %q routed by %q, peer headers %q, body %d bytes; want %q by %q, body %d bytes",
 					got.Node, got.RoutedBy, got.Peer, len(got.Body), tc.node, tc.routedBy, len(tc.body))

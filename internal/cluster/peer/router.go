@@ -172,6 +172,7 @@ func (rt *Router) proxy(w http.ResponseWriter, n Node, id string) *httputil.Reve
 			pr.Out.Header.Set(HeaderEpoch, strconv.FormatInt(c.epoch(), 10))
 			pr.Out.Header.Set(HeaderRouted, rt.cfg.Self)
 			pr.Out.Header.Set(HeaderListener, rt.cfg.Listener)
+			pr.Out.Header.Set(HeaderClient, pr.In.RemoteAddr)
 		},
 		Transport: c.transport(n),
 		// Streams (exec output, watches, logs) flush as they come.

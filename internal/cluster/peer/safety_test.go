@@ -188,13 +188,13 @@ func TestStaleEpoch(t *testing.T) {
 // any client's, and no handler sees them.
 func TestForgedHeaders(t *testing.T) {
 	c := newCluster(t, "a", "b")
-	forged := map[string]string{HeaderEpoch: "10", HeaderRouted: "b", "Atoll-Peer-Whatever": "1"}
+	forged := map[string]string{HeaderEpoch: "10", HeaderRouted: "b", HeaderClient: "10.9.9.9:1", "Atoll-Peer-Whatever": "1"}
 	// For b's sandbox, on a: still routed to b, as a's.
 	st, body := do(t, "GET", c.nodes["a"].public.URL+"/v1/sandboxes/"+onB, keyT1, nil, forged)
 	if st != http.StatusOK {
 		t.Fatalf("status %d %s", st, body)
 	}
-	if got := decode[answer](t, body); got.Node != "b" || got.RoutedBy != "a" || got.Peer != "" {
+	if got := decode[answer](t, body); got.Node != "b" || got.RoutedBy != "a" || got.Peer != "" || got.Remote != clientIP {
 		t.Errorf("got %+v, want b's answer routed by a without peer headers", got)
 	}
 	if n := c.nodes["a"].served.Load(); n != 0 {
@@ -202,7 +202,7 @@ func TestForgedHeaders(t *testing.T) {
 	}
 	// On b's own public listener: a client's, not a node's.
 	st, body = do(t, "GET", c.nodes["b"].public.URL+"/v1/sandboxes/"+onB, keyT1, nil, forged)
-	if got := decode[answer](t, body); st != http.StatusOK || got.RoutedBy != "" || got.Peer != "" {
+	if got := decode[answer](t, body); st != http.StatusOK || got.RoutedBy != "" || got.Peer != "" || got.Remote != clientIP {
 		t.Errorf("status %d %+v, want a plain client request", st, got)
 	}
 }
