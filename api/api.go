@@ -308,6 +308,11 @@ type VaultMount struct {
 	// Path is where the clone goes, an absolute path of
 	// [A-Za-z0-9._/-]; default VaultMountDir/NAME.
 	Path string `json:"path,omitempty"`
+	// Commit, set by the server, is the vault's commit whose checkout the
+	// sandbox has as a read-only layer under the clone (the agent's
+	// changes go to its own layer); empty when the clone was unpacked
+	// into the sandbox's own layer. Ignored in a create.
+	Commit string `json:"commit,omitempty"`
 }
 
 // VaultMountDir is where vaults are cloned by default, one directory each.

@@ -700,6 +700,7 @@ func (s *serving) buildHandler(ctx context.Context) error {
 		}
 		scfg.VaultMounts = mounts
 		s.mounts = mounts
+		s.svc.SetVaultLayers(mounts)
 	}
 	if s.cluster.store != nil {
 		scfg.Nodes = nodes{s.cluster.store}

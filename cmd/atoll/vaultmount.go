@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -39,9 +40,18 @@ type vaultMounts struct {
 	gitURL func(sb api.Sandbox, name string) string
 	log    *slog.Logger
 	now    func() time.Time
+
+	// lastDirs are, by tenant, vault ID and path, the directories above
+	// the path of the last layer planned: what the next create most
+	// likely wants, so Check makes its layer ahead (vault.TemplateDirs).
+	lastMu   sync.Mutex
+	lastDirs map[string][]vault.LayerDir
 }
 
-var _ server.VaultMounts = (*vaultMounts)(nil)
+var (
+	_ server.VaultMounts  = (*vaultMounts)(nil)
+	_ control.VaultLayers = (*vaultMounts)(nil)
+)
 
 // startVaultMounts makes the vault mounts of the server: the token key
 // (shared by a cluster's nodes, as the port key is), the git listener on
@@ -52,7 +62,8 @@ func (s *serving) startVaultMounts(ctx context.Context, vaults *vault.Service) (
 	if err != nil {
 		return nil, err
 	}
-	m := &vaultMounts{vaults: vaults, svc: s.svc, state: s.state, key: key, ttl: vault.DefaultTokenTTL, log: s.log, now: time.Now}
+	m := &vaultMounts{vaults: vaults, svc: s.svc, state: s.state, key: key, ttl: vault.DefaultTokenTTL, log: s.log, now: time.Now,
+		lastDirs: map[string][]vault.LayerDir{}}
 	// A debug knob, for tests of renewal and expiry.
 	if v := os.Getenv("ATOLL_VAULT_TOKEN_TTL"); v != "" {
 		if m.ttl, err = time.ParseDuration(v); err != nil || m.ttl < time.Second {
@@ -98,23 +109,87 @@ func (s *serving) startVaultMounts(ctx context.Context, vaults *vault.Service) (
 }
 
 // Check implements server.VaultMounts. The vaults there, it starts
-// preparing their mounts (vault.Service.Prepare) while the create makes
-// the sandbox: the clone then only sends what is ready.
+// making their layers (vault.Service.Layer) while the create makes the
+// sandbox, for the directories above the path the last create had: the
+// create's Plan then finds them made.
 func (m *vaultMounts) Check(ctx context.Context, ms []api.VaultMount) error {
 	for _, v := range ms {
 		if _, err := m.vaults.ID(ctx, v.Name); err != nil {
 			return err
 		}
 	}
+	ms, err := vault.CheckMounts(ms)
+	if err != nil {
+		return nil // the create refuses them
+	}
 	pctx := context.WithoutCancel(ctx)
+	t := tenant.Of(ctx)
 	for _, v := range ms {
 		go func() {
-			if err := m.vaults.Prepare(pctx, v.Name, sandboxUID, sandboxUID); err != nil {
-				m.log.Debug("preparing a vault's mount", "vault", v.Name, "err", err)
+			id, head, err := m.vaults.Head(pctx, v.Name)
+			if err != nil || head == "" {
+				return
+			}
+			m.lastMu.Lock()
+			dirs, ok := m.lastDirs[t+"\x00"+id+"\x00"+v.Path]
+			m.lastMu.Unlock()
+			if !ok {
+				return
+			}
+			spec := vault.LayerSpec{Vault: id, Tenant: t, Name: v.Name, Commit: head, Path: v.Path, UID: sandboxUID, GID: sandboxUID, Dirs: dirs}
+			if _, err := m.vaults.Layer(pctx, spec); err != nil {
+				m.log.Debug("making a vault's layer ahead", "vault", v.Name, "err", err)
 			}
 		}()
 	}
 	return nil
+}
+
+// Plan implements control.VaultLayers: each vault with a commit gets the
+// layer of its head, over the template's layers tmpl.
+func (m *vaultMounts) Plan(ctx context.Context, sb *store.Sandbox, tmpl []string) ([]byte, error) {
+	ctx = tenant.NewContext(ctx, sb.Tenant)
+	var specs []vault.LayerSpec
+	for i, v := range sb.Vaults {
+		id, head, err := m.vaults.Head(ctx, v.Name)
+		if err != nil {
+			return nil, fmt.Errorf("vault %s: %w", v.Name, err)
+		}
+		if head == "" {
+			continue // empty: its clone is a .git, unpacked
+		}
+		spec := vault.LayerSpec{Vault: id, Tenant: sb.Tenant, Name: v.Name, Commit: head, Path: v.Path,
+			UID: sandboxUID, GID: sandboxUID, Dirs: vault.TemplateDirs(tmpl, v.Path, sandboxUID, sandboxUID)}
+		m.lastMu.Lock()
+		m.lastDirs[sb.Tenant+"\x00"+id+"\x00"+v.Path] = spec.Dirs
+		m.lastMu.Unlock()
+		if _, err := m.vaults.Layer(ctx, spec); err != nil {
+			return nil, fmt.Errorf("vault %s: %w", v.Name, err)
+		}
+		sb.Vaults[i].Commit = head
+		specs = append(specs, spec)
+	}
+	if len(specs) == 0 {
+		return nil, nil
+	}
+	return json.Marshal(specs)
+}
+
+// Layers implements control.VaultLayers.
+func (m *vaultMounts) Layers(ctx context.Context, kept []byte) ([]string, error) {
+	var specs []vault.LayerSpec
+	if err := json.Unmarshal(kept, &specs); err != nil {
+		return nil, err
+	}
+	dirs := make([]string, 0, len(specs))
+	for _, spec := range specs {
+		d, err := m.vaults.Layer(ctx, spec)
+		if err != nil {
+			return nil, err
+		}
+		dirs = append(dirs, d)
+	}
+	return dirs, nil
 }
 
 // token signs sb's token for mount v of the context's tenant.
@@ -163,7 +238,13 @@ func (m *vaultMounts) mount(ctx context.Context, sb api.Sandbox) error {
 		mt := vault.Mount{VaultMount: v, Sandbox: sb.ID, URL: m.gitURL(sb, v.Name), Token: tok, UID: sandboxUID, GID: sandboxUID}
 		t0 := time.Now()
 		upload := func(dir string, write func(io.Writer) error) error { return m.upload(ctx, sb.ID, dir, write) }
-		if err := m.vaults.Clone(ctx, mt, upload); err != nil {
+		if v.Commit != "" {
+			// The clone is the layer's but for the sandbox's own files.
+			err = upload("/", func(w io.Writer) error { return vault.SandboxFilesTar(w, mt) })
+		} else {
+			err = m.vaults.Clone(ctx, mt, upload)
+		}
+		if err != nil {
 			return fmt.Errorf("vault %s: %w", v.Name, err)
 		}
 		m.log.Debug("vault mounted", "sandbox", sb.ID, "vault", v.Name, "op", "mount", "ms", time.Since(t0).Milliseconds())

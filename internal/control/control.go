@@ -148,6 +148,9 @@ type Service struct {
 	peers     Peers
 	mover     Mover
 	layers    *layers.Store
+	// vlayers give vaults' mounts as read-only layers (vaultlayers.go);
+	// nil: mounts are clones unpacked into the writable layer.
+	vlayers VaultLayers
 	runtimes  map[string]runtime.Runtime
 	agentPath string
 	defaults  Defaults
@@ -650,6 +653,12 @@ func (s *Service) startCreated(ctx context.Context, sb *store.Sandbox, tmpl laye
 			return nil, err
 		}
 	}
+	if snap.ID == "" {
+		if err := s.planVaultLayers(ctx, sb, tmpl); err != nil {
+			s.discard(ctx, *sb)
+			return nil, err
+		}
+	}
 	if err := s.startLocked(ctx, sb, tmpl, api.StateCreating, api.StateRunning, 0); err != nil {
 		s.discard(ctx, *sb)
 		return nil, err
@@ -686,7 +695,7 @@ func (s *Service) run(ctx context.Context, sb *store.Sandbox, tmpl layers.Templa
 			s.releaseNetwork(ctx, *sb)
 		}
 	}()
-	spec, err := s.spec(*sb, tmpl, netw, weight)
+	spec, err := s.spec(ctx, *sb, tmpl, netw, weight)
 	if err != nil {
 		return err
 	}
@@ -721,10 +730,14 @@ func (s *Service) setTimeout(sb *store.Sandbox, now time.Time) {
 
 // spec is what sb's runtime needs to start it, over its writable layer
 // (made if it has none).
-func (s *Service) spec(sb store.Sandbox, tmpl layers.Template, netw *runtime.Network, weight uint64) (runtime.Spec, error) {
+func (s *Service) spec(ctx context.Context, sb store.Sandbox, tmpl layers.Template, netw *runtime.Network, weight uint64) (runtime.Spec, error) {
 	writable, err := s.layers.CreateWritable(sb.ID, sb.DiskGiB<<30)
 	if err != nil {
 		return runtime.Spec{}, fmt.Errorf("preparing writable layer: %w", err)
+	}
+	lower, err := s.vaultLayers(ctx, writable, tmpl.Layers)
+	if err != nil {
+		return runtime.Spec{}, err
 	}
 	env := map[string]string{}
 	for k, v := range tmpl.Env {
@@ -736,7 +749,7 @@ func (s *Service) spec(sb store.Sandbox, tmpl layers.Template, netw *runtime.Net
 	return runtime.Spec{
 		ID:        sb.ID,
 		Hostname:  sb.ID,
-		Rootfs:    runtime.Rootfs{Layers: tmpl.Layers, Writable: writable, Binds: tmpl.Binds},
+		Rootfs:    runtime.Rootfs{Layers: lower, Writable: writable, Binds: tmpl.Binds},
 		Limits:    runtime.Limits{CPU: sb.CPU, MemoryBytes: sb.MemoryMiB << 20, PIDs: sb.PIDs, CPUWeight: weight},
 		IDMap:     idMap(sb.Slot),
 		Env:       env,

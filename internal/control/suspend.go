@@ -144,7 +144,7 @@ func (s *Service) restoreFrom(ctx context.Context, cp runtime.Checkpointer, sb *
 		s.log.Error("attaching network", "sandbox", sb.ID, "err", err)
 		return fmt.Errorf("%w: giving the sandbox its network failed", errdefs.ErrUnavailable)
 	}
-	spec, err := s.spec(*sb, tmpl, netw, 0)
+	spec, err := s.spec(ctx, *sb, tmpl, netw, 0)
 	if err == nil {
 		var inst runtime.Instance
 		if inst, err = cp.Restore(ctx, spec, dir); err == nil {

@@ -64,6 +64,7 @@ func CheckMounts(ms []api.VaultMount) ([]api.VaultMount, error) {
 		if m.Path == "" {
 			m.Path = api.VaultMountDir + "/" + m.Name
 		}
+		m.Commit = "" // the server's to say
 		clean := path.Clean(m.Path)
 		if len(m.Path) > 1024 || !mountPathPattern.MatchString(m.Path) || clean != m.Path || clean == "/" || strings.Contains(m.Path, "/.") {
 			return nil, fmt.Errorf("%w: vault %s's path %.80q: want an absolute, clean path of [A-Za-z0-9._/-], no component starting with a dot", errdefs.ErrInvalid, m.Name, m.Path)
@@ -414,6 +415,33 @@ func cloneConfig(m Mount) string {
 	name = atoll sandbox %s
 	email = %s@sandbox.atoll.invalid
 `, m.URL, m.Path, TokenFile, m.Sandbox, m.Sandbox)
+}
+
+// SandboxFilesTar writes to w a tar, to unpack at /, of the files of m's
+// clone that are the sandbox's own (its .git/config and token): what a
+// mount made of a layer (Layer) lacks.
+func SandboxFilesTar(w io.Writer, m Mount) error {
+	tw := tar.NewWriter(w)
+	gitDir := strings.TrimPrefix(m.Path, "/") + "/.git/"
+	now := time.Now()
+	for _, f := range []struct {
+		name string
+		mode int64
+		body string
+	}{
+		{"config", 0o644, cloneConfig(m)},
+		{"atoll-token", 0o600, m.Token + "\n"},
+	} {
+		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: gitDir + f.name, Mode: f.mode, Uid: m.UID, Gid: m.GID,
+			Size: int64(len(f.body)), ModTime: now}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if _, err := io.WriteString(tw, f.body); err != nil {
+			return err
+		}
+	}
+	return tw.Close()
 }
 
 // TokenTar writes to w a tar, to unpack at /, that replaces the token of

@@ -1,0 +1,356 @@
+package vault
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/atoll-dev/atoll/internal/errdefs"
+)
+
+// A mount as a layer (docs/vault.md, "How a mount is made"). Unpacking a
+// clone's files into a sandbox's writable layer costs a little for each
+// file; a vault of a thousand files took most of a create. So a mount is
+// made, where the sandbox's runtime allows, of a read-only layer: a
+// directory holding, at the mount's path, the checkout of one commit with
+// the .git a clone of it has (objects, index, HEAD, packed-refs), made
+// once per commit, owner, path and template (the directories above the
+// path as the template has them) and shared by every sandbox that mounts
+// it. The runtime stacks it over the template's layers, as an erofs image
+// like theirs; the sandbox's own files of the clone (.git/config, the
+// token) are unpacked after it starts. What the agent changes is copied
+// up into its writable layer as for any file of a template.
+
+// LayerSpec says which layer a mount is: what a sandbox's writable layer
+// keeps (with the writable layer, through stops, forks, snapshots and
+// archives), and what makes the layer again where it is missing.
+type LayerSpec struct {
+	// Vault is the vault's ID, Tenant and Name where it is found.
+	Vault  string `json:"vault"`
+	Tenant string `json:"tenant"`
+	Name   string `json:"name"`
+	// Commit is the main branch's commit checked out.
+	Commit string `json:"commit"`
+	// Path is the mount's path in the sandbox; UID and GID own the clone.
+	Path string `json:"path"`
+	UID  int    `json:"uid"`
+	GID  int    `json:"gid"`
+	// Dirs are the directories above Path, top first: as the sandbox's
+	// template has them, so that the layer, stacked over it, changes none.
+	Dirs []LayerDir `json:"dirs"`
+}
+
+// LayerDir is a directory above a mount's path and its attributes.
+type LayerDir struct {
+	Path  string `json:"path"`
+	Mode  uint32 `json:"mode"` // permission bits
+	UID   int    `json:"uid"`
+	GID   int    `json:"gid"`
+	MTime int64  `json:"mtime,omitempty"` // Unix seconds
+}
+
+// key names the layer of spec: the same spec, the same layer.
+func (ls LayerSpec) key() string {
+	b, _ := json.Marshal(ls)
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])[:32]
+}
+
+// layersDir holds the vaults' layers, beside the cache repositories but
+// not with them: a layer is the files of sandboxes that may outlive the
+// cache (dropped after a reboot) and even the vault (deleted with
+// --force), so it is fsynced, and kept while a sandbox of this node uses
+// it (SweepLayers).
+func (s *Service) layersDir() string { return filepath.Join(s.cfg.Dir, "layers") }
+
+// Head returns the ID of the context's tenant's vault name and the commit
+// of its main branch ("" for an empty vault), as the store has them.
+func (s *Service) Head(ctx context.Context, name string) (id, commit string, err error) {
+	v, err := s.lookup(ctx, name)
+	if err != nil {
+		return "", "", err
+	}
+	refs, _, err := s.cfg.Store.VaultState(ctx, v.ID)
+	if err != nil {
+		return "", "", err
+	}
+	return v.ID, refs[mainRef], nil
+}
+
+// Layer returns the directory of the layer spec says, made if it is not
+// there: from the vault's cache repository, which has every commit the
+// main branch ever had (history is append-only) unless the vault allows
+// rewrites and the commit was rewritten away.
+func (s *Service) Layer(ctx context.Context, spec LayerSpec) (string, error) {
+	dir := filepath.Join(s.layersDir(), spec.key())
+	if _, err := os.Stat(dir); err == nil {
+		return dir, nil
+	}
+	_, err, _ := s.preparing.Do("layer "+dir, func() (any, error) {
+		if _, err := os.Stat(dir); err == nil {
+			return nil, nil
+		}
+		t0 := time.Now()
+		if err := s.makeLayer(ctx, spec, dir); err != nil {
+			return nil, err
+		}
+		s.log.Info("vault layer made", "vault", spec.Vault, "commit", spec.Commit, "layer", filepath.Base(dir), "ms", time.Since(t0).Milliseconds())
+		return nil, nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("the layer of vault %s at %.12s: %w", spec.Name, spec.Commit, err)
+	}
+	return dir, nil
+}
+
+// makeLayer makes the layer of spec at dir.
+func (s *Service) makeLayer(ctx context.Context, spec LayerSpec, dir string) error {
+	if spec.Commit == "" || !mountPathPattern.MatchString(spec.Path) || path.Clean(spec.Path) != spec.Path {
+		return fmt.Errorf("%w: a vault layer of no commit or a bad path", errdefs.ErrInvalid)
+	}
+	v, err := s.cfg.Store.GetVault(ctx, spec.Tenant, spec.Name)
+	if err == nil && v.ID != spec.Vault {
+		err = errdefs.ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("vault %s (%s): %w", spec.Name, spec.Vault, err)
+	}
+	if err := os.MkdirAll(s.layersDir(), 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp(s.layersDir(), ".tmp-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	// The root and the directories above the path, as the template has
+	// them; the root's own are the writable layer's, which is on top.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return err
+	}
+	for _, d := range spec.Dirs {
+		p := filepath.Join(tmp, d.Path)
+		if err := os.Mkdir(p, 0o755); err != nil {
+			return err
+		}
+		if err := setAttrs(p, fs.FileMode(d.Mode&0o7777), d.UID, d.GID, d.MTime); err != nil {
+			return err
+		}
+	}
+	work := filepath.Join(tmp, spec.Path)
+	gitDir := filepath.Join(work, ".git")
+	for _, d := range []string{work, gitDir, gitDir + "/refs/heads", gitDir + "/refs/tags", gitDir + "/refs/remotes/origin",
+		gitDir + "/objects/pack", gitDir + "/objects/info"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+
+	unlock := s.lock(v.ID)
+	cache, refs, err := s.ensureRefs(ctx, v)
+	var objects []objectFile
+	if err == nil {
+		objects, err = openObjects(cache)
+	}
+	unlock()
+	defer func() {
+		for _, o := range objects {
+			o.f.Close()
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	// The refs as a clone made now has them if the commit is the head;
+	// an older commit's layer (made again elsewhere) has main only.
+	if refs[mainRef] != spec.Commit {
+		refs = map[string]string{mainRef: spec.Commit}
+	}
+	files := []struct {
+		name, body string
+	}{
+		{"HEAD", "ref: " + mainRef + "\n"},
+		{"packed-refs", packedRefs(refs)},
+		{"description", "vault " + spec.Name + "\n"},
+		{"refs/remotes/origin/HEAD", "ref: refs/remotes/origin/main\n"},
+	}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(gitDir, f.name), []byte(f.body), 0o644); err != nil {
+			return err
+		}
+	}
+	// Copies, not links: the layer is the sandbox's, and outlives the
+	// cache. Objects are read-only, as git makes them.
+	for _, o := range objects {
+		if err := copyObject(o.f, filepath.Join(gitDir, "objects", o.name)); err != nil {
+			return err
+		}
+	}
+	// The index (without stat data: git in the sandbox hashes the files
+	// once, finds them clean and refreshes it) and the files, written by
+	// git from the cache's objects; a symlink is made, never followed.
+	env := []string{"GIT_INDEX_FILE=" + filepath.Join(gitDir, "index")}
+	if _, err := s.run(ctx, cache, env, nil, "read-tree", spec.Commit); err != nil {
+		return err
+	}
+	if _, err := s.run(ctx, cache, env, nil, "--work-tree="+work, "checkout-index", "--all", "--force"); err != nil {
+		return err
+	}
+	// The clone is its owner's, with the modes git archive would give
+	// (the server's umask is not the sandbox's).
+	err = filepath.WalkDir(work, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			return os.Lchown(p, spec.UID, spec.GID)
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		mode := fs.FileMode(0o644)
+		switch {
+		case d.IsDir():
+			mode = 0o755
+		case strings.HasPrefix(p, gitDir+"/objects/") && !d.IsDir():
+			mode = 0o444
+		case fi.Mode()&0o100 != 0:
+			mode = 0o755
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			return err
+		}
+		return os.Lchown(p, spec.UID, spec.GID)
+	})
+	if err != nil {
+		return err
+	}
+	// On disk before it is named: a sandbox's files must survive a crash.
+	if err := syncDir(tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return err
+	}
+	return syncDir(s.layersDir())
+}
+
+// setAttrs gives p mode, owner and modification time.
+func setAttrs(p string, mode fs.FileMode, uid, gid int, mtime int64) error {
+	if err := os.Chmod(p, mode); err != nil {
+		return err
+	}
+	if err := os.Lchown(p, uid, gid); err != nil {
+		return err
+	}
+	if mtime != 0 {
+		t := time.Unix(mtime, 0)
+		return os.Chtimes(p, t, t)
+	}
+	return nil
+}
+
+// copyObject copies the open object file f to dst.
+func copyObject(f *os.File, dst string) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o444)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, io.NewSectionReader(f, 0, fi.Size()))
+	return errors.Join(err, out.Close())
+}
+
+// syncDir flushes the file system holding dir.
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return unix.Syncfs(int(f.Fd()))
+}
+
+// KeptLayers reads the layer specs kept in a sandbox's writable layer at
+// file (none if there is no file).
+func KeptLayers(file string) ([]LayerSpec, error) {
+	b, err := os.ReadFile(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []LayerSpec
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, fmt.Errorf("vault layers of %s: %w", file, err)
+	}
+	return out, nil
+}
+
+// SweepLayers removes the layers not in keep (keys, as LayerKey) and
+// older than a minute (a layer just made, for a create under way, is
+// not in a writable layer yet).
+func (s *Service) SweepLayers(keep map[string]bool) {
+	ents, _ := os.ReadDir(s.layersDir())
+	for _, e := range ents {
+		fi, err := e.Info()
+		if err != nil || keep[e.Name()] || time.Since(fi.ModTime()) < time.Minute {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(s.layersDir(), e.Name())); err != nil {
+			s.log.Warn("removing a vault layer", "layer", e.Name(), "err", err)
+		}
+	}
+}
+
+// LayerKey is the name of spec's layer, for SweepLayers.
+func LayerKey(spec LayerSpec) string { return spec.key() }
+
+// TemplateDirs are the directories above path (a mount's, clean and
+// absolute) as the template whose layers are tmpl (top first) has them:
+// each as the topmost layer that has it holds it; one that none has (or
+// that a layer hides, with a whiteout or a file in its place) is made
+// uid:gid's under /home/user (as Clone makes it) and root's elsewhere.
+func TemplateDirs(tmpl []string, mountPath string, uid, gid int) []LayerDir {
+	var out []LayerDir
+	parts := strings.Split(strings.TrimPrefix(path.Dir(mountPath), "/"), "/")
+	if path.Dir(mountPath) == "/" {
+		parts = nil
+	}
+	for i := range parts {
+		p := strings.Join(parts[:i+1], "/")
+		d := LayerDir{Path: p, Mode: 0o755}
+		if strings.HasPrefix(p+"/", "home/user/") && p != "home/user" {
+			d.UID, d.GID = uid, gid
+		}
+		for _, l := range tmpl {
+			var st unix.Stat_t
+			if err := unix.Lstat(filepath.Join(l, p), &st); err != nil {
+				continue
+			}
+			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				d.Mode, d.UID, d.GID, d.MTime = st.Mode&0o7777, int(st.Uid), int(st.Gid), st.Mtim.Sec
+			}
+			break
+		}
+		out = append(out, d)
+	}
+	return out
+}
