@@ -244,6 +244,61 @@ func TestVaultMountE2E(t *testing.T) {
 		c.DeleteSandbox(ctx, n.ID)
 	})
 
+	t.Run("a mount is a layer of its commit, written through", func(t *testing.T) {
+		// x mounts the head as it is; a push later, y mounts the new one.
+		x := create(api.CreateSandboxRequest{Vaults: []api.VaultMount{{Name: "notes"}}})
+		defer c.DeleteSandbox(ctx, x.ID)
+		before := mustGit(x.ID, "git rev-parse HEAD")
+		if len(x.Vaults) != 1 || x.Vaults[0].Commit != before {
+			t.Fatalf("x's mount: %+v, its clone at %s", x.Vaults, before)
+		}
+		// The files are the commit's, the clone whole and clean, and the
+		// agent's own: it changes one of the layer's, adds one, commits
+		// and pushes.
+		if got := mustGit(x.ID, "git status --porcelain; git fsck --full 2>&1; stat -c %U index.md .git/index .git/objects/pack; git ls-files | wc -l"); got != "user\nuser\nuser\n"+mustGit(x.ID, "find . -path ./.git -prune -o ! -type d -print | wc -l") {
+			t.Errorf("x's clone: %q", got)
+		}
+		mustGit(x.ID, "echo changed >> index.md && echo new > timeline/x.md && git add -A && git commit -qm from-x && git push -q 2>&1")
+		after := mustGit(x.ID, "git rev-parse HEAD")
+		y := create(api.CreateSandboxRequest{Vaults: []api.VaultMount{{Name: "notes"}}})
+		defer c.DeleteSandbox(ctx, y.ID)
+		if y.Vaults[0].Commit != after || mustGit(y.ID, "git rev-parse HEAD") != after {
+			t.Errorf("y's mount: %+v, not at %s", y.Vaults, after)
+		}
+		if got := mustGit(y.ID, "cat timeline/x.md; tail -1 index.md; git status --porcelain"); got != "new\nchanged" {
+			t.Errorf("y's clone: %q", got)
+		}
+		// z, made at the same commit as y, sees y's layer, not y's changes.
+		mustGit(y.ID, "echo y-only > y.md && rm timeline/x.md")
+		z := create(api.CreateSandboxRequest{Vaults: []api.VaultMount{{Name: "notes"}}})
+		defer c.DeleteSandbox(ctx, z.ID)
+		if got := mustGit(z.ID, "cat timeline/x.md; test -e y.md || echo no-y; git status --porcelain"); got != "new\nno-y" {
+			t.Errorf("z's clone: %q", got)
+		}
+		// A stop and start, a snapshot's new sandbox: the clone as left.
+		if _, err := c.StopSandbox(ctx, y.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.StartSandbox(ctx, y.ID); err != nil {
+			t.Fatal(err)
+		}
+		want := "D timeline/x.md\n?? y.md" // sorted, " D" first; trimmed
+		if got := mustGit(y.ID, "git status --porcelain | sort"); got != want {
+			t.Errorf("y after a stop and start: %q", got)
+		}
+		snap, err := c.CreateSnapshot(ctx, y.ID, api.CreateSnapshotRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := create(api.CreateSandboxRequest{Snapshot: snap.ID})
+		defer c.DeleteSandbox(ctx, s.ID)
+		if got := mustGit(s.ID, "git status --porcelain | sort; git rev-parse HEAD; git fsck 2>&1"); got != want+"\n"+after {
+			t.Errorf("the snapshot's sandbox: %q", got)
+		}
+		mustGit(y.ID, "git add -A && git commit -qm from-y && git pull -q --rebase 2>&1 && git push -q 2>&1")
+		mustGit(x.ID, "git pull -q 2>&1 && cat y.md && test ! -e timeline/x.md")
+	})
+
 	t.Run("rm refused while mounted", func(t *testing.T) {
 		if err := c.DeleteVault(ctx, "notes", false); !errors.Is(err, errdefs.ErrConflict) && !strings.Contains(fmt.Sprint(err), "mounted") {
 			t.Errorf("rm of a mounted vault: %v", err)
