@@ -676,6 +676,7 @@ func (s *serving) buildHandler(ctx context.Context) error {
 		vcfg.Credentials = s.vaultCreds
 	}
 	vcfg.Sandboxes = summarizerSandboxes{svc: s.svc, log: s.log}
+	vcfg.LayerMade = s.svc.PrepareVaultLayer
 	tick, err := vaultScheduleTick()
 	if err != nil {
 		return err

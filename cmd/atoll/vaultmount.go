@@ -18,6 +18,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/agent"
 	"github.com/atoll-dev/atoll/internal/control"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/runtime/overlay"
 	"github.com/atoll-dev/atoll/internal/server"
 	"github.com/atoll-dev/atoll/internal/store"
 	"github.com/atoll-dev/atoll/internal/tenant"
@@ -40,12 +41,6 @@ type vaultMounts struct {
 	gitURL func(sb api.Sandbox, name string) string
 	log    *slog.Logger
 	now    func() time.Time
-
-	// lastDirs are, by tenant, vault ID and path, the directories above
-	// the path of the last layer planned: what the next create most
-	// likely wants, so Check makes its layer ahead (vault.TemplateDirs).
-	lastMu   sync.Mutex
-	lastDirs map[string][]vault.LayerDir
 }
 
 var (
@@ -62,8 +57,7 @@ func (s *serving) startVaultMounts(ctx context.Context, vaults *vault.Service) (
 	if err != nil {
 		return nil, err
 	}
-	m := &vaultMounts{vaults: vaults, svc: s.svc, state: s.state, key: key, ttl: vault.DefaultTokenTTL, log: s.log, now: time.Now,
-		lastDirs: map[string][]vault.LayerDir{}}
+	m := &vaultMounts{vaults: vaults, svc: s.svc, state: s.state, key: key, ttl: vault.DefaultTokenTTL, log: s.log, now: time.Now}
 	// A debug knob, for tests of renewal and expiry.
 	if v := os.Getenv("ATOLL_VAULT_TOKEN_TTL"); v != "" {
 		if m.ttl, err = time.ParseDuration(v); err != nil || m.ttl < time.Second {
@@ -109,36 +103,21 @@ func (s *serving) startVaultMounts(ctx context.Context, vaults *vault.Service) (
 }
 
 // Check implements server.VaultMounts. The vaults there, it starts
-// making their layers (vault.Service.Layer) while the create makes the
-// sandbox, for the directories above the path the last create had: the
-// create's Plan then finds them made.
+// making the layers of their heads (vault.Service.PrepareLayers) while
+// the create makes the sandbox, for the mounts of them this node made
+// before (a push's own are made after it): the create's Plan then finds
+// them made.
 func (m *vaultMounts) Check(ctx context.Context, ms []api.VaultMount) error {
 	for _, v := range ms {
 		if _, err := m.vaults.ID(ctx, v.Name); err != nil {
 			return err
 		}
 	}
-	ms, err := vault.CheckMounts(ms)
-	if err != nil {
-		return nil // the create refuses them
-	}
 	pctx := context.WithoutCancel(ctx)
-	t := tenant.Of(ctx)
 	for _, v := range ms {
 		go func() {
-			id, head, err := m.vaults.Head(pctx, v.Name)
-			if err != nil || head == "" {
-				return
-			}
-			m.lastMu.Lock()
-			dirs, ok := m.lastDirs[t+"\x00"+id+"\x00"+v.Path]
-			m.lastMu.Unlock()
-			if !ok {
-				return
-			}
-			spec := vault.LayerSpec{Vault: id, Tenant: t, Name: v.Name, Commit: head, Path: v.Path, UID: sandboxUID, GID: sandboxUID, Dirs: dirs}
-			if _, err := m.vaults.Layer(pctx, spec); err != nil {
-				m.log.Debug("making a vault's layer ahead", "vault", v.Name, "err", err)
+			if err := m.vaults.PrepareLayers(pctx, v.Name); err != nil {
+				m.log.Debug("making a vault's layers ahead", "vault", v.Name, "err", err)
 			}
 		}()
 	}
@@ -148,6 +127,9 @@ func (m *vaultMounts) Check(ctx context.Context, ms []api.VaultMount) error {
 // Plan implements control.VaultLayers: each vault with a commit gets the
 // layer of its head, over the template's layers tmpl.
 func (m *vaultMounts) Plan(ctx context.Context, sb *store.Sandbox, tmpl []string) ([]byte, error) {
+	if len(tmpl)+len(sb.Vaults) > overlay.MaxLayers {
+		return nil, nil // cloned, as a template of that many layers leaves no room
+	}
 	ctx = tenant.NewContext(ctx, sb.Tenant)
 	var specs []vault.LayerSpec
 	for i, v := range sb.Vaults {
@@ -160,9 +142,6 @@ func (m *vaultMounts) Plan(ctx context.Context, sb *store.Sandbox, tmpl []string
 		}
 		spec := vault.LayerSpec{Vault: id, Tenant: sb.Tenant, Name: v.Name, Commit: head, Path: v.Path,
 			UID: sandboxUID, GID: sandboxUID, Dirs: vault.TemplateDirs(tmpl, v.Path, sandboxUID, sandboxUID)}
-		m.lastMu.Lock()
-		m.lastDirs[sb.Tenant+"\x00"+id+"\x00"+v.Path] = spec.Dirs
-		m.lastMu.Unlock()
 		if _, err := m.vaults.Layer(ctx, spec); err != nil {
 			return nil, fmt.Errorf("vault %s: %w", v.Name, err)
 		}
@@ -288,6 +267,7 @@ func (m *vaultMounts) run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		m.sweepLayers(ctx)
 		sbs, err := m.state.List(ctx)
 		if err != nil {
 			m.log.Warn("listing sandboxes to renew their vault tokens", "err", err)
@@ -303,6 +283,25 @@ func (m *vaultMounts) run(ctx context.Context) {
 			}
 			cancel()
 		}
+	}
+}
+
+// sweepLayers removes the vault layers no sandbox or snapshot of this
+// node stacks on (but those of the heads its mounts will want), and the
+// runtimes' images of them.
+func (m *vaultMounts) sweepLayers(ctx context.Context) {
+	keep := map[string]bool{}
+	for _, kept := range m.svc.KeptVaultLayers() {
+		var specs []vault.LayerSpec
+		if err := json.Unmarshal(kept, &specs); err != nil {
+			return // not understood: nothing removed
+		}
+		for _, spec := range specs {
+			keep[vault.LayerKey(spec)] = true
+		}
+	}
+	if m.vaults.SweepLayers(ctx, keep) > 0 {
+		m.svc.PruneLayerImages()
 	}
 }
 

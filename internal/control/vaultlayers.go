@@ -10,6 +10,7 @@ import (
 
 	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/layers"
+	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/store"
 )
 
@@ -77,4 +78,48 @@ func (s *Service) vaultLayers(ctx context.Context, writable string, tmpl []strin
 		return nil, fmt.Errorf("%w: the sandbox's vault layers: %v", errdefs.ErrUnavailable, err)
 	}
 	return append(vl, slices.Clone(tmpl)...), nil
+}
+
+// PrepareVaultLayer has the node's default runtime make what its
+// sandboxes over the vault layer dir share (its image), ahead of the
+// create that stacks it.
+func (s *Service) PrepareVaultLayer(ctx context.Context, dir string) {
+	p, ok := s.runtimes[s.defaults.Runtime].(runtime.LayerPreparer)
+	if !ok {
+		return
+	}
+	if err := p.PrepareLayers(ctx, []string{dir}); err != nil {
+		s.log.Debug("preparing a vault layer", "layer", dir, "err", err)
+	}
+}
+
+// KeptVaultLayers returns what the writable layers and snapshots of this
+// node keep of their vault layers (VaultLayersFile), one each that has.
+func (s *Service) KeptVaultLayers() [][]byte {
+	var dirs []string
+	ids, _ := s.layers.WritableIDs()
+	for _, id := range ids {
+		dirs = append(dirs, s.layers.WritableDir(id))
+	}
+	ids, _ = s.layers.SnapshotIDs()
+	for _, id := range ids {
+		dirs = append(dirs, s.layers.SnapshotDir(id))
+	}
+	var out [][]byte
+	for _, d := range dirs {
+		if b, err := os.ReadFile(filepath.Join(d, VaultLayersFile)); err == nil {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// PruneLayerImages has the runtimes drop their images of layers that are
+// gone (vault layers swept).
+func (s *Service) PruneLayerImages() {
+	for _, rt := range s.runtimes {
+		if p, ok := rt.(runtime.LayerPruner); ok {
+			p.PruneLayers()
+		}
+	}
 }

@@ -84,3 +84,7 @@ func (s *Store) SnapshotIDs() ([]string, error) {
 	}
 	return ids, err
 }
+
+// SnapshotDir is snapshot id's directory: a read-only copy of a writable
+// layer's (WritableDir).
+func (s *Store) SnapshotDir(id string) string { return s.snapshotDir(id) }

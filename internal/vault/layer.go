@@ -9,15 +9,18 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/store"
 )
 
 // A mount as a layer (docs/vault.md, "How a mount is made"). Unpacking a
@@ -92,9 +95,12 @@ func (s *Service) Head(ctx context.Context, name string) (id, commit string, err
 // Layer returns the directory of the layer spec says, made if it is not
 // there: from the vault's cache repository, which has every commit the
 // main branch ever had (history is append-only) unless the vault allows
-// rewrites and the commit was rewritten away.
+// rewrites and the commit was rewritten away. The spec is remembered, so
+// that the vault's next commits get their layers as soon as they are
+// pushed (layersSoon).
 func (s *Service) Layer(ctx context.Context, spec LayerSpec) (string, error) {
 	dir := filepath.Join(s.layersDir(), spec.key())
+	s.remember(spec, filepath.Base(dir))
 	if _, err := os.Stat(dir); err == nil {
 		return dir, nil
 	}
@@ -107,12 +113,105 @@ func (s *Service) Layer(ctx context.Context, spec LayerSpec) (string, error) {
 			return nil, err
 		}
 		s.log.Info("vault layer made", "vault", spec.Vault, "commit", spec.Commit, "layer", filepath.Base(dir), "ms", time.Since(t0).Milliseconds())
+		if s.cfg.LayerMade != nil {
+			s.cfg.LayerMade(ctx, dir)
+		}
+		// On disk soon, not before the sandbox starts: until it is (the
+		// mark beside it), a reboot drops it, and it is made again.
+		s.background(func(context.Context) {
+			if err := syncDir(dir); err == nil {
+				err = os.WriteFile(dir+syncedMark, nil, 0o600)
+			}
+		})
 		return nil, nil
 	})
 	if err != nil {
 		return "", fmt.Errorf("the layer of vault %s at %.12s: %w", spec.Name, spec.Commit, err)
 	}
 	return dir, nil
+}
+
+// syncedMark, after a layer's directory name, names the file that says
+// the layer is on disk.
+const syncedMark = ".synced"
+
+// mountKinds bounds the mounts a vault's layers are made ahead for.
+const mountKinds = 4
+
+// remember keeps spec, without its commit, as one that a mount of its
+// vault had: its next commits' layers are made ahead. And it notes the
+// use of layer, which SweepLayers leaves for a minute.
+func (s *Service) remember(spec LayerSpec, layer string) {
+	spec.Commit = ""
+	k := spec.key()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.layerUsed[layer] = time.Now()
+	kinds := s.mounted[spec.Vault]
+	for i, o := range kinds {
+		if o.key() == k {
+			kinds = append(kinds[:i], kinds[i+1:]...)
+			break
+		}
+	}
+	s.mounted[spec.Vault] = append([]LayerSpec{spec}, kinds[:min(len(kinds), mountKinds-1)]...)
+}
+
+// PrepareLayers makes ahead the layers of the head of the context's
+// tenant's vault name for the mounts of it this node has made.
+func (s *Service) PrepareLayers(ctx context.Context, name string) error {
+	v, err := s.lookup(ctx, name)
+	if err != nil {
+		return err
+	}
+	return s.headLayers(ctx, v.ID)
+}
+
+// headLayers makes the layers of vault id's head for the mounts of it
+// this node has made.
+func (s *Service) headLayers(ctx context.Context, id string) error {
+	s.mu.Lock()
+	kinds := slices.Clone(s.mounted[id])
+	s.mu.Unlock()
+	if len(kinds) == 0 {
+		return nil
+	}
+	refs, _, err := s.cfg.Store.VaultState(ctx, id)
+	if err != nil || refs[mainRef] == "" {
+		return err
+	}
+	for _, spec := range kinds {
+		spec.Commit = refs[mainRef]
+		if _, err := s.Layer(ctx, spec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// layersSoon makes, in the background, the layers of vault v's head
+// that its mounts here will want: after a push.
+func (s *Service) layersSoon(v store.Vault) {
+	s.background(func(ctx context.Context) {
+		if err := s.headLayers(ctx, v.ID); err != nil && ctx.Err() == nil {
+			s.log.Debug("making a vault's layers after a push", "vault", v.ID, "err", err)
+		}
+	})
+}
+
+// background runs fn in the background until the service closes.
+func (s *Service) background(fn func(ctx context.Context)) {
+	s.idx.mu.Lock()
+	if s.idx.closed {
+		s.idx.mu.Unlock()
+		return
+	}
+	s.idx.wg.Add(1)
+	s.idx.mu.Unlock()
+	go func() {
+		defer s.idx.wg.Done()
+		fn(s.idx.ctx)
+	}()
 }
 
 // makeLayer makes the layer of spec at dir.
@@ -238,14 +337,7 @@ func (s *Service) makeLayer(ctx context.Context, spec LayerSpec, dir string) err
 	if err != nil {
 		return err
 	}
-	// On disk before it is named: a sandbox's files must survive a crash.
-	if err := syncDir(tmp); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		return err
-	}
-	return syncDir(s.layersDir())
+	return os.Rename(tmp, dir)
 }
 
 // setAttrs gives p mode, owner and modification time.
@@ -304,20 +396,48 @@ func KeptLayers(file string) ([]LayerSpec, error) {
 	return out, nil
 }
 
-// SweepLayers removes the layers not in keep (keys, as LayerKey) and
-// older than a minute (a layer just made, for a create under way, is
-// not in a writable layer yet).
-func (s *Service) SweepLayers(keep map[string]bool) {
+// SweepLayers removes the layers that are neither in keep (keys, as
+// LayerKey: those the sandboxes and snapshots of this node stack on) nor
+// of the heads of the mounts this node made, and are older than a minute
+// (a layer just made, for a create under way, is in no writable layer
+// yet). It returns how many it removed.
+func (s *Service) SweepLayers(ctx context.Context, keep map[string]bool) int {
+	s.mu.Lock()
+	mounted := maps.Clone(s.mounted)
+	for l, t := range s.layerUsed {
+		if time.Since(t) < time.Minute {
+			keep[l] = true
+		} else {
+			delete(s.layerUsed, l)
+		}
+	}
+	s.mu.Unlock()
+	for id, kinds := range mounted {
+		refs, _, err := s.cfg.Store.VaultState(ctx, id)
+		if err != nil {
+			continue
+		}
+		for _, spec := range kinds {
+			spec.Commit = refs[mainRef]
+			keep[spec.key()] = true
+		}
+	}
+	n := 0
 	ents, _ := os.ReadDir(s.layersDir())
 	for _, e := range ents {
 		fi, err := e.Info()
-		if err != nil || keep[e.Name()] || time.Since(fi.ModTime()) < time.Minute {
+		if err != nil || !e.IsDir() || keep[e.Name()] || time.Since(fi.ModTime()) < time.Minute ||
+			strings.HasPrefix(e.Name(), ".") && !strings.HasPrefix(e.Name(), ".tmp-") {
 			continue
 		}
-		if err := os.RemoveAll(filepath.Join(s.layersDir(), e.Name())); err != nil {
+		n++
+		d := filepath.Join(s.layersDir(), e.Name())
+		if err := os.RemoveAll(d); err != nil {
 			s.log.Warn("removing a vault layer", "layer", e.Name(), "err", err)
 		}
+		os.Remove(d + syncedMark)
 	}
+	return n
 }
 
 // LayerKey is the name of spec's layer, for SweepLayers.

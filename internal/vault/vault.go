@@ -60,6 +60,9 @@ type Config struct {
 	// tenant t; Delete refuses a vault they mount unless forced. nil:
 	// none ever does (sandboxes do not mount vaults yet).
 	Mounts func(ctx context.Context, t, name string) (int, error)
+	// LayerMade, if set, is told of each mount's layer made (layer.go),
+	// for the runtimes to make their images of it ahead.
+	LayerMade func(ctx context.Context, dir string)
 	// Credentials, if set, mints object-storage credentials limited to a
 	// vault's objects (stscreds.Minter); nil: Credentials answers
 	// errdefs.ErrConflict, the server has no S3 store or no role.
@@ -112,6 +115,11 @@ type Service struct {
 	// locks serialize, per vault ID, the bringing of the cache up to the
 	// store and the pushes through this node (see lock).
 	locks map[string]*vaultLock
+	// mounted are, by vault ID, the mounts of it this node made as
+	// layers, latest first, without their commits (layer.go).
+	mounted map[string][]LayerSpec
+	// layerUsed are when layers were last asked for (layer.go).
+	layerUsed map[string]time.Time
 	// pushes are the pushes under way, by their token (git.go).
 	pushes map[string]*push
 	// conns are the hooks' connections being served; closed, Close.
@@ -143,7 +151,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Store == nil || cfg.Blob == nil || cfg.Dir == "" {
 		return nil, errors.New("vault: Config.Store, Blob and Dir are required")
 	}
-	s := &Service{cfg: cfg, log: cfg.Logger, locks: map[string]*vaultLock{}, pushes: map[string]*push{}, conns: map[net.Conn]struct{}{}, idx: newIndexes()}
+	s := &Service{cfg: cfg, log: cfg.Logger, locks: map[string]*vaultLock{}, mounted: map[string][]LayerSpec{}, layerUsed: map[string]time.Time{}, pushes: map[string]*push{}, conns: map[net.Conn]struct{}{}, idx: newIndexes()}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -614,6 +622,17 @@ func (s *Service) dropStaleCaches() error {
 			}
 		}
 		s.log.Info("vault caches dropped after a reboot", "caches", len(caches))
+		// And the mounts' layers not known to be on disk (layer.go),
+		// made again when a sandbox wants them.
+		layers, _ := os.ReadDir(s.layersDir())
+		for _, l := range layers {
+			d := filepath.Join(s.layersDir(), l.Name())
+			if _, err := os.Stat(d + syncedMark); l.IsDir() && err != nil {
+				if err := os.RemoveAll(d); err != nil {
+					return fmt.Errorf("vault: dropping a layer written before a reboot: %w", err)
+				}
+			}
+		}
 	}
 	return atomicfile.Write(p, cur, 0o600)
 }
