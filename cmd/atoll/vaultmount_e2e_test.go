@@ -245,8 +245,23 @@ func TestVaultMountE2E(t *testing.T) {
 	})
 
 	t.Run("a mount is a layer of its commit, written through", func(t *testing.T) {
+		// A create does not wait for a layer: the clone is unpacked while
+		// one is made (for each push, after it) for the next.
+		layered := func() api.Sandbox {
+			t.Helper()
+			for range 50 {
+				sb := create(api.CreateSandboxRequest{Vaults: []api.VaultMount{{Name: "notes"}}})
+				if sb.Vaults[0].Commit != "" {
+					return sb
+				}
+				c.DeleteSandbox(ctx, sb.ID)
+				time.Sleep(100 * time.Millisecond)
+			}
+			t.Fatal("no create had its vault's layer")
+			return api.Sandbox{}
+		}
 		// x mounts the head as it is; a push later, y mounts the new one.
-		x := create(api.CreateSandboxRequest{Vaults: []api.VaultMount{{Name: "notes"}}})
+		x := layered()
 		defer c.DeleteSandbox(ctx, x.ID)
 		before := mustGit(x.ID, "git rev-parse HEAD")
 		if len(x.Vaults) != 1 || x.Vaults[0].Commit != before {
@@ -260,7 +275,7 @@ func TestVaultMountE2E(t *testing.T) {
 		}
 		mustGit(x.ID, "echo changed >> index.md && echo new > timeline/x.md && git add -A && git commit -qm from-x && git push -q 2>&1")
 		after := mustGit(x.ID, "git rev-parse HEAD")
-		y := create(api.CreateSandboxRequest{Vaults: []api.VaultMount{{Name: "notes"}}})
+		y := layered()
 		defer c.DeleteSandbox(ctx, y.ID)
 		if y.Vaults[0].Commit != after || mustGit(y.ID, "git rev-parse HEAD") != after {
 			t.Errorf("y's mount: %+v, not at %s", y.Vaults, after)
@@ -270,7 +285,7 @@ func TestVaultMountE2E(t *testing.T) {
 		}
 		// z, made at the same commit as y, sees y's layer, not y's changes.
 		mustGit(y.ID, "echo y-only > y.md && rm timeline/x.md")
-		z := create(api.CreateSandboxRequest{Vaults: []api.VaultMount{{Name: "notes"}}})
+		z := layered()
 		defer c.DeleteSandbox(ctx, z.ID)
 		if got := mustGit(z.ID, "cat timeline/x.md; test -e y.md || echo no-y; git status --porcelain"); got != "new\nno-y" {
 			t.Errorf("z's clone: %q", got)

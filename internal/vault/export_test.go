@@ -21,3 +21,9 @@ var NextRun = nextRun
 
 // QuarantineParents is quarantineParents, for its test.
 var QuarantineParents = quarantineParents
+
+// LayerWhole makes the layer of spec at dir with every file written, as
+// without an earlier layer to make it from.
+func LayerWhole(s *Service, ctx context.Context, spec LayerSpec, dir string) error {
+	return s.makeLayer(ctx, spec, dir, layerBase{})
+}

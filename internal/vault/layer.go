@@ -109,10 +109,18 @@ func (s *Service) Layer(ctx context.Context, spec LayerSpec) (string, error) {
 			return nil, nil
 		}
 		t0 := time.Now()
-		if err := s.makeLayer(ctx, spec, dir); err != nil {
+		kind := spec
+		kind.Commit = ""
+		s.mu.Lock()
+		base := s.lastLayer[kind.key()]
+		s.mu.Unlock()
+		if err := s.makeLayer(ctx, spec, dir, base); err != nil {
 			return nil, err
 		}
-		s.log.Info("vault layer made", "vault", spec.Vault, "commit", spec.Commit, "layer", filepath.Base(dir), "ms", time.Since(t0).Milliseconds())
+		s.mu.Lock()
+		s.lastLayer[kind.key()] = layerBase{dir: dir, commit: spec.Commit}
+		s.mu.Unlock()
+		s.log.Info("vault layer made", "vault", spec.Vault, "commit", spec.Commit, "layer", filepath.Base(dir), "from", base.commit, "ms", time.Since(t0).Milliseconds())
 		if s.cfg.LayerMade != nil {
 			s.cfg.LayerMade(ctx, dir)
 		}
@@ -130,6 +138,28 @@ func (s *Service) Layer(ctx context.Context, spec LayerSpec) (string, error) {
 	}
 	return dir, nil
 }
+
+// ReadyLayer returns the directory of the layer spec says if it is made;
+// if not, it starts making it in the background and returns "": a create
+// does not wait for a layer (making one costs what unpacking the clone
+// into the sandbox does), a later one finds it.
+func (s *Service) ReadyLayer(spec LayerSpec) string {
+	dir := filepath.Join(s.layersDir(), spec.key())
+	s.remember(spec, filepath.Base(dir))
+	if _, err := os.Stat(dir); err == nil {
+		return dir
+	}
+	s.background(func(ctx context.Context) {
+		if _, err := s.Layer(ctx, spec); err != nil && ctx.Err() == nil {
+			s.log.Warn("making a vault layer", "vault", spec.Vault, "err", err)
+		}
+	})
+	return ""
+}
+
+// layerBase is a layer made, which a later commit's of the same mount
+// is made from (makeLayer).
+type layerBase struct{ dir, commit string }
 
 // syncedMark, after a layer's directory name, names the file that says
 // the layer is on disk.
@@ -214,8 +244,10 @@ func (s *Service) background(fn func(ctx context.Context)) {
 	}()
 }
 
-// makeLayer makes the layer of spec at dir.
-func (s *Service) makeLayer(ctx context.Context, spec LayerSpec, dir string) error {
+// makeLayer makes the layer of spec at dir: from the layer of an
+// earlier commit of the same mount (base, if there is one), whose files
+// it links and whose changes since it writes; else every file.
+func (s *Service) makeLayer(ctx context.Context, spec LayerSpec, dir string, base layerBase) error {
 	if spec.Commit == "" || !mountPathPattern.MatchString(spec.Path) || path.Clean(spec.Path) != spec.Path {
 		return fmt.Errorf("%w: a vault layer of no commit or a bad path", errdefs.ErrInvalid)
 	}
@@ -229,34 +261,6 @@ func (s *Service) makeLayer(ctx context.Context, spec LayerSpec, dir string) err
 	if err := os.MkdirAll(s.layersDir(), 0o700); err != nil {
 		return err
 	}
-	tmp, err := os.MkdirTemp(s.layersDir(), ".tmp-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	// The root and the directories above the path, as the template has
-	// them; the root's own are the writable layer's, which is on top.
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return err
-	}
-	for _, d := range spec.Dirs {
-		p := filepath.Join(tmp, d.Path)
-		if err := os.Mkdir(p, 0o755); err != nil {
-			return err
-		}
-		if err := setAttrs(p, fs.FileMode(d.Mode&0o7777), d.UID, d.GID, d.MTime); err != nil {
-			return err
-		}
-	}
-	work := filepath.Join(tmp, spec.Path)
-	gitDir := filepath.Join(work, ".git")
-	for _, d := range []string{work, gitDir, gitDir + "/refs/heads", gitDir + "/refs/tags", gitDir + "/refs/remotes/origin",
-		gitDir + "/objects/pack", gitDir + "/objects/info"} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
-	}
-
 	unlock := s.lock(v.ID)
 	cache, refs, err := s.ensureRefs(ctx, v)
 	var objects []objectFile
@@ -277,11 +281,46 @@ func (s *Service) makeLayer(ctx context.Context, spec LayerSpec, dir string) err
 	if refs[mainRef] != spec.Commit {
 		refs = map[string]string{mainRef: spec.Commit}
 	}
+	if base.dir != "" {
+		err := s.layerFrom(ctx, spec, dir, base, cache, refs, objects)
+		if err == nil {
+			return nil
+		}
+		s.log.Warn("making a vault layer from the last one; making it whole", "vault", spec.Vault, "err", err)
+	}
+	return s.layerWhole(ctx, spec, dir, cache, refs, objects)
+}
+
+// layerWhole makes the layer of spec at dir from the cache repository
+// cache: every file written.
+func (s *Service) layerWhole(ctx context.Context, spec LayerSpec, dir, cache string, refs map[string]string, objects []objectFile) error {
+	tmp, err := os.MkdirTemp(s.layersDir(), ".tmp-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	// The root and the directories above the path, as the template has
+	// them; the root's own are the writable layer's, which is on top.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return err
+	}
+	for _, d := range spec.Dirs {
+		if err := os.Mkdir(filepath.Join(tmp, d.Path), 0o755); err != nil {
+			return err
+		}
+	}
+	work := filepath.Join(tmp, spec.Path)
+	gitDir := filepath.Join(work, ".git")
+	for _, d := range []string{work, gitDir, gitDir + "/refs/heads", gitDir + "/refs/tags", gitDir + "/refs/remotes/origin",
+		gitDir + "/objects/pack", gitDir + "/objects/info"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
 	files := []struct {
 		name, body string
 	}{
 		{"HEAD", "ref: " + mainRef + "\n"},
-		{"packed-refs", packedRefs(refs)},
 		{"description", "vault " + spec.Name + "\n"},
 		{"refs/remotes/origin/HEAD", "ref: refs/remotes/origin/main\n"},
 	}
@@ -290,20 +329,12 @@ func (s *Service) makeLayer(ctx context.Context, spec LayerSpec, dir string) err
 			return err
 		}
 	}
-	// Copies, not links: the layer is the sandbox's, and outlives the
-	// cache. Objects are read-only, as git makes them.
-	for _, o := range objects {
-		if err := copyObject(o.f, filepath.Join(gitDir, "objects", o.name)); err != nil {
-			return err
-		}
-	}
-	// The index (without stat data: git in the sandbox hashes the files
-	// once, finds them clean and refreshes it) and the files, written by
-	// git from the cache's objects; a symlink is made, never followed.
-	env := []string{"GIT_INDEX_FILE=" + filepath.Join(gitDir, "index")}
-	if _, err := s.run(ctx, cache, env, nil, "read-tree", spec.Commit); err != nil {
+	if err := s.layerGit(ctx, spec, cache, gitDir, refs, objects); err != nil {
 		return err
 	}
+	// The files, written by git from the cache's objects; a symlink is
+	// made, never followed.
+	env := []string{"GIT_INDEX_FILE=" + filepath.Join(gitDir, "index")}
 	if _, err := s.run(ctx, cache, env, nil, "--work-tree="+work, "checkout-index", "--all", "--force"); err != nil {
 		return err
 	}
@@ -313,29 +344,187 @@ func (s *Service) makeLayer(ctx context.Context, spec LayerSpec, dir string) err
 		if err != nil {
 			return err
 		}
-		if d.Type()&fs.ModeSymlink != 0 {
-			return os.Lchown(p, spec.UID, spec.GID)
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		mode := fs.FileMode(0o644)
-		switch {
-		case d.IsDir():
-			mode = 0o755
-		case strings.HasPrefix(p, gitDir+"/objects/") && !d.IsDir():
-			mode = 0o444
-		case fi.Mode()&0o100 != 0:
-			mode = 0o755
-		}
-		if err := os.Chmod(p, mode); err != nil {
-			return err
-		}
-		return os.Lchown(p, spec.UID, spec.GID)
+		return own(p, d, spec.UID, spec.GID)
 	})
 	if err != nil {
 		return err
+	}
+	return finishLayer(spec, tmp, dir)
+}
+
+// layerGit writes, in the layer's .git at gitDir, what changes from
+// commit to commit: the refs, the objects it lacks (copies, not links:
+// the layer outlives the cache; read-only, as git makes them) and the
+// index of the commit (without stat data: git in the sandbox hashes the
+// files once, finds them clean and refreshes it).
+func (s *Service) layerGit(ctx context.Context, spec LayerSpec, cache, gitDir string, refs map[string]string, objects []objectFile) error {
+	if err := writeOwned(filepath.Join(gitDir, "packed-refs"), packedRefs(refs), spec.UID, spec.GID); err != nil {
+		return err
+	}
+	for _, o := range objects {
+		dst := filepath.Join(gitDir, "objects", o.name)
+		if _, err := os.Lstat(dst); err == nil {
+			continue // linked from the base
+		}
+		if err := copyObject(o.f, dst); err != nil {
+			return err
+		}
+		if err := os.Lchown(dst, spec.UID, spec.GID); err != nil {
+			return err
+		}
+	}
+	index := filepath.Join(gitDir, "index")
+	if _, err := s.run(ctx, cache, []string{"GIT_INDEX_FILE=" + index}, nil, "read-tree", spec.Commit); err != nil {
+		return err
+	}
+	if err := os.Chmod(index, 0o644); err != nil {
+		return err
+	}
+	return os.Lchown(index, spec.UID, spec.GID)
+}
+
+// layerFrom makes the layer of spec at dir from base, an earlier
+// commit's of the same mount: its files linked (a layer's files are
+// never changed, only replaced), those the commits differ by removed,
+// and the new commit's written. A commit of a few files costs a link a
+// file, not a file written.
+func (s *Service) layerFrom(ctx context.Context, spec LayerSpec, dir string, base layerBase, cache string, refs map[string]string, objects []objectFile) error {
+	tmp, err := os.MkdirTemp(s.layersDir(), ".tmp-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	work := filepath.Join(tmp, spec.Path)
+	gitDir := filepath.Join(work, ".git")
+	// What changed, paths relative to the work tree.
+	out, err := s.run(ctx, cache, nil, nil, "diff-tree", "-r", "-z", "--no-renames", "--raw", base.commit, spec.Commit)
+	if err != nil {
+		return err
+	}
+	fields := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
+	var gone, changed []string
+	for i := 0; i+1 < len(fields); i += 2 {
+		meta, p := fields[i], fields[i+1]
+		if p == "" || strings.HasPrefix(p, ".git/") || p == ".git" {
+			return fmt.Errorf("a path %q in the diff", p)
+		}
+		gone = append(gone, p) // the old file goes, whatever the change
+		if !strings.HasSuffix(meta, " D") {
+			changed = append(changed, p)
+		}
+	}
+	// Every file linked but the .git's that change and the files that go.
+	skip := map[string]bool{filepath.Join(gitDir, "packed-refs"): true, filepath.Join(gitDir, "index"): true}
+	for _, p := range gone {
+		skip[filepath.Join(work, p)] = true
+	}
+	err = filepath.WalkDir(base.dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(base.dir, p)
+		dst := filepath.Join(tmp, rel)
+		if skip[dst] {
+			return nil
+		}
+		if !d.IsDir() {
+			return os.Link(p, dst)
+		}
+		if rel == "." {
+			return os.Chmod(tmp, 0o755)
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		if err := os.Mkdir(dst, 0o755); err != nil {
+			return err
+		}
+		return setAttrs(dst, fs.FileMode(st.Mode&0o7777), int(st.Uid), int(st.Gid), 0)
+	})
+	if err != nil {
+		return err
+	}
+	// Directories the removals emptied go: a clone would not have them.
+	for _, p := range gone {
+		for d := path.Dir(p); d != "."; d = path.Dir(d) {
+			if os.Remove(filepath.Join(work, d)) != nil {
+				break // not empty (or not there)
+			}
+		}
+	}
+	if err := s.layerGit(ctx, spec, cache, gitDir, refs, objects); err != nil {
+		return err
+	}
+	if len(changed) > 0 {
+		env := []string{"GIT_INDEX_FILE=" + filepath.Join(gitDir, "index")}
+		in := strings.NewReader(strings.Join(changed, "\x00") + "\x00")
+		if _, err := s.run(ctx, cache, env, in, "--work-tree="+work, "checkout-index", "--force", "-z", "--stdin"); err != nil {
+			return err
+		}
+		// The files written and the directories made for them.
+		done := map[string]bool{}
+		for _, p := range changed {
+			for q := p; q != "." && !done[q]; q = path.Dir(q) {
+				done[q] = true
+				fi, err := os.Lstat(filepath.Join(work, q))
+				if err != nil {
+					return err
+				}
+				if err := own(filepath.Join(work, q), fs.FileInfoToDirEntry(fi), spec.UID, spec.GID); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return finishLayer(spec, tmp, dir)
+}
+
+// own gives the file p of a clone (d its entry) its owner and the mode
+// git archive would give it.
+func own(p string, d fs.DirEntry, uid, gid int) error {
+	if d.Type()&fs.ModeSymlink != 0 {
+		return os.Lchown(p, uid, gid)
+	}
+	fi, err := d.Info()
+	if err != nil {
+		return err
+	}
+	mode := fs.FileMode(0o644)
+	switch {
+	case d.IsDir():
+		mode = 0o755
+	case strings.Contains(p, "/.git/objects/"):
+		mode = 0o444
+	case fi.Mode()&0o100 != 0:
+		mode = 0o755
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		return err
+	}
+	return os.Lchown(p, uid, gid)
+}
+
+// writeOwned writes body to a new file p, uid:gid's, mode 0644.
+func writeOwned(p, body string, uid, gid int) error {
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		return err
+	}
+	if err := os.Chmod(p, 0o644); err != nil {
+		return err
+	}
+	return os.Lchown(p, uid, gid)
+}
+
+// finishLayer gives the directories above the mount's path in the layer
+// made at tmp their attributes (last: making the clone changed their
+// times) and names it dir.
+func finishLayer(spec LayerSpec, tmp, dir string) error {
+	for i := len(spec.Dirs) - 1; i >= 0; i-- {
+		d := spec.Dirs[i]
+		if err := setAttrs(filepath.Join(tmp, d.Path), fs.FileMode(d.Mode&0o7777), d.UID, d.GID, d.MTime); err != nil {
+			return err
+		}
 	}
 	return os.Rename(tmp, dir)
 }
