@@ -125,9 +125,9 @@ func (m *vaultMounts) Check(ctx context.Context, ms []api.VaultMount) error {
 }
 
 // Plan implements control.VaultLayers: each vault with a commit gets the
-// layer of its head, over the template's layers tmpl, if it is made; if
-// not, the vault is cloned as before and its layer made for the next
-// create (a push's own is made as soon as it is pushed).
+// layer of its head, over the template's layers tmpl, if it is made or
+// can be made from an earlier commit's; if not, the vault is cloned as
+// before and its layer made for the next create (vault.ReadyLayer).
 func (m *vaultMounts) Plan(ctx context.Context, sb *store.Sandbox, tmpl []string) ([]byte, error) {
 	if len(tmpl)+len(sb.Vaults) > overlay.MaxLayers {
 		return nil, nil // cloned, as a template of that many layers leaves no room
@@ -144,7 +144,7 @@ func (m *vaultMounts) Plan(ctx context.Context, sb *store.Sandbox, tmpl []string
 		}
 		spec := vault.LayerSpec{Vault: id, Tenant: sb.Tenant, Name: v.Name, Commit: head, Path: v.Path,
 			UID: sandboxUID, GID: sandboxUID, Dirs: vault.TemplateDirs(tmpl, v.Path, sandboxUID, sandboxUID)}
-		if m.vaults.ReadyLayer(spec) == "" {
+		if m.vaults.ReadyLayer(ctx, spec) == "" {
 			continue // cloned, while its layer is made for the next
 		}
 		sb.Vaults[i].Commit = head

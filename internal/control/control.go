@@ -143,14 +143,14 @@ type Service struct {
 	// events takes the lifecycle events (events.go); nil: none.
 	events Events
 	// name is the node's (Config.Node.Name()); "" on a single machine.
-	name      string
-	placer    Placer
-	peers     Peers
-	mover     Mover
-	layers    *layers.Store
+	name   string
+	placer Placer
+	peers  Peers
+	mover  Mover
+	layers *layers.Store
 	// vlayers give vaults' mounts as read-only layers (vaultlayers.go);
 	// nil: mounts are clones unpacked into the writable layer.
-	vlayers VaultLayers
+	vlayers   VaultLayers
 	runtimes  map[string]runtime.Runtime
 	agentPath string
 	defaults  Defaults

@@ -132,7 +132,7 @@ func (s *Service) ServeGit(w http.ResponseWriter, r *http.Request, name, rest st
 	}
 	if service == "git-receive-pack" && r.Method == "POST" {
 		s.receivePack(w, r, v, dir, env)
-		s.indexSoon(v) // the index follows the push, not waited for
+		s.indexSoon(v)  // the index follows the push, not waited for
 		s.layersSoon(v) // and the layers of mounts of its new head
 		return
 	}

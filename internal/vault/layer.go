@@ -139,15 +139,28 @@ func (s *Service) Layer(ctx context.Context, spec LayerSpec) (string, error) {
 	return dir, nil
 }
 
-// ReadyLayer returns the directory of the layer spec says if it is made;
-// if not, it starts making it in the background and returns "": a create
-// does not wait for a layer (making one costs what unpacking the clone
-// into the sandbox does), a later one finds it.
-func (s *Service) ReadyLayer(spec LayerSpec) string {
+// ReadyLayer returns the directory of the layer spec says if it is made,
+// or once it is if it can be made from an earlier commit's (a push's is
+// under way as soon as the push is stored: a link a file, the changed
+// files written). If it would be made whole, it starts making it in the
+// background and returns "": a create does not wait for that (it costs
+// what unpacking the clone into the sandbox does); a later one finds it.
+func (s *Service) ReadyLayer(ctx context.Context, spec LayerSpec) string {
 	dir := filepath.Join(s.layersDir(), spec.key())
 	s.remember(spec, filepath.Base(dir))
 	if _, err := os.Stat(dir); err == nil {
 		return dir
+	}
+	kind := spec
+	kind.Commit = ""
+	s.mu.Lock()
+	_, fromBase := s.lastLayer[kind.key()]
+	s.mu.Unlock()
+	if fromBase {
+		if dir, err := s.Layer(ctx, spec); err == nil {
+			return dir
+		}
+		return ""
 	}
 	s.background(func(ctx context.Context) {
 		if _, err := s.Layer(ctx, spec); err != nil && ctx.Err() == nil {
