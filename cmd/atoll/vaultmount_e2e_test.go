@@ -40,6 +40,7 @@ func TestVaultMountE2E(t *testing.T) {
 	}
 	w := newNetWorld(t)
 	data := testenv.Dir(t)
+	linkVMCache(t, data) // the vm runtime's images, made once for all tests
 	// Tokens good for 6 s, renewed every 2 s: the renewal is tested.
 	d := startDaemonWith(t, &daemon{t: t, bin: atollBinary(t), data: data, netns: w.host,
 		env: []string{"ATOLL_VAULT_TOKEN_TTL=6s"}, args: []string{"--network", "on", "--network-bridge", w.id,
@@ -312,6 +313,64 @@ func TestVaultMountE2E(t *testing.T) {
 		}
 		mustGit(y.ID, "git add -A && git commit -qm from-y && git pull -q --rebase 2>&1 && git push -q 2>&1")
 		mustGit(x.ID, "git pull -q 2>&1 && cat y.md && test ! -e timeline/x.md")
+
+		// An archive of z, started again after every layer of the node
+		// is gone: its layer is made again from the vault, under its
+		// files as it left them.
+		mustGit(z.ID, "echo z-only > z.md")
+		if _, err := c.StopSandbox(ctx, z.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.ArchiveSandbox(ctx, z.ID); err != nil {
+			t.Fatal(err)
+		}
+		layers, _ := filepath.Glob(filepath.Join(data, "vaults", "layers", "*"))
+		if len(layers) == 0 {
+			t.Fatal("no vault layers on disk")
+		}
+		for _, l := range layers {
+			os.RemoveAll(l)
+		}
+		if _, err := c.StartSandbox(ctx, z.ID); err != nil {
+			t.Fatalf("start of the archived z: %v\n%s", err, d.out.String())
+		}
+		if got := mustGit(z.ID, "git status --porcelain; git rev-parse HEAD; cat timeline/x.md"); got != "?? z.md\n"+after+"\nnew" {
+			t.Errorf("z after its archive: %q", got)
+		}
+	})
+
+	t.Run("other runtimes stack the layer too", func(t *testing.T) {
+		rts, err := c.Runtimes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rt := range rts {
+			if rt.Name == "ns" {
+				continue
+			}
+			t.Run(rt.Name, func(t *testing.T) {
+				if !rt.Available {
+					testenv.Skip(t, "runtime "+rt.Name+" is not available here")
+				}
+				var sb api.Sandbox
+				for range 50 {
+					sb = create(api.CreateSandboxRequest{Runtime: rt.Name, MemoryMiB: 512, Vaults: []api.VaultMount{{Name: "notes"}}})
+					if sb.Vaults[0].Commit != "" {
+						break
+					}
+					c.DeleteSandbox(ctx, sb.ID)
+					time.Sleep(100 * time.Millisecond)
+				}
+				defer c.DeleteSandbox(ctx, sb.ID)
+				if sb.Vaults[0].Commit == "" {
+					t.Fatal("no create had its vault's layer")
+				}
+				if got := mustGit(sb.ID, "git status --porcelain; git rev-parse HEAD; stat -c %U index.md"); got != sb.Vaults[0].Commit+"\nuser" {
+					t.Errorf("the clone in %s: %q", rt.Name, got)
+				}
+				mustGit(sb.ID, "echo "+rt.Name+" > "+rt.Name+".md && git add -A && git commit -qm "+rt.Name+" && git pull -q --rebase 2>&1 && git push -q 2>&1")
+			})
+		}
 	})
 
 	t.Run("rm refused while mounted", func(t *testing.T) {

@@ -1,6 +1,11 @@
 package vault
 
-import "context"
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"time"
+)
 
 // SetAfterCommit sets what runs after a push is committed to the store
 // (nil: nothing), for the tests of a crash at that moment.
@@ -26,4 +31,16 @@ var QuarantineParents = quarantineParents
 // without an earlier layer to make it from.
 func LayerWhole(s *Service, ctx context.Context, spec LayerSpec, dir string) error {
 	return s.makeLayer(ctx, spec, dir, layerBase{})
+}
+
+// AgeLayers makes s's layers look made and last asked for d ago.
+func AgeLayers(s *Service, d time.Duration) {
+	s.mu.Lock()
+	clear(s.layerUsed)
+	s.mu.Unlock()
+	ents, _ := os.ReadDir(s.layersDir())
+	for _, e := range ents {
+		t := time.Now().Add(-d)
+		os.Chtimes(filepath.Join(s.layersDir(), e.Name()), t, t)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/vault"
@@ -84,6 +85,26 @@ func TestLayers(t *testing.T) {
 	}
 	if got, want := treeOf(t, l2), treeOf(t, whole); got != want {
 		t.Errorf("the layer made from the last differs from one made whole:\n%s\n---\n%s", got, want)
+	}
+
+	// The sweep: layers asked for in the last minute stay, then those
+	// kept (a sandbox's) and the head's of a mount made; the rest go.
+	if n := e.svc.SweepLayers(ctx, map[string]bool{}); n != 0 {
+		t.Errorf("the sweep removed %d fresh layers", n)
+	}
+	vault.AgeLayers(e.svc, 2*time.Minute)
+	spec.Commit = c1
+	if n := e.svc.SweepLayers(ctx, map[string]bool{vault.LayerKey(spec): true}); n != 0 {
+		t.Errorf("the sweep removed %d kept layers", n)
+	}
+	if n := e.svc.SweepLayers(ctx, map[string]bool{}); n != 1 {
+		t.Errorf("the sweep removed %d layers, want 1", n)
+	}
+	if _, err := os.Stat(l1); err == nil {
+		t.Error("the first commit's layer, kept by nothing, is still there")
+	}
+	if _, err := os.Stat(l2); err != nil {
+		t.Errorf("the head's layer: %v", err)
 	}
 }
 
