@@ -357,7 +357,34 @@ func (c *Cgroup) Delete() error {
 	if c.v2 != nil {
 		return c.v2.Delete()
 	}
+	if rmdirV1(c.path) == nil {
+		return nil
+	}
 	return c.v1.Delete()
+}
+
+// rmdirV1 removes the cgroup at path from each v1 hierarchy with one rmdir
+// each. The kernel refuses (EBUSY) while the cgroup holds a process or a
+// child cgroup; then the caller goes on to containerd's Delete, which says
+// which and retries. It is the common case made cheap: containerd's Delete
+// first walks every file of the cgroup in each hierarchy (a stat of each)
+// to look for processes the rmdir would find too.
+func rmdirV1(path string) error {
+	subs, err := v1Hierarchy()
+	if err != nil {
+		return err
+	}
+	for _, s := range subs {
+		p, ok := s.(interface{ Path(string) string })
+		if !ok {
+			return fmt.Errorf("cgroup v1 %s has no path", s.Name())
+		}
+		// cpu and cpuacct share a hierarchy: the second finds it gone.
+		if err := unix.Rmdir(p.Path(path)); err != nil && err != unix.ENOENT {
+			return err
+		}
+	}
+	return nil
 }
 
 // Freeze freezes every process in the cgroup.

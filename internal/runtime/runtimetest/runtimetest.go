@@ -458,6 +458,9 @@ func testIsolation(t *testing.T, rt runtime.Runtime, env Env, caps runtime.Caps)
 		// Rooted at the sandbox's own cgroup in every hierarchy, also
 		// where the process was moved in after its birth (cgroup v1).
 		{"cgroup namespace", "cut -d: -f3 /proc/self/cgroup | sort -u", "/\n", true},
+		// ... the one of the agent's main thread, which starts every
+		// process (confine.Starter).
+		{"cgroup namespace of init", "[ \"$(readlink /proc/1/ns/cgroup)\" = \"$(readlink /proc/self/ns/cgroup)\" ] && echo same", "same\n", true},
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {

@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	goruntime "runtime"
 	"syscall"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
@@ -117,7 +116,7 @@ func setup(ctl *os.File, starter *confine.Starter) error {
 		return fmt.Errorf("reading config: %w", err)
 	}
 	if cfg.NewCgroupNS {
-		if err := newCgroupNS(); err != nil {
+		if err := newCgroupNS(starter); err != nil {
 			return err
 		}
 	}
@@ -212,24 +211,18 @@ func clearParentDeathSignal() error {
 	return nil
 }
 
-// newCgroupNS puts every thread of the process in one new cgroup namespace,
-// rooted at the process's cgroup: one thread makes it, the others join it,
-// so that whichever thread later starts a process passes on the same one.
-func newCgroupNS() error {
-	goruntime.LockOSThread()
-	defer goruntime.UnlockOSThread()
-	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
-		return fmt.Errorf("creating the cgroup namespace: %w", err)
-	}
-	fd, err := unix.Open("/proc/thread-self/ns/cgroup", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("opening the cgroup namespace: %w", err)
-	}
-	defer unix.Close(fd)
-	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_SETNS, uintptr(fd), unix.CLONE_NEWCGROUP, 0); e != 0 {
-		return fmt.Errorf("joining the cgroup namespace: %w", e)
-	}
-	return nil
+// newCgroupNS puts the starter's thread, which starts every process of the
+// sandbox, in a new cgroup namespace rooted at the process's cgroup: what it
+// starts inherits it. The agent's other threads keep the node's: none of them
+// starts a process, mounts a cgroup file system or reads its cgroups, and
+// joining them too took a stop of the Go world per sandbox.
+func newCgroupNS(starter *confine.Starter) (err error) {
+	starter.Do(func() {
+		if e := unix.Unshare(unix.CLONE_NEWCGROUP); e != nil {
+			err = fmt.Errorf("creating the cgroup namespace: %w", e)
+		}
+	})
+	return err
 }
 
 func buildRoot(cfg Config) error {
