@@ -437,7 +437,12 @@ func (r *Runtime) stageMounts(spec runtime.Spec, dir string, pid int) (nsinit.Co
 	if err != nil {
 		return nsinit.Config{}, err
 	}
+	filter, err := seccompProgram()
+	if err != nil {
+		return nsinit.Config{}, err
+	}
 	cfg := nsinit.Config{
+		Seccomp:  filter,
 		Rootfs:   rootfs,
 		Hostname: spec.Hostname,
 		User:     spec.User,

@@ -12,13 +12,15 @@ package nsinit
 
 import (
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"syscall"
+	"unsafe"
 
-	seccomp "github.com/elastic/go-seccomp-bpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/atoll-dev/atoll/internal/agent/launch"
@@ -46,6 +48,10 @@ type Config struct {
 	// moved in (cgroup v1, see cgroup.StartMoved): it creates its cgroup
 	// namespace, rooted at its cgroup, before anything else.
 	NewCgroupNS bool `json:"new_cgroupns,omitempty"`
+	// Seccomp is the seccomp filter every process of the sandbox runs
+	// under, a BPF program the node assembled (struct sock_filter's, in
+	// the machine's byte order). The init stage refuses to go on without.
+	Seccomp []byte `json:"seccomp"`
 }
 
 // Net is what the node prepared for a sandbox with a network.
@@ -107,10 +113,6 @@ func setup(ctl *os.File, starter *confine.Starter) error {
 	if err := confine.Loopback(); err != nil {
 		return err
 	}
-	filter, err := seccompFilter()
-	if err != nil {
-		return err
-	}
 	var cfg Config
 	if err := json.NewDecoder(ctl).Decode(&cfg); err != nil {
 		return fmt.Errorf("reading config: %w", err)
@@ -121,6 +123,7 @@ func setup(ctl *os.File, starter *confine.Starter) error {
 		}
 	}
 	// From here the sandbox outlives the node (see ns.Runtime.Start).
+	var err error
 	starter.Do(func() { err = clearParentDeathSignal() })
 	if err != nil {
 		return err
@@ -142,7 +145,7 @@ func setup(ctl *os.File, starter *confine.Starter) error {
 	if err := confine.MaskPaths(); err != nil {
 		return err
 	}
-	if err := dropPrivileges(starter, filter, cfg.Setuid); err != nil {
+	if err := dropPrivileges(starter, cfg.Seccomp, cfg.Setuid); err != nil {
 		return err
 	}
 	// The agent reads its defaults from its environment, then clears it.
@@ -171,15 +174,10 @@ func setup(ctl *os.File, starter *confine.Starter) error {
 //
 // Two stops of the Go world in all (the capset and the filter's sync),
 // where dropping each capability on every thread took ~30.
-func dropPrivileges(starter *confine.Starter, filter seccomp.Filter, setuid bool) error {
+func dropPrivileges(starter *confine.Starter, filter []byte, setuid bool) error {
 	load := func() (err error) {
-		filter.Flag = seccomp.FilterFlagTSync
-		filter.NoNewPrivs = !setuid
-		starter.Do(func() { err = seccomp.LoadFilter(filter) })
-		if err != nil {
-			return fmt.Errorf("loading seccomp filter: %w", err)
-		}
-		return nil
+		starter.Do(func() { err = loadSeccomp(filter, !setuid) })
+		return err
 	}
 	if setuid {
 		if err := load(); err != nil {
@@ -191,6 +189,35 @@ func dropPrivileges(starter *confine.Starter, filter seccomp.Filter, setuid bool
 		return err
 	}
 	return load()
+}
+
+// loadSeccomp sets no_new_privs if asked and loads the BPF program prog on
+// every thread of the process (TSYNC, which passes the caller's
+// no_new_privs on too).
+func loadSeccomp(prog []byte, noNewPrivs bool) error {
+	if len(prog) == 0 || len(prog)%8 != 0 || len(prog)/8 > 0xffff {
+		return fmt.Errorf("no valid seccomp filter (%d bytes)", len(prog))
+	}
+	if noNewPrivs {
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return fmt.Errorf("setting no_new_privs: %w", err)
+		}
+	}
+	insts := make([]unix.SockFilter, len(prog)/8)
+	for i := range insts {
+		b := prog[8*i:]
+		insts[i] = unix.SockFilter{Code: binary.NativeEndian.Uint16(b), Jt: b[2], Jf: b[3], K: binary.NativeEndian.Uint32(b[4:])}
+	}
+	fprog := unix.SockFprog{Len: uint16(len(insts)), Filter: &insts[0]}
+	r, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
+	goruntime.KeepAlive(insts)
+	if e != 0 {
+		return fmt.Errorf("loading seccomp filter: %w", e)
+	}
+	if r != 0 { // TSYNC: the thread that could not take the filter
+		return fmt.Errorf("loading seccomp filter: thread %d could not be synchronized", r)
+	}
+	return nil
 }
 
 // clearParentDeathSignal clears the signal the node asked for when this
