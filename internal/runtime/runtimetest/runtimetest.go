@@ -449,6 +449,9 @@ func testIsolation(t *testing.T, rt runtime.Runtime, env Env, caps runtime.Caps)
 		{"proc sys read-only", "echo 1 > /proc/sys/kernel/domainname 2>/dev/null && echo wrote || echo denied", "denied\n", false},
 		{"mount denied", "mount -t tmpfs t /mnt 2>/dev/null && echo mounted || echo denied", "denied\n", false},
 		{"unshare denied", "unshare -U true 2>/dev/null && echo unshared || echo denied", "denied\n", true},
+		// The seccomp filter refuses AF_VSOCK sockets (EPERM; without it,
+		// a socket or EAFNOSUPPORT).
+		{"vsock denied", "python3 -c 'import socket, errno\ntry: socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM); print(\"socket\")\nexcept OSError as e: print(errno.errorcode[e.errno])'", "EPERM\n", true},
 		{"usr read-only", "touch /usr/bin/x 2>/dev/null && echo wrote || echo denied", "denied\n", false},
 		{"agent binary not in the root", "lsA / | grep -c atoll", "0\n", false},
 		{"proc exe of init", "cat /proc/1/exe > /dev/null 2>&1; echo x >> /proc/1/exe 2>/dev/null && echo wrote || echo denied", "denied\n", false},
