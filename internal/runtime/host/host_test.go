@@ -106,3 +106,49 @@ func mountedAnywhere(dir string) bool {
 	}
 	return false
 }
+
+// TestRemoveDir removes a run directory without mounts, and one with a
+// directory and a file bound into it: the binds are unmounted, what they
+// showed is left alone, and the directory is gone.
+func TestRemoveDir(t *testing.T) {
+	testenv.RequireRoot(t)
+	outside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "keep"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, bind := range []bool{false, true} {
+		dir := filepath.Join(t.TempDir(), "run")
+		if err := os.MkdirAll(filepath.Join(dir, "mnt", "l0"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "mnt", "f"), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if noMounts(dir) != true {
+			t.Errorf("noMounts of a directory without mounts: false")
+		}
+		if bind {
+			if err := unix.Mount(outside, filepath.Join(dir, "mnt", "l0"), "", unix.MS_BIND, ""); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Mount(filepath.Join(outside, "keep"), filepath.Join(dir, "mnt", "f"), "", unix.MS_BIND, ""); err != nil {
+				t.Fatal(err)
+			}
+			if noMounts(dir) {
+				t.Errorf("noMounts of a directory with binds: true")
+			}
+		}
+		if err := RemoveDir(dir); err != nil {
+			t.Fatalf("bind %v: %v", bind, err)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("bind %v: %s after RemoveDir: %v", bind, dir, err)
+		}
+		if b, err := os.ReadFile(filepath.Join(outside, "keep")); err != nil || string(b) != "x" {
+			t.Errorf("bind %v: the bound directory's file after RemoveDir: %q %v", bind, b, err)
+		}
+		if m := MountsUnder(dir); len(m) > 0 {
+			t.Errorf("bind %v: left mounted: %v", bind, m)
+		}
+	}
+}
