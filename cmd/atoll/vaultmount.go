@@ -129,7 +129,7 @@ func (m *vaultMounts) Check(ctx context.Context, ms []api.VaultMount) error {
 // can be made from an earlier commit's; if not, the vault is cloned as
 // before and its layer made for the next create (vault.ReadyLayer).
 func (m *vaultMounts) Plan(ctx context.Context, sb *store.Sandbox, tmpl []string) ([]byte, error) {
-	if len(tmpl)+len(sb.Vaults) > overlay.MaxLayers {
+	if len(tmpl)+len(sb.Vaults)*(vault.MaxStack) > overlay.MaxLayers {
 		return nil, nil // cloned, as a template of that many layers leaves no room
 	}
 	ctx = tenant.NewContext(ctx, sb.Tenant)
@@ -144,11 +144,12 @@ func (m *vaultMounts) Plan(ctx context.Context, sb *store.Sandbox, tmpl []string
 		}
 		spec := vault.LayerSpec{Vault: id, Tenant: sb.Tenant, Name: v.Name, Commit: head, Path: v.Path,
 			UID: sandboxUID, GID: sandboxUID, Dirs: vault.TemplateDirs(tmpl, v.Path, sandboxUID, sandboxUID)}
-		if m.vaults.ReadyLayer(ctx, spec) == "" {
+		chain := m.vaults.ReadyStack(ctx, spec)
+		if chain == nil {
 			continue // cloned, while its layer is made for the next
 		}
 		sb.Vaults[i].Commit = head
-		specs = append(specs, spec)
+		specs = append(specs, chain...)
 	}
 	if len(specs) == 0 {
 		return nil, nil
@@ -162,15 +163,7 @@ func (m *vaultMounts) Layers(ctx context.Context, kept []byte) ([]string, error)
 	if err := json.Unmarshal(kept, &specs); err != nil {
 		return nil, err
 	}
-	dirs := make([]string, 0, len(specs))
-	for _, spec := range specs {
-		d, err := m.vaults.Layer(ctx, spec)
-		if err != nil {
-			return nil, err
-		}
-		dirs = append(dirs, d)
-	}
-	return dirs, nil
+	return m.vaults.LayersOf(ctx, specs)
 }
 
 // token signs sb's token for mount v of the context's tenant.

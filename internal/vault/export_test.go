@@ -30,7 +30,7 @@ var QuarantineParents = quarantineParents
 // LayerWhole makes the layer of spec at dir with every file written, as
 // without an earlier layer to make it from.
 func LayerWhole(s *Service, ctx context.Context, spec LayerSpec, dir string) error {
-	return s.makeLayer(ctx, spec, dir, layerBase{})
+	return s.makeLayer(ctx, spec, dir, layerBase{}, nil)
 }
 
 // AgeLayers makes s's layers look made and last asked for d ago.

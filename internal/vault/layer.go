@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -46,6 +45,10 @@ type LayerSpec struct {
 	Name   string `json:"name"`
 	// Commit is the main branch's commit checked out.
 	Commit string `json:"commit"`
+	// From, if set, is an earlier commit: the layer holds only what
+	// Commit changes (files written, removed ones as overlay whiteouts,
+	// the .git's new index, refs and packs), and goes over From's.
+	From string `json:"from,omitempty"`
 	// Path is the mount's path in the sandbox; UID and GID own the clone.
 	Path string `json:"path"`
 	UID  int    `json:"uid"`
@@ -92,15 +95,137 @@ func (s *Service) Head(ctx context.Context, name string) (id, commit string, err
 	return v.ID, refs[mainRef], nil
 }
 
-// Layer returns the directory of the layer spec says, made if it is not
-// there: from the vault's cache repository, which has every commit the
+// Stack returns the layers, top first, that make the clone of spec (a
+// mount at a commit), made if missing: the layer of the commit whole, or
+// one of what it changes over the layers of an earlier commit of the
+// same mount (From). The mount is remembered, so that the vault's next
+// commits get theirs as soon as they are pushed (layersSoon). A commit's
+// layers are made from the last ones of the mount, if any: of a commit
+// few files apart, a small layer of those files over them (at most
+// maxDeltas deep; a whole layer is then made in the background), else a
+// whole one whose unchanged files are links to the last whole one's.
+func (s *Service) Stack(ctx context.Context, spec LayerSpec) ([]LayerSpec, error) {
+	spec.From = ""
+	kind := spec
+	kind.Commit = ""
+	s.remember(kind)
+	v, err, _ := s.preparing.Do("stack "+kind.key()+" "+spec.Commit, func() (any, error) {
+		s.mu.Lock()
+		last := s.lastLayer[kind.key()]
+		s.mu.Unlock()
+		if len(last.chain) > 0 && last.chain[0].Commit == spec.Commit {
+			if _, err := s.LayersOf(ctx, last.chain); err == nil {
+				return last.chain, nil
+			}
+		}
+		var chain []LayerSpec
+		if len(last.chain) > 0 && len(last.chain) <= maxDeltas {
+			d := spec
+			d.From = last.chain[0].Commit
+			chain = append([]LayerSpec{d}, last.chain...)
+			if _, err := s.LayersOf(ctx, chain); err != nil {
+				if !errors.Is(err, errNoDelta) {
+					s.log.Warn("making a vault layer of a commit's changes; making it whole", "vault", spec.Vault, "err", err)
+				}
+				chain = nil
+			}
+		}
+		if chain == nil {
+			if _, err := s.layer(ctx, spec, nil, last.full); err != nil {
+				return nil, err
+			}
+			chain = []LayerSpec{spec}
+		}
+		s.setLast(kind, chain, "")
+		if len(chain) > maxDeltas/2 {
+			// Whole again, for the next commits, before the stack is
+			// too deep.
+			s.background(func(ctx context.Context) {
+				if _, err := s.layer(ctx, spec, nil, last.full); err == nil {
+					s.setLast(kind, []LayerSpec{spec}, spec.Commit)
+				}
+			})
+		}
+		return chain, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the layers of vault %s at %.12s: %w", spec.Name, spec.Commit, err)
+	}
+	return v.([]LayerSpec), nil
+}
+
+// maxDeltas bounds the layers of commits' changes stacked over a whole
+// one.
+const maxDeltas = 8
+
+// MaxStack bounds the layers of one mount (Stack).
+const MaxStack = maxDeltas + 1
+
+// lastLayers are a mount's last layers made: the next commit's are made
+// from them.
+type lastLayers struct {
+	chain []LayerSpec // top first
+	full  layerBase   // the last whole layer
+}
+
+// setLast records chain as the last layers of mount kind; if ifTop is
+// not "", only if the last ones are still of that commit (a whole layer
+// made in the background replaces the stack of its commit, not a newer
+// one).
+func (s *Service) setLast(kind LayerSpec, chain []LayerSpec, ifTop string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	last := s.lastLayer[kind.key()]
+	if ifTop != "" && (len(last.chain) == 0 || last.chain[0].Commit != ifTop) {
+		return
+	}
+	last.chain = chain
+	if bottom := chain[len(chain)-1]; bottom.From == "" {
+		last.full = layerBase{dir: filepath.Join(s.layersDir(), bottom.key()), commit: bottom.Commit}
+	}
+	s.lastLayer[kind.key()] = last
+}
+
+// LayersOf returns the directories of the layers specs (as Stack returns
+// them, or several mounts' one after the other), made if missing. A
+// layer of a commit's changes (From set) goes over the layers after it
+// of the same mount, down to a whole one.
+func (s *Service) LayersOf(ctx context.Context, specs []LayerSpec) ([]string, error) {
+	dirs := make([]string, len(specs))
+	// Bottom up: a layer of changes is made knowing those under it.
+	for i := len(specs) - 1; i >= 0; i-- {
+		var below []string
+		if specs[i].From != "" {
+			for j := i + 1; j < len(specs) && specs[j].Path == specs[i].Path; j++ {
+				below = append(below, dirs[j])
+				if specs[j].From == "" {
+					break
+				}
+			}
+			if len(below) == 0 || specs[i+1].Commit != specs[i].From {
+				return nil, fmt.Errorf("%w: vault layers of %s out of order", errdefs.ErrInvalid, specs[i].Path)
+			}
+		}
+		d, err := s.layer(ctx, specs[i], below, layerBase{})
+		if err != nil {
+			return nil, err
+		}
+		dirs[i] = d
+	}
+	return dirs, nil
+}
+
+// layer returns the directory of the layer spec says, made if it is not
+// there, from the vault's cache repository, which has every commit the
 // main branch ever had (history is append-only) unless the vault allows
-// rewrites and the commit was rewritten away. The spec is remembered, so
-// that the vault's next commits get their layers as soon as they are
-// pushed (layersSoon).
-func (s *Service) Layer(ctx context.Context, spec LayerSpec) (string, error) {
+// rewrites and the commit was rewritten away: whole, from base if given
+// (a whole layer of an earlier commit), or, for a spec From a commit, of
+// the changes over the layers below.
+func (s *Service) layer(ctx context.Context, spec LayerSpec, below []string, base layerBase) (string, error) {
 	dir := filepath.Join(s.layersDir(), spec.key())
-	s.remember(spec, filepath.Base(dir))
+	s.mu.Lock()
+	s.layerUsed[filepath.Base(dir)] = time.Now()
+	s.mu.Unlock()
 	if _, err := os.Stat(dir); err == nil {
 		return dir, nil
 	}
@@ -109,18 +234,11 @@ func (s *Service) Layer(ctx context.Context, spec LayerSpec) (string, error) {
 			return nil, nil
 		}
 		t0 := time.Now()
-		kind := spec
-		kind.Commit = ""
-		s.mu.Lock()
-		base := s.lastLayer[kind.key()]
-		s.mu.Unlock()
-		if err := s.makeLayer(ctx, spec, dir, base); err != nil {
+		if err := s.makeLayer(ctx, spec, dir, base, below); err != nil {
 			return nil, err
 		}
-		s.mu.Lock()
-		s.lastLayer[kind.key()] = layerBase{dir: dir, commit: spec.Commit}
-		s.mu.Unlock()
-		s.log.Info("vault layer made", "vault", spec.Vault, "commit", spec.Commit, "layer", filepath.Base(dir), "from", base.commit, "ms", time.Since(t0).Milliseconds())
+		s.log.Info("vault layer made", "vault", spec.Vault, "commit", spec.Commit, "layer", filepath.Base(dir),
+			"changes_from", spec.From, "links_from", base.commit, "ms", time.Since(t0).Milliseconds())
 		if s.cfg.LayerMade != nil {
 			s.cfg.LayerMade(ctx, dir)
 		}
@@ -139,39 +257,40 @@ func (s *Service) Layer(ctx context.Context, spec LayerSpec) (string, error) {
 	return dir, nil
 }
 
-// ReadyLayer returns the directory of the layer spec says if it is made,
-// or once it is if it can be made from an earlier commit's (a push's is
-// under way as soon as the push is stored: a link a file, the changed
-// files written). If it would be made whole, it starts making it in the
-// background and returns "": a create does not wait for that (it costs
-// what unpacking the clone into the sandbox does); a later one finds it.
-func (s *Service) ReadyLayer(ctx context.Context, spec LayerSpec) string {
-	dir := filepath.Join(s.layersDir(), spec.key())
-	s.remember(spec, filepath.Base(dir))
-	if _, err := os.Stat(dir); err == nil {
-		return dir
-	}
+// ReadyStack returns the layers of spec (Stack) if they are made, or once
+// they are if they can be made from the mount's last ones (a push's are
+// under way as soon as the push is stored). If they would be made whole
+// from nothing (the node's first mount of the vault since it started), it
+// starts making them in the background and returns nil: a create does
+// not wait for that (it costs what unpacking the clone into the sandbox
+// does); a later one finds them.
+func (s *Service) ReadyStack(ctx context.Context, spec LayerSpec) []LayerSpec {
 	kind := spec
-	kind.Commit = ""
+	kind.Commit, kind.From = "", ""
+	s.remember(kind)
 	s.mu.Lock()
-	_, fromBase := s.lastLayer[kind.key()]
+	_, known := s.lastLayer[kind.key()]
 	s.mu.Unlock()
-	if fromBase {
-		if dir, err := s.Layer(ctx, spec); err == nil {
-			return dir
+	if !known {
+		if _, err := os.Stat(filepath.Join(s.layersDir(), spec.key())); err != nil {
+			s.background(func(ctx context.Context) {
+				if _, err := s.Stack(ctx, spec); err != nil && ctx.Err() == nil {
+					s.log.Warn("making a vault layer", "vault", spec.Vault, "err", err)
+				}
+			})
+			return nil
 		}
-		return ""
 	}
-	s.background(func(ctx context.Context) {
-		if _, err := s.Layer(ctx, spec); err != nil && ctx.Err() == nil {
-			s.log.Warn("making a vault layer", "vault", spec.Vault, "err", err)
-		}
-	})
-	return ""
+	chain, err := s.Stack(ctx, spec)
+	if err != nil {
+		s.log.Warn("making a vault layer", "vault", spec.Vault, "err", err)
+		return nil
+	}
+	return chain
 }
 
-// layerBase is a layer made, which a later commit's of the same mount
-// is made from (makeLayer).
+// layerBase is a whole layer made, which a later commit's whole layer of
+// the same mount is made from (makeLayer).
 type layerBase struct{ dir, commit string }
 
 // syncedMark, after a layer's directory name, names the file that says
@@ -181,23 +300,21 @@ const syncedMark = ".synced"
 // mountKinds bounds the mounts a vault's layers are made ahead for.
 const mountKinds = 4
 
-// remember keeps spec, without its commit, as one that a mount of its
-// vault had: its next commits' layers are made ahead. And it notes the
-// use of layer, which SweepLayers leaves for a minute.
-func (s *Service) remember(spec LayerSpec, layer string) {
-	spec.Commit = ""
-	k := spec.key()
+// remember keeps kind (a mount: a LayerSpec without its commit) as one
+// that a mount of its vault had: its next commits' layers are made
+// ahead.
+func (s *Service) remember(kind LayerSpec) {
+	k := kind.key()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.layerUsed[layer] = time.Now()
-	kinds := s.mounted[spec.Vault]
+	kinds := s.mounted[kind.Vault]
 	for i, o := range kinds {
 		if o.key() == k {
 			kinds = append(kinds[:i], kinds[i+1:]...)
 			break
 		}
 	}
-	s.mounted[spec.Vault] = append([]LayerSpec{spec}, kinds[:min(len(kinds), mountKinds-1)]...)
+	s.mounted[kind.Vault] = append([]LayerSpec{kind}, kinds[:min(len(kinds), mountKinds-1)]...)
 }
 
 // PrepareLayers makes ahead the layers of the head of the context's
@@ -225,7 +342,7 @@ func (s *Service) headLayers(ctx context.Context, id string) error {
 	}
 	for _, spec := range kinds {
 		spec.Commit = refs[mainRef]
-		if _, err := s.Layer(ctx, spec); err != nil {
+		if _, err := s.Stack(ctx, spec); err != nil {
 			return err
 		}
 	}
@@ -260,7 +377,7 @@ func (s *Service) background(fn func(ctx context.Context)) {
 // makeLayer makes the layer of spec at dir: from the layer of an
 // earlier commit of the same mount (base, if there is one), whose files
 // it links and whose changes since it writes; else every file.
-func (s *Service) makeLayer(ctx context.Context, spec LayerSpec, dir string, base layerBase) error {
+func (s *Service) makeLayer(ctx context.Context, spec LayerSpec, dir string, base layerBase, below []string) error {
 	if spec.Commit == "" || !mountPathPattern.MatchString(spec.Path) || path.Clean(spec.Path) != spec.Path {
 		return fmt.Errorf("%w: a vault layer of no commit or a bad path", errdefs.ErrInvalid)
 	}
@@ -293,6 +410,9 @@ func (s *Service) makeLayer(ctx context.Context, spec LayerSpec, dir string, bas
 	// an older commit's layer (made again elsewhere) has main only.
 	if refs[mainRef] != spec.Commit {
 		refs = map[string]string{mainRef: spec.Commit}
+	}
+	if spec.From != "" {
+		return s.layerDelta(ctx, spec, dir, below, cache, refs, objects)
 	}
 	if base.dir != "" {
 		err := s.layerFrom(ctx, spec, dir, base, cache, refs, objects)
@@ -493,6 +613,118 @@ func (s *Service) layerFrom(ctx context.Context, spec LayerSpec, dir string, bas
 	return finishLayer(spec, tmp, dir)
 }
 
+// errNoDelta is layerDelta's answer to changes a layer of changes does
+// not make (a file become a directory or the reverse, a submodule): the
+// commit's layer is made whole.
+var errNoDelta = errors.New("changes a layer of changes does not make")
+
+// layerDelta makes at dir the layer of what spec.Commit changes from
+// spec.From, to go over From's layers (below, top first): the files
+// added or changed, written; the removed ones, overlay whiteouts (0/0
+// character devices, as the layer store keeps an image's); the .git's
+// index and refs, and the packs below lacks. A directory emptied stays,
+// empty (git does not see it).
+func (s *Service) layerDelta(ctx context.Context, spec LayerSpec, dir string, below []string, cache string, refs map[string]string, objects []objectFile) error {
+	out, err := s.run(ctx, cache, nil, nil, "diff-tree", "-r", "-z", "--no-renames", "--raw", spec.From, spec.Commit)
+	if err != nil {
+		return err
+	}
+	fields := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
+	var gone, written []string
+	paths := map[string]bool{}
+	for i := 0; i+1 < len(fields); i += 2 {
+		meta, p := strings.Fields(fields[i]), fields[i+1]
+		if len(meta) != 5 || p == "" || p == ".git" || strings.HasPrefix(p, ".git/") {
+			return fmt.Errorf("a path %q in the diff", p)
+		}
+		if meta[0] == ":160000" || meta[1] == "160000" {
+			return errNoDelta
+		}
+		paths[p] = true
+		if meta[4] == "D" {
+			gone = append(gone, p)
+		} else {
+			written = append(written, p)
+		}
+	}
+	for p := range paths {
+		for d := path.Dir(p); d != "."; d = path.Dir(d) {
+			if paths[d] {
+				return errNoDelta // a file where a directory was, or the reverse
+			}
+		}
+	}
+	tmp, err := os.MkdirTemp(s.layersDir(), ".tmp-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return err
+	}
+	for _, d := range spec.Dirs {
+		if err := os.Mkdir(filepath.Join(tmp, d.Path), 0o755); err != nil {
+			return err
+		}
+	}
+	work := filepath.Join(tmp, spec.Path)
+	gitDir := filepath.Join(work, ".git")
+	if err := os.MkdirAll(filepath.Join(gitDir, "objects", "pack"), 0o755); err != nil {
+		return err
+	}
+	for _, p := range gone {
+		w := filepath.Join(work, p)
+		if err := os.MkdirAll(filepath.Dir(w), 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mknod(w, unix.S_IFCHR, 0); err != nil {
+			return fmt.Errorf("a whiteout: %w", err)
+		}
+	}
+	// The packs (and any loose objects) that the layers below lack.
+	var lack []objectFile
+	for _, o := range objects {
+		found := false
+		for _, b := range below {
+			if _, err := os.Lstat(filepath.Join(b, spec.Path, ".git", "objects", o.name)); err == nil {
+				found = true
+				break
+			}
+		}
+		if !found {
+			if err := os.MkdirAll(filepath.Dir(filepath.Join(gitDir, "objects", o.name)), 0o755); err != nil {
+				return err
+			}
+			lack = append(lack, o)
+		}
+	}
+	if err := s.layerGit(ctx, spec, cache, gitDir, refs, lack); err != nil {
+		return err
+	}
+	if len(written) > 0 {
+		env := []string{"GIT_INDEX_FILE=" + filepath.Join(gitDir, "index")}
+		in := strings.NewReader(strings.Join(written, "\x00") + "\x00")
+		if _, err := s.run(ctx, cache, env, in, "--work-tree="+work, "checkout-index", "--force", "-z", "--stdin"); err != nil {
+			return err
+		}
+	}
+	// All of it the clone's owner's; the whiteouts' modes are the
+	// overlay's.
+	err = filepath.WalkDir(work, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type()&fs.ModeCharDevice != 0 {
+			return nil
+		}
+		return own(p, d, spec.UID, spec.GID)
+	})
+	if err != nil {
+		return err
+	}
+	return finishLayer(spec, tmp, dir)
+}
+
 // own gives the file p of a clone (d its entry) its owner and the mode
 // git archive would give it.
 func own(p string, d fs.DirEntry, uid, gid int) error {
@@ -605,7 +837,6 @@ func KeptLayers(file string) ([]LayerSpec, error) {
 // yet). It returns how many it removed.
 func (s *Service) SweepLayers(ctx context.Context, keep map[string]bool) int {
 	s.mu.Lock()
-	mounted := maps.Clone(s.mounted)
 	for l, t := range s.layerUsed {
 		if time.Since(t) < time.Minute {
 			keep[l] = true
@@ -613,17 +844,13 @@ func (s *Service) SweepLayers(ctx context.Context, keep map[string]bool) int {
 			delete(s.layerUsed, l)
 		}
 	}
-	s.mu.Unlock()
-	for id, kinds := range mounted {
-		refs, _, err := s.cfg.Store.VaultState(ctx, id)
-		if err != nil {
-			continue
-		}
-		for _, spec := range kinds {
-			spec.Commit = refs[mainRef]
+	for _, last := range s.lastLayer {
+		for _, spec := range last.chain {
 			keep[spec.key()] = true
 		}
+		keep[filepath.Base(last.full.dir)] = true
 	}
+	s.mu.Unlock()
 	n := 0
 	ents, _ := os.ReadDir(s.layersDir())
 	for _, e := range ents {

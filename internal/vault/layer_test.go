@@ -43,10 +43,7 @@ func TestLayers(t *testing.T) {
 	const mnt = "/home/user/memory/notes"
 	spec := vault.LayerSpec{Vault: id, Tenant: "acme", Name: "notes", Commit: c1, Path: mnt, UID: 1000, GID: 1000,
 		Dirs: vault.TemplateDirs(nil, mnt, 1000, 1000)}
-	l1, err := e.svc.Layer(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l1 := stack(t, e.svc, spec, 1)[0]
 	checkClone(t, l1, mnt, c1, map[string]string{"a.md": "# A\n", "dir/b.md": "b\n", "run.sh": "#!/bin/sh\n"})
 
 	// A second commit: a file changed, one removed (its directory
@@ -64,10 +61,9 @@ func TestLayers(t *testing.T) {
 	mustGit(t, a, "push", "-q", "origin", "HEAD:main")
 	_, c2, _ := e.svc.Head(ctx, "notes")
 	spec.Commit = c2
-	l2, err := e.svc.Layer(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Files become directories and the reverse: a whole layer, made
+	// from the last whole one.
+	l2 := stack(t, e.svc, spec, 1)[0]
 	checkClone(t, l2, mnt, c2, map[string]string{"a.md": "# A, changed\n", "deep/x": "x is a file\n", "link": "not a link\n", "new/sub/c.md": "c\n", "keep/k.md": "k\n"})
 	for _, gone := range []string{"dir", "deep/x/y.md"} {
 		if _, err := os.Lstat(filepath.Join(l2, mnt, gone)); err == nil {
@@ -85,6 +81,46 @@ func TestLayers(t *testing.T) {
 	}
 	if got, want := treeOf(t, l2), treeOf(t, whole); got != want {
 		t.Errorf("the layer made from the last differs from one made whole:\n%s\n---\n%s", got, want)
+	}
+
+	// A third commit of a few files: a layer of its changes over the
+	// second's, which an overlay of the two shows as the layer made
+	// whole.
+	os.WriteFile(filepath.Join(a, "a.md"), []byte("# A, again\n"), 0o644)
+	os.Remove(filepath.Join(a, "new/sub/c.md"))
+	os.WriteFile(filepath.Join(a, "new/d.md"), []byte("d\n"), 0o644)
+	os.WriteFile(filepath.Join(a, "keep/k3.md"), []byte("k3\n"), 0o644)
+	mustGit(t, a, "add", "-A")
+	mustGit(t, a, "commit", "-qm", "three")
+	mustGit(t, a, "push", "-q", "origin", "HEAD:main")
+	_, c3, _ := e.svc.Head(ctx, "notes")
+	spec.Commit = c3
+	l3 := stack(t, e.svc, spec, 2)
+	if l3[1] != l2 {
+		t.Errorf("the third commit's changes are over %s, not the second's layer", l3[1])
+	}
+	if fi, err := os.Lstat(filepath.Join(l3[0], mnt, "new/sub/c.md")); err != nil || fi.Mode()&fs.ModeCharDevice == 0 {
+		t.Errorf("the removed file is not a whiteout: %v %v", fi, err)
+	}
+	if _, err := os.Lstat(filepath.Join(l3[0], mnt, "keep/k.md")); err == nil {
+		t.Error("an unchanged file is in the layer of changes")
+	}
+	merged := filepath.Join(t.TempDir(), "merged")
+	os.Mkdir(merged, 0o755)
+	if err := syscall.Mount("overlay", merged, "overlay", syscall.MS_RDONLY, "lowerdir="+l3[0]+":"+l3[1]); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Unmount(merged, syscall.MNT_DETACH)
+	os.Remove(filepath.Join(merged, mnt, "new/sub")) // emptied: stays in the layers
+	checkClone(t, merged, mnt, c3, map[string]string{"a.md": "# A, again\n", "new/d.md": "d\n", "keep/k3.md": "k3\n", "keep/k.md": "k\n"})
+	whole3 := filepath.Join(t.TempDir(), "whole")
+	spec.From = ""
+	if err := vault.LayerWhole(e.svc, ctx, spec, whole3); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.ReplaceAll(treeOf(t, merged), "home/user/memory/notes/new/sub drwxr-xr-x 1000 \n", "")
+	if want := treeOf(t, whole3); got != want {
+		t.Errorf("the overlay of a layer of changes differs from the layer made whole:\n%s\n---\n%s", got, want)
 	}
 
 	// The sweep: layers asked for in the last minute stay, then those
@@ -106,6 +142,24 @@ func TestLayers(t *testing.T) {
 	if _, err := os.Stat(l2); err != nil {
 		t.Errorf("the head's layer: %v", err)
 	}
+}
+
+// stack makes the layers of spec, wanting n of them, and returns their
+// directories.
+func stack(t *testing.T, svc *vault.Service, spec vault.LayerSpec, n int) []string {
+	t.Helper()
+	chain, err := svc.Stack(ctxOf(spec.Tenant), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(chain) != n || (n > 1) != (chain[0].From != "") {
+		t.Fatalf("the layers of %s: %+v, want %d", spec.Commit, chain, n)
+	}
+	dirs, err := svc.LayersOf(ctxOf(spec.Tenant), chain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dirs
 }
 
 // checkClone checks the clone in layer at mnt: a clean clone at commit,

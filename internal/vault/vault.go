@@ -122,7 +122,7 @@ type Service struct {
 	layerUsed map[string]time.Time
 	// lastLayer are the last layers made, by mount (a LayerSpec's key
 	// without its commit): the next commit's is made from it.
-	lastLayer map[string]layerBase
+	lastLayer map[string]lastLayers
 	// pushes are the pushes under way, by their token (git.go).
 	pushes map[string]*push
 	// conns are the hooks' connections being served; closed, Close.
@@ -154,7 +154,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Store == nil || cfg.Blob == nil || cfg.Dir == "" {
 		return nil, errors.New("vault: Config.Store, Blob and Dir are required")
 	}
-	s := &Service{cfg: cfg, log: cfg.Logger, locks: map[string]*vaultLock{}, mounted: map[string][]LayerSpec{}, layerUsed: map[string]time.Time{}, lastLayer: map[string]layerBase{}, pushes: map[string]*push{}, conns: map[net.Conn]struct{}{}, idx: newIndexes()}
+	s := &Service{cfg: cfg, log: cfg.Logger, locks: map[string]*vaultLock{}, mounted: map[string][]LayerSpec{}, layerUsed: map[string]time.Time{}, lastLayer: map[string]lastLayers{}, pushes: map[string]*push{}, conns: map[net.Conn]struct{}{}, idx: newIndexes()}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
