@@ -268,6 +268,9 @@ func TestVaultMountE2E(t *testing.T) {
 		if len(x.Vaults) != 1 || x.Vaults[0].Commit != before {
 			t.Fatalf("x's mount: %+v, its clone at %s", x.Vaults, before)
 		}
+		if got, err := c.GetSandbox(ctx, x.ID); err != nil || !slices.Equal(got.Vaults, x.Vaults) {
+			t.Errorf("x's mount as recorded: %+v, %v", got.Vaults, err)
+		}
 		// The files are the commit's, the clone whole and clean, and the
 		// agent's own: it changes one of the layer's, adds one, commits
 		// and pushes.
@@ -302,6 +305,14 @@ func TestVaultMountE2E(t *testing.T) {
 		if got := mustGit(y.ID, "git status --porcelain | sort"); got != want {
 			t.Errorf("y after a stop and start: %q", got)
 		}
+		kids, err := c.ForkSandbox(ctx, y.ID, api.ForkRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := mustGit(kids[0].ID, "git status --porcelain | sort"); got != want {
+			t.Errorf("y's fork: %q", got)
+		}
+		c.DeleteSandbox(ctx, kids[0].ID)
 		snap, err := c.CreateSnapshot(ctx, y.ID, api.CreateSnapshotRequest{})
 		if err != nil {
 			t.Fatal(err)

@@ -67,6 +67,21 @@ type LayerDir struct {
 	MTime int64  `json:"mtime,omitempty"` // Unix seconds
 }
 
+// check refuses a spec of no commit, a bad path, or directories that are
+// not the path's ancestors, top first.
+func (ls LayerSpec) check() error {
+	if ls.Commit == "" || !mountPathPattern.MatchString(ls.Path) || path.Clean(ls.Path) != ls.Path {
+		return fmt.Errorf("%w: a vault layer of no commit or a bad path", errdefs.ErrInvalid)
+	}
+	rel := strings.TrimPrefix(ls.Path, "/")
+	for i, d := range ls.Dirs {
+		if path.Clean(d.Path) != d.Path || !strings.HasPrefix(rel, d.Path+"/") || strings.Count(d.Path, "/") != i {
+			return fmt.Errorf("%w: a vault layer's directory %q is not above its path", errdefs.ErrInvalid, d.Path)
+		}
+	}
+	return nil
+}
+
 // key names the layer of spec: the same spec, the same layer.
 func (ls LayerSpec) key() string {
 	b, _ := json.Marshal(ls)
@@ -106,6 +121,9 @@ func (s *Service) Head(ctx context.Context, name string) (id, commit string, err
 // whole one whose unchanged files are links to the last whole one's.
 func (s *Service) Stack(ctx context.Context, spec LayerSpec) ([]LayerSpec, error) {
 	spec.From = ""
+	if err := spec.check(); err != nil {
+		return nil, err
+	}
 	kind := spec
 	kind.Commit = ""
 	s.remember(kind)
@@ -265,6 +283,9 @@ func (s *Service) layer(ctx context.Context, spec LayerSpec, below []string, bas
 // not wait for that (it costs what unpacking the clone into the sandbox
 // does); a later one finds them.
 func (s *Service) ReadyStack(ctx context.Context, spec LayerSpec) []LayerSpec {
+	if spec.check() != nil {
+		return nil
+	}
 	kind := spec
 	kind.Commit, kind.From = "", ""
 	s.remember(kind)
@@ -378,8 +399,8 @@ func (s *Service) background(fn func(ctx context.Context)) {
 // earlier commit of the same mount (base, if there is one), whose files
 // it links and whose changes since it writes; else every file.
 func (s *Service) makeLayer(ctx context.Context, spec LayerSpec, dir string, base layerBase, below []string) error {
-	if spec.Commit == "" || !mountPathPattern.MatchString(spec.Path) || path.Clean(spec.Path) != spec.Path {
-		return fmt.Errorf("%w: a vault layer of no commit or a bad path", errdefs.ErrInvalid)
+	if err := spec.check(); err != nil {
+		return err
 	}
 	v, err := s.cfg.Store.GetVault(ctx, spec.Tenant, spec.Name)
 	if err == nil && v.ID != spec.Vault {

@@ -2,6 +2,7 @@ package vault_test
 
 import (
 	"bytes"
+	"errors"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/vault"
 )
 
@@ -43,6 +45,13 @@ func TestLayers(t *testing.T) {
 	const mnt = "/home/user/memory/notes"
 	spec := vault.LayerSpec{Vault: id, Tenant: "acme", Name: "notes", Commit: c1, Path: mnt, UID: 1000, GID: 1000,
 		Dirs: vault.TemplateDirs(nil, mnt, 1000, 1000)}
+	for _, bad := range [][]vault.LayerDir{{{Path: "../etc"}}, {{Path: "home"}, {Path: "etc"}}, {{Path: "home/user"}}} {
+		b := spec
+		b.Dirs = bad
+		if _, err := e.svc.Stack(ctx, b); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("a layer with directories %+v: %v", bad, err)
+		}
+	}
 	l1 := stack(t, e.svc, spec, 1)[0]
 	checkClone(t, l1, mnt, c1, map[string]string{"a.md": "# A\n", "dir/b.md": "b\n", "run.sh": "#!/bin/sh\n"})
 
