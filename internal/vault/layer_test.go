@@ -15,6 +15,7 @@ import (
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
+	"github.com/atoll-dev/atoll/internal/testenv"
 	"github.com/atoll-dev/atoll/internal/vault"
 )
 
@@ -23,6 +24,7 @@ import (
 // each is a clean clone of its commit, owned by the sandbox's user, and
 // that the second is what a layer made whole is.
 func TestLayers(t *testing.T) {
+	testenv.RequireRoot(t) // files of uid 1000, an overlay mounted
 	e := newEnv(t)
 	ctx := ctxOf("acme")
 	if _, err := e.svc.Create(ctx, api.CreateVaultRequest{Name: "notes"}); err != nil {

@@ -133,7 +133,7 @@ func (s *Service) Clone(ctx context.Context, m Mount, upload Upload) error {
 	head := refs[mainRef]
 	var indexFile, treeFile *os.File
 	if head != "" {
-		// Made ahead (Prepare) or now, once per commit; opened at once,
+		// Made once per commit (prepared); opened at once,
 		// before a newer commit's replace them (a second try if that
 		// happened in between).
 		for try := 0; ; try++ {

@@ -10,12 +10,12 @@ import (
 	"strings"
 )
 
-// A mount's costly part on the host was two git processes a create: the
-// index (read-tree) and the working tree's tar (archive), both the same
-// for every mount of one commit. They are kept, per commit and owner, in
-// the cache repository's atoll-mount/ directory (dropped with the cache,
-// made again when missing), and made ahead of the mount: when a create
-// asks for vaults (Prepare), while its sandbox starts.
+// A clone unpacked into a sandbox (a mount that has no layer: layer.go)
+// cost two git processes on the host: the index (read-tree) and the
+// working tree's tar (archive), both the same for every mount of one
+// commit. They are kept, per commit and owner, in the cache repository's
+// atoll-mount/ directory (dropped with the cache, made again when
+// missing).
 
 // preparedDir is where a cache repository keeps its prepared mounts.
 const preparedDir = "atoll-mount"
@@ -25,26 +25,6 @@ const preparedDir = "atoll-mount"
 func preparedFiles(dir, commit string, uid, gid int) (index, tree string) {
 	base := filepath.Join(dir, preparedDir, fmt.Sprintf("%s-%d-%d", commit, uid, gid))
 	return base + ".index", base + ".tar"
-}
-
-// Prepare makes ahead the index and the working tree's tar that a mount
-// of the context's tenant's vault name at its main branch reads, for
-// owner uid:gid; nothing if they are there.
-func (s *Service) Prepare(ctx context.Context, name string, uid, gid int) error {
-	v, err := s.lookup(ctx, name)
-	if err != nil {
-		return err
-	}
-	dir, err := s.ready(ctx, v)
-	if err != nil {
-		return err
-	}
-	refs, err := s.localRefs(ctx, dir)
-	if err != nil || refs[mainRef] == "" {
-		return err
-	}
-	_, _, err = s.prepared(ctx, v.ID, dir, refs[mainRef], uid, gid)
-	return err
 }
 
 // prepared returns the paths of the index and the tree's tar of commit
