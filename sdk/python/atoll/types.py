@@ -142,6 +142,8 @@ class VaultMount:
     name: str = ""
     read_only: Optional[bool] = None
     path: Optional[str] = None
+    # Set by the server: the commit whose read-only layer is under the clone.
+    commit: Optional[str] = None
 
 
 @dataclass
