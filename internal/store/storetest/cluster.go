@@ -51,6 +51,7 @@ func Cluster(t *testing.T, open OpenCluster) {
 		{"PlaceWarm", testPlaceWarm},
 		{"Demand", testDemand},
 		{"CommittedSums", testCommittedSums},
+		{"CommittedConcurrent", testCommittedConcurrent},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, fresh(t)) })
 	}
@@ -468,6 +469,11 @@ func testPlaceConcurrent(t *testing.T, c store.Cluster) {
 			slots[sb.Slot] = true
 		}
 	}
+	all, err := c.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCommitted(t, c, all, nil, "concurrent placements")
 }
 
 func testAs(t *testing.T, c store.Cluster) {

@@ -7,6 +7,7 @@ import (
 	"math"
 	mrand "math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -310,4 +311,74 @@ func checkCommitted(t *testing.T, c store.Cluster, sbs []store.Sandbox, warm map
 			t.Errorf("after %s: sandboxes on %q, which Nodes does not have", after, node)
 		}
 	}
+}
+
+// testCommittedConcurrent: writers on the same nodes at once (placements,
+// state changes that free or take compute, resizes, deletes) leave each
+// node's Committed equal to the sums of its sandboxes, however their
+// transactions interleave.
+func testCommittedConcurrent(t *testing.T, c store.Cluster) {
+	ctx := context.Background()
+	nodes := []string{"a", "b", "c"}
+	epochs := map[string]int64{}
+	for _, name := range nodes {
+		n := NewNode(name)
+		n.Capacity = store.Resources{CPU: 1000, MemoryMiB: 1 << 30, DiskGiB: 1 << 30, Sandboxes: 1000}
+		epochs[name] = join(t, c, n)
+	}
+	var wg sync.WaitGroup
+	for g := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := mrand.New(mrand.NewPCG(uint64(g), 2))
+			var mine []*store.Sandbox
+			for i := range 15 {
+				var batch []*store.Sandbox
+				for j := range 3 {
+					sb := NewSandbox(fmt.Sprintf("g%d-%d-%d", g, i, j))
+					sb.Node = nodes[r.IntN(len(nodes))]
+					sb.CPU = []float64{0.1, 0.25, 1}[r.IntN(3)]
+					batch = append(batch, sb)
+				}
+				for j, err := range c.Place(ctx, batch) {
+					if err != nil {
+						t.Errorf("placing %s: %v", batch[j].ID, err)
+						return
+					}
+					mine = append(mine, batch[j])
+				}
+				sb := mine[r.IntN(len(mine))]
+				switch r.IntN(3) {
+				case 0: // a delete
+					if err := c.Delete(ctx, sb.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+						t.Errorf("deleting %s: %v", sb.ID, err)
+					}
+				default: // a state change, through its node, maybe a resize
+					cur, err := c.Get(ctx, sb.ID)
+					if errors.Is(err, errdefs.ErrNotFound) {
+						continue
+					}
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					next := cur
+					next.State = []string{api.StateRunning, api.StateStopped, api.StateArchived, api.StatePaused}[r.IntN(4)]
+					if r.IntN(2) == 0 {
+						next.CPU = []float64{0.1, 0.25, 1}[r.IntN(3)]
+					}
+					if err := c.As(cur.Node, epochs[cur.Node]).Update(ctx, &next, cur.State); err != nil {
+						t.Errorf("%s %s to %s: %v", sb.ID, cur.State, next.State, err)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	all, err := c.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCommitted(t, c, all, nil, "concurrent writes")
 }
