@@ -100,12 +100,13 @@ func TestClusterPlacement(t *testing.T) {
 			}
 		}
 
-		// Every node carries its name: n3 through node 1.
+		// Every node carries its name: n1 (which has room: the zone=b
+		// three may have filled n3) through node 3.
 		req := small
-		req.NodeSelector = map[string]string{api.NodeNameLabel: "n3"}
-		sb, err = c1.CreateSandbox(ctx, req)
-		if err != nil || sb.Node != "n3" {
-			t.Errorf("create with %s=n3 through n1: %+v, %v; want it on n3", api.NodeNameLabel, sb, err)
+		req.NodeSelector = map[string]string{api.NodeNameLabel: "n1"}
+		sb, err = cl.Nodes[2].Client().CreateSandbox(ctx, req)
+		if err != nil || sb.Node != "n1" {
+			t.Errorf("create with %s=n1 through n3: %+v, %v; want it on n1", api.NodeNameLabel, sb, err)
 		}
 		if err == nil {
 			made = append(made, sb.ID)
