@@ -15,6 +15,15 @@ import (
 // TestDropCapabilities checks that a root process keeps exactly Docker's
 // set, bounding set included, and nothing ambient or inheritable.
 func TestDropCapabilities(t *testing.T) {
+	for _, mode := range []string{"drop", "starter"} {
+		t.Run(mode, func(t *testing.T) { testDropCapabilities(t, mode) })
+	}
+}
+
+// testDropCapabilities checks the capabilities of a helper process that
+// dropped them on every thread (drop), or of a process started by a
+// Starter after its DropCapabilities (starter).
+func testDropCapabilities(t *testing.T, mode string) {
 	if os.Geteuid() != 0 {
 		if os.Getenv("ATOLL_TEST_STRICT") == "1" {
 			t.Fatal("needs root")
@@ -22,7 +31,7 @@ func TestDropCapabilities(t *testing.T) {
 		t.Skip("needs root")
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperVar+"=drop")
+	cmd.Env = append(os.Environ(), helperVar+"="+mode)
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("helper: %v\n%s", err, out)
@@ -115,6 +124,25 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		os.Stdout.Write(b)
+		os.Exit(0)
+	}
+	if os.Getenv(helperVar) == "starter" {
+		s := confine.NewStarter()
+		go s.Serve()
+		if err := s.DropCapabilities(); err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+		var (
+			out []byte
+			err error
+		)
+		s.Do(func() { out, err = exec.Command("cat", "/proc/self/status").Output() })
+		if err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+		os.Stdout.Write(out)
 		os.Exit(0)
 	}
 	os.Exit(m.Run())

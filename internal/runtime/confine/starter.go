@@ -24,12 +24,13 @@ import (
 // through Do. The init stage serves it on the process's main thread, the one
 // /proc/<pid>/status describes.
 type Starter struct {
-	fns chan func()
+	fns  chan func()
+	stop chan struct{}
 }
 
 // NewStarter makes a starter; Serve runs it.
 func NewStarter() *Starter {
-	return &Starter{fns: make(chan func())}
+	return &Starter{fns: make(chan func()), stop: make(chan struct{})}
 }
 
 // Serve locks the calling goroutine to its thread for good (the thread's
@@ -37,13 +38,19 @@ func NewStarter() *Starter {
 // Stop.
 func (s *Starter) Serve() {
 	goruntime.LockOSThread()
-	for f := range s.fns {
-		f()
+	for {
+		select {
+		case f := <-s.fns:
+			f()
+		case <-s.stop:
+			return
+		}
 	}
 }
 
-// Stop ends Serve. Do must not be called after it.
-func (s *Starter) Stop() { close(s.fns) }
+// Stop ends Serve; the process is about to exit. A Do after it waits for
+// good (the exit), rather than run its function elsewhere.
+func (s *Starter) Stop() { close(s.stop) }
 
 // Do runs f on the starter's thread and returns when it has.
 func (s *Starter) Do(f func()) {
