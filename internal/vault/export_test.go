@@ -44,3 +44,15 @@ func AgeLayers(s *Service, d time.Duration) {
 		os.Chtimes(filepath.Join(s.layersDir(), e.Name()), t, t)
 	}
 }
+
+// SetLayerMade sets Config.LayerMade.
+func SetLayerMade(s *Service, f func(ctx context.Context, dir string)) { s.cfg.LayerMade = f }
+
+// TempLayer is tempLayer: a directory as a build under way has.
+func TempLayer(s *Service) (string, func(), error) { return s.tempLayer() }
+
+// FinishLayer is finishLayer.
+var FinishLayer = finishLayer
+
+// LayersDir is where s keeps its layers.
+func LayersDir(s *Service) string { return s.layersDir() }

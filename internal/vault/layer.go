@@ -230,6 +230,8 @@ func (s *Service) LayersOf(ctx context.Context, specs []LayerSpec) ([]string, er
 		}
 		dirs[i] = d
 	}
+	// Those made first, again: the sweep keeps them as long as the last.
+	s.used(dirs...)
 	return dirs, nil
 }
 
@@ -241,9 +243,7 @@ func (s *Service) LayersOf(ctx context.Context, specs []LayerSpec) ([]string, er
 // the changes over the layers below.
 func (s *Service) layer(ctx context.Context, spec LayerSpec, below []string, base layerBase) (string, error) {
 	dir := filepath.Join(s.layersDir(), spec.key())
-	s.mu.Lock()
-	s.layerUsed[filepath.Base(dir)] = time.Now()
-	s.mu.Unlock()
+	s.used(dir)
 	if _, err := os.Stat(dir); err == nil {
 		return dir, nil
 	}
@@ -272,7 +272,20 @@ func (s *Service) layer(ctx context.Context, spec LayerSpec, below []string, bas
 	if err != nil {
 		return "", fmt.Errorf("the layer of vault %s at %.12s: %w", spec.Name, spec.Commit, err)
 	}
+	// Again once made: a build of over a minute is not swept as soon as
+	// it is there.
+	s.used(dir)
 	return dir, nil
+}
+
+// used stamps the layers at dirs as asked for now: the sweep keeps them
+// a minute.
+func (s *Service) used(dirs ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, d := range dirs {
+		s.layerUsed[filepath.Base(d)] = time.Now()
+	}
 }
 
 // ReadyStack returns the layers of spec (Stack) if they are made, or once
@@ -448,11 +461,11 @@ func (s *Service) makeLayer(ctx context.Context, spec LayerSpec, dir string, bas
 // layerWhole makes the layer of spec at dir from the cache repository
 // cache: every file written.
 func (s *Service) layerWhole(ctx context.Context, spec LayerSpec, dir, cache string, refs map[string]string, objects []objectFile) error {
-	tmp, err := os.MkdirTemp(s.layersDir(), ".tmp-")
+	tmp, done, err := s.tempLayer()
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	defer done()
 	// The root and the directories above the path, as the template has
 	// them; the root's own are the writable layer's, which is on top.
 	if err := os.Chmod(tmp, 0o755); err != nil {
@@ -543,11 +556,11 @@ func (s *Service) layerGit(ctx context.Context, spec LayerSpec, cache, gitDir st
 // and the new commit's written. A commit of a few files costs a link a
 // file, not a file written.
 func (s *Service) layerFrom(ctx context.Context, spec LayerSpec, dir string, base layerBase, cache string, refs map[string]string, objects []objectFile) error {
-	tmp, err := os.MkdirTemp(s.layersDir(), ".tmp-")
+	tmp, done, err := s.tempLayer()
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	defer done()
 	work := filepath.Join(tmp, spec.Path)
 	gitDir := filepath.Join(work, ".git")
 	// What changed, paths relative to the work tree.
@@ -675,11 +688,11 @@ func (s *Service) layerDelta(ctx context.Context, spec LayerSpec, dir string, be
 			}
 		}
 	}
-	tmp, err := os.MkdirTemp(s.layersDir(), ".tmp-")
+	tmp, done, err := s.tempLayer()
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	defer done()
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return err
 	}
@@ -792,6 +805,12 @@ func finishLayer(spec LayerSpec, tmp, dir string) error {
 			return err
 		}
 	}
+	// A mark left by a layer of the same key swept (a kill between its
+	// removal and the mark's) would say this one, not yet synced, is on
+	// disk: a reboot would keep it.
+	if err := os.Remove(dir + syncedMark); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
 	return os.Rename(tmp, dir)
 }
 
@@ -855,13 +874,17 @@ func KeptLayers(file string) ([]LayerSpec, error) {
 // LayerKey: those the sandboxes and snapshots of this node stack on) nor
 // of the heads of the mounts this node made, and are older than a minute
 // (a layer just made, for a create under way, is in no writable layer
-// yet). It returns how many it removed.
+// yet), and what builds of earlier runs left. It returns how many it
+// removed.
+//
+// A layer is first renamed away, then removed: a layer at its key is
+// whole (layer finds it there and uses it), whatever stops a sweep
+// halfway (an error, a kill); what is left under the other name is
+// removed by a later sweep.
 func (s *Service) SweepLayers(ctx context.Context, keep map[string]bool) int {
 	s.mu.Lock()
 	for l, t := range s.layerUsed {
-		if time.Since(t) < time.Minute {
-			keep[l] = true
-		} else {
+		if time.Since(t) >= time.Minute {
 			delete(s.layerUsed, l)
 		}
 	}
@@ -876,18 +899,76 @@ func (s *Service) SweepLayers(ctx context.Context, keep map[string]bool) int {
 	ents, _ := os.ReadDir(s.layersDir())
 	for _, e := range ents {
 		fi, err := e.Info()
+		tmp := strings.HasPrefix(e.Name(), tmpLayerPrefix)
 		if err != nil || !e.IsDir() || keep[e.Name()] || time.Since(fi.ModTime()) < time.Minute ||
-			strings.HasPrefix(e.Name(), ".") && !strings.HasPrefix(e.Name(), ".tmp-") {
+			strings.HasPrefix(e.Name(), ".") && !tmp {
+			continue
+		}
+		d := filepath.Join(s.layersDir(), e.Name())
+		trash := d
+		// Checked and renamed under mu: layer, which stamps layerUsed
+		// under it before it looks, then finds the layer gone and makes
+		// it again, or the sweep keeps it.
+		s.mu.Lock()
+		_, used := s.layerUsed[e.Name()]
+		skip := used || s.building[e.Name()]
+		if !skip && !tmp {
+			trash = filepath.Join(s.layersDir(), s.tempName())
+			if err := os.Rename(d, trash); err != nil {
+				s.log.Warn("removing a vault layer", "layer", e.Name(), "err", err)
+				skip = true
+			}
+		}
+		s.mu.Unlock()
+		if skip {
 			continue
 		}
 		n++
-		d := filepath.Join(s.layersDir(), e.Name())
-		if err := os.RemoveAll(d); err != nil {
+		if !tmp {
+			os.Remove(d + syncedMark)
+		}
+		if err := os.RemoveAll(trash); err != nil {
 			s.log.Warn("removing a vault layer", "layer", e.Name(), "err", err)
 		}
-		os.Remove(d + syncedMark)
 	}
 	return n
+}
+
+// tmpLayerPrefix starts the names of layers being made (tempLayer) and
+// of those being removed (SweepLayers).
+const tmpLayerPrefix = ".tmp-"
+
+// tempName returns a new name for a layer being made or removed: of
+// this run (s.run, random) and never used in it.
+func (s *Service) tempName() string {
+	s.tmpSeq++
+	return fmt.Sprintf("%s%s-%d", tmpLayerPrefix, s.runID, s.tmpSeq)
+}
+
+// tempLayer makes a directory to make a layer in, which the sweep
+// leaves alone until done (which removes it) is called: a build is not
+// removed under it however long it takes (the directory's time is that
+// of its start).
+func (s *Service) tempLayer() (dir string, done func(), err error) {
+	s.mu.Lock()
+	name := s.tempName()
+	s.building[name] = true
+	s.mu.Unlock()
+	done = func() {
+		dir := filepath.Join(s.layersDir(), name)
+		if err := os.RemoveAll(dir); err != nil {
+			s.log.Warn("removing a vault layer not made", "dir", dir, "err", err)
+		}
+		s.mu.Lock()
+		delete(s.building, name)
+		s.mu.Unlock()
+	}
+	dir = filepath.Join(s.layersDir(), name)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		done()
+		return "", nil, err
+	}
+	return dir, done, nil
 }
 
 // LayerKey is the name of spec's layer, for SweepLayers.

@@ -123,6 +123,12 @@ type Service struct {
 	// lastLayer are the last layers made, by mount (a LayerSpec's key
 	// without its commit): the next commit's is made from it.
 	lastLayer map[string]lastLayers
+	// building are the temporary directories of the layers being made,
+	// by name, which the sweep leaves; runID starts this run's names of
+	// them, tmpSeq ends them (layer.go).
+	building map[string]bool
+	runID    string
+	tmpSeq   int
 	// pushes are the pushes under way, by their token (git.go).
 	pushes map[string]*push
 	// conns are the hooks' connections being served; closed, Close.
@@ -154,7 +160,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Store == nil || cfg.Blob == nil || cfg.Dir == "" {
 		return nil, errors.New("vault: Config.Store, Blob and Dir are required")
 	}
-	s := &Service{cfg: cfg, log: cfg.Logger, locks: map[string]*vaultLock{}, mounted: map[string][]LayerSpec{}, layerUsed: map[string]time.Time{}, lastLayer: map[string]lastLayers{}, pushes: map[string]*push{}, conns: map[net.Conn]struct{}{}, idx: newIndexes()}
+	s := &Service{cfg: cfg, log: cfg.Logger, locks: map[string]*vaultLock{}, mounted: map[string][]LayerSpec{}, layerUsed: map[string]time.Time{}, lastLayer: map[string]lastLayers{}, building: map[string]bool{}, runID: rand.Text()[:8], pushes: map[string]*push{}, conns: map[net.Conn]struct{}{}, idx: newIndexes()}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
