@@ -38,6 +38,14 @@ func run(log *slog.Logger, ready func(), startOn func(func())) error {
 	listenPath := os.Getenv(launch.ListenVar)
 	// Children get their environment from the request, never the agent's.
 	os.Clearenv()
+	// Not dumpable: no process of the sandbox, its root included, may
+	// trace the agent or read its memory (that takes CAP_SYS_PTRACE, which
+	// sandboxes do not hold). The agent's threads other than the one that
+	// starts processes keep a full bounding set (confine.Starter): traced,
+	// one could be made to execute a program that gains it.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("making the agent not dumpable: %w", err)
+	}
 
 	ln, err := listener(listenPath)
 	if err != nil {

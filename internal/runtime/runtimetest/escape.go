@@ -138,7 +138,7 @@ if shared_kernel:
 	{"host processes", `
 if not shared_kernel:
     sys.exit(0)
-ns = os.readlink("/proc/1/ns/pid")
+ns = os.readlink("/proc/self/ns/pid")
 for pid in (host_pid, 2):
     try:
         os.kill(pid, 0)
@@ -153,7 +153,7 @@ denied("ptrace attach", sc(101, 16, host_pid, 0, 0))
 	{"setns", `
 if not shared_kernel:
     sys.exit(0)
-fd = os.open("/proc/1/ns/mnt", os.O_RDONLY)
+fd = os.open("/proc/self/ns/mnt", os.O_RDONLY)
 denied("setns mnt", sc(308, fd, 0))
 `},
 }
