@@ -443,7 +443,10 @@ func testIsolation(t *testing.T, rt runtime.Runtime, env Env, caps runtime.Caps)
 		// The agent, PID 1, drops the bounding set on the thread that
 		// starts every process, its main thread (confine.Starter); the
 		// other sets shrink on every thread.
-		{"init's capabilities", "grep -E '^(CapBnd|CapPrm|CapEff|CapInh|CapAmb|NoNewPrivs|Seccomp):' /proc/1/status | awk '{print $2}' | tr '\\n' ' '", "0000000000000000 00000000a80425fb 00000000a80425fb 00000000a80425fb 0000000000000000 1 2 ", true},
+		{"init's capabilities", "grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/1/status | awk '{print $2}' | tr '\\n' ' '", "0000000000000000 00000000a80425fb 00000000a80425fb 00000000a80425fb 0000000000000000 1 2 ", true},
+		// ... every thread of it the same, but for the bounding set.
+		// (Fields in /proc's order: CapInh, CapPrm, CapEff, CapAmb.)
+		{"init's threads", "for f in /proc/1/task/*/status; do grep -E '^(CapInh|CapPrm|CapEff|CapAmb|NoNewPrivs|Seccomp):' $f | awk '{print $2}' | tr '\\n' ' '; echo; done | sort -u", "0000000000000000 00000000a80425fb 00000000a80425fb 0000000000000000 1 2 \n", true},
 		// ... and is not dumpable: no process of the sandbox, its root
 		// included, may trace it or read its memory or environment (its
 		// other threads keep a full bounding set).
