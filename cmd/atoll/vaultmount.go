@@ -113,13 +113,10 @@ func (m *vaultMounts) Check(ctx context.Context, ms []api.VaultMount) error {
 			return err
 		}
 	}
-	pctx := context.WithoutCancel(ctx)
 	for _, v := range ms {
-		go func() {
-			if err := m.vaults.PrepareLayers(pctx, v.Name); err != nil {
-				m.log.Debug("making a vault's layers ahead", "vault", v.Name, "err", err)
-			}
-		}()
+		if err := m.vaults.PrepareLayers(ctx, v.Name); err != nil {
+			m.log.Debug("making a vault's layers ahead", "vault", v.Name, "err", err)
+		}
 	}
 	return nil
 }

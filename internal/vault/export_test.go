@@ -56,3 +56,10 @@ var FinishLayer = finishLayer
 
 // LayersDir is where s keeps its layers.
 func LayersDir(s *Service) string { return s.layersDir() }
+
+// LastLayers is how many mounts s keeps the last layers of.
+func LastLayers(s *Service) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.lastLayer)
+}

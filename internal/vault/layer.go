@@ -127,7 +127,7 @@ func (s *Service) Stack(ctx context.Context, spec LayerSpec) ([]LayerSpec, error
 	kind := spec
 	kind.Commit = ""
 	s.remember(kind)
-	v, err, _ := s.preparing.Do("stack "+kind.key()+" "+spec.Commit, func() (any, error) {
+	v, err := s.shared(ctx, "stack "+kind.key()+" "+spec.Commit, func(ctx context.Context) (any, error) {
 		s.mu.Lock()
 		last := s.lastLayer[kind.key()]
 		s.mu.Unlock()
@@ -193,6 +193,9 @@ type lastLayers struct {
 func (s *Service) setLast(kind LayerSpec, chain []LayerSpec, ifTop string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !slices.ContainsFunc(s.mounted[kind.Vault], func(o LayerSpec) bool { return o.key() == kind.key() }) {
+		return // forgotten (remember, forget) while its layers were made
+	}
 	last := s.lastLayer[kind.key()]
 	if ifTop != "" && (len(last.chain) == 0 || last.chain[0].Commit != ifTop) {
 		return
@@ -247,7 +250,7 @@ func (s *Service) layer(ctx context.Context, spec LayerSpec, below []string, bas
 	if _, err := os.Stat(dir); err == nil {
 		return dir, nil
 	}
-	_, err, _ := s.preparing.Do("layer "+dir, func() (any, error) {
+	_, err := s.shared(ctx, "layer "+dir, func(ctx context.Context) (any, error) {
 		if _, err := os.Stat(dir); err == nil {
 			return nil, nil
 		}
@@ -348,17 +351,36 @@ func (s *Service) remember(kind LayerSpec) {
 			break
 		}
 	}
-	s.mounted[kind.Vault] = append([]LayerSpec{kind}, kinds[:min(len(kinds), mountKinds-1)]...)
+	keep := min(len(kinds), mountKinds-1)
+	// The mounts forgotten lose their last layers too: the sweep keeps
+	// the last layers of every mount it knows (a template's directories'
+	// times are a mount's: each rebuild of a template makes a new one).
+	for _, o := range kinds[keep:] {
+		delete(s.lastLayer, o.key())
+	}
+	s.mounted[kind.Vault] = append([]LayerSpec{kind}, kinds[:keep]...)
 }
 
-// PrepareLayers makes ahead the layers of the head of the context's
-// tenant's vault name for the mounts of it this node has made.
+// forget drops what s keeps of the mounts of vault id: deleted.
+func (s *Service) forget(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, kind := range s.mounted[id] {
+		delete(s.lastLayer, kind.key())
+	}
+	delete(s.mounted, id)
+}
+
+// PrepareLayers starts making ahead, in the background (until the
+// service closes), the layers of the head of the context's tenant's
+// vault name for the mounts of it this node has made.
 func (s *Service) PrepareLayers(ctx context.Context, name string) error {
 	v, err := s.lookup(ctx, name)
 	if err != nil {
 		return err
 	}
-	return s.headLayers(ctx, v.ID)
+	s.layersSoon(v)
+	return nil
 }
 
 // headLayers makes the layers of vault id's head for the mounts of it
@@ -384,13 +406,28 @@ func (s *Service) headLayers(ctx context.Context, id string) error {
 }
 
 // layersSoon makes, in the background, the layers of vault v's head
-// that its mounts here will want: after a push.
+// that its mounts here will want: after a push, and at a create that
+// mounts it (PrepareLayers).
 func (s *Service) layersSoon(v store.Vault) {
 	s.background(func(ctx context.Context) {
 		if err := s.headLayers(ctx, v.ID); err != nil && ctx.Err() == nil {
-			s.log.Debug("making a vault's layers after a push", "vault", v.ID, "err", err)
+			s.log.Debug("making a vault's layers ahead", "vault", v.ID, "err", err)
 		}
 	})
+}
+
+// shared runs fn once for the callers of the same key at once (the
+// first's call, the others wait for it), under the service's context,
+// not the first caller's: a caller that gives up (its request cancelled)
+// returns its context's error and leaves the work to the others.
+func (s *Service) shared(ctx context.Context, key string, fn func(ctx context.Context) (any, error)) (any, error) {
+	ch := s.preparing.DoChan(key, func() (any, error) { return fn(s.idx.ctx) })
+	select {
+	case r := <-ch:
+		return r.Val, r.Err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // background runs fn in the background until the service closes.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -131,4 +132,55 @@ func TestLayerSweepSafe(t *testing.T) {
 	if _, err := os.Stat(l); err != nil {
 		t.Errorf("the sweep removed a layer just made: %v", err)
 	}
+}
+
+// TestLayerMountsForgotten checks that the last layers of a mount are
+// kept (from the sweep) only while the mount is one of the few of its
+// vault remembered, and not once the vault is deleted.
+func TestLayerMountsForgotten(t *testing.T) {
+	testenv.RequireRoot(t) // files of uid 1000
+	e := newEnv(t)
+	ctx := ctxOf("acme")
+	spec := layerVault(t, e, "/home/user/m0")
+	for i := range 6 {
+		spec.Path = "/home/user/m" + strconv.Itoa(i)
+		spec.Dirs = vault.TemplateDirs(nil, spec.Path, 1000, 1000)
+		stack(t, e.svc, spec, 1)
+	}
+	if n := vault.LastLayers(e.svc); n != 4 {
+		t.Errorf("the last layers of %d mounts are kept, want 4", n)
+	}
+	vault.AgeLayers(e.svc, 2*time.Minute)
+	if n := e.svc.SweepLayers(ctx, map[string]bool{}); n != 2 {
+		t.Errorf("the sweep removed %d layers, want the 2 of the mounts forgotten", n)
+	}
+	if err := e.svc.Delete(ctx, "notes", true); err != nil {
+		t.Fatal(err)
+	}
+	if n := vault.LastLayers(e.svc); n != 0 {
+		t.Errorf("the last layers of %d mounts of a deleted vault are kept", n)
+	}
+}
+
+// TestLayerCallerGone checks that a layer's build shared by several
+// callers is not stopped by the first one's giving up (its request
+// cancelled): it runs under the service's context.
+func TestLayerCallerGone(t *testing.T) {
+	testenv.RequireRoot(t) // files of uid 1000
+	e := newEnv(t)
+	const mnt = "/home/user/memory/notes"
+	spec := layerVault(t, e, mnt)
+	cctx, cancel := context.WithCancel(ctxOf("acme"))
+	workErr := make(chan error, 1)
+	vault.SetLayerMade(e.svc, func(ctx context.Context, _ string) {
+		cancel() // the first caller gives up while the layer is made
+		workErr <- ctx.Err()
+	})
+	e.svc.Stack(cctx, spec)
+	if err := <-workErr; err != nil {
+		t.Errorf("the shared build's context ended with its first caller's: %v", err)
+	}
+	vault.SetLayerMade(e.svc, nil)
+	l := stack(t, e.svc, spec, 1)[0]
+	checkClone(t, l, mnt, spec.Commit, map[string]string{"a.md": "# A\n", "dir/b.md": "b\n", "z.md": "z\n"})
 }

@@ -406,6 +406,7 @@ func (s *Service) remove(ctx context.Context, v store.Vault) error {
 	}
 	s.idx.drop(v.ID)
 	s.adverts.drop(v.ID)
+	s.forget(v.ID)
 	unlock := s.lock(v.ID)
 	defer unlock()
 	if err := os.RemoveAll(s.repoDir(v.ID)); err != nil {
