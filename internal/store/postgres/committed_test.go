@@ -2,13 +2,19 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"math"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/store"
 	"github.com/atoll-dev/atoll/internal/store/storetest"
 )
@@ -111,6 +117,154 @@ func TestNodeCommittedBackfill(t *testing.T) {
 		}
 		if sb.Slot != wantSlot {
 			t.Errorf("placed in slot %d of a, want %d", sb.Slot, wantSlot)
+		}
+	}
+}
+
+// TestCommittedContention: state changes and deletes on one node while
+// placements there run at once, each writer touching only its own
+// sandboxes, and transactions that write two sandboxes, on two nodes, in
+// either order, swapping their nodes. The kept sums (node_committed) are
+// one row a node; the count of attempts refused for a concurrent
+// transaction (serialization failures, deadlocks) and run again says
+// whether the writers queue on that row's lock, as they should, or refuse
+// each other. Serializable, the state changes and deletes were refused
+// 260-370 times in 480; the sums stayed exact either way (storetest's
+// CommittedConcurrent).
+func TestCommittedContention(t *testing.T) {
+	serverURL(t)
+	var sc schemas
+	u, _ := sc.url(t, t.TempDir())
+	st := openStore(t, u)
+	defer st.Close()
+	ctx := context.Background()
+	n := storetest.NewNode("n")
+	n.Capacity = store.Resources{CPU: 1e6, MemoryMiB: 1e9, DiskGiB: 1e9, Sandboxes: 1e6}
+	epoch, err := st.Join(ctx, n, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	as := st.As("n", epoch)
+	m := storetest.NewNode("m")
+	m.Capacity = n.Capacity
+	if _, err := st.Join(ctx, m, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	x, y := storetest.NewSandbox("x"), storetest.NewSandbox("y")
+	x.Node, y.Node = "n", "m"
+	for _, err := range st.Place(ctx, []*store.Sandbox{x, y}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	const writers, rounds = 4, 40
+	before := conflicts.Load()
+	var wg sync.WaitGroup
+	var ops atomic.Int64
+	for _, ids := range [][]string{{"x", "y"}, {"y", "x"}} {
+		wg.Add(1)
+		go func() { // the two swap nodes and change state, in one transaction
+			defer wg.Done()
+			for range rounds {
+				var sbs []*store.Sandbox
+				for _, id := range ids {
+					sb, err := st.Get(ctx, id)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					sbs = append(sbs, &sb)
+				}
+				sbs[0].Node, sbs[1].Node = sbs[1].Node, sbs[0].Node
+				for _, sb := range sbs {
+					sb.State = map[string]string{api.StateRunning: api.StateStopped}[sb.State]
+					if sb.State == "" {
+						sb.State = api.StateRunning
+					}
+				}
+				if err := st.UpdateAll(ctx, sbs, api.StateCreating, api.StateRunning, api.StateStopped); err != nil {
+					t.Error(err)
+					return
+				}
+				ops.Add(1)
+			}
+		}()
+	}
+	for g := range writers {
+		wg.Add(2)
+		go func() { // placements, 8 at a time
+			defer wg.Done()
+			for i := range rounds {
+				var sbs []*store.Sandbox
+				for j := range 8 {
+					sb := storetest.NewSandbox(fmt.Sprintf("p%d-%d-%d", g, i, j))
+					sb.Node = "n"
+					sbs = append(sbs, sb)
+				}
+				for _, err := range st.Place(ctx, sbs) {
+					if err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		}()
+		go func() { // a sandbox's life: created, running, stopped, deleted
+			defer wg.Done()
+			for i := range rounds {
+				sb := storetest.NewSandbox(fmt.Sprintf("w%d-%d", g, i))
+				sb.Node = "n"
+				if err := st.Place(ctx, []*store.Sandbox{sb})[0]; err != nil {
+					t.Error(err)
+					return
+				}
+				for _, next := range []string{api.StateRunning, api.StateStopped} {
+					from := sb.State
+					sb.State = next
+					if err := as.Update(ctx, sb, from); err != nil {
+						t.Error(err)
+						return
+					}
+					ops.Add(1)
+				}
+				if err := st.Delete(ctx, sb.ID); err != nil {
+					t.Error(err)
+					return
+				}
+				ops.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	refused := conflicts.Load() - before
+	t.Logf("%d state changes and deletes beside %d placements: %d attempts refused for a concurrent transaction and run again",
+		ops.Load(), writers*rounds*8, refused)
+	// Read committed, they wait for each other's locks, taken in one
+	// order: none is refused (a few, for what this does not foresee).
+	if refused > ops.Load()/20 {
+		t.Errorf("%d of %d writes refused for a concurrent transaction", refused, ops.Load())
+	}
+	all, err := st.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]*store.Resources{"n": {}, "m": {}}
+	slots := map[string]map[int]bool{"n": {}, "m": {}}
+	for _, sb := range all {
+		add(want[sb.Node], sb.State, store.Resources{CPU: sb.CPU, MemoryMiB: sb.MemoryMiB, DiskGiB: sb.DiskGiB, Sandboxes: 1})
+		if slots[sb.Node][sb.Slot] {
+			t.Errorf("two sandboxes in slot %d of %s", sb.Slot, sb.Node)
+		}
+		slots[sb.Node][sb.Slot] = true
+	}
+	ns, err := st.Nodes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range ns {
+		w := want[n.Name]
+		if got := n.Committed; got.Sandboxes != w.Sandboxes || got.MemoryMiB != w.MemoryMiB || got.DiskGiB != w.DiskGiB || math.Abs(got.CPU-w.CPU) > 1e-9 {
+			t.Errorf("node %s holds %+v, its sandboxes %+v", n.Name, got, *w)
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -160,6 +161,11 @@ func retry(ctx context.Context, attempt func() (again bool, err error)) error {
 	}
 }
 
+// conflicts counts the attempts refused for a concurrent transaction (a
+// serialization failure or a deadlock) and run again: what tests of
+// contention measure.
+var conflicts atomic.Int64
+
 // retryCodes are the SQLSTATEs after which running the transaction again
 // is right: the server refused it, or shut its connection down, without
 // applying it.
@@ -190,7 +196,11 @@ func retryable(err error, conn *pgx.Conn) bool {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return false
 	case errors.As(err, &pe):
-		return retryCodes[pe.Code] || pe.Code == "23505" && retryConstraints[pe.ConstraintName]
+		again := retryCodes[pe.Code] || pe.Code == "23505" && retryConstraints[pe.ConstraintName]
+		if again && (pe.Code == "40001" || pe.Code == "40P01") {
+			conflicts.Add(1)
+		}
+		return again
 	case errors.Is(err, errdefs.ErrNotFound), errors.Is(err, errdefs.ErrConflict), errors.Is(err, errdefs.ErrInvalid),
 		errors.Is(err, store.ErrFenced), errors.Is(err, store.ErrNoRoom), errors.Is(err, errdefs.ErrQuota):
 		return false

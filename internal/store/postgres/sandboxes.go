@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -147,6 +148,30 @@ func (s *Store) Update(ctx context.Context, sb *store.Sandbox, from ...string) e
 }
 
 // UpdateAll is Update of every sandbox of sbs, in one transaction.
+//
+// Read committed, ordered by row locks, as the cluster's own writes are:
+// each write of a sandbox's state or resources changes its node's kept
+// sums (node_committed, migration 0013), one row a node, and two
+// serializable writes on one node, or one beside a placement there
+// (which holds the row until it commits), would refuse each other ("could
+// not serialize access"). Read committed, the second waits for the row
+// and adds to what the first committed. What serializable isolation kept
+// here holds under the locks instead:
+//   - the compare-and-set of the state: the sandbox's row is read FOR
+//     UPDATE, the newest version, and stays locked until the commit;
+//   - a tenant's quota: admit updates the tenant's row first, which orders
+//     every write that grows what the tenant holds (tenants.go), and its
+//     sum, a later statement, sees what the one before committed;
+//   - the template version a sandbox holds, against CollectTemplates: an
+//     update that keeps the sandbox's version cannot make a collection
+//     wrong (the row held it already, committed). One that changes it
+//     (errStrict) runs again serializable, as every update did before.
+//
+// The sandboxes are written in the order of their nodes, then IDs, and
+// the nodes a sandbox moves to are locked before any row is written: two
+// transactions then take the sandboxes', nodes' and sums' locks in the
+// same order (as Place takes the nodes', then the sums'), and neither
+// waits for the other while holding what it needs.
 func (s *Store) UpdateAll(ctx context.Context, sbs []*store.Sandbox, from ...string) error {
 	for _, sb := range sbs {
 		if !storable(sb.ID) {
@@ -156,21 +181,58 @@ func (s *Store) UpdateAll(ctx context.Context, sbs []*store.Sandbox, from ...str
 			return err
 		}
 	}
-	return s.write(ctx, func(tx pgx.Tx) error {
-		for _, sb := range sbs {
-			if err := update(ctx, tx, s.as, sb, from); err != nil {
+	sorted := slices.Clone(sbs)
+	slices.SortFunc(sorted, func(a, b *store.Sandbox) int {
+		return cmp.Or(strings.Compare(a.Node, b.Node), strings.Compare(a.ID, b.ID))
+	})
+	run := func(iso pgx.TxIsoLevel) error {
+		return s.writeAt(ctx, iso, s.as, func(tx pgx.Tx) error {
+			if err := lockMoves(ctx, tx, sorted); err != nil {
 				return err
 			}
-		}
-		return nil
-	})
+			for _, sb := range sorted {
+				if err := update(ctx, tx, s.as, sb, from, iso == pgx.Serializable); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	err := run(pgx.ReadCommitted)
+	if errors.Is(err, errStrict) {
+		err = run(pgx.Serializable)
+	}
+	return err
 }
 
-func update(ctx context.Context, tx pgx.Tx, as *writer, sb *store.Sandbox, from []string) error {
-	var cur, node, owner string
+// errStrict is update's answer, read committed, to a write that needs a
+// serializable transaction (UpdateAll says which).
+var errStrict = errors.New("a serializable transaction is needed")
+
+// lockMoves locks, in name order, the rows of the nodes sandboxes of sbs
+// move to (a node other than the one they are recorded on), and the
+// sandboxes' rows, in ID order.
+func lockMoves(ctx context.Context, tx pgx.Tx, sbs []*store.Sandbox) error {
+	if len(sbs) < 2 {
+		return nil // update locks one sandbox, then its node, alone
+	}
+	ids := make([]string, len(sbs))
+	to := make([]string, len(sbs))
+	for i, sb := range sbs {
+		ids[i], to[i] = sb.ID, sb.Node
+	}
+	_, err := tx.Exec(ctx, `WITH s AS (SELECT id, node FROM sandboxes WHERE id = ANY($1) ORDER BY id FOR UPDATE)
+		SELECT 1 FROM nodes WHERE name IN (SELECT w.node FROM unnest($1::text[], $2::text[]) w(id, node)
+			JOIN s ON s.id = w.id AND s.node <> w.node)
+		ORDER BY name FOR UPDATE`, ids, to)
+	return err
+}
+
+func update(ctx context.Context, tx pgx.Tx, as *writer, sb *store.Sandbox, from []string, serializable bool) error {
+	var cur, node, owner, version string
 	var had store.Resources
-	if err := tx.QueryRow(ctx, `SELECT state, node, tenant, cpu, memory_mib, disk_gib FROM sandboxes WHERE id = $1 FOR UPDATE`, sb.ID).Scan(
-		&cur, &node, &owner, &had.CPU, &had.MemoryMiB, &had.DiskGiB); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT state, node, tenant, template_version, cpu, memory_mib, disk_gib FROM sandboxes WHERE id = $1 FOR UPDATE`, sb.ID).Scan(
+		&cur, &node, &owner, &version, &had.CPU, &had.MemoryMiB, &had.DiskGiB); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("sandbox %s: %w", sb.ID, errdefs.ErrNotFound)
 		}
@@ -181,6 +243,9 @@ func update(ctx context.Context, tx pgx.Tx, as *writer, sb *store.Sandbox, from 
 	}
 	if !slices.Contains(from, cur) {
 		return fmt.Errorf("sandbox %s is %s: %w", sb.ID, cur, errdefs.ErrConflict)
+	}
+	if !serializable && sb.TemplateVersion != version {
+		return errStrict
 	}
 	if err := versionExists(ctx, tx, sb.TemplateVersion); err != nil {
 		return err
@@ -230,11 +295,15 @@ func update(ctx context.Context, tx pgx.Tx, as *writer, sb *store.Sandbox, from 
 }
 
 // Delete removes a sandbox's row and records its transition to deleted.
+// Read committed, as UpdateAll is and for its reason (the node's kept
+// sums): the delete locks the row it removes, and nothing it could make
+// wrong counts on its absence (a quota's use and a version's users only
+// shrink).
 func (s *Store) Delete(ctx context.Context, id string) error {
 	if !storable(id) {
 		return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
-	return s.write(ctx, func(tx pgx.Tx) error {
+	return s.writeAt(ctx, pgx.ReadCommitted, s.as, func(tx pgx.Tx) error {
 		var cur, node string
 		if err := tx.QueryRow(ctx, `DELETE FROM sandboxes WHERE id = $1 RETURNING state, node`, id).Scan(&cur, &node); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {

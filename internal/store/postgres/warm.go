@@ -44,6 +44,6 @@ func (s *Store) ServeWarm(ctx context.Context, placed string, sb *store.Sandbox,
 				return err
 			}
 		}
-		return update(ctx, tx, s.as, sb, from)
+		return update(ctx, tx, s.as, sb, from, true)
 	})
 }
