@@ -163,8 +163,8 @@ func retry(ctx context.Context, attempt func() (again bool, err error)) error {
 
 // conflicts counts the attempts refused for a concurrent transaction (a
 // serialization failure or a deadlock) and run again: what tests of
-// contention measure.
-var conflicts atomic.Int64
+// contention measure; deadlocks, the deadlocks among them.
+var conflicts, deadlocks atomic.Int64
 
 // retryCodes are the SQLSTATEs after which running the transaction again
 // is right: the server refused it, or shut its connection down, without
@@ -197,8 +197,12 @@ func retryable(err error, conn *pgx.Conn) bool {
 		return false
 	case errors.As(err, &pe):
 		again := retryCodes[pe.Code] || pe.Code == "23505" && retryConstraints[pe.ConstraintName]
-		if again && (pe.Code == "40001" || pe.Code == "40P01") {
+		switch {
+		case again && pe.Code == "40001":
 			conflicts.Add(1)
+		case again && pe.Code == "40P01":
+			conflicts.Add(1)
+			deadlocks.Add(1)
 		}
 		return again
 	case errors.Is(err, errdefs.ErrNotFound), errors.Is(err, errdefs.ErrConflict), errors.Is(err, errdefs.ErrInvalid),

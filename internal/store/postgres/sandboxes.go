@@ -164,8 +164,12 @@ func (s *Store) Update(ctx context.Context, sb *store.Sandbox, from ...string) e
 //     sum, a later statement, sees what the one before committed;
 //   - the template version a sandbox holds, against CollectTemplates: an
 //     update that keeps the sandbox's version cannot make a collection
-//     wrong (the row held it already, committed). One that changes it
-//     (errStrict) runs again serializable, as every update did before.
+//     wrong (the row held it already, committed).
+//
+// An update that changes a sandbox's version, or moves it to another node
+// (which serializable node views' checks of whose a sandbox is, such as
+// PutSnapshot's, read), is refused read committed (errStrict) and runs
+// again serializable, as every update did before.
 //
 // The sandboxes are written in the order of their nodes, then IDs, and
 // the nodes a sandbox moves to are locked before any row is written: two
@@ -244,7 +248,7 @@ func update(ctx context.Context, tx pgx.Tx, as *writer, sb *store.Sandbox, from 
 	if !slices.Contains(from, cur) {
 		return fmt.Errorf("sandbox %s is %s: %w", sb.ID, cur, errdefs.ErrConflict)
 	}
-	if !serializable && sb.TemplateVersion != version {
+	if !serializable && (sb.TemplateVersion != version || sb.Node != node) {
 		return errStrict
 	}
 	if err := versionExists(ctx, tx, sb.TemplateVersion); err != nil {
