@@ -70,6 +70,12 @@ func New(dir string, log *slog.Logger) (*Images, error) {
 		return nil, err
 	}
 	im := &Images{dir: dir, log: log}
+	// Images a build of an earlier run left half written (killed): no
+	// build of this run is under way yet.
+	tmps, _ := filepath.Glob(filepath.Join(dir, "*"+tmpSuffix))
+	for _, t := range tmps {
+		_ = os.Remove(t)
+	}
 	im.prune()
 	return im, nil
 }
@@ -192,7 +198,7 @@ func (im *Images) buildAndMount(ctx context.Context, layer, key string) error {
 // devices, user.overlay.* attributes), which the overlay applies as before.
 func (im *Images) build(ctx context.Context, layer, image string) error {
 	t0 := time.Now()
-	tmp := image + ".tmp"
+	tmp := image + tmpSuffix
 	defer os.Remove(tmp)
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, "mkfs.erofs", "--quiet", tmp, layer)
@@ -203,11 +209,31 @@ func (im *Images) build(ctx context.Context, layer, image string) error {
 	if err := os.WriteFile(strings.TrimSuffix(image, ".erofs")+".src", []byte(layer+"\n"), 0o600); err != nil {
 		return err
 	}
+	// On disk before it is named: an image renamed into place and lost
+	// to a power cut would keep its key, empty, and fail every mount.
+	if err := syncFile(tmp); err != nil {
+		return err
+	}
 	if err := os.Rename(tmp, image); err != nil {
+		return err
+	}
+	if err := syncFile(im.dir); err != nil {
 		return err
 	}
 	im.log.Info("layer image built", "image", image, "layer", layer, "ms", time.Since(t0).Milliseconds())
 	return nil
+}
+
+// tmpSuffix ends the name of an image being built.
+const tmpSuffix = ".tmp"
+
+// syncFile flushes the file or directory p to disk.
+func syncFile(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	return errors.Join(f.Sync(), f.Close())
 }
 
 // layerKey names the image of layer: its path and change time, which a

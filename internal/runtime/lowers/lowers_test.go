@@ -56,7 +56,13 @@ func TestMount(t *testing.T) {
 	if err := unix.Setxattr(filepath.Join(top, "var"), "user.overlay.opaque", []byte("y"), 0); err != nil {
 		t.Fatal(err)
 	}
+	// What a build killed half way leaves, which New removes.
+	os.MkdirAll(filepath.Join(dir, "lowers"), 0o700)
+	write(filepath.Join(dir, "lowers", "0123.erofs.tmp"), "half")
 	im, err := lowers.New(filepath.Join(dir, "lowers"), nil)
+	if _, err := os.Stat(filepath.Join(dir, "lowers", "0123.erofs.tmp")); err == nil {
+		t.Error("New left an image a build of an earlier run left half written")
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
