@@ -155,12 +155,17 @@ func (m *vaultMounts) Plan(ctx context.Context, sb *store.Sandbox, tmpl []string
 }
 
 // Layers implements control.VaultLayers.
-func (m *vaultMounts) Layers(ctx context.Context, kept []byte) ([]string, error) {
+func (m *vaultMounts) Layers(ctx context.Context, tnt string, kept []byte) ([]string, error) {
 	var specs []vault.LayerSpec
 	if err := json.Unmarshal(kept, &specs); err != nil {
 		return nil, err
 	}
-	return m.vaults.LayersOf(ctx, specs)
+	for _, sp := range specs {
+		if sp.Tenant != tnt {
+			return nil, fmt.Errorf("%w: the sandbox's files are over a layer of vault %s of another tenant", errdefs.ErrConflict, sp.Name)
+		}
+	}
+	return m.vaults.LayersOf(tenant.NewContext(ctx, tnt), specs)
 }
 
 // token signs sb's token for mount v of the context's tenant.

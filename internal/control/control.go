@@ -735,7 +735,7 @@ func (s *Service) spec(ctx context.Context, sb store.Sandbox, tmpl layers.Templa
 	if err != nil {
 		return runtime.Spec{}, fmt.Errorf("preparing writable layer: %w", err)
 	}
-	lower, err := s.vaultLayers(ctx, writable, tmpl.Layers)
+	lower, err := s.vaultLayers(ctx, sb, writable, tmpl.Layers)
 	if err != nil {
 		return runtime.Spec{}, err
 	}

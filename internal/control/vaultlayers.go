@@ -34,9 +34,11 @@ type VaultLayers interface {
 	// mounts it chose a layer for. It returns what the writable layer
 	// keeps, nil for none (the vaults are cloned into it as before).
 	Plan(ctx context.Context, sb *store.Sandbox, tmpl []string) ([]byte, error)
-	// Layers returns the layers' directories of what Plan returned, top
-	// first, made if missing.
-	Layers(ctx context.Context, kept []byte) ([]string, error)
+	// Layers returns the layers' directories of what Plan returned for a
+	// sandbox of tenant, top first, made if missing. What a writable
+	// layer keeps travels (snapshots, forks, archives, other nodes): it
+	// refuses layers of another tenant's vaults.
+	Layers(ctx context.Context, tenant string, kept []byte) ([]string, error)
 }
 
 // SetVaultLayers makes sandboxes created from now on stack vaults'
@@ -60,9 +62,9 @@ func (s *Service) planVaultLayers(ctx context.Context, sb *store.Sandbox, tmpl l
 	return os.WriteFile(filepath.Join(dir, VaultLayersFile), kept, 0o600)
 }
 
-// vaultLayers returns the lower layers of the sandbox whose writable
+// vaultLayers returns the lower layers of sandbox sb whose writable
 // layer is writable: its vaults' layers, if it keeps any, over tmpl.
-func (s *Service) vaultLayers(ctx context.Context, writable string, tmpl []string) ([]string, error) {
+func (s *Service) vaultLayers(ctx context.Context, sb store.Sandbox, writable string, tmpl []string) ([]string, error) {
 	kept, err := os.ReadFile(filepath.Join(writable, VaultLayersFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return tmpl, nil
@@ -73,7 +75,12 @@ func (s *Service) vaultLayers(ctx context.Context, writable string, tmpl []strin
 	if s.vlayers == nil {
 		return nil, fmt.Errorf("%w: the sandbox's vaults are layers, and this node keeps no vaults", errdefs.ErrUnavailable)
 	}
-	vl, err := s.vlayers.Layers(ctx, kept)
+	vl, err := s.vlayers.Layers(ctx, sb.Tenant, kept)
+	if errors.Is(err, errdefs.ErrConflict) {
+		// A vault deleted with its layer gone, or not the tenant's: no
+		// retry helps.
+		return nil, fmt.Errorf("the sandbox's vault layers: %w", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: the sandbox's vault layers: %v", errdefs.ErrUnavailable, err)
 	}

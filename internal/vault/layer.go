@@ -453,8 +453,12 @@ func (s *Service) makeLayer(ctx context.Context, spec LayerSpec, dir string, bas
 		return err
 	}
 	v, err := s.cfg.Store.GetVault(ctx, spec.Tenant, spec.Name)
-	if err == nil && v.ID != spec.Vault {
-		err = errdefs.ErrNotFound
+	if err == nil && v.ID != spec.Vault || errors.Is(err, errdefs.ErrNotFound) {
+		// Deleted (vault rm --force) while sandboxes mounted it: the
+		// files they have of it are over this layer, which no vault
+		// makes now. Such a sandbox cannot start on this node again.
+		return fmt.Errorf("%w: vault %s was removed (vault rm --force) and this node no longer has its layer at %.12s, "+
+			"which the sandbox's files of it are over: the sandbox cannot start again (delete it)", errdefs.ErrConflict, spec.Name, spec.Commit)
 	}
 	if err != nil {
 		return fmt.Errorf("vault %s (%s): %w", spec.Name, spec.Vault, err)

@@ -3,6 +3,8 @@ package vault_test
 import (
 	"bufio"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/errdefs"
 	"github.com/atoll-dev/atoll/internal/testenv"
 	"github.com/atoll-dev/atoll/internal/vault"
 )
@@ -159,6 +162,12 @@ func TestLayerMountsForgotten(t *testing.T) {
 	}
 	if n := vault.LastLayers(e.svc); n != 0 {
 		t.Errorf("the last layers of %d mounts of a deleted vault are kept", n)
+	}
+	// A sandbox over a layer of it, the layer gone: a clear refusal.
+	os.RemoveAll(vault.LayersDir(e.svc))
+	_, err := e.svc.LayersOf(ctx, []vault.LayerSpec{spec})
+	if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(fmt.Sprint(err), "vault notes was removed") {
+		t.Errorf("the layer of a deleted vault: %v", err)
 	}
 }
 
