@@ -29,21 +29,36 @@ func (s *Store) ServeWarm(ctx context.Context, placed string, sb *store.Sandbox,
 	// The placed row goes first: what it charged its tenant is then not
 	// counted twice when sb's update checks the quota (a tenant the
 	// placed row brought to its quota is served all the same).
-	return s.write(ctx, func(tx pgx.Tx) error {
-		var cur, node string
-		err := tx.QueryRow(ctx, `DELETE FROM sandboxes WHERE id = $1 RETURNING state, node`, placed).Scan(&cur, &node)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-		case err != nil:
-			return err
-		default:
-			if err := s.as.owns(placed, node, node); err != nil {
+	//
+	// Read committed, as UpdateAll is and for its reason (both writes
+	// change the node's kept sums); serializable again if the update
+	// needs it (errStrict). Both sandboxes' rows are locked, in ID order,
+	// before either write takes the sums' row.
+	run := func(iso pgx.TxIsoLevel) error {
+		return s.writeAt(ctx, iso, s.as, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT 1 FROM sandboxes WHERE id = ANY($1) ORDER BY id FOR UPDATE`, []string{placed, sb.ID}); err != nil {
 				return err
 			}
-			if err := transition(ctx, tx, placed, cur, "deleted", ""); err != nil {
+			var cur, node string
+			err := tx.QueryRow(ctx, `DELETE FROM sandboxes WHERE id = $1 RETURNING state, node`, placed).Scan(&cur, &node)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+			case err != nil:
 				return err
+			default:
+				if err := s.as.owns(placed, node, node); err != nil {
+					return err
+				}
+				if err := transition(ctx, tx, placed, cur, "deleted", ""); err != nil {
+					return err
+				}
 			}
-		}
-		return update(ctx, tx, s.as, sb, from, true)
-	})
+			return update(ctx, tx, s.as, sb, from, iso == pgx.Serializable)
+		})
+	}
+	err := run(pgx.ReadCommitted)
+	if errors.Is(err, errStrict) {
+		err = run(pgx.Serializable)
+	}
+	return err
 }
