@@ -4,9 +4,11 @@
 // for a concurrent one or loses its connection before the commit, so that
 // the contract's compare-and-sets and counts hold across nodes as they do
 // in SQLite's single writer. The cluster's own writes (cluster.go, place.go)
-// are read-committed transactions that order themselves by row locks
-// instead, which placements at thousands a second need; each says why it
-// is still exact.
+// and the writes of a sandbox's state and resources (UpdateAll, Delete,
+// ServeWarm: each changes its node's kept sums, which serializable writes
+// on one node would refuse each other over) are read-committed
+// transactions that order themselves by row locks instead, which
+// placements at thousands a second need; each says why it is still exact.
 package postgres
 
 import (

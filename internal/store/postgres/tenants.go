@@ -17,10 +17,11 @@ import (
 // Every write that may grow what a tenant with limits holds first updates
 // the tenant's row (its charged count), then sums what the tenant's
 // sandboxes hold, in the same transaction. The update orders those writes
-// per tenant whatever their isolation: a read-committed one (Place) waits
-// for the row, and its sum, a later statement, sees what the writer before
-// it committed; a serializable one (Update, Create) whose snapshot predates
-// a concurrent writer's commit fails to update the row (a serialization
+// per tenant whatever their isolation: a read-committed one (Place, most
+// of UpdateAll's) waits for the row, and its sum, a later statement, sees
+// what the writer before it committed; a serializable one (Create, an
+// update that changes a version or node) whose snapshot predates a
+// concurrent writer's commit fails to update the row (a serialization
 // failure, retried from the start, with a new snapshot). Two writes can
 // therefore not both count the use without the other's sandbox: concurrent
 // creates on any nodes never overshoot. A tenant without limits has no
