@@ -438,11 +438,21 @@ func TestPTYBacklog(t *testing.T) {
 		defer p.mu.Unlock()
 		return len(p.backlog)
 	}
-	waitBacklog := func(pid, atLeast int) {
+	// waitBacklog waits until pid's backlog holds want.
+	waitBacklog := func(pid int, want string) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); backlog(pid) < atLeast; {
+		has := func() bool {
+			p, err := e.a.process(strconv.Itoa(pid))
+			if err != nil {
+				return false
+			}
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return bytes.Contains(p.backlog, []byte(want))
+		}
+		for deadline := time.Now().Add(10 * time.Second); !has(); {
 			if time.Now().After(deadline) {
-				t.Fatalf("process %d: backlog of %d bytes, want %d", pid, backlog(pid), atLeast)
+				t.Fatalf("process %d: backlog of %d bytes without %q", pid, backlog(pid), want)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
@@ -452,7 +462,7 @@ func TestPTYBacklog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitBacklog(p.PID, maxBacklog)
+	waitBacklog(p.PID, "early")
 	s, err := e.c.Attach(ctx, p.PID)
 	if err != nil {
 		t.Fatal(err)

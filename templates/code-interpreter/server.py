@@ -229,7 +229,11 @@ def execute(ctx, code, envs, emit, gone):
         if envs:
             setup, undo = env_code(ctx.language, envs)
             ctx.silent(setup)
-        msg_id = kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=True)
+        # Not stop_on_error: executions never queue here (the context's
+        # lock), and after an error ipykernel would abort the requests that
+        # reach it until a callback of its event loop runs, which on a busy
+        # machine can be the next execution: answered idle, with nothing run.
+        msg_id = kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=False)
         interrupted = False
         try:
             while True:
