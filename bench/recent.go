@@ -33,22 +33,26 @@ func recent(r *report, work string, n int) {
 
 	type op struct {
 		name string
-		do   func() // takes the snapshot or makes the children, and removes them
+		// do takes the snapshot or makes the children, and returns what
+		// removes them, which is not timed.
+		do func() (remove func())
 	}
-	fork := func(count int) func() {
-		return func() {
+	fork := func(count int) func() func() {
+		return func() func() {
 			kids, err := c.ForkSandbox(ctx, sb.ID, api.ForkRequest{Count: count})
 			check(err)
-			for _, k := range kids {
-				check(c.DeleteSandbox(ctx, k.ID))
+			return func() {
+				for _, k := range kids {
+					check(c.DeleteSandbox(ctx, k.ID))
+				}
 			}
 		}
 	}
 	ops := []op{
-		{"snapshot of a running sandbox", func() {
+		{"snapshot of a running sandbox", func() func() {
 			sn, err := c.CreateSnapshot(ctx, sb.ID, api.CreateSnapshotRequest{})
 			check(err)
-			check(c.DeleteSnapshot(ctx, sn.ID))
+			return func() { check(c.DeleteSnapshot(ctx, sn.ID)) }
 		}},
 		{"fork into 1, child ready, prestarted", fork(1)},
 		{"fork into 10, all ready, prestarted", fork(10)},
@@ -61,16 +65,18 @@ func recent(r *report, work string, n int) {
 			check(err)
 			mark := srv.logSize()
 			t0 := time.Now()
-			o.do()
+			remove := o.do()
 			fresh = append(fresh, time.Since(t0))
 			frozenFresh = append(frozenFresh, srv.frozen(mark, sb.ID))
+			remove()
 
 			time.Sleep(refillPause(10))
 			mark = srv.logSize()
 			t0 = time.Now()
-			o.do()
+			remove = o.do()
 			settled = append(settled, time.Since(t0))
 			frozenSettled = append(frozenSettled, srv.frozen(mark, sb.ID))
+			remove()
 		}
 		r.add(o.name+", 1 GiB written within the previous second", "sequential", fresh)
 		r.add(o.name+", settled", "sequential", settled)
