@@ -82,7 +82,7 @@ func (s *serving) openCluster(ctx context.Context) error {
 	if _, err := c.cfg.nodeAddress(); err != nil {
 		return err
 	}
-	pg, err := postgres.Open(ctx, c.cfg.url)
+	pg, err := postgres.Open(ctx, c.cfg.url, c.cfg.name)
 	if err != nil {
 		return fmt.Errorf("--cluster: %w", err)
 	}
@@ -126,7 +126,7 @@ func (s *serving) joinCluster(ctx context.Context) error {
 	// Heartbeats go over connections of their own: in a burst, the
 	// store's pool is busy with placements, and a lease must not run out
 	// waiting behind them.
-	hb, err := postgres.Open(ctx, c.cfg.url)
+	hb, err := postgres.Open(ctx, c.cfg.url, c.cfg.name)
 	if err != nil {
 		return fmt.Errorf("--cluster: %w", err)
 	}

@@ -421,6 +421,16 @@ func (s *Store) Expire(ctx context.Context, now time.Time, cause string) ([]stor
 	if !storable(cause) {
 		return nil, fmt.Errorf("%w: cause: text with a NUL or not UTF-8", errdefs.ErrInvalid)
 	}
+	// The sessions of the nodes about to be fenced end first: a node cut
+	// off mid-transaction holds its locks (its node's row, its
+	// sandboxes', their kept sums) until PostgreSQL notices it is gone,
+	// which can be long after its lease, and the fence below would wait
+	// for them. Its writes would be refused once it is fenced anyway. (A
+	// role that may not end them, one not shared by the nodes, leaves
+	// them be: the fence then waits, as before.)
+	s.pool.Exec(ctx, `SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity a
+		JOIN nodes n ON a.application_name = $2 || n.name || ' ' || `+clusterTag+`
+		WHERE n.state = 'live' AND n.lease_expires < $1 AND a.pid <> pg_backend_pid()`, now, NodeSession)
 	var fenced []store.Node
 	err := s.writeAt(ctx, pgx.ReadCommitted, nil, func(tx pgx.Tx) error {
 		// In name order, as Place locks them. At read committed a node

@@ -42,11 +42,24 @@ type Store struct {
 // key=value DSN, as libpq takes them; search_path in it picks a schema)
 // and brings its schema up to date (migrate.go). It returns once the
 // database answers.
-func Open(ctx context.Context, url string) (*Store, error) {
+//
+// node, if given, names the cluster node the connections are of (their
+// application_name, NodeSession): Expire ends a fenced node's sessions.
+func Open(ctx context.Context, url string, node ...string) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		// pgx's message may quote the URL, password included.
 		return nil, fmt.Errorf("%w: parsing the PostgreSQL URL", errdefs.ErrInvalid)
+	}
+	if len(node) > 0 && node[0] != "" {
+		// The database and schema in it too (hashed: an application_name
+		// is cut at 63 bytes): clusters that share a server with the same
+		// node names never end each other's sessions.
+		name := NodeSession + node[0]
+		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			_, err := c.Exec(ctx, `SELECT set_config('application_name', $1 || ' ' || `+clusterTag+`, false)`, name)
+			return err
+		}
 	}
 	// A plan for the values at hand, each time: the generic plan a
 	// prepared statement settles on after five runs is costed on the
@@ -66,6 +79,13 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	}
 	return s, nil
 }
+
+// NodeSession prefixes the application_name of a cluster node's
+// connections: "atoll node ", the node's name, a space and clusterTag.
+const NodeSession = "atoll node "
+
+// clusterTag is SQL for a short tag of the cluster's database and schema.
+const clusterTag = `left(md5(current_database() || '.' || current_schema()), 12)`
 
 // Close waits for the queries under way, then closes the connections.
 func (s *Store) Close() error {

@@ -490,3 +490,61 @@ func TestPlaceLargeBatch(t *testing.T) {
 		t.Errorf("%d placed, last slot %d, %v", len(all), sbs[2499].Slot, err)
 	}
 }
+
+// TestExpireEndsFencedSessions: a node cut off in the middle of a
+// transaction (a session idle in it, holding its node's row) does not hold
+// up its fence: Expire ends that node's sessions, and no others.
+func TestExpireEndsFencedSessions(t *testing.T) {
+	serverURL(t)
+	var sc schemas
+	u, _ := sc.url(t, t.TempDir())
+	ctx := context.Background()
+	fencer := openStore(t, u)
+	defer fencer.Close()
+	if _, err := fencer.Join(ctx, storetest.NewNode("a"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fencer.Join(ctx, storetest.NewNode("b"), 500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	// b's session: a transaction that locks b's row and goes quiet.
+	b, err := Open(ctx, u, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM nodes WHERE name = 'b' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	// a's session, beside it, must survive.
+	a, err := Open(ctx, u, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ac, err := a.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ac.Release()
+
+	ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	gone, err := fencer.Expire(ectx, time.Now().Add(time.Second), "lease expired")
+	if err != nil || len(gone) != 1 || gone[0].Name != "b" {
+		t.Fatalf("Expire: %v, %v; want b fenced", gone, err)
+	}
+	t.Logf("fenced in %s beside b's open transaction", time.Since(t0).Round(time.Millisecond))
+	if _, err := tx.Exec(ctx, `SELECT 1`); err == nil {
+		t.Error("b's transaction went on after b was fenced")
+	}
+	if err := ac.Ping(ctx); err != nil {
+		t.Errorf("a's session ended too: %v", err)
+	}
+}
