@@ -499,26 +499,38 @@ func (s *Service) makeLayer(ctx context.Context, spec LayerSpec, dir string, bas
 	return s.layerWhole(ctx, spec, dir, cache, refs, objects)
 }
 
+// layerSkeleton makes a layer under way for spec (tempLayer): its root and
+// the directories above the path, as the template has them (the root's
+// own are the writable layer's, which is on top). It returns the
+// working tree's and .git's paths in it, and what removes it unless it
+// was made whole.
+func (s *Service) layerSkeleton(spec LayerSpec) (tmp, work, gitDir string, done func(), err error) {
+	tmp, done, err = s.tempLayer()
+	if err != nil {
+		return "", "", "", nil, err
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		done()
+		return "", "", "", nil, err
+	}
+	for _, d := range spec.Dirs {
+		if err := os.Mkdir(filepath.Join(tmp, d.Path), 0o755); err != nil {
+			done()
+			return "", "", "", nil, err
+		}
+	}
+	work = filepath.Join(tmp, spec.Path)
+	return tmp, work, filepath.Join(work, ".git"), done, nil
+}
+
 // layerWhole makes the layer of spec at dir from the cache repository
 // cache: every file written.
 func (s *Service) layerWhole(ctx context.Context, spec LayerSpec, dir, cache string, refs map[string]string, objects []objectFile) error {
-	tmp, done, err := s.tempLayer()
+	tmp, work, gitDir, done, err := s.layerSkeleton(spec)
 	if err != nil {
 		return err
 	}
 	defer done()
-	// The root and the directories above the path, as the template has
-	// them; the root's own are the writable layer's, which is on top.
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return err
-	}
-	for _, d := range spec.Dirs {
-		if err := os.Mkdir(filepath.Join(tmp, d.Path), 0o755); err != nil {
-			return err
-		}
-	}
-	work := filepath.Join(tmp, spec.Path)
-	gitDir := filepath.Join(work, ".git")
 	for _, d := range []string{work, gitDir, gitDir + "/refs/heads", gitDir + "/refs/tags", gitDir + "/refs/remotes/origin",
 		gitDir + "/objects/pack", gitDir + "/objects/info"} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -729,21 +741,11 @@ func (s *Service) layerDelta(ctx context.Context, spec LayerSpec, dir string, be
 			}
 		}
 	}
-	tmp, done, err := s.tempLayer()
+	tmp, work, gitDir, done, err := s.layerSkeleton(spec)
 	if err != nil {
 		return err
 	}
 	defer done()
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return err
-	}
-	for _, d := range spec.Dirs {
-		if err := os.Mkdir(filepath.Join(tmp, d.Path), 0o755); err != nil {
-			return err
-		}
-	}
-	work := filepath.Join(tmp, spec.Path)
-	gitDir := filepath.Join(work, ".git")
 	if err := os.MkdirAll(filepath.Join(gitDir, "objects", "pack"), 0o755); err != nil {
 		return err
 	}
