@@ -382,15 +382,7 @@ func heldByRows(u string) map[string]store.Resources {
 	var r store.Resources
 	_, err = pgx.ForEachRow(rows, []any{&node, &state, &r.CPU, &r.MemoryMiB, &r.DiskGiB, &r.Sandboxes}, func() error {
 		c := out[node]
-		compute, slot := store.Holds(state)
-		if compute {
-			c.CPU += r.CPU
-			c.MemoryMiB += r.MemoryMiB
-		}
-		if slot {
-			c.DiskGiB += r.DiskGiB
-			c.Sandboxes += r.Sandboxes
-		}
+		c.Add(state, r)
 		out[node] = c
 		return nil
 	})

@@ -202,3 +202,17 @@ func Holds(state string) (compute, slot bool) {
 	}
 	return true, true
 }
+
+// Add adds to c what sandboxes in state, holding r between them (r's
+// Sandboxes their count), hold on their node (Holds).
+func (c *Resources) Add(state string, r Resources) {
+	compute, slot := Holds(state)
+	if compute {
+		c.CPU += r.CPU
+		c.MemoryMiB += r.MemoryMiB
+	}
+	if slot {
+		c.DiskGiB += r.DiskGiB
+		c.Sandboxes += r.Sandboxes
+	}
+}

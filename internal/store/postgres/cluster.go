@@ -382,20 +382,6 @@ var warmQuery = fmt.Sprintf(`SELECT node, template_version, COUNT(*) FILTER (WHE
 	COALESCE(MIN(runtime) FILTER (WHERE state = '%[1]s'), '')
 	FROM sandboxes WHERE state = '%[1]s' OR (state = '%[2]s' AND warm) GROUP BY node, template_version`, store.StatePooled, api.StateCreating)
 
-// add adds to c what sandboxes in state, holding r between them (r's
-// Sandboxes their count), hold on their node (store.Holds).
-func add(c *store.Resources, state string, r store.Resources) {
-	compute, slot := store.Holds(state)
-	if compute {
-		c.CPU += r.CPU
-		c.MemoryMiB += r.MemoryMiB
-	}
-	if slot {
-		c.DiskGiB += r.DiskGiB
-		c.Sandboxes += r.Sandboxes
-	}
-}
-
 // SetSchedule sets node name's schedule.
 func (s *Store) SetSchedule(ctx context.Context, name, schedule string) error {
 	switch schedule {

@@ -82,7 +82,7 @@ func queueHeld(b *pgx.Batch, names []string, of func(string) *target) {
 				w.pooled++
 				r.Sandboxes = 1
 				w.holds = store.Resources{}
-				add(&w.holds, state, r)
+				w.holds.Add(state, r)
 			} else {
 				w.reserved++
 			}

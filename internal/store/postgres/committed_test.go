@@ -316,7 +316,7 @@ func TestCommittedContention(t *testing.T) {
 	want := map[string]*store.Resources{"n": {}, "m": {}}
 	slots := map[string]map[int]bool{"n": {}, "m": {}}
 	for _, sb := range all {
-		add(want[sb.Node], sb.State, store.Resources{CPU: sb.CPU, MemoryMiB: sb.MemoryMiB, DiskGiB: sb.DiskGiB, Sandboxes: 1})
+		want[sb.Node].Add(sb.State, store.Resources{CPU: sb.CPU, MemoryMiB: sb.MemoryMiB, DiskGiB: sb.DiskGiB, Sandboxes: 1})
 		if slots[sb.Node][sb.Slot] {
 			t.Errorf("two sandboxes in slot %d of %s", sb.Slot, sb.Node)
 		}

@@ -81,7 +81,7 @@ func (t *target) release(w *warmSet, n int) {
 // fits reports whether sb fits on t, beside what it holds.
 func (t *target) fits(sb *store.Sandbox) bool {
 	c := t.committed
-	add(&c, sb.State, need(sb))
+	c.Add(sb.State, need(sb))
 	const eps = 1e-9 // CPU sums are floats
 	return c.CPU <= t.capacity.CPU+eps && c.MemoryMiB <= t.capacity.MemoryMiB &&
 		c.DiskGiB <= t.capacity.DiskGiB && c.Sandboxes <= t.capacity.Sandboxes
@@ -89,7 +89,7 @@ func (t *target) fits(sb *store.Sandbox) bool {
 
 // take records sb on t in its lowest free slot.
 func (t *target) take(sb *store.Sandbox) {
-	add(&t.committed, sb.State, need(sb))
+	t.committed.Add(sb.State, need(sb))
 	for t.used[t.next] {
 		t.next++
 	}
