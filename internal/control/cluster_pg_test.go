@@ -115,7 +115,9 @@ func TestClusterPrestartServesPlacement(t *testing.T) {
 	if err := a.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	prestarted := func() []string {
+	// Rows in the store name the prestarted sandboxes still starting too;
+	// the pool's are those ready to serve a create.
+	prestartedRows := func() []string {
 		t.Helper()
 		sbs, err := a.st.ListNode(ctx, "a")
 		if err != nil {
@@ -133,7 +135,7 @@ func TestClusterPrestartServesPlacement(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); a.Run(runCtx) }()
 	var pre []string
-	for deadline := time.Now().Add(60 * time.Second); len(pre) != 1; pre = prestarted() {
+	for deadline := time.Now().Add(60 * time.Second); len(pre) != 1; pre = a.pools.Prestarted() {
 		if time.Now().After(deadline) {
 			t.Fatalf("no process was prestarted: %v", pre)
 		}
@@ -161,7 +163,7 @@ func TestClusterPrestartServesPlacement(t *testing.T) {
 	if got.Placement == nil || got.Placement.Sandbox != got.ID {
 		t.Errorf("explained placement: %+v, want it naming %s", got.Placement, got.ID)
 	}
-	if left := prestarted(); slices.Contains(left, got.ID) {
+	if left := prestartedRows(); slices.Contains(left, got.ID) {
 		t.Errorf("prestarted rows after the create: %v, the sandbox %s still one", left, got.ID)
 	}
 	if res, err := a.agentClient(a.sock(t, got.ID)).Exec(ctx, api.ExecRequest{Cmd: []string{"sh", "-c", "test \"$E\" = 1"}}); err != nil || res.ExitCode != 0 {
@@ -173,7 +175,7 @@ func TestClusterPrestartServesPlacement(t *testing.T) {
 	if err := pg.SetQuota(ctx, tenant.Default, store.Quota{Sandboxes: 2}); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(60 * time.Second); len(pre) != 1 || pre[0] == got.ID; pre = prestarted() {
+	for deadline := time.Now().Add(60 * time.Second); len(pre) != 1 || pre[0] == got.ID; pre = a.pools.Prestarted() {
 		if time.Now().After(deadline) {
 			t.Fatalf("no process was prestarted again: %v", pre)
 		}

@@ -448,6 +448,18 @@ func (p *Service) TakePrestarted(runtimes ...string) []store.Sandbox {
 	return pre
 }
 
+// Prestarted are the IDs of the prestarted sandboxes ready to hand out,
+// oldest first. A prestarted row in the store can be one still starting.
+func (p *Service) Prestarted() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ids := make([]string, len(p.prestarted))
+	for i, sb := range p.prestarted {
+		ids[i] = sb.ID
+	}
+	return ids
+}
+
 // Pooled counts the pooled sandboxes ready to hand out, by template
 // version ID ("" the built-in template), as a cluster node reports them
 // (store.NodeStatus.Pooled).
