@@ -63,3 +63,6 @@ func LastLayers(s *Service) int {
 	defer s.mu.Unlock()
 	return len(s.lastLayer)
 }
+
+// InProcess counts the pushes s took in-process.
+func InProcess(s *Service) int64 { return s.inProcess.Load() }

@@ -2,6 +2,7 @@ package vault
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"context"
 	"errors"
@@ -201,11 +202,23 @@ func (s *Service) receivePack(w http.ResponseWriter, r *http.Request, v store.Va
 	if p := r.Header.Get("Git-Protocol"); p != "" && gitProtocol.MatchString(p) {
 		env = append(env, "GIT_PROTOCOL="+p)
 	}
-	h := w.Header()
-	h.Set("Expires", "Fri, 01 Jan 1980 00:00:00 GMT")
-	h.Set("Pragma", "no-cache")
-	h.Set("Cache-Control", "no-cache, max-age=0, must-revalidate")
-	h.Set("Content-Type", "application/x-git-receive-pack-result")
+	// A small push is taken in-process if it can be (fastpush.go); what
+	// was read of it goes to git otherwise.
+	head := make([]byte, min(fastPushMax, s.cfg.MaxPush)+1)
+	k, err := io.ReadFull(body, head)
+	switch {
+	case err == io.ErrUnexpectedEOF || err == io.EOF:
+		why := s.fastReceive(r.Context(), w, v, head[:k])
+		if why == "" {
+			return
+		}
+		s.log.Debug("a push left to git receive-pack", "vault", v.ID, "why", why)
+	case err != nil:
+		httpkit.Atoll.Error(w, http.StatusBadRequest, "invalid", "the push's body could not be read")
+		return
+	}
+	body = io.MultiReader(bytes.NewReader(head[:k]), body)
+	setPushHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)
 	cmd := s.command(r.Context(), dir, env, "receive-pack", "--stateless-rpc", ".")
 	cmd.Stdin = body
@@ -214,6 +227,15 @@ func (s *Service) receivePack(w http.ResponseWriter, r *http.Request, v store.Va
 	if err := cmd.Run(); err != nil && r.Context().Err() == nil {
 		s.log.Warn("git receive-pack", "vault", v.ID, "err", err)
 	}
+}
+
+// setPushHeaders sets the headers of an answer to a push, as git
+// http-backend sets them.
+func setPushHeaders(h http.Header) {
+	h.Set("Expires", "Fri, 01 Jan 1980 00:00:00 GMT")
+	h.Set("Pragma", "no-cache")
+	h.Set("Cache-Control", "no-cache, max-age=0, must-revalidate")
+	h.Set("Content-Type", "application/x-git-receive-pack-result")
 }
 
 // gitProtocol is what the Git-Protocol header may carry: git's

@@ -69,17 +69,9 @@ func TestMalformedPack(t *testing.T) {
 	var body bytes.Buffer
 	fmt.Fprintf(&body, "%04x%s0000", len(cmd)+4, cmd)
 	body.WriteString("PACK\x00\x00\x00\x02\x00\x00\x00\x05garbage that is no pack at all")
-	req, _ := http.NewRequest("POST", e.srv.URL+vault.GitPath("notes")+"/git-receive-pack", &body)
-	req.Header.Set("Content-Type", "application/x-git-receive-pack-request")
-	req.SetBasicAuth("x", "acme-key")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(b), "unpack") || strings.Contains(string(b), "unpack ok") {
-		t.Errorf("a malformed pack: %s %q, want git's unpack error", resp.Status, b)
+	code, b := e.postPush("acme-key", "notes", &body)
+	if !strings.Contains(b, "unpack") || strings.Contains(b, "unpack ok") {
+		t.Errorf("a malformed pack: %d %q, want git's unpack error", code, b)
 	}
 	v, _ := e.svc.Get(ctx, "notes")
 	if v.Head != "" || v.Packs != 0 {

@@ -263,11 +263,7 @@ func TestIndexRebuiltWithoutCache(t *testing.T) {
 	if got, err := e.svc.Search(ctx, "mem", "engine", 0); err != nil || len(got.Hits) != 2 {
 		t.Errorf("the push after: %+v, %v", got, err)
 	}
-	e.stop()
-	if err := os.RemoveAll(filepath.Join(e.dir, "vaults")); err != nil {
-		t.Fatal(err)
-	}
-	e.start()
+	e.restartWithoutCache()
 	if got, err := e.svc.Search(ctx, "mem", "analytical", 0); err != nil || len(got.Hits) != 1 || got.Hits[0].Path != "ada.md" {
 		t.Errorf("after the cache was deleted: %+v, %v", got, err)
 	}

@@ -31,6 +31,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -145,6 +146,8 @@ type Service struct {
 	// afterCommit, set by tests, runs after a push is committed to the
 	// store; an error refuses the push to git as a crash there would.
 	afterCommit func() error
+	// inProcess counts the pushes taken in-process (fastReceive).
+	inProcess atomic.Int64
 	// beforeCompactCommit, set by tests, runs before a compaction's
 	// commit goes to the store (compact.go).
 	beforeCompactCommit func()

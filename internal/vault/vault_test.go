@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -89,7 +90,7 @@ func (e *env) start() {
 	}
 	e.st, e.blob = st, b
 	e.svc, err = vault.New(vault.Config{Store: st, Blob: b, Dir: filepath.Join(e.dir, "vaults"), MaxPush: e.maxPush, Mounts: e.mounts, Credentials: e.creds, Sandboxes: e.sbs,
-		Logger: slog.New(slog.NewTextHandler(testWriter{e.t}, nil))})
+		Logger: slog.New(slog.NewTextHandler(testWriter{e.t}, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,6 +126,34 @@ func (e *env) start() {
 }
 
 func (e *env) stop() { e.stopFn() }
+
+// restartWithoutCache stops the server, deletes its vault caches (as a
+// lost disk would) and starts it again: vaults are made again from the
+// store and the object store.
+func (e *env) restartWithoutCache() {
+	e.t.Helper()
+	e.stop()
+	if err := os.RemoveAll(filepath.Join(e.dir, "vaults")); err != nil {
+		e.t.Fatal(err)
+	}
+	e.start()
+}
+
+// postPush posts body to vault name's receive-pack with key, as git
+// would, and returns the answer's status code and body.
+func (e *env) postPush(key, name string, body io.Reader) (int, string) {
+	e.t.Helper()
+	req, _ := http.NewRequest("POST", e.srv.URL+vault.GitPath(name)+"/git-receive-pack", body)
+	req.Header.Set("Content-Type", "application/x-git-receive-pack-request")
+	req.SetBasicAuth("x", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
 
 // testWriter sends the service's log to the test's.
 type testWriter struct{ t testing.TB }
@@ -340,13 +369,9 @@ func TestRestartAndLostCache(t *testing.T) {
 		heads = append(heads, commitFile(t, a, fmt.Sprintf("n%d.md", i), "x\n"))
 		mustGit(t, a, "push", "-q", "origin", "HEAD:main")
 	}
-	e.stop()
 	// The cache is gone: the vault is rebuilt from the object store and
 	// the store.
-	if err := os.RemoveAll(filepath.Join(e.dir, "vaults")); err != nil {
-		t.Fatal(err)
-	}
-	e.start()
+	e.restartWithoutCache()
 	b := e.clone("acme-key", "notes")
 	if got := strings.TrimSpace(mustGit(t, b, "rev-parse", "HEAD")); got != heads[2] {
 		t.Errorf("after a restart without the cache, HEAD is %s, want %s", got, heads[2])
