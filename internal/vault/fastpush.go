@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -194,13 +195,6 @@ func (s *Service) fastReceive(ctx context.Context, w http.ResponseWriter, v stor
 			status = "ng"
 		}
 	}
-	if status == "ok" {
-		// The store has the push: the cache follows it, and if it fails
-		// to, the next request brings it up to the store.
-		if err := installPush(dir, name, data, objs, cmds); err != nil {
-			s.log.Warn("installing a stored push in the cache", "vault", v.ID, "err", err)
-		}
-	}
 	var rep bytes.Buffer
 	pkt(&rep, "unpack ok\n")
 	for _, c := range cmds {
@@ -222,9 +216,21 @@ func (s *Service) fastReceive(ctx context.Context, w http.ResponseWriter, v stor
 		sb.WriteString("0000")
 		out = sb.Bytes()
 	}
+	// The answer goes out whole, its length told, before the cache takes
+	// the push: the pusher is done once the store has it. The cache
+	// follows under the vault's lock, which the next request of the
+	// vault waits for; if it fails to, that request brings it up to the
+	// store.
 	setPushHeaders(w.Header())
+	w.Header().Set("Content-Length", strconv.Itoa(len(out)))
 	w.WriteHeader(http.StatusOK)
 	w.Write(out)
+	http.NewResponseController(w).Flush()
+	if status == "ok" {
+		if err := installPush(dir, name, data, objs, cmds); err != nil {
+			s.log.Warn("installing a stored push in the cache", "vault", v.ID, "err", err)
+		}
+	}
 	return ""
 }
 
