@@ -31,6 +31,11 @@ type Vaults interface {
 	// changes and it is ErrConflict. An update whose New is "" deletes
 	// the ref. A pack name already recorded is not recorded twice.
 	UpdateVaultRefs(ctx context.Context, id string, updates []RefUpdate, packs []string) error
+	// ReplaceVaultPacks records pack in place of the packs old of vault
+	// id (a pack that holds all their objects), atomically: if one of old
+	// is not recorded, nothing changes and it is ErrConflict. The packs
+	// recorded besides old stay, after pack.
+	ReplaceVaultPacks(ctx context.Context, id string, old []string, pack string) error
 }
 
 // Vault is one vault's record.

@@ -496,8 +496,8 @@ func (s *Service) commitOn(ctx context.Context, v store.Vault, dir, head string,
 	up := store.RefUpdate{Name: mainRef, Old: head, New: nu}
 	if err := s.cfg.Store.UpdateVaultRefs(ctx, v.ID, []store.RefUpdate{up}, names); err != nil {
 		if errors.Is(err, errdefs.ErrConflict) {
-			// The pack stays in the object store unreferenced: garbage,
-			// as a refused push's would be.
+			// The pack stays in the object store unrecorded, for the
+			// sweep (packs.go), as a refused push's would.
 			return "", errCompactRaced
 		}
 		return "", err

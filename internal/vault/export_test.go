@@ -66,3 +66,11 @@ func LastLayers(s *Service) int {
 
 // InProcess counts the pushes s took in-process.
 func InProcess(s *Service) int64 { return s.inProcess.Load() }
+
+// SetPackLimits sets the number of packs past which a vault's are
+// consolidated and the grace of unrecorded packs, for a test.
+func SetPackLimits(t interface{ Cleanup(func()) }, at int, grace time.Duration) {
+	oldAt, oldGrace := consolidateAt, packGrace
+	consolidateAt, packGrace = at, grace
+	t.Cleanup(func() { consolidateAt, packGrace = oldAt, oldGrace })
+}

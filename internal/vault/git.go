@@ -135,6 +135,7 @@ func (s *Service) ServeGit(w http.ResponseWriter, r *http.Request, name, rest st
 		s.receivePack(w, r, v, dir, env)
 		s.indexSoon(v)  // the index follows the push, not waited for
 		s.layersSoon(v) // and the layers of mounts of its new head
+		s.packsSoon(v)  // and, past consolidateAt packs, one pack of them
 		return
 	}
 	// git http-backend sees the cache repository's path and none of the

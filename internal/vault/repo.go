@@ -162,6 +162,11 @@ func (s *Service) ensureRefs(ctx context.Context, v store.Vault) (string, map[st
 			return "", nil, err
 		}
 	}
+	// Packs the store no longer records were consolidated into one it
+	// does, fetched above.
+	if err := pruneLocal(dir, packs); err != nil {
+		return "", nil, fmt.Errorf("pruning vault %s's cache: %w", v.Name, err)
+	}
 	var cmds bytes.Buffer
 	cmds.WriteString("start\n")
 	for _, name := range slices.Sorted(maps.Keys(refs)) {

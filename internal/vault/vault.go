@@ -140,6 +140,8 @@ type Service struct {
 	idx *indexes
 	// adverts are the vaults' ref advertisements (advert.go).
 	adverts adverts
+	// sweeps are the sweeps of unrecorded packs (packs.go).
+	sweeps packSweeps
 	// preparing makes prepared mounts, one maker each (prepared.go).
 	preparing singleflight.Group
 
@@ -163,7 +165,8 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Store == nil || cfg.Blob == nil || cfg.Dir == "" {
 		return nil, errors.New("vault: Config.Store, Blob and Dir are required")
 	}
-	s := &Service{cfg: cfg, log: cfg.Logger, locks: map[string]*vaultLock{}, mounted: map[string][]LayerSpec{}, layerUsed: map[string]time.Time{}, lastLayer: map[string]lastLayers{}, building: map[string]bool{}, runID: rand.Text()[:8], pushes: map[string]*push{}, conns: map[net.Conn]struct{}{}, idx: newIndexes()}
+	s := &Service{cfg: cfg, log: cfg.Logger, locks: map[string]*vaultLock{}, mounted: map[string][]LayerSpec{}, layerUsed: map[string]time.Time{}, lastLayer: map[string]lastLayers{}, building: map[string]bool{}, runID: rand.Text()[:8], pushes: map[string]*push{}, conns: map[net.Conn]struct{}{}, idx: newIndexes(),
+		sweeps: packSweeps{unseen: map[string]time.Time{}, lastSwept: map[string]time.Time{}}}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

@@ -557,6 +557,8 @@ func TestPostgres(t *testing.T) {
 		"Compact":                      TestCompact,
 		"Schedule":                     TestSchedule,
 		"CompactCommandSummarizer":     TestCompactCommandSummarizer,
+		"PushInProcess":                TestPushInProcess,
+		"PackConsolidation":            TestPackConsolidation,
 	} {
 		t.Run(name, test)
 	}
@@ -577,6 +579,7 @@ func TestS3(t *testing.T) {
 		"CacheBehindStore":      TestCacheBehindStore,
 		"ConcurrentPushes":      TestConcurrentPushes,
 		"StoredNotAcknowledged": TestStoredNotAcknowledged,
+		"PushInProcess":         TestPushInProcess,
 	} {
 		t.Run(name, test)
 	}

@@ -191,3 +191,34 @@ func (s *Store) UpdateVaultRefs(ctx context.Context, id string, updates []store.
 		return nil
 	})
 }
+
+// ReplaceVaultPacks records pack in place of old in one transaction.
+func (s *Store) ReplaceVaultPacks(ctx context.Context, id string, old []string, pack string) error {
+	if !storable(id) || !storable(pack) {
+		return fmt.Errorf("vault %.40q: %w", id, errdefs.ErrNotFound)
+	}
+	for _, p := range old {
+		if !storable(p) {
+			return fmt.Errorf("pack %.200q: %w: not UTF-8 text", p, errdefs.ErrInvalid)
+		}
+	}
+	return s.write(ctx, func(tx pgx.Tx) error {
+		if err := vaultExists(ctx, tx, id, true); err != nil {
+			return err
+		}
+		for _, p := range old {
+			tag, err := tx.Exec(ctx, `DELETE FROM vault_packs WHERE vault_id = $1 AND name = $2`, id, p)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() != 1 {
+				return fmt.Errorf("pack %.200s is no longer the vault's: %w", p, errdefs.ErrConflict)
+			}
+		}
+		// First, before the packs that stay (see the SQLite store).
+		_, err := tx.Exec(ctx, `INSERT INTO vault_packs (vault_id, seq, name)
+			SELECT $1, COALESCE(MIN(seq), 1) - 1, $2 FROM vault_packs WHERE vault_id = $1
+			ON CONFLICT (vault_id, name) DO NOTHING`, id, pack)
+		return err
+	})
+}

@@ -163,18 +163,11 @@ func (s *Store) VaultState(ctx context.Context, id string) (map[string]string, [
 // UpdateVaultRefs moves vault id's refs and records its new packs in one
 // transaction, compare-and-set on each ref's old value.
 func (s *Store) UpdateVaultRefs(ctx context.Context, id string, updates []store.RefUpdate, packs []string) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.vaultTx(ctx, id)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	var n int
-	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM vaults WHERE id = ?`, id).Scan(&n); err != nil {
-		return err
-	}
-	if n == 0 {
-		return fmt.Errorf("vault %.40q: %w", id, errdefs.ErrNotFound)
-	}
 	for _, u := range updates {
 		var cur string
 		err := tx.QueryRowContext(ctx, `SELECT oid FROM vault_refs WHERE vault_id = ? AND name = ?`, id, u.Name).Scan(&cur)
@@ -202,4 +195,48 @@ func (s *Store) UpdateVaultRefs(ctx context.Context, id string, updates []store.
 		}
 	}
 	return tx.Commit()
+}
+
+// ReplaceVaultPacks records pack in place of old in one transaction.
+func (s *Store) ReplaceVaultPacks(ctx context.Context, id string, old []string, pack string) error {
+	tx, err := s.vaultTx(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	for _, p := range old {
+		res, err := tx.ExecContext(ctx, `DELETE FROM vault_packs WHERE vault_id = ? AND name = ?`, id, p)
+		if err != nil {
+			return err
+		}
+		if k, err := res.RowsAffected(); err != nil || k != 1 {
+			return fmt.Errorf("pack %.200s is no longer the vault's: %w", p, errdefs.ErrConflict)
+		}
+	}
+	// First, before the packs that stay: seq 0 and below are free, the
+	// appended packs taking MAX+1.
+	if _, err := tx.ExecContext(ctx, `INSERT INTO vault_packs (vault_id, seq, name)
+		SELECT ?, COALESCE(MIN(seq), 1) - 1, ? FROM vault_packs WHERE vault_id = ?
+		ON CONFLICT DO NOTHING`, id, pack, id); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// vaultTx begins a transaction on vault id, which must exist.
+func (s *Store) vaultTx(ctx context.Context, id string) (*sql.Tx, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM vaults WHERE id = ?`, id).Scan(&n); err != nil {
+		tx.Rollback()
+		return nil, err
+	}
+	if n == 0 {
+		tx.Rollback()
+		return nil, fmt.Errorf("vault %.40q: %w", id, errdefs.ErrNotFound)
+	}
+	return tx, nil
 }

@@ -132,13 +132,32 @@ func testVaultRefs(t *testing.T, s suite) {
 	if err := st.UpdateVaultRefs(ctx, "nope", nil, nil); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("UpdateVaultRefs of no vault: %v, want not found", err)
 	}
+	// Packs replaced by one that holds them: it comes first, the others
+	// stay; a pack no longer recorded refuses the whole replacement.
+	_, packs, _ = st.VaultState(ctx, "v1") // p1, the winner's q, p3
+	if err := st.ReplaceVaultPacks(ctx, "v1", []string{"p1", "nope"}, "all"); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("replacing a pack not recorded: %v, want conflict", err)
+	}
+	if err := st.ReplaceVaultPacks(ctx, "v1", packs[:2], "all"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.ReplaceVaultPacks(ctx, "nope", nil, "all"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("ReplaceVaultPacks of no vault: %v, want not found", err)
+	}
 	if err := closeFn(); err != nil {
 		t.Fatal(err)
 	}
 	st, _ = s.at(t, dir)
 	refs, packs, err = st.VaultState(ctx, "v1")
-	if err != nil || len(refs) != 1 || refs[main] == "a1" || len(packs) != 3 || packs[0] != "p1" || packs[2] != "p3" {
-		t.Errorf("after reopen: %v %v %v; want main moved, the tag gone, packs p1, q*, p3", refs, packs, err)
+	if err != nil || len(refs) != 1 || refs[main] == "a1" || cmp.Diff([]string{"all", "p3"}, packs) != "" {
+		t.Errorf("after reopen: %v %v %v; want main moved, the tag gone, packs all, p3", refs, packs, err)
+	}
+	// Packs appended after a replacement come after it.
+	if err := st.UpdateVaultRefs(ctx, "v1", nil, []string{"p4"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, packs, _ = st.VaultState(ctx, "v1"); cmp.Diff([]string{"all", "p3", "p4"}, packs) != "" {
+		t.Errorf("a pack after the replacement: %v", packs)
 	}
 }
 

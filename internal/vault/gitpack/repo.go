@@ -19,8 +19,8 @@ import (
 // through their version 2 indexes, and its loose ones.
 type Repo struct {
 	objects string // the objects directory
-	packs []packIndex
-	files map[string]*os.File
+	packs   []packIndex
+	files   map[string]*os.File
 }
 
 type packIndex struct {
