@@ -37,6 +37,14 @@ const fastPushMax = 1 << 20
 // fastPushObjects bounds the objects of a pack taken in-process.
 const fastPushObjects = 2000
 
+// fastPushBytes bounds the bytes a push taken in-process inflates to (its
+// objects, their deltas, its thin pack's bases), and fastPushSlots the
+// pushes read in-process at once: together, the memory they may take.
+const (
+	fastPushBytes = 16 << 20
+	fastPushSlots = 8
+)
+
 // fastCaps are the capabilities a client may ask for on a push taken
 // in-process: those of the advertisement but atomic and push-options
 // (agent is matched by prefix).
@@ -126,6 +134,12 @@ func (s *Service) fastReceive(ctx context.Context, w http.ResponseWriter, v stor
 	if !report {
 		return "no report asked for"
 	}
+	select {
+	case s.inProcessSlots <- struct{}{}:
+		defer func() { <-s.inProcessSlots }()
+	case <-ctx.Done():
+		return "the request ended"
+	}
 	unlock := s.lock(v.ID)
 	defer unlock()
 	dir, refs, err := s.ensureRefs(ctx, v)
@@ -149,7 +163,7 @@ func (s *Service) fastReceive(ctx context.Context, w http.ResponseWriter, v stor
 		return "the repository could not be read"
 	}
 	defer repo.Close()
-	limit := min(s.cfg.MaxPush, 16*fastPushMax)
+	limit := min(s.cfg.MaxPush, fastPushBytes)
 	pk, err := gitpack.Read(packData, func(o gitpack.OID) (int, []byte, bool) {
 		typ, data, err := repo.Read(o, limit)
 		return typ, data, err == nil

@@ -205,20 +205,20 @@ func (s *Service) receivePack(w http.ResponseWriter, r *http.Request, v store.Va
 	}
 	// A small push is taken in-process if it can be (fastpush.go); what
 	// was read of it goes to git otherwise.
-	head := make([]byte, min(fastPushMax, s.cfg.MaxPush)+1)
-	k, err := io.ReadFull(body, head)
-	switch {
-	case err == io.ErrUnexpectedEOF || err == io.EOF:
-		why := s.fastReceive(r.Context(), w, v, head[:k])
+	most := min(fastPushMax, s.cfg.MaxPush)
+	head, err := io.ReadAll(io.LimitReader(body, most+1))
+	if err != nil {
+		httpkit.Atoll.Error(w, http.StatusBadRequest, "invalid", "the push's body could not be read")
+		return
+	}
+	if int64(len(head)) <= most {
+		why := s.fastReceive(r.Context(), w, v, head)
 		if why == "" {
 			return
 		}
 		s.log.Debug("a push left to git receive-pack", "vault", v.ID, "why", why)
-	case err != nil:
-		httpkit.Atoll.Error(w, http.StatusBadRequest, "invalid", "the push's body could not be read")
-		return
 	}
-	body = io.MultiReader(bytes.NewReader(head[:k]), body)
+	body = io.MultiReader(bytes.NewReader(head), body)
 	setPushHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)
 	cmd := s.command(r.Context(), dir, env, "receive-pack", "--stateless-rpc", ".")

@@ -150,6 +150,9 @@ type Service struct {
 	afterCommit func() error
 	// inProcess counts the pushes taken in-process (fastReceive).
 	inProcess atomic.Int64
+	// inProcessSlots bounds the pushes read in-process at once, and so
+	// the memory their objects take (fastPushSlots × the bytes each may).
+	inProcessSlots chan struct{}
 	// beforeCompactCommit, set by tests, runs before a compaction's
 	// commit goes to the store (compact.go).
 	beforeCompactCommit func()
@@ -166,7 +169,8 @@ func New(cfg Config) (*Service, error) {
 		return nil, errors.New("vault: Config.Store, Blob and Dir are required")
 	}
 	s := &Service{cfg: cfg, log: cfg.Logger, locks: map[string]*vaultLock{}, mounted: map[string][]LayerSpec{}, layerUsed: map[string]time.Time{}, lastLayer: map[string]lastLayers{}, building: map[string]bool{}, runID: rand.Text()[:8], pushes: map[string]*push{}, conns: map[net.Conn]struct{}{}, idx: newIndexes(),
-		sweeps: packSweeps{unseen: map[string]time.Time{}, lastSwept: map[string]time.Time{}}}
+		inProcessSlots: make(chan struct{}, fastPushSlots),
+		sweeps:         packSweeps{unseen: map[string]time.Time{}, lastSwept: map[string]time.Time{}}}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
