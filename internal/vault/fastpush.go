@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -70,8 +69,8 @@ func readCommands(b []byte) (cmds []pushCommand, caps []string, pack []byte, ok 
 		if len(b) < 4 {
 			return nil, nil, nil, false
 		}
-		var n int
-		if _, err := fmt.Sscanf(string(b[:4]), "%04x", &n); err != nil || (n != 0 && (n < 4 || n > len(b))) {
+		n, ok := pktLen(b[:4])
+		if !ok || (n != 0 && (n < 4 || n > len(b))) {
 			return nil, nil, nil, false
 		}
 		if n == 0 {
@@ -84,7 +83,7 @@ func readCommands(b []byte) (cmds []pushCommand, caps []string, pack []byte, ok 
 			line, c, _ = strings.Cut(line, "\x00")
 			caps = strings.Fields(c)
 		}
-		f := strings.Fields(line)
+		f := strings.Split(line, " ") // as git's parse_command: one space
 		if len(f) != 3 || len(cmds) >= MaxRefs {
 			return nil, nil, nil, false
 		}
@@ -97,12 +96,39 @@ func readCommands(b []byte) (cmds []pushCommand, caps []string, pack []byte, ok 
 	}
 }
 
+// pktLen reads a pkt-line's length: four lower- or upper-case hex digits,
+// nothing else.
+func pktLen(b []byte) (int, bool) {
+	n := 0
+	for _, c := range b {
+		switch {
+		case '0' <= c && c <= '9':
+			n = n<<4 | int(c-'0')
+		case 'a' <= c && c <= 'f':
+			n = n<<4 | int(c-'a'+10)
+		case 'A' <= c && c <= 'F':
+			n = n<<4 | int(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return n, len(b) == 4
+}
+
+// maxRefName and maxRefPart bound a ref's name and each of its parts:
+// what a file system takes as a path and as a file name (a ref is a file
+// of the cache).
+const (
+	maxRefName = 1000
+	maxRefPart = 255
+)
+
 func validBranch(ref string) bool {
-	if !branchName.MatchString(ref) || strings.Contains(ref, "..") {
+	if len(ref) > maxRefName || !branchName.MatchString(ref) || strings.Contains(ref, "..") {
 		return false
 	}
 	for _, c := range strings.Split(ref, "/") {
-		if strings.HasSuffix(c, ".lock") || strings.HasSuffix(c, ".") {
+		if len(c) > maxRefPart || strings.HasSuffix(c, ".lock") || strings.HasSuffix(c, ".") {
 			return false
 		}
 	}
@@ -158,6 +184,9 @@ func (s *Service) fastReceive(ctx context.Context, w http.ResponseWriter, v stor
 	if len(refs)+added > MaxRefs {
 		return "too many refs"
 	}
+	if err := refsConflict(refs, updatesOf(cmds)); err != nil {
+		return err.Error()
+	}
 	repo, err := gitpack.OpenRepo(dir)
 	if err != nil {
 		return "the repository could not be read"
@@ -193,10 +222,7 @@ func (s *Service) fastReceive(ctx context.Context, w http.ResponseWriter, v stor
 		s.log.Warn("storing a push's pack", "vault", v.ID, "err", err)
 		return "storing the pack: " + err.Error()
 	}
-	updates := make([]store.RefUpdate, len(cmds))
-	for i, c := range cmds {
-		updates[i] = store.RefUpdate{Name: c.ref, Old: c.oldHex, New: c.new.String()}
-	}
+	updates := updatesOf(cmds)
 	if err := s.cfg.Store.UpdateVaultRefs(ctx, v.ID, updates, []string{name}); err != nil {
 		return "the store refused its refs: " + err.Error() // git refuses the push, or takes it
 	}
@@ -257,11 +283,21 @@ func checkPushed(pk *gitpack.Pack, repo *gitpack.Repo) (map[gitpack.OID]gitpack.
 	for _, o := range pk.Objects {
 		in[o.OID] = o.Type
 	}
+	// An object the push names but does not bring must be the
+	// repository's, and of the type it is named as (git refuses a tree
+	// entry of a file that names a tree, or a commit whose tree is a
+	// blob): its type is read from its entry, once per object.
+	types := map[gitpack.OID]int{}
 	has := func(o gitpack.OID, typ int) bool {
 		if t, ok := in[o]; ok {
 			return t == typ
 		}
-		return repo.Has(o)
+		t, ok := types[o]
+		if !ok {
+			t = repo.Type(o)
+			types[o] = t
+		}
+		return t == typ
 	}
 	commits := map[gitpack.OID]gitpack.CommitInfo{}
 	for _, o := range pk.Objects {
@@ -329,18 +365,18 @@ func (s *Service) putPack(ctx context.Context, v store.Vault, name string, data 
 	})
 }
 
-// installPush puts a stored push's pack in the cache at dir, its index
-// first (ensure takes a pack file present for a pack installed), then
+// installPush puts a stored push's pack in the cache at dir, then its
+// index (git's order: git and ensure take a pack by its index), then
 // moves the branches as the push's commands say. Each file is written
 // beside and renamed into place, without fsync: the cache is the store's
 // copy, which ensure makes again.
 func installPush(dir, name string, data []byte, objs []gitpack.Object, cmds []pushCommand) error {
 	packs := filepath.Join(dir, "objects", "pack")
 	idx := strings.TrimSuffix(name, ".pack") + ".idx"
-	if err := renameInto(dir, filepath.Join(packs, idx), gitpack.Index(data, objs), 0o444); err != nil {
+	if err := renameInto(dir, filepath.Join(packs, name), data, 0o444); err != nil {
 		return err
 	}
-	if err := renameInto(dir, filepath.Join(packs, name), data, 0o444); err != nil {
+	if err := renameInto(dir, filepath.Join(packs, idx), gitpack.Index(data, objs), 0o444); err != nil {
 		return err
 	}
 	for _, c := range cmds {
@@ -370,4 +406,13 @@ func renameInto(dir, path string, data []byte, mode os.FileMode) error {
 		return err
 	}
 	return os.Rename(f.Name(), path)
+}
+
+// updatesOf are cmds as the store's ref updates.
+func updatesOf(cmds []pushCommand) []store.RefUpdate {
+	updates := make([]store.RefUpdate, len(cmds))
+	for i, c := range cmds {
+		updates[i] = store.RefUpdate{Name: c.ref, Old: c.oldHex, New: c.new.String()}
+	}
+	return updates
 }

@@ -458,6 +458,9 @@ func (s *Service) receive(ctx context.Context, req hookRequest) error {
 		}
 		updates = append(updates, store.RefUpdate{Name: u.Ref, Old: old, New: nu})
 	}
+	if err := refsConflict(refs, updates); err != nil {
+		return err
+	}
 	var packs []string
 	if req.Quarantine != "" {
 		if loose, _ := filepath.Glob(filepath.Join(req.Quarantine, "[0-9a-f][0-9a-f]")); len(loose) > 0 {
@@ -506,4 +509,44 @@ func unzero(oid string) string {
 		return ""
 	}
 	return oid
+}
+
+// refsConflict refuses ref updates that would leave refs git cannot keep
+// as files side by side: a ref whose name is a directory of another's
+// (refs/heads/main and refs/heads/main/x), or a name or a part of one
+// longer than a file system takes. Stored, such a ref could never be set
+// in a cache, and every request of the vault would fail.
+func refsConflict(refs map[string]string, updates []store.RefUpdate) error {
+	names := maps.Clone(refs)
+	if names == nil {
+		names = map[string]string{}
+	}
+	for _, u := range updates {
+		if u.New == "" {
+			delete(names, u.Name)
+			continue
+		}
+		if len(u.Name) > maxRefName {
+			return fmt.Errorf("%w: atoll: a ref's name is %d bytes at most", errdefs.ErrInvalid, maxRefName)
+		}
+		for _, part := range strings.Split(u.Name, "/") {
+			if len(part) > maxRefPart {
+				return fmt.Errorf("%w: atoll: each part of a ref's name is %d bytes at most", errdefs.ErrInvalid, maxRefPart)
+			}
+		}
+		names[u.Name] = u.New
+	}
+	for name := range names {
+		for i := strings.IndexByte(name, '/'); i >= 0; {
+			if _, ok := names[name[:i]]; ok {
+				return fmt.Errorf("%w: atoll: %.200s and %.200s cannot both be refs (one would be a directory of the other); delete one first", errdefs.ErrConflict, name[:i], name)
+			}
+			j := strings.IndexByte(name[i+1:], '/')
+			if j < 0 {
+				break
+			}
+			i += 1 + j
+		}
+	}
+	return nil
 }

@@ -155,7 +155,8 @@ func (s *Service) ensureRefs(ctx context.Context, v store.Vault) (string, map[st
 		return dir, local, nil
 	}
 	for _, name := range packs {
-		if _, err := os.Stat(filepath.Join(dir, "objects", "pack", name)); err == nil {
+		// A pack is there once its index is (written last).
+		if _, err := os.Stat(filepath.Join(dir, "objects", "pack", strings.TrimSuffix(name, ".pack")+".idx")); err == nil {
 			continue
 		}
 		if err := s.fetchPack(ctx, v, dir, name); err != nil {

@@ -70,10 +70,11 @@ func ParseTree(data []byte) ([]TreeEntry, error) {
 // checkName refuses an entry name git refuses ("", ".", "..", a "/") and
 // every name that holds "git" once folded to lower case and stripped of
 // what is not ASCII (.git, .gitmodules, git~1, HFS+'s ignorable code
-// points and NTFS's short names among them) but .gitignore and .gitkeep
-// files.
+// points among them) but .gitignore and .gitkeep files, and every name
+// with a "~" (NTFS's short names: git fsck takes gi7eba~1 for .gitmodules).
 func checkName(name, mode string) error {
-	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\\") {
+	// "~": NTFS's short names, gi7eba~1 for .gitmodules among them.
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\\~") {
 		return fmt.Errorf("tree: entry name %q", name)
 	}
 	folded := strings.Map(func(r rune) rune {
@@ -99,15 +100,15 @@ type CommitInfo struct {
 
 // ident is an author or committer as git fsck takes it, strictly: a name
 // without angle brackets, an email, seconds since the epoch, a zone.
-var ident = regexp.MustCompile(`^([^<>\n]* )?<[^<>\n]*> (0|[1-9][0-9]{0,11}) [+-][0-9]{4}$`)
+var ident = regexp.MustCompile(`^[^<>\n]* <[^<>\n]*> (0|[1-9][0-9]{0,11}) [+-][0-9]{4}$`)
 
 // ParseCommit reads a commit's tree and parents, refusing any commit git
 // fsck would and any header but encoding and signatures.
 func ParseCommit(data []byte) (CommitInfo, error) {
 	var c CommitInfo
 	head, _, ok := bytes.Cut(data, []byte("\n\n"))
-	if !ok || bytes.IndexByte(head, 0) >= 0 {
-		return c, errors.New("commit: unterminated or NUL in its header")
+	if !ok || bytes.IndexByte(data, 0) >= 0 {
+		return c, errors.New("commit: unterminated, or a NUL in it")
 	}
 	lines := strings.Split(string(head), "\n")
 	oid := func(l, prefix string) (OID, bool) {

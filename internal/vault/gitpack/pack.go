@@ -142,6 +142,9 @@ func Read(b []byte, ext Source, lim Limits) (*Pack, error) {
 		if e.typ < ofsDelta {
 			p.Objects[i] = Object{OID: Hash(e.typ, e.data), Type: e.typ, Data: e.data, Offset: e.off}
 			done[i] = true
+			if _, twice := byID[p.Objects[i].OID]; twice {
+				return nil, fmt.Errorf("pack: object %s twice", p.Objects[i].OID)
+			}
 			byID[p.Objects[i].OID] = i
 		}
 	}
@@ -181,8 +184,15 @@ func Read(b []byte, ext Source, lim Limits) (*Pack, error) {
 				return nil, fmt.Errorf("pack: entry at %d: %w", e.off, err)
 			}
 			total += int64(len(data))
-			p.Objects[i] = Object{OID: Hash(base.Type, data), Type: base.Type, Data: data, Offset: e.off}
-			byID[p.Objects[i].OID] = i
+			id := Hash(base.Type, data)
+			if _, twice := byID[id]; twice {
+				return nil, fmt.Errorf("pack: object %s twice", id)
+			}
+			if _, twice := external[id]; twice {
+				return nil, fmt.Errorf("pack: object %s both in the pack and a base it lacks", id)
+			}
+			p.Objects[i] = Object{OID: id, Type: base.Type, Data: data, Offset: e.off}
+			byID[id] = i
 			done[i] = true
 			left--
 			progress = true

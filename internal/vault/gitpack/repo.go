@@ -161,10 +161,18 @@ func (r *Repo) read(o OID, max int64, depth int) (int, []byte, error) {
 	if depth > maxChain {
 		return 0, nil, errors.New("gitpack: delta chain too long")
 	}
+	var packErr error
 	for _, p := range r.packs {
 		if off, ok := find(p.idx, o); ok {
-			return r.readPacked(p.pack, off, max, depth)
+			typ, data, err := r.readPacked(p.pack, off, max, depth)
+			if err == nil {
+				return typ, data, nil
+			}
+			packErr = err // an index without its pack: another may hold o
 		}
+	}
+	if packErr != nil {
+		return 0, nil, packErr
 	}
 	f, err := os.Open(r.loose(o))
 	if err != nil {
@@ -272,4 +280,86 @@ func (r *Repo) readPacked(pack string, off, max int64, depth int) (int, []byte, 
 	}
 	out, err := applyDelta(base, data, max)
 	return baseTyp, out, err
+}
+
+// Type is the type of object o: read from its entry's header, and for a
+// delta its base's, without inflating it; 0 if o is not to be read.
+func (r *Repo) Type(o OID) int { return r.typeOf(o, 0) }
+
+func (r *Repo) typeOf(o OID, depth int) int {
+	if depth > maxChain {
+		return 0
+	}
+	for _, p := range r.packs {
+		if off, ok := find(p.idx, o); ok {
+			if t := r.packedType(p.pack, off, depth); t != 0 {
+				return t
+			}
+		}
+	}
+	if _, err := os.Lstat(r.loose(o)); err == nil {
+		typ, _, err := r.read(o, 1<<30, depth) // loose objects are whole
+		if err == nil {
+			return typ
+		}
+	}
+	return 0
+}
+
+func (r *Repo) packedType(pack string, off int64, depth int) int {
+	for ; depth <= maxChain; depth++ {
+		f := r.files[pack]
+		if f == nil {
+			var err error
+			if f, err = os.Open(pack); err != nil {
+				return 0
+			}
+			r.files[pack] = f
+		}
+		var hdr [32]byte
+		n, _ := f.ReadAt(hdr[:], off)
+		b := hdr[:n]
+		if len(b) == 0 {
+			return 0
+		}
+		typ := int(b[0]>>4) & 7
+		i := 1
+		for c := b[0]; c&0x80 != 0; i++ {
+			if i >= len(b) {
+				return 0
+			}
+			c = b[i]
+		}
+		switch typ {
+		case Commit, Tree, Blob, Tag:
+			return typ
+		case ofsDelta:
+			if i >= len(b) {
+				return 0
+			}
+			c := b[i]
+			d := int64(c & 0x7f)
+			for c&0x80 != 0 {
+				if i++; i >= len(b) || d > 1<<50 {
+					return 0
+				}
+				c = b[i]
+				d = (d+1)<<7 | int64(c&0x7f)
+			}
+			if d <= 0 || d > off {
+				return 0
+			}
+			off -= d
+		case refDelta:
+			if i+20 > len(b) {
+				return 0
+			}
+			var id OID
+			copy(id[:], b[i:i+20])
+			return r.typeOf(id, depth+1)
+		default:
+			return 0
+		}
+	}
+	return 0
 }
