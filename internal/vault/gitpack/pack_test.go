@@ -279,18 +279,9 @@ func TestChecks(t *testing.T) {
 // then as a delta that copies it) is refused, as git index-pack --strict
 // refuses it.
 func TestObjectTwice(t *testing.T) {
-	z := func(b []byte) []byte {
-		var out bytes.Buffer
-		zw := zlib.NewWriter(&out)
-		zw.Write(b)
-		zw.Close()
-		return out.Bytes()
-	}
 	blob := append([]byte{0x30 | 5}, z([]byte("hello"))...)
 	delta := append([]byte{0x60 | 4, byte(len(blob))}, z([]byte{5, 5, 0x90, 5})...)
-	body := append([]byte("PACK\x00\x00\x00\x02\x00\x00\x00\x02"), append(blob, delta...)...)
-	sum := sha1.Sum(body)
-	if _, err := gitpack.Read(append(body, sum[:]...), nil, lim); err == nil {
+	if _, err := gitpack.Read(mkPack(blob, delta), nil, lim); err == nil {
 		t.Error("a pack with an object twice: read")
 	}
 }
