@@ -285,3 +285,30 @@ func TestObjectTwice(t *testing.T) {
 		t.Error("a pack with an object twice: read")
 	}
 }
+
+// TestLooseObjects checks that a repository's loose objects are read and
+// typed as git wrote them, and that an object it lacks is type 0.
+func TestLooseObjects(t *testing.T) {
+	dir := t.TempDir()
+	git(t, dir, nil, "init", "-q", "--bare", ".")
+	blob := strings.TrimSpace(string(git(t, dir, []byte("hello\n"), "hash-object", "-w", "--stdin")))
+	tree := strings.TrimSpace(string(git(t, dir, []byte("100644 blob "+blob+"\ta.md\n"), "mktree")))
+	r, err := gitpack.OpenRepo(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for id, want := range map[string]int{blob: gitpack.Blob, tree: gitpack.Tree, strings.Repeat("ab", 20): 0} {
+		o, _ := gitpack.ParseOID(id)
+		if got := r.Type(o); got != want {
+			t.Errorf("Type(%s) = %d, want %d", id, got, want)
+		}
+		if want == 0 {
+			continue
+		}
+		typ, data, err := r.Read(o, 1<<20)
+		if err != nil || typ != want || gitpack.Hash(typ, data) != o {
+			t.Errorf("Read(%s): %d, %v", id, typ, err)
+		}
+	}
+}

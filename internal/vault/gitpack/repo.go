@@ -297,10 +297,29 @@ func (r *Repo) typeOf(o OID, depth int) int {
 			}
 		}
 	}
-	if _, err := os.Lstat(r.loose(o)); err == nil {
-		typ, _, err := r.read(o, 1<<30, depth) // loose objects are whole
-		if err == nil {
-			return typ
+	return r.looseType(o)
+}
+
+// looseType reads the type of loose object o from its header alone.
+func (r *Repo) looseType(o OID) int {
+	f, err := os.Open(r.loose(o))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	zr, err := zlib.NewReader(bufio.NewReader(f))
+	if err != nil {
+		return 0
+	}
+	var hdr [8]byte
+	n, _ := io.ReadFull(zr, hdr[:])
+	name, _, ok := bytes.Cut(hdr[:n], []byte(" "))
+	if !ok {
+		return 0
+	}
+	for t, tn := range typeNames {
+		if tn == string(name) {
+			return t
 		}
 	}
 	return 0
