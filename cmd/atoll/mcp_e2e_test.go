@@ -544,6 +544,38 @@ func TestMCPHTTPKeys(t *testing.T) {
 		t.Errorf("A's session lists %+v", l)
 	}
 
+	// The audit log has each tool's REST request once, and the MCP
+	// requests only where a key was refused (written in batches: waited
+	// for).
+	var made []api.AuditEntry
+	for deadline := time.Now().Add(10 * time.Second); len(made) == 0; time.Sleep(50 * time.Millisecond) {
+		l, err := c.Audit(ctx, api.AuditQuery{Sandbox: mine.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		made = l.Entries
+		if time.Now().After(deadline) {
+			t.Fatal("no audit entry of the sandbox made over MCP")
+		}
+	}
+	if len(made) != 1 || made[0].Action != "POST /v1/sandboxes" {
+		t.Errorf("audit entries of the sandbox made over MCP: %+v, want its create once", made)
+	}
+	l, err := c.Audit(ctx, api.AuditQuery{Action: "POST /v1/mcp", Limit: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := 0
+	for _, e := range l.Entries {
+		if e.Status != http.StatusUnauthorized && e.Status != http.StatusForbidden {
+			t.Errorf("an MCP request in the audit log: %+v, want only those refused for their key", e)
+		}
+		refused++
+	}
+	if refused < 3 {
+		t.Errorf("%d refused MCP requests in the audit log, want the 3 refused keys at least", refused)
+	}
+
 	// Open sessions (each with its stream of server messages, a GET that
 	// stays open) do not hold up the server's drain on SIGTERM.
 	start := time.Now()

@@ -188,9 +188,25 @@ type entry struct {
 	// action and pathTarget are the route that served the request and
 	// its first wildcard's value (Matched).
 	action, pathTarget string
+	// transport: the request carried actions recorded as requests of
+	// their own (NotAnAction), not one itself.
+	transport bool
 }
 
 type ctxKey struct{}
+
+// NotAnAction tells the Recorder that the request of ctx, its key
+// accepted, only carries actions that reach the API as requests of their
+// own, each recorded: an MCP session's POST, whose tools call the REST
+// API. Recorded too, it would be every action twice. A request refused
+// before this is recorded as any other.
+func NotAnAction(ctx context.Context) {
+	if e, ok := ctx.Value(ctxKey{}).(*entry); ok {
+		e.mu.Lock()
+		e.transport = true
+		e.mu.Unlock()
+	}
+}
 
 // SetTarget names what the request of ctx acted on when its path does
 // not (a create's new sandbox).
@@ -229,6 +245,9 @@ func (r *Recorder) Wrap(h http.Handler) http.Handler {
 		h.ServeHTTP(sw, req)
 		e.mu.Lock()
 		defer e.mu.Unlock()
+		if e.transport {
+			return
+		}
 		action, target := e.action, e.target
 		if action == "" && req.Pattern != "" {
 			// A mux served req itself.

@@ -23,12 +23,14 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 }
 
 // mcp hands an authenticated request to the MCP handler, whose sessions
-// act with the request's key.
+// act with the request's key. The audit log records what its tools do,
+// as the REST requests they make, not the MCP request too.
 func (s *Server) mcp(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.MCP == nil {
 		s.writeError(w, r, fmt.Errorf("%w: this server does not serve MCP", errdefs.ErrUnavailable))
 		return
 	}
+	audit.NotAnAction(r.Context())
 	s.cfg.MCP.ServeHTTP(w, r)
 }
 
