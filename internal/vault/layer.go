@@ -419,9 +419,21 @@ func (s *Service) layersSoon(v store.Vault) {
 // shared runs fn once for the callers of the same key at once (the
 // first's call, the others wait for it), under the service's context,
 // not the first caller's: a caller that gives up (its request cancelled)
-// returns its context's error and leaves the work to the others.
+// returns its context's error and leaves the work to the others. Close
+// cancels it and waits for it to end.
 func (s *Service) shared(ctx context.Context, key string, fn func(ctx context.Context) (any, error)) (any, error) {
-	ch := s.preparing.DoChan(key, func() (any, error) { return fn(s.idx.ctx) })
+	ch := s.preparing.DoChan(key, func() (any, error) {
+		// Counted with the background work, which Close waits for.
+		s.idx.mu.Lock()
+		if s.idx.closed {
+			s.idx.mu.Unlock()
+			return nil, fmt.Errorf("%w: the vault service is closing", errdefs.ErrUnavailable)
+		}
+		s.idx.wg.Add(1)
+		s.idx.mu.Unlock()
+		defer s.idx.wg.Done()
+		return fn(s.idx.ctx)
+	})
 	select {
 	case r := <-ch:
 		return r.Val, r.Err
