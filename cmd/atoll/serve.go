@@ -340,8 +340,8 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	steps := []func(context.Context) error{
 		s.openData,
 		s.openStores,
+		s.installAgent, // a binary that cannot be the agent fails before the layer image is made
 		s.openLayers,
-		s.installAgent,
 		s.startRuntimes,
 		s.startNetwork,
 		s.assembleNode,
