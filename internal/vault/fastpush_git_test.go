@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -29,21 +28,6 @@ func TestPushInProcessAsGit(t *testing.T) {
 	commitFile(t, a, "d/x.md", "x\n")
 	base := commitFile(t, a, "a.md", "a\n")
 	mustGit(t, a, "push", "-q", "origin", "HEAD:main")
-	hashObject := func(typ, content string) string {
-		f := filepath.Join(t.TempDir(), "obj")
-		os.WriteFile(f, []byte(content), 0o644)
-		return strings.TrimSpace(mustGit(t, a, "hash-object", "-w", "--literally", "-t", typ, f))
-	}
-	packOf := func(ids ...string) []byte {
-		cmd := exec.Command("git", "pack-objects", "--stdout", "-q")
-		cmd.Dir = a
-		cmd.Stdin = strings.NewReader(strings.Join(ids, "\n") + "\n")
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
 	mktree := func(lines ...string) string { // "mode name oid", sorted
 		var b bytes.Buffer
 		for _, l := range lines {
@@ -52,7 +36,7 @@ func TestPushInProcessAsGit(t *testing.T) {
 			b.WriteString(f[0] + " " + f[1] + "\x00")
 			b.Write(id)
 		}
-		return hashObject("tree", b.String())
+		return hashObject(t, a, "tree", b.String())
 	}
 	who := "t <t@example.com> 1700000000 +0000"
 	commit := func(tree, msg string, hdr ...string) string {
@@ -60,13 +44,13 @@ func TestPushInProcessAsGit(t *testing.T) {
 		if len(hdr) > 0 {
 			h = "tree " + tree + "\nparent " + base + "\n" + hdr[0]
 		}
-		return hashObject("commit", h+"\n"+msg)
+		return hashObject(t, a, "commit", h+"\n"+msg)
 	}
 	tree := strings.TrimSpace(mustGit(t, a, "rev-parse", "HEAD^{tree}"))
 	blobA := strings.TrimSpace(mustGit(t, a, "rev-parse", "HEAD:a.md"))
 	treeD := strings.TrimSpace(mustGit(t, a, "rev-parse", "HEAD:d"))
-	blob := hashObject("blob", "hello\n")
-	gm := hashObject("blob", "[submodule \"../../x\"]\n\tpath = x\n\turl = ./x\n")
+	blob := hashObject(t, a, "blob", "hello\n")
+	gm := hashObject(t, a, "blob", "[submodule \"../../x\"]\n\tpath = x\n\turl = ./x\n")
 	cases := []struct {
 		name, new, ref string
 		objs           []string
@@ -96,15 +80,13 @@ func TestPushInProcessAsGit(t *testing.T) {
 		name := fmt.Sprintf("n%d", i)
 		e.svc.Create(ctx, api.CreateVaultRequest{Name: name})
 		mustGit(t, a, "push", "-q", e.url("acme-key", name), "HEAD:main")
-		pack := packOf(c.objs...)
+		pack := packOf(t, a, c.objs...)
 		old := base
 		if c.ref != "refs/heads/main" {
 			old = strings.Repeat("0", 40)
 		}
 		cmd := fmt.Sprintf("%s %s %s\x00report-status", old, c.new, c.ref)
-		var body bytes.Buffer
-		fmt.Fprintf(&body, "%04x%s0000", len(cmd)+4, cmd)
-		body.Write(pack)
+		body := pushBody(cmd, pack)
 		// git's own verdict, on a fresh bare copy.
 		ref := filepath.Join(t.TempDir(), "ref.git")
 		mustGit(t, a, "clone", "-q", "--bare", "--no-local", ".", ref)
@@ -114,7 +96,7 @@ func TestPushInProcessAsGit(t *testing.T) {
 		gout, _ := gc.CombinedOutput()
 		gitOK := bytes.Contains(gout, []byte("ok "+c.ref))
 		n := vault.InProcess(e.svc)
-		_, resp := e.postPush("acme-key", name, &body)
+		_, resp := e.postPush("acme-key", name, body)
 		fast := vault.InProcess(e.svc) > n
 		t.Logf("%-36s git ok=%v  in-process=%v  answer=%q", c.name, gitOK, fast, resp)
 		if fast && !gitOK {
@@ -128,10 +110,8 @@ func TestPushInProcessAsGit(t *testing.T) {
 			e.svc.Create(ctx, api.CreateVaultRequest{Name: name})
 			mustGit(t, a, "push", "-q", e.url("acme-key", name), "HEAD:main")
 			cmd := fmt.Sprintf("%s %s %s\x00report-status atomic", strings.Repeat("0", 40), c.new, c.ref)
-			var body bytes.Buffer
-			fmt.Fprintf(&body, "%04x%s0000", len(cmd)+4, cmd)
-			body.Write(pack)
-			_, resp := e.postPush("acme-key", name, &body)
+			body := pushBody(cmd, pack)
+			_, resp := e.postPush("acme-key", name, body)
 			if strings.Contains(resp, "ok "+c.ref) {
 				t.Errorf("%s, through git: taken: %q", c.name, resp)
 			}

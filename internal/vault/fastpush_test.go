@@ -136,42 +136,25 @@ func TestPushInProcessIncomplete(t *testing.T) {
 	base := commitFile(t, a, "a.md", "a\n")
 	mustGit(t, a, "push", "-q", "origin", "HEAD:main")
 	n := vault.InProcess(e.svc)
-	hashObject := func(typ, content string) string {
-		f := filepath.Join(t.TempDir(), "obj")
-		os.WriteFile(f, []byte(content), 0o644)
-		return strings.TrimSpace(mustGit(t, a, "hash-object", "-w", "--literally", "-t", typ, f))
-	}
-	packOf := func(ids ...string) []byte {
-		cmd := exec.Command("git", "pack-objects", "--stdout", "-q")
-		cmd.Dir = a
-		cmd.Stdin = strings.NewReader(strings.Join(ids, "\n") + "\n")
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
 	who := "t <t@example.com> 1700000000 +0000"
 	missing := strings.Repeat("ab", 20)
 	tree := strings.TrimSpace(mustGit(t, a, "rev-parse", "HEAD^{tree}"))
-	noTree := hashObject("commit", "tree "+missing+"\nparent "+base+"\nauthor "+who+"\ncommitter "+who+"\n\nno tree\n")
-	noParent := hashObject("commit", "tree "+tree+"\nparent "+missing+"\nauthor "+who+"\ncommitter "+who+"\n\nno parent\n")
-	badIdent := hashObject("commit", "tree "+tree+"\nparent "+base+"\nauthor nobody\ncommitter "+who+"\n\nbad author\n")
-	good := hashObject("commit", "tree "+tree+"\nparent "+base+"\nauthor "+who+"\ncommitter "+who+"\n\ngood\n")
+	noTree := hashObject(t, a, "commit", "tree "+missing+"\nparent "+base+"\nauthor "+who+"\ncommitter "+who+"\n\nno tree\n")
+	noParent := hashObject(t, a, "commit", "tree "+tree+"\nparent "+missing+"\nauthor "+who+"\ncommitter "+who+"\n\nno parent\n")
+	badIdent := hashObject(t, a, "commit", "tree "+tree+"\nparent "+base+"\nauthor nobody\ncommitter "+who+"\n\nbad author\n")
+	good := hashObject(t, a, "commit", "tree "+tree+"\nparent "+base+"\nauthor "+who+"\ncommitter "+who+"\n\ngood\n")
 	for _, c := range []struct {
 		name, new string
 		pack      []byte
 	}{
-		{"a commit without its tree", noTree, packOf(noTree)},
-		{"a commit without its parent", noParent, packOf(noParent)},
-		{"a commit with a bad author", badIdent, packOf(badIdent)},
-		{"a branch at a commit the pack does not carry", good, packOf(noTree)},
+		{"a commit without its tree", noTree, packOf(t, a, noTree)},
+		{"a commit without its parent", noParent, packOf(t, a, noParent)},
+		{"a commit with a bad author", badIdent, packOf(t, a, badIdent)},
+		{"a branch at a commit the pack does not carry", good, packOf(t, a, noTree)},
 	} {
 		cmd := fmt.Sprintf("%s %s refs/heads/main\x00report-status side-band-64k", base, c.new)
-		var body bytes.Buffer
-		fmt.Fprintf(&body, "%04x%s0000", len(cmd)+4, cmd)
-		body.Write(c.pack)
-		code, b := e.postPush("acme-key", "notes", &body)
+		body := pushBody(cmd, c.pack)
+		code, b := e.postPush("acme-key", "notes", body)
 		if code >= 500 || strings.Contains(b, "ok refs/heads/main") {
 			t.Errorf("%s: %d %q, want refused", c.name, code, b)
 		}
@@ -183,4 +166,38 @@ func TestPushInProcessIncomplete(t *testing.T) {
 		t.Errorf("%d of the incomplete pushes taken in-process", got-n)
 	}
 	mustGit(t, e.clone("acme-key", "notes"), "fsck", "--strict")
+}
+
+// hashObject writes an object of type typ holding content to the
+// repository at dir, as it is (git checks nothing), and returns its name.
+func hashObject(t *testing.T, dir, typ, content string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "obj")
+	if err := os.WriteFile(f, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(mustGit(t, dir, "hash-object", "-w", "--literally", "-t", typ, f))
+}
+
+// packOf is a pack of the objects ids of the repository at dir, as git
+// pack-objects makes it.
+func packOf(t *testing.T, dir string, ids ...string) []byte {
+	t.Helper()
+	cmd := exec.Command("git", "pack-objects", "--stdout", "-q")
+	cmd.Dir = dir
+	cmd.Stdin = strings.NewReader(strings.Join(ids, "\n") + "\n")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// pushBody is a push request's body: command (its first line, with its
+// capabilities), a flush, then pack.
+func pushBody(command string, pack []byte) *bytes.Buffer {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "%04x%s0000", len(command)+4, command)
+	b.Write(pack)
+	return &b
 }

@@ -66,10 +66,8 @@ func TestMalformedPack(t *testing.T) {
 	e.svc.Create(ctx, api.CreateVaultRequest{Name: "notes"})
 	zeros := strings.Repeat("0", 40)
 	cmd := fmt.Sprintf("%s %s refs/heads/main\x00report-status", zeros, "1234567890123456789012345678901234567890")
-	var body bytes.Buffer
-	fmt.Fprintf(&body, "%04x%s0000", len(cmd)+4, cmd)
-	body.WriteString("PACK\x00\x00\x00\x02\x00\x00\x00\x05garbage that is no pack at all")
-	code, b := e.postPush("acme-key", "notes", &body)
+	body := pushBody(cmd, []byte("PACK\x00\x00\x00\x02\x00\x00\x00\x05garbage that is no pack at all"))
+	code, b := e.postPush("acme-key", "notes", body)
 	if !strings.Contains(b, "unpack") || strings.Contains(b, "unpack ok") {
 		t.Errorf("a malformed pack: %d %q, want git's unpack error", code, b)
 	}

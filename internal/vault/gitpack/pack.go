@@ -235,50 +235,12 @@ func Read(b []byte, ext Source, lim Limits) (*Pack, error) {
 func readEntry(body []byte, off, budget int64) (entry, error) {
 	e := entry{off: off}
 	r := bytes.NewReader(body[off:])
-	c, err := r.ReadByte()
+	h, err := readHeader(r, off)
 	if err != nil {
-		return e, errTruncated
+		return e, err
 	}
-	e.typ = int(c>>4) & 7
-	size, shift := uint64(c&15), 4
-	for c&0x80 != 0 {
-		if c, err = r.ReadByte(); err != nil {
-			return e, errTruncated
-		}
-		if shift > 56 {
-			return e, errors.New("pack: entry size too large")
-		}
-		size |= uint64(c&0x7f) << shift
-		shift += 7
-	}
-	switch e.typ {
-	case Commit, Tree, Blob, Tag:
-	case ofsDelta:
-		c, err := r.ReadByte()
-		if err != nil {
-			return e, errTruncated
-		}
-		d := int64(c & 0x7f)
-		for c&0x80 != 0 {
-			if c, err = r.ReadByte(); err != nil {
-				return e, errTruncated
-			}
-			if d > 1<<50 {
-				return e, errors.New("pack: delta offset too large")
-			}
-			d = (d+1)<<7 | int64(c&0x7f)
-		}
-		if d <= 0 || d > off {
-			return e, errors.New("pack: delta offset outside the pack")
-		}
-		e.base = off - d
-	case refDelta:
-		if _, err := io.ReadFull(r, e.baseID[:]); err != nil {
-			return e, errTruncated
-		}
-	default:
-		return e, fmt.Errorf("pack: entry of type %d", e.typ)
-	}
+	e.typ, e.base, e.baseID = h.typ, h.base, h.baseID
+	size := h.size
 	if size > uint64(budget) {
 		return e, errors.New("pack: objects larger than allowed")
 	}

@@ -218,51 +218,22 @@ func (r *Repo) readPacked(pack string, off, max int64, depth int) (int, []byte, 
 		r.files[pack] = f
 	}
 	br := bufio.NewReader(io.NewSectionReader(f, off, 1<<62))
-	c, err := br.ReadByte()
+	h, err := readHeader(br, off)
 	if err != nil {
 		return 0, nil, err
 	}
-	typ := int(c>>4) & 7
-	size, shift := uint64(c&15), 4
-	for c&0x80 != 0 {
-		if c, err = br.ReadByte(); err != nil || shift > 56 {
-			return 0, nil, errors.New("gitpack: bad entry header")
-		}
-		size |= uint64(c&0x7f) << shift
-		shift += 7
-	}
+	typ, size := h.typ, h.size
 	var baseTyp int
 	var base []byte
 	switch typ {
-	case Commit, Tree, Blob, Tag:
 	case ofsDelta:
-		c, err := br.ReadByte()
-		if err != nil {
-			return 0, nil, err
-		}
-		d := int64(c & 0x7f)
-		for c&0x80 != 0 {
-			if c, err = br.ReadByte(); err != nil || d > 1<<50 {
-				return 0, nil, errors.New("gitpack: bad delta offset")
-			}
-			d = (d+1)<<7 | int64(c&0x7f)
-		}
-		if d <= 0 || d > off {
-			return 0, nil, errors.New("gitpack: delta offset outside the pack")
-		}
-		if baseTyp, base, err = r.readPacked(pack, off-d, max, depth+1); err != nil {
+		if baseTyp, base, err = r.readPacked(pack, h.base, max, depth+1); err != nil {
 			return 0, nil, err
 		}
 	case refDelta:
-		var id OID
-		if _, err := io.ReadFull(br, id[:]); err != nil {
+		if baseTyp, base, err = r.read(h.baseID, max, depth+1); err != nil {
 			return 0, nil, err
 		}
-		if baseTyp, base, err = r.read(id, max, depth+1); err != nil {
-			return 0, nil, err
-		}
-	default:
-		return 0, nil, fmt.Errorf("gitpack: entry of type %d", typ)
 	}
 	if size > uint64(max) {
 		return 0, nil, errors.New("gitpack: object larger than allowed")
@@ -335,49 +306,20 @@ func (r *Repo) packedType(pack string, off int64, depth int) int {
 			}
 			r.files[pack] = f
 		}
-		var hdr [32]byte
-		n, _ := f.ReadAt(hdr[:], off)
-		b := hdr[:n]
-		if len(b) == 0 {
+		// A header is 32 bytes at most: a size of up to 10, then a
+		// ref-delta's 20-byte name or an ofs-delta's offset.
+		var buf [32]byte
+		n, _ := f.ReadAt(buf[:], off)
+		h, err := readHeader(bytes.NewReader(buf[:n]), off)
+		switch {
+		case err != nil:
 			return 0
-		}
-		typ := int(b[0]>>4) & 7
-		i := 1
-		for c := b[0]; c&0x80 != 0; i++ {
-			if i >= len(b) {
-				return 0
-			}
-			c = b[i]
-		}
-		switch typ {
-		case Commit, Tree, Blob, Tag:
-			return typ
-		case ofsDelta:
-			if i >= len(b) {
-				return 0
-			}
-			c := b[i]
-			d := int64(c & 0x7f)
-			for c&0x80 != 0 {
-				if i++; i >= len(b) || d > 1<<50 {
-					return 0
-				}
-				c = b[i]
-				d = (d+1)<<7 | int64(c&0x7f)
-			}
-			if d <= 0 || d > off {
-				return 0
-			}
-			off -= d
-		case refDelta:
-			if i+20 > len(b) {
-				return 0
-			}
-			var id OID
-			copy(id[:], b[i:i+20])
-			return r.typeOf(id, depth+1)
+		case h.typ == ofsDelta:
+			off = h.base
+		case h.typ == refDelta:
+			return r.typeOf(h.baseID, depth+1)
 		default:
-			return 0
+			return h.typ
 		}
 	}
 	return 0
