@@ -116,8 +116,8 @@ func TestThinPackAsGitDoes(t *testing.T) {
 		if err != nil || typ != o.Type || gitpack.Hash(typ, d) != o.OID {
 			t.Errorf("reading %s back: type %d, %v", o.OID, typ, err)
 		}
-		if !r2.Has(o.OID) {
-			t.Errorf("Has(%s) false", o.OID)
+		if got := r2.Type(o.OID); got != o.Type {
+			t.Errorf("Type(%s) = %d, want %d", o.OID, got, o.Type)
 		}
 	}
 }

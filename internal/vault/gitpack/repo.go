@@ -138,17 +138,6 @@ func (r *Repo) loose(o OID) string {
 	return filepath.Join(r.objects, s[:2], s[2:])
 }
 
-// Has reports whether the repository holds object o.
-func (r *Repo) Has(o OID) bool {
-	for _, p := range r.packs {
-		if _, ok := find(p.idx, o); ok {
-			return true
-		}
-	}
-	_, err := os.Lstat(r.loose(o))
-	return err == nil
-}
-
 // maxChain bounds the deltas followed to read one object.
 const maxChain = 10000
 
