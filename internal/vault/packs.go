@@ -66,6 +66,11 @@ func (s *Service) packsSoon(v store.Vault) {
 
 // consolidate makes v's packs one if there are more than consolidateAt.
 func (s *Service) consolidate(ctx context.Context, v store.Vault) error {
+	// Most pushes leave fewer: they neither wait for the vault's lock nor
+	// bring the cache up to the store for nothing.
+	if _, packs, err := s.cfg.Store.VaultState(ctx, v.ID); err != nil || len(packs) <= consolidateAt {
+		return err
+	}
 	unlock := s.lock(v.ID)
 	defer unlock()
 	dir, err := s.ensure(ctx, v)
