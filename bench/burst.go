@@ -210,8 +210,8 @@ func (b *burstRun) sustained(ctx context.Context) {
 	}
 }
 
-// burstPeers runs `true` n times at the burst's parallelism with runc and
-// bwrap in the same root file system.
+// burstPeers runs `true` n times at the burst's parallelism with runc,
+// crun, the floor (burstFloor) and bwrap in the same root file system.
 func burstPeers(r *report, work, skeleton string, cfg burstConfig) {
 	root := newPeerRoot(work, skeleton)
 	root.mount()
@@ -251,6 +251,7 @@ func burstPeers(r *report, work, skeleton string, cfg burstConfig) {
 		r.rate("burst peer: "+name+" runs", mode, len(ds), wall, errs, "")
 		r.note(fmt.Sprintf("burst peer: CPU time per %s run (run and delete): %s", rt, ms((childrenCPU()-cpu0)/time.Duration(cfg.n))))
 	}
+	burstFloor(r, work, skeleton, cfg)
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		r.missing("bwrap")
 		return
@@ -273,6 +274,61 @@ func burstPeers(r *report, work, skeleton string, cfg burstConfig) {
 	r.add("burst peer: bwrap `true`", mode, ds)
 	r.rate("burst peer: bwrap `true` runs", mode, len(ds), time.Since(t0), errs, "")
 	r.note(fmt.Sprintf("burst peer: CPU time per bwrap run: %s", ms((childrenCPU()-cpu0)/time.Duration(cfg.n))))
+}
+
+// burstFloor runs the least a stateful sandbox needs, at the burst's
+// parallelism: a writable layer of its own (an overlay over the same
+// skeleton, mounted and removed by the bench's own syscalls) and new user,
+// mount, pid, uts, ipc and network namespaces rooted in it, running
+// `true`. No cgroup, agent, API, database or network device: a sandbox does
+// all of this and more, so atoll's sustained rate cannot exceed this
+// floor's, which bounds what its ratio to runc can become.
+func burstFloor(r *report, work, skeleton string, cfg burstConfig) {
+	if _, err := exec.LookPath("unshare"); err != nil {
+		r.missing("unshare")
+		return
+	}
+	var mu sync.Mutex
+	var ds []time.Duration
+	cpu0, self0 := childrenCPU(), cpuOf(os.Getpid())
+	t0 := time.Now()
+	errs := parallel(cfg.n, cfg.clients, func(i int) error {
+		t := time.Now()
+		dir := filepath.Join(work, "floor", strconv.Itoa(i))
+		merged, upper, wd := filepath.Join(dir, "root"), filepath.Join(dir, "upper"), filepath.Join(dir, "work")
+		for _, d := range []string{merged, upper, wd} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return err
+			}
+		}
+		defer os.RemoveAll(dir)
+		if err := syscall.Mount("overlay", merged, "overlay", 0, "lowerdir="+skeleton+",upperdir="+upper+",workdir="+wd); err != nil {
+			return fmt.Errorf("floor overlay: %v", err)
+		}
+		defer syscall.Unmount(merged, syscall.MNT_DETACH)
+		usr := filepath.Join(merged, "usr")
+		if err := syscall.Mount("/usr", usr, "", syscall.MS_BIND, ""); err != nil {
+			return fmt.Errorf("floor /usr: %v", err)
+		}
+		defer syscall.Unmount(usr, syscall.MNT_DETACH)
+		out, err := exec.Command("unshare", "--fork", "--pid", "--mount", "--uts", "--ipc", "--net", "--user", "--map-root-user",
+			"--root="+merged, "/usr/bin/true").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("floor: %v: %s", err, bytes.TrimSpace(out))
+		}
+		mu.Lock()
+		ds = append(ds, time.Since(t))
+		mu.Unlock()
+		return nil
+	})
+	wall := time.Since(t0)
+	self := cpuOf(os.Getpid())
+	name := "floor: own overlay + unshare (user, mount, pid, uts, ipc, net) + `true`"
+	r.add("burst peer: "+name, fmt.Sprintf("%d clients", cfg.clients), ds)
+	r.rate("burst peer: "+name+" runs", fmt.Sprintf("%d clients", cfg.clients), len(ds), wall, errs, "")
+	r.note(fmt.Sprintf("burst peer: CPU time per floor run: %s (the runs %s; the bench's own mounts %s)",
+		ms((childrenCPU()-cpu0+self.self-self0.self)/time.Duration(cfg.n)), ms((childrenCPU()-cpu0)/time.Duration(cfg.n)),
+		ms((self.self-self0.self)/time.Duration(cfg.n))))
 }
 
 // cpuOf is the CPU time, user and system, of process pid and of the
