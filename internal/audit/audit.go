@@ -37,6 +37,12 @@ type Config struct {
 	// Retention is how long entries, events and settled deliveries are
 	// kept; 0 is DefaultRetention, a negative one forever.
 	Retention time.Duration
+	// PruneInterval is how often what is older than Retention is
+	// deleted; default an hour. The first prune comes a minute after
+	// New, or sooner if PruneInterval is.
+	PruneInterval time.Duration
+	// Now is the clock entries are stamped and aged by; default time.Now.
+	Now func() time.Time
 	// Skip, if set, leaves requests out that are not API actions (the
 	// sandboxes' own traffic, git fetches).
 	Skip   func(r *http.Request) bool
@@ -71,6 +77,12 @@ const batchSize = 256
 func New(cfg Config) *Recorder {
 	if cfg.Retention == 0 {
 		cfg.Retention = DefaultRetention
+	}
+	if cfg.PruneInterval <= 0 {
+		cfg.PruneInterval = pruneInterval
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	r := &Recorder{cfg: cfg, log: cfg.Logger, queue: make(chan store.AuditEntry, queueSize), stop: make(chan struct{})}
 	if r.log == nil {
@@ -135,7 +147,7 @@ func (r *Recorder) write(batch []store.AuditEntry) {
 	}
 }
 
-// pruneInterval is how often the journal is pruned.
+// pruneInterval is how often the journal is pruned by default.
 const pruneInterval = time.Hour
 
 func (r *Recorder) pruneLoop() {
@@ -143,7 +155,7 @@ func (r *Recorder) pruneLoop() {
 	if r.cfg.Retention < 0 {
 		return
 	}
-	t := time.NewTimer(time.Minute)
+	t := time.NewTimer(min(time.Minute, r.cfg.PruneInterval))
 	defer t.Stop()
 	for {
 		select {
@@ -152,11 +164,11 @@ func (r *Recorder) pruneLoop() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		if err := r.cfg.Journal.PruneJournal(ctx, time.Now().Add(-r.cfg.Retention)); err != nil {
+		if err := r.cfg.Journal.PruneJournal(ctx, r.cfg.Now().Add(-r.cfg.Retention)); err != nil {
 			r.log.Warn("pruning the journal", "err", err)
 		}
 		cancel()
-		t.Reset(pruneInterval)
+		t.Reset(r.cfg.PruneInterval)
 	}
 }
 
@@ -241,7 +253,7 @@ func (r *Recorder) Wrap(h http.Handler) http.Handler {
 		e := &entry{}
 		req = req.WithContext(context.WithValue(req.Context(), ctxKey{}, e))
 		sw := httpkit.Record(w)
-		start := time.Now()
+		start := r.cfg.Now()
 		h.ServeHTTP(sw, req)
 		e.mu.Lock()
 		defer e.mu.Unlock()

@@ -69,7 +69,10 @@ type Config struct {
 	// GiveUpAfter is how long after its event a delivery is tried;
 	// default a day.
 	GiveUpAfter time.Duration
-	Logger      *slog.Logger // default slog.Default()
+	// Now is the clock deliveries are claimed, sent, retried and given
+	// up by; default time.Now.
+	Now    func() time.Time
+	Logger *slog.Logger // default slog.Default()
 }
 
 // Defaults.
@@ -102,6 +105,9 @@ func New(cfg Config) *Service {
 	}
 	if cfg.GiveUpAfter <= 0 {
 		cfg.GiveUpAfter = giveUpAfter
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	s := &Service{cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1)}
 	if s.log == nil {
@@ -166,7 +172,7 @@ func (s *Service) Run(ctx context.Context) {
 // sendDue claims the deliveries due and sends them, at once; it returns
 // how many it claimed.
 func (s *Service) sendDue(ctx context.Context) int {
-	ds, err := s.cfg.Store.ClaimDeliveries(ctx, time.Now(), hold, claimBatch)
+	ds, err := s.cfg.Store.ClaimDeliveries(ctx, s.cfg.Now(), hold, claimBatch)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("claiming webhook deliveries", "err", err)
@@ -244,16 +250,16 @@ func Verify(secret, header string, body []byte, now time.Time, tolerance time.Du
 // deliver sends one delivery and records its outcome.
 func (s *Service) deliver(ctx context.Context, w store.Webhook, d store.Delivery) {
 	body, _ := json.Marshal(events.Wire(d.Event))
-	now := time.Now()
+	now := s.cfg.Now()
 	status, err := s.send(ctx, w, d, body, now)
 	switch {
 	case err == nil:
-		d.State, d.DoneAt, d.LastError = store.DeliveryDone, time.Now().UTC(), ""
+		d.State, d.DoneAt, d.LastError = store.DeliveryDone, s.cfg.Now().UTC(), ""
 	case now.Sub(d.Event.At) >= s.cfg.GiveUpAfter:
-		d.State, d.DoneAt = store.DeliveryFailed, time.Now().UTC()
+		d.State, d.DoneAt = store.DeliveryFailed, s.cfg.Now().UTC()
 	default:
 		d.State = store.DeliveryPending
-		d.NextAt = time.Now().Add(s.backoff(d.Attempts))
+		d.NextAt = s.cfg.Now().Add(s.backoff(d.Attempts))
 	}
 	d.LastStatus = status
 	if err != nil {
@@ -329,7 +335,7 @@ func (s *Service) Create(ctx context.Context, req api.CreateWebhookRequest) (api
 		return api.Webhook{}, fmt.Errorf("%w: a tenant has at most %d webhooks", errdefs.ErrConflict, maxWebhooks)
 	}
 	w := store.Webhook{ID: newID(), Tenant: t, URL: req.URL, Events: slices.Compact(slices.Sorted(slices.Values(req.Events))),
-		Secret: "whsec_" + randomHex(24), CreatedAt: time.Now().UTC().Truncate(time.Microsecond)}
+		Secret: "whsec_" + randomHex(24), CreatedAt: s.cfg.Now().UTC().Truncate(time.Microsecond)}
 	if err := s.cfg.Store.AddWebhook(ctx, w); err != nil {
 		return api.Webhook{}, err
 	}
