@@ -22,7 +22,7 @@ type clock struct {
 	now time.Time
 }
 
-func (c *clock) Now() time.Time   { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
 func (c *clock) set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.now = t }
 
 var t0 = time.Unix(1700000000, 0).UTC()
