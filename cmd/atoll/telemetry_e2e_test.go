@@ -52,9 +52,9 @@ func scrapeMetrics(t *testing.T, url, key string) map[string]*dto.MetricFamily {
 	return mfs
 }
 
-// series returns the value of family name's series whose labels include
-// want (a counter's or gauge's value, a histogram's count); -1 for none.
-func series(mfs map[string]*dto.MetricFamily, name string, want ...string) float64 {
+// metric returns family name's first series whose labels include want
+// (name, value pairs); nil for none.
+func metric(mfs map[string]*dto.MetricFamily, name string, want ...string) *dto.Metric {
 next:
 	for _, m := range mfs[name].GetMetric() {
 		have := map[string]string{}
@@ -66,27 +66,37 @@ next:
 				continue next
 			}
 		}
-		switch {
-		case m.Counter != nil:
-			return m.Counter.GetValue()
-		case m.Gauge != nil:
-			return m.Gauge.GetValue()
-		case m.Histogram != nil:
-			return float64(m.Histogram.GetSampleCount())
-		}
+		return m
+	}
+	return nil
+}
+
+// series returns the value of family name's series whose labels include
+// want (a counter's or gauge's value, a histogram's count); -1 for none.
+func series(mfs map[string]*dto.MetricFamily, name string, want ...string) float64 {
+	m := metric(mfs, name, want...)
+	switch {
+	case m == nil:
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Histogram != nil:
+		return float64(m.Histogram.GetSampleCount())
 	}
 	return -1
 }
 
 // TestPrometheusEndToEnd runs a real server with --metrics-listen, drives
 // a sandbox through create, exec, fork, snapshot and an archive to the
-// object store, and scrapes both the metrics listener and GET /v1/metrics:
-// each is in Prometheus's text format, and the figures follow what was
-// done. The request it sends with an X-Request-Id is found by that ID in
+// object store, a stop and a start, and scrapes both the metrics listener
+// and GET /v1/metrics: each is in Prometheus's text format, and the
+// figures follow what was done; the prestarted processes (--prestart 2)
+// reach their target. The request it sends with an X-Request-Id is found by that ID in
 // the server's log.
 func TestPrometheusEndToEnd(t *testing.T) {
 	addr := freePort(t)
-	d, _, c := startRooted(t, "--metrics-listen", addr, "--warm-pool", "1", "--debug")
+	d, _, c := startRooted(t, "--metrics-listen", addr, "--warm-pool", "1", "--prestart", "2", "--debug")
 	ctx := context.Background()
 	metricsURL := "http://" + addr + "/metrics"
 
@@ -103,6 +113,14 @@ func TestPrometheusEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := c.ArchiveSnapshot(ctx, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	// A start is timed as one, once; a create's own start is not.
+	starts := max(series(scrapeMetrics(t, metricsURL, ""), "atoll_operation_seconds", "op", "start", "result", "ok"), 0)
+	if _, err := c.StopSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.StartSandbox(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
 	// A request a user might report, by its ID.
@@ -128,6 +146,13 @@ func TestPrometheusEndToEnd(t *testing.T) {
 		if n := series(mfs, "atoll_operation_seconds", "op", op, "result", "ok"); n < 1 {
 			t.Errorf("atoll_operation_seconds{op=%q,result=ok} count = %v, want ≥ 1", op, n)
 		}
+	}
+	if n := series(mfs, "atoll_operation_seconds", "op", "start", "result", "ok"); n != starts+1 {
+		t.Errorf("atoll_operation_seconds{op=start,result=ok} count = %v, want %v (one more after a stop and start)", n, starts+1)
+	}
+	if h := metric(mfs, "atoll_operation_seconds", "op", "start", "result", "ok").GetHistogram(); h == nil || h.GetSampleSum() <= 0 || len(h.Bucket) == 0 ||
+		h.Bucket[len(h.Bucket)-1].GetCumulativeCount() != h.GetSampleCount() {
+		t.Errorf("start latency histogram: %v", h)
 	}
 	if n := series(mfs, "atoll_http_requests_total", "api", "atoll", "route", "POST /v1/sandboxes", "status", "201"); n < 1 {
 		t.Errorf("creates counted = %v", n)
@@ -158,6 +183,17 @@ func TestPrometheusEndToEnd(t *testing.T) {
 	}
 	if n := series(mfs, "atoll_warm_pool_sandboxes"); n < 1 {
 		t.Errorf("warm pool sandboxes = %v, want 1", n)
+	}
+	// So do the prestarted processes, to --prestart.
+	if n := series(mfs, "atoll_prestart_target"); n != 2 {
+		t.Errorf("prestart target = %v, want 2", n)
+	}
+	for series(mfs, "atoll_prestarted_sandboxes") != 2 && time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+		mfs = scrapeMetrics(t, metricsURL, "")
+	}
+	if n := series(mfs, "atoll_prestarted_sandboxes"); n != 2 {
+		t.Errorf("prestarted sandboxes = %v, want 2", n)
 	}
 
 	// The same behind an admin key on the API's listener.
