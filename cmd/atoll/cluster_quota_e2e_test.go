@@ -17,8 +17,9 @@ import (
 // nodes: creates through two nodes at once, each placing with its own
 // scheduler on both nodes (room for 12 sandboxes each, so that the 24 creates all find room), make exactly
 // max_sandboxes (6), the rest answered 429
-// quota_exceeded naming the quota; every node reports the same use; and a
-// stopped sandbox is not started again over the quota through either.
+// quota_exceeded naming the quota; every node reports the same use; a
+// stopped sandbox is not started again over the quota through either; and
+// a tenant's create rate is the cluster's, not each node's.
 func TestClusterQuota(t *testing.T) {
 	testenv.RequireRoot(t)
 	cl := netcluster.New(t, netcluster.Config{Bin: atollBinary(t), Cluster: true, Nodes: 2,
@@ -103,5 +104,49 @@ func TestClusterQuota(t *testing.T) {
 		if !errors.As(err, &e) || e.StatusCode != 429 || e.Quota == nil || e.Quota.Name != "max_sandboxes" || e.Quota.Used != 6 {
 			t.Errorf("start over quota through n%d: %v", i+1, err)
 		}
+	}
+
+	// One create in 5 s, creates through both nodes at once: one is made
+	// in all (buckets of each node's would make one through each), the
+	// others are told when to come back.
+	kd, err := admin.CreateKey(ctx, api.CreateKeyRequest{Name: "team-d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.SetQuota(ctx, "team-d", api.TenantQuota{CreatesPerSecond: 0.2}); err != nil {
+		t.Fatal(err)
+	}
+	rated := []*atoll.Client{cl.Nodes[0].ClientWith(kd.Key, atoll.WithBusyRetries(0)),
+		cl.Nodes[1].ClientWith(kd.Key, atoll.WithBusyRetries(0))}
+	t.Cleanup(func() {
+		sbs, _ := rated[0].ListSandboxes(ctx, atoll.ListOptions{})
+		for _, sb := range sbs {
+			if err := rated[0].DeleteSandbox(ctx, sb.ID); err != nil {
+				t.Errorf("cleanup: deleting %s: %v", sb.ID, err)
+			}
+		}
+	})
+	made, refused = nil, 0
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sb, err := rated[i%2].CreateSandbox(ctx, small)
+			mu.Lock()
+			defer mu.Unlock()
+			var e *atoll.Error
+			switch {
+			case err == nil:
+				made = append(made, sb)
+			case errors.As(err, &e) && e.StatusCode == 429 && e.Quota != nil && e.Quota.Name == "creates_per_second" && e.RetryAfter > 0:
+				refused++
+			default:
+				t.Errorf("rated create through n%d: %v", i%2+1, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(made) != 1 || refused != 7 {
+		t.Errorf("8 creates at once through 2 nodes at 0.2 a second: %d made, %d refused; want 1 and 7", len(made), refused)
 	}
 }

@@ -93,6 +93,11 @@ type Config struct {
 	// keeps the fixed sizes.
 	Demand   func(ctx context.Context) (store.Demand, error)
 	Capacity store.Resources
+	// TakeCreates, on a cluster node, takes tenants' creates from buckets
+	// every node shares (store.Cluster.TakeCreates), so that a tenant's
+	// creates_per_second holds across the cluster; nil keeps the buckets
+	// in this process, which a single machine's every create goes through.
+	TakeCreates func(ctx context.Context, t string, n int, rate, burst float64) (time.Duration, error)
 	// Mover hands sandboxes to other nodes (move.go): a drain's and a
 	// lost sandbox's restore; nil on a single machine.
 	Mover Mover
@@ -251,7 +256,7 @@ func New(cfg Config) (*Service, error) {
 	netm, netPool := n.Network()
 	s := &Service{
 		admit:        newAdmission(cfg.CreateConcurrency, cfg.CreateQueue),
-		rates:        newRates(cfg.Store),
+		rates:        newRates(cfg.Store, cfg.TakeCreates),
 		store:        cfg.Store,
 		events:       cfg.Events,
 		name:         n.Name(),

@@ -73,12 +73,14 @@ const rateTTL = 2 * time.Second
 
 // rates limits each tenant's creates to its quota's creates_per_second, a
 // token bucket per tenant holding at most a second's worth (at least one
-// create). The buckets are this node's: in a cluster each API node allows
-// the rate, so a tenant that spreads its creates over n nodes gets up to n
-// times it. It also keeps the quota it read, for admitWarm.
+// create). On a single machine the buckets are this process's; in a
+// cluster they are the store's (shared), which every node takes from, so
+// that a tenant spreading its creates over nodes gets its rate, not a
+// multiple of it. It also keeps the quota it read, for admitWarm.
 type rates struct {
-	st  store.Store
-	now func() time.Time
+	st     store.Store
+	now    func() time.Time
+	shared func(ctx context.Context, t string, n int, rate, burst float64) (time.Duration, error)
 
 	mu      sync.Mutex
 	buckets map[string]*bucket
@@ -91,8 +93,8 @@ type bucket struct {
 	at     time.Time // when tokens was counted
 }
 
-func newRates(st store.Store) *rates {
-	return &rates{st: st, now: time.Now, buckets: map[string]*bucket{}}
+func newRates(st store.Store, shared func(ctx context.Context, t string, n int, rate, burst float64) (time.Duration, error)) *rates {
+	return &rates{st: st, now: time.Now, shared: shared, buckets: map[string]*bucket{}}
 }
 
 // forget drops what is known of tenant t, to read its quota again.
@@ -152,21 +154,35 @@ func (r *rates) take(ctx context.Context, t string, n int) error {
 		return err
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	rate := b.quota.CreatesPerSecond
 	if rate <= 0 {
+		r.mu.Unlock()
 		return nil
 	}
+	if r.shared != nil {
+		r.mu.Unlock()
+		wait, err := r.shared(ctx, t, n, rate, burst(rate))
+		if err != nil || wait == 0 {
+			return err
+		}
+		return rateRefusal(t, rate, wait)
+	}
+	defer r.mu.Unlock()
 	now := r.now()
 	b.tokens = math.Min(burst(rate), b.tokens+now.Sub(b.at).Seconds()*rate)
 	b.at = now
 	if b.tokens < 1 {
-		wait := time.Duration((1 - b.tokens) / rate * float64(time.Second))
-		qe := &errdefs.QuotaError{Tenant: t, Quota: store.QuotaCreates, Limit: rate}
-		return &errdefs.Busy{Kind: qe, Msg: fmt.Sprintf("%v; retry after the Retry-After header's seconds", qe), After: wait}
+		return rateRefusal(t, rate, time.Duration((1-b.tokens)/rate*float64(time.Second)))
 	}
 	b.tokens -= float64(n)
 	return nil
+}
+
+// rateRefusal is tenant t's create refused by its rate, to be sent again
+// after wait.
+func rateRefusal(t string, rate float64, wait time.Duration) error {
+	qe := &errdefs.QuotaError{Tenant: t, Quota: store.QuotaCreates, Limit: rate}
+	return &errdefs.Busy{Kind: qe, Msg: fmt.Sprintf("%v; retry after the Retry-After header's seconds", qe), After: wait}
 }
 
 // limitCreates counts n creates against the rate of ctx's tenant; the

@@ -28,7 +28,7 @@ func TestRates(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Unix(1700000000, 0)
-	r := newRates(st)
+	r := newRates(st, nil)
 	r.now = func() time.Time { return now }
 	refused := func(what string, err error, wait time.Duration) {
 		t.Helper()

@@ -87,6 +87,14 @@ type Cluster interface {
 	// nodes last reported (NodeStatus.Demand), and counts the live,
 	// schedulable nodes that share them: what sizes the warm pools.
 	Demand(ctx context.Context) (Demand, error)
+	// TakeCreates counts n creates of tenant t against its rate of
+	// creates a second, in a bucket kept in the store that every node
+	// shares and refilled by the store's one clock, holding at most burst.
+	// A bucket with a create left takes all n (it may run below zero, which
+	// later creates wait for), and wait is 0; an emptier one takes none, and
+	// wait is how long until it has a create again. Concurrent takes through
+	// any nodes are applied one after another.
+	TakeCreates(ctx context.Context, t string, n int, rate, burst float64) (wait time.Duration, err error)
 	// Secret returns the value kept under name, first storing make()'s if
 	// there is none; when several nodes ask at once, every one gets the
 	// same value (the first stored).

@@ -33,8 +33,9 @@ type Tenants interface {
 }
 
 // Quota is what a tenant's sandboxes may hold at once (counted by Charge),
-// and how many sandboxes a second it may create (enforced by the API, not
-// the store). A zero field is no limit.
+// and how many sandboxes a second it may create (enforced by the API; a
+// cluster's buckets are kept by Cluster.TakeCreates). A zero field is no
+// limit.
 type Quota struct {
 	Sandboxes        int
 	CPU              float64

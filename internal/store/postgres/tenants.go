@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -155,4 +157,34 @@ func admit(ctx context.Context, tx pgx.Tx, sb *store.Sandbox, had store.Resource
 		return err
 	}
 	return q.Admit(t, used, had, want)
+}
+
+// TakeCreates counts n creates of tenant t against rate, in the tenant's
+// row of create_buckets: the row's lock orders the takes of every node,
+// and PostgreSQL's clock refills it, so that nodes whose clocks differ
+// agree. A tenant's first take makes its row full.
+func (s *Store) TakeCreates(ctx context.Context, t string, n int, rate, burst float64) (time.Duration, error) {
+	if !tenant.Valid(t) || n < 0 || !(rate > 0) || math.IsInf(rate, 0) || !(burst >= 1) || math.IsInf(burst, 0) {
+		return 0, fmt.Errorf("%w: a create rate is taken for a tenant, by a positive rate and a burst of one at least", errdefs.ErrInvalid)
+	}
+	var had float64
+	err := s.writeAt(ctx, pgx.ReadCommitted, nil, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO create_buckets (tenant, tokens, at) VALUES ($1, $2, clock_timestamp())
+			ON CONFLICT (tenant) DO NOTHING`, t, burst); err != nil {
+			return err
+		}
+		// The locked read waits for another take of the tenant and then
+		// reads the row it left; the update takes from it at the time
+		// the read refilled it to.
+		return tx.QueryRow(ctx, `WITH cur AS (
+				SELECT tenant, clock_timestamp() AS now,
+					least($3::float8, tokens + extract(epoch FROM clock_timestamp() - at)::float8 * $4::float8) AS had
+				FROM create_buckets WHERE tenant = $1 FOR UPDATE)
+			UPDATE create_buckets b SET tokens = CASE WHEN cur.had >= 1 THEN cur.had - $2 ELSE cur.had END, at = cur.now
+			FROM cur WHERE b.tenant = cur.tenant RETURNING cur.had`, t, n, burst, rate).Scan(&had)
+	})
+	if err != nil || had >= 1 {
+		return 0, err
+	}
+	return time.Duration((1 - had) / rate * float64(time.Second)), nil
 }

@@ -48,6 +48,7 @@ func Cluster(t *testing.T, open OpenCluster) {
 		{"HostileNodes", testHostileNodes},
 		{"PlacePlacement", testPlacePlacement},
 		{"PlaceQuota", testPlaceQuota},
+		{"TakeCreates", testTakeCreates},
 		{"PlaceWarm", testPlaceWarm},
 		{"Demand", testDemand},
 		{"CommittedSums", testCommittedSums},

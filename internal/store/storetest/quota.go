@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -360,4 +361,80 @@ func bigNode(name string) store.Node {
 	n := NewNode(name)
 	n.Capacity = store.Resources{CPU: 100, MemoryMiB: 1 << 20, DiskGiB: 10000, Sandboxes: 100}
 	return n
+}
+
+// testTakeCreates: the tenants' shared create buckets. Concurrent takes
+// through any nodes take exactly what the bucket holds; a take waits as
+// long as the refill needs; a bucket with a create left takes a batch
+// whole; tenants are apart; bad arguments are ErrInvalid.
+func testTakeCreates(t *testing.T, c store.Cluster) {
+	ctx := context.Background()
+	// A bucket of 5 that refills once in 1,000 s: 40 takes at once get 5.
+	var mu sync.Mutex
+	var taken int
+	var waits []time.Duration
+	var wg sync.WaitGroup
+	for range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wait, err := c.TakeCreates(ctx, "team-t", 1, 0.001, 5)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				t.Error(err)
+			case wait == 0:
+				taken++
+			default:
+				waits = append(waits, wait)
+			}
+		}()
+	}
+	wg.Wait()
+	if taken != 5 || len(waits) != 35 {
+		t.Fatalf("40 takes at once from a bucket of 5: %d taken, %d told to wait", taken, len(waits))
+	}
+	for _, w := range waits {
+		if w < 900*time.Second || w > 1000*time.Second {
+			t.Errorf("wait %v from an empty bucket refilling once in 1,000 s", w)
+		}
+	}
+	// Another tenant's bucket is its own.
+	if wait, err := c.TakeCreates(ctx, "team-u", 1, 0.001, 1); err != nil || wait != 0 {
+		t.Errorf("another tenant's first take: wait %v, %v", wait, err)
+	}
+	// A fast refill: empty, then told to wait at most 1/rate, then taken
+	// after that wait.
+	if wait, err := c.TakeCreates(ctx, "team-v", 1, 20, 1); err != nil || wait != 0 {
+		t.Fatalf("first take: wait %v, %v", wait, err)
+	}
+	wait, err := c.TakeCreates(ctx, "team-v", 1, 20, 1)
+	if err != nil || wait <= 0 || wait > 50*time.Millisecond {
+		t.Fatalf("take from an empty bucket of rate 20: wait %v, %v; want 0-50 ms", wait, err)
+	}
+	time.Sleep(wait + 5*time.Millisecond)
+	if wait, err := c.TakeCreates(ctx, "team-v", 1, 20, 1); err != nil || wait != 0 {
+		t.Errorf("take after the wait: wait %v, %v", wait, err)
+	}
+	// A batch from a bucket with one create left is taken whole; the
+	// debt is then waited for.
+	if wait, err := c.TakeCreates(ctx, "team-w", 10, 1, 1); err != nil || wait != 0 {
+		t.Fatalf("a batch of 10 from a full bucket of 1: wait %v, %v", wait, err)
+	}
+	if wait, err := c.TakeCreates(ctx, "team-w", 1, 1, 1); err != nil || wait < 9*time.Second {
+		t.Errorf("take after a batch of 10 at 1 a second: wait %v, %v; want about 10 s", wait, err)
+	}
+	for _, bad := range []struct {
+		t           string
+		n           int
+		rate, burst float64
+	}{
+		{"", 1, 1, 1}, {"../x", 1, 1, 1}, {"team-x", -1, 1, 1}, {"team-x", 1, 0, 1}, {"team-x", 1, -1, 1},
+		{"team-x", 1, math.NaN(), 1}, {"team-x", 1, math.Inf(1), 1}, {"team-x", 1, 1, 0.5}, {"team-x", 1, 1, math.Inf(1)},
+	} {
+		if _, err := c.TakeCreates(ctx, bad.t, bad.n, bad.rate, bad.burst); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("TakeCreates(%q, %d, %v, %v): %v, want ErrInvalid", bad.t, bad.n, bad.rate, bad.burst, err)
+		}
+	}
 }

@@ -584,10 +584,11 @@ func (n *Node) linkUp(up bool) error {
 // the LAN as a client of the cluster would.
 func (n *Node) Client() *atoll.Client { return n.ClientWith(n.Key) }
 
-// ClientWith is a client of the node's API with key, from the LAN.
-func (n *Node) ClientWith(key string) *atoll.Client {
+// ClientWith is a client of the node's API with key, from the LAN, with
+// the client's options opts.
+func (n *Node) ClientWith(key string, opts ...atoll.Option) *atoll.Client {
 	hc := &http.Client{Transport: &http.Transport{DialContext: n.c.DialLAN}}
-	return atoll.New(n.URL, key, atoll.WithHTTPClient(hc))
+	return atoll.New(n.URL, key, append([]atoll.Option{atoll.WithHTTPClient(hc)}, opts...)...)
 }
 
 // Dial connects to address from the node's namespace, as the node's own
