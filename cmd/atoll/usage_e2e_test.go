@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -44,11 +45,14 @@ func usageTotal(t *testing.T, c *atoll.Client, id string) api.UsageEntry {
 		sum.MemoryGiBSeconds += e.MemoryGiBSeconds
 		sum.DiskGiBHours += e.DiskGiBHours
 		sum.SnapshotGiBHours += e.SnapshotGiBHours
+		sum.ArchiveGiBHours += e.ArchiveGiBHours
 		sum.NetInBytes += e.NetInBytes
 		sum.NetOutBytes += e.NetOutBytes
 		sum.States.Running += e.States.Running
 		sum.States.Paused += e.States.Paused
 		sum.States.Stopped += e.States.Stopped
+		sum.States.Suspended += e.States.Suspended
+		sum.States.Archived += e.States.Archived
 	}
 	return sum
 }
@@ -64,9 +68,12 @@ func settled(t *testing.T, c *atoll.Client, id string) api.UsageEntry {
 func diff(a, b api.UsageEntry) api.UsageEntry {
 	return api.UsageEntry{
 		CPUSeconds: b.CPUSeconds - a.CPUSeconds, MemoryGiBSeconds: b.MemoryGiBSeconds - a.MemoryGiBSeconds,
-		DiskGiBHours: b.DiskGiBHours - a.DiskGiBHours,
-		NetInBytes:   b.NetInBytes - a.NetInBytes, NetOutBytes: b.NetOutBytes - a.NetOutBytes,
-		States: api.UsageStates{Running: b.States.Running - a.States.Running, Paused: b.States.Paused - a.States.Paused},
+		DiskGiBHours: b.DiskGiBHours - a.DiskGiBHours, SnapshotGiBHours: b.SnapshotGiBHours - a.SnapshotGiBHours,
+		ArchiveGiBHours: b.ArchiveGiBHours - a.ArchiveGiBHours,
+		NetInBytes:      b.NetInBytes - a.NetInBytes, NetOutBytes: b.NetOutBytes - a.NetOutBytes,
+		States: api.UsageStates{Running: b.States.Running - a.States.Running, Paused: b.States.Paused - a.States.Paused,
+			Suspended: b.States.Suspended - a.States.Suspended, Stopped: b.States.Stopped - a.States.Stopped,
+			Archived: b.States.Archived - a.States.Archived},
 	}
 }
 
@@ -248,6 +255,98 @@ func TestUsageAccuracy(t *testing.T) {
 	if after := usageTotal(t, c, sb.ID); after.CPUSeconds < before.CPUSeconds || after.CPUSeconds == 0 || after.States.Running < before.States.Running {
 		t.Errorf("a deleted sandbox's usage: %+v, before %+v", after, before)
 	}
+}
+
+// TestUsageStates meters sandboxes through the states TestUsageAccuracy
+// leaves out: stopped, archived (its archive's GiB-hours are the archive
+// object's size, and the disk it no longer holds is not billed),
+// shelved (an ns sandbox paused without memory) and suspended (a gvisor
+// sandbox paused to disk) count as suspended seconds, with no CPU or
+// memory. Each figure is taken over a window the sandbox spent wholly in
+// one state, and its seconds are the window's within the meter's tick.
+func TestUsageStates(t *testing.T) {
+	testenv.RequireRoot(t)
+	data := filepath.Join(testenv.Dir(t), "data")
+	d := startDaemon(t, data, "--usage-interval", usageTick.String(), "--warm-pool", "0", "--prestart", "0")
+	c := d.client()
+	ctx := context.Background()
+
+	// window is what sb was billed over about 5 s in its current state.
+	window := func(t *testing.T, id string) (api.UsageEntry, float64) {
+		t.Helper()
+		before := settled(t, c, id)
+		t0 := time.Now()
+		time.Sleep(5 * time.Second)
+		after := settled(t, c, id)
+		return diff(before, after), time.Since(t0).Seconds()
+	}
+	// only checks that got's seconds are all in one state, as many as
+	// the wall clock's within a tick either side.
+	only := func(t *testing.T, what string, got api.UsageEntry, wall float64, state func(api.UsageStates) float64) {
+		t.Helper()
+		total := got.States.Running + got.States.Paused + got.States.Suspended + got.States.Stopped + got.States.Archived
+		if n := state(got.States); n != total || math.Abs(n-wall) > 1.5 {
+			t.Errorf("%s for %.1f s: billed %+v, want %.1f ± 1.5 s and in that state only", what, wall, got.States, wall)
+		}
+		if got.CPUSeconds != 0 || got.MemoryGiBSeconds != 0 || got.NetInBytes != 0 || got.NetOutBytes != 0 {
+			t.Errorf("%s: billed CPU, memory or network: %+v", what, got)
+		}
+	}
+
+	t.Run("stopped-archived", func(t *testing.T) {
+		sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{Runtime: "ns"})
+		if out, code := sh(t, c, sb.ID, "head -c 64M /dev/urandom > /root/f && sync"); code != 0 {
+			t.Fatalf("writing a file: %s", out)
+		}
+		if _, err := c.StopSandbox(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		got, wall := window(t, sb.ID)
+		t.Logf("stopped: %+v", got)
+		only(t, "stopped", got, wall, func(s api.UsageStates) float64 { return s.Stopped })
+		if gib := got.DiskGiBHours * 3600 / got.States.Stopped; gib < 0.062 || gib > 0.1 {
+			t.Errorf("stopped with a 64 MiB file: disk billed as %.3f GiB, want 0.0625 and the layer's own few MiB", gib)
+		}
+
+		if got, err := c.ArchiveSandbox(ctx, sb.ID); err != nil || got.State != api.StateArchived {
+			t.Fatalf("archive: %+v, %v", got, err)
+		}
+		fi, err := os.Stat(filepath.Join(data, "archive", "sandboxes", sb.ID+".tar"))
+		if err != nil {
+			t.Fatalf("the archive object: %v", err)
+		}
+		got, wall = window(t, sb.ID)
+		t.Logf("archived (%d bytes): %+v", fi.Size(), got)
+		only(t, "archived", got, wall, func(s api.UsageStates) float64 { return s.Archived })
+		if got.DiskGiBHours != 0 {
+			t.Errorf("archived: billed %.6f GiB·h of a disk it no longer holds", got.DiskGiBHours)
+		}
+		want := float64(fi.Size()) / (1 << 30)
+		if gib := got.ArchiveGiBHours * 3600 / got.States.Archived; math.Abs(gib-want) > 0.01*want || want < 0.0625 {
+			t.Errorf("archived: billed as %.4f GiB stored, want its archive's %.4f GiB", gib, want)
+		}
+	})
+
+	t.Run("shelved", func(t *testing.T) {
+		sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{Runtime: "ns"})
+		if got, err := c.ShelveSandbox(ctx, sb.ID); err != nil || got.State != api.StateShelved {
+			t.Fatalf("shelve: %+v, %v", got, err)
+		}
+		got, wall := window(t, sb.ID)
+		t.Logf("shelved: %+v", got)
+		only(t, "shelved", got, wall, func(s api.UsageStates) float64 { return s.Suspended })
+	})
+
+	t.Run("suspended", func(t *testing.T) {
+		testenv.RequireCommand(t, "runsc")
+		sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{Runtime: "gvisor", MemoryMiB: 512})
+		if got, err := c.SuspendSandbox(ctx, sb.ID); err != nil || got.State != api.StateSuspended {
+			t.Fatalf("suspend: %+v, %v", got, err)
+		}
+		got, wall := window(t, sb.ID)
+		t.Logf("suspended: %+v", got)
+		only(t, "suspended", got, wall, func(s api.UsageStates) float64 { return s.Suspended })
+	})
 }
 
 // TestUsageKillRestart kills the server with SIGKILL while a sandbox
