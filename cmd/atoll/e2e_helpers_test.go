@@ -265,8 +265,14 @@ func (d *daemon) httpClient() *http.Client {
 
 // cli runs the atoll CLI against the daemon and returns stdout and exit code.
 func (d *daemon) cli(args ...string) (string, int) {
+	return d.cliIn("", args...)
+}
+
+// cliIn is cli with stdin as the command's standard input.
+func (d *daemon) cliIn(stdin string, args ...string) (string, int) {
 	cmd := exec.Command(d.bin, args...)
 	cmd.Env = append(os.Environ(), "ATOLL_URL="+d.url, "ATOLL_API_KEY="+d.key)
+	cmd.Stdin = strings.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := d.startCmd(cmd)

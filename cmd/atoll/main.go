@@ -90,7 +90,7 @@ commas: a node that cannot be reached is skipped.`,
 		c.GroupID = "snapshots"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{newExecCmd(g), newShellCmd(g), newCpCmd(g), newGitCmd(g), newMCPCmd(g), newRunCodeCmd(g)} {
+	for _, c := range []*cobra.Command{newExecCmd(g), newShellCmd(g), newCpCmd(g), newGitCmd(g), newMCPCmd(g), newRunCodeCmd(g), newCodeContextCmd(g)} {
 		c.GroupID = "inside"
 		root.AddCommand(c)
 	}

@@ -24,8 +24,9 @@ func newRunCodeCmd(g *globals) *cobra.Command {
 		Short: "Run code in a sandbox's code interpreter, keeping its state",
 		Long: `Run the code in FILE (- for standard input) in a code context of a sandbox made
 from the code-interpreter template (docs/code-interpreter.md). A context keeps
-its variables, imports and working directory between runs; without --context
-the code runs in the default context of --language (python, or bash).
+its variables, imports and working directory between runs; atoll code-context
+create makes one. Without --context the code runs in the default context of
+--language (python, or bash).
 
 Its output streams to standard output and standard error; then the value of its
 last expression, if any, is printed. Other results (plots, tables) are printed

@@ -138,6 +138,53 @@ test('rich results: markdown, svg, latex, json, html', async () => {
   assert.ok(html.isMainResult && !md.isMainResult)
 })
 
+test('rich results: JPEG and PDF, each to onResult in order', async () => {
+  const seen = []
+  const exec = await sbx.runCode([
+    'import io',
+    'import matplotlib.pyplot as plt',
+    'from IPython.display import display, Image',
+    'fig = plt.figure(figsize=(2, 2))',
+    'plt.plot([1, 2], [2, 1])',
+    'buf = io.BytesIO()',
+    'fig.savefig(buf, format="jpeg")',
+    'plt.close(fig)',
+    'display(Image(buf.getvalue(), format="jpeg"))',
+    'class Doc:',
+    '    def _repr_pdf_(self):',
+    '        return b"%PDF-1.4\\n%%EOF\\n"',
+    '    def __repr__(self):',
+    '        return "a pdf"',
+    'Doc()',
+  ].join('\n'), { onResult: (r) => { seen.push(r) } })
+  assert.equal(exec.error, undefined)
+  const [jpeg, pdf] = exec.results
+  assert.equal(exec.results.length, 2)
+  const jb = Buffer.from(jpeg.jpeg, 'base64')
+  // JPEG: SOI, then a marker; and its last two bytes are EOI.
+  assert.deepEqual([...jb.subarray(0, 3)], [0xff, 0xd8, 0xff])
+  assert.deepEqual([...jb.subarray(-2)], [0xff, 0xd9])
+  assert.ok(!jpeg.isMainResult)
+  assert.equal(Buffer.from(pdf.pdf, 'base64').toString(), '%PDF-1.4\n%%EOF\n')
+  assert.equal(pdf.text, 'a pdf')
+  assert.ok(pdf.isMainResult)
+  // onResult got the same results, as they came.
+  assert.deepEqual(seen.map((r) => r.formats()), [['jpeg'], ['pdf']])
+  assert.equal(seen[0].jpeg, jpeg.jpeg)
+  assert.equal(seen[1].pdf, pdf.pdf)
+})
+
+test('os.chdir holds between calls of one context', async () => {
+  const ctx = await sbx.createCodeContext()
+  await sbx.runCode('import os\nos.makedirs("/tmp/ci-cwd", exist_ok=True)\nos.chdir("/tmp/ci-cwd")', { context: ctx })
+  assert.equal((await sbx.runCode('import os; os.getcwd()', { context: ctx })).text, '/tmp/ci-cwd')
+  await sbx.runCode('open("here.txt", "w").write("x")', { context: ctx })
+  assert.equal(await sbx.files.read('/tmp/ci-cwd/here.txt'), 'x')
+  // The default context's directory is its own.
+  assert.equal((await sbx.runCode('import os; os.getcwd()')).text, '/home/user')
+  await sbx.removeCodeContext(ctx)
+})
+
 test('a timeout interrupts the execution and the context stays usable', async () => {
   await sbx.runCode('z = 7')
   const t0 = performance.now()
