@@ -270,6 +270,67 @@ func TestGitE2E(t *testing.T) {
 	if out, code := d.cli("git", "push", b.ID, "cli", "--user", "user"); code == 0 || !strings.Contains(out, "git push") {
 		t.Errorf("atoll git push without a token: %d %q", code, out)
 	}
+	// A branch of its own, a file added and committed, pushed with the
+	// token, which stays out of the sandbox.
+	cli := func(args ...string) (string, int) {
+		return d.cli(append(append([]string{"git"}, args...), "--user", "user")...)
+	}
+	sh(t, c, b.ID, "cd /home/user/cli && echo cli > cli.txt && chown user: cli.txt")
+	if out, code := cli("checkout", b.ID, "cli", "cli-feature", "-b"); code != 0 || out != "" {
+		t.Errorf("atoll git checkout -b: %d %q", code, out)
+	}
+	if out, code := cli("branches", b.ID, "cli"); code != 0 || out != "* cli-feature\n  main\n" {
+		t.Errorf("atoll git branches after checkout -b: %d %q", code, out)
+	}
+	if out, code := cli("add", b.ID, "cli", "cli.txt"); code != 0 || out != "" {
+		t.Errorf("atoll git add: %d %q", code, out)
+	}
+	if out, code := cli("status", b.ID, "cli"); code != 0 || out != "## cli-feature\nA. cli.txt\n" {
+		t.Errorf("atoll git status after add: %d %q", code, out)
+	}
+	out, code = cli("commit", b.ID, "cli", "-m", "From the CLI", "--author-name", "CLI", "--author-email", "cli@example.com")
+	cliSHA := strings.TrimSpace(out)
+	if code != 0 || !regexp.MustCompile(`^[0-9a-f]{40}$`).MatchString(cliSHA) {
+		t.Fatalf("atoll git commit: %d %q", code, out)
+	}
+	t.Setenv(gitPasswordEnv, gitToken)
+	out, code = cli("push", b.ID, "cli", "--username", gitUser, "--branch", "cli-feature", "--set-upstream")
+	os.Unsetenv(gitPasswordEnv)
+	if code != 0 {
+		t.Fatalf("atoll git push with a token: %d %q", code, out)
+	}
+	if got := hostGit(t, filepath.Join(root, "app.git"), "rev-parse", "cli-feature"); got != cliSHA {
+		t.Errorf("the host's cli-feature is %s after the CLI's push of %s", got, cliSHA)
+	}
+	if got := hostGit(t, filepath.Join(root, "app.git"), "log", "-1", "--format=%an <%ae> %s", "cli-feature"); got != "CLI <cli@example.com> From the CLI" {
+		t.Errorf("the CLI's commit on the host: %q", got)
+	}
+	if out, _ := sh(t, c, b.ID, "cd /home/user/cli && git config --file .git/config --get remote.origin.url; git config --file .git/config --get branch.cli-feature.remote; grep -rl "+gitToken+" /home/user /tmp /root /etc/gitconfig 2>/dev/null | wc -l"); out != repoURL+"\norigin\n0\n" {
+		t.Errorf("after the CLI's push, the token is left in the sandbox or the upstream is not set: %q", out)
+	}
+	if out, code := cli("status", b.ID, "cli"); code != 0 || out != "## cli-feature ... origin/cli-feature [ahead 0, behind 0]\n" {
+		t.Errorf("atoll git status after push --set-upstream: %d %q", code, out)
+	}
+	// Another commit reaches the host; the CLI pulls it.
+	hostClone := filepath.Join(root, "host-clone")
+	hostGit(t, root, "clone", "--quiet", "--branch", "cli-feature", filepath.Join(root, "app.git"), hostClone)
+	os.WriteFile(filepath.Join(hostClone, "host.txt"), []byte("from the host\n"), 0o644)
+	hostGit(t, hostClone, "add", "host.txt")
+	hostGit(t, hostClone, "commit", "--quiet", "-m", "from the host")
+	hostGit(t, hostClone, "push", "--quiet", "origin", "cli-feature")
+	hostSHA := hostGit(t, hostClone, "rev-parse", "HEAD")
+	if out, code := cli("pull", b.ID, "cli"); code == 0 || !strings.Contains(out, "git pull") {
+		t.Errorf("atoll git pull without a token: %d %q", code, out)
+	}
+	t.Setenv(gitPasswordEnv, gitToken)
+	out, code = cli("pull", b.ID, "cli", "--username", gitUser)
+	os.Unsetenv(gitPasswordEnv)
+	if code != 0 {
+		t.Fatalf("atoll git pull: %d %q", code, out)
+	}
+	if out, _ := sh(t, c, b.ID, "cd /home/user/cli && cat host.txt && git -c safe.directory='*' rev-parse HEAD && grep -rl "+gitToken+" /home/user /tmp /root 2>/dev/null | wc -l"); out != "from the host\n"+hostSHA+"\n0\n" {
+		t.Errorf("after atoll git pull: %q, want the host's commit %s and no token", out, hostSHA)
+	}
 
 	// The Python SDK's git, the same calls against the same host
 	// (sdk/python/tests/test_git.py).
