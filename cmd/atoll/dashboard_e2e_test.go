@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-dev/atoll/internal/network"
+	"github.com/atoll-dev/atoll/internal/network/nettest"
 	"github.com/atoll-dev/atoll/internal/testenv"
 )
 
@@ -39,23 +41,46 @@ func dashboardProgram(t *testing.T) (dir, node, chromium string) {
 // serve` serves at /ui in a real browser (Debian's chromium through
 // playwright-core, testdata/dashboard/test.mjs): a wrong key is refused,
 // sign in, create a sandbox, `echo hi` in its terminal shows hi, a file
-// goes up and comes back down, usage shows a CPU burn (where the server
-// meters usage), a revoked key goes back to the sign-in page, the pages
-// fit a narrow window, and the sandbox is deleted. With
+// goes up and comes back down, the list's columns, stop and start, the
+// network policy shown and changed, a template's two versions and the
+// sandbox that holds the old one, usage shows a CPU burn by sandbox,
+// label and template, a revoked key goes back to the sign-in page, the
+// pages fit a narrow window, and the sandbox is deleted. With
 // ATOLL_UI_SCREENSHOTS=DIR it saves screenshots of the main pages there
 // (docs/img for docs/dashboard.md).
+//
+// The server runs with networking on in a network of its own (netWorld),
+// and the browser in its namespace, so that the network page's policy is
+// real: the program checks what names resolve and which hosts answer from
+// inside the sandbox (allowed.example, other.example) before and after it
+// changes the policy on the page.
 func TestDashboardBrowser(t *testing.T) {
+	testenv.RequireRoot(t)
+	if err := network.Probe(); err != nil {
+		testenv.Skip(t, err.Error())
+	}
 	dir, node, chromium := dashboardProgram(t)
-	d, _, _ := startRooted(t)
+	w := newNetWorld(t)
+	d := startDaemonIn(t, filepath.Join(testenv.Dir(t), "data"), w.host, "--network", "on", "--network-bridge", w.id,
+		"--dns-upstream", wInet4, "--network-pool", "1")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "--test-reporter=spec", "test.mjs")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "ATOLL_URL="+d.url, "ATOLL_API_KEY="+d.key, "CHROMIUM="+chromium)
+	// Strict, a part of the server the browser finds missing (logs,
+	// events, usage, audit, networking) fails the test rather than being
+	// checked to say "not available".
+	if testenv.Strict() {
+		cmd.Env = append(cmd.Env, "ATOLL_TEST_STRICT=1")
+	}
 	cmd.WaitDelay = 5 * time.Second
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
+	if err := nettest.In(w.host, cmd.Start); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
 	t.Logf("node test.mjs:\n%s", out.String())
 	if err != nil {
 		t.Fatalf("the dashboard's browser test failed: %v\nserver log:\n%s", err, d.out.String())

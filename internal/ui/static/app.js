@@ -119,7 +119,8 @@ function bytes(n) {
   if (n === undefined || n === null) return "";
   let i = 0;
   while (Math.abs(n) >= 1024 && i < units.length - 1) { n /= 1024; i++; }
-  return (i ? n.toFixed(n < 10 ? 1 : 0) : n) + " " + units[i];
+  // Bytes whole (an axis's quarter of a small range is a fraction).
+  return (i ? n.toFixed(n < 10 ? 1 : 0) : Math.round(n)) + " " + units[i];
 }
 function age(t) {
   if (!t) return "";
@@ -439,9 +440,9 @@ function sandboxesView() {
         return h("tr", { "data-id": sb.id },
           h("td", {}, h("a", { class: "mono", href: `#/sandboxes/${sb.id}` }, sb.id)),
           h("td", {}, badge(sb.state)),
-          h("td", {}, sb.template),
-          h("td", {}, sb.runtime),
-          h("td", { title: time(sb.created_at) }, age(sb.created_at)),
+          h("td", { "data-template": sb.template, title: sb.template_version || "" }, sb.template),
+          h("td", { "data-runtime": sb.runtime }, sb.runtime),
+          h("td", { "data-age": sb.created_at, title: time(sb.created_at) }, age(sb.created_at)),
           h("td", {}, labels(sb.labels)),
           h("td", { "data-cpu": "" }, u ? meter(u.cpu_used_pct, u.cpu_used_pct.toFixed(0) + "% of " + sb.cpu) : ""),
           h("td", { "data-mem": "" }, u ? meter((100 * u.memory_used_bytes) / u.memory_total_bytes, bytes(u.memory_used_bytes) + " / " + bytes(u.memory_total_bytes)) : ""),
@@ -720,39 +721,58 @@ function snapshotsTab(id) {
 
 // ---------- network ----------
 
+// policyText says in a line what a NetworkPolicy lets the sandbox reach.
+function policyText(p) {
+  const allow = p.allow || [], deny = p.deny || [];
+  const egress = p.egress || (allow.length ? "deny-all" : "allow-all");
+  let s = egress === "deny-all" ? (allow.length ? "only " + allow.join(", ") : "nothing outside") : "anywhere";
+  if (deny.length) s += ", never " + deny.join(", ");
+  const bw = p.bandwidth || {};
+  if (bw.egress_mbit) s += ` · out ≤ ${bw.egress_mbit} Mbit/s`;
+  if (bw.ingress_mbit) s += ` · in ≤ ${bw.ingress_mbit} Mbit/s`;
+  return s;
+}
+
+// networkTab shows the sandbox's addresses and the policy the server has
+// for it, in a form that replaces it (PUT …/network) and then shows what
+// the server answered.
 function networkTab(id) {
   const box = h("div", { id: "network" });
-  live(box, 0, async () => {
-    let n;
-    try { n = await api("GET", sbPath(id, "/network")); } catch (e) {
-      if (e instanceof APIError && e.status === 503) {
-        box.replaceChildren(h("div", { class: "notavail" }, e.message));
-        return;
+  const fill = async (answer) => {
+    let n = answer;
+    if (!n) {
+      try { n = await api("GET", sbPath(id, "/network")); } catch (e) {
+        if (e instanceof APIError && e.status === 503) {
+          box.replaceChildren(h("div", { class: "notavail" }, e.message));
+          return;
+        }
+        throw e;
       }
-      throw e;
     }
     const p = n.policy || {};
     const egress = h("select", { id: "net-egress" }, ["", "allow-all", "deny-all"].map((v) => h("option", { value: v, selected: (p.egress || "") === v }, v || "default")));
     const allow = h("textarea", { id: "net-allow", placeholder: "one per line: 1.2.3.4, 10.0.0.0/8, example.com, *.example.com" }, (p.allow || []).join("\n"));
     const deny = h("textarea", { id: "net-deny", placeholder: "one per line" }, (p.deny || []).join("\n"));
-    const up = h("input", { type: "number", min: "0", step: "0.1", value: p.bandwidth?.egress_mbit || "", placeholder: "no cap", style: "width:8em" });
-    const down = h("input", { type: "number", min: "0", step: "0.1", value: p.bandwidth?.ingress_mbit || "", placeholder: "no cap", style: "width:8em" });
+    const up = h("input", { id: "net-up", type: "number", min: "0", step: "0.1", value: p.bandwidth?.egress_mbit || "", placeholder: "no cap", style: "width:8em" });
+    const down = h("input", { id: "net-down", type: "number", min: "0", step: "0.1", value: p.bandwidth?.ingress_mbit || "", placeholder: "no cap", style: "width:8em" });
     const lines = (t) => t.value.split("\n").map((x) => x.trim()).filter(Boolean);
     const btn = h("button", { type: "submit" }, "Save policy");
     box.replaceChildren(
       h("p", {}, "Addresses: ", h("code", {}, n.ipv4 || "—"), " ", h("code", {}, n.ipv6 || "")),
+      h("p", {}, "May connect to: ", h("strong", { id: "net-policy" }, policyText(p))),
       h("form", { class: "card", onsubmit: (ev) => {
         ev.preventDefault();
         const body = { egress: egress.value || undefined, allow: lines(allow), deny: lines(deny) };
         if (up.value || down.value) body.bandwidth = { egress_mbit: Number(up.value) || 0, ingress_mbit: Number(down.value) || 0 };
-        act(btn, () => api("PUT", sbPath(id, "/network"), { body }), () => flash("Policy saved", true));
+        act(btn, () => api("PUT", sbPath(id, "/network"), { body }), (r) => { flash("Policy saved", true); live(box, 0, () => fill(r)); });
       } },
       h("label", { for: "net-egress" }, "Egress by default"), egress,
       h("label", { for: "net-allow" }, "Allow"), allow,
       h("label", { for: "net-deny" }, "Deny"), deny,
-      h("div", { class: "bar" }, h("div", { class: "field" }, h("label", {}, "Out, Mbit/s"), up), h("div", { class: "field" }, h("label", {}, "In, Mbit/s"), down)),
+      h("div", { class: "bar" }, h("div", { class: "field" }, h("label", { for: "net-up" }, "Out, Mbit/s"), up), h("div", { class: "field" }, h("label", { for: "net-down" }, "In, Mbit/s"), down)),
       btn));
-  });
+  };
+  live(box, 0, () => fill());
   return box;
 }
 
@@ -771,24 +791,47 @@ function templatesView() {
     list.replaceChildren(table(["Name", "Version", "Source", "Size", "Layers", "Sandboxes", "Old versions", "Created"], (r.templates || []).map((t) =>
       h("tr", { "data-template": t.name },
         h("td", {}, h("a", { href: `#/templates/${encodeURIComponent(t.name)}` }, t.name), t.removed ? " (removed)" : ""),
-        h("td", {}, t.version || ""), h("td", { class: "mono" }, t.source), h("td", {}, bytes(t.size)),
-        h("td", {}, (t.layers || []).length), h("td", {}, t.sandboxes), h("td", {}, t.old_versions), h("td", {}, time(t.created_at))))));
+        h("td", { "data-version": t.version || "" }, t.version || ""), h("td", { class: "mono" }, t.source), h("td", {}, bytes(t.size)),
+        h("td", {}, (t.layers || []).length), h("td", { "data-sandboxes": t.sandboxes }, t.sandboxes),
+        h("td", { "data-old-versions": t.old_versions }, t.old_versions), h("td", {}, time(t.created_at))))));
   });
   return h("div", {}, h("h1", {}, "Templates"), list);
 }
 
+// templateView shows a template's versions, newest first, and what holds
+// each: the sandboxes this key sees that were made from it (a sandbox
+// keeps the version it was made from when the name moves on), beside the
+// API's counts of sandboxes and snapshots of every tenant.
 function templateView(name) {
   const box = h("div", { id: "template" });
   live(box, 0, async () => {
-    const t = await api("GET", `/v1/templates/${encodeURIComponent(name)}`);
-    box.replaceChildren(
+    const [t, list] = await Promise.all([
+      api("GET", `/v1/templates/${encodeURIComponent(name)}`),
+      api("GET", "/v1/sandboxes").catch(() => ({ sandboxes: [] })),
+    ]);
+    const users = new Map();
+    for (const sb of list.sandboxes || []) {
+      if (sb.template_version) users.set(sb.template_version, [...(users.get(sb.template_version) || []), sb]);
+    }
+    const usedBy = (v) => {
+      const mine = users.get(v.id) || [];
+      const others = v.sandboxes - mine.length;
+      return [mine.map((sb) => h("span", { class: "used-by" }, h("a", { class: "mono", href: `#/sandboxes/${sb.id}` }, sb.id), " ", badge(sb.state))),
+        others > 0 ? h("span", { class: "muted" }, `${mine.length ? "+ " : ""}${others} this key does not see`) : null,
+        v.snapshots ? h("span", { class: "muted" }, ` · ${v.snapshots} snapshot${v.snapshots > 1 ? "s" : ""}`) : null,
+        !v.sandboxes && !v.snapshots ? h("span", { class: "muted" }, "nothing") : null];
+    };
+    box.replaceChildren(...[
       h("p", { class: "muted" }, `${t.source} · ${bytes(t.size)} · ${(t.layers || []).length} layers (${t.shared_layers} shared) · ${t.sandboxes} sandboxes`),
+      t.version ? h("p", { id: "template-current" }, "New sandboxes get version ", h("strong", {}, t.version), " ", h("code", {}, t.version_id || ""),
+        t.old_versions ? `; ${t.old_versions} older version${t.old_versions > 1 ? "s are" : " is"} still held by what was made from ${t.old_versions > 1 ? "them" : "it"}.` : ".") : null,
       t.start_cmd ? h("p", {}, "Start command: ", h("code", {}, t.start_cmd)) : null,
       h("h2", {}, "Versions"),
-      table(["Number", "ID", "Current", "Source", "Size", "Sandboxes", "Snapshots", "Created"], (t.versions || []).map((v) =>
-        h("tr", {}, h("td", {}, v.number), h("td", { class: "mono" }, v.id), h("td", {}, v.current ? "✓" : ""),
-          h("td", { class: "mono" }, v.source), h("td", {}, bytes(v.size)), h("td", {}, v.sandboxes), h("td", {}, v.snapshots), h("td", {}, time(v.created_at)))),
-      "The built-in template has no versions."));
+      table(["Number", "ID", "Current", "Source", "Size", "Used by", "Created"], (t.versions || []).map((v) =>
+        h("tr", { "data-version": v.number, "data-current": v.current ? "true" : "false" },
+          h("td", {}, v.number), h("td", { class: "mono" }, v.id), h("td", {}, v.current ? "✓" : ""),
+          h("td", { class: "mono" }, v.source), h("td", {}, bytes(v.size)), h("td", { "data-used-by": "" }, usedBy(v)), h("td", {}, time(v.created_at)))),
+      "The built-in template has no versions.")].filter(Boolean));
   });
   return h("div", {}, h("h1", {}, h("a", { href: "#/templates" }, "Templates"), " / ", name), box);
 }
