@@ -153,8 +153,9 @@ func checkIntact(t *testing.T, through []*netcluster.Node, on map[string][]api.S
 
 // TestClusterNodeKilled kills a node with SIGKILL: its lease runs out,
 // another node fences it, and every other node reports its sandboxes lost,
-// on that node, with the cause and the time; everything on the other nodes
-// is intact. Started again, the node joins under a new epoch and stops what
+// on that node, with the cause and the time, and streams a lost event of
+// each (GET /v1/events through another node); everything on the other
+// nodes is intact. Started again, the node joins under a new epoch and stops what
 // was left running of its lost sandboxes, which stay lost.
 func TestClusterNodeKilled(t *testing.T) {
 	cl, on := failCluster(t, 20)
@@ -176,6 +177,15 @@ func TestClusterNodeKilled(t *testing.T) {
 	if ns := netnsOf(v); len(ns) != len(on[v.Name()]) {
 		t.Fatalf("%s has sandbox networks %v before the kill, want %d", v.Name(), ns, len(on[v.Name()]))
 	}
+
+	// Lost events, streamed by another node from the journal.
+	sctx, cancelStream := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancelStream()
+	lostEvents, err := c.Events(sctx, atoll.EventsOptions{Types: []string{api.LifecycleLost}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lostEvents.Close()
 
 	t0 := time.Now()
 	v.Kill()
@@ -211,11 +221,26 @@ func TestClusterNodeKilled(t *testing.T) {
 	t.Logf("atoll node ls:\n%s", ls)
 	checkLost(t, others, v, on[v.Name()])
 	checkIntact(t, others, on, v)
+	want := map[string]bool{}
+	for _, sb := range on[v.Name()] {
+		want[sb.ID] = true
+	}
+	for range on[v.Name()] {
+		e, err := lostEvents.Next()
+		if err != nil {
+			t.Fatalf("the lost events: %v (still missing %v)", err, want)
+		}
+		if !want[e.Sandbox] || e.Type != api.LifecycleLost || e.State != api.StateLost || e.Tenant == "" ||
+			!strings.Contains(e.Reason, "node "+v.Name()+" was fenced: lease expired") {
+			t.Errorf("lost event %+v, want one of %v's, once, saying why", e, want)
+		}
+		delete(want, e.Sandbox)
+	}
 	// A lost sandbox is no one's to run: exec is refused as a conflict
 	// that says so, not routed to the dead node.
 	lostID := on[v.Name()][0].ID
 	var out strings.Builder
-	_, err := c.Exec(ctx, lostID, api.ExecRequest{Shell: "true"}, &out, &out)
+	_, err = c.Exec(ctx, lostID, api.ExecRequest{Shell: "true"}, &out, &out)
 	var ae *atoll.Error
 	if !errors.As(err, &ae) || ae.StatusCode != 409 || !strings.Contains(ae.Message, "is lost: node "+v.Name()+" was fenced") {
 		t.Errorf("exec in lost %s: %v, want 409 saying it is lost", lostID, err)

@@ -68,7 +68,8 @@ func (rc *receiver) types(sb string) []string {
 }
 
 // TestJournalE2E runs the journal on a real server: a tenant's lifecycle
-// events stream as SSE in order and only to that tenant (and admins), a
+// events (created, started, stopped, paused, resumed, archived, deleted)
+// stream as SSE in order and only to that tenant (and admins), a
 // quota hit is an event, a signed webhook on loopback gets them in order
 // per sandbox with a retry after a 500, the audit log records the
 // requests with filters, and hostile input (bad URLs, another tenant's
@@ -127,7 +128,16 @@ func TestJournalE2E(t *testing.T) {
 	if _, err := a.StartSandbox(ctx, sbA.ID); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := a.PauseSandbox(ctx, sbA.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.ResumeSandbox(ctx, sbA.ID); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := a.StopSandbox(ctx, sbA.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.ArchiveSandbox(ctx, sbA.ID); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.DeleteSandbox(ctx, sbA.ID); err != nil {
@@ -143,8 +153,8 @@ func TestJournalE2E(t *testing.T) {
 		t.Fatalf("create over the quota: %v", err)
 	}
 
-	wantA := []string{"created/" + sbA.ID, "started/" + sbA.ID, "stopped/" + sbA.ID, "started/" + sbA.ID, "stopped/" + sbA.ID,
-		"deleted/" + sbA.ID, "created/" + sbA2.ID, "started/" + sbA2.ID, "quota_exceeded/"}
+	wantA := []string{"created/" + sbA.ID, "started/" + sbA.ID, "stopped/" + sbA.ID, "started/" + sbA.ID,
+		"paused/" + sbA.ID, "resumed/" + sbA.ID, "stopped/" + sbA.ID, "archived/" + sbA.ID, "deleted/" + sbA.ID, "created/" + sbA2.ID, "started/" + sbA2.ID, "quota_exceeded/"}
 	readStream := func(name string, s *atoll.EventStream, n int, keep func(api.Event) bool) []string {
 		t.Helper()
 		var got []string
@@ -188,7 +198,8 @@ func TestJournalE2E(t *testing.T) {
 	}
 	all.Close()
 
-	// The webhook: A's sandbox's events in order, the first after a 500.
+	// The webhook: A's sandbox's events of the types it wants (not
+	// paused, resumed or archived), in order, the first after a 500.
 	wantHook := []string{"created", "started", "stopped", "started", "stopped", "deleted"}
 	deadline := time.Now().Add(60 * time.Second)
 	for !slices.Equal(rc.types(sbA.ID), wantHook) && time.Now().Before(deadline) {
@@ -233,7 +244,8 @@ func TestJournalE2E(t *testing.T) {
 			t.Errorf("audit entry %+v: want tenant journal-a, key %s, 2xx, a request ID", e, ka.ID)
 		}
 	}
-	wantActions := []string{"DELETE /v1/sandboxes/{id}", "POST /v1/sandboxes/{id}/stop", "POST /v1/sandboxes/{id}/start",
+	wantActions := []string{"DELETE /v1/sandboxes/{id}", "POST /v1/sandboxes/{id}/archive", "POST /v1/sandboxes/{id}/stop",
+		"POST /v1/sandboxes/{id}/resume", "POST /v1/sandboxes/{id}/pause", "POST /v1/sandboxes/{id}/start",
 		"POST /v1/sandboxes/{id}/stop", "POST /v1/sandboxes"}
 	if !slices.Equal(actions, wantActions) {
 		t.Errorf("audit of sandbox A: %v, want %v", actions, wantActions)

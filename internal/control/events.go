@@ -24,12 +24,15 @@ type Events interface {
 
 // eventOf is the event a sandbox's move into a state is; states not
 // listed (the steps between: starting, stopping, archiving...) are none.
+// Every way of pausing (frozen, to disk, without memory) is a pause, and
+// the way back from each a resume (resumedFrom).
 var eventOf = map[string]string{
 	api.StateCreating:  api.LifecycleCreated,
 	api.StateRunning:   api.LifecycleStarted,
 	api.StateStopped:   api.LifecycleStopped,
 	api.StatePaused:    api.LifecyclePaused,
 	api.StateSuspended: api.LifecyclePaused,
+	api.StateShelved:   api.LifecyclePaused,
 	api.StateArchived:  api.LifecycleArchived,
 	api.StateDeleted:   api.LifecycleDeleted,
 	api.StateError:     api.LifecycleError,
@@ -37,12 +40,14 @@ var eventOf = map[string]string{
 }
 
 // resumedFrom are the states from which running is a resume, not a start.
-var resumedFrom = []string{api.StatePaused, api.StateSuspended, api.StateSuspending}
+var resumedFrom = []string{api.StatePaused, api.StateSuspended, api.StateSuspending, api.StateShelved}
 
 // announce publishes the events of sbs' move from one of from to the
 // state each carries (to, if not ""), once the store has recorded it.
 // What the API does not show has none: a pooled or prestarted sandbox
-// made or discarded; its hand-out to a tenant is its creation.
+// made or discarded; its hand-out to a tenant is its creation. Nor does a
+// write that leaves the state as it was (from is that state alone): a
+// port published, a policy or timeout changed, a checkpoint recorded.
 func (s *Service) announce(sbs []*store.Sandbox, to string, from ...string) {
 	if s.events == nil {
 		return
@@ -51,7 +56,8 @@ func (s *Service) announce(sbs []*store.Sandbox, to string, from ...string) {
 	for _, sb := range sbs {
 		state := cmpOr(to, sb.State)
 		typ, ok := eventOf[state]
-		if !ok || state != api.StateDeleted && !lifecycle.Visible(state) || fromHidden && state == api.StateDeleted {
+		if !ok || state != api.StateDeleted && !lifecycle.Visible(state) || fromHidden && state == api.StateDeleted ||
+			len(from) > 0 && allIn(from, []string{state}) {
 			continue
 		}
 		if fromHidden {
