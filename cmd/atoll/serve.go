@@ -616,7 +616,7 @@ func (s *serving) startControl(ctx context.Context) error {
 	if s.cluster.member != nil {
 		ccfg.Placer, ccfg.Peers, ccfg.Mover = placer{s.cluster.sched}, peers{&s.cluster}, mover{&s.cluster}
 		ccfg.Demand, ccfg.Capacity = s.cluster.store.Demand, s.cluster.capacity
-		ccfg.TakeCreates = s.cluster.store.TakeCreates
+		ccfg.TakeCreates, ccfg.BlobPins = s.cluster.store.TakeCreates, s.cluster.store
 	}
 	svc, err := control.New(ccfg)
 	if err != nil {

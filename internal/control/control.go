@@ -98,6 +98,9 @@ type Config struct {
 	// creates_per_second holds across the cluster; nil keeps the buckets
 	// in this process, which a single machine's every create goes through.
 	TakeCreates func(ctx context.Context, t string, n int, rate, burst float64) (time.Duration, error)
+	// BlobPins, on a cluster node, order its use of template layers'
+	// objects against other nodes' deletion of them (templates.Config.Pins).
+	BlobPins store.BlobPins
 	// Mover hands sandboxes to other nodes (move.go): a drain's and a
 	// lost sandbox's restore; nil on a single machine.
 	Mover Mover
@@ -283,7 +286,7 @@ func New(cfg Config) (*Service, error) {
 	s.tmpls = templates.New(templates.Config{
 		Store: cfg.Store, Layers: s.layers, Runtimes: s.runtimes,
 		Defaults: templates.Defaults{Runtime: cfg.Defaults.Runtime}, Sandboxes: s, Logger: cfg.Logger,
-		Blobs: s.layerBlobs(),
+		Blobs: s.layerBlobs(), Pins: cfg.BlobPins,
 	})
 	prestart := cfg.Prestart
 	if _, ok := s.runtimes[d.Runtime].(runtime.Preparer); !ok {

@@ -95,10 +95,32 @@ type Cluster interface {
 	// wait is how long until it has a create again. Concurrent takes through
 	// any nodes are applied one after another.
 	TakeCreates(ctx context.Context, t string, n int, rate, burst float64) (wait time.Duration, err error)
+	BlobPins
 	// Secret returns the value kept under name, first storing make()'s if
 	// there is none; when several nodes ask at once, every one gets the
 	// same value (the first stored).
 	Secret(ctx context.Context, name string, make func() ([]byte, error)) ([]byte, error)
+}
+
+// BlobPins order the making of template versions against the deletion of
+// their layers' objects, which versions share by content: without them a
+// node could find an object there, and record a version naming it, just as
+// another node that had seen no version name it any more deleted it.
+type BlobPins interface {
+	// PinBlob keeps object key from DropBlob for d, by the store's
+	// clock, or until Unpin(pin): a node pins each object a version it
+	// makes will name, under one name of its own, before it looks for the
+	// object or writes it, and unpins once the version is recorded. A
+	// DropBlob of key under way finishes first (the object is then gone,
+	// and the node writes it again).
+	PinBlob(ctx context.Context, key, pin string, d time.Duration) error
+	// Unpin ends every pin named pin.
+	Unpin(ctx context.Context, pin string) error
+	// DropBlob deletes object key by calling del, unless it is pinned:
+	// then it calls nothing and reports false. PinBlobs of key wait
+	// meanwhile. A del that fails leaves the object the caller's to try
+	// again.
+	DropBlob(ctx context.Context, key string, del func(context.Context) error) (dropped bool, err error)
 }
 
 // ErrFenced is a write under an epoch that is no longer its node's current,

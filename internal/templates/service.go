@@ -56,7 +56,10 @@ type Config struct {
 	Sandboxes Sandboxes
 	// Blobs is, in a cluster, the object store the nodes share template
 	// layers through (share.go); nil on a single machine.
-	Blobs  blob.Store
+	Blobs blob.Store
+	// Pins, with Blobs, order this node's use of the objects against
+	// other nodes' deletion of them (share.go); nil with a single node.
+	Pins   store.BlobPins
 	Logger *slog.Logger
 }
 
@@ -68,6 +71,7 @@ type Service struct {
 	defaults  Defaults
 	sandboxes Sandboxes
 	blobs     blob.Store
+	pins      store.BlobPins
 	log       *slog.Logger
 
 	// pulls are the layer downloads under way, by layer ID.
@@ -91,5 +95,5 @@ func New(cfg Config) *Service {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Service{store: cfg.Store, layers: cfg.Layers, runtimes: cfg.Runtimes, defaults: cfg.Defaults, sandboxes: cfg.Sandboxes,
-		blobs: cfg.Blobs, log: cfg.Logger, pulls: map[string]*pullCall{}}
+		blobs: cfg.Blobs, pins: cfg.Pins, log: cfg.Logger, pulls: map[string]*pullCall{}}
 }

@@ -2,6 +2,7 @@ package templates
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -32,9 +33,20 @@ import (
 //     pulls of one layer on a node are one download.
 //   - Collecting a version deletes the objects no remaining version names;
 //     each node drops the local layers no version uses at its next Refresh.
+//   - Versions share objects, so a node making a version pins each object
+//     (store.BlobPins) before it looks for it or writes it, and unpins once
+//     the version is recorded (or refused); a node deleting one deletes it
+//     only unpinned, under a lock the pin waits for. Otherwise a rebuild on
+//     one node could find an object there and record a version naming it
+//     just as another node, collecting the version before, deleted it: the
+//     new version would name nothing. A version is recorded well within
+//     pinFor of its pins; pins of a node that died end with pinFor.
 //
 // On a single machine nothing of this happens: the layers stay where they
 // were made.
+
+// pinFor is how long a version being made pins its objects.
+const pinFor = time.Hour
 
 // LayerKey is the object holding the layer tar whose sha256 is digest
 // (hex).
@@ -69,8 +81,9 @@ func (e *CorruptLayerError) Error() string {
 func (e *CorruptLayerError) Unwrap() error { return errdefs.ErrUnavailable }
 
 // publish puts t's layers in the object store and records their digests
-// in t.Config.Blobs.
-func (s *Service) publish(ctx context.Context, t *store.Template) error {
+// in t.Config.Blobs, each object pinned under pin until the caller unpins
+// it (s.unpin) once t is recorded.
+func (s *Service) publish(ctx context.Context, t *store.Template, pin string) error {
 	if s.blobs == nil || len(t.Layers) == 0 {
 		return nil
 	}
@@ -89,7 +102,7 @@ func (s *Service) publish(ctx context.Context, t *store.Template) error {
 		if _, ok := t.Config.Blobs[id]; ok {
 			continue
 		}
-		d, err := s.publishLayer(ctx, id, known[id])
+		d, err := s.publishLayer(ctx, id, known[id], pin)
 		if err != nil {
 			// The store's own error may name its endpoint: logged, not
 			// answered.
@@ -104,9 +117,14 @@ func (s *Service) publish(ctx context.Context, t *store.Template) error {
 // publishLayer puts layer id in the object store unless it is there
 // (known, if not "", is the digest another version recorded for it), and
 // returns its digest.
-func (s *Service) publishLayer(ctx context.Context, id, known string) (string, error) {
-	if known != "" && s.hasObject(ctx, LayerKey(known)) {
-		return known, nil
+func (s *Service) publishLayer(ctx context.Context, id, known, pin string) (string, error) {
+	if known != "" {
+		if err := s.pin(ctx, known, pin); err != nil {
+			return "", err
+		}
+		if s.hasObject(ctx, LayerKey(known)) {
+			return known, nil
+		}
 	}
 	t0 := time.Now()
 	// The digest names the object, so the tar goes to a file first. The
@@ -122,6 +140,11 @@ func (s *Service) publishLayer(ctx context.Context, id, known string) (string, e
 		return "", err
 	}
 	d := hex.EncodeToString(h.Sum(nil))
+	if d != known {
+		if err := s.pin(ctx, d, pin); err != nil {
+			return "", err
+		}
+	}
 	if s.hasObject(ctx, LayerKey(d)) {
 		return d, nil
 	}
@@ -141,6 +164,29 @@ func (s *Service) publishLayer(ctx context.Context, id, known string) (string, e
 	}
 	s.log.Info("template layer published", "layer", id[:12], "object", LayerKey(d), "bytes", size, "ms", time.Since(t0).Milliseconds())
 	return d, nil
+}
+
+// pin pins the object of layer digest d under pin for a version being
+// made.
+func (s *Service) pin(ctx context.Context, d, pin string) error {
+	if s.pins == nil {
+		return nil
+	}
+	return s.pins.PinBlob(ctx, LayerKey(d), pin, pinFor)
+}
+
+// newPin names the pins of a version being made.
+func newPin() string { return "version-" + rand.Text() }
+
+// unpin ends the pins of a version made (or refused). One left behind
+// ends with pinFor.
+func (s *Service) unpin(ctx context.Context, pin string) {
+	if s.pins == nil {
+		return
+	}
+	if err := s.pins.Unpin(context.WithoutCancel(ctx), pin); err != nil {
+		s.log.Warn("unpinning template layers' objects", "err", err)
+	}
 }
 
 // hasObject reports whether the object store has key (an error counts as
@@ -341,11 +387,30 @@ func (s *Service) dropObjects(ctx context.Context, gone []store.Template) {
 				continue
 			}
 			keep[d] = true // once
-			if err := s.blobs.Delete(ctx, LayerKey(d)); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-				s.log.Warn("deleting a template layer from the object store", "object", LayerKey(d), "err", err)
-				continue
+			key := LayerKey(d)
+			dropped, err := s.dropObject(ctx, key)
+			switch {
+			case err != nil:
+				s.log.Warn("deleting a template layer from the object store", "object", key, "err", err)
+			case dropped:
+				s.log.Info("template layer deleted from the object store", "object", key, "version", v.ID)
+			default:
+				s.log.Info("template layer kept in the object store: a version being made names it", "object", key, "version", v.ID)
 			}
-			s.log.Info("template layer deleted from the object store", "object", LayerKey(d), "version", v.ID)
 		}
 	}
+}
+
+// dropObject deletes object key, unless a version being made pinned it.
+func (s *Service) dropObject(ctx context.Context, key string) (bool, error) {
+	del := func(ctx context.Context) error {
+		if err := s.blobs.Delete(ctx, key); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return err
+		}
+		return nil
+	}
+	if s.pins == nil {
+		return true, del(ctx)
+	}
+	return s.pins.DropBlob(ctx, key, del)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/store"
 	"github.com/atoll-dev/atoll/internal/store/sqlite"
 	"github.com/atoll-dev/atoll/internal/testenv"
+	"github.com/atoll-dev/atoll/internal/testenv/pgtest"
 )
 
 // syncBuffer is a log destination several goroutines write.
@@ -91,7 +92,7 @@ func TestShareLayers(t *testing.T) {
 	id := strings.Repeat("a1", 32)
 	layer(ls1, id, "shared")
 	tpl := store.Template{Name: "t", Layers: []string{id}, Config: store.TemplateConfig{Base: layers.HostTemplate}}
-	if err := n1.publish(ctx, &tpl); err != nil {
+	if err := n1.publish(ctx, &tpl, "p1"); err != nil {
 		t.Fatal(err)
 	}
 	d := tpl.Config.Blobs[id]
@@ -102,7 +103,7 @@ func TestShareLayers(t *testing.T) {
 	v := record(tpl)
 	// Publishing the layer again (another version of it) writes nothing.
 	again := store.Template{Name: "t2", Layers: []string{id}}
-	if err := n1.publish(ctx, &again); err != nil || again.Config.Blobs[id] != d {
+	if err := n1.publish(ctx, &again, "p2"); err != nil || again.Config.Blobs[id] != d {
 		t.Fatalf("publishing again: %v, %v", err, again.Config.Blobs)
 	}
 	if strings.Count(log1.String(), "template layer published") != 1 {
@@ -145,7 +146,7 @@ func TestShareLayers(t *testing.T) {
 	bad := strings.Repeat("b2", 32)
 	layer(ls1, bad, "original")
 	badT := store.Template{Name: "bad", Layers: []string{bad}}
-	if err := n1.publish(ctx, &badT); err != nil {
+	if err := n1.publish(ctx, &badT, "p3"); err != nil {
 		t.Fatal(err)
 	}
 	if err := bucket.Put(ctx, LayerKey(badT.Config.Blobs[bad]), func(w io.Writer) error {
@@ -186,6 +187,98 @@ func TestShareLayers(t *testing.T) {
 	for _, h := range n2.Held() {
 		if h == v.ID {
 			t.Error("node 2 still reports the collected version")
+		}
+	}
+}
+
+// TestSharePinned: a node making a version that names an object pins it,
+// so that another node collecting the last version that named it keeps
+// it; the new version, recorded after, is then pulled by a third node, and
+// its collection once it is unpinned deletes the object.
+// Without the pin the collection deletes the object the new version names
+// (checked first, with nodes that have no pins).
+func TestSharePinned(t *testing.T) {
+	testenv.RequireRoot(t)
+	ctx := context.Background()
+	for _, pinned := range []bool{false, true} {
+		st := pgtest.Open(t, "templatepins")
+		bucket, err := blob.Open(ctx, "file://"+t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer bucket.Close()
+		var logs [3]syncBuffer
+		var nodes [3]*Service
+		var ls [3]*layers.Store
+		for i := range nodes {
+			ls[i] = testenv.Layers(t, testenv.Dir(t))
+			cfg := Config{Store: st, Layers: ls[i], Blobs: bucket, Logger: slog.New(slog.NewTextHandler(&logs[i], nil))}
+			if pinned {
+				cfg.Pins = st
+			}
+			nodes[i] = New(cfg)
+		}
+		id := strings.Repeat("d4", 32)
+		dir, err := ls[0].NewLayerDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "f"), []byte("shared"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := ls[0].CommitLayer(id, dir); err != nil {
+			t.Fatal(err)
+		}
+		// Version 1 of app, made on node 0.
+		v1 := store.Template{Name: "app", Layers: []string{id}, Config: store.TemplateConfig{Base: layers.HostTemplate}}
+		if err := nodes[0].publish(ctx, &v1, "v1"); err != nil {
+			t.Fatal(err)
+		}
+		nodes[0].unpin(ctx, "v1")
+		rec1, _, err := st.PutTemplate(ctx, v1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Node 1 makes version 2 of app, of the same layer: it finds the
+		// object there. Before it records the version, node 0 collects
+		// version 1, which nothing holds any more.
+		v2 := store.Template{Name: "app", Layers: []string{id}, Config: store.TemplateConfig{Base: layers.HostTemplate}}
+		if err := nodes[1].publish(ctx, &v2, "v2"); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.DeleteTemplate(ctx, "app"); err != nil {
+			t.Fatal(err)
+		}
+		nodes[0].Collect(ctx, rec1.ID)
+		rec2, _, err := st.PutTemplate(ctx, v2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = nodes[2].Pull(ctx, rec2)
+		if !pinned {
+			if err == nil {
+				t.Fatal("without pins, the collection kept the object: the test shows nothing")
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("pull of the version recorded after the collection: %v", err)
+		}
+		if !strings.Contains(logs[0].String(), "a version being made names it") {
+			t.Errorf("node 0's log does not say why the object stayed:\n%s", logs[0].String())
+		}
+		if b, err := os.ReadFile(filepath.Join(ls[2].LayerDir(id), "f")); err != nil || string(b) != "shared" {
+			t.Errorf("pulled layer: %q %v", b, err)
+		}
+		// Once node 1 recorded version 2 and unpinned, collecting it
+		// deletes the object.
+		nodes[1].unpin(ctx, "v2")
+		if err := st.DeleteTemplate(ctx, "app"); err != nil {
+			t.Fatal(err)
+		}
+		nodes[0].Collect(ctx, rec2.ID)
+		if keys, _ := bucket.List(ctx, LayerKey(v2.Config.Blobs[id])); len(keys) != 0 {
+			t.Errorf("object of the collected version 2: %v", keys)
 		}
 	}
 }

@@ -85,7 +85,9 @@ func (s *Service) importTemplate(ctx context.Context, req api.ImportTemplateRequ
 func (s *Service) recordTemplate(ctx context.Context, t store.Template) (api.Template, error) {
 	// In a cluster, the layers are in the object store before any node
 	// can see the version.
-	if err := s.publish(ctx, &t); err != nil {
+	pin := newPin()
+	defer s.unpin(ctx, pin)
+	if err := s.publish(ctx, &t, pin); err != nil {
 		return api.Template{}, err
 	}
 	s.tmplMu.Lock()

@@ -49,6 +49,7 @@ func Cluster(t *testing.T, open OpenCluster) {
 		{"PlacePlacement", testPlacePlacement},
 		{"PlaceQuota", testPlaceQuota},
 		{"TakeCreates", testTakeCreates},
+		{"BlobPins", testBlobPins},
 		{"PlaceWarm", testPlaceWarm},
 		{"Demand", testDemand},
 		{"CommittedSums", testCommittedSums},
@@ -705,3 +706,104 @@ func testHostileNodes(t *testing.T, c store.Cluster) {
 
 // zero is a variable, so that 0/0 is NaN at run time, not a compile error.
 var zero = 0
+
+// testBlobPins: DropBlob deletes an object nobody pinned and none that is
+// pinned, until the pin ends or its maker unpins; a PinBlob made while a
+// deletion is under way returns only after it; bad keys, names and
+// durations are ErrInvalid.
+func testBlobPins(t *testing.T, c store.Cluster) {
+	ctx := context.Background()
+	calls := 0
+	del := func(context.Context) error { calls++; return nil }
+	drop := func(what, key string, want bool) {
+		t.Helper()
+		n := calls
+		dropped, err := c.DropBlob(ctx, key, del)
+		if err != nil || dropped != want || (calls > n) != want {
+			t.Errorf("%s: dropped %v, %v, %d deletes; want dropped %v", what, dropped, err, calls-n, want)
+		}
+	}
+	pin := func(key, name string, d time.Duration) {
+		t.Helper()
+		if err := c.PinBlob(ctx, key, name, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drop("an unpinned object", "layers/a", true)
+	pin("layers/b", "maker-1", time.Hour)
+	pin("layers/b", "maker-2", time.Hour)
+	pin("layers/c", "maker-1", time.Hour)
+	drop("a pinned object", "layers/b", false)
+	// A maker's Unpin ends its pins only.
+	if err := c.Unpin(ctx, "maker-1"); err != nil {
+		t.Fatal(err)
+	}
+	drop("an object another maker still pins", "layers/b", false)
+	drop("an object its only maker unpinned", "layers/c", true)
+	if err := c.Unpin(ctx, "maker-2"); err != nil {
+		t.Fatal(err)
+	}
+	drop("an object every maker unpinned", "layers/b", true)
+	// A shorter pin does not shorten a longer one; an ended pin holds
+	// nothing back.
+	pin("layers/d", "maker-3", time.Hour)
+	pin("layers/d", "maker-3", time.Millisecond)
+	pin("layers/e", "maker-3", 50*time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+	drop("a pin of an hour, pinned again for 1 ms", "layers/d", false)
+	drop("after its pin ended", "layers/e", true)
+	// A pin during a deletion waits for it.
+	deleting, release := make(chan struct{}), make(chan struct{})
+	var deleted, pinned time.Time
+	go func() {
+		<-deleting
+		if err := c.PinBlob(ctx, "layers/f", "maker-4", time.Hour); err != nil {
+			t.Error(err)
+		}
+		pinned = time.Now()
+		close(release)
+	}()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.DropBlob(ctx, "layers/f", func(context.Context) error {
+			close(deleting)
+			select {
+			case <-release:
+				t.Error("a PinBlob returned while its object was being deleted")
+			case <-time.After(300 * time.Millisecond):
+			}
+			deleted = time.Now()
+			return nil
+		})
+		done <- err
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	<-release
+	if pinned.Before(deleted) {
+		t.Errorf("pinned at %v, before the deletion ended at %v", pinned, deleted)
+	}
+	drop("an object pinned after its deletion", "layers/f", false)
+	// A failed delete changes nothing: the object can be dropped again.
+	boom := errors.New("boom")
+	if dropped, err := c.DropBlob(ctx, "layers/g", func(context.Context) error { return boom }); !errors.Is(err, boom) || dropped {
+		t.Errorf("a failed delete: dropped %v, %v", dropped, err)
+	}
+	drop("again after a failed delete", "layers/g", true)
+	for _, bad := range []struct {
+		key, name string
+		d         time.Duration
+	}{
+		{"", "m", time.Hour}, {strings.Repeat("k", 1025), "m", time.Hour}, {"layers/h", "", time.Hour},
+		{"layers/h", strings.Repeat("m", 129), time.Hour}, {"layers/h", "m", 0}, {"layers/h", "m", -time.Hour},
+		{"layers/h", "m", 25 * time.Hour},
+	} {
+		if err := c.PinBlob(ctx, bad.key, bad.name, bad.d); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("PinBlob(%.20q, %.20q, %v): %v, want ErrInvalid", bad.key, bad.name, bad.d, err)
+		}
+	}
+	if _, err := c.DropBlob(ctx, "", del); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("DropBlob of no key: %v, want ErrInvalid", err)
+	}
+}
