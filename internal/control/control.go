@@ -1098,8 +1098,10 @@ func (s *Service) Recover(ctx context.Context) error {
 		}
 		rt := s.runtimes[sb.Runtime]
 		if rt == nil {
+			// From the states RuntimeGone lists; a sandbox in another
+			// (archived, already error) stays as it is.
 			sb.State, sb.Error = api.StateError, "runtime "+sb.Runtime+" is not available"
-			_ = s.setState(ctx, &sb, append([]string{sb.State}, lifecycle.RuntimeGone...)...)
+			_ = s.setState(ctx, &sb, lifecycle.RuntimeGone...)
 			continue
 		}
 		st, ok := lifecycle.Lookup(sb.State)
