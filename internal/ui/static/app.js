@@ -841,8 +841,9 @@ function templateView(name) {
 // usageMetrics are the usage figures the charts offer: field of an
 // api.UsageEntry (the states flattened to running_seconds and so on),
 // title, and how to show a value.
-// small shows a small positive figure with two significant digits.
-const small = (d) => (v) => (v > 0 && v < 0.01 ? v.toPrecision(2) : v.toFixed(d));
+// small(d) shows a figure with d decimals, or with two significant digits
+// one too small for them to tell apart (so that an axis's steps differ).
+const small = (d) => (v) => (v > 0 && v < 10 ** (1 - d) ? v.toPrecision(2) : v.toFixed(d));
 const usageMetrics = [
   ["cpu_seconds", "CPU-seconds", (v) => v.toFixed(1)],
   ["memory_gib_seconds", "Memory GiB·s", small(1)],

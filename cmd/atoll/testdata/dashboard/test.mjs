@@ -484,7 +484,14 @@ test("dashboard", async (t) => {
     await page.click("a[data-nav=sandboxes]");
     await page.waitForSelector(`#sandboxes tr[data-id='${id}']`);
     await noSideScroll(page, "sandboxes");
+    // The table scrolls inside its box: its rows stay a line high (its
+    // buttons do not stack).
+    const heights = await page.$$eval("#sandboxes tr[data-id]", (rs) => rs.map((r) => r.getBoundingClientRect().height));
+    assert.ok(Math.max(...heights) < 60, `rows of the narrow list are ${heights} px high`);
     await shot(page, "narrow");
+    await page.goto(`${base}/ui/#/templates/app`);
+    await page.waitForSelector("#template tr[data-version]");
+    await noSideScroll(page, "a template's page");
     await page.goto(`${base}/ui/#/sandboxes/${id}/terminal`);
     await page.waitForFunction(() => /connected/.test(document.querySelector("#terminal-status")?.textContent || ""), null, { timeout: 30000 });
     await noSideScroll(page, "terminal");
