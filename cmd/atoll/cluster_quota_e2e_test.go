@@ -49,29 +49,9 @@ func TestClusterQuota(t *testing.T) {
 	// Each node's scheduler sees both nodes once its view is newer than
 	// the last join (scheduler.Config.Refresh, a second).
 	time.Sleep(1500 * time.Millisecond)
-	var mu sync.Mutex
-	var made []api.Sandbox
-	refused := 0
-	var wg sync.WaitGroup
-	for i := range 24 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sb, err := clients[i%2].CreateSandbox(ctx, small)
-			mu.Lock()
-			defer mu.Unlock()
-			var e *atoll.Error
-			switch {
-			case err == nil:
-				made = append(made, sb)
-			case errors.As(err, &e) && e.Code == api.CodeQuota && e.Quota != nil && e.Quota.Name == "max_sandboxes" && e.Quota.Limit == 6:
-				refused++
-			default:
-				t.Errorf("create through n%d: %v", i%2+1, err)
-			}
-		}()
-	}
-	wg.Wait()
+	made, refused := createAtOnce(t, clients, 24, small, func(e *atoll.Error) bool {
+		return e.Code == api.CodeQuota && e.Quota != nil && e.Quota.Name == "max_sandboxes" && e.Quota.Limit == 6
+	})
 	nodes := map[string]int{}
 	for _, sb := range made {
 		nodes[sb.Node]++
@@ -126,27 +106,39 @@ func TestClusterQuota(t *testing.T) {
 			}
 		}
 	})
-	made, refused = nil, 0
-	for i := range 8 {
+	made, refused = createAtOnce(t, rated, 8, small, func(e *atoll.Error) bool {
+		return e.StatusCode == 429 && e.Quota != nil && e.Quota.Name == "creates_per_second" && e.RetryAfter > 0
+	})
+	if len(made) != 1 || refused != 7 {
+		t.Errorf("8 creates at once through 2 nodes at 0.2 a second: %d made, %d refused; want 1 and 7", len(made), refused)
+	}
+}
+
+// createAtOnce sends n creates of req at once, the i-th through
+// clients[i%len(clients)], and returns the sandboxes made and how many
+// were refused as refusal says; any other failure fails t.
+func createAtOnce(t *testing.T, clients []*atoll.Client, n int, req api.CreateSandboxRequest, refusal func(*atoll.Error) bool) (made []api.Sandbox, refused int) {
+	t.Helper()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sb, err := rated[i%2].CreateSandbox(ctx, small)
+			sb, err := clients[i%len(clients)].CreateSandbox(context.Background(), req)
 			mu.Lock()
 			defer mu.Unlock()
 			var e *atoll.Error
 			switch {
 			case err == nil:
 				made = append(made, sb)
-			case errors.As(err, &e) && e.StatusCode == 429 && e.Quota != nil && e.Quota.Name == "creates_per_second" && e.RetryAfter > 0:
+			case errors.As(err, &e) && refusal(e):
 				refused++
 			default:
-				t.Errorf("rated create through n%d: %v", i%2+1, err)
+				t.Errorf("create through node %d: %v", i%len(clients)+1, err)
 			}
 		}()
 	}
 	wg.Wait()
-	if len(made) != 1 || refused != 7 {
-		t.Errorf("8 creates at once through 2 nodes at 0.2 a second: %d made, %d refused; want 1 and 7", len(made), refused)
-	}
+	return made, refused
 }
