@@ -364,6 +364,12 @@ LABEL atoll.start="echo app-starting && sleep 0.3 && echo up > /tmp/ready-flag" 
 	if !strings.Contains(out, "\nstep-output\n") {
 		t.Errorf("build output lacks the RUN step's output: %s", out)
 	}
+	// Its size is its layers' files: built.txt, args.txt, data.txt,
+	// readme and both.txt are 73 bytes (and the RUN steps may leave a
+	// little more), none of the host template's.
+	if tpl, err := c.GetTemplate(ctx, "app"); err != nil || tpl.Size < 73 || tpl.Size > 1<<20 {
+		t.Errorf("the built template's size: %d bytes (%v), want its layers' 73 and a little", tpl.Size, err)
+	}
 	sb := newSandbox(ctx, t, c, api.CreateSandboxRequest{Template: "app"})
 	if out, code := sh(t, c, sb.ID, "pwd; echo $GREETING; cat both.txt /opt/unpacked/inner/readme"); code != 0 || out != "/opt/app\nhi\nbuilt by hi\nfrom the context\ntar" {
 		t.Errorf("sandbox from the built template: %q (exit %d)", out, code)

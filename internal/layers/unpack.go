@@ -74,6 +74,15 @@ func (s *Store) HasLayer(id string) bool {
 	return err == nil && fi.IsDir()
 }
 
+// LayerSize is the bytes of the regular files of image layer id, as an
+// imported layer's size is counted.
+func (s *Store) LayerSize(id string) (int64, error) {
+	if !s.HasLayer(id) {
+		return 0, fmt.Errorf("%w: layer %s", errdefs.ErrNotFound, shortID(id))
+	}
+	return treeSize(s.LayerDir(id))
+}
+
 // LayerIDs lists the unpacked image layers.
 func (s *Store) LayerIDs() ([]string, error) {
 	ents, err := os.ReadDir(s.layersDir())

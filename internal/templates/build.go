@@ -211,7 +211,16 @@ func (s *Service) runBuild(ctx context.Context, name string, ins []dockerfile.In
 		}
 	}
 
+	// Its size is its layers', counted as an import counts them (the host
+	// template's files, under a build FROM host, are not its own).
 	size := int64(0)
+	for _, id := range st.layers {
+		n, err := s.layers.LayerSize(id)
+		if err != nil {
+			return api.Template{}, err
+		}
+		size += n
+	}
 	t := store.Template{
 		Name: name, Source: source, Layers: st.layers, Size: size,
 		Config: store.TemplateConfig{

@@ -791,7 +791,7 @@ function templatesView() {
     list.replaceChildren(table(["Name", "Version", "Source", "Size", "Layers", "Sandboxes", "Old versions", "Created"], (r.templates || []).map((t) =>
       h("tr", { "data-template": t.name },
         h("td", {}, h("a", { href: `#/templates/${encodeURIComponent(t.name)}` }, t.name), t.removed ? " (removed)" : ""),
-        h("td", { "data-version": t.version || "" }, t.version || ""), h("td", { class: "mono" }, t.source), h("td", {}, bytes(t.size)),
+        h("td", { "data-version": t.version || "" }, t.version || ""), h("td", { class: "mono" }, t.source), h("td", { "data-size": t.size }, bytes(t.size)),
         h("td", {}, (t.layers || []).length), h("td", { "data-sandboxes": t.sandboxes }, t.sandboxes),
         h("td", { "data-old-versions": t.old_versions }, t.old_versions), h("td", {}, time(t.created_at))))));
   });

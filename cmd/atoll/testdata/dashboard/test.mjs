@@ -376,6 +376,8 @@ test("dashboard", async (t) => {
     await page.waitForSelector(tr);
     assert.equal(await page.textContent(`${tr} [data-version]`), "2", "the name's current version");
     assert.equal(await page.textContent(`${tr} [data-old-versions]`), "1", "the old version, held by the sandbox");
+    assert.equal(await page.getAttribute(`${tr} [data-size]`, "data-size"), String(v2.size));
+    assert.ok(v2.size > 0, "a built template's size is its layer's files");
     await page.waitForSelector("#templates tr[data-template=host]");
     await shot(page, "templates");
 
