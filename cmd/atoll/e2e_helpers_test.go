@@ -41,6 +41,16 @@ var (
 	binErr  error
 )
 
+// TestMain removes the binary atollBinary built once the package's tests
+// are done: each run left its tens of MB in the temporary directory.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
 func atollBinary(t *testing.T) string {
 	t.Helper()
 	binOnce.Do(func() {
