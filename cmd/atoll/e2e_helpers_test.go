@@ -41,13 +41,19 @@ var (
 	binErr  error
 )
 
-// TestMain removes the binary atollBinary built once the package's tests
-// are done: each run left its tens of MB in the temporary directory.
+// TestMain removes what the package's tests built once, when they are
+// done: the atoll binary (atollBinary), the agent (testenv.AgentBinary)
+// and the Python SDK's venv (pythonSDK). Each run left its tens of MB in
+// the temporary directory.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if binPath != "" {
 		os.RemoveAll(filepath.Dir(binPath))
 	}
+	if venvPy != "" {
+		os.RemoveAll(filepath.Dir(filepath.Dir(venvPy))) // DIR/bin/python
+	}
+	testenv.RemoveAgentBinary()
 	os.Exit(code)
 }
 

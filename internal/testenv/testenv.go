@@ -91,6 +91,14 @@ func AgentBinary(t testing.TB) string {
 	return agentPath
 }
 
+// RemoveAgentBinary removes what AgentBinary built, for a TestMain to
+// call once its tests are done.
+func RemoveAgentBinary() {
+	if agentPath != "" {
+		os.RemoveAll(filepath.Dir(agentPath))
+	}
+}
+
 type buildError struct {
 	err error
 	out string
