@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -456,5 +457,48 @@ func waitSpin(t *testing.T, c *atoll.Client, id string) {
 		}
 		// Not more often: each look is billed too.
 		time.Sleep(3 * time.Second)
+	}
+}
+
+// TestUsageStopTail spins two sandboxes through 2 CPU-seconds each just
+// after the meter's sample, then stops one and deletes the other before
+// the next: what they used since that sample dies with their cgroups, and
+// is billed only because the server reads it as they end (the meter's
+// finals). The interval is the longest there is, so that no sample falls
+// in between.
+func TestUsageStopTail(t *testing.T) {
+	const interval = 10 * time.Second
+	_, _, c := startRooted(t, "--usage-interval", interval.String(), "--warm-pool", "0", "--prestart", "0")
+	ctx := context.Background()
+	stopped := newSandbox(ctx, t, c, api.CreateSandboxRequest{Runtime: "ns", CPU: 1})
+	deleted := newSandbox(ctx, t, c, api.CreateSandboxRequest{Runtime: "ns", CPU: 1})
+	// Just after a sample (they fall on multiples of the interval).
+	time.Sleep(time.Until(time.Now().Truncate(interval).Add(interval + 300*time.Millisecond)))
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	for _, id := range []string{stopped.ID, deleted.ID} {
+		wg.Go(func() {
+			if out, code := sh(t, c, id, spinScript+"2"); code != 0 {
+				t.Errorf("spinning: %s", out)
+			}
+		})
+	}
+	wg.Wait()
+	if _, err := c.StopSandbox(ctx, stopped.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteSandbox(ctx, deleted.ID); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(t0)
+	if took > interval-time.Second {
+		t.Skipf("the spins took %v: a sample fell among them", took)
+	}
+	// The next sample bills them.
+	time.Sleep(time.Until(time.Now().Truncate(interval).Add(interval + 2*time.Second)))
+	for _, id := range []string{stopped.ID, deleted.ID} {
+		if got := usageTotal(t, c, id); got.CPUSeconds < 1.9 || got.CPUSeconds > 2.6 {
+			t.Errorf("%s: 2 CPU-seconds used in %v between two samples, then ended: billed %.3f CPU-s", id, took, got.CPUSeconds)
+		}
 	}
 }

@@ -941,6 +941,7 @@ func (s *Service) stopLocked(ctx context.Context, sb *store.Sandbox, reason stri
 // state it is in; if they do not end, sb is recorded as error, to be
 // deleted.
 func (s *Service) endLocked(ctx context.Context, sb *store.Sandbox, doing string) error {
+	s.finalUsage(ctx, *sb)
 	if err := s.runtimes[sb.Runtime].Stop(ctx, sb.ID, instance(*sb)); err != nil {
 		s.log.Error(doing+" sandbox", "sandbox", sb.ID, "err", err)
 		from := sb.State
@@ -1027,6 +1028,7 @@ func (s *Service) deleteLocked(ctx context.Context, sb store.Sandbox) error {
 		return err
 	}
 	if rt := s.runtimes[sb.Runtime]; rt != nil {
+		s.finalUsage(ctx, sb)
 		if err := rt.Stop(ctx, sb.ID, instance(sb)); err != nil {
 			s.log.Error("stopping sandbox for delete", "sandbox", sb.ID, "err", err)
 			return fmt.Errorf("%w: deleting sandbox failed; try again", errdefs.ErrUnavailable)

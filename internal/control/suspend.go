@@ -73,6 +73,7 @@ func (s *Service) suspendLocked(ctx context.Context, sb *store.Sandbox) error {
 	if err := s.setState(ctx, sb, api.StateRunning); err != nil {
 		return err
 	}
+	s.finalUsage(ctx, *sb)
 	err = cp.Checkpoint(ctx, id, instance(*sb), dir)
 	if err == nil {
 		err = writeMarker(dir)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/runtime"
@@ -94,6 +95,36 @@ func (u *usageSource) Targets(ctx context.Context) ([]usage.Target, error) {
 	}
 	u.mu.Unlock()
 	return out, nil
+}
+
+// finalUsage gives the meter what sb's run has used, read just before its
+// processes (and their counters) end: a stop, a shelve, a delete. Without
+// it what the run used since the meter's last sample would never be
+// billed. Nothing for a sandbox that is nobody's (pooled) or has no
+// processes; a runtime that does not answer at once (a frozen VM's guest)
+// leaves its tail unbilled rather than hold the stop.
+func (s *Service) finalUsage(ctx context.Context, sb store.Sandbox) {
+	if s.meter == nil || sb.PID == 0 || hidden(sb) {
+		return
+	}
+	meter, ok := s.runtimes[sb.Runtime].(runtime.Meter)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	ru, err := meter.Usage(ctx, sb.ID)
+	if err != nil {
+		return
+	}
+	rd := usage.Reading{Counted: true, CPU: ru.CPU}
+	if s.net != nil {
+		if in, out, err := s.net.Counters(sb.Slot); err == nil {
+			rd.NetIn, rd.NetOut = in, out
+		}
+	}
+	s.meter.Final(usage.Target{ID: sb.ID, Tenant: sb.Tenant, Template: sb.Template, Labels: sb.Labels,
+		State: sb.State, Since: sb.CreatedAt, Instance: int64(sb.StartTime)}, rd)
 }
 
 // Read implements usage.Source.

@@ -12,6 +12,10 @@
 // while the meter was down is counted in the first interval after, once,
 // and at most the figures of the interval under way when it died
 // (memory and storage time, state time) are lost.
+//
+// A run's counters end with its processes: what a sandbox used between
+// the last sample and its stop or delete would be lost, so the node reads
+// them just before (Meter.Final) and the next interval bills them.
 package usage
 
 import (
@@ -89,6 +93,37 @@ type Meter struct {
 	// last is each target's newest row (its counters and its interval's
 	// end), nil until loaded from the store.
 	last map[string]store.UsageRow
+	// missed counts the intervals in a row that did not see a target of
+	// last.
+	missed map[string]int
+
+	// finals are the readings Final took of runs about to end, by target
+	// ID, for the next Tick; under their own lock, so that a stop never
+	// waits for a Tick's store writes.
+	fmu    sync.Mutex
+	finals map[string]final
+}
+
+// final is a target as its run ended and what the run had used.
+type final struct {
+	t  Target
+	rd Reading
+}
+
+// Final notes what t's run (t.Instance) has used, read (rd.Counted) just
+// before its processes end: a stop, a shelve, a delete. Its counters end
+// with them; the next Tick bills their growth since the last sample, in
+// t's row, or in a row of its own if t is no longer a target (deleted).
+func (m *Meter) Final(t Target, rd Reading) {
+	if !rd.Counted {
+		return
+	}
+	m.fmu.Lock()
+	defer m.fmu.Unlock()
+	if m.finals == nil {
+		m.finals = map[string]final{}
+	}
+	m.finals[t.ID] = final{t: t, rd: rd}
 }
 
 // New returns a Meter; Run starts it.
@@ -139,13 +174,27 @@ func (m *Meter) Tick(ctx context.Context, end time.Time) error {
 			return err
 		}
 		m.last = last
+		m.missed = map[string]int{}
 	}
+	// The finals noted so far are this interval's (one noted from now on
+	// is the next's); those it does not bill go back for the next.
+	m.fmu.Lock()
+	finals := m.finals
+	m.finals = nil
+	m.fmu.Unlock()
+	billed := map[string]bool{}
+	defer func() {
+		for id := range billed {
+			delete(finals, id)
+		}
+		m.keepFinals(finals)
+	}()
 	targets, err := m.cfg.Source.Targets(ctx)
 	if err != nil {
 		return err
 	}
 	start := end.Add(-m.cfg.Interval)
-	rows := make([]store.UsageRow, 0, len(targets))
+	rows := make([]store.UsageRow, 0, len(targets)+len(finals))
 	seen := make(map[string]bool, len(targets))
 	for _, t := range targets {
 		seen[t.ID] = true
@@ -154,8 +203,25 @@ func (m *Meter) Tick(ctx context.Context, end time.Time) error {
 			m.cfg.Logger.Debug("metering sandbox", "sandbox", t.ID, "err", err)
 			continue
 		}
-		row, ok := m.row(t, rd, start, end)
-		if ok {
+		var f *final
+		if v, ok := finals[t.ID]; ok {
+			f = &v
+		}
+		if row, ok := m.row(t, rd, f, start, end); ok {
+			rows = append(rows, row)
+		}
+	}
+	// Runs that ended with their sandbox (deleted, so no longer a
+	// target): their last use in a row of their own, without state time
+	// or sizes.
+	for id, f := range finals {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		t := f.t
+		t.State = ""
+		if row, ok := m.row(t, Reading{}, &f, start, end); ok {
 			rows = append(rows, row)
 		}
 	}
@@ -164,20 +230,68 @@ func (m *Meter) Tick(ctx context.Context, end time.Time) error {
 	}
 	for _, r := range rows {
 		m.last[r.Sandbox] = r
+		billed[r.Sandbox] = true
 	}
-	// The gone (deleted, moved to another node) are forgotten; their
-	// rows stay.
+	// The gone (deleted, moved to another node) are forgotten once a
+	// second interval has not seen them: a sandbox being deleted is no
+	// target, and its final reading may come just after an interval
+	// that did not see it, to be billed against its last row. Their rows
+	// stay.
 	for id := range m.last {
-		if !seen[id] {
+		if seen[id] {
+			delete(m.missed, id)
+			continue
+		}
+		if m.missed[id]++; m.missed[id] >= 2 {
 			delete(m.last, id)
+			delete(m.missed, id)
 		}
 	}
 	return nil
 }
 
-// row is target t's row for [start, end), from reading rd and its last row.
-func (m *Meter) row(t Target, rd Reading, start, end time.Time) (store.UsageRow, bool) {
+// keepFinals puts back finals a Tick did not bill, for the next, unless
+// newer ones were noted meanwhile.
+func (m *Meter) keepFinals(finals map[string]final) {
+	if len(finals) == 0 {
+		return
+	}
+	m.fmu.Lock()
+	defer m.fmu.Unlock()
+	if m.finals == nil {
+		m.finals = map[string]final{}
+	}
+	for id, f := range finals {
+		if _, ok := m.finals[id]; !ok {
+			m.finals[id] = f
+		}
+	}
+}
+
+// row is target t's row for [start, end), from reading rd, its last row
+// and, if its last run ended since, that run's final reading f.
+func (m *Meter) row(t Target, rd Reading, f *final, start, end time.Time) (store.UsageRow, bool) {
 	prev, hadPrev := m.last[t.ID]
+	// The ended run's growth since the last row, or since it began if
+	// the last row is of another run. A final below the last row's
+	// counters of its run was read before them (the run went on a little
+	// after Final): nothing more to bill. Then the counters go on from
+	// the final's.
+	var tailCPU, tailIn, tailOut int64
+	if f != nil {
+		same := hadPrev && prev.Instance == f.t.Instance
+		cpu := f.rd.CPU.Nanoseconds()
+		tailCPU = grown(same, prev.CPUCounter, cpu)
+		tailIn = grown(same, prev.NetInCounter, f.rd.NetIn)
+		tailOut = grown(same, prev.NetOutCounter, f.rd.NetOut)
+		if !same {
+			prev.CPUCounter, prev.NetInCounter, prev.NetOutCounter = 0, 0, 0
+		}
+		prev.Instance = f.t.Instance
+		prev.CPUCounter = max(prev.CPUCounter, cpu)
+		prev.NetInCounter = max(prev.NetInCounter, f.rd.NetIn)
+		prev.NetOutCounter = max(prev.NetOutCounter, f.rd.NetOut)
+	}
 	// The time billed: the interval, less what came before the sandbox
 	// or the end of its last row (an interval already written).
 	from := start
@@ -209,7 +323,7 @@ func (m *Meter) row(t Target, rd Reading, start, end time.Time) (store.UsageRow,
 	// began. Without a reading they stay as they were.
 	r.Instance, r.CPUCounter, r.NetInCounter, r.NetOutCounter = prev.Instance, prev.CPUCounter, prev.NetInCounter, prev.NetOutCounter
 	if rd.Counted {
-		same := hadPrev && prev.Instance == t.Instance
+		same := (hadPrev || f != nil) && prev.Instance == t.Instance
 		cpu := rd.CPU.Nanoseconds()
 		r.CPUMicros = delta(same, prev.CPUCounter, cpu) / 1000
 		r.NetInBytes = delta(same, prev.NetInCounter, rd.NetIn)
@@ -218,7 +332,19 @@ func (m *Meter) row(t Target, rd Reading, start, end time.Time) (store.UsageRow,
 		// the counter for the next interval.
 		r.Instance, r.CPUCounter, r.NetInCounter, r.NetOutCounter = t.Instance, cpu-delta(same, prev.CPUCounter, cpu)%1000, rd.NetIn, rd.NetOut
 	}
+	r.CPUMicros += tailCPU / 1000
+	r.NetInBytes += tailIn
+	r.NetOutBytes += tailOut
 	return r, true
+}
+
+// grown is what a counter of an ended run grew by since prev (of the
+// same run if same), never less than nothing.
+func grown(same bool, prev, cur int64) int64 {
+	if !same {
+		return cur
+	}
+	return max(cur-prev, 0)
 }
 
 // delta is what a cumulative counter grew by since prev (of the same run

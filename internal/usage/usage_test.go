@@ -125,3 +125,81 @@ func TestMeter(t *testing.T) {
 		}
 	}
 }
+
+// TestMeterFinal bills what runs used between their last sample and their
+// end (Meter.Final, read just before a stop or a delete): once, in the
+// sandbox's next row or, deleted, in a row of its own; a final read
+// before a later sample of the same run adds nothing.
+func TestMeterFinal(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "atoll.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	src := &script{readings: map[string]usage.Reading{}}
+	m := usage.New(usage.Config{Source: src, Store: st})
+	n := 0
+	tick := func() {
+		t.Helper()
+		n++
+		if err := m.Tick(ctx, t0.Add(time.Duration(n)*10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	target := func(id, state string, instance int64) usage.Target {
+		return usage.Target{ID: id, Tenant: "team-a", Template: "py", State: state, Since: t0, Instance: instance}
+	}
+	set := func(targets ...usage.Target) func(map[string]usage.Reading) {
+		return func(rds map[string]usage.Reading) {
+			src.mu.Lock()
+			defer src.mu.Unlock()
+			src.targets, src.readings = targets, rds
+		}
+	}
+	counted := func(cpu time.Duration, out int64) usage.Reading {
+		return usage.Reading{Counted: true, CPU: cpu, NetOut: out}
+	}
+
+	// a runs, is sampled at 2 s, burns to 7 s and stops: the 5 s after
+	// the sample are billed in its next row, with its bytes.
+	set(target("a", api.StateRunning, 1), target("b", api.StateRunning, 1))(map[string]usage.Reading{"a": counted(2*time.Second, 100), "b": counted(time.Second, 0)})
+	tick()
+	m.Final(target("a", api.StateStopping, 1), counted(7*time.Second, 400))
+	set(target("a", api.StateStopped, 0), target("b", api.StateRunning, 1))(map[string]usage.Reading{"b": counted(time.Second, 0)})
+	tick()
+	// Started again (run 2), sampled at 1 s.
+	set(target("a", api.StateRunning, 2), target("b", api.StateRunning, 1))(map[string]usage.Reading{"a": counted(time.Second, 0), "b": counted(time.Second, 0)})
+	tick()
+	// A final of run 2 at 3 s, but the run goes on (its stop failed):
+	// the samples at 4 s and 4.5 s are its growth, the final no more.
+	m.Final(target("a", api.StateStopping, 2), counted(3*time.Second, 0))
+	set(target("a", api.StateRunning, 2), target("b", api.StateRunning, 1))(map[string]usage.Reading{"a": counted(4*time.Second, 0), "b": counted(time.Second, 0)})
+	tick()
+	set(target("a", api.StateRunning, 2), target("b", api.StateRunning, 1))(map[string]usage.Reading{"a": counted(4500*time.Millisecond, 0), "b": counted(time.Second, 0)})
+	tick()
+	// A final read before that last sample (4.2 s < 4.5 s): nothing.
+	m.Final(target("a", api.StateStopping, 2), counted(4200*time.Millisecond, 0))
+	// b is being deleted: no target from here on; an interval passes
+	// before its final (4 s) comes, billed in a row of its own.
+	set(target("a", api.StateStopped, 0))(map[string]usage.Reading{})
+	tick()
+	m.Final(target("b", api.StateDeleting, 1), counted(4*time.Second, 50))
+	tick()
+	tick()
+
+	rep, err := usage.Reporter{Store: st}.Report(ctx, api.UsageQuery{From: t0, To: t0.Add(time.Hour), Step: api.UsageByHour, GroupBy: api.UsageBySandbox})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]api.UsageEntry{}
+	for _, e := range rep.Usage {
+		got[e.Group] = e
+	}
+	if e := got["a"]; e.CPUSeconds != 2+5+1+3+0.5 || e.NetOutBytes != 400 {
+		t.Errorf("a: %g CPU-s and %d bytes out, want 11.5 and 400: %+v", e.CPUSeconds, e.NetOutBytes, e)
+	}
+	if e := got["b"]; e.CPUSeconds != 4 || e.NetOutBytes != 50 {
+		t.Errorf("b: %g CPU-s and %d bytes out, want 4 and 50: %+v", e.CPUSeconds, e.NetOutBytes, e)
+	}
+}
