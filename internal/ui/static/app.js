@@ -130,6 +130,7 @@ function age(t) {
   if (s < 86400) return Math.floor(s / 3600) + "h" + (Math.floor(s / 60) % 60 ? Math.floor(s / 60) % 60 + "m" : "");
   return Math.floor(s / 86400) + "d";
 }
+const plural = (n, one, many = one + "s") => `${n} ${n === 1 ? one : many}`;
 const time = (t) => (t ? new Date(t).toLocaleString() : "");
 const badge = (state) => h("span", { class: "badge " + state, "data-state": state }, state);
 const labels = (l) => Object.entries(l || {}).map(([k, v]) => h("span", { class: "label" }, `${k}=${v}`));
@@ -822,7 +823,7 @@ function templateView(name) {
         !v.sandboxes && !v.snapshots ? h("span", { class: "muted" }, "nothing") : null];
     };
     box.replaceChildren(...[
-      h("p", { class: "muted" }, `${t.source} · ${bytes(t.size)} · ${(t.layers || []).length} layers (${t.shared_layers} shared) · ${t.sandboxes} sandboxes`),
+      h("p", { class: "muted" }, `${t.source} · ${bytes(t.size)} · ${plural((t.layers || []).length, "layer")} (${t.shared_layers} shared) · ${plural(t.sandboxes, "sandbox", "sandboxes")}`),
       t.version ? h("p", { id: "template-current" }, "New sandboxes get version ", h("strong", {}, t.version), " ", h("code", {}, t.version_id || ""),
         t.old_versions ? `; ${t.old_versions} older version${t.old_versions > 1 ? "s are" : " is"} still held by what was made from ${t.old_versions > 1 ? "them" : "it"}.` : ".") : null,
       t.start_cmd ? h("p", {}, "Start command: ", h("code", {}, t.start_cmd)) : null,
