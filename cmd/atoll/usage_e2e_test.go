@@ -497,7 +497,9 @@ func TestUsageStopTail(t *testing.T) {
 	// The next sample bills them.
 	time.Sleep(time.Until(time.Now().Truncate(interval).Add(interval + 2*time.Second)))
 	for _, id := range []string{stopped.ID, deleted.ID} {
-		if got := usageTotal(t, c, id); got.CPUSeconds < 1.9 || got.CPUSeconds > 2.6 {
+		got := usageTotal(t, c, id)
+		t.Logf("%s: billed %.3f CPU-s", id, got.CPUSeconds)
+		if got.CPUSeconds < 1.9 || got.CPUSeconds > 2.6 {
 			t.Errorf("%s: 2 CPU-seconds used in %v between two samples, then ended: billed %.3f CPU-s", id, took, got.CPUSeconds)
 		}
 	}
