@@ -24,26 +24,39 @@ import (
 // the proxy serveMirror puts in a netWorld.
 const debianMirror = "http://deb.debian.org"
 
+// npmRegistry is where the code-interpreter template's deno comes from,
+// through the same proxy at http://wInet4:8080/npm.
+const npmRegistry = "https://registry.npmjs.org"
+
 // serveMirror serves Debian's mirror inside w's "internet", at
 // http://wInet4:8080/debian: the server, its sandboxes and their apt reach
-// the real packages without networking in the host's namespace.
+// the real packages without networking in the host's namespace. The npm
+// registry is at /npm (npmMirrorURL).
 func serveMirror(t *testing.T, w *netWorld) string {
 	t.Helper()
 	ln := nettest.Listen(t, w.inet, "tcp", wInet4+":8080")
-	up, err := url.Parse(debianMirror)
-	if err != nil {
-		t.Fatal(err)
+	proxyTo := func(upstream string) http.Handler {
+		up, err := url.Parse(upstream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(up)
+			r.Out.Host = up.Host
+		}}
 	}
-	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
-		r.SetURL(up)
-		r.Out.Host = up.Host
-	}}
-	srv := &http.Server{Handler: proxy}
+	mux := http.NewServeMux()
+	mux.Handle("/", proxyTo(debianMirror))
+	mux.Handle("/npm/", http.StripPrefix("/npm", proxyTo(npmRegistry)))
+	srv := &http.Server{Handler: mux}
 	done := make(chan struct{})
 	go func() { defer close(done); srv.Serve(ln) }()
 	t.Cleanup(func() { srv.Close(); <-done })
 	return "http://" + wInet4 + ":8080/debian"
 }
+
+// npmMirrorURL is the npm registry as serveMirror serves it.
+const npmMirrorURL = "http://" + wInet4 + ":8080/npm"
 
 // TestBaseTemplate makes the base template as an operator would (atoll
 // template bootstrap base: debootstrap from Debian's mirror, then

@@ -34,8 +34,8 @@ stops its kernel.`,
 	create := &cobra.Command{
 		Use:   "create ID [--language L] [--cwd DIR] [--json]",
 		Short: "Make a code context and print its ID",
-		Long: `Make a code context in the sandbox: a new kernel of --language (python, or
-bash; default python) whose working directory starts at --cwd (default the
+		Long: `Make a code context in the sandbox: a new kernel of --language (python,
+bash, javascript or typescript; default python) whose working directory starts at --cwd (default the
 user's home). Its ID is printed, for run-code --context.`,
 		Example: `  atoll code-context create $id
   atoll code-context create $id --language bash --cwd /work`,
@@ -56,7 +56,7 @@ user's home). Its ID is printed, for run-code --context.`,
 			return nil
 		},
 	}
-	create.Flags().StringVar(&req.Language, "language", "", "the context's language: python or bash (default python)")
+	create.Flags().StringVar(&req.Language, "language", "", "the context's language: python, bash, javascript (js) or typescript (ts) (default python)")
 	create.Flags().StringVar(&req.Cwd, "cwd", "", "its working directory (default the user's home)")
 	create.Flags().BoolVar(&createJSON, "json", false, "print the context as JSON")
 

@@ -24,8 +24,9 @@ import (
 // codeInterpreter is a server with the code-interpreter template, built as
 // an operator would: a Debian template bootstrapped from Debian's mirror
 // (through serveMirror's proxy), then atoll template build of
-// templates/code-interpreter over it, whose RUN step installs Jupyter,
-// matplotlib and pandas from the same mirror.
+// templates/code-interpreter over it, whose RUN steps install Jupyter,
+// matplotlib and pandas from the same mirror and deno from the npm
+// registry behind the same proxy.
 type codeInterpreter struct {
 	d       *daemon
 	w       *netWorld
@@ -54,16 +55,22 @@ func startCodeInterpreter(t *testing.T) *codeInterpreter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, code := d.cli("template", "build", "--name", "code-interpreter", ctxDir)
+	out, code := d.cli("template", "build", "--name", "code-interpreter", "--build-arg", "NPM_REGISTRY="+npmMirrorURL, ctxDir)
 	if code != 0 {
 		t.Fatalf("template build code-interpreter: %s\nserver log:\n%s", out, d.out.String())
 	}
-	for _, want := range []string{"Setting up python3-ipykernel", "Setting up python3-pandas"} {
+	for _, want := range []string{"Setting up python3-ipykernel", "Setting up python3-pandas", "deno 2.9.6 from " + npmMirrorURL} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the build's output lacks %q:\n%s", want, out)
 		}
 	}
 	t.Logf("bootstrap debian %v, build code-interpreter %v", t1.Sub(t0).Round(time.Second), time.Since(t1).Round(time.Second))
+	// What deno costs the build: install_deno.py says its sizes and time.
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "deno ") {
+			t.Log(line)
+		}
+	}
 	return &codeInterpreter{d: d, w: w, dir: dir, nodeBin: node}
 }
 
@@ -235,6 +242,9 @@ func codeAPI(t *testing.T, ci *codeInterpreter) {
 	}
 	if out, code := ci.d.cli("run-code", sb.ID, "--language", "bash", write("x.sh", "echo $((6 * 7))")); code != 0 || out != "42\n" {
 		t.Errorf("run-code --language bash: exit %d, %q", code, out)
+	}
+	if out, code := ci.d.cli("run-code", sb.ID, "--language", "ts", write("x.ts", "const s: string = 'six'\nconsole.log(s)\n6 * 7")); code != 0 || out != "six\n42\n" {
+		t.Errorf("run-code --language ts: exit %d, %q", code, out)
 	}
 	if out, code := ci.d.cli("run-code", sb.ID, "--timeout", "1s", write("loop.py", "while True: pass")); code != 124 || !strings.Contains(out, "interrupted") {
 		t.Errorf("run-code --timeout: exit %d, %q", code, out)

@@ -26,7 +26,7 @@ func newRunCodeCmd(g *globals) *cobra.Command {
 from the code-interpreter template (docs/code-interpreter.md). A context keeps
 its variables, imports and working directory between runs; atoll code-context
 create makes one. Without --context the code runs in the default context of
---language (python, or bash).
+--language (python, bash, javascript or typescript).
 
 Its output streams to standard output and standard error; then the value of its
 last expression, if any, is printed. Other results (plots, tables) are printed
@@ -103,7 +103,7 @@ status 124).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Context, "context", "", "ID of the code context to run in (default: the language's default context)")
-	f.StringVar(&opts.Language, "language", "", "language whose default context runs the code: python or bash (default python)")
+	f.StringVar(&opts.Language, "language", "", "language whose default context runs the code: python, bash, javascript (js) or typescript (ts) (default python)")
 	f.DurationVar(&timeout, "timeout", 0, "interrupt the code after this long, e.g. 30s (default none)")
 	f.BoolVar(&asJSON, "json", false, "print the execution's events as JSON lines")
 	return cmd

@@ -439,12 +439,13 @@ template, with python, node and npm, curl, git, and the user "user" with
 passwordless sudo. It is named base unless --name says otherwise, and the E2B
 API's template "base" then means it (instead of the host template).
 "code-interpreter" builds templates/code-interpreter over it: E2B's code
-interpreter service on port 49999 (Python and bash Jupyter kernels, matplotlib,
-pandas), which the code-interpreter SDK's default template code-interpreter-v1
+interpreter service on port 49999 (Python, bash and deno's JavaScript and
+TypeScript Jupyter kernels, matplotlib, pandas), which the code-interpreter SDK's default template code-interpreter-v1
 and atoll run-code use.
 
-The server needs the debootstrap package; "base" also needs its sandboxes to
-reach the mirror (networking on). The log streams to stderr; the template's
+The server needs the debootstrap package; "base" and "code-interpreter" also
+need its sandboxes to reach the mirror (networking on), and
+"code-interpreter" the npm registry, whence deno comes. The log streams to stderr; the template's
 name is printed when it is ready.`,
 		Example: `  atoll template bootstrap base
   atoll template bootstrap debian --name debian

@@ -20,7 +20,7 @@ import (
 type runCodeIn struct {
 	Sandbox    string            `json:"sandbox" jsonschema:"the sandbox's ID (made from the code-interpreter template)"`
 	Code       string            `json:"code" jsonschema:"the code to run"`
-	Language   string            `json:"language,omitempty" jsonschema:"python (default) or bash: runs in that language's default context"`
+	Language   string            `json:"language,omitempty" jsonschema:"python (default), bash, javascript or typescript: runs in that language's default context"`
 	Context    string            `json:"context,omitempty" jsonschema:"a code context's ID, instead of language"`
 	Env        map[string]string `json:"env,omitempty" jsonschema:"environment variables for this run only"`
 	TimeoutSec float64           `json:"timeout_sec,omitempty" jsonschema:"interrupt it after this many seconds (default 300, at most 3600); the context stays usable"`
@@ -88,7 +88,7 @@ var ansi = regexp.MustCompile(`\x1b\[[0-9;]*[A-Za-z]`)
 func (t *tools) runCodeTool() adder {
 	return func(s *mcp.Server) {
 		mcp.AddTool(s, &mcp.Tool{Name: "run_code",
-			Description: "Run Python or bash code in a stateful context of a code-interpreter sandbox (create_sandbox with template code-interpreter; variables and imports persist between calls). Output is streamed as progress; returns results (text, HTML, Markdown, SVG, LaTeX, JSON; images as image content) and the output. An exception is a tool error with its traceback.",
+			Description: "Run Python, bash, JavaScript or TypeScript code in a stateful context of a code-interpreter sandbox (create_sandbox with template code-interpreter; variables and imports persist between calls). Output is streamed as progress; returns results (text, HTML, Markdown, SVG, LaTeX, JSON; images as image content) and the output. An exception is a tool error with its traceback.",
 			Annotations: &mcp.ToolAnnotations{DestructiveHint: new(false)}},
 			func(ctx context.Context, req *mcp.CallToolRequest, in runCodeIn) (*mcp.CallToolResult, runCodeOut, error) {
 				out, images, err := t.runCode(ctx, req, in)

@@ -17,7 +17,7 @@ import (
 // The callbacks see the execution's events as they come.
 type RunCodeOptions struct {
 	Context  string            // a context's ID
-	Language string            // "python" or "bash": that language's default context
+	Language string            // "python", "bash", "javascript" or "typescript" (js, ts): that language's default context
 	Envs     map[string]string // environment variables for this execution only
 
 	OnStdout func(text string)

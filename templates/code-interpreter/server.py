@@ -21,25 +21,41 @@ import json
 import os
 import queue
 import select
+import shutil
 import socket
 import sys
 import threading
+import time
 import traceback
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from jupyter_client import KernelManager
+from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
 PORT = int(os.environ.get("ATOLL_CODE_PORT", "49999"))
 DEFAULT_CWD = os.environ.get("ATOLL_CODE_CWD", "/home/user")
 MAX_BODY = 16 << 20
 # Debian's debugpy warns about frozen modules at each kernel's start.
 os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+# The kernelspecs of this directory (kernels/bash, kernels/deno), before
+# the system's: jupyter_client looks in $JUPYTER_PATH/kernels first.
+HERE = os.path.dirname(os.path.abspath(__file__))
+os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [HERE, os.environ.get("JUPYTER_PATH")]))
 
-# The kernels of each language (their kernelspecs' names).
-KERNELS = {"python": "python3", "bash": "bash"}
-# What E2B's SDKs and users call the languages.
-LANGUAGE_NAMES = {"python3": "python", "py": "python", "sh": "bash", "shell": "bash"}
+# The kernels of each language (their kernelspecs' names). Deno's kernel
+# runs JavaScript and TypeScript alike, as on E2B; it is there if the
+# template's build installed deno (install_deno.py).
+KERNELS = {"python": "python3", "bash": "bash", "javascript": "deno", "typescript": "deno"}
+# How long an execution keeps listening after its kernel said idle, for
+# output that comes after: deno's kernel sends an execution's result and
+# console output from tasks of their own, which can trail its idle status
+# by milliseconds (they are the execution's still: no next request has
+# changed the parent deno gives them). Each late message restarts the wait.
+SETTLE = {"javascript": 0.05, "typescript": 0.05}
+# What E2B's SDKs and users call the languages (E2B's server maps js too).
+LANGUAGE_NAMES = {"python3": "python", "py": "python", "sh": "bash", "shell": "bash",
+                  "js": "javascript", "ts": "typescript", "deno": "typescript"}
 
 # Kernel output → E2B's result fields, as E2B's own server names them.
 MIME_FIELDS = {
@@ -62,11 +78,20 @@ class HTTPError(Exception):
         self.status = status
 
 
+def installed(kernel):
+    """Whether kernel's spec is there and its program installed."""
+    try:
+        spec = KernelSpecManager().get_kernel_spec(kernel)
+    except NoSuchKernel:
+        return False
+    return shutil.which(spec.argv[0]) is not None
+
+
 def normal_language(lang):
     lang = (lang or "python").strip().lower()
     lang = LANGUAGE_NAMES.get(lang, lang)
-    if lang not in KERNELS:
-        raise HTTPError(400, "language %r is not supported here: %s" % (lang, ", ".join(sorted(KERNELS))))
+    if lang not in AVAILABLE:
+        raise HTTPError(400, "language %r is not supported here: %s" % (lang, ", ".join(sorted(AVAILABLE))))
     return lang
 
 
@@ -168,10 +193,19 @@ class Contexts:
 
 
 contexts = Contexts()
+# The languages this template has kernels for.
+AVAILABLE = {lang for lang, kernel in KERNELS.items() if installed(kernel)}
 
 
 def env_code(language, envs):
     """Code that sets envs for one execution, and code that undoes it."""
+    if language in ("javascript", "typescript"):
+        return (
+            "globalThis._atollEnv = Object.fromEntries(%s.map((k) => [k, Deno.env.get(k)]));\n"
+            "for (const [k, v] of Object.entries(%s)) Deno.env.set(k, v);\n" % (json.dumps(sorted(envs)), json.dumps(envs)),
+            "for (const [k, v] of Object.entries(globalThis._atollEnv)) v === undefined ? Deno.env.delete(k) : Deno.env.set(k, v);\n"
+            "delete globalThis._atollEnv;\n",
+        )
     if language == "python":
         keys = json.dumps(sorted(envs))
         return (
@@ -235,11 +269,20 @@ def execute(ctx, code, envs, emit, gone):
         # machine can be the next execution: answered idle, with nothing run.
         msg_id = kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=False)
         interrupted = False
+        settle = SETTLE.get(ctx.language, 0)
+        idle_until = None  # after idle, with settle: when to stop listening
         try:
             while True:
+                timeout = 0.25
+                if idle_until is not None:
+                    timeout = idle_until - time.monotonic()
+                    if timeout <= 0:
+                        break
                 try:
-                    msg = kc.get_iopub_msg(timeout=0.25)
+                    msg = kc.get_iopub_msg(timeout=timeout)
                 except queue.Empty:
+                    if idle_until is not None:
+                        break
                     if not ctx.km.is_alive():
                         # The code ended its kernel (os._exit, a crash):
                         # the context gets a new one, its state lost.
@@ -256,6 +299,8 @@ def execute(ctx, code, envs, emit, gone):
                     continue
                 if msg["parent_header"].get("msg_id") != msg_id:
                     continue
+                if idle_until is not None:
+                    idle_until = time.monotonic() + settle
                 kind, content = msg["msg_type"], msg["content"]
                 out = None
                 if kind == "stream":
@@ -270,7 +315,9 @@ def execute(ctx, code, envs, emit, gone):
                 elif kind == "execute_input":
                     out = {"type": "number_of_executions", "execution_count": content["execution_count"]}
                 elif kind == "status" and content["execution_state"] == "idle":
-                    break
+                    if not settle or interrupted:
+                        break
+                    idle_until = time.monotonic() + settle
                 if out is not None and not interrupted:
                     try:
                         emit(out)

@@ -232,6 +232,37 @@ test('bash keeps its variables and working directory', async () => {
   assert.equal(bad.error?.value, 'exit status 1')
 })
 
+test('JavaScript and TypeScript run in deno\'s kernel', async () => {
+  // E2B's names: js is javascript; ts, typescript.
+  const one = await sbx.runCode('let n = 40\nconsole.log("hello from", "deno")\nn + 2', { language: 'js' })
+  assert.equal(one.error, undefined, JSON.stringify(one.error))
+  assert.deepEqual(one.logs.stdout, ['hello from deno\n'])
+  assert.equal(one.text, '42')
+  // State across calls of the default javascript context.
+  const two = await sbx.runCode('n * 2', { language: 'javascript' })
+  assert.equal(two.text, '80')
+  // TypeScript, in a context of its own, with types.
+  const ctx = await sbx.createCodeContext({ language: 'ts', cwd: '/tmp' })
+  assert.equal(ctx.language, 'typescript')
+  await sbx.runCode('interface P { x: number }\nconst p: P = { x: 6 }', { context: ctx })
+  const three = await sbx.runCode('Deno.cwd() + " " + (p.x * 7)', { context: ctx })
+  assert.equal(three.text, '"/tmp 42"')
+  assert.equal((await sbx.runCode('typeof n', { context: ctx })).text, '"undefined"')
+  // An exception is the execution's error.
+  const bad = await sbx.runCode('throw new TypeError("no good")', { language: 'js' })
+  assert.equal(bad.error?.name, 'TypeError')
+  assert.match(bad.error?.value, /no good/)
+  // envs hold for one execution.
+  assert.equal((await sbx.runCode('Deno.env.get("GREETING")', { language: 'js', envs: { GREETING: 'hi' } })).text, '"hi"')
+  assert.equal((await sbx.runCode('String(Deno.env.get("GREETING"))', { language: 'js' })).text, '"undefined"')
+  await sbx.removeCodeContext(ctx)
+  // Deno's kernel takes no interrupt: a timeout ends it, and the context
+  // goes on with a new one, its state lost.
+  await assert.rejects(sbx.runCode('while (true) {}', { language: 'js', timeoutMs: 2000 }), (e) => e.name === 'TimeoutError')
+  assert.equal((await sbx.runCode('typeof n', { language: 'js' })).text, '"undefined"')
+  assert.equal((await sbx.runCode('6 * 7', { language: 'js' })).text, '42')
+})
+
 test('the sandbox is an E2B sandbox as well: commands and files', async () => {
   await sbx.runCode('open("/tmp/from-python.txt", "w").write("written by python")')
   assert.equal(await sbx.files.read('/tmp/from-python.txt'), 'written by python')
