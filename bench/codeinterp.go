@@ -27,9 +27,9 @@ import (
 // The template is built first, as the test builds it: Debian bootstrapped
 // from its mirror, then templates/code-interpreter. The server runs in a
 // network namespace of its own with networking on; its one route leads to
-// a second namespace where the benchmark serves a proxy to Debian's mirror,
-// so that the machine's own network is left alone and builds reach only
-// the mirror.
+// a second namespace where the benchmark serves a proxy to Debian's mirror
+// and the npm registry, so that the machine's own network is left alone and
+// builds reach only those.
 func codeInterp(r *report, work string, n int) {
 	dir, err := filepath.Abs("cmd/atoll/testdata/e2b")
 	check(err)
@@ -70,11 +70,19 @@ func codeInterp(r *report, work string, n int) {
 		ln, err = net.Listen("tcp", "198.51.100.1:8080")
 		return err
 	}))
-	up, _ := url.Parse("http://deb.debian.org")
-	mirror := &http.Server{Handler: &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
-		pr.SetURL(up)
-		pr.Out.Host = up.Host
-	}}}
+	// Debian's mirror, and at /npm the npm registry, whence the template's
+	// build takes deno (templates/code-interpreter/install_deno.py).
+	proxyTo := func(upstream string) http.Handler {
+		up, _ := url.Parse(upstream)
+		return &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(up)
+			pr.Out.Host = up.Host
+		}}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", proxyTo("http://deb.debian.org"))
+	mux.Handle("/npm/", http.StripPrefix("/npm", proxyTo("https://registry.npmjs.org")))
+	mirror := &http.Server{Handler: mux}
 	go mirror.Serve(ln)
 	defer mirror.Close()
 
@@ -93,13 +101,13 @@ func codeInterp(r *report, work string, n int) {
 	cli("template", "bootstrap", "debian", "--name", "debian", "--mirror", "http://198.51.100.1:8080/debian")
 	ctxDir, err := filepath.Abs("templates/code-interpreter")
 	check(err)
-	cli("template", "build", "--name", "code-interpreter", ctxDir)
+	cli("template", "build", "--name", "code-interpreter", "--build-arg", "NPM_REGISTRY=http://198.51.100.1:8080/npm", ctxDir)
 	r.note(fmt.Sprintf("codeinterp: bootstrapping Debian and building the code-interpreter template took %v", time.Since(t0).Round(time.Second)))
 
 	// atoll's Go SDK.
 	c := srv.client()
 	ctx := context.Background()
-	var create, first, warm []time.Duration
+	var create, first, warm, jsFirst, jsWarm []time.Duration
 	for i := 0; i < n; i++ {
 		t0 := time.Now()
 		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "code-interpreter"})
@@ -118,6 +126,23 @@ func codeInterp(r *report, work string, n int) {
 				check(err)
 				if j >= 5 {
 					warm = append(warm, time.Since(t))
+				}
+			}
+			// JavaScript: the first run starts deno's kernel; a warm one
+			// waits the service's settle time after deno's idle
+			// (templates/code-interpreter/server.py, SETTLE).
+			js := atoll.RunCodeOptions{Language: "javascript"}
+			for j := 0; j < n*10+5; j++ {
+				t := time.Now()
+				ex, err := c.RunCode(ctx, sb.ID, "1+1", js)
+				check(err)
+				if ex.Text() != "2" {
+					fatal("RunCode('1+1', javascript) gave %+v", ex)
+				}
+				if j == 0 {
+					jsFirst = append(jsFirst, time.Since(t))
+				} else if j >= 5 {
+					jsWarm = append(jsWarm, time.Since(t))
 				}
 			}
 		}
@@ -144,6 +169,8 @@ func codeInterp(r *report, work string, n int) {
 	r.add("atoll Go SDK `CreateSandbox` of code-interpreter", "sequential", create)
 	r.add("atoll Go SDK first `RunCode('1+1')` after create", "sequential", first)
 	r.add("atoll Go SDK warm `RunCode('1+1')`", "sequential", warm)
+	r.add("atoll Go SDK first `RunCode('1+1')` in JavaScript (starts deno's kernel)", "sequential", jsFirst)
+	r.add("atoll Go SDK warm `RunCode('1+1')` in JavaScript", "sequential", jsWarm)
 }
 
 // outputIn runs cmd in the network namespace at ns and returns its
