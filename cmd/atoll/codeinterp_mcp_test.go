@@ -14,8 +14,8 @@ import (
 
 // codeMCP calls the MCP run_code tool on a code-interpreter sandbox: state
 // across calls, output streamed as progress, the main result, an exception
-// as a tool error, a matplotlib figure as image content, bash, a timeout
-// the context survives.
+// as a tool error, a matplotlib figure as image content, bash, JavaScript,
+// a timeout the context survives.
 func codeMCP(t *testing.T, ci *codeInterpreter) {
 	var mu sync.Mutex
 	var progress []string
@@ -82,6 +82,9 @@ func codeMCP(t *testing.T, ci *codeInterpreter) {
 	}
 	if r := toolOK[ran](t, cs, "run_code", args{"sandbox": sb.ID, "language": "bash", "code": "echo $((2 + 3))"}); r.Stdout != "5\n" {
 		t.Errorf("run_code in bash: %+v", r)
+	}
+	if r := toolOK[ran](t, cs, "run_code", args{"sandbox": sb.ID, "language": "javascript", "code": "const y = 4\nconsole.log('js')\ny * 10"}); main(r) != "40" || r.Stdout != "js\n" {
+		t.Errorf("run_code in javascript: %+v", r)
 	}
 	toolErr(t, cs, "unavailable", "run_code", args{"sandbox": sb.ID, "code": "import time\ntime.sleep(60)", "timeout_sec": 1})
 	if r := toolOK[ran](t, cs, "run_code", args{"sandbox": sb.ID, "code": "x"}); main(r) != "20" {

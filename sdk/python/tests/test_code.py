@@ -65,6 +65,12 @@ class CodeTest(TestCase):
         self.c.restart_code_context(self.sb.id, cc)
         self.assertEqual(self.c.run_code(self.sb.id, "b", context=cc).error.name, "NameError")
         self.assertEqual(self.c.run_code(self.sb.id, "echo $((2 + 3))", language="bash").logs.stdout, ["5\n"])
+        js = self.c.create_code_context(self.sb.id, language="ts")
+        self.assertEqual(js.language, "typescript")
+        self.c.run_code(self.sb.id, "const n: number = 6", context=js)
+        ex = self.c.run_code(self.sb.id, "console.log('ts')\nn * 7", context=js)
+        self.assertEqual((ex.logs.stdout, ex.text), (["ts\n"], "42"))
+        self.c.remove_code_context(self.sb.id, js)
         self.c.remove_code_context(self.sb.id, cc)
         self.assertNotIn(cc.id, [x.id for x in self.c.list_code_contexts(self.sb.id)])
         with self.assertRaises(atoll.NotFound):
