@@ -694,6 +694,10 @@ type BootstrapTemplateRequest struct {
 	// built over the bootstrapped system: "base" is E2B's default template.
 	// Empty: the bootstrapped system is the template.
 	Build string `json:"build,omitempty"`
+	// BuildArgs set the ARGs of Build's Dockerfile, as a build's
+	// build_arg does (templates/code-interpreter's NPM_REGISTRY, say);
+	// only with Build.
+	BuildArgs map[string]string `json:"build_args,omitempty"`
 }
 
 // Snapshot is an immutable copy of a sandbox's files at one instant.

@@ -81,19 +81,11 @@ func runBuild(ctx context.Context, c *atoll.Client, dir string, opts buildOption
 	if err != nil {
 		return err
 	}
-	bopts := atoll.BuildOptions{Dockerfile: bc.dockerfile, BuildArgs: make(map[string]string)}
-	for _, kv := range opts.buildArgs {
-		k, v, ok := strings.Cut(kv, "=")
-		if k == "" {
-			return fmt.Errorf("--build-arg %q: want K=V or K", kv)
-		}
-		if !ok {
-			if v, ok = opts.lookupEnv(k); !ok {
-				continue // as docker build does
-			}
-		}
-		bopts.BuildArgs[k] = v
+	args, err := parseBuildArgs(opts.buildArgs, opts.lookupEnv)
+	if err != nil {
+		return err
 	}
+	bopts := atoll.BuildOptions{Dockerfile: bc.dockerfile, BuildArgs: args}
 
 	pr, pw := io.Pipe()
 	tarErr := make(chan error, 1)
@@ -289,4 +281,23 @@ func (o *buildOutput) finish() {
 		fmt.Fprintln(o.w)
 		o.midLine = false
 	}
+}
+
+// parseBuildArgs reads --build-arg values: K=V, or K for $K (left out
+// when unset, as docker build does).
+func parseBuildArgs(kvs []string, lookupEnv func(string) (string, bool)) (map[string]string, error) {
+	args := make(map[string]string)
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if k == "" {
+			return nil, fmt.Errorf("--build-arg %q: want K=V or K", kv)
+		}
+		if !ok {
+			if v, ok = lookupEnv(k); !ok {
+				continue
+			}
+		}
+		args[k] = v
+	}
+	return args, nil
 }

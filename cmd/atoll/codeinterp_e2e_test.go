@@ -21,12 +21,12 @@ import (
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
-// codeInterpreter is a server with the code-interpreter template, built as
-// an operator would: a Debian template bootstrapped from Debian's mirror
-// (through serveMirror's proxy), then atoll template build of
-// templates/code-interpreter over it, whose RUN steps install Jupyter,
-// matplotlib and pandas from the same mirror and deno from the npm
-// registry behind the same proxy.
+// codeInterpreter is a server with the code-interpreter template, made as
+// an operator would: atoll template bootstrap code-interpreter, which
+// bootstraps Debian from its mirror (through serveMirror's proxy) and
+// builds templates/code-interpreter over it, whose RUN steps install
+// Jupyter, matplotlib and pandas from the same mirror and deno from the
+// npm registry behind the same proxy (--build-arg NPM_REGISTRY).
 type codeInterpreter struct {
 	d       *daemon
 	w       *netWorld
@@ -47,24 +47,16 @@ func startCodeInterpreter(t *testing.T) *codeInterpreter {
 	d := startDaemonIn(t, filepath.Join(testenv.Dir(t), "data"), w.host, "--network", "on", "--network-bridge", w.id,
 		"--dns-upstream", wInet4, "--network-pool", "1", "--proxy-listen", "127.0.0.1:0")
 	t0 := time.Now()
-	if out, code := d.cli("template", "bootstrap", "debian", "--name", "debian", "--mirror", mirror); code != 0 {
-		t.Fatalf("template bootstrap debian: %s\nserver log:\n%s", out, d.out.String())
-	}
-	t1 := time.Now()
-	ctxDir, err := filepath.Abs("../../templates/code-interpreter")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, code := d.cli("template", "build", "--name", "code-interpreter", "--build-arg", "NPM_REGISTRY="+npmMirrorURL, ctxDir)
+	out, code := d.cli("template", "bootstrap", "code-interpreter", "--mirror", mirror, "--build-arg", "NPM_REGISTRY="+npmMirrorURL)
 	if code != 0 {
-		t.Fatalf("template build code-interpreter: %s\nserver log:\n%s", out, d.out.String())
+		t.Fatalf("template bootstrap code-interpreter: %s\nserver log:\n%s", out, d.out.String())
 	}
 	for _, want := range []string{"Setting up python3-ipykernel", "Setting up python3-pandas", "deno 2.9.6 from " + npmMirrorURL} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the build's output lacks %q:\n%s", want, out)
 		}
 	}
-	t.Logf("bootstrap debian %v, build code-interpreter %v", t1.Sub(t0).Round(time.Second), time.Since(t1).Round(time.Second))
+	t.Logf("bootstrap code-interpreter (debootstrap, then the build) %v", time.Since(t0).Round(time.Second))
 	// What deno costs the build: install_deno.py says its sizes and time.
 	for _, line := range strings.Split(out, "\n") {
 		if strings.HasPrefix(line, "deno ") {

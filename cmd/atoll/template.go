@@ -427,6 +427,7 @@ pointed to before stays while sandboxes use it.`,
 
 func newTemplateBootstrapCmd(g *globals) *cobra.Command {
 	req := api.BootstrapTemplateRequest{}
+	var buildArgs []string
 	cmd := &cobra.Command{
 		Use:   "bootstrap debian|base|code-interpreter [--name NAME]",
 		Short: "Make a Debian template, or one of atoll's own templates, with debootstrap",
@@ -445,9 +446,12 @@ and atoll run-code use.
 
 The server needs the debootstrap package; "base" and "code-interpreter" also
 need its sandboxes to reach the mirror (networking on), and
-"code-interpreter" the npm registry, whence deno comes. The log streams to stderr; the template's
-name is printed when it is ready.`,
+"code-interpreter" the npm registry, whence deno comes (--build-arg
+NPM_REGISTRY=URL names a mirror of it; an empty value leaves JavaScript out).
+--build-arg sets an ARG of the Dockerfile built, as with atoll template build.
+The log streams to stderr; the template's name is printed when it is ready.`,
 		Example: `  atoll template bootstrap base
+  atoll template bootstrap code-interpreter --build-arg NPM_REGISTRY=https://npm.example/
   atoll template bootstrap debian --name debian
   atoll template bootstrap debian --name trixie --suite trixie --mirror http://deb.debian.org/debian`,
 		Args: cobra.ExactArgs(1),
@@ -462,6 +466,16 @@ name is printed when it is ready.`,
 			}
 			if req.Name == "" {
 				return errors.New(`required flag "name" not set`)
+			}
+			if len(buildArgs) > 0 && req.Build == "" {
+				return errors.New("--build-arg: debian builds no Dockerfile")
+			}
+			if len(buildArgs) > 0 {
+				args, err := parseBuildArgs(buildArgs, os.LookupEnv)
+				if err != nil {
+					return err
+				}
+				req.BuildArgs = args
 			}
 			c, err := g.client()
 			if err != nil {
@@ -482,5 +496,6 @@ name is printed when it is ready.`,
 	f.StringVar(&req.Suite, "suite", "bookworm", "Debian suite")
 	f.StringVar(&req.Mirror, "mirror", "http://deb.debian.org/debian", "Debian mirror URL")
 	f.StringVar(&req.Variant, "variant", "minbase", "debootstrap variant: minbase or buildd")
+	f.StringArrayVar(&buildArgs, "build-arg", nil, "set ARG K of the Dockerfile built to V (K=V), or to $K (K); repeatable")
 	return cmd
 }

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -467,6 +468,9 @@ func TestTemplateCommands(t *testing.T) {
 		{[]string{"base"}, api.BootstrapTemplateRequest{Name: "base", Distro: "debian", Build: "base"}, "Step 1/4: FROM debian\n"},
 		{[]string{"base", "--name", "e2b-base", "--suite", "trixie"}, api.BootstrapTemplateRequest{Name: "e2b-base", Distro: "debian", Suite: "trixie", Build: "base"}, ""},
 		{[]string{"debian", "--name", "deb"}, api.BootstrapTemplateRequest{Name: "deb", Distro: "debian"}, ""},
+		{[]string{"code-interpreter", "--build-arg", "NPM_REGISTRY=http://npm.test/", "--build-arg", "EMPTY="},
+			api.BootstrapTemplateRequest{Name: "code-interpreter", Distro: "debian", Build: "code-interpreter",
+				BuildArgs: map[string]string{"NPM_REGISTRY": "http://npm.test/", "EMPTY": ""}}, ""},
 	} {
 		stdout, stderr, err := run("", append([]string{"template", "bootstrap"}, tc.args...)...)
 		got := tpls.bootstrapped
@@ -474,7 +478,7 @@ func TestTemplateCommands(t *testing.T) {
 			tc.want.Suite = "bookworm"
 		}
 		tc.want.Mirror, tc.want.Variant = "http://deb.debian.org/debian", "minbase"
-		if err != nil || stdout != tc.want.Name+"\n" || got != tc.want || !strings.Contains(stderr, tc.wantStderr) {
+		if err != nil || stdout != tc.want.Name+"\n" || !reflect.DeepEqual(got, tc.want) || !strings.Contains(stderr, tc.wantStderr) {
 			t.Errorf("template bootstrap %v: %v, stdout %q, stderr %q, request %+v, want %+v", tc.args, err, stdout, stderr, got, tc.want)
 		}
 	}
@@ -486,6 +490,8 @@ func TestTemplateCommands(t *testing.T) {
 		{[]string{"python"}, `build "python": atoll ships base`},
 		{[]string{"../base", "--name", "x"}, `atoll ships base`},
 		{[]string{"base", "--name", "Base"}, "malformed template name"},
+		{[]string{"debian", "--name", "deb", "--build-arg", "A=b"}, "debian builds no Dockerfile"},
+		{[]string{"base", "--build-arg", "=b"}, `--build-arg "=b": want K=V or K`},
 	} {
 		if _, _, err := run("", append([]string{"template", "bootstrap"}, tc.args...)...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("template bootstrap %v: %v, want an error containing %q", tc.args, err, tc.want)

@@ -148,6 +148,10 @@ func (s *Server) bootstrapTemplate(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("build %q: atoll ships %s", truncate(req.Build), strings.Join(templates.Names(), ", ")))
 		return
 	}
+	if err := checkBootstrapArgs(req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	st := startStream[api.BuildEvent](w)
 	t, err := ts.Bootstrap(r.Context(), req, func(ev api.BuildEvent) {
 		// Log lines, and the steps of a Dockerfile built over the
@@ -419,6 +423,20 @@ func dockerfilePath(p string) (string, error) {
 		return "", fmt.Errorf("%w: dockerfile path %q leaves the build context", errdefs.ErrInvalid, truncate(p))
 	}
 	return p, nil
+}
+
+// checkBootstrapArgs holds a bootstrap's build args to what a build's
+// build_arg parameters may be.
+func checkBootstrapArgs(req api.BootstrapTemplateRequest) error {
+	if len(req.BuildArgs) > 0 && req.Build == "" {
+		return fmt.Errorf("%w: build_args need a build (they set its Dockerfile's ARGs)", errdefs.ErrInvalid)
+	}
+	kvs := make([]string, 0, len(req.BuildArgs))
+	for k, v := range req.BuildArgs {
+		kvs = append(kvs, k+"="+v)
+	}
+	_, err := buildArgs(kvs)
+	return err
 }
 
 // buildArgs parses the ?build_arg=K=V parameters. A repeated K takes its last

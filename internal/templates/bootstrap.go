@@ -74,7 +74,7 @@ func (s *Service) bootstrapTemplate(ctx context.Context, req api.BootstrapTempla
 		// The build holds the layer: collections wait for the import count
 		// this bootstrap raised.
 		system := store.Template{Layers: []string{id}, Config: store.TemplateConfig{Env: env}}
-		return s.buildOver(ctx, req.Name, "Dockerfile", nil, bytes.NewReader(buildCtx),
+		return s.buildOver(ctx, req.Name, "Dockerfile", req.BuildArgs, bytes.NewReader(buildCtx),
 			map[string]store.Template{"debian": system}, source+" + templates/"+req.Build, events)
 	}
 	lt, err := s.layers.ImageTemplate(req.Name, []string{id})
@@ -118,6 +118,9 @@ func checkBootstrap(req *api.BootstrapTemplateRequest) ([]byte, error) {
 	}
 	if req.Variant != "minbase" && req.Variant != "buildd" {
 		return nil, fmt.Errorf("%w: variant must be minbase or buildd", errdefs.ErrInvalid)
+	}
+	if len(req.BuildArgs) > 0 && req.Build == "" {
+		return nil, fmt.Errorf("%w: build args need a build", errdefs.ErrInvalid)
 	}
 	if req.Build != "" {
 		buildCtx, ok := templates.Context(req.Build)

@@ -671,9 +671,14 @@ class Client:
 
     def bootstrap_template(self, name: str, distro: str = "debian", *, suite: Optional[str] = None,
                            mirror: Optional[str] = None, variant: Optional[str] = None,
+                           build: Optional[str] = None, build_args: Optional[Dict[str, str]] = None,
                            on_event: Optional[Callable[[BuildEvent], Any]] = None) -> Template:
-        """Makes a base template with debootstrap on the server."""
-        body = _drop_none(dict(name=name, distro=distro, suite=suite, mirror=mirror, variant=variant))
+        """Makes a template with debootstrap on the server: the Debian
+        system itself, or, with build ("base", "code-interpreter"), one of
+        atoll's own templates built over it, build_args setting its
+        Dockerfile's ARGs."""
+        body = _drop_none(dict(name=name, distro=distro, suite=suite, mirror=mirror, variant=variant,
+                               build=build, build_args=build_args))
         resp = self._t.request("POST", "/v1/templates/bootstrap", json_body=body)
         return _read_events(resp, "bootstrap", ("step", "log"), BuildEvent, on_event)
 

@@ -521,6 +521,12 @@ class TestTemplates(TestCase):
             self.c.import_template_archive("py-import", b"this is not a tar")
         with self.assertRaises(atoll.Invalid):
             self.c.bootstrap_template("py-boot", "nodistro")
+        with self.assertRaises(atoll.Invalid):
+            self.c.bootstrap_template("py-boot", build="nosuchtemplate")
+        with self.assertRaises(atoll.Invalid):
+            self.c.bootstrap_template("py-boot", build_args={"NPM_REGISTRY": ""})
+        with self.assertRaises(atoll.Invalid):
+            self.c.bootstrap_template("py-boot", build="code-interpreter", build_args={"": "x"})
 
     def _delete_template(self, name):
         try:
