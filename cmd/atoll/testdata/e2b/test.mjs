@@ -257,6 +257,9 @@ test('files: watchDir with includeEntry and allowNetworkMounts', async () => {
   const events = []
   const w = await sbx.files.watchDir('/home/user/we', (e) => events.push(e), { includeEntry: true, allowNetworkMounts: true })
   await sbx.files.write('/home/user/we/e.txt', 'entry', { metadata: { k: 'v' } })
+  // The entry is read when the event is sent, as envd does: a file removed
+  // before then has none, so the remove waits for the write's event.
+  await waitFor(() => events.some((e) => e.type === FilesystemEventType.WRITE && e.entry), () => `write with its entry in ${JSON.stringify(events)}`)
   await sbx.files.remove('/home/user/we/e.txt')
   await waitFor(() => events.some((e) => e.type === FilesystemEventType.REMOVE), () => `remove in ${JSON.stringify(events)}`)
   await w.stop()
