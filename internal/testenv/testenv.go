@@ -99,6 +99,14 @@ func RemoveAgentBinary() {
 	}
 }
 
+// Main runs a package's tests, then removes the agent binary they built
+// (AgentBinary), and exits: a package's TestMain.
+func Main(m *testing.M) {
+	code := m.Run()
+	RemoveAgentBinary()
+	os.Exit(code)
+}
+
 type buildError struct {
 	err error
 	out string
