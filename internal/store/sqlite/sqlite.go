@@ -116,7 +116,7 @@ func Open(path string) (*Store, error) {
 		q.Add("_pragma", p)
 	}
 	dsn := "file:" + path + "?" + q.Encode()
-	db, err := sql.Open("sqlite", dsn)
+	db, err := sql.Open(driverName, dsn)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +132,7 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("migrating schema: %w", err)
 	}
 	q.Add("_pragma", "query_only(1)")
-	rdb, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	rdb, err := sql.Open(driverName, "file:"+path+"?"+q.Encode())
 	if err != nil {
 		db.Close()
 		return nil, err
