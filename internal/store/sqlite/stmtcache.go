@@ -72,7 +72,7 @@ type cachedStmt struct {
 }
 
 var (
-	_ modernConn                   = (*cachingConn)(nil)
+	_ modernConn                    = (*cachingConn)(nil)
 	_ driver.RowsColumnTypeScanType = (*cachedRows)(nil)
 )
 
@@ -168,13 +168,15 @@ func (c *cachingConn) Prepare(query string) (driver.Stmt, error) { return c.conn
 func (c *cachingConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
 	return c.mc().PrepareContext(ctx, query)
 }
-func (c *cachingConn) Begin() (driver.Tx, error) { return c.mc().BeginTx(context.Background(), driver.TxOptions{}) }
+func (c *cachingConn) Begin() (driver.Tx, error) {
+	return c.mc().BeginTx(context.Background(), driver.TxOptions{})
+}
 func (c *cachingConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
 	return c.mc().BeginTx(ctx, opts)
 }
 func (c *cachingConn) ResetSession(ctx context.Context) error { return c.mc().ResetSession(ctx) }
-func (c *cachingConn) IsValid() bool                         { return c.mc().IsValid() }
-func (c *cachingConn) Ping(ctx context.Context) error        { return c.mc().Ping(ctx) }
+func (c *cachingConn) IsValid() bool                          { return c.mc().IsValid() }
+func (c *cachingConn) Ping(ctx context.Context) error         { return c.mc().Ping(ctx) }
 
 // cachedRows are a kept statement's rows: closing them frees the statement
 // for the next use.
