@@ -331,13 +331,37 @@ func burstFloor(r *report, work, skeleton string, cfg burstConfig) {
 		ms((self.self-self0.self)/time.Duration(cfg.n))))
 }
 
-// cpuOf is the CPU time, user and system, of process pid and of the
-// children it has reaped (for the server: its sandboxes' processes, once
-// deleted). The kernel's own threads (btrfs cleanup, namespace teardown)
-// are not in it, for atoll or its peers.
+// cpuOf is the CPU time, user and system, of process pid, and in children
+// that of the processes it started: those it has reaped (for the server: its
+// sandboxes' processes, once deleted) and those still running, with what
+// they reaped (the server's spawner, whose children the sandboxes' processes
+// are). The kernel's own threads (btrfs cleanup, namespace teardown) are
+// not in it, for atoll or its peers.
 func cpuOf(pid int) cpuTime {
+	t, ok := procCPU(pid)
+	if !ok {
+		check(fmt.Errorf("no process %d", pid))
+	}
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		for _, c := range strings.Fields(string(b)) {
+			n, _ := strconv.Atoi(c)
+			if ct, ok := procCPU(n); ok {
+				t.children += ct.self + ct.children
+				t.childrenSys += ct.selfSys + ct.childrenSys
+			}
+		}
+	}
+	return t
+}
+
+// procCPU reads process pid's own and reaped children's CPU time.
+func procCPU(pid int) (cpuTime, bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	check(err)
+	if err != nil {
+		return cpuTime{}, false
+	}
 	// Fields after the command's closing parenthesis; utime is the 14th
 	// field of the line, the 12th after it.
 	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
@@ -347,7 +371,7 @@ func cpuOf(pid int) cpuTime {
 		check(err)
 		t[i] = time.Duration(n) * time.Second / clockTicks
 	}
-	return cpuTime{self: t[0] + t[1], selfSys: t[1], children: t[2] + t[3], childrenSys: t[3]}
+	return cpuTime{self: t[0] + t[1], selfSys: t[1], children: t[2] + t[3], childrenSys: t[3]}, true
 }
 
 // cpuTime is a process's CPU time and its reaped children's, each with the

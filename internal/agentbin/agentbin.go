@@ -13,6 +13,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/agent"
 	"github.com/atoll-dev/atoll/internal/agent/launch"
 	"github.com/atoll-dev/atoll/internal/runtime/ns/nsinit"
+	"github.com/atoll-dev/atoll/internal/runtime/spawn"
 	"github.com/atoll-dev/atoll/internal/runtime/vm/channel"
 	"github.com/atoll-dev/atoll/internal/runtime/vm/vminit"
 )
@@ -25,6 +26,7 @@ var roles = map[string]func(args []string){
 	launch.VMInit:  func([]string) { vminit.Init() },
 	launch.VMAgent: func([]string) { vminit.AgentMain() },
 	launch.VMProxy: channel.ProxyMain,
+	launch.Spawn:   spawn.Main,
 }
 
 // init keeps the main goroutine of an ns sandbox's init on the process's

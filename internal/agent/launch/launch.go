@@ -27,6 +27,9 @@ const (
 	// VMProxy runs on the host: the vm runtime's channel proxy
 	// (atoll-agent vm-proxy CHARDEV-SOCKET LISTEN-SOCKET TIMEOUT).
 	VMProxy = "vm-proxy"
+	// Spawn runs on the host: the ns runtime's helper that starts sandbox
+	// processes for the server (package spawn), SpawnFD inherited.
+	Spawn = "spawn"
 )
 
 // Descriptors the roles inherit.
@@ -38,6 +41,8 @@ const (
 	// ControlFD is a stream socket to whoever set the sandbox up: the node
 	// for Init (Config in, Status out), the guest's init for VMAgent.
 	ControlFD = 4
+	// SpawnFD is Spawn's SOCK_SEQPACKET socket to the server.
+	SpawnFD = 3
 )
 
 // Environment variables the agent reads at start and then clears.

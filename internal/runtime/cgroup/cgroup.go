@@ -172,32 +172,31 @@ func (c *Cgroup) Start(cmd *exec.Cmd, netns string) error {
 	return c.start(cmd, netns, c.v1 != nil)
 }
 
-// StartMoved is Start for a process that may be moved after its birth: on
-// v1 it is born in the node's cgroup and moved into this one at once, which
-// costs one cgroup migration per controller instead of two (the forking
-// thread's way in and back out). Each migration takes a lock that every
-// fork and exit on the host also takes, so in a burst of creates they are
-// a large part of a start. The process must not fork before the move (a
-// child would stay behind; its own threads move with it) and, born outside,
-// it must create its cgroup namespace itself once moved: StartMoved drops
-// CLONE_NEWCGROUP from cmd's clone flags and returns inside false then. On
-// v2 it is Start: born inside (CLONE_INTO_CGROUP), inside true.
-func (c *Cgroup) StartMoved(cmd *exec.Cmd, netns string) (inside bool, err error) {
+// BirthDir opens the cgroup's directory for a process to be born in it
+// (CLONE_INTO_CGROUP) on v2, and returns nil on v1, where a process started
+// elsewhere is moved in instead (MoveIn): that costs one cgroup migration
+// per controller, where being born inside on v1 costs two (the forking
+// thread's way in and back out), and each migration takes a lock that
+// every fork and exit on the host also takes, so in a burst of creates they
+// are a large part of a start. A process moved in must not fork before the
+// move (a child would stay behind; its own threads move with it) and, born
+// outside, it must create its cgroup namespace itself once moved.
+func (c *Cgroup) BirthDir() (*os.File, error) {
+	if c.v2 == nil {
+		return nil, nil
+	}
+	return os.Open(filepath.Join("/sys/fs/cgroup", c.path))
+}
+
+// MoveIn moves process pid into the cgroup (see BirthDir).
+func (c *Cgroup) MoveIn(pid int) error {
 	if c.v2 != nil {
-		return true, c.Start(cmd, netns)
+		return c.v2.AddProc(uint64(pid))
 	}
-	if cmd.SysProcAttr != nil {
-		cmd.SysProcAttr.Cloneflags &^= syscall.CLONE_NEWCGROUP
+	if err := c.v1.Add(cgroup1.Process{Pid: pid}); err != nil {
+		return fmt.Errorf("moving the process into its cgroup: %w", err)
 	}
-	if err := c.start(cmd, netns, false); err != nil {
-		return false, err
-	}
-	if err := c.v1.Add(cgroup1.Process{Pid: cmd.Process.Pid}); err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return false, fmt.Errorf("moving the process into its cgroup: %w", err)
-	}
-	return false, nil
+	return nil
 }
 
 // start starts cmd from a thread in network namespace netns (if set) and,

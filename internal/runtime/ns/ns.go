@@ -34,6 +34,7 @@ import (
 	"github.com/atoll-dev/atoll/internal/runtime/host"
 	"github.com/atoll-dev/atoll/internal/runtime/lowers"
 	"github.com/atoll-dev/atoll/internal/runtime/ns/nsinit"
+	"github.com/atoll-dev/atoll/internal/runtime/spawn"
 )
 
 // Config configures the ns runtime.
@@ -62,6 +63,9 @@ type Runtime struct {
 	// lowers are the template layers' images the sandboxes' roots stack
 	// on (package lowers says why).
 	lowers *lowers.Images
+	// spawner starts the sandboxes' processes, made on the first start
+	// with its agent binary.
+	spawner *spawn.Spawner
 }
 
 var (
@@ -136,7 +140,7 @@ func (r *Runtime) SocketPath(id string) string { return filepath.Join(r.runDir(i
 type prepared struct {
 	dir    string
 	cg     *cgroup.Cgroup
-	cmd    *exec.Cmd
+	child  *spawn.Child
 	ctl    *os.File
 	limits runtime.Limits
 	netns  string // the network namespace it was started in; "" for its own
@@ -155,9 +159,8 @@ func netnsOf(spec runtime.Spec) string {
 
 // kill ends p's process and releases what it holds.
 func (r *Runtime) kill(id string, p *prepared) {
-	if p.cmd.Process != nil {
-		_ = p.cmd.Process.Kill()
-	}
+	_ = p.child.Kill()
+	_ = p.child.Release()
 	p.ctl.Close()
 	_ = p.cg.KillAll(5 * time.Second)
 	_ = p.cg.Delete()
@@ -206,8 +209,9 @@ func (r *Runtime) prepare(spec runtime.Spec) (_ *prepared, err error) {
 		if err == nil {
 			return
 		}
-		if p.cmd != nil && p.cmd.Process != nil {
-			_ = p.cmd.Process.Kill()
+		if p.child != nil {
+			_ = p.child.Kill()
+			_ = p.child.Release()
 		}
 		if p.ctl != nil {
 			p.ctl.Close()
@@ -243,14 +247,42 @@ func (r *Runtime) prepare(spec runtime.Spec) (_ *prepared, err error) {
 	}
 
 	cmd := initCommand(spec, p.netns, logFile, lnFile, childCtl)
-	inside, err := p.cg.StartMoved(cmd, p.netns)
-	if err != nil {
+	if p.child, p.newCgroupNS, err = r.start(p.cg, cmd, p.netns); err != nil {
 		return nil, fmt.Errorf("starting sandbox init: %w", err)
 	}
-	p.cmd, p.newCgroupNS = cmd, !inside
-	// Reap our child when it ends; after a node restart the host's init does.
-	go func() { _ = cmd.Wait() }()
 	return p, nil
+}
+
+// start starts cmd through the spawner (package spawn says why), born in
+// cg on cgroup v2; on v1 it is moved in at once and then, born outside,
+// creates its cgroup namespace itself (cgroup.BirthDir): newCgroupNS.
+func (r *Runtime) start(cg *cgroup.Cgroup, cmd *exec.Cmd, netns string) (child *spawn.Child, newCgroupNS bool, err error) {
+	dir, err := cg.BirthDir()
+	if err != nil {
+		return nil, false, err
+	}
+	if dir != nil {
+		defer dir.Close()
+	} else {
+		cmd.SysProcAttr.Cloneflags &^= syscall.CLONE_NEWCGROUP
+	}
+	r.mu.Lock()
+	if r.spawner == nil {
+		r.spawner = spawn.New(cmd.Path)
+	}
+	sp := r.spawner
+	r.mu.Unlock()
+	if child, err = sp.Start(cmd, netns, dir); err != nil {
+		return nil, false, err
+	}
+	if dir == nil {
+		if err := cg.MoveIn(child.Pid); err != nil {
+			_ = child.Kill()
+			_ = child.Release()
+			return nil, false, err
+		}
+	}
+	return child, dir == nil, nil
 }
 
 // listenAgent opens the agent's socket at sock, replacing a stale one, and
@@ -378,11 +410,13 @@ func (r *Runtime) finish(ctx context.Context, spec runtime.Spec, p *prepared, st
 	defer func() {
 		if err != nil {
 			r.kill(spec.ID, p)
+		} else {
+			_ = p.child.Release()
 		}
 	}()
 	defer p.ctl.Close()
 	defer r.unmountStaging(p.dir)
-	pid := p.cmd.Process.Pid
+	pid := p.child.Pid
 	cfg, err := r.stageMounts(spec, p.dir, pid)
 	if err != nil {
 		return inst, fmt.Errorf("%w: %v", errNotConfigured, err)
@@ -567,6 +601,7 @@ func (r *Runtime) Stop(ctx context.Context, id string, inst runtime.Instance) er
 func (r *Runtime) Cleanup(ctx context.Context, id string) error {
 	if p := r.takePrepared(id); p != nil {
 		p.ctl.Close()
+		_ = p.child.Release()
 	}
 	var errs []error
 	if cg, err := r.loadCgroup(id); err == nil {

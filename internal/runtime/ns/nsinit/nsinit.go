@@ -45,7 +45,7 @@ type Config struct {
 	// (see runtime.Network).
 	Net *Net `json:"net,omitempty"`
 	// NewCgroupNS is set when the process was born outside its cgroup and
-	// moved in (cgroup v1, see cgroup.StartMoved): it creates its cgroup
+	// moved in (cgroup v1, see cgroup.BirthDir): it creates its cgroup
 	// namespace, rooted at its cgroup, before anything else.
 	NewCgroupNS bool `json:"new_cgroupns,omitempty"`
 	// Seccomp is the seccomp filter every process of the sandbox runs
