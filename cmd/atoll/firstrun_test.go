@@ -172,12 +172,17 @@ func TestReadmeRunLine(t *testing.T) {
 	run, _, _ = strings.Cut(run, "\n## ")
 	var line string
 	for _, l := range strings.Split(run, "\n") {
-		if strings.Contains(l, "go run ./cmd/atoll serve") {
+		if strings.HasSuffix(l, "atoll serve") {
 			line = l
 		}
 	}
 	if !strings.HasPrefix(line, "apt-get update && apt-get install -y ") {
 		t.Errorf("the run line does not update the package lists before installing: %q", line)
+	}
+	// Both binaries, so that sandboxes run the small agent, not all of
+	// atoll (agentSource).
+	if !strings.Contains(line, "go build -o /usr/local/bin/ ./cmd/atoll ./cmd/atoll-agent && atoll serve") {
+		t.Errorf("the run line does not build atoll-agent beside atoll: %q", line)
 	}
 	for _, pkg := range []string{"btrfs-progs", "erofs-utils"} {
 		if !strings.Contains(line, pkg) {
@@ -189,4 +194,29 @@ func TestReadmeRunLine(t *testing.T) {
 			t.Errorf("README's Run it does not name %s, which the vm runtime needs", pkg)
 		}
 	}
+}
+
+// TestAgentSource: without atoll-agent beside it the server runs itself as
+// the agent and says so (it warns at start: all of atoll starts in every
+// sandbox); --agent names one.
+func TestAgentSource(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, wantSelf := exe, true
+	if beside := filepath.Join(filepath.Dir(exe), "atoll-agent"); fileExists(beside) {
+		want, wantSelf = beside, false
+	}
+	if path, self, err := agentSource(""); err != nil || self != wantSelf || path != want {
+		t.Errorf("agentSource: %q, self %v, %v; want %q, self %v", path, self, err, want, wantSelf)
+	}
+	if path, self, err := agentSource("/opt/atoll-agent"); err != nil || self || path != "/opt/atoll-agent" {
+		t.Errorf("--agent: %q, self %v, %v", path, self, err)
+	}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }

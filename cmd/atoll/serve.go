@@ -495,9 +495,13 @@ func (s *serving) openLayers(context.Context) (err error) {
 
 // installAgent installs the agent binary sandboxes run as PID 1.
 func (s *serving) installAgent(context.Context) error {
-	src, err := agentSource(s.cfg.agent)
+	src, self, err := agentSource(s.cfg.agent)
 	if err != nil {
 		return err
+	}
+	if self {
+		s.log.Warn("no atoll-agent beside this binary: sandboxes run all of atoll as their agent, which costs each start about 20 ms of CPU more; build both (go build -o DIR/ ./cmd/atoll ./cmd/atoll-agent) or pass --agent",
+			"binary", src)
 	}
 	s.agentPath, err = agentbin.Install(s.dir.Bin(), src)
 	return err
@@ -987,21 +991,24 @@ func ensureSecret(path string) ([]byte, error) {
 }
 
 // agentSource picks the agent binary: the flag's, else an atoll-agent installed
-// beside this binary (smaller, so sandboxes start faster), else this binary,
-// which can act as the agent too (`go run ./cmd/atoll serve` needs no other build).
-func agentSource(flag string) (string, error) {
+// beside this binary, else this binary, which can act as the agent too
+// (`go run ./cmd/atoll serve` needs no other build) but costs each sandbox
+// far more: every start runs the package initialization of all of atoll
+// (about 20 ms of CPU, against 3 for atoll-agent), which halved the
+// sustained create rate (docs/benchmarks.md, issue #13). self is true then.
+func agentSource(flag string) (path string, self bool, err error) {
 	if flag != "" {
-		return flag, nil
+		return flag, false, nil
 	}
-	self, err := os.Executable()
+	exe, err := os.Executable()
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
-	beside := filepath.Join(filepath.Dir(self), "atoll-agent")
+	beside := filepath.Join(filepath.Dir(exe), "atoll-agent")
 	if fi, err := os.Stat(beside); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-		return beside, nil
+		return beside, false, nil
 	}
-	return self, nil
+	return exe, true, nil
 }
 
 // ensureAPIKey creates the first API key, the admin's, when the store has
