@@ -513,7 +513,7 @@ func hostState(t *testing.T, data string) []string {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
-		if prestarted[processSandbox(e.Name())] {
+		if prestarted[processSandbox(e.Name())] || spawnHelperOfServer(e.Name()) {
 			continue
 		}
 		for _, link := range []string{"exe", "cwd"} {
@@ -564,6 +564,22 @@ func hostState(t *testing.T, data string) []string {
 	})
 	sort.Strings(out)
 	return out
+}
+
+// spawnHelperOfServer is whether process pid is a running server's spawn
+// helper (atoll-agent spawn, package spawn): a part of the server, started
+// with its first sandbox and ended with it. One whose server is gone (its
+// parent now init) is a leak like any other process.
+func spawnHelperOfServer(pid string) bool {
+	cmdline, _ := os.ReadFile(filepath.Join("/proc", pid, "cmdline"))
+	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	if len(args) != 2 || args[1] != "spawn" {
+		return false
+	}
+	stat, _ := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	_, rest, _ := strings.Cut(string(stat), ") ")
+	f := strings.Fields(rest)
+	return len(f) > 1 && f[1] != "1" && f[1] != "0"
 }
 
 // processSandbox is the sandbox whose cgroup holds process pid, or "".

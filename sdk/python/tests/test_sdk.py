@@ -12,6 +12,7 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.parse
 import urllib.request
 
 import atoll
@@ -569,7 +570,15 @@ class TestNetworkPorts(TestCase):
         self.assertTrue(pu.signed_url and pu.token)
 
         def fetch(url, headers=None):
-            req = urllib.request.Request(url, headers=headers or {})
+            # Names under .localhost are loopback (RFC 6761), as browsers
+            # and curl resolve them; the host's resolver need not know them
+            # (without DNS it fails), so connect to 127.0.0.1 as curl does.
+            u = urllib.parse.urlsplit(url)
+            headers = dict(headers or {})
+            if u.hostname and u.hostname.endswith(".localhost"):
+                headers["Host"] = u.netloc
+                url = urllib.parse.urlunsplit(u._replace(netloc="127.0.0.1" + (f":{u.port}" if u.port else "")))
+            req = urllib.request.Request(url, headers=headers)
             try:
                 with urllib.request.urlopen(req, timeout=5) as r:
                     return r.status, r.read()
