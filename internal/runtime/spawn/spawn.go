@@ -315,10 +315,11 @@ func (s *Spawner) Start(cmd *exec.Cmd, netns string, cgroupDir *os.File) (*Child
 	return &Child{Pid: a.Pid, pidfd: pidfd}, nil
 }
 
-// sendmsg is unix.Sendmsg, again on EINTR.
+// sendmsg is unix.Sendmsg, again on EINTR; a peer gone is EPIPE, with no
+// SIGPIPE.
 func sendmsg(fd int, msg, oob []byte) error {
 	for {
-		err := unix.Sendmsg(fd, msg, oob, nil, 0)
+		err := unix.Sendmsg(fd, msg, oob, nil, unix.MSG_NOSIGNAL)
 		if !errors.Is(err, unix.EINTR) {
 			return err
 		}
