@@ -1027,7 +1027,8 @@ func (s *Service) deleteLocked(ctx context.Context, sb store.Sandbox) error {
 	if err := s.setState(ctx, &sb, from); err != nil {
 		return err
 	}
-	if rt := s.runtimes[sb.Runtime]; rt != nil {
+	rt := s.runtimes[sb.Runtime]
+	if rt != nil {
 		s.finalUsage(ctx, sb)
 		if err := rt.Stop(ctx, sb.ID, instance(sb)); err != nil {
 			s.log.Error("stopping sandbox for delete", "sandbox", sb.ID, "err", err)
@@ -1039,7 +1040,12 @@ func (s *Service) deleteLocked(ctx context.Context, sb store.Sandbox) error {
 		s.log.Error("deleting sandbox", "sandbox", sb.ID, "err", err)
 		return fmt.Errorf("%w: deleting sandbox failed; try again", errdefs.ErrUnavailable)
 	}
-	if err := s.layers.RemoveWritable(sb.ID); err != nil {
+	// Once Stop ended every process of the sandbox, its layer may be reused.
+	remove := s.layers.RemoveWritable
+	if rt != nil {
+		remove = s.layers.RecycleWritable
+	}
+	if err := remove(sb.ID); err != nil {
 		s.log.Error("removing writable layer", "sandbox", sb.ID, "err", err)
 		return fmt.Errorf("%w: deleting sandbox failed; try again", errdefs.ErrUnavailable)
 	}

@@ -50,6 +50,11 @@ type Store struct {
 	dir    string
 	looped bool // Dir is a loop-mounted image that Open mounted
 	log    *slog.Logger
+
+	// spares are emptied writable layers kept for reuse (spares.go).
+	spareMu  sync.Mutex
+	spares   []string
+	spareSeq uint64
 }
 
 // Open prepares the store's filesystem.
@@ -84,12 +89,15 @@ func Open(cfg Config) (*Store, error) {
 			cfg.Logger.Warn("layer store: writeback not bounded; snapshots right after large writes will be slow", "err", err)
 		}
 	}
-	for _, d := range []string{"sandboxes", "templates", "layers"} {
+	for _, d := range []string{"sandboxes", "templates", "layers", "spares"} {
 		if err := os.MkdirAll(filepath.Join(cfg.Dir, d), 0o700); err != nil {
 			return nil, err
 		}
 	}
 	if err := s.sweepLayerTemps(); err != nil {
+		return nil, err
+	}
+	if err := s.sweepSpares(); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -158,8 +166,10 @@ func (s *Store) WritableDir(id string) string { return filepath.Join(s.dir, "san
 // exists only updates the cap.
 func (s *Store) CreateWritable(id string, quota int64) (string, error) {
 	dir := s.WritableDir(id)
-	if err := createSubvolume(dir); err != nil && !errors.Is(err, os.ErrExist) {
-		return "", err
+	if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) || !s.takeSpare(dir) {
+		if err := createSubvolume(dir); err != nil && !errors.Is(err, os.ErrExist) {
+			return "", err
+		}
 	}
 	for _, sub := range []string{"upper", "work"} {
 		if err := os.Mkdir(filepath.Join(dir, sub), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
