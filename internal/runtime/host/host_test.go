@@ -152,3 +152,73 @@ func TestRemoveDir(t *testing.T) {
 		}
 	}
 }
+
+// TestPrivateTmpfs: an empty state directory becomes a private tmpfs, once;
+// one holding an earlier version's state stays on its file system, bound
+// privately on itself.
+func TestPrivateTmpfs(t *testing.T) {
+	testenv.RequireRoot(t)
+	fsType := func(dir string) int64 {
+		t.Helper()
+		var st unix.Statfs_t
+		if err := unix.Statfs(dir, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Type
+	}
+	mounts := func(dir string) (n int, private bool) {
+		t.Helper()
+		b, err := os.ReadFile("/proc/self/mountinfo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		private = true
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) > 6 && f[4] == dir {
+				n++
+				private = private && !strings.Contains(line, "shared:")
+			}
+		}
+		return n, private
+	}
+
+	empty := filepath.Join(t.TempDir(), "run")
+	if err := os.Mkdir(empty, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(empty, unix.MNT_DETACH) })
+	for range 2 {
+		if err := PrivateTmpfs(empty); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fsType(empty) != unix.TMPFS_MAGIC {
+		t.Error("an empty state directory is not a tmpfs")
+	}
+	if n, private := mounts(empty); n != 1 || !private {
+		t.Errorf("%d mounts at the state directory, private %v; want one, private", n, private)
+	}
+	if fi, err := os.Stat(empty); err != nil || fi.Mode().Perm() != 0o711 {
+		t.Errorf("the tmpfs's mode: %v %v, want 0711", fi.Mode(), err)
+	}
+
+	used := filepath.Join(t.TempDir(), "run")
+	if err := os.MkdirAll(filepath.Join(used, "sandbox1"), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(used, unix.MNT_DETACH) })
+	before := fsType(used)
+	if err := PrivateTmpfs(used); err != nil {
+		t.Fatal(err)
+	}
+	if fsType(used) != before {
+		t.Error("a state directory holding state was mounted over")
+	}
+	if _, err := os.Stat(filepath.Join(used, "sandbox1")); err != nil {
+		t.Errorf("its state is hidden: %v", err)
+	}
+	if n, private := mounts(used); n != 1 || !private {
+		t.Errorf("%d mounts at the used state directory, private %v; want one, private", n, private)
+	}
+}

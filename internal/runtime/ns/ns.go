@@ -66,6 +66,9 @@ type Runtime struct {
 	// spawner starts the sandboxes' processes, made on the first start
 	// with its agent binary.
 	spawner *spawn.Spawner
+	// lonets are the network namespaces of sandboxes without a network
+	// (lonet.go).
+	lonets *loNets
 }
 
 var (
@@ -88,7 +91,7 @@ func New(cfg Config) (*Runtime, error) {
 	if err := os.Chmod(cfg.RunRoot, 0o711); err != nil {
 		return nil, err
 	}
-	if err := host.PrivateMount(cfg.RunRoot); err != nil {
+	if err := host.PrivateTmpfs(cfg.RunRoot); err != nil {
 		return nil, err
 	}
 	// Descriptors this process inherited are not close-on-exec, so every
@@ -107,7 +110,7 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.CgroupParent == "" {
 		cfg.CgroupParent = DefaultCgroupParent
 	}
-	return &Runtime{runRoot: cfg.RunRoot, cgParent: cfg.CgroupParent, log: cfg.Logger, prepared: map[string]*prepared{}, lowers: lw}, nil
+	return &Runtime{runRoot: cfg.RunRoot, cgParent: cfg.CgroupParent, log: cfg.Logger, prepared: map[string]*prepared{}, lowers: lw, lonets: newLoNets()}, nil
 }
 
 // Name implements runtime.Runtime.
@@ -164,6 +167,7 @@ func (r *Runtime) kill(id string, p *prepared) {
 	p.ctl.Close()
 	_ = p.cg.KillAll(5 * time.Second)
 	_ = p.cg.Delete()
+	r.lonets.release(id, false)
 	_ = r.cleanupDir(id)
 }
 
@@ -220,6 +224,7 @@ func (r *Runtime) prepare(spec runtime.Spec) (_ *prepared, err error) {
 			_ = p.cg.KillAll(5 * time.Second)
 			_ = p.cg.Delete()
 		}
+		r.lonets.release(spec.ID, false)
 		_ = r.cleanupDir(spec.ID)
 	}()
 
@@ -246,8 +251,18 @@ func (r *Runtime) prepare(spec runtime.Spec) (_ *prepared, err error) {
 		return nil, err
 	}
 
-	cmd := initCommand(spec, p.netns, logFile, lnFile, childCtl)
-	if p.child, p.newCgroupNS, err = r.start(p.cg, cmd, p.netns); err != nil {
+	// A sandbox without a network made for it gets a namespace of the
+	// node's too, holding only lo.
+	join := p.netns
+	if join == "" {
+		f, err := r.lonets.get(spec.ID)
+		if err != nil {
+			return nil, err
+		}
+		join = loNetPath(f)
+	}
+	cmd := initCommand(spec, join, logFile, lnFile, childCtl)
+	if p.child, p.newCgroupNS, err = r.start(p.cg, cmd, join); err != nil {
 		return nil, fmt.Errorf("starting sandbox init: %w", err)
 	}
 	return p, nil
@@ -334,8 +349,9 @@ func stagingMount(mnt string) error {
 }
 
 // initCommand is the sandbox's init, the agent in its init role, to be
-// started in new namespaces (joining netns, if set, for the network) with
-// the agent socket and its end of the control pair.
+// started in new namespaces (joining netns, if set, for the network: a
+// namespace of its own only if not) with the agent socket and its end of
+// the control pair.
 func initCommand(spec runtime.Spec, netns string, logFile, lnFile, childCtl *os.File) *exec.Cmd {
 	idmap := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(spec.IDMap.HostID), Size: int(spec.IDMap.Size)}}
 	cmd := exec.Command(spec.AgentPath, launch.Init)
@@ -521,21 +537,30 @@ func (r *Runtime) stageMounts(spec runtime.Spec, dir string, pid int) (nsinit.Co
 		if err != nil {
 			return cfg, err
 		}
-		// sysfs shows the network devices of the namespace its mounter is
-		// in, and only the namespace's owner may mount it: the sandbox's
-		// root is not, so the node mounts it here, from inside.
-		sys := filepath.Join(mnt, "sys")
-		if err := os.Mkdir(sys, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-			return cfg, err
-		}
-		err = netns.Run(spec.Network.Netns, func() error {
-			return unix.Mount("sysfs", sys, "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
-		})
-		if err != nil {
-			return cfg, fmt.Errorf("mounting sysfs of the sandbox's network: %w", err)
-		}
-		cfg.Net = &nsinit.Net{Files: staged, Sys: sys}
+		cfg.Net = &nsinit.Net{Files: staged}
 	}
+	// sysfs shows the network devices of the namespace its mounter is in,
+	// and only the namespace's owner may mount it: the node made the
+	// sandbox's, so it mounts it here, from inside.
+	sys := filepath.Join(mnt, "sys")
+	if err := os.Mkdir(sys, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return cfg, err
+	}
+	mountSys := func() error {
+		return unix.Mount("sysfs", sys, "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	}
+	switch lonet := r.lonets.of(spec.ID); {
+	case spec.Network != nil:
+		err = netns.Run(spec.Network.Netns, mountSys)
+	case lonet != nil:
+		err = netns.RunFd(int(lonet.Fd()), mountSys)
+	default:
+		return cfg, nil // its own namespace: it mounts its own
+	}
+	if err != nil {
+		return cfg, fmt.Errorf("mounting sysfs of the sandbox's network: %w", err)
+	}
+	cfg.Sys = sys
 	return cfg, nil
 }
 
@@ -604,14 +629,19 @@ func (r *Runtime) Cleanup(ctx context.Context, id string) error {
 		_ = p.child.Release()
 	}
 	var errs []error
+	ended := false // every process of the sandbox is gone
 	if cg, err := r.loadCgroup(id); err == nil {
 		_ = cg.Thaw()
 		if err := cg.KillAll(10 * time.Second); err != nil {
 			errs = append(errs, err)
-		} else if err := cg.Delete(); err != nil {
-			errs = append(errs, fmt.Errorf("deleting cgroup: %w", err))
+		} else {
+			ended = true
+			if err := cg.Delete(); err != nil {
+				errs = append(errs, fmt.Errorf("deleting cgroup: %w", err))
+			}
 		}
 	}
+	r.lonets.release(id, ended)
 	return errors.Join(append(errs, r.cleanupDir(id))...)
 }
 

@@ -463,6 +463,13 @@ func testIsolation(t *testing.T, rt runtime.Runtime, env Env, caps runtime.Caps)
 		{"agent binary not in the root", "lsA / | grep -c atoll", "0\n", false},
 		{"proc exe of init", "cat /proc/1/exe > /dev/null 2>&1; echo x >> /proc/1/exe 2>/dev/null && echo wrote || echo denied", "denied\n", false},
 		{"only loopback", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort", "lo\n", false}, // eth0 too with a network (below)
+		// The node made the sandbox's network namespace, with a network or
+		// without: its root has no power over it (SIOCSIFFLAGS taking lo
+		// down is refused), but binds low ports and pings as it could in
+		// one of its own.
+		{"network not the sandbox's", "python3 -c 'import socket, fcntl, struct, errno\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ntry: fcntl.ioctl(s, 0x8914, struct.pack(\"16sH14x\", b\"lo\", 0)); print(\"changed\")\nexcept OSError as e: print(errno.errorcode[e.errno])'", "EPERM\n", true},
+		{"low port", "python3 -c 'import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 80)); print(\"bound\")'", "bound\n", false},
+		{"ping socket", "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP); print(\"ok\")'", "ok\n", true},
 		{"loopback up", "python3 -c 'import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 0)); s.listen(1); c = socket.create_connection(s.getsockname()); print(\"connected\")'", "connected\n", false},
 		{"dev nodes", "lsA /dev | tr '\\n' ' '", "", false}, // checked below
 		// Rooted at the sandbox's own cgroup in every hierarchy, also

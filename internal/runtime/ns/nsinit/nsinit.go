@@ -41,9 +41,14 @@ type Config struct {
 	// Setuid leaves no_new_privs unset, so that setuid programs (sudo)
 	// work (runtime.Spec.Setuid).
 	Setuid bool `json:"setuid,omitempty"`
-	// Net is set when the sandbox runs in a network namespace the node made
-	// (see runtime.Network).
+	// Net is set when the sandbox runs in a network the node made (see
+	// runtime.Network).
 	Net *Net `json:"net,omitempty"`
+	// Sys is a read-only sysfs the node mounted from inside the sandbox's
+	// network namespace, which the node made (only the namespace's owner
+	// may mount one), bound at /sys; empty, the sandbox owns its network
+	// namespace and mounts its own.
+	Sys string `json:"sys,omitempty"`
 	// NewCgroupNS is set when the process was born outside its cgroup and
 	// moved in (cgroup v1, see cgroup.BirthDir): it creates its cgroup
 	// namespace, rooted at its cgroup, before anything else.
@@ -59,9 +64,6 @@ type Net struct {
 	// Files is an id-mapped read-only directory holding resolv.conf and
 	// hosts, mounted over /etc's.
 	Files string `json:"files"`
-	// Sys is a read-only sysfs the node mounted from inside the sandbox's
-	// network namespace (only the namespace's owner may), mounted at /sys.
-	Sys string `json:"sys"`
 }
 
 // Bind is a read-only directory mounted at Target inside the root.
@@ -283,7 +285,7 @@ func buildRoot(cfg Config) error {
 		{"/dev/shm", "tmpfs", "mode=1777,size=65536k", common},
 		{"/dev/mqueue", "mqueue", "", common},
 	}
-	if cfg.Net == nil {
+	if cfg.Sys == "" {
 		mounts = append(mounts, mnt{"/sys", "sysfs", "", common | unix.MS_RDONLY})
 	}
 	for _, m := range mounts {
@@ -293,6 +295,15 @@ func buildRoot(cfg Config) error {
 		}
 		if err := unix.Mount(m.fstype, dst, m.fstype, m.flags, m.data); err != nil {
 			return fmt.Errorf("mounting %s: %w", m.target, err)
+		}
+	}
+	if cfg.Sys != "" {
+		dst, err := confine.Mountpoint(root, "/sys", true)
+		if err != nil {
+			return err
+		}
+		if err := unix.Mount(cfg.Sys, dst, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("binding /sys: %w", err)
 		}
 	}
 	if cfg.Net != nil {
@@ -357,13 +368,6 @@ func bootID(root string) error {
 // mountNet mounts what the node prepared for a sandbox with a network: its
 // sysfs, and its resolv.conf and hosts over the image's.
 func mountNet(root string, n *Net) error {
-	dst, err := confine.Mountpoint(root, "/sys", true)
-	if err != nil {
-		return err
-	}
-	if err := unix.Mount(n.Sys, dst, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("binding /sys: %w", err)
-	}
 	for _, name := range []string{"resolv.conf", "hosts"} {
 		target := "/etc/" + name
 		// An image's symlink here (to a systemd-resolved stub, say) is
