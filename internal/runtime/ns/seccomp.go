@@ -88,7 +88,11 @@ var seccompProgram = sync.OnceValues(func() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	insts, err := filter.Policy.Assemble()
+	info, err := arch.GetInfo("")
+	if err != nil {
+		return nil, fmt.Errorf("seccomp arch: %w", err)
+	}
+	insts, err := compactProgram(filter.Policy, info)
 	if err != nil {
 		return nil, fmt.Errorf("assembling the seccomp filter: %w", err)
 	}
