@@ -204,10 +204,24 @@ status=0
 if [ $# -gt 0 ]; then
 	go test -count=1 -timeout 40m "$@" ./... || status=$?
 else
+	# cmd/atoll's end-to-end tests take most of the run, one after another.
+	# Those that build Debian templates and drive the official clients (the
+	# code interpreter, E2B's SDKs, the browser, MCP, Python), about half of
+	# its time, run in a second go test beside the rest; their output is
+	# shown when they end. They share no state with the others: each test
+	# has its own server, data directory and networks, and the clients'
+	# packages are installed once, above or by the tests of that half.
+	clients='^(TestCodeInterpreter|TestBaseTemplate|TestTemplateBootstrap|TestDashboardBrowser|TestE2B.*|TestPython.*|TestHarborBench|TestMCP.*|TestUsageAccuracy)$'
+	clientslog=$(mktemp)
+	go test -count=1 -timeout 40m -run "$clients" ./cmd/atoll >"$clientslog" 2>&1 &
+	clientspid=$!
 	# The exhaustion test measures a neighbour's latency under attack: it
-	# runs alone, after the rest, so that other packages' tests do not
-	# weigh on it.
-	go test -count=1 -timeout 40m -skip 'TestResourceExhaustion' ./... || status=$?
+	# runs alone, after the rest, so that other tests do not weigh on it.
+	go test -count=1 -timeout 40m -skip "TestResourceExhaustion|$clients" ./... || status=$?
+	wait "$clientspid" || status=$?
+	echo "test.sh: cmd/atoll's client and template tests:"
+	cat "$clientslog"
+	rm -f "$clientslog"
 	go test -count=1 -timeout 10m -run 'TestResourceExhaustion' ./cmd/atoll || status=$?
 fi
 # A lazy unmount lets go of its loop device a moment later: what is left is
