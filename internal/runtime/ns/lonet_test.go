@@ -28,6 +28,14 @@ func TestLoNets(t *testing.T) {
 		}
 		return st.Ino
 	}
+	get := func(id string) *os.File {
+		t.Helper()
+		f, err := l.get(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
 	in := func(f *os.File, fn func() error) {
 		t.Helper()
 		if err := netns.RunFd(int(f.Fd()), fn); err != nil {
@@ -35,10 +43,7 @@ func TestLoNets(t *testing.T) {
 		}
 	}
 
-	a, err := l.get("a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := get("a")
 	var host unix.Stat_t
 	if err := unix.Stat("/proc/self/ns/net", &host); err != nil {
 		t.Fatal(err)
@@ -83,10 +88,7 @@ func TestLoNets(t *testing.T) {
 	if l.of("a") != nil {
 		t.Error("a released namespace is still the sandbox's")
 	}
-	b, err := l.get("b")
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := get("b")
 	if ino(b) != first {
 		t.Error("an ended sandbox's clean namespace was not reused")
 	}
@@ -112,10 +114,7 @@ func TestLoNets(t *testing.T) {
 		return ln.Close()
 	})
 	l.release("b", true)
-	c, err := l.get("c")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := get("c")
 	if ino(c) == first {
 		t.Error("a namespace holding a TIME_WAIT was reused")
 	}
@@ -123,10 +122,7 @@ func TestLoNets(t *testing.T) {
 	// A sandbox not known to have ended: not reused either.
 	second := ino(c)
 	l.release("c", false)
-	d, err := l.get("d")
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := get("d")
 	if ino(d) == second {
 		t.Error("the namespace of a sandbox that may still run was reused")
 	}
