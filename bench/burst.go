@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,7 +19,10 @@ import (
 	"syscall"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/runtime/cgroup"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
 
@@ -283,18 +287,84 @@ func burstPeers(r *report, work, skeleton string, cfg burstConfig) {
 // `true`. No cgroup, agent, API, database or network device: a sandbox does
 // all of this and more, so atoll's sustained rate cannot exceed this
 // floor's, which bounds what its ratio to runc can become.
+//
+// The design floor adds what atoll's design asks of every sandbox besides
+// its API, records and pools: the writable layer on the data directory's
+// btrfs (where snapshots and forks are subvolume snapshots), so that the
+// overlay's unmount syncs that file system as a sandbox's end does; a
+// cgroup with a default sandbox's limits (on cgroup v1 one in each
+// hierarchy atoll uses); and a Go program as the sandbox's first process
+// instead of `true`, since the agent is one (no cgo: see STYLE.md), here
+// the smallest there is, which starts and exits.
 func burstFloor(r *report, work, skeleton string, cfg burstConfig) {
 	if _, err := exec.LookPath("unshare"); err != nil {
 		r.missing("unshare")
 		return
 	}
+	floorRuns(r, cfg, floorSpec{
+		name:     "floor: own overlay + unshare (user, mount, pid, uts, ipc, net) + `true`",
+		note:     "floor run",
+		layers:   filepath.Join(work, "floor"),
+		skeleton: skeleton,
+		prog:     "/usr/bin/true",
+	})
+	// The design floor's layers go on the server's btrfs, beside the
+	// template the skeleton is.
+	goLayer := filepath.Join(work, "floor-go")
+	check(os.MkdirAll(goLayer, 0o755))
+	check(os.WriteFile(filepath.Join(work, "floor-go.go"), []byte("package main\n\nfunc main() {}\n"), 0o644))
+	build := exec.Command("go", "build", "-o", filepath.Join(goLayer, "floor-go"), filepath.Join(work, "floor-go.go"))
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		r.failed("design floor", fmt.Sprintf("building its Go program: %v: %s", err, bytes.TrimSpace(out)))
+		return
+	}
+	floorRuns(r, cfg, floorSpec{
+		name:     "design floor: writable layer on the data btrfs + cgroup + unshare + a Go program",
+		note:     "design floor run",
+		layers:   filepath.Join(filepath.Dir(filepath.Dir(skeleton)), "bench-floor"),
+		skeleton: goLayer + ":" + skeleton,
+		prog:     "/floor-go",
+		cgroup:   true,
+	})
+}
+
+// floorLimits are a default sandbox's (control's defaults: 1 CPU, 1 GiB
+// without swap, 1024 processes), as the ns runtime writes them.
+var floorLimits = func() *specs.LinuxResources {
+	mem, pids := int64(1<<30), int64(1024)
+	return &specs.LinuxResources{
+		CPU:    cgroup.CPU(0, 1),
+		Memory: &specs.LinuxMemory{Limit: &mem, Swap: &mem},
+		Pids:   &specs.LinuxPids{Limit: &pids},
+	}
+}()
+
+// floorSpec is one floor: its row's name, where its writable layers go, the
+// overlay's lower directories, the program run and whether each run gets a
+// cgroup.
+type floorSpec struct {
+	name, note, layers, skeleton, prog string
+	cgroup                             bool
+}
+
+// floorRuns runs f's floor cfg.n times at the burst's parallelism.
+func floorRuns(r *report, cfg burstConfig, f floorSpec) {
 	var mu sync.Mutex
 	var ds []time.Duration
+	defer os.RemoveAll(f.layers)
+	if f.cgroup {
+		defer func() {
+			if cg, err := cgroup.Load("/atoll-bench-floor"); err == nil {
+				cg.Delete()
+			}
+		}()
+	}
 	cpu0, self0 := childrenCPU(), cpuOf(os.Getpid())
 	t0 := time.Now()
 	errs := parallel(cfg.n, cfg.clients, func(i int) error {
 		t := time.Now()
-		dir := filepath.Join(work, "floor", strconv.Itoa(i))
+		dir := filepath.Join(f.layers, strconv.Itoa(i))
 		merged, upper, wd := filepath.Join(dir, "root"), filepath.Join(dir, "upper"), filepath.Join(dir, "work")
 		for _, d := range []string{merged, upper, wd} {
 			if err := os.MkdirAll(d, 0o755); err != nil {
@@ -302,7 +372,7 @@ func burstFloor(r *report, work, skeleton string, cfg burstConfig) {
 			}
 		}
 		defer os.RemoveAll(dir)
-		if err := syscall.Mount("overlay", merged, "overlay", 0, "lowerdir="+skeleton+",upperdir="+upper+",workdir="+wd); err != nil {
+		if err := syscall.Mount("overlay", merged, "overlay", 0, "lowerdir="+f.skeleton+",upperdir="+upper+",workdir="+wd); err != nil {
 			return fmt.Errorf("floor overlay: %v", err)
 		}
 		defer syscall.Unmount(merged, syscall.MNT_DETACH)
@@ -311,10 +381,29 @@ func burstFloor(r *report, work, skeleton string, cfg burstConfig) {
 			return fmt.Errorf("floor /usr: %v", err)
 		}
 		defer syscall.Unmount(usr, syscall.MNT_DETACH)
-		out, err := exec.Command("unshare", "--fork", "--pid", "--mount", "--uts", "--ipc", "--net", "--user", "--map-root-user",
-			"--root="+merged, "/usr/bin/true").CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("floor: %v: %s", err, bytes.TrimSpace(out))
+		var out bytes.Buffer
+		cmd := exec.Command("unshare", "--fork", "--pid", "--mount", "--uts", "--ipc", "--net", "--user", "--map-root-user",
+			"--root="+merged, f.prog)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		if f.cgroup {
+			// As a sandbox's first process on cgroup v1: born outside,
+			// moved in (it may have ended by then).
+			cg, err := cgroup.New(fmt.Sprintf("/atoll-bench-floor/%d", i), floorLimits)
+			if err != nil {
+				cmd.Wait()
+				return err
+			}
+			defer cg.Delete()
+			if err := cg.MoveIn(cmd.Process.Pid); err != nil && !errors.Is(err, syscall.ESRCH) {
+				cmd.Wait()
+				return fmt.Errorf("floor cgroup: %v", err)
+			}
+		}
+		if err := cmd.Wait(); err != nil {
+			return fmt.Errorf("floor: %v: %s", err, bytes.TrimSpace(out.Bytes()))
 		}
 		mu.Lock()
 		ds = append(ds, time.Since(t))
@@ -323,10 +412,9 @@ func burstFloor(r *report, work, skeleton string, cfg burstConfig) {
 	})
 	wall := time.Since(t0)
 	self := cpuOf(os.Getpid())
-	name := "floor: own overlay + unshare (user, mount, pid, uts, ipc, net) + `true`"
-	r.add("burst peer: "+name, fmt.Sprintf("%d clients", cfg.clients), ds)
-	r.rate("burst peer: "+name+" runs", fmt.Sprintf("%d clients", cfg.clients), len(ds), wall, errs, "")
-	r.note(fmt.Sprintf("burst peer: CPU time per floor run: %s (the runs %s; the bench's own mounts %s)",
+	r.add("burst peer: "+f.name, fmt.Sprintf("%d clients", cfg.clients), ds)
+	r.rate("burst peer: "+f.name+" runs", fmt.Sprintf("%d clients", cfg.clients), len(ds), wall, errs, "")
+	r.note(fmt.Sprintf("burst peer: CPU time per %s: %s (the runs %s; the bench's own mounts and cgroups %s)", f.note,
 		ms((childrenCPU()-cpu0+self.self-self0.self)/time.Duration(cfg.n)), ms((childrenCPU()-cpu0)/time.Duration(cfg.n)),
 		ms((self.self-self0.self)/time.Duration(cfg.n))))
 }
