@@ -138,6 +138,21 @@ func TestClusterMode(t *testing.T) {
 			if _, err := multi.Exec(ctx, sb.ID, api.ExecRequest{Shell: "true"}, &out, &out); !errors.Is(err, atoll.ErrUnavailable) {
 				t.Errorf("exec in %s, whose node is down: %v, want unavailable", sb.ID, err)
 			}
+			// Only its tenant learns that: to another tenant's key it
+			// is any ID not theirs, and without a key, nothing.
+			if _, err := cl.Nodes[1].ClientWith(k.Key).Exec(ctx, sb.ID, api.ExecRequest{Shell: "true"}, &out, &out); !errors.Is(err, atoll.ErrNotFound) {
+				t.Errorf("team-b's key: exec in %s, whose node is down: %v, want not found", sb.ID, err)
+			}
+			req, _ := http.NewRequestWithContext(ctx, "GET", cl.Nodes[1].URL+"/v1/sandboxes/"+sb.ID, nil)
+			if resp, err := hc.Do(req); err != nil {
+				t.Error(err)
+			} else {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusUnauthorized || strings.Contains(string(b), cl.Nodes[0].Name()) {
+					t.Errorf("no key: GET %s, whose node is down: %d %s, want 401", sb.ID, resp.StatusCode, b)
+				}
+			}
 			continue
 		}
 		if out, code := sh(t, multi, sb.ID, "cat /tmp/f"); code != 0 || !strings.HasSuffix(out, sb.ID) {

@@ -193,8 +193,9 @@ type answer struct {
 }
 
 // api is node n's API: it serves the sandboxes the world places on n, to
-// their tenant's key; every other sandbox is not found here, as on a real
-// node.
+// their tenant's key; another node's sandbox, unless lost, is to its
+// tenant one that runs elsewhere (503, once the request's body is read,
+// with its length); any other is not found here, as on a real node.
 func (c *cluster) api(n *node) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n.served.Add(1)
@@ -206,6 +207,14 @@ func (c *cluster) api(n *node) http.Handler {
 		sb, ok := c.w.sandboxes[id]
 		c.w.mu.Unlock()
 		tenant := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer key-")
+		if ok && sb.node != n.name && sb.tenant == tenant && sb.state != api.StateLost {
+			body, _ := io.ReadAll(r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			json.NewEncoder(w).Encode(api.Error{Code: api.CodeUnavailable,
+				Message: fmt.Sprintf("sandbox %s runs on node %s, not this one (read %d bytes)", id, sb.node, len(body))})
+			return
+		}
 		if !ok || sb.node != n.name || sb.tenant != tenant && !strings.HasPrefix(r.URL.Path, "/cluster/") {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusNotFound)

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"sync"
 
 	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/errdefs"
@@ -106,6 +108,13 @@ func (rt *Router) For(listener string) *Router {
 // proxied there (streams and upgraded connections included). A request
 // routed here already (From) is local's whatever the locator says, so a
 // request never travels twice.
+//
+// The router does not authenticate: the owner does, or local. So where it
+// cannot route (the owner is fenced, or cannot be reached), local answers,
+// after its own checks: the sandbox's tenant hears that it runs on another
+// node (503), anyone else what a sandbox not theirs gets (401, 404). An
+// answer of the router's own would tell an unauthenticated client that
+// the ID exists, and where.
 func (rt *Router) Wrap(local http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, ok := From(r); ok {
@@ -132,19 +141,70 @@ func (rt *Router) Wrap(local http.Handler) http.Handler {
 			local.ServeHTTP(w, r)
 			return
 		case owner.State != store.NodeLive:
-			rt.fail(w, r, fmt.Sprintf("sandbox %s is on node %s, which is %s", id, owner.Name, owner.State))
+			local.ServeHTTP(w, r)
 			return
 		}
-		rt.proxy(w, owner.Node, id).ServeHTTP(w, r)
+		// The body goes to the owner through body, which the proxy's
+		// transport cannot close: if the owner cannot be reached before
+		// any of it went, local still has all of it.
+		var body *untouched
+		if r.Body != nil && r.Body != http.NoBody {
+			body = &untouched{r: r.Body}
+			r.Body = body
+		}
+		rt.proxy(w, owner.Node, id, func(w http.ResponseWriter, r *http.Request) {
+			if body != nil {
+				rc, ok := body.take()
+				if !ok {
+					rt.fail(w, r, "the request broke off on its way to the node that runs the sandbox; try again")
+					return
+				}
+				r.Body = rc
+			}
+			local.ServeHTTP(w, r)
+		}).ServeHTTP(w, r)
 	})
+}
+
+// untouched is a request body on its way to another node that records
+// whether any of it was read. Its Close leaves the body open, for the
+// server to close; once taken back, the transport (which may still hold
+// it after its round trip failed) reads nothing more of it.
+type untouched struct {
+	mu          sync.Mutex
+	r           io.ReadCloser
+	read, taken bool
+}
+
+func (u *untouched) Read(p []byte) (int, error) {
+	u.mu.Lock()
+	if u.taken {
+		u.mu.Unlock()
+		return 0, http.ErrBodyReadAfterClose
+	}
+	u.read = true
+	u.mu.Unlock()
+	return u.r.Read(p)
+}
+
+func (u *untouched) Close() error { return nil }
+
+// take returns the body for another handler to read, if none of it was
+// read here.
+func (u *untouched) take() (io.ReadCloser, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.taken = true
+	return u.r, !u.read
 }
 
 func (rt *Router) fail(w http.ResponseWriter, r *http.Request, msg string) {
 	rt.cfg.Surface(r).Error(w, http.StatusServiceUnavailable, api.CodeUnavailable, msg)
 }
 
-// proxy is a reverse proxy to node n for a request about sandbox id.
-func (rt *Router) proxy(w http.ResponseWriter, n Node, id string) *httputil.ReverseProxy {
+// proxy is a reverse proxy to node n for a request about sandbox id;
+// unreached answers a request that could not be carried there.
+func (rt *Router) proxy(w http.ResponseWriter, n Node, id string, unreached http.HandlerFunc) *httputil.ReverseProxy {
 	c := rt.cfg.Client
 	return &httputil.ReverseProxy{
 		// The request's body may go on streaming to the owner while its
@@ -182,7 +242,7 @@ func (rt *Router) proxy(w http.ResponseWriter, n Node, id string) *httputil.Reve
 				return // the client went away
 			}
 			rt.cfg.Logger.Warn("routing to a node", "sandbox", id, "node", n.Name, "err", err)
-			rt.fail(w, r, fmt.Sprintf("sandbox %s is on node %s, which cannot be reached now", id, n.Name))
+			unreached(w, r)
 		},
 		ErrorLog: slog.NewLogLogger(rt.cfg.Logger.Handler(), slog.LevelWarn),
 	}

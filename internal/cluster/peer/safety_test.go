@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -207,7 +208,11 @@ func TestForgedHeaders(t *testing.T) {
 	}
 }
 
-// TestOwnerGone: an owner fenced, or down, is a 503 naming the node.
+// TestOwnerGone: where the router cannot route (an owner fenced, or
+// down), the local API answers after its own checks: to the sandbox's
+// tenant, a 503 naming the node, with the request's body whole; to anyone
+// else, the 404 of an ID that is not theirs, which tells nothing of where
+// it is, or whether it exists.
 func TestOwnerGone(t *testing.T) {
 	c := newCluster(t, "a", "b", "c")
 	a := c.nodes["a"].public.URL
@@ -215,21 +220,34 @@ func TestOwnerGone(t *testing.T) {
 	time.Sleep(60 * time.Millisecond)
 	st, body := do(t, "GET", a+"/v1/sandboxes/"+onC, keyT1, nil, nil)
 	e := decode[api.Error](t, body)
-	if st != http.StatusServiceUnavailable || e.Code != api.CodeUnavailable || !strings.Contains(e.Message, "node c") || !strings.Contains(e.Message, "fenced") {
+	if st != http.StatusServiceUnavailable || e.Code != api.CodeUnavailable || !strings.Contains(e.Message, "node c") {
 		t.Errorf("fenced owner: %d %+v", st, e)
+	}
+	for _, key := range []string{keyT2, ""} {
+		if st, body := do(t, "GET", a+"/v1/sandboxes/"+onC, key, nil, nil); st != http.StatusNotFound || strings.Contains(string(body), "node c") {
+			t.Errorf("fenced owner, key %q: %d %s, want the 404 of any unknown ID", key, st, body)
+		}
 	}
 	c.nodes["b"].peer.Close()
 	// Several on one kept-alive connection: the server must be done with
 	// a refused request's body before it reads the next request.
+	const exec = `{"cmd":["true"]}`
 	for range 3 {
 		start := time.Now()
-		st, body = do(t, "POST", a+"/v1/sandboxes/"+onB+"/exec", keyT1, strings.NewReader(`{"cmd":["true"]}`), nil)
+		st, body = do(t, "POST", a+"/v1/sandboxes/"+onB+"/exec", keyT1, strings.NewReader(exec), nil)
 		e = decode[api.Error](t, body)
 		if st != http.StatusServiceUnavailable || e.Code != api.CodeUnavailable || !strings.Contains(e.Message, "node b") {
 			t.Errorf("owner down: %d %+v", st, e)
 		}
+		if want := fmt.Sprintf("(read %d bytes)", len(exec)); !strings.Contains(e.Message, want) {
+			t.Errorf("owner down: %q; the local API did not get the whole body, %s", e.Message, want)
+		}
 		if d := time.Since(start); d > dialTimeout {
 			t.Errorf("owner down answered in %v", d)
+		}
+		st, body = do(t, "POST", a+"/v1/sandboxes/"+onB+"/exec", keyT2, strings.NewReader(exec), nil)
+		if st != http.StatusNotFound || strings.Contains(string(body), "node b") {
+			t.Errorf("owner down, another tenant: %d %s, want the 404 of any unknown ID", st, body)
 		}
 	}
 	// a's own sandboxes are served all the while.
