@@ -10,6 +10,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/atoll-dev/atoll/internal/agent"
 	"github.com/atoll-dev/atoll/internal/blob"
@@ -77,9 +78,11 @@ type Service struct {
 	// pulls are the layer downloads under way, by layer ID.
 	pullMu sync.Mutex
 	pulls  map[string]*pullCall
-	// held are the versions whose layers the node holds (Refresh).
+	// held are the versions whose layers the node holds (Refresh);
+	// swept is when Refresh last swept the object store (sweepObjects).
 	heldMu sync.Mutex
 	held   []string
+	swept  time.Time
 
 	// tmplMu serialises recording and deleting templates with the layer
 	// collector; importing counts imports in flight, which hold layers no

@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/atoll-dev/atoll/internal/errdefs"
@@ -33,6 +34,9 @@ import (
 //     pulls of one layer on a node are one download.
 //   - Collecting a version deletes the objects no remaining version names;
 //     each node drops the local layers no version uses at its next Refresh.
+//     A maker that dies between publishing a version's layers and recording
+//     the version leaves objects no version names: a node's Refresh sweeps
+//     those every sweepEvery, once the maker's pins have ended.
 //   - Versions share objects, so a node making a version pins each object
 //     (store.BlobPins) before it looks for it or writes it, and unpins once
 //     the version is recorded (or refused); a node deleting one deletes it
@@ -50,7 +54,7 @@ const pinFor = time.Hour
 
 // LayerKey is the object holding the layer tar whose sha256 is digest
 // (hex).
-func LayerKey(digest string) string { return "layers/sha256/" + digest + ".tar" }
+func LayerKey(digest string) string { return layerPrefix + digest + ".tar" }
 
 // Pull is what making a sandbox of a version waited for: the layers the
 // node lacked, fetched from the object store (or by a concurrent pull of
@@ -327,7 +331,8 @@ func (s *Service) noteHeld(id string) {
 // Refresh finds again the versions whose layers this node holds, and
 // drops the local layers no version uses any more: another node may have
 // collected the last version that used them (best effort: the next
-// Refresh tries again).
+// Refresh tries again). Every sweepEvery it also deletes the layer objects
+// no version names (sweepObjects).
 func (s *Service) Refresh(ctx context.Context) {
 	vs, err := s.store.ListTemplateVersions(ctx)
 	if err != nil {
@@ -348,9 +353,16 @@ func (s *Service) Refresh(ctx context.Context) {
 	sort.Strings(held)
 	s.heldMu.Lock()
 	s.held = held
+	sweep := s.blobs != nil && time.Since(s.swept) >= sweepEvery
+	if sweep {
+		s.swept = time.Now()
+	}
 	s.heldMu.Unlock()
 	if s.blobs == nil {
 		return
+	}
+	if sweep {
+		s.sweepObjects(ctx)
 	}
 	ids, err := s.layers.LayerIDs()
 	if err != nil {
@@ -401,16 +413,86 @@ func (s *Service) dropObjects(ctx context.Context, gone []store.Template) {
 	}
 }
 
-// dropObject deletes object key, unless a version being made pinned it.
+// errNamed is a drop's finding that a version names the object after all.
+var errNamed = errors.New("a template version names the object")
+
+// dropObject deletes object key, unless a version being made pinned it or
+// a version names it. The caller found no version naming it, but that was
+// before: a maker may since have pinned the object, found it, recorded its
+// version and unpinned. So the versions are looked at again once the pins
+// are (under their lock): a maker unpins only after its version is
+// recorded, so an object found unpinned that a version needs is named by
+// then.
 func (s *Service) dropObject(ctx context.Context, key string) (bool, error) {
 	del := func(ctx context.Context) error {
+		vs, err := s.store.ListTemplateVersions(ctx)
+		if err != nil {
+			return err
+		}
+		for _, v := range vs {
+			for _, d := range v.Config.Blobs {
+				if LayerKey(d) == key {
+					return errNamed
+				}
+			}
+		}
 		if err := s.blobs.Delete(ctx, key); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			return err
 		}
 		return nil
 	}
+	var dropped bool
+	var err error
 	if s.pins == nil {
-		return true, del(ctx)
+		err = del(ctx)
+		dropped = err == nil
+	} else {
+		dropped, err = s.pins.DropBlob(ctx, key, del)
 	}
-	return s.pins.DropBlob(ctx, key, del)
+	if errors.Is(err, errNamed) {
+		return false, nil
+	}
+	return dropped, err
+}
+
+// layerPrefix is where the layers' objects are (LayerKey).
+const layerPrefix = "layers/sha256/"
+
+// sweepEvery is how often a node looks for layer objects that no version
+// names.
+const sweepEvery = 15 * time.Minute
+
+// sweepObjects deletes the layer objects that no version names and no
+// maker pins: those of a maker that died between publishing a version's
+// layers and recording it (its pins end with pinFor). Collection deletes
+// the rest (dropObjects). Each goes as there, through dropObject.
+func (s *Service) sweepObjects(ctx context.Context) {
+	keys, err := s.blobs.List(ctx, layerPrefix)
+	if err != nil {
+		s.log.Warn("listing template layers in the object store", "err", err)
+		return
+	}
+	vs, err := s.store.ListTemplateVersions(ctx)
+	if err != nil {
+		s.log.Warn("listing template versions", "err", err)
+		return
+	}
+	named := map[string]bool{}
+	for _, v := range vs {
+		for _, d := range v.Config.Blobs {
+			named[LayerKey(d)] = true
+		}
+	}
+	for _, key := range keys {
+		if named[key] || !strings.HasPrefix(key, layerPrefix) {
+			continue
+		}
+		dropped, err := s.dropObject(ctx, key)
+		switch {
+		case err != nil:
+			s.log.Warn("deleting an unused template layer from the object store", "object", key, "err", err)
+		case dropped:
+			s.log.Info("template layer that no version names deleted from the object store", "object", key)
+		}
+	}
 }

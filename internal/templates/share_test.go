@@ -282,3 +282,90 @@ func TestSharePinned(t *testing.T) {
 		}
 	}
 }
+
+// TestShareSweep: the objects of a version whose maker died before it
+// recorded the version stay while its pins last and go at the next sweep
+// after (Refresh sweeps); a version's objects, and keys outside the
+// layers' prefix, stay. A drop that finds, under the pins' lock, a version
+// naming the object after all (recorded and unpinned since its caller
+// looked) keeps it; without that second look it went (checked first).
+func TestShareSweep(t *testing.T) {
+	testenv.RequireRoot(t)
+	ctx := context.Background()
+	st := pgtest.Open(t, "templatesweep")
+	bucket, err := blob.Open(ctx, "file://"+t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bucket.Close()
+	var nodes [3]*Service
+	var ls [3]*layers.Store
+	for i := range nodes {
+		ls[i] = testenv.Layers(t, testenv.Dir(t))
+		nodes[i] = New(Config{Store: st, Layers: ls[i], Blobs: bucket, Pins: st, Logger: slog.New(slog.DiscardHandler)})
+	}
+	layer := func(ls *layers.Store, id, content string) {
+		dir, err := ls.NewLayerDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "f"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.CommitLayer(id, dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exists := func(key string) bool {
+		keys, err := bucket.List(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(keys) == 1
+	}
+	// A version made and recorded on node 0.
+	kept := strings.Repeat("a1", 32)
+	layer(ls[0], kept, "kept")
+	v1 := store.Template{Name: "app", Layers: []string{kept}, Config: store.TemplateConfig{Base: layers.HostTemplate}}
+	if err := nodes[0].publish(ctx, &v1, "v1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.PutTemplate(ctx, v1); err != nil {
+		t.Fatal(err)
+	}
+	nodes[0].unpin(ctx, "v1")
+	// Node 1 publishes a version's layer and dies before recording it.
+	orphan := strings.Repeat("b2", 32)
+	layer(ls[1], orphan, "orphan")
+	v2 := store.Template{Name: "other", Layers: []string{orphan}, Config: store.TemplateConfig{Base: layers.HostTemplate}}
+	if err := nodes[1].publish(ctx, &v2, "dead"); err != nil {
+		t.Fatal(err)
+	}
+	keptKey, orphanKey := LayerKey(v1.Config.Blobs[kept]), LayerKey(v2.Config.Blobs[orphan])
+	foreign := "archives/sandbox.tar"
+	if err := bucket.Put(ctx, foreign, func(w io.Writer) error { _, err := io.WriteString(w, "x"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	// While its pins last, the orphan stays.
+	nodes[2].sweepObjects(ctx)
+	if !exists(orphanKey) || !exists(keptKey) || !exists(foreign) {
+		t.Fatalf("pinned: orphan %v, kept %v, foreign %v; want all there", exists(orphanKey), exists(keptKey), exists(foreign))
+	}
+	// Its pins end (as they do after pinFor); node 0's next Refresh
+	// sweeps.
+	if err := st.Unpin(ctx, "dead"); err != nil {
+		t.Fatal(err)
+	}
+	nodes[0].Refresh(ctx)
+	if exists(orphanKey) {
+		t.Error("the dead maker's object is still there after the sweep")
+	}
+	if !exists(keptKey) || !exists(foreign) {
+		t.Errorf("kept %v, foreign %v; want both there", exists(keptKey), exists(foreign))
+	}
+	// A drop whose caller saw no version naming the object, when one is
+	// recorded by now: the object stays.
+	if dropped, err := nodes[2].dropObject(ctx, keptKey); err != nil || dropped || !exists(keptKey) {
+		t.Errorf("drop of an object a version names: dropped %v, %v, there %v", dropped, err, exists(keptKey))
+	}
+}
