@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,9 +24,12 @@ import (
 // exhaustions are attacks on a machine's shared resources from inside one
 // sandbox. Each runs in the background of its own sandbox for a few seconds;
 // check, run in the sandbox before it is deleted, and proof show that the
-// attack did reach the limit that contains it (or really ran).
+// attack did reach the limit that contains it (or really ran). An attack
+// with shown is waited for instead, up to its timeout, until shown finds
+// the proof in its output so far or in its sandbox's cgroups.
 var exhaustions = []struct {
 	name, script, check string
+	shown               func(id, out string) bool
 	memoryMiB           int64                 // the attacker's memory limit, if not 128 MiB
 	timeout             time.Duration         // how long the attack may run, if not 8 s
 	ownClient           bool                  // its client is the CLI, not this test's
@@ -36,10 +40,12 @@ var exhaustions = []struct {
 	// "Cannot fork" when it is reached, to the exec's output while the
 	// first shell waits).
 	// Under gvisor, where every fork makes an address space of the
-	// sentry's, reaching the limit takes a few seconds: the check waits.
-	{name: "fork bomb", script: `b() { b | b & }; b; sleep 8`, check: "sleep 4", memoryMiB: 1024, timeout: 12 * time.Second,
+	// sentry's, reaching the limit takes a few seconds at the sandbox's
+	// half a core, more on a busy machine: the test waits for it.
+	{name: "fork bomb", script: `b() { b | b & }; b; sleep 30`, memoryMiB: 1024, timeout: 30 * time.Second,
+		shown: func(id, out string) bool { return forkLimited(pidsMax(id), out) },
 		proof: func(a attack) string {
-			return want(a.pidsMax > 0 || strings.Contains(a.out, "Cannot fork"), "the pids limit was never reached")
+			return want(forkLimited(a.pidsMax, a.out), "the pids limit was never reached")
 		}},
 	{name: "memory bomb", script: `python3 -c 'x = []
 while True: x.append(bytearray(16 << 20))'`,
@@ -120,7 +126,7 @@ type attack struct {
 	out      string  // start of its output
 	bytes    int64   // all of its output
 	checked  string  // output of its check, trimmed
-	pidsMax  int     // times its cgroup hit the pids limit
+	pidsMax  int64   // times its cgroup hit the pids limit
 	oomKills int     // OOM kills in its cgroup
 	cores    float64 // CPU used while it ran, in cores
 	// wholeOOM: the sandbox was stopped, as a runtime without process_oom
@@ -142,16 +148,37 @@ func atoiOr0(s string) int {
 
 // capture keeps the first 64 KiB written to it and counts the rest.
 type capture struct {
+	mu    sync.Mutex
 	head  []byte
 	bytes int64
 }
 
 func (c *capture) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if room := 64<<10 - len(c.head); room > 0 {
 		c.head = append(c.head, p[:min(room, len(p))]...)
 	}
 	c.bytes += int64(len(p))
 	return len(p), nil
+}
+
+// String is the head of what was written so far.
+func (c *capture) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return string(c.head)
+}
+
+// forkLimited reports whether a fork bomb met its pids limit: the pids
+// cgroup counted it (ns), or sh said so, at gVisor's RLIMIT_NPROC.
+func forkLimited(pidsMax int64, out string) bool {
+	return pidsMax > 0 || strings.Contains(out, "Cannot fork")
+}
+
+// pidsMax is how often sandbox id's processes met their pids limit.
+func pidsMax(id string) int64 {
+	return cgroupValue(id, "/sys/fs/cgroup/pids/atoll/ID/pids.events", "/sys/fs/cgroup/atoll/ID/pids.events", "max")
 }
 
 // cgroupValue reads the value of key in a v1 or v2 cgroup file of sandbox id
@@ -285,12 +312,17 @@ func testResourceExhaustion(t *testing.T, runtime string) {
 					t.Errorf("neighbour exec p50 %v then %v under %s, over %v", busy, again, e.name, limit)
 				}
 			}
+			if e.shown != nil {
+				for deadline := t0.Add(timeout); !e.shown(sb.ID, out.String()) && time.Now().Before(deadline); {
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
 			if e.check != "" {
 				var b strings.Builder
 				c.Exec(ctx, sb.ID, api.ExecRequest{Shell: e.check, User: "root", TimeoutMs: 60000}, &b, io.Discard)
 				a.checked = strings.TrimSpace(b.String())
 			}
-			a.pidsMax = int(cgroupValue(sb.ID, "/sys/fs/cgroup/pids/atoll/ID/pids.events", "/sys/fs/cgroup/atoll/ID/pids.events", "max"))
+			a.pidsMax = pidsMax(sb.ID)
 			a.oomKills = int(cgroupValue(sb.ID, "/sys/fs/cgroup/memory/atoll/ID/memory.oom_control", "/sys/fs/cgroup/atoll/ID/memory.events", "oom_kill"))
 			if got, err := c.GetSandbox(ctx, sb.ID); err != nil || got.State != api.StateRunning {
 				t.Logf("attacking sandbox during %s: %s %v", e.name, got.State, err)
@@ -306,7 +338,7 @@ func testResourceExhaustion(t *testing.T, runtime string) {
 			case <-time.After(30 * time.Second):
 				t.Errorf("the attack's exec did not end after its sandbox was deleted")
 			}
-			a.out, a.bytes = string(out.head), out.bytes
+			a.out, a.bytes = out.String(), out.bytes
 			first, _, _ := strings.Cut(a.out, "\n")
 			t.Logf("pids limit reached %d times, %d OOM kills, whole sandbox OOM-stopped: %v, %d bytes of output (first line %.80q)", a.pidsMax, a.oomKills, a.wholeOOM, a.bytes, first)
 			if why := e.proof(a); why != "" {
