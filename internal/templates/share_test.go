@@ -39,6 +39,21 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// commitLayer commits layer id to ls, holding one file f with content.
+func commitLayer(t *testing.T, ls *layers.Store, id, content string) {
+	t.Helper()
+	dir, err := ls.NewLayerDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := ls.CommitLayer(id, dir); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // node is a Service with its own layer store, over the shared store and
 // bucket, as a cluster node has.
 func node(t *testing.T, st store.Store, bucket blob.Store, log io.Writer) (*Service, *layers.Store) {
@@ -68,19 +83,6 @@ func TestShareLayers(t *testing.T) {
 	n1, ls1 := node(t, st, bucket, &log1)
 	n2, ls2 := node(t, st, bucket, &log2)
 
-	layer := func(ls *layers.Store, id, content string) {
-		t.Helper()
-		dir, err := ls.NewLayerDir()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "f"), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := ls.CommitLayer(id, dir); err != nil {
-			t.Fatal(err)
-		}
-	}
 	record := func(tpl store.Template) store.Template {
 		t.Helper()
 		v, _, err := st.PutTemplate(ctx, tpl)
@@ -90,7 +92,7 @@ func TestShareLayers(t *testing.T) {
 		return v
 	}
 	id := strings.Repeat("a1", 32)
-	layer(ls1, id, "shared")
+	commitLayer(t, ls1, id, "shared")
 	tpl := store.Template{Name: "t", Layers: []string{id}, Config: store.TemplateConfig{Base: layers.HostTemplate}}
 	if err := n1.publish(ctx, &tpl, "p1"); err != nil {
 		t.Fatal(err)
@@ -144,7 +146,7 @@ func TestShareLayers(t *testing.T) {
 
 	// Hostile: a tampered object; a version whose digest is not recorded.
 	bad := strings.Repeat("b2", 32)
-	layer(ls1, bad, "original")
+	commitLayer(t, ls1, bad, "original")
 	badT := store.Template{Name: "bad", Layers: []string{bad}}
 	if err := n1.publish(ctx, &badT, "p3"); err != nil {
 		t.Fatal(err)
@@ -219,16 +221,7 @@ func TestSharePinned(t *testing.T) {
 			nodes[i] = New(cfg)
 		}
 		id := strings.Repeat("d4", 32)
-		dir, err := ls[0].NewLayerDir()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "f"), []byte("shared"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := ls[0].CommitLayer(id, dir); err != nil {
-			t.Fatal(err)
-		}
+		commitLayer(t, ls[0], id, "shared")
 		// Version 1 of app, made on node 0.
 		v1 := store.Template{Name: "app", Layers: []string{id}, Config: store.TemplateConfig{Base: layers.HostTemplate}}
 		if err := nodes[0].publish(ctx, &v1, "v1"); err != nil {
@@ -304,18 +297,6 @@ func TestShareSweep(t *testing.T) {
 		ls[i] = testenv.Layers(t, testenv.Dir(t))
 		nodes[i] = New(Config{Store: st, Layers: ls[i], Blobs: bucket, Pins: st, Logger: slog.New(slog.DiscardHandler)})
 	}
-	layer := func(ls *layers.Store, id, content string) {
-		dir, err := ls.NewLayerDir()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "f"), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := ls.CommitLayer(id, dir); err != nil {
-			t.Fatal(err)
-		}
-	}
 	exists := func(key string) bool {
 		keys, err := bucket.List(ctx, key)
 		if err != nil {
@@ -325,7 +306,7 @@ func TestShareSweep(t *testing.T) {
 	}
 	// A version made and recorded on node 0.
 	kept := strings.Repeat("a1", 32)
-	layer(ls[0], kept, "kept")
+	commitLayer(t, ls[0], kept, "kept")
 	v1 := store.Template{Name: "app", Layers: []string{kept}, Config: store.TemplateConfig{Base: layers.HostTemplate}}
 	if err := nodes[0].publish(ctx, &v1, "v1"); err != nil {
 		t.Fatal(err)
@@ -336,7 +317,7 @@ func TestShareSweep(t *testing.T) {
 	nodes[0].unpin(ctx, "v1")
 	// Node 1 publishes a version's layer and dies before recording it.
 	orphan := strings.Repeat("b2", 32)
-	layer(ls[1], orphan, "orphan")
+	commitLayer(t, ls[1], orphan, "orphan")
 	v2 := store.Template{Name: "other", Layers: []string{orphan}, Config: store.TemplateConfig{Base: layers.HostTemplate}}
 	if err := nodes[1].publish(ctx, &v2, "dead"); err != nil {
 		t.Fatal(err)
