@@ -179,8 +179,15 @@ if [ -z "${ATOLL_TEST_POSTGRES_URL:-}" ]; then
 	}
 	pgctl="$pgbin/pg_ctl"
 	# No TCP; the socket in pgdir; room for the suite's parallel pools.
+	# No fsync: this server shares the disk with the templates and builds
+	# that the other tests make at the same time, where an fsync can take
+	# seconds, longer than the 3 s node leases of the cluster tests (a node
+	# whose heartbeat cannot commit for a lease is unhealthy, and refuses
+	# work). A commit still reaches the OS before it is acknowledged, so a
+	# PostgreSQL killed or restarted loses nothing; only the machine
+	# crashing could, which no test does.
 	runuser -u postgres -- "$pgctl" start -D "$pgdir/data" -l "$pgdir/log" -s \
-		-o "-c listen_addresses='' -c unix_socket_directories='$pgdir' -c max_connections=200" || {
+		-o "-c listen_addresses='' -c unix_socket_directories='$pgdir' -c max_connections=200 -c fsync=off" || {
 		echo "test.sh: PostgreSQL did not start:" >&2
 		cat "$pgdir/log" >&2
 		exit 1
