@@ -382,24 +382,18 @@ func (s *Service) dropObjects(ctx context.Context, gone []store.Template) {
 	if s.blobs == nil {
 		return
 	}
-	vs, err := s.store.ListTemplateVersions(ctx)
+	keep, err := s.namedObjects(ctx)
 	if err != nil {
 		s.log.Warn("listing template versions", "err", err)
 		return
 	}
-	keep := map[string]bool{}
-	for _, v := range vs {
-		for _, d := range v.Config.Blobs {
-			keep[d] = true
-		}
-	}
 	for _, v := range gone {
 		for _, d := range v.Config.Blobs {
-			if keep[d] {
+			key := LayerKey(d)
+			if keep[key] {
 				continue
 			}
-			keep[d] = true // once
-			key := LayerKey(d)
+			keep[key] = true // once
 			dropped, err := s.dropObject(ctx, key)
 			switch {
 			case err != nil:
@@ -411,6 +405,21 @@ func (s *Service) dropObjects(ctx context.Context, gone []store.Template) {
 			}
 		}
 	}
+}
+
+// namedObjects are the keys of the objects some recorded version names.
+func (s *Service) namedObjects(ctx context.Context) (map[string]bool, error) {
+	vs, err := s.store.ListTemplateVersions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	named := map[string]bool{}
+	for _, v := range vs {
+		for _, d := range v.Config.Blobs {
+			named[LayerKey(d)] = true
+		}
+	}
+	return named, nil
 }
 
 // errNamed is a drop's finding that a version names the object after all.
@@ -425,16 +434,12 @@ var errNamed = errors.New("a template version names the object")
 // then.
 func (s *Service) dropObject(ctx context.Context, key string) (bool, error) {
 	del := func(ctx context.Context) error {
-		vs, err := s.store.ListTemplateVersions(ctx)
+		named, err := s.namedObjects(ctx)
 		if err != nil {
 			return err
 		}
-		for _, v := range vs {
-			for _, d := range v.Config.Blobs {
-				if LayerKey(d) == key {
-					return errNamed
-				}
-			}
+		if named[key] {
+			return errNamed
 		}
 		if err := s.blobs.Delete(ctx, key); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			return err
@@ -472,16 +477,10 @@ func (s *Service) sweepObjects(ctx context.Context) {
 		s.log.Warn("listing template layers in the object store", "err", err)
 		return
 	}
-	vs, err := s.store.ListTemplateVersions(ctx)
+	named, err := s.namedObjects(ctx)
 	if err != nil {
 		s.log.Warn("listing template versions", "err", err)
 		return
-	}
-	named := map[string]bool{}
-	for _, v := range vs {
-		for _, d := range v.Config.Blobs {
-			named[LayerKey(d)] = true
-		}
 	}
 	for _, key := range keys {
 		if named[key] || !strings.HasPrefix(key, layerPrefix) {
