@@ -1000,11 +1000,13 @@ func (s *Service) restartLocked(ctx context.Context, sb *store.Sandbox) error {
 // Delete removes a sandbox and everything it holds.
 func (s *Service) Delete(ctx context.Context, id string) error {
 	ctx = context.WithoutCancel(ctx)
-	if sb, err := s.get(ctx, id); err == nil && sb.State == api.StateLost && sb.Node != s.name {
-		return s.deleteLost(ctx, sb)
-	}
 	sb, unlock, err := s.acquire(ctx, id, "")
 	if err != nil {
+		// A lost sandbox of another node (acquire refuses it): this node
+		// deletes it in that one's stead.
+		if sb.ID == id && sb.State == api.StateLost && sb.Node != s.name {
+			return s.deleteLost(ctx, sb)
+		}
 		return err
 	}
 	defer unlock()

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -321,12 +322,41 @@ func (c *Cgroup) PIDs() ([]int, error) {
 	if len(subs) == 0 {
 		return nil, nil
 	}
-	ps, err := c.v1.Processes(subs[0].Name(), true)
-	out := make([]int, len(ps))
-	for i, p := range ps {
-		out[i] = p.Pid
+	p, ok := subs[0].(interface{ Path(string) string })
+	if !ok {
+		return nil, fmt.Errorf("cgroup v1 %s has no path", subs[0].Name())
 	}
-	return out, err
+	return procsBelow(p.Path(c.path), nil)
+}
+
+// procsBelow appends to pids the processes of the v1 cgroup at dir and of
+// the cgroups below it. It reads cgroup.procs and lists directories only,
+// where containerd's Processes stats every file of every cgroup: a delete
+// of each sandbox asks.
+func procsBelow(dir string, pids []int) ([]int, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return pids, err
+	}
+	for _, f := range strings.Fields(string(b)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			return pids, fmt.Errorf("parsing %s: %w", filepath.Join(dir, "cgroup.procs"), err)
+		}
+		pids = append(pids, pid)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return pids, err
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			if pids, err = procsBelow(filepath.Join(dir, e.Name()), pids); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return pids, err
+			}
+		}
+	}
+	return pids, nil
 }
 
 // KillAll kills whatever is left in the cgroup and waits until it is empty, so
@@ -394,10 +424,35 @@ func (c *Cgroup) Freeze() error {
 	return c.v1.Freeze()
 }
 
-// Thaw thaws them.
+// Thaw thaws them. A v1 cgroup that is not frozen is left as it is: a
+// delete thaws first in case the sandbox was paused, and containerd's thaw
+// writes the state and reads it back.
 func (c *Cgroup) Thaw() error {
 	if c.v2 != nil {
 		return c.v2.Thaw()
 	}
+	if frozen, err := c.v1Frozen(); err == nil && !frozen {
+		return nil
+	}
 	return c.v1.Thaw()
+}
+
+// v1Frozen reports whether the v1 freezer holds the cgroup frozen, or
+// freezing.
+func (c *Cgroup) v1Frozen() (bool, error) {
+	for _, s := range c.v1.Subsystems() {
+		if s.Name() != cgroup1.Freezer {
+			continue
+		}
+		p, ok := s.(interface{ Path(string) string })
+		if !ok {
+			break
+		}
+		b, err := os.ReadFile(filepath.Join(p.Path(c.path), "freezer.state"))
+		if err != nil {
+			return false, err
+		}
+		return !strings.EqualFold(strings.TrimSpace(string(b)), string(cgroup1.Thawed)), nil
+	}
+	return false, errors.New("no v1 freezer")
 }

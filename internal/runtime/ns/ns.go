@@ -610,7 +610,8 @@ func (r *Runtime) unmountStaging(dir string) {
 
 // Stop implements runtime.Runtime.
 func (r *Runtime) Stop(ctx context.Context, id string, inst runtime.Instance) error {
-	if cg, err := r.loadCgroup(id); err == nil {
+	cg, err := r.loadCgroup(id)
+	if err == nil {
 		// Frozen processes cannot die: thaw a paused sandbox first.
 		_ = cg.Thaw()
 	}
@@ -619,18 +620,25 @@ func (r *Runtime) Stop(ctx context.Context, id string, inst runtime.Instance) er
 		// has killed the rest.
 		_ = host.KillAndWait(inst.PID, 5*time.Second)
 	}
-	return r.Cleanup(ctx, id)
+	return r.cleanup(id, cg, err)
 }
 
 // Cleanup implements runtime.Runtime.
 func (r *Runtime) Cleanup(ctx context.Context, id string) error {
+	cg, err := r.loadCgroup(id)
+	return r.cleanup(id, cg, err)
+}
+
+// cleanup is Cleanup with the sandbox's cgroup loaded (cg, or the error
+// loading it gave).
+func (r *Runtime) cleanup(id string, cg *cgroup.Cgroup, cgErr error) error {
 	if p := r.takePrepared(id); p != nil {
 		p.ctl.Close()
 		_ = p.child.Release()
 	}
 	var errs []error
 	ended := false // every process of the sandbox is gone
-	if cg, err := r.loadCgroup(id); err == nil {
+	if cgErr == nil {
 		_ = cg.Thaw()
 		if err := cg.KillAll(10 * time.Second); err != nil {
 			errs = append(errs, err)

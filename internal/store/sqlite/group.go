@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
 )
 
 // Group commit. Every commit of the store waits for an fsync of SQLite's
@@ -40,9 +41,25 @@ func (s *Store) inTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 	return <-w.done
 }
 
+// While several writers are at it (the last commit carried more than one
+// write, and the next write came within busyGap of it), a transaction
+// waits up to gather for more writes before it commits: under a burst of
+// creates and deletes most commits then carry several sandboxes' writes,
+// and the log's pages and its fsync are shared by more of them. One client
+// writing one thing after another never waits, nor does a write on an idle
+// store.
+const (
+	busyGap = 5 * time.Millisecond
+	gather  = 2 * time.Millisecond
+)
+
 // commitLoop is the writer goroutine; it ends when closing is closed.
 func (s *Store) commitLoop() {
 	defer close(s.stopped)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	var last time.Time // when the last commit ended
+	lastSize := 0      // how many writes it carried
 	for {
 		var batch []write
 		select {
@@ -51,6 +68,7 @@ func (s *Store) commitLoop() {
 		case <-s.closing:
 			return
 		}
+		busy := lastSize > 1 && time.Since(last) < busyGap
 	more:
 		for len(batch) < maxGroup {
 			select {
@@ -60,7 +78,22 @@ func (s *Store) commitLoop() {
 				break more
 			}
 		}
+		if busy && len(batch) < maxGroup {
+			s.gathered.Add(1)
+			timer.Reset(gather)
+		wait:
+			for len(batch) < maxGroup {
+				select {
+				case w := <-s.writes:
+					batch = append(batch, w)
+				case <-timer.C:
+					break wait
+				}
+			}
+			timer.Stop()
+		}
 		s.commit(batch)
+		last, lastSize = time.Now(), len(batch)
 	}
 }
 

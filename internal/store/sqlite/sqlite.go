@@ -36,8 +36,9 @@ type Store struct {
 	// closed and then closes stopped.
 	writes           chan write
 	closing, stopped chan struct{}
-	// commits counts the group commit's transactions, for its test.
-	commits atomic.Int64
+	// commits counts the group commit's transactions, gathered those that
+	// waited for more writes, for its tests.
+	commits, gathered atomic.Int64
 }
 
 const schema = `

@@ -225,6 +225,22 @@ func TestMigrateTemplates(t *testing.T) {
 	}
 }
 
+// TestGroupCommitAlone: one writer, one write after another. No commit
+// waits for writes that are not coming; a burst's commits do.
+func TestGroupCommitAlone(t *testing.T) {
+	ctx := context.Background()
+	s := openDB(t, filepath.Join(t.TempDir(), "atoll.db"))
+	defer s.Close()
+	for i := range 20 {
+		if err := s.Create(ctx, storetest.NewSandbox(fmt.Sprintf("seq%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if g := s.gathered.Load(); g != 0 {
+		t.Errorf("20 writes one after another: %d commits waited for more", g)
+	}
+}
+
 // TestGroupCommit writes from many goroutines at once: the writes share
 // commits, yet each one succeeds or fails on its own (a refused update or
 // delete undoes nothing of its neighbours'), concurrent creates get distinct

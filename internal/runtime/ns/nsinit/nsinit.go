@@ -11,13 +11,13 @@
 package nsinit
 
 import (
-	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -289,7 +289,11 @@ func buildRoot(cfg Config) error {
 		mounts = append(mounts, mnt{"/sys", "sysfs", "", common | unix.MS_RDONLY})
 	}
 	for _, m := range mounts {
-		dst, err := confine.Mountpoint(root, m.target, true)
+		mountpoint := confine.Mountpoint
+		if strings.HasPrefix(m.target, "/dev/") {
+			mountpoint = devEntry
+		}
+		dst, err := mountpoint(root, m.target, true)
 		if err != nil {
 			return err
 		}
@@ -313,7 +317,7 @@ func buildRoot(cfg Config) error {
 	}
 	// Device nodes cannot be made in a user namespace; bind the host's.
 	for _, d := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
-		dst, err := confine.Mountpoint(root, "/dev/"+d, false)
+		dst, err := devEntry(root, "/dev/"+d, false)
 		if err != nil {
 			return err
 		}
@@ -336,6 +340,24 @@ func buildRoot(cfg Config) error {
 	return nil
 }
 
+// devEntry makes the mount point target, a directory (dir) or a file, in
+// the /dev tmpfs that buildRoot mounted under root, where nothing is yet:
+// one system call, where confine.Mountpoint first looks for what the
+// image has.
+func devEntry(root, target string, dir bool) (string, error) {
+	p := filepath.Join(root, target)
+	var err error
+	if dir {
+		err = unix.Mkdir(p, 0o755)
+	} else {
+		err = unix.Mknod(p, unix.S_IFREG|0o644, 0)
+	}
+	if err != nil {
+		return "", fmt.Errorf("making mount point %s: %w", target, err)
+	}
+	return p, nil
+}
+
 // bootID gives the sandbox a boot ID of its own, new at each start, over
 // the host kernel's /proc/sys/kernel/random/boot_id: programs (and E2B's
 // SDK tests) tell a reboot from a resume by it, and a sandbox whose
@@ -343,9 +365,11 @@ func buildRoot(cfg Config) error {
 // file is made on the sandbox's /dev tmpfs, bound read-only over the
 // kernel's, and unlinked: the mount holds it.
 func bootID(root string) error {
+	// getrandom(2) itself: crypto/rand's first read sets up its generator,
+	// a cost each sandbox's start would pay for these 16 bytes alone.
 	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return err
+	if _, err := unix.Getrandom(b[:], 0); err != nil {
+		return fmt.Errorf("reading random bytes: %w", err)
 	}
 	b[6] = b[6]&0x0f | 0x40 // a version 4 UUID, as the kernel makes
 	b[8] = b[8]&0x3f | 0x80
