@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	goruntime "runtime"
 
 	"golang.org/x/sys/unix"
 
@@ -64,7 +65,7 @@ func run(log *slog.Logger, ready func(), startOn func(func())) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), unix.SIGTERM, unix.SIGINT)
 	defer stop()
-	log.Info("atoll-agent serving", "pid", os.Getpid())
+	log.Info("atoll-agent serving", "pid", os.Getpid(), "procs", goruntime.GOMAXPROCS(0))
 	if ready != nil {
 		ready()
 	}

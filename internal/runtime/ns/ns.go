@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -358,6 +359,9 @@ func initCommand(spec runtime.Spec, netns string, logFile, lnFile, childCtl *os.
 	// argv[0] is what the sandbox sees in /proc/1/cmdline: not a host path.
 	cmd.Args[0] = launch.Name
 	cmd.Env = []string{}
+	if n := agentProcs(spec.Limits); n > 0 {
+		cmd.Env = append(cmd.Env, fmt.Sprintf("GOMAXPROCS=%d", n))
+	}
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.ExtraFiles = []*os.File{lnFile, childCtl} // launch.ListenerFD and ControlFD
@@ -385,6 +389,21 @@ func initCommand(spec runtime.Spec, netns string, logFile, lnFile, childCtl *os.
 		Pdeathsig: syscall.SIGKILL,
 	}
 	return cmd
+}
+
+// agentProcs is the GOMAXPROCS of the agent of a sandbox with limits l:
+// its CPU limit in whole cores, at least 1, or 0 (Go's default) without
+// one. Go's default counts the host's CPUs (on v1 the agent is born
+// outside its cgroup) and goes no lower than 2 for a limit; a second P
+// costs the agent's start a thread and its wake-ups, about a tenth of a
+// sandbox's processes' CPU in a burst (docs/benchmarks.md), and the agent's
+// own work (files, streams) is held to the sandbox's CPU anyway. A later
+// change of the limit leaves the agent's as it was.
+func agentProcs(l runtime.Limits) int {
+	if l.CPU <= 0 {
+		return 0
+	}
+	return max(1, int(math.Ceil(l.CPU)))
 }
 
 // Start implements runtime.Runtime, finishing a prepared process if there is
@@ -438,6 +457,7 @@ func (r *Runtime) finish(ctx context.Context, spec runtime.Spec, p *prepared, st
 		return inst, fmt.Errorf("%w: %v", errNotConfigured, err)
 	}
 	cfg.NewCgroupNS = p.newCgroupNS
+	cfg.Procs = agentProcs(spec.Limits)
 	if err := json.NewEncoder(p.ctl).Encode(cfg); err != nil {
 		return inst, fmt.Errorf("%w: %v", errNotConfigured, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/atoll-dev/atoll/internal/runtime"
@@ -91,4 +92,51 @@ func unmountAll(dir string) {
 
 func exec(name string, args ...string) error {
 	return osexec.Command(name, args...).Run()
+}
+
+// TestAgentProcs: the agent runs on as many Ps as its sandbox has cores
+// (rounded up, at least one), a prepared process taking its create's limit.
+func TestAgentProcs(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := testenv.Dir(t)
+	runRoot := filepath.Join(dir, "run")
+	rt, err := ns.New(ns.Config{RunRoot: runRoot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unmountAll(runRoot) })
+	env := runtimetest.Env{Layers: testenv.Layers(t, dir), AgentPath: testenv.AgentBinary(t)}
+	procs := func(sb *runtimetest.Sandbox) string {
+		b, err := os.ReadFile(filepath.Join(runRoot, sb.ID, "agent.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, after, ok := strings.Cut(string(b), "atoll-agent serving")
+		if !ok {
+			t.Fatalf("agent log: %s", b)
+		}
+		_, after, _ = strings.Cut(after, "procs=")
+		return strings.Fields(after + " ")[0]
+	}
+	for _, c := range []struct {
+		cpu  float64
+		want string
+	}{{1, "1"}, {0.5, "1"}, {2.5, "3"}} {
+		sb := runtimetest.Start(t, rt, env, runtime.Limits{CPU: c.cpu, MemoryBytes: 512 << 20, PIDs: 256}, 1<<30)
+		if got := procs(sb); got != c.want {
+			t.Errorf("%g cores: the agent runs on %s Ps, want %s", c.cpu, got, c.want)
+		}
+	}
+	sb := runtimetest.New(t, rt, env, runtime.Limits{CPU: 3, MemoryBytes: 512 << 20, PIDs: 256}, 1<<30)
+	prep := sb.Spec
+	prep.Limits.CPU = 1
+	if err := rt.Prepare(context.Background(), prep); err != nil {
+		t.Fatal(err)
+	}
+	if sb.Inst, err = rt.Start(context.Background(), sb.Spec); err != nil {
+		t.Fatal(err)
+	}
+	if got := procs(sb); got != "3" {
+		t.Errorf("prepared at 1 core, started at 3: the agent runs on %s Ps", got)
+	}
 }

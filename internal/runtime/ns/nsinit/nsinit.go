@@ -38,6 +38,10 @@ type Config struct {
 	AgentEnv string   `json:"agent_env"`
 	User     string   `json:"user,omitempty"`    // default user of processes
 	Workdir  string   `json:"workdir,omitempty"` // default working directory
+	// Procs is the agent's GOMAXPROCS for the sandbox's limits (0: Go's
+	// default). The node started the process with the value for the
+	// limits it had then (a prepared process may get others).
+	Procs int `json:"procs,omitempty"`
 	// Setuid leaves no_new_privs unset, so that setuid programs (sudo)
 	// work (runtime.Spec.Setuid).
 	Setuid bool `json:"setuid,omitempty"`
@@ -118,6 +122,11 @@ func setup(ctl *os.File, starter *confine.Starter) error {
 	var cfg Config
 	if err := json.NewDecoder(ctl).Decode(&cfg); err != nil {
 		return fmt.Errorf("reading config: %w", err)
+	}
+	if cfg.Procs > 0 && cfg.Procs != goruntime.GOMAXPROCS(0) {
+		goruntime.GOMAXPROCS(cfg.Procs)
+	} else if cfg.Procs == 0 && os.Getenv("GOMAXPROCS") != "" {
+		goruntime.SetDefaultGOMAXPROCS()
 	}
 	if cfg.NewCgroupNS {
 		if err := newCgroupNS(starter); err != nil {
