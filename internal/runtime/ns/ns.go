@@ -392,18 +392,20 @@ func initCommand(spec runtime.Spec, netns string, logFile, lnFile, childCtl *os.
 }
 
 // agentProcs is the GOMAXPROCS of the agent of a sandbox with limits l:
-// its CPU limit in whole cores, at least 1, or 0 (Go's default) without
-// one. Go's default counts the host's CPUs (on v1 the agent is born
-// outside its cgroup) and goes no lower than 2 for a limit; a second P
-// costs the agent's start a thread and its wake-ups, about a tenth of a
-// sandbox's processes' CPU in a burst (docs/benchmarks.md), and the agent's
-// own work (files, streams) is held to the sandbox's CPU anyway. A later
-// change of the limit leaves the agent's as it was.
+// its CPU limit in whole cores and at least 2, as Go's own default for a
+// cgroup's limit, or 0 (Go's default) without one. The agent does not get
+// that default by itself: on v1 it is born outside its cgroup, so Go
+// counts the host's CPUs, and every P more is memory and threads for
+// nothing in a sandbox held to its share. Not one P: the agent would then
+// keep so few threads that, once a fork bomb in the sandbox holds every
+// PID its limit allows, it needs a thread it cannot make, and Go ends the
+// process (TestResourceExhaustion). A later change of the limit leaves the
+// agent's as it was.
 func agentProcs(l runtime.Limits) int {
 	if l.CPU <= 0 {
 		return 0
 	}
-	return max(1, int(math.Ceil(l.CPU)))
+	return max(2, int(math.Ceil(l.CPU)))
 }
 
 // Start implements runtime.Runtime, finishing a prepared process if there is

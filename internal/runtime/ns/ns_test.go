@@ -95,7 +95,8 @@ func exec(name string, args ...string) error {
 }
 
 // TestAgentProcs: the agent runs on as many Ps as its sandbox has cores
-// (rounded up, at least one), a prepared process taking its create's limit.
+// (rounded up, at least two), a prepared process taking its create's
+// limit.
 func TestAgentProcs(t *testing.T) {
 	testenv.RequireRoot(t)
 	dir := testenv.Dir(t)
@@ -121,7 +122,7 @@ func TestAgentProcs(t *testing.T) {
 	for _, c := range []struct {
 		cpu  float64
 		want string
-	}{{1, "1"}, {0.5, "1"}, {2.5, "3"}} {
+	}{{1, "2"}, {0.5, "2"}, {2.5, "3"}, {4, "4"}} {
 		sb := runtimetest.Start(t, rt, env, runtime.Limits{CPU: c.cpu, MemoryBytes: 512 << 20, PIDs: 256}, 1<<30)
 		if got := procs(sb); got != c.want {
 			t.Errorf("%g cores: the agent runs on %s Ps, want %s", c.cpu, got, c.want)
@@ -129,7 +130,7 @@ func TestAgentProcs(t *testing.T) {
 	}
 	sb := runtimetest.New(t, rt, env, runtime.Limits{CPU: 3, MemoryBytes: 512 << 20, PIDs: 256}, 1<<30)
 	prep := sb.Spec
-	prep.Limits.CPU = 1
+	prep.Limits.CPU = 1 // 2 Ps
 	if err := rt.Prepare(context.Background(), prep); err != nil {
 		t.Fatal(err)
 	}
