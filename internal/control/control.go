@@ -908,6 +908,24 @@ func (s *Service) Stop(ctx context.Context, id string) (api.Sandbox, error) {
 }
 
 func (s *Service) stopLocked(ctx context.Context, sb *store.Sandbox, reason string) error {
+	if err := s.haltLocked(ctx, sb, reason); err != nil {
+		return err
+	}
+	// A checkpointing sandbox's last checkpoint is of its files as it
+	// stopped: if its node is lost, it is restored with all of them.
+	if sb.CheckpointEverySec > 0 && !sb.Ephemeral && s.archive != nil && s.name != "" {
+		if err := s.checkpoint(ctx, sb); err != nil {
+			s.log.Error("checkpoint at stop", "sandbox", sb.ID, "err", err)
+		}
+	}
+	return nil
+}
+
+// haltLocked is stopLocked without the checkpoint at stop, for a move,
+// which archives the files at once: the archive is then their copy in
+// object storage, and a node lost while it is written loses no more than
+// one lost while the checkpoint was.
+func (s *Service) haltLocked(ctx context.Context, sb *store.Sandbox, reason string) error {
 	from := sb.State
 	sb.State = api.StateStopping
 	if err := s.setState(ctx, sb, from); err != nil {
@@ -923,17 +941,7 @@ func (s *Service) stopLocked(ctx context.Context, sb *store.Sandbox, reason stri
 	sb.State, sb.Error, sb.StoppedAt = api.StateStopped, reason, &now
 	sb.PID, sb.StartTime, sb.Socket = 0, 0, ""
 	sb.ExpiresAt = nil
-	if err := s.setState(ctx, sb, api.StateStopping); err != nil {
-		return err
-	}
-	// A checkpointing sandbox's last checkpoint is of its files as it
-	// stopped: if its node is lost, it is restored with all of them.
-	if sb.CheckpointEverySec > 0 && !sb.Ephemeral && s.archive != nil && s.name != "" {
-		if err := s.checkpoint(ctx, sb); err != nil {
-			s.log.Error("checkpoint at stop", "sandbox", sb.ID, "err", err)
-		}
-	}
-	return nil
+	return s.setState(ctx, sb, api.StateStopping)
 }
 
 // endLocked ends sb's processes and gives back its network, for an

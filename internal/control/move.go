@@ -165,7 +165,7 @@ func (s *Service) moveAway(ctx context.Context, id, reason string) (api.Sandbox,
 			sb.State, sb.StoppedAt, sb.Error = api.StateStopped, &now, reason
 			err = s.setState(ctx, &sb, api.StateShelved)
 		} else {
-			err = s.stopLocked(ctx, &sb, reason)
+			err = s.haltLocked(ctx, &sb, reason)
 		}
 		if err != nil {
 			unlock()

@@ -62,6 +62,40 @@ func TestDrainNoRoom(t *testing.T) {
 	}
 }
 
+// TestDrainArchiveOnly: a drain stops a checkpointing sandbox without the
+// checkpoint a stop takes (the archive that follows holds the same
+// files), so its files go to object storage once.
+func TestDrainArchiveOnly(t *testing.T) {
+	ctx := context.Background()
+	bucket, err := blob.Open(ctx, "file://"+filepath.Join(testenv.Dir(t), "bucket"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newClusterNode(t, "a", nil, Config{Archive: bucket, Mover: noRoom{}})
+	sb, err := a.Create(ctx, api.CreateSandboxRequest{CheckpointEverySec: 3600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := a.Drain(ctx)
+	if err != nil || rep.Moved != 0 || !strings.Contains(rep.Left[sb.ID], "no other node has room") {
+		t.Fatalf("drain report %+v, %v", rep, err)
+	}
+	if keys, _ := bucket.List(ctx, checkpointPrefix(sb.ID)); len(keys) != 0 {
+		t.Errorf("the drain's stop wrote a checkpoint as well as the archive: %v", keys)
+	}
+	got, err := a.Get(ctx, sb.ID)
+	if err != nil || got.State != api.StateRunning || got.CheckpointedAt != nil || !a.alive(t, sb.ID) {
+		t.Errorf("after the drain: %s, checkpointed at %v, %v", got.State, got.CheckpointedAt, err)
+	}
+	// A plain stop still takes its checkpoint.
+	if _, err := a.Stop(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if keys, _ := bucket.List(ctx, checkpointPrefix(sb.ID)); len(keys) != 1 {
+		t.Errorf("a stop's checkpoint: %v", keys)
+	}
+}
+
 // drainNode returns node a of a cluster whose Mover is m, archiving to
 // bucket, with a running sandbox and a stopped one.
 func drainNode(t *testing.T, m Mover) (a *clusterNode, bucket blob.Store, run, stopped api.Sandbox) {
