@@ -14,7 +14,6 @@ package pools
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"maps"
 	"slices"
@@ -108,6 +107,10 @@ type Service struct {
 	// prestarted and keepPrestart how many to keep before discarding any
 	// (with a Sizer; prestartSize is the most of both). Under sizeMu.
 	sizedPrestart, keepPrestart int
+
+	// startMu is held while the filler starts a pooled sandbox, and by
+	// Drain (fillOne). It is taken before mu.
+	startMu sync.Mutex
 
 	// mu guards warm and prestarted. It is a leaf: nothing else is locked
 	// while it is held, and no call leaves the package under it.
@@ -260,42 +263,46 @@ func (p *Service) fillPool(ctx context.Context) {
 	}
 	for key, tg := range targets {
 		for ctx.Err() == nil && !p.isBusy() {
-			p.mu.Lock()
-			short := len(p.warm[key]) < tg.n
-			p.mu.Unlock()
-			if !short {
-				break
-			}
-			p.mu.Lock()
-			p.filling = key
-			p.mu.Unlock()
-			id, err := p.sandboxes.StartPooled(ctx, tg.name, tg.v)
-			if err == nil && !p.targets(ctx)[key].wanted() {
-				// The name moved on while its sandbox started.
-				p.Drain(ctx)
-				id, err = "", errMovedOn
-			}
-			p.mu.Lock()
-			p.filling = ""
-			if err == nil {
-				p.warm[key] = append(p.warm[key], id)
-			}
-			close(p.filled)
-			p.filled = make(chan struct{})
-			p.mu.Unlock()
+			started, err := p.fillOne(ctx, key, tg)
 			if err != nil {
-				if err != errMovedOn {
-					p.log.Warn("filling warm pool", "template", tg.name, "err", err)
-				}
+				p.log.Warn("filling warm pool", "template", tg.name, "err", err)
+			}
+			if !started {
 				break
 			}
 		}
 	}
 }
 
-// errMovedOn is a pooled sandbox's template name that moved to another
-// version while it started.
-var errMovedOn = errors.New("the template moved on")
+// fillOne starts a pooled sandbox for pool key if it is short of its
+// target and still wanted. It holds startMu throughout, so that a Drain
+// after a name moved waits for a sandbox started under the old version
+// and discards it, rather than leaving it to the filler after the Drain
+// returned (and the old version held a moment longer than the caller
+// saw).
+func (p *Service) fillOne(ctx context.Context, key string, tg target) (bool, error) {
+	p.startMu.Lock()
+	defer p.startMu.Unlock()
+	p.mu.Lock()
+	short := len(p.warm[key]) < tg.n
+	p.mu.Unlock()
+	if !short || !p.targets(ctx)[key].wanted() {
+		return false, nil
+	}
+	p.mu.Lock()
+	p.filling = key
+	p.mu.Unlock()
+	id, err := p.sandboxes.StartPooled(ctx, tg.name, tg.v)
+	p.mu.Lock()
+	p.filling = ""
+	if err == nil {
+		p.warm[key] = append(p.warm[key], id)
+	}
+	close(p.filled)
+	p.filled = make(chan struct{})
+	p.mu.Unlock()
+	return err == nil, err
+}
 
 // TakeWaiting is Take, except that when the pool of key is empty while
 // the filler is starting a sandbox for it, it waits for that sandbox (at
@@ -326,8 +333,11 @@ func (p *Service) TakeWaiting(ctx context.Context, key string, wait time.Duratio
 
 // Drain discards the pooled sandboxes of versions no pool wants any more
 // (their name moved to another version, or went), including any the filler
-// is just finishing; discarding them releases their versions.
+// is just finishing (it waits for that start); discarding them releases
+// their versions.
 func (p *Service) Drain(ctx context.Context) {
+	p.startMu.Lock()
+	defer p.startMu.Unlock()
 	targets := p.targets(ctx)
 	p.mu.Lock()
 	for key := range p.warm {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,5 +131,70 @@ func TestFillTakeDiscard(t *testing.T) {
 	<-done
 	if n := count(); n[lifecycle.Pooled] != 0 || n[lifecycle.Prestarted] != 0 || n[api.StateRunning] != 1 || n[api.StateCreating] != 2 {
 		t.Errorf("after Run ended: %v, want only the 1 running and 2 creating sandboxes handed out", n)
+	}
+}
+
+// moving is a default template whose name the test moves between versions.
+type moving struct{ v atomic.Value }
+
+func (m *moving) Resolve(_ context.Context, ref string) (string, store.Template, error) {
+	return ref, store.Template{ID: m.v.Load().(string)}, nil
+}
+
+// gated starts pooled sandboxes only as the test lets it: started tells
+// the test that a start began, and go lets it write its row.
+type gated struct {
+	rows
+	started, go_ chan struct{}
+}
+
+func (g *gated) StartPooled(ctx context.Context, name string, v store.Template) (string, error) {
+	g.started <- struct{}{}
+	<-g.go_
+	return g.rows.StartPooled(ctx, name, v)
+}
+
+// TestDrainWaitsForStart checks that a Drain after the default template
+// moved to a new version waits for a pooled sandbox of the old version the
+// filler is starting, and discards it before it returns: the caller (a
+// rebuild, a tag moved, a name removed) then collects the old version at
+// once, rather than finding it held by a sandbox the filler finishes
+// later.
+func TestDrainWaitsForStart(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "atoll.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const old, next = "v0000000000000000001", "v0000000000000000002"
+	tmpl := &moving{}
+	tmpl.v.Store(old)
+	sbs := &gated{rows: rows{st: st}, started: make(chan struct{}, 1), go_: make(chan struct{})}
+	p := New(Config{Store: st, Templates: tmpl, Sandboxes: sbs, DefaultTemplate: "app", WarmPool: 1})
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(runCtx) }()
+	defer func() { cancel(); close(sbs.go_); <-done }()
+
+	<-sbs.started // the filler is starting a sandbox of the old version
+	tmpl.v.Store(next)
+	drained := make(chan struct{})
+	go func() { defer close(drained); p.Drain(ctx) }()
+	select {
+	case <-drained:
+		t.Fatal("Drain returned while a sandbox of the old version was still starting")
+	case <-time.After(100 * time.Millisecond):
+	}
+	sbs.go_ <- struct{}{}
+	<-drained
+	all, err := st.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range all {
+		if sb.TemplateVersion == old {
+			t.Errorf("after Drain returned, sandbox %s of the old version is %s", sb.ID, sb.State)
+		}
 	}
 }
