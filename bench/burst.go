@@ -161,7 +161,7 @@ func (b *burstRun) sustained(ctx context.Context) {
 	var mu sync.Mutex
 	b.codes.reset()
 	done := b.profile("sustained")
-	scpu0 := cpuOf(b.pid)
+	scpu0, m0 := cpuOf(b.pid), machineCPU()
 	var slat, sdel []time.Duration
 	var created, deleted, derrs atomic.Int64
 	toDelete := make(chan string, b.cfg.sustained)
@@ -202,6 +202,7 @@ func (b *burstRun) sustained(ctx context.Context) {
 	close(toDelete)
 	dwg.Wait()
 	deleteWall := time.Since(t0)
+	m1 := machineCPU()
 	done()
 	b.r.add("sustained: create → ready (API), deletes behind", b.mode, slat)
 	b.r.add("sustained: delete (API), behind the creates", b.mode, sdel)
@@ -211,6 +212,11 @@ func (b *burstRun) sustained(ctx context.Context) {
 	if b.cfg.sustained > 0 {
 		b.r.note(fmt.Sprintf("sustained: CPU time per sandbox (create, delete): %s",
 			cpuOf(b.pid).per(scpu0, b.cfg.sustained)))
+		// What the counts above miss (kernel threads, interrupts, the
+		// bench's own client) and what the machine left idle.
+		busy := m1.busy - m0.busy
+		b.r.note(fmt.Sprintf("sustained: the machine was busy %.1f%% of the run; all of its CPU time, a sandbox: %s",
+			100*busy/(float64(m1.cores)*deleteWall.Seconds()), ms(time.Duration(busy*float64(time.Second))/time.Duration(b.cfg.sustained))))
 	}
 }
 

@@ -159,7 +159,7 @@ the data directory (port-key).`,
 	f.Int64Var(&cfg.dirty, "layer-dirty-limit", 0, fmt.Sprintf("bytes the layer store may hold written but not yet on disk, all sandboxes together; it bounds the time a snapshot or fork takes after large writes (default %d; -1: the kernel's defaults)", layers.DefaultDirtyLimit))
 	f.IntVar(&cfg.warmPool, "warm-pool", 2, "default sandboxes to keep started ahead of demand (0: none); in cluster mode the most warm sandboxes a node keeps, sized by the demand for each template")
 	f.IntVar(&cfg.prestart, "prestart", 4, "sandbox processes to keep started ahead of demand for forks and other creates (0: none); in cluster mode the most a node keeps, sized by its demand")
-	f.IntVar(&cfg.createConcurrency, "create-concurrency", 0, "creates that may start sandboxes at once (default 2 per core); more wait in a queue")
+	f.IntVar(&cfg.createConcurrency, "create-concurrency", 0, "creates that may start sandboxes at once (default 4 per core); more wait in a queue")
 	f.DurationVar(&cfg.metricsInterval, "metrics-interval", 5*time.Second, "how often running sandboxes are sampled for their metrics (E2B's interval is 5s)")
 	f.DurationVar(&cfg.usageInterval, "usage-interval", usage.DefaultInterval, "how often every sandbox's usage is metered and written (at most 10s)")
 	f.BoolVar(&cfg.noUsage, "no-usage", false, "do not meter usage (GET /v1/usage still answers from what was metered)")

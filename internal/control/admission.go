@@ -27,8 +27,12 @@ type admission struct {
 // Admission's defaults (Config.CreateConcurrency, CreateQueue).
 const (
 	// defaultCreatesPerCPU creates in flight per core keep a core busy
-	// while another create waits for the kernel or the disk.
-	defaultCreatesPerCPU = 2
+	// while others wait for the kernel (RCU grace periods as mounts go,
+	// the spawn helper, a process's exit) or the disk. With 2 a core, a
+	// sustained run left the machine idle 12% of the time; 4 took 4% more
+	// creates a second and started a burst's sandboxes sooner
+	// (docs/benchmarks.md).
+	defaultCreatesPerCPU = 4
 	// defaultCreateQueue creates may wait for a slot: a burst of hundreds
 	// from a harness is served in order rather than refused, while a
 	// flood beyond it is refused early.

@@ -67,7 +67,7 @@ type Config struct {
 	// demand, not yet bound to files (see prestart.go); 0 disables them.
 	Prestart int
 	// CreateConcurrency is how many creates the warm pool cannot serve
-	// may start sandboxes at once (0: 2 per core), and CreateQueue how
+	// may start sandboxes at once (0: 4 per core), and CreateQueue how
 	// many more may wait for their turn (0: 256); creates beyond them are
 	// refused with a Busy error (see admission.go).
 	CreateConcurrency int
