@@ -332,15 +332,23 @@ func controlPair() (node, child *os.File, err error) {
 	return os.NewFile(uintptr(pair[0]), "control"), os.NewFile(uintptr(pair[1]), "control-child"), nil
 }
 
-// stagingMount makes mnt, the staging directory, a shared mount, so that
-// the id-mapped layers mounted there after the sandbox's mount namespace
-// exists still appear in it (as a slave, nothing flows back). It stays
-// until the sandbox is configured.
+// stagingMount makes mnt, the staging directory, a small tmpfs of its own
+// with shared propagation, so that the id-mapped layers mounted there after
+// the sandbox's mount namespace exists still appear in it (as a slave,
+// nothing flows back). It stays until the sandbox is configured.
+//
+// A tmpfs rather than a bind of the run directory onto itself: the mount
+// points of the layers are then the tmpfs's own directories, which go with
+// it, not directories of the run directory that its cleanup removes one by
+// one. Other sandboxes' mount namespaces, cloned while this one stages,
+// copy the staging mounts, and removing a directory that a copy still
+// mounts on waits for an RCU grace period (about four a sandbox in a
+// sustained run).
 func stagingMount(mnt string) error {
 	if err := os.MkdirAll(mnt, 0o711); err != nil {
 		return err
 	}
-	if err := unix.Mount(mnt, mnt, "", unix.MS_BIND, ""); err != nil {
+	if err := unix.Mount("tmpfs", mnt, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0711,size=64k"); err != nil {
 		return fmt.Errorf("staging mount: %w", err)
 	}
 	if err := unix.Mount("", mnt, "", unix.MS_SHARED, ""); err != nil {

@@ -141,3 +141,34 @@ func TestAgentProcs(t *testing.T) {
 		t.Errorf("prepared at 1 core, started at 3: the agent runs on %s Ps", got)
 	}
 }
+
+// TestStagingLeavesNoMountPoints: once a sandbox has started, its staging
+// directory holds nothing. The layers' mount points were the staging
+// tmpfs's own directories, gone with it, not directories of the run
+// directory that another sandbox's mount namespace, cloned meanwhile, may
+// still mount on, so that removing each at the sandbox's end would wait for
+// an RCU grace period.
+func TestStagingLeavesNoMountPoints(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := testenv.Dir(t)
+	runRoot := filepath.Join(dir, "run")
+	rt, err := ns.New(ns.Config{RunRoot: runRoot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unmountAll(runRoot) })
+	env := runtimetest.Env{Layers: testenv.Layers(t, dir), AgentPath: testenv.AgentBinary(t)}
+	sb := runtimetest.Start(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 512 << 20, PIDs: 256}, 1<<30)
+	mnt := filepath.Join(runRoot, sb.ID, "mnt")
+	entries, err := os.ReadDir(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if len(names) != 0 {
+		t.Errorf("the started sandbox's staging directory %s holds %v, want nothing", mnt, names)
+	}
+}
