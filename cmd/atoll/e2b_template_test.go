@@ -272,7 +272,7 @@ func TestE2BTemplateHostile(t *testing.T) {
 		}
 	}
 	if st.Status != "ready" {
-		t.Fatalf("build status %q (%+v)", st.Status, st.Reason)
+		t.Fatalf("build status %q (%+v)\nserver log:\n%s", st.Status, st.Reason, d.out.String())
 	}
 
 	// Tags: of unknown templates 404; bad tags 400.
