@@ -48,6 +48,17 @@ func (r *rows) DiscardIf(ctx context.Context, id, state string) {
 	}
 }
 
+// openStore opens a SQLite store in a test directory, closed with the test.
+func openStore(t *testing.T) store.Store {
+	t.Helper()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "atoll.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
 type host struct{}
 
 func (host) Resolve(_ context.Context, ref string) (string, store.Template, error) {
@@ -60,11 +71,7 @@ func (host) Resolve(_ context.Context, ref string) (string, store.Template, erro
 // it holds when it ends.
 func TestFillTakeDiscard(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "atoll.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t)
 	p := New(Config{Store: st, Templates: host{}, Sandboxes: &rows{st: st}, DefaultTemplate: "host", WarmPool: 2, Prestart: 3})
 	count := func() map[string]int {
 		sbs, err := st.List(ctx)
@@ -162,11 +169,7 @@ func (g *gated) StartPooled(ctx context.Context, name string, v store.Template) 
 // later.
 func TestDrainWaitsForStart(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "atoll.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t)
 	const old, next = "v0000000000000000001", "v0000000000000000002"
 	tmpl := &moving{}
 	tmpl.v.Store(old)

@@ -94,19 +94,26 @@ func exec(name string, args ...string) error {
 	return osexec.Command(name, args...).Run()
 }
 
-// TestAgentProcs: the agent runs on as many Ps as its sandbox has cores
-// (rounded up, at least two), a prepared process taking its create's
-// limit.
-func TestAgentProcs(t *testing.T) {
+// newRuntime is an ns runtime with its run directory in a test directory,
+// and what its sandboxes start from.
+func newRuntime(t *testing.T) (rt *ns.Runtime, runRoot string, env runtimetest.Env) {
+	t.Helper()
 	testenv.RequireRoot(t)
 	dir := testenv.Dir(t)
-	runRoot := filepath.Join(dir, "run")
+	runRoot = filepath.Join(dir, "run")
 	rt, err := ns.New(ns.Config{RunRoot: runRoot})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unmountAll(runRoot) })
-	env := runtimetest.Env{Layers: testenv.Layers(t, dir), AgentPath: testenv.AgentBinary(t)}
+	return rt, runRoot, runtimetest.Env{Layers: testenv.Layers(t, dir), AgentPath: testenv.AgentBinary(t)}
+}
+
+// TestAgentProcs: the agent runs on as many Ps as its sandbox has cores
+// (rounded up, at least two), a prepared process taking its create's
+// limit.
+func TestAgentProcs(t *testing.T) {
+	rt, runRoot, env := newRuntime(t)
 	procs := func(sb *runtimetest.Sandbox) string {
 		b, err := os.ReadFile(filepath.Join(runRoot, sb.ID, "agent.log"))
 		if err != nil {
@@ -134,9 +141,11 @@ func TestAgentProcs(t *testing.T) {
 	if err := rt.Prepare(context.Background(), prep); err != nil {
 		t.Fatal(err)
 	}
-	if sb.Inst, err = rt.Start(context.Background(), sb.Spec); err != nil {
+	inst, err := rt.Start(context.Background(), sb.Spec)
+	if err != nil {
 		t.Fatal(err)
 	}
+	sb.Inst = inst
 	if got := procs(sb); got != "3" {
 		t.Errorf("prepared at 1 core, started at 3: the agent runs on %s Ps", got)
 	}
@@ -149,26 +158,14 @@ func TestAgentProcs(t *testing.T) {
 // still mount on, so that removing each at the sandbox's end would wait for
 // an RCU grace period.
 func TestStagingLeavesNoMountPoints(t *testing.T) {
-	testenv.RequireRoot(t)
-	dir := testenv.Dir(t)
-	runRoot := filepath.Join(dir, "run")
-	rt, err := ns.New(ns.Config{RunRoot: runRoot})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unmountAll(runRoot) })
-	env := runtimetest.Env{Layers: testenv.Layers(t, dir), AgentPath: testenv.AgentBinary(t)}
+	rt, runRoot, env := newRuntime(t)
 	sb := runtimetest.Start(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 512 << 20, PIDs: 256}, 1<<30)
 	mnt := filepath.Join(runRoot, sb.ID, "mnt")
 	entries, err := os.ReadDir(mnt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	if len(names) != 0 {
-		t.Errorf("the started sandbox's staging directory %s holds %v, want nothing", mnt, names)
+	if len(entries) != 0 {
+		t.Errorf("the started sandbox's staging directory %s holds %v, want nothing", mnt, entries)
 	}
 }
