@@ -639,9 +639,11 @@ func (a *Agent) monitor(p *process, timer *time.Timer) {
 		ev.Signal = unix.SignalName(ws.Signal())
 	}
 	ev.ExitCode = &code
+	// Retire before the exit event goes out: a client that has seen a
+	// foreground process end must not find it listed any more.
+	a.retire(p)
 	p.finish(ev)
 	a.log.Debug("process exited", "op", "exec", "pid", p.pid, "exit_code", code, "signal", ev.Signal)
-	a.retire(p)
 }
 
 // retire drops a finished foreground process and keeps the last keepExited
