@@ -64,6 +64,7 @@ type serveConfig struct {
 	agent     string
 	imageSize int64
 	dirty     int64
+	fsync     bool // --sandbox-fsync
 	warmPool  int
 	prestart  int
 	// creates in flight and waiting (admission control; 0: defaults)
@@ -157,6 +158,7 @@ the data directory (port-key).`,
 	f.StringVar(&cfg.agent, "agent", "", "atoll-agent binary to run in sandboxes (default: atoll-agent beside this binary, else this binary)")
 	f.Int64Var(&cfg.imageSize, "layer-image-size", 0, "size in bytes of the layer image, when one is created (default: 90% of free space, at most 1 TiB)")
 	f.Int64Var(&cfg.dirty, "layer-dirty-limit", 0, fmt.Sprintf("bytes the layer store may hold written but not yet on disk, all sandboxes together; it bounds the time a snapshot or fork takes after large writes (default %d; -1: the kernel's defaults)", layers.DefaultDirtyLimit))
+	f.BoolVar(&cfg.fsync, "sandbox-fsync", false, "make fsync inside ns and gvisor sandboxes reach the disk; by default their writes reach it by writeback alone, and deleting a sandbox does not sync every other's (docs/lifecycle.md)")
 	f.IntVar(&cfg.warmPool, "warm-pool", 2, "default sandboxes to keep started ahead of demand (0: none); in cluster mode the most warm sandboxes a node keeps, sized by the demand for each template")
 	f.IntVar(&cfg.prestart, "prestart", 4, "sandbox processes to keep started ahead of demand for forks and other creates (0: none); in cluster mode the most a node keeps, sized by its demand")
 	f.IntVar(&cfg.createConcurrency, "create-concurrency", 0, "creates that may start sandboxes at once (default 4 per core); more wait in a queue")
@@ -524,7 +526,7 @@ func (s *serving) startRuntimes(context.Context) error {
 	if err != nil {
 		return err
 	}
-	nsrt, err := ns.New(ns.Config{RunRoot: s.dir.Run("ns"), Lowers: lw, CgroupParent: cg.ns, Logger: s.log})
+	nsrt, err := ns.New(ns.Config{RunRoot: s.dir.Run("ns"), Lowers: lw, CgroupParent: cg.ns, SandboxFsync: s.cfg.fsync, Logger: s.log})
 	if err != nil {
 		return err
 	}
@@ -540,7 +542,7 @@ func (s *serving) startRuntimes(context.Context) error {
 	}
 	// gvisor is offered where runsc is installed and runs a probe sandbox.
 	gv, err := gvisor.New(gvisor.Config{RunRoot: s.dir.Run("gvisor"),
-		PlatformCache: "/run/atoll/gvisor-platform", Lowers: lw, CgroupParent: cg.gvisor, Logger: s.log})
+		PlatformCache: "/run/atoll/gvisor-platform", Lowers: lw, CgroupParent: cg.gvisor, SandboxFsync: s.cfg.fsync, Logger: s.log})
 	offer("gvisor", gv, err)
 	// vm is offered where QEMU and a guest kernel are installed.
 	vmrt, err := vm.New(vm.Config{RunRoot: s.dir.Run("vm"), AccelCache: "/run/atoll/vm-accel", CgroupParent: cg.vm, Logger: s.log})

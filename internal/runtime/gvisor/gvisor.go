@@ -69,6 +69,9 @@ type Config struct {
 	// CgroupParent is where runsc makes each sandbox's host cgroup,
 	// default /atoll-gvisor. Servers that share a host each need their own.
 	CgroupParent string
+	// SandboxFsync makes fsync and syncfs inside a sandbox reach the disk,
+	// as ns.Config.SandboxFsync does.
+	SandboxFsync bool
 	Logger       *slog.Logger
 }
 
@@ -80,6 +83,7 @@ type Runtime struct {
 	runRoot  string
 	cgParent string // Config.CgroupParent
 	runsc    string
+	fsync    bool // Config.SandboxFsync
 	platform string
 	version  string
 	// flags go before every runsc subcommand.
@@ -129,7 +133,7 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.CgroupParent == "" {
 		cfg.CgroupParent = DefaultCgroupParent
 	}
-	r := &Runtime{runRoot: cfg.RunRoot, cgParent: cfg.CgroupParent, runsc: path, log: cfg.Logger}
+	r := &Runtime{runRoot: cfg.RunRoot, cgParent: cfg.CgroupParent, fsync: cfg.SandboxFsync, runsc: path, log: cfg.Logger}
 	r.version = runscVersion(path)
 	help, _ := exec.Command(path, "flags").CombinedOutput()
 	flags := string(help)
@@ -387,7 +391,7 @@ func (r *Runtime) prepareBundle(ctx context.Context, spec runtime.Spec, dir stri
 	}
 	if err := overlay.Mount(rootfs, overlay.Options{
 		Lower: lower, Upper: filepath.Join(spec.Rootfs.Writable, "upper"), Work: filepath.Join(spec.Rootfs.Writable, "work"),
-		UserXattr: true, Xino: true, NoDev: true, NoSuid: true,
+		UserXattr: true, Xino: true, NoDev: true, NoSuid: true, Volatile: !r.fsync,
 	}); err != nil {
 		return fmt.Errorf("mounting overlay root: %w", err)
 	}

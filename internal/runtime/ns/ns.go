@@ -50,6 +50,11 @@ type Config struct {
 	// CgroupParent is the cgroup below which each sandbox gets its own,
 	// default /atoll. Servers that share a host each need their own.
 	CgroupParent string
+	// SandboxFsync makes fsync and syncfs inside a sandbox reach the disk.
+	// Unset, a sandbox's root overlay is volatile (overlay.Options.Volatile,
+	// docs/lifecycle.md says why): its writes reach the disk by writeback
+	// alone, and deleting it does not sync the layer store.
+	SandboxFsync bool
 	Logger       *slog.Logger
 }
 
@@ -57,6 +62,7 @@ type Config struct {
 type Runtime struct {
 	runRoot  string
 	cgParent string // Config.CgroupParent
+	fsync    bool   // Config.SandboxFsync
 	log      *slog.Logger
 
 	mu       sync.Mutex
@@ -111,7 +117,7 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.CgroupParent == "" {
 		cfg.CgroupParent = DefaultCgroupParent
 	}
-	return &Runtime{runRoot: cfg.RunRoot, cgParent: cfg.CgroupParent, log: cfg.Logger, prepared: map[string]*prepared{}, lowers: lw, lonets: newLoNets()}, nil
+	return &Runtime{runRoot: cfg.RunRoot, cgParent: cfg.CgroupParent, fsync: cfg.SandboxFsync, log: cfg.Logger, prepared: map[string]*prepared{}, lowers: lw, lonets: newLoNets()}, nil
 }
 
 // Name implements runtime.Runtime.
@@ -529,6 +535,7 @@ func (r *Runtime) stageMounts(spec runtime.Spec, dir string, pid int) (nsinit.Co
 		Workdir:  spec.Workdir,
 		AgentEnv: string(agentEnv),
 		Setuid:   spec.Setuid,
+		Volatile: !r.fsync,
 	}
 	const ro = unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOSUID
 	// The template's setuid programs (sudo) are on its layers; the ids

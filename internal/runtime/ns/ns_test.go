@@ -97,11 +97,17 @@ func exec(name string, args ...string) error {
 // newRuntime is an ns runtime with its run directory in a test directory,
 // and what its sandboxes start from.
 func newRuntime(t *testing.T) (rt *ns.Runtime, runRoot string, env runtimetest.Env) {
+	return newRuntimeWith(t, ns.Config{})
+}
+
+// newRuntimeWith is newRuntime with cfg, less its run directory.
+func newRuntimeWith(t *testing.T, cfg ns.Config) (rt *ns.Runtime, runRoot string, env runtimetest.Env) {
 	t.Helper()
 	testenv.RequireRoot(t)
 	dir := testenv.Dir(t)
 	runRoot = filepath.Join(dir, "run")
-	rt, err := ns.New(ns.Config{RunRoot: runRoot})
+	cfg.RunRoot = runRoot
+	rt, err := ns.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,5 +173,20 @@ func TestStagingLeavesNoMountPoints(t *testing.T) {
 	}
 	if len(entries) != 0 {
 		t.Errorf("the started sandbox's staging directory %s holds %v, want nothing", mnt, entries)
+	}
+}
+
+// TestRootOverlayVolatile: a sandbox's root overlay is volatile unless the
+// runtime was told to honour fsync in sandboxes (the conformance suite's
+// restart mounts a volatile one again). Kernels show it as "volatile" or,
+// newer ones, "fsync=volatile".
+func TestRootOverlayVolatile(t *testing.T) {
+	for _, fsync := range []bool{false, true} {
+		rt, _, env := newRuntimeWith(t, ns.Config{SandboxFsync: fsync})
+		sb := runtimetest.Start(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 512 << 20, PIDs: 256}, 1<<30)
+		root := sb.MustSh(t, "grep ' / / ' /proc/self/mountinfo")
+		if volatile := strings.Contains(root, "volatile"); volatile == fsync {
+			t.Errorf("SandboxFsync %v: the root is mounted %s", fsync, root)
+		}
 	}
 }

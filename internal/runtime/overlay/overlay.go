@@ -11,6 +11,8 @@ package overlay
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -33,7 +35,21 @@ type Options struct {
 	Xino bool
 	// NoDev, NoSuid, ReadOnly are the mount's flags.
 	NoDev, NoSuid, ReadOnly bool
+	// Volatile: the overlay never syncs its upper layer's file system, not
+	// for an fsync or syncfs through it and not when it is unmounted
+	// (overlayfs's "volatile"). Without it the last unmount of a writable
+	// overlay syncs the whole file system the upper is on: for a sandbox's
+	// writable layer on the shared layer store, a transaction commit, and
+	// every other sandbox's dirty data written out, on each delete. The
+	// kernel marks a volatile work directory so that it is not mounted
+	// again (a crash may have lost what was never synced); Mount removes
+	// the mark of an earlier volatile mount, its caller having accepted that.
+	Volatile bool
 }
+
+// volatileMark is where the kernel marks the work directory of a volatile
+// overlay, under Options.Work.
+const volatileMark = "work/incompat/volatile"
 
 // Mount mounts an overlay of o at target.
 func Mount(target string, o Options) error {
@@ -43,11 +59,26 @@ func Mount(target string, o Options) error {
 	if len(o.Lower) > MaxLayers {
 		return fmt.Errorf("%d layers: an overlay stacks at most %d", len(o.Lower), MaxLayers)
 	}
+	if err := clearVolatileMark(o); err != nil {
+		return err
+	}
 	err := mountNew(target, o)
 	if errors.Is(err, errNoNewAPI) {
 		return mountOld(target, o)
 	}
 	return err
+}
+
+// clearVolatileMark removes the mark of an earlier volatile mount from the
+// work directory of o, if o is volatile.
+func clearVolatileMark(o Options) error {
+	if !o.Volatile || o.Upper == "" {
+		return nil
+	}
+	if err := os.RemoveAll(filepath.Join(o.Work, volatileMark)); err != nil {
+		return fmt.Errorf("removing the mark of an earlier volatile overlay: %w", err)
+	}
+	return nil
 }
 
 // errNoNewAPI is mountNew's error when the kernel lacks fsopen or takes no
@@ -89,6 +120,11 @@ func mountNew(target string, o Options) error {
 			return err
 		}
 	}
+	if o.Volatile && o.Upper != "" {
+		if err := unix.FsconfigSetFlag(fd, "volatile"); err != nil {
+			return fmt.Errorf("overlay volatile: %w%s", err, logSuffix(fd))
+		}
+	}
 	if o.Xino {
 		if err := set("xino", "on"); err != nil {
 			return err
@@ -125,6 +161,9 @@ func mountOld(target string, o Options) error {
 	}
 	if o.Xino {
 		opts += ",xino=on"
+	}
+	if o.Volatile && o.Upper != "" {
+		opts += ",volatile"
 	}
 	if len(opts) >= unix.Getpagesize() {
 		return fmt.Errorf("%d lower layers: their paths pass the one page of mount options an overlay takes on this kernel (before Linux 6.8)", len(o.Lower))

@@ -100,3 +100,69 @@ func TestMountManyLayers(t *testing.T) {
 		t.Errorf("a missing layer: %v", err)
 	}
 }
+
+// TestVolatileRemount mounts a volatile overlay again on the same work
+// directory, which the kernel refuses while its mark of an earlier mount is
+// there, with either mount API, and checks that each mount is volatile.
+func TestVolatileRemount(t *testing.T) {
+	testenv.RequireRoot(t)
+	old := func(target string, o Options) error {
+		if err := clearVolatileMark(o); err != nil {
+			return err
+		}
+		return mountOld(target, o)
+	}
+	for name, mount := range map[string]func(string, Options) error{"fsconfig": Mount, "mount(2)": old} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			lower, upper, work, root := filepath.Join(dir, "lower"), filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "root")
+			for _, d := range []string{lower, upper, work, root} {
+				if err := os.Mkdir(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			o := Options{Lower: []string{lower}, Upper: upper, Work: work, Volatile: true}
+			for i := range 3 {
+				if i > 0 {
+					if _, err := os.Stat(filepath.Join(work, volatileMark)); err != nil {
+						t.Fatalf("no volatile mark after mount %d (%v): the test proves nothing", i, err)
+					}
+				}
+				if err := mount(root, o); err != nil {
+					t.Fatalf("mount %d: %v", i+1, err)
+				}
+				if err := os.WriteFile(filepath.Join(root, fmt.Sprint("f", i)), []byte("x"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if !strings.Contains(mountOptions(t, root), "volatile") {
+					t.Errorf("mount %d is not volatile: %s", i+1, mountOptions(t, root))
+				}
+				if err := unix.Unmount(root, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range 3 {
+				if _, err := os.Stat(filepath.Join(upper, fmt.Sprint("f", i))); err != nil {
+					t.Errorf("mount %d's write: %v", i+1, err)
+				}
+			}
+		})
+	}
+}
+
+// mountOptions is the super options /proc/self/mountinfo shows for the
+// mount at target.
+func mountOptions(t *testing.T, target string) string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) > 4 && f[4] == target {
+			return f[len(f)-1]
+		}
+	}
+	t.Fatalf("%s is not mounted", target)
+	return ""
+}

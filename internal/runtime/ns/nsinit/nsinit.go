@@ -42,6 +42,9 @@ type Config struct {
 	// default). The node started the process with the value for the
 	// limits it had then (a prepared process may get others).
 	Procs int `json:"procs,omitempty"`
+	// Volatile mounts the root overlay volatile (overlay.Options.Volatile):
+	// ns.Config.SandboxFsync unset.
+	Volatile bool `json:"volatile,omitempty"`
 	// Setuid leaves no_new_privs unset, so that setuid programs (sudo)
 	// work (runtime.Spec.Setuid).
 	Setuid bool `json:"setuid,omitempty"`
@@ -269,7 +272,7 @@ func buildRoot(cfg Config) error {
 	// lowers), every file shows an inode number of its own.
 	if err := overlay.Mount(root, overlay.Options{
 		Lower: cfg.Lower, Upper: filepath.Join(cfg.Upper, "upper"), Work: filepath.Join(cfg.Upper, "work"),
-		UserXattr: true, Xino: true,
+		UserXattr: true, Xino: true, Volatile: cfg.Volatile,
 	}); err != nil {
 		return fmt.Errorf("mounting overlay root: %w", err)
 	}
