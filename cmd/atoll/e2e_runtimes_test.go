@@ -248,3 +248,57 @@ func checkKeptAndReadopted(t *testing.T, d *daemon, id string) {
 		t.Fatal(err)
 	}
 }
+
+// TestSandboxFsync: a sandbox's root overlay is volatile unless the
+// server runs with --sandbox-fsync (docs/lifecycle.md, "What fsync in a
+// sandbox means").
+func TestSandboxFsync(t *testing.T) {
+	ctx := context.Background()
+	for _, fsync := range []bool{false, true} {
+		// Short names: the gvisor agent's socket path holds the test's
+		// directory, and a unix socket's path at most 107 bytes.
+		name := "volatile"
+		if fsync {
+			name = "fsync"
+		}
+		t.Run(name, func(t *testing.T) {
+			args := []string{"--warm-pool", "0", "--prestart", "0"}
+			if fsync {
+				args = append(args, "--sandbox-fsync")
+			}
+			d, _, c := startRooted(t, args...)
+			sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out strings.Builder
+			if code, err := c.Exec(ctx, sb.ID, api.ExecRequest{Shell: "grep ' / / ' /proc/self/mountinfo"}, &out, io.Discard); err != nil || code != 0 {
+				t.Fatalf("exec: %v (exit %d)", err, code)
+			}
+			if volatile := strings.Contains(out.String(), "volatile"); volatile == fsync {
+				t.Errorf("the sandbox's root is mounted %s", out.String())
+			}
+			// gvisor's root overlay is the node's own mount.
+			g, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "gvisor"})
+			if err != nil {
+				t.Fatalf("%v; the server's log:\n%s", err, d.out.String())
+			}
+			b, err := os.ReadFile("/proc/self/mountinfo")
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for line := range strings.Lines(string(b)) {
+				if strings.Contains(line, " - overlay ") && strings.Contains(line, g.ID) {
+					found = true
+					if volatile := strings.Contains(line, "volatile"); volatile == fsync {
+						t.Errorf("the gvisor sandbox's root is mounted %s", line)
+					}
+				}
+			}
+			if !found {
+				t.Errorf("no overlay of gvisor sandbox %s on the host", g.ID)
+			}
+		})
+	}
+}
