@@ -873,11 +873,15 @@ type NodeList struct {
 	Nodes []Node `json:"nodes"`
 }
 
+// SandboxIDLen is the length of the IDs atoll gives sandboxes and
+// snapshots.
+const SandboxIDLen = 20
+
 // ValidSandboxID reports whether id has the shape of the IDs atoll gives
 // sandboxes and snapshots: 20 of [a-z0-9]. Anything else names none, and
 // is refused before it is looked up.
 func ValidSandboxID(id string) bool {
-	if len(id) != 20 {
+	if len(id) != SandboxIDLen {
 		return false
 	}
 	for i := 0; i < len(id); i++ {

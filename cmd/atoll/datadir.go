@@ -1,9 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
+	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/runtime/ns"
 	"github.com/atoll-dev/atoll/internal/tlsca"
 )
 
@@ -89,7 +93,13 @@ func openDataDir(path string) (dataDir, error) {
 	if err := checkTraversable(abs); err != nil {
 		return "", err
 	}
-	return dataDir(abs), nil
+	// The ns runtime, which every server offers, must fit its sockets; the
+	// others are checked as they are offered.
+	d := dataDir(abs)
+	if err := checkSocketPath(ns.SocketPath(d.Run("ns"), strings.Repeat("x", api.SandboxIDLen))); err != nil {
+		return "", fmt.Errorf("--data %s: %w", abs, err)
+	}
+	return d, nil
 }
 
 // VaultTokenKey is the key of the tokens of vaults mounted in sandboxes.

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/runtime/vm"
 	"github.com/atoll-dev/atoll/internal/testenv"
 )
@@ -219,4 +220,63 @@ func TestAgentSource(t *testing.T) {
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// TestLongDataPath: a --data whose path leaves no room for a runtime's agent
+// sockets (a unix socket's path holds at most 107 bytes) is refused with the
+// fix named: for gvisor, whose socket paths are the longest, in GET
+// /v1/runtimes; for ns, which every server needs, at start. Before, every
+// start failed at the agent's dial with "invalid argument".
+func TestLongDataPath(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommand(t, "runsc")
+	// padded is a directory under the test's whose path is n bytes long.
+	padded := func(n int) string {
+		base := testenv.Dir(t)
+		if n-len(base)-1 < 1 {
+			t.Fatalf("the test directory %s is too long", base)
+		}
+		return filepath.Join(base, strings.Repeat("d", n-len(base)-1))
+	}
+	// gvisor's socket is <data>/run-gvisor/<id>/sock/agent.sock, ns's
+	// <data>/run/<id>/agent.sock: 48 and 36 bytes beyond --data.
+	d := startDaemonWith(t, &daemon{t: t, bin: atollBinary(t), data: padded(107 - 48 + 1),
+		args: []string{"--warm-pool", "0", "--prestart", "0"}})
+	ctx := context.Background()
+	rts, err := d.client().Runtimes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := false
+	for _, rt := range rts {
+		if rt.Name == "gvisor" {
+			listed = true
+			if rt.Available || !strings.Contains(rt.Reason, "shorter --data") {
+				t.Errorf("gvisor: available %v, reason %q; want it refused for the long --data", rt.Available, rt.Reason)
+			}
+			t.Logf("gvisor: %s", rt.Reason)
+		}
+	}
+	if !listed {
+		t.Error("gvisor is not listed")
+	}
+	sb, err := d.client().CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatalf("an ns sandbox, whose sockets fit: %v", err)
+	}
+	if err := d.client().DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	data := padded(107 - 36 + 1)
+	out, err := exec.Command(atollBinary(t), "serve", "--listen", "127.0.0.1:0", "--data", data, "--network", "off").CombinedOutput()
+	if err == nil {
+		t.Fatalf("atoll serve started with a --data of %d bytes:\n%s", len(data), out)
+	}
+	if !strings.Contains(string(out), "shorter --data") {
+		t.Errorf("output does not name the fix:\n%s", out)
+	}
+	if _, err := os.Stat(filepath.Join(data, "layers")); err == nil {
+		t.Error("the refused server made its layer store")
+	}
 }

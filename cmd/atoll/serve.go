@@ -25,6 +25,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/atoll-dev/atoll/api"
 	"github.com/atoll-dev/atoll/internal/agentbin"
 	"github.com/atoll-dev/atoll/internal/atomicfile"
 	"github.com/atoll-dev/atoll/internal/audit"
@@ -533,6 +534,9 @@ func (s *serving) startRuntimes(context.Context) error {
 	s.runtimes = []runtime.Runtime{nsrt}
 	s.unavailable = map[string]string{}
 	offer := func(name string, rt runtime.Runtime, err error) {
+		if err == nil {
+			err = checkSocketPaths(rt)
+		}
 		if err != nil {
 			s.log.Info("runtime "+name+" not offered", "err", err)
 			s.unavailable[name] = err.Error()
@@ -1079,4 +1083,28 @@ func checkTraversable(data string) error {
 			return nil
 		}
 	}
+}
+
+// socketPathMax is the longest path a unix socket may have: sun_path's 108
+// bytes less the terminating NUL.
+const socketPathMax = 107
+
+// checkSocketPaths makes sure rt's agent sockets' paths fit in a unix
+// socket's address (see checkSocketPath).
+func checkSocketPaths(rt runtime.Runtime) error {
+	sp, ok := rt.(interface{ SocketPath(id string) string })
+	if !ok {
+		return nil
+	}
+	return checkSocketPath(sp.SocketPath(strings.Repeat("x", api.SandboxIDLen)))
+}
+
+// checkSocketPath makes sure p, an agent socket's path, fits in a unix
+// socket's address. Those paths hold the data directory's; one too long
+// made every start fail at the agent's dial with "invalid argument".
+func checkSocketPath(p string) error {
+	if len(p) > socketPathMax {
+		return fmt.Errorf("its sandboxes' agent sockets' paths, such as %s (%d bytes), pass the %d bytes a unix socket's path may hold: start atoll serve with a shorter --data", p, len(p), socketPathMax)
+	}
+	return nil
 }

@@ -9,7 +9,7 @@ import (
 )
 
 const (
-	idLen      = 20
+	idLen      = api.SandboxIDLen
 	idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
 )
 

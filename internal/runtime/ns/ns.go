@@ -142,7 +142,11 @@ func (r *Runtime) Capabilities() runtime.Caps {
 func (r *Runtime) runDir(id string) string { return filepath.Join(r.runRoot, id) }
 
 // SocketPath is where the agent of sandbox id listens.
-func (r *Runtime) SocketPath(id string) string { return filepath.Join(r.runDir(id), "agent.sock") }
+func (r *Runtime) SocketPath(id string) string { return SocketPath(r.runRoot, id) }
+
+// SocketPath is the host path of sandbox id's agent socket under a runtime
+// whose Config.RunRoot is runRoot.
+func SocketPath(runRoot, id string) string { return filepath.Join(runRoot, id, "agent.sock") }
 
 // prepared is a sandbox process started ahead of its files: namespaces,
 // cgroup and agent socket exist, and the init stage waits on ctl for its
