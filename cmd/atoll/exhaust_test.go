@@ -325,7 +325,12 @@ func testResourceExhaustion(t *testing.T, runtime string) {
 			a.pidsMax = pidsMax(sb.ID)
 			a.oomKills = int(cgroupValue(sb.ID, "/sys/fs/cgroup/memory/atoll/ID/memory.oom_control", "/sys/fs/cgroup/atoll/ID/memory.events", "oom_kill"))
 			if got, err := c.GetSandbox(ctx, sb.ID); err != nil || got.State != api.StateRunning {
-				t.Logf("attacking sandbox during %s: %s %v", e.name, got.State, err)
+				t.Logf("attacking sandbox during %s: %s %v (error %q)", e.name, got.State, err, got.Error)
+				for line := range strings.Lines(d.out.String()) {
+					if strings.Contains(line, sb.ID) {
+						t.Logf("server: %s", strings.TrimSpace(line))
+					}
+				}
 				a.wholeOOM = !caps.ProcessOOM && got.State == api.StateStopped && kernelOOMKilled(sb.ID)
 			}
 			t1 := time.Now()
