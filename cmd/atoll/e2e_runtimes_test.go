@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/atoll-dev/atoll/api"
+	"github.com/atoll-dev/atoll/internal/runtime/runtimetest"
 	"github.com/atoll-dev/atoll/internal/testenv"
 	atoll "github.com/atoll-dev/atoll/sdk/go"
 )
@@ -275,7 +276,7 @@ func TestSandboxFsync(t *testing.T) {
 			if code, err := c.Exec(ctx, sb.ID, api.ExecRequest{Shell: "grep ' / / ' /proc/self/mountinfo"}, &out, io.Discard); err != nil || code != 0 {
 				t.Fatalf("exec: %v (exit %d)", err, code)
 			}
-			if volatile := strings.Contains(out.String(), "volatile"); volatile == fsync {
+			if volatile := testenv.MountedVolatile(out.String()); volatile == fsync {
 				t.Errorf("the sandbox's root is mounted %s", out.String())
 			}
 			// gvisor's root overlay is the node's own mount.
@@ -283,16 +284,12 @@ func TestSandboxFsync(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%v; the server's log:\n%s", err, d.out.String())
 			}
-			b, err := os.ReadFile("/proc/self/mountinfo")
-			if err != nil {
-				t.Fatal(err)
-			}
 			found := false
-			for line := range strings.Lines(string(b)) {
-				if strings.Contains(line, " - overlay ") && strings.Contains(line, g.ID) {
+			for _, m := range runtimetest.Mounts(g.ID) {
+				if strings.Contains(m, " - overlay ") {
 					found = true
-					if volatile := strings.Contains(line, "volatile"); volatile == fsync {
-						t.Errorf("the gvisor sandbox's root is mounted %s", line)
+					if volatile := testenv.MountedVolatile(m); volatile == fsync {
+						t.Errorf("the gvisor sandbox's root is %s", m)
 					}
 				}
 			}

@@ -140,3 +140,20 @@ func Layers(t testing.TB, dir string) *layers.Store {
 	t.Cleanup(func() { ls.Unmount() })
 	return ls
 }
+
+// MountedVolatile reports whether line, a line of /proc/*/mountinfo, is a
+// mount whose super options hold "volatile" (an overlay's; newer kernels
+// show "fsync=volatile"). Only whole options count: a path among them, a
+// test's directory say, may hold the word.
+func MountedVolatile(line string) bool {
+	f := strings.Fields(line)
+	if len(f) == 0 {
+		return false
+	}
+	for _, o := range strings.Split(f[len(f)-1], ",") {
+		if o == "volatile" || o == "fsync=volatile" {
+			return true
+		}
+	}
+	return false
+}

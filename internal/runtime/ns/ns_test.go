@@ -178,14 +178,13 @@ func TestStagingLeavesNoMountPoints(t *testing.T) {
 
 // TestRootOverlayVolatile: a sandbox's root overlay is volatile unless the
 // runtime was told to honour fsync in sandboxes (the conformance suite's
-// restart mounts a volatile one again). Kernels show it as "volatile" or,
-// newer ones, "fsync=volatile".
+// restart mounts a volatile one again).
 func TestRootOverlayVolatile(t *testing.T) {
 	for _, fsync := range []bool{false, true} {
 		rt, _, env := newRuntimeWith(t, ns.Config{SandboxFsync: fsync})
 		sb := runtimetest.Start(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 512 << 20, PIDs: 256}, 1<<30)
 		root := sb.MustSh(t, "grep ' / / ' /proc/self/mountinfo")
-		if volatile := strings.Contains(root, "volatile"); volatile == fsync {
+		if volatile := testenv.MountedVolatile(root); volatile == fsync {
 			t.Errorf("SandboxFsync %v: the root is mounted %s", fsync, root)
 		}
 	}

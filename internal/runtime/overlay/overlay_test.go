@@ -134,8 +134,8 @@ func TestVolatileRemount(t *testing.T) {
 				if err := os.WriteFile(filepath.Join(root, fmt.Sprint("f", i)), []byte("x"), 0o644); err != nil {
 					t.Fatal(err)
 				}
-				if !strings.Contains(mountOptions(t, root), "volatile") {
-					t.Errorf("mount %d is not volatile: %s", i+1, mountOptions(t, root))
+				if line := mountLine(t, root); !testenv.MountedVolatile(line) {
+					t.Errorf("mount %d is not volatile: %s", i+1, line)
 				}
 				if err := unix.Unmount(root, 0); err != nil {
 					t.Fatal(err)
@@ -150,17 +150,15 @@ func TestVolatileRemount(t *testing.T) {
 	}
 }
 
-// mountOptions is the super options /proc/self/mountinfo shows for the
-// mount at target.
-func mountOptions(t *testing.T, target string) string {
+// mountLine is the line of /proc/self/mountinfo for the mount at target.
+func mountLine(t *testing.T, target string) string {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for line := range strings.Lines(string(b)) {
-		f := strings.Fields(line)
-		if len(f) > 4 && f[4] == target {
-			return f[len(f)-1]
+		if f := strings.Fields(line); len(f) > 4 && f[4] == target {
+			return line
 		}
 	}
 	t.Fatalf("%s is not mounted", target)
