@@ -430,14 +430,25 @@ func start(req request, fds []int) {
 		return files[i], nil
 	}
 	cmd, err := command(req, file)
-	var pidfd int = -1
+	pid, pidfd := 0, -1
 	if err == nil {
-		cmd.SysProcAttr.PidFD = &pidfd
-		run := cmd.Start
-		if req.Netns != "" {
-			run = func() error { return netns.Run(req.Netns, cmd.Start) }
+		run := func() (err error) {
+			if haveFastStart {
+				pid, pidfd, err = fastStart(cmd)
+				return err
+			}
+			cmd.SysProcAttr.PidFD = &pidfd
+			if err := cmd.Start(); err != nil {
+				return err
+			}
+			pid = cmd.Process.Pid
+			return nil
 		}
-		err = run()
+		if req.Netns != "" {
+			err = netns.Run(req.Netns, run)
+		} else {
+			err = run()
+		}
 	}
 	// The child holds its own copies now.
 	for _, f := range files {
@@ -447,7 +458,7 @@ func start(req request, fds []int) {
 		answerErr(reply, err.Error())
 		return
 	}
-	b, _ := json.Marshal(answer{Pid: cmd.Process.Pid})
+	b, _ := json.Marshal(answer{Pid: pid})
 	var rights []byte
 	if pidfd >= 0 {
 		rights = unix.UnixRights(pidfd)
@@ -456,7 +467,11 @@ func start(req request, fds []int) {
 	if pidfd >= 0 {
 		unix.Close(pidfd)
 	}
-	_ = cmd.Wait()
+	if haveFastStart {
+		reap(pid)
+	} else {
+		_ = cmd.Wait()
+	}
 }
 
 // command is req as an exec.Cmd, its files from file.

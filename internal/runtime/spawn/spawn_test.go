@@ -91,6 +91,65 @@ func TestStart(t *testing.T) {
 	child.Release()
 }
 
+// TestChildState: the child starts as os/exec would start it: stdin from
+// /dev/null, only the descriptors it was given, no signal blocked or
+// ignored, and os/exec's RLIMIT_NOFILE; in a user namespace, with
+// supplementary groups cleared.
+func TestChildState(t *testing.T) {
+	testenv.RequireRoot(t)
+	s := New(testenv.AgentBinary(t))
+	defer s.Close()
+	script := `read x; echo "read=$? $(ls /proc/self/fd | tr '\n' ' ')" >&3
+grep -E '^(SigBlk|SigIgn|Groups):' /proc/self/status | tr -d '\t' >&3
+echo "nofile=$(ulimit -Sn)" >&3; echo end >&3`
+	child, out := started(t, s, script, &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: 100000, Size: 65536}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: 100000, Size: 65536}},
+		GidMappingsEnableSetgroups: true, Credential: &syscall.Credential{}, Setsid: true, Pdeathsig: syscall.SIGKILL})
+	defer child.Release()
+	got := map[string]string{}
+	for {
+		line, err := out.ReadString('\n')
+		if err != nil {
+			t.Fatalf("after %v: %v", got, err)
+		}
+		line = strings.TrimSpace(line)
+		if line == "end" {
+			break
+		}
+		k, v, _ := strings.Cut(line, "=")
+		if k2, v2, ok := strings.Cut(line, ":"); ok && !strings.Contains(k, " ") && !strings.HasPrefix(line, "read") && !strings.HasPrefix(line, "nofile") {
+			k, v = k2, v2
+		}
+		got[k] = v
+	}
+	// sh's own descriptors for ls come and go; 0-3 are the child's.
+	if !strings.HasPrefix(got["read"], "1 0 1 2 3 ") {
+		t.Errorf("stdin read and descriptors: %q, want EOF (1) and 0 1 2 3 then ls's own", got["read"])
+	}
+	if got["SigBlk"] != "0000000000000000" || got["SigIgn"] != "0000000000000000" {
+		t.Errorf("signals blocked %q, ignored %q; want none", got["SigBlk"], got["SigIgn"])
+	}
+	if got["Groups"] != "" {
+		t.Errorf("supplementary groups %q, want none", got["Groups"])
+	}
+	// What os/exec gives a child of this process, but for the helper's
+	// Go having raised its own limit at start: then Linux's default.
+	want, err := exec.Command("/bin/sh", "-c", "ulimit -Sn; ulimit -Hn").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := strings.Fields(string(want))
+	soft, _ := strconv.Atoi(lim[0])
+	hard, _ := strconv.Atoi(lim[1])
+	if lim[1] != "unlimited" && soft < hard-1 {
+		soft = min(1024, hard)
+	}
+	if got["nofile"] != strconv.Itoa(soft) {
+		t.Errorf("RLIMIT_NOFILE %s, want %d", got["nofile"], soft)
+	}
+}
+
 // TestDiesWithServer: a child with a parent-death signal dies when the
 // helper ends (the server's end closed, or the server gone), as the ns
 // runtime's prestarted processes must; a child that cleared it lives on.
@@ -191,6 +250,8 @@ func TestBadRequests(t *testing.T) {
 		"negative file":   `{"path":"/bin/true","args":["true"],"stdout":-7,"stderr":-1,"cgroup_dir":-1}`,
 		"no such program": `{"path":"/nonexistent","args":["x"],"stdout":-1,"stderr":-1,"cgroup_dir":-1}`,
 		"no such netns":   `{"path":"/bin/true","args":["true"],"stdout":-1,"stderr":-1,"cgroup_dir":-1,"netns":"/nonexistent"}`,
+		"no such dir":     `{"path":"/bin/true","args":["true"],"dir":"/nonexistent","stdout":-1,"stderr":-1,"cgroup_dir":-1}`,
+		"not a program":   `{"path":"/etc/hostname","args":["x"],"stdout":-1,"stderr":-1,"cgroup_dir":-1}`,
 	} {
 		var a answer
 		if got := ask([]byte(msg), true); json.Unmarshal([]byte(got), &a) != nil || a.Error == "" || a.Pid != 0 {
