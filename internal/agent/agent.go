@@ -187,48 +187,48 @@ func (a *Agent) Close() error {
 
 // Handler returns the protocol's HTTP handler.
 func (a *Agent) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /health", a.handleHealth)
+	mux := &router{}
+	mux.handleFunc("GET /health", a.handleHealth)
 
-	mux.HandleFunc("PUT /env", a.handleSetEnv)
-	mux.HandleFunc("POST /exec", a.handleExec)
-	mux.HandleFunc("GET /logs", a.handleLogs)
-	mux.HandleFunc("GET /processes", a.handleListProcesses)
-	mux.HandleFunc("GET /processes/{pid}", a.handleGetProcess)
-	mux.HandleFunc("GET /processes/{pid}/attach", a.handleAttach)
-	mux.HandleFunc("POST /processes/{pid}/stdin", a.handleStdin)
-	mux.HandleFunc("POST /processes/{pid}/stdin/close", a.handleStdinClose)
-	mux.HandleFunc("POST /processes/{pid}/signal", a.handleSignal)
-	mux.HandleFunc("POST /processes/{pid}/resize", a.handleResize)
-	mux.HandleFunc("GET /processes/{pid}/ws", a.handleWebsocket)
+	mux.handleFunc("PUT /env", a.handleSetEnv)
+	mux.handleFunc("POST /exec", a.handleExec)
+	mux.handleFunc("GET /logs", a.handleLogs)
+	mux.handleFunc("GET /processes", a.handleListProcesses)
+	mux.handleFunc("GET /processes/{pid}", a.handleGetProcess)
+	mux.handleFunc("GET /processes/{pid}/attach", a.handleAttach)
+	mux.handleFunc("POST /processes/{pid}/stdin", a.handleStdin)
+	mux.handleFunc("POST /processes/{pid}/stdin/close", a.handleStdinClose)
+	mux.handleFunc("POST /processes/{pid}/signal", a.handleSignal)
+	mux.handleFunc("POST /processes/{pid}/resize", a.handleResize)
+	mux.handleFunc("GET /processes/{pid}/ws", a.handleWebsocket)
 
-	mux.HandleFunc("GET /files", a.handleReadFile)
-	mux.HandleFunc("PUT /files", a.handleWriteFile)
-	mux.HandleFunc("DELETE /files", a.handleRemove)
-	mux.HandleFunc("GET /files/stat", a.handleStat)
-	mux.HandleFunc("GET /files/list", a.handleList)
-	mux.HandleFunc("POST /files/mkdir", a.handleMkdir)
-	mux.HandleFunc("POST /files/rename", a.handleRename)
-	mux.HandleFunc("POST /files/chmod", a.handleChmod)
-	mux.HandleFunc("GET /files/tar", a.handleTarGet)
-	mux.HandleFunc("PUT /files/tar", a.handleTarPut)
-	mux.HandleFunc("GET /files/watch", a.handleWatch)
+	mux.handleFunc("GET /files", a.handleReadFile)
+	mux.handleFunc("PUT /files", a.handleWriteFile)
+	mux.handleFunc("DELETE /files", a.handleRemove)
+	mux.handleFunc("GET /files/stat", a.handleStat)
+	mux.handleFunc("GET /files/list", a.handleList)
+	mux.handleFunc("POST /files/mkdir", a.handleMkdir)
+	mux.handleFunc("POST /files/rename", a.handleRename)
+	mux.handleFunc("POST /files/chmod", a.handleChmod)
+	mux.handleFunc("GET /files/tar", a.handleTarGet)
+	mux.handleFunc("PUT /files/tar", a.handleTarPut)
+	mux.handleFunc("GET /files/watch", a.handleWatch)
 
 	code := codeProxy()
 	for _, p := range []string{"POST /code/execute", "GET /code/contexts", "POST /code/contexts",
 		"DELETE /code/contexts/{ctx}", "POST /code/contexts/{ctx}/restart"} {
-		mux.Handle(p, code)
+		mux.handle(p, code)
 	}
 
 	// The API's request ID comes along with a forwarded request: the
 	// agent's errors name it too.
 	return httpkit.RequestID(surface.Recover(a.log, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// The mux's own 404 and 405 answers are plain text; ours are JSON.
-		if _, pattern := mux.Handler(r); pattern == "" {
+		h := mux.match(r)
+		if h == nil {
 			writeError(w, errorf(errdefs.ErrNotFound, "no endpoint %s %s", r.Method, r.URL.Path))
 			return
 		}
-		mux.ServeHTTP(w, r)
+		h.ServeHTTP(w, r)
 		drainBody(r)
 	})))
 }

@@ -478,7 +478,7 @@ func (r *Runtime) finish(ctx context.Context, spec runtime.Spec, p *prepared, st
 	}
 	cfg.NewCgroupNS = p.newCgroupNS
 	cfg.Procs = agentProcs(spec.Limits)
-	if err := json.NewEncoder(p.ctl).Encode(cfg); err != nil {
+	if err := nsinit.WriteConfig(p.ctl, cfg); err != nil {
 		return inst, fmt.Errorf("%w: %v", errNotConfigured, err)
 	}
 	// The answer comes once the agent is about to serve on its socket.

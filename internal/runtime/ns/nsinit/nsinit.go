@@ -28,55 +28,56 @@ import (
 	"github.com/atoll-dev/atoll/internal/runtime/overlay"
 )
 
-// Config is what the node sends the init stage once its mounts are ready.
+// Config is what the node sends the init stage once its mounts are ready,
+// as a frame of WriteConfig's.
 type Config struct {
-	Rootfs   string   `json:"rootfs"`   // empty host directory to build the root on
-	Lower    []string `json:"lower"`    // id-mapped lower layers, top first
-	Upper    string   `json:"upper"`    // id-mapped directory holding upper/ and work/
-	Binds    []Bind   `json:"binds"`    // id-mapped read-only directories
-	Hostname string   `json:"hostname"` // of the UTS namespace
-	AgentEnv string   `json:"agent_env"`
-	User     string   `json:"user,omitempty"`    // default user of processes
-	Workdir  string   `json:"workdir,omitempty"` // default working directory
+	Rootfs   string   // empty host directory to build the root on
+	Lower    []string // id-mapped lower layers, top first
+	Upper    string   // id-mapped directory holding upper/ and work/
+	Binds    []Bind   // id-mapped read-only directories
+	Hostname string   // of the UTS namespace
+	AgentEnv string
+	User     string // default user of processes
+	Workdir  string // default working directory
 	// Procs is the agent's GOMAXPROCS for the sandbox's limits (0: Go's
 	// default). The node started the process with the value for the
 	// limits it had then (a prepared process may get others).
-	Procs int `json:"procs,omitempty"`
+	Procs int
 	// Volatile mounts the root overlay volatile (overlay.Options.Volatile):
 	// ns.Config.SandboxFsync unset.
-	Volatile bool `json:"volatile,omitempty"`
+	Volatile bool
 	// Setuid leaves no_new_privs unset, so that setuid programs (sudo)
 	// work (runtime.Spec.Setuid).
-	Setuid bool `json:"setuid,omitempty"`
+	Setuid bool
 	// Net is set when the sandbox runs in a network the node made (see
 	// runtime.Network).
-	Net *Net `json:"net,omitempty"`
+	Net *Net
 	// Sys is a read-only sysfs the node mounted from inside the sandbox's
 	// network namespace, which the node made (only the namespace's owner
 	// may mount one), bound at /sys; empty, the sandbox owns its network
 	// namespace and mounts its own.
-	Sys string `json:"sys,omitempty"`
+	Sys string
 	// NewCgroupNS is set when the process was born outside its cgroup and
 	// moved in (cgroup v1, see cgroup.BirthDir): it creates its cgroup
 	// namespace, rooted at its cgroup, before anything else.
-	NewCgroupNS bool `json:"new_cgroupns,omitempty"`
+	NewCgroupNS bool
 	// Seccomp is the seccomp filter every process of the sandbox runs
 	// under, a BPF program the node assembled (struct sock_filter's, in
 	// the machine's byte order). The init stage refuses to go on without.
-	Seccomp []byte `json:"seccomp"`
+	Seccomp []byte
 }
 
 // Net is what the node prepared for a sandbox with a network.
 type Net struct {
 	// Files is an id-mapped read-only directory holding resolv.conf and
 	// hosts, mounted over /etc's.
-	Files string `json:"files"`
+	Files string
 }
 
 // Bind is a read-only directory mounted at Target inside the root.
 type Bind struct {
-	Source string `json:"source"`
-	Target string `json:"target"`
+	Source string
+	Target string
 }
 
 // Status is the init stage's one-line answer to the node; an empty Error means
@@ -103,7 +104,9 @@ func Main(agentMain func(ready func(), startOn func(func()))) {
 			os.Exit(1)
 		}
 		agentMain(func() {
-			json.NewEncoder(ctl).Encode(Status{})
+			// Status{} as JSON, written as such: encoding/json's first
+			// use in this process would cost more than the rest.
+			ctl.Write([]byte("{}\n"))
 			ctl.Close()
 		}, starter.Do)
 	}()
@@ -122,8 +125,8 @@ func setup(ctl *os.File, starter *confine.Starter) error {
 	if err := confine.Loopback(); err != nil {
 		return err
 	}
-	var cfg Config
-	if err := json.NewDecoder(ctl).Decode(&cfg); err != nil {
+	cfg, err := ReadConfig(ctl)
+	if err != nil {
 		return fmt.Errorf("reading config: %w", err)
 	}
 	if cfg.Procs > 0 && cfg.Procs != goruntime.GOMAXPROCS(0) {
@@ -137,7 +140,6 @@ func setup(ctl *os.File, starter *confine.Starter) error {
 		}
 	}
 	// From here the sandbox outlives the node (see ns.Runtime.Start).
-	var err error
 	starter.Do(func() { err = clearParentDeathSignal() })
 	if err != nil {
 		return err
