@@ -160,14 +160,14 @@ func (d *decoder) uint() uint64 {
 	return v
 }
 
+// int reads a varint (binary.AppendVarint's zig-zag form).
 func (d *decoder) int() int64 {
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail(errShort)
-		return 0
+	u := d.uint()
+	x := int64(u >> 1)
+	if u&1 != 0 {
+		x = ^x
 	}
-	d.b = d.b[n:]
-	return v
+	return x
 }
 
 // count is a list's length, which cannot exceed the bytes left (each item
