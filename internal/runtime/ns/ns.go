@@ -376,7 +376,10 @@ func initCommand(spec runtime.Spec, netns string, logFile, lnFile, childCtl *os.
 	cmd := exec.Command(spec.AgentPath, launch.Init)
 	// argv[0] is what the sandbox sees in /proc/1/cmdline: not a host path.
 	cmd.Args[0] = launch.Name
-	cmd.Env = []string{}
+	// GOMAXPROCS stays as set at start (agentProcs): Go's runtime would
+	// otherwise start a goroutine to follow the cgroup's CPU limit and
+	// look at the limit every second, in every sandbox.
+	cmd.Env = []string{"GODEBUG=updatemaxprocs=0"}
 	if n := agentProcs(spec.Limits); n > 0 {
 		cmd.Env = append(cmd.Env, fmt.Sprintf("GOMAXPROCS=%d", n))
 	}

@@ -8,7 +8,9 @@
 // every page it writes; the exec then frees the copy. For the server, a
 // large and busy process, that was about a third of its CPU in a burst of
 // creates (docs/benchmarks.md, issue #13). The helper's address space is
-// small and quiet, so the same clone costs it little.
+// small and quiet, so the same clone costs it little; and on amd64 it does
+// not copy it at all: its child shares it and runs system calls alone up to
+// its exec (clone_amd64.go).
 //
 // The server sends each start over a SOCK_SEQPACKET socket: the command as
 // JSON, its files as SCM_RIGHTS, with first a socket for the answer (the
