@@ -73,9 +73,23 @@ func burst(r *report, work string, cfg burstConfig) {
 	b.creates(ctx)
 
 	// (b) The peers at the same parallelism, in the host template's layer.
-	burstPeers(r, work, filepath.Join(srv.data, "layers", "templates", "host-v2"), cfg)
+	skeleton := filepath.Join(srv.data, "layers", "templates", "host-v2")
+	before := burstPeers(r, work, skeleton, cfg)
 
-	b.sustained(ctx)
+	rate := b.sustained(ctx)
+
+	// runc once more, right after: the host's speed drifts over a run
+	// (a VM's neighbours), and the ratio is taken against runc's rate on
+	// both sides of the sustained run.
+	root := newPeerRoot(work, skeleton)
+	root.mount()
+	after := runtimePeer(r, root, "runc", ", after the sustained run", cfg)
+	root.umount()
+	if before > 0 && after > 0 && rate > 0 {
+		mean := (before + after) / 2
+		r.note(fmt.Sprintf("sustained creates/s ÷ runc runs/s: %.2f× against runc's mean (%.1f runs/s before the sustained run, %.1f after, mean %.1f); %.2f× against the one before",
+			rate/mean, before, after, mean, rate/before))
+	}
 }
 
 // burstRun is what the burst's phases share: the server's client, its
@@ -157,7 +171,7 @@ func (b *burstRun) creates(ctx context.Context) {
 
 // sustained is (c): creates at the same parallelism, each sandbox deleted
 // behind them by as many clients, so that the pools refill as they go.
-func (b *burstRun) sustained(ctx context.Context) {
+func (b *burstRun) sustained(ctx context.Context) (createsPerSecond float64) {
 	var mu sync.Mutex
 	b.codes.reset()
 	done := b.profile("sustained")
@@ -208,6 +222,7 @@ func (b *burstRun) sustained(ctx context.Context) {
 	b.r.add("sustained: delete (API), behind the creates", b.mode, sdel)
 	sum := b.codes.summary()
 	b.r.rate("sustained: creates, deletes behind", b.mode, int(created.Load()), createWall, errs, sum)
+	createsPerSecond = float64(created.Load()) / createWall.Seconds()
 	b.r.rate("sustained: deletes (from the first create to the last delete)", b.mode, int(deleted.Load()), deleteWall, int(derrs.Load()), sum)
 	if b.cfg.sustained > 0 {
 		b.r.note(fmt.Sprintf("sustained: CPU time per sandbox (create, delete): %s",
@@ -218,53 +233,25 @@ func (b *burstRun) sustained(ctx context.Context) {
 		b.r.note(fmt.Sprintf("sustained: the machine was busy %.1f%% of the run; all of its CPU time, a sandbox: %s",
 			100*busy/(float64(m1.cores)*deleteWall.Seconds()), ms(time.Duration(busy*float64(time.Second))/time.Duration(b.cfg.sustained))))
 	}
+	return createsPerSecond
 }
 
 // burstPeers runs `true` n times at the burst's parallelism with runc,
 // crun, the floor (burstFloor) and bwrap in the same root file system.
-func burstPeers(r *report, work, skeleton string, cfg burstConfig) {
+func burstPeers(r *report, work, skeleton string, cfg burstConfig) (runc float64) {
 	root := newPeerRoot(work, skeleton)
 	root.mount()
 	defer root.umount()
 	mode := fmt.Sprintf("%d clients", cfg.clients)
 	for _, rt := range []string{"runc", "crun"} {
-		if _, err := exec.LookPath(rt); err != nil {
-			r.missing(rt)
-			continue
+		if v := runtimePeer(r, root, rt, "", cfg); rt == "runc" {
+			runc = v
 		}
-		_, name := runtimeArgs(rt, root.bundle, "")
-		var mu sync.Mutex
-		var ds []time.Duration
-		cpu0 := childrenCPU()
-		t0 := time.Now()
-		errs := parallel(cfg.n, cfg.clients, func(i int) error {
-			id := fmt.Sprintf("atoll-burst-%d", i)
-			args, _ := runtimeArgs(rt, root.bundle, id)
-			t := time.Now()
-			out, err := exec.Command(rt, args...).CombinedOutput()
-			d := time.Since(t)
-			exec.Command(rt, "delete", "-f", id).Run()
-			if err != nil {
-				return fmt.Errorf("%s: %v: %s", rt, err, strings.TrimSpace(string(out)))
-			}
-			mu.Lock()
-			ds = append(ds, d)
-			mu.Unlock()
-			return nil
-		})
-		wall := time.Since(t0)
-		if len(ds) == 0 {
-			r.failed(name+", "+mode, "every run failed")
-			continue
-		}
-		r.add("burst peer: "+name, mode, ds)
-		r.rate("burst peer: "+name+" runs", mode, len(ds), wall, errs, "")
-		r.note(fmt.Sprintf("burst peer: CPU time per %s run (run and delete): %s", rt, ms((childrenCPU()-cpu0)/time.Duration(cfg.n))))
 	}
 	burstFloor(r, work, skeleton, cfg)
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		r.missing("bwrap")
-		return
+		return runc
 	}
 	var mu sync.Mutex
 	var ds []time.Duration
@@ -284,6 +271,47 @@ func burstPeers(r *report, work, skeleton string, cfg burstConfig) {
 	r.add("burst peer: bwrap `true`", mode, ds)
 	r.rate("burst peer: bwrap `true` runs", mode, len(ds), time.Since(t0), errs, "")
 	r.note(fmt.Sprintf("burst peer: CPU time per bwrap run: %s", ms((childrenCPU()-cpu0)/time.Duration(cfg.n))))
+	return runc
+}
+
+// runtimePeer runs `true` cfg.n times with rt (runc or crun) at the burst's
+// parallelism in root, reports its latencies, rate and CPU under a name
+// with suffix, and returns its runs a second (0 if it could not run).
+func runtimePeer(r *report, root *peerRoot, rt, suffix string, cfg burstConfig) float64 {
+	mode := fmt.Sprintf("%d clients", cfg.clients)
+	if _, err := exec.LookPath(rt); err != nil {
+		r.missing(rt)
+		return 0
+	}
+	_, name := runtimeArgs(rt, root.bundle, "")
+	var mu sync.Mutex
+	var ds []time.Duration
+	cpu0 := childrenCPU()
+	t0 := time.Now()
+	errs := parallel(cfg.n, cfg.clients, func(i int) error {
+		id := fmt.Sprintf("atoll-burst-%d", i)
+		args, _ := runtimeArgs(rt, root.bundle, id)
+		t := time.Now()
+		out, err := exec.Command(rt, args...).CombinedOutput()
+		d := time.Since(t)
+		exec.Command(rt, "delete", "-f", id).Run()
+		if err != nil {
+			return fmt.Errorf("%s: %v: %s", rt, err, strings.TrimSpace(string(out)))
+		}
+		mu.Lock()
+		ds = append(ds, d)
+		mu.Unlock()
+		return nil
+	})
+	wall := time.Since(t0)
+	if len(ds) == 0 {
+		r.failed(name+suffix+", "+mode, "every run failed")
+		return 0
+	}
+	r.add("burst peer: "+name+suffix, mode, ds)
+	r.rate("burst peer: "+name+" runs"+suffix, mode, len(ds), wall, errs, "")
+	r.note(fmt.Sprintf("burst peer: CPU time per %s run%s (run and delete): %s", rt, suffix, ms((childrenCPU()-cpu0)/time.Duration(cfg.n))))
+	return float64(len(ds)) / wall.Seconds()
 }
 
 // burstFloor runs the least a stateful sandbox needs, at the burst's

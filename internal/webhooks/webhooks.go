@@ -86,6 +86,12 @@ const (
 	sendTimeout = 10 * time.Second
 	claimBatch  = 32
 	poll        = time.Second
+	// settle is how long Run lets events gather after a Kick before it
+	// looks for deliveries: under a burst of creates and deletes every
+	// event's write kicks it, hundreds of times a second, and each look is
+	// a query, whether or not any webhook exists. A delivery leaves at most
+	// this much later.
+	settle = 20 * time.Millisecond
 	// maxWebhooks is the most webhooks a tenant may have.
 	maxWebhooks = 20
 )
@@ -164,6 +170,11 @@ func (s *Service) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-s.kick:
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(settle):
+			}
 		case <-t.C:
 		}
 	}

@@ -664,18 +664,19 @@ func (r *Runtime) Stop(ctx context.Context, id string, inst runtime.Instance) er
 		// has killed the rest.
 		_ = host.KillAndWait(inst.PID, 5*time.Second)
 	}
-	return r.cleanup(id, cg, err)
+	return r.cleanup(id, cg, err, true)
 }
 
 // Cleanup implements runtime.Runtime.
 func (r *Runtime) Cleanup(ctx context.Context, id string) error {
 	cg, err := r.loadCgroup(id)
-	return r.cleanup(id, cg, err)
+	return r.cleanup(id, cg, err, false)
 }
 
 // cleanup is Cleanup with the sandbox's cgroup loaded (cg, or the error
-// loading it gave).
-func (r *Runtime) cleanup(id string, cg *cgroup.Cgroup, cgErr error) error {
+// loading it gave), thawed already if thawed (by Stop, which nothing
+// freezes after).
+func (r *Runtime) cleanup(id string, cg *cgroup.Cgroup, cgErr error, thawed bool) error {
 	if p := r.takePrepared(id); p != nil {
 		p.ctl.Close()
 		_ = p.child.Release()
@@ -683,7 +684,9 @@ func (r *Runtime) cleanup(id string, cg *cgroup.Cgroup, cgErr error) error {
 	var errs []error
 	ended := false // every process of the sandbox is gone
 	if cgErr == nil {
-		_ = cg.Thaw()
+		if !thawed {
+			_ = cg.Thaw()
+		}
 		if err := cg.KillAll(10 * time.Second); err != nil {
 			errs = append(errs, err)
 		} else {
