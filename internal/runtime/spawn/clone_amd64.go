@@ -66,7 +66,7 @@ const maxOps = 64 + maxFiles + 3 + 16
 // outlives the child's exec (see fastStart's KeepAlive).
 type childMem struct {
 	ops     [maxOps]op
-	names   [maxOps]string // for the parent's error message only
+	names   [maxOps]string // constants, for the parent's error message only
 	n       int
 	dfl     kernelSigaction
 	all     uint64 // every signal, blocked across the clone
@@ -189,7 +189,7 @@ func fastStart(cmd *exec.Cmd) (pid, pidfd int, err error) {
 		if sig == int(unix.SIGKILL) || sig == int(unix.SIGSTOP) {
 			continue
 		}
-		m.add("resetting signal "+strconv.Itoa(sig), false, unix.SYS_RT_SIGACTION, uintptr(sig), ptr(unsafe.Pointer(&m.dfl)), 0, 8)
+		m.add("resetting signal", false, unix.SYS_RT_SIGACTION, uintptr(sig), ptr(unsafe.Pointer(&m.dfl)), 0, 8)
 	}
 	maps := sys.UidMappings != nil || sys.GidMappings != nil
 	if maps {
@@ -216,7 +216,7 @@ func fastStart(cmd *exec.Cmd) (pid, pidfd int, err error) {
 		m.add("setting the parent-death signal", true, unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(sys.Pdeathsig))
 	}
 	for i, fd := range srcs {
-		m.add("placing descriptor "+strconv.Itoa(i), true, unix.SYS_DUP3, uintptr(fd), uintptr(i), 0)
+		m.add("placing descriptor", true, unix.SYS_DUP3, uintptr(fd), uintptr(i), 0)
 	}
 	if nofile, ok := childNofile(); ok {
 		// What os/exec gives a child: the limit from before Go raised it.
@@ -224,7 +224,7 @@ func fastStart(cmd *exec.Cmd) (pid, pidfd int, err error) {
 		m.add("restoring RLIMIT_NOFILE", false, unix.SYS_PRLIMIT64, 0, unix.RLIMIT_NOFILE, ptr(unsafe.Pointer(&m.nofile)), 0)
 	}
 	m.add("restoring the signal mask", true, unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, ptr(unsafe.Pointer(&m.oldMask)), 0, 8)
-	m.add("exec "+cmd.Path, true, unix.SYS_EXECVE, ptr(unsafe.Pointer(path)), ptr(unsafe.Pointer(&argv[0])), ptr(unsafe.Pointer(&envv[0])))
+	m.add("exec", true, unix.SYS_EXECVE, ptr(unsafe.Pointer(path)), ptr(unsafe.Pointer(&argv[0])), ptr(unsafe.Pointer(&envv[0])))
 
 	sp, ok := stacks.Get().(*[]byte)
 	if !ok {
@@ -301,11 +301,25 @@ func fastStart(cmd *exec.Cmd) (pid, pidfd int, err error) {
 	e := syscall.Errno(*(*uintptr)(unsafe.Pointer(&rep[8])))
 	what := "starting"
 	if idx < uintptr(m.n) {
-		what = m.names[idx]
+		what = describe(m.names[idx], m.ops[idx], cmd.Path)
 	}
 	reap(pid)
 	unix.Close(pidfd)
 	return 0, -1, &os.PathError{Op: "fork/exec", Path: cmd.Path, Err: fmt.Errorf("%s: %w", what, e)}
+}
+
+// describe names a failed call of the child for its error: name, with the
+// signal, descriptor or program it was about.
+func describe(name string, o op, path string) string {
+	switch o.trap {
+	case unix.SYS_RT_SIGACTION:
+		return name + " " + strconv.Itoa(int(o.a[0]))
+	case unix.SYS_DUP3:
+		return name + " " + strconv.Itoa(int(o.a[1]))
+	case unix.SYS_EXECVE:
+		return name + " " + path
+	}
+	return name
 }
 
 func fileOf(w any) *os.File {
@@ -372,14 +386,16 @@ func idMap(ms []syscall.SysProcIDMap) []byte {
 // value is Go's own, so where the raise happened the child gets Linux's
 // default soft limit, 1024, which is what the process started with unless
 // its starter chose otherwise (systemd's default too).
-func childNofile() (unix.Rlimit, bool) {
+//
+// Read once: nothing in the helper changes its limit.
+var childNofile = sync.OnceValues(func() (unix.Rlimit, bool) {
 	var lim unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil || lim.Max == unix.RLIM_INFINITY || lim.Cur != lim.Max-1 {
 		return lim, false
 	}
 	lim.Cur = min(1024, lim.Max)
 	return lim, true
-}
+})
 
 // haveFastStart says fastStart is there (amd64).
 const haveFastStart = true

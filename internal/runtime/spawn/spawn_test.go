@@ -258,6 +258,14 @@ func TestBadRequests(t *testing.T) {
 			t.Errorf("%s: answered %q, want an error", name, got)
 		}
 	}
+	// A call of the child that failed is named, with what it was about.
+	var a answer
+	if got := ask([]byte(`{"path":"/bin/true","args":["true"],"dir":"/nonexistent","stdout":-1,"stderr":-1,"cgroup_dir":-1}`), true); json.Unmarshal([]byte(got), &a) != nil || !strings.Contains(a.Error, "chdir") {
+		t.Errorf("a missing directory: answered %q, want the chdir named", got)
+	}
+	if got := ask([]byte(`{"path":"/etc/hostname","args":["x"],"stdout":-1,"stderr":-1,"cgroup_dir":-1}`), true); json.Unmarshal([]byte(got), &a) != nil || !strings.Contains(a.Error, "exec /etc/hostname") {
+		t.Errorf("not a program: answered %q, want the exec and its path named", got)
+	}
 	// Without a socket to answer on: dropped.
 	ask([]byte(`{"path":"/bin/true","args":["true"]}`), false)
 	// Larger than a request may be.
