@@ -36,12 +36,14 @@ import (
 // its mask is restored just before the execve, as os/exec does.
 
 // op is one system call of the child: trap and six arguments, and whether
-// its failure ends the child (must, 1) or is ignored (0). clone3's assembly
-// knows this layout (64 bytes).
+// its failure ends the child: an errno (must 1), an errno or a result other
+// than want (must 2), or never (0). clone3's assembly knows this layout (72
+// bytes).
 type op struct {
 	trap uintptr
 	a    [6]uintptr
 	must uintptr
+	want uintptr
 }
 
 // cloneArgs is struct clone_args.
@@ -73,6 +75,7 @@ type childMem struct {
 	oldMask uint64 // the cloning thread's mask, the child's after the reset
 	nofile  unix.Rlimit
 	buf     [8]byte
+	helper  unix.PollFd // the helper's pidfd, polled by the child
 	pidfd   int32
 	args    cloneArgs
 }
@@ -88,9 +91,19 @@ func (m *childMem) add(name string, must bool, trap uintptr, a ...uintptr) {
 	m.n++
 }
 
+// addWant adds a call that must return want.
+func (m *childMem) addWant(name string, want uintptr, trap uintptr, a ...uintptr) {
+	m.add(name, true, trap, a...)
+	m.ops[m.n-1].must, m.ops[m.n-1].want = 2, want
+}
+
 // childStackSize is the child's stack: it holds nothing but the two words
 // of a failure report (and a signal frame, were one ever delivered).
 const childStackSize = 16 << 10
+
+// helperPidfd is a pidfd of this process (close-on-exec), for children to
+// find whether it still lives.
+var helperPidfd = sync.OnceValues(func() (int, error) { return unix.PidfdOpen(os.Getpid(), 0) })
 
 // stacks holds the children's stacks for reuse: mapped outside the Go
 // heap, which the child must not depend on.
@@ -185,15 +198,22 @@ func fastStart(cmd *exec.Cmd) (pid, pidfd int, err error) {
 
 	// The child's calls, in os/exec's order (syscall.forkAndExecInChild1).
 	ptr := func(p unsafe.Pointer) uintptr { return uintptr(p) }
+	maps := sys.UidMappings != nil || sys.GidMappings != nil
+	if maps {
+		// Its copy of the pipe's writing end goes first, so that the
+		// helper's death ends its wait for the ID maps (an end of file,
+		// after which, the maps unwritten, its credentials fail).
+		m.add("closing the release pipe", false, unix.SYS_CLOSE, uintptr(release[1]))
+	}
 	for sig := 1; sig <= 64; sig++ {
 		if sig == int(unix.SIGKILL) || sig == int(unix.SIGSTOP) {
 			continue
 		}
 		m.add("resetting signal", false, unix.SYS_RT_SIGACTION, uintptr(sig), ptr(unsafe.Pointer(&m.dfl)), 0, 8)
 	}
-	maps := sys.UidMappings != nil || sys.GidMappings != nil
 	if maps {
-		m.add("waiting for the ID maps", true, unix.SYS_READ, uintptr(release[0]), ptr(unsafe.Pointer(&m.buf[0])), 1)
+		// One byte, or the helper died first (an end of file).
+		m.addWant("waiting for the ID maps", 1, unix.SYS_READ, uintptr(release[0]), ptr(unsafe.Pointer(&m.buf[0])), 1)
 	}
 	if sys.Setsid {
 		m.add("setsid", true, unix.SYS_SETSID)
@@ -212,8 +232,17 @@ func fastStart(cmd *exec.Cmd) (pid, pidfd int, err error) {
 		m.add("chdir", true, unix.SYS_CHDIR, ptr(unsafe.Pointer(dir)))
 	}
 	if sys.Pdeathsig != 0 {
-		// After the credentials, whose change clears it.
+		// After the credentials, whose change clears it. A helper that
+		// died before this cannot send it: the child then polls the
+		// helper's pidfd, readable once it is gone, where os/exec compares
+		// getppid (0 in a new PID namespace).
+		self, err := helperPidfd()
+		if err != nil {
+			return 0, -1, fmt.Errorf("spawn: the helper's pidfd: %w", err)
+		}
+		m.helper = unix.PollFd{Fd: int32(self), Events: unix.POLLIN}
 		m.add("setting the parent-death signal", true, unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(sys.Pdeathsig))
+		m.addWant("finding the helper alive", 0, unix.SYS_POLL, ptr(unsafe.Pointer(&m.helper)), 1, 0)
 	}
 	for i, fd := range srcs {
 		m.add("placing descriptor", true, unix.SYS_DUP3, uintptr(fd), uintptr(i), 0)

@@ -5,8 +5,9 @@
 // The child shares the caller's memory (CLONE_VM) but runs on the stack
 // that args names, and only here: it runs the n system calls of ops in
 // turn, from registers alone, and never returns to Go. The last is its
-// execve. If one marked must fails, it writes the call's index and errno
-// (two words) to errfd and exits with status 253.
+// execve. If one marked must fails (must 1: returns an errno; must 2: or
+// returns other than want), it writes the call's index and errno (two
+// words) to errfd and exits with status 253.
 TEXT ·clone3(SB),NOSPLIT|NOFRAME,$0-56
 	MOVQ	args+0(FP), DI
 	MOVQ	size+8(FP), SI
@@ -43,14 +44,23 @@ loop:
 	MOVQ	48(R12), R9
 	SYSCALL
 	CMPQ	AX, $0xfffffffffffff001
-	JLS	next
+	JLS	returned
 	MOVQ	56(R12), CX
 	CMPQ	CX, $0
 	JEQ	next
 	NEGQ	AX
 	JMP	fail
+returned:
+	// must 2: the call must also return want.
+	MOVQ	56(R12), CX
+	CMPQ	CX, $2
+	JNE	next
+	CMPQ	AX, 64(R12)
+	JEQ	next
+	MOVQ	$32, AX // EPIPE: the helper went before the child was through
+	JMP	fail
 next:
-	ADDQ	$64, R12
+	ADDQ	$72, R12
 	DECQ	R13
 	INCQ	R14
 	JMP	loop
