@@ -85,7 +85,8 @@ func (m mover) DeleteLost(ctx context.Context, sb store.Sandbox, cleanup func() 
 	if err := cleanup(); err != nil {
 		return fmt.Errorf("%w: deleting the lost sandbox's objects failed; delete it again: %v", errdefs.ErrUnavailable, err)
 	}
-	return m.c.store.Delete(ctx, sb.ID)
+	_, err := m.c.store.Delete(ctx, sb.ID)
+	return err
 }
 
 // startPath is the node-to-node endpoint that starts a sandbox moved to

@@ -14,6 +14,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	goruntime "runtime"
 	"sync"
 	"time"
 
@@ -266,8 +267,16 @@ func (a *Agent) handleSetEnv(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// Health is the agent's answer to GET /health.
+type Health struct {
+	Status string `json:"status"` // "ok"
+	// Procs is the Ps its Go runtime runs on (GOMAXPROCS), which the
+	// node chooses for the sandbox's cores.
+	Procs int `json:"procs"`
+}
+
 func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, api.Health{Status: "ok"})
+	writeJSON(w, http.StatusOK, Health{Status: "ok", Procs: goruntime.GOMAXPROCS(0)})
 }
 
 // kindError is an error of one errdefs kind whose message is shown to clients

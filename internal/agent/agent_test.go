@@ -112,7 +112,7 @@ func startAgent(t *testing.T, cfg Config) *testEnv {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", sock)
 	})
-	if err := c.Health(context.Background()); err != nil {
+	if _, err := c.Health(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	return &testEnv{a: a, c: c, dir: dir, home: home}

@@ -105,16 +105,16 @@ func (c *Client) call(ctx context.Context, method, path string, query url.Values
 	return nil
 }
 
-// Health checks that the agent answers.
-func (c *Client) Health(ctx context.Context) error {
-	var h api.Health
+// Health checks that the agent answers, and returns its answer.
+func (c *Client) Health(ctx context.Context) (Health, error) {
+	var h Health
 	if err := c.call(ctx, http.MethodGet, "/health", nil, nil, &h); err != nil {
-		return err
+		return h, err
 	}
 	if h.Status != "ok" {
-		return fmt.Errorf("agent status %q: %w", h.Status, errdefs.ErrUnavailable)
+		return h, fmt.Errorf("agent status %q: %w", h.Status, errdefs.ErrUnavailable)
 	}
-	return nil
+	return h, nil
 }
 
 // SetEnv replaces the agent's default environment.

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	goruntime "runtime"
 
 	"golang.org/x/sys/unix"
 
@@ -65,7 +64,9 @@ func run(log *slog.Logger, ready func(), startOn func(func())) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), unix.SIGTERM, unix.SIGINT)
 	defer stop()
-	log.Info("atoll-agent serving", "pid", os.Getpid(), "procs", goruntime.GOMAXPROCS(0))
+	// Nothing is logged on a good start: a line written to every
+	// sandbox's log file is work a burst of creates pays for nothing. GET
+	// /health says how many Ps the agent runs on.
 	if ready != nil {
 		ready()
 	}

@@ -603,7 +603,7 @@ func startAgentProcess(t *testing.T, env map[string]string) (*Client, *exec.Cmd)
 	cmd.ExtraFiles = []*os.File{f}
 	c := runAgent(t, cmd, sock)
 	f.Close()
-	if err := c.Health(context.Background()); err != nil {
+	if _, err := c.Health(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	return c, cmd
@@ -761,7 +761,7 @@ func TestAgentProcessListenPath(t *testing.T) {
 			}
 		}
 	}
-	waitFor("the agent", func() bool { return c.Health(ctx) == nil })
+	waitFor("the agent", func() bool { _, err := c.Health(ctx); return err == nil })
 	p, err := c.Start(ctx, api.ExecRequest{Cmd: []string{"sleep", "30"}, Background: true})
 	if err != nil {
 		t.Fatal(err)
@@ -781,7 +781,7 @@ func TestAgentProcessListenPath(t *testing.T) {
 	if err := cmd.Process.Signal(ListenSignal); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("the agent again", func() bool { return c.Health(ctx) == nil })
+	waitFor("the agent again", func() bool { _, err := c.Health(ctx); return err == nil })
 	got, err := c.Process(ctx, p.PID)
 	if err != nil || !got.Running {
 		t.Errorf("background process after the socket came back: %+v, %v", got, err)

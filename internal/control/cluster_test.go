@@ -503,11 +503,11 @@ func (f *fencing) UpdateAll(ctx context.Context, sbs []*store.Sandbox, from ...s
 	return f.Store.UpdateAll(ctx, sbs, from...)
 }
 
-func (f *fencing) Delete(ctx context.Context, id string) error {
+func (f *fencing) Delete(ctx context.Context, id string, from ...string) (store.Sandbox, error) {
 	if err := f.refuse(); err != nil {
-		return err
+		return store.Sandbox{}, err
 	}
-	return f.Store.Delete(ctx, id)
+	return f.Store.Delete(ctx, id, from...)
 }
 
 func newFencedNode(t *testing.T) (*clusterNode, *fencing) {

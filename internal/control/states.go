@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -101,18 +102,21 @@ func (s *Service) record(ctx context.Context, sb *store.Sandbox) error {
 }
 
 // removeRecord removes sandbox id's record; the store records its move to
-// deleted. It reads the stored state rather than trusting a caller's copy:
-// a failed create's discard holds the copy it started from.
+// deleted. The store checks the stored state, not a caller's copy (a
+// failed create's discard holds the copy it started from), in the same
+// write, and hands back the row it removed for the announcement.
 func (s *Service) removeRecord(ctx context.Context, id string) error {
-	cur, err := s.store.Get(ctx, id)
-	if err != nil {
-		return err
+	cur, err := s.store.Delete(ctx, id, lifecycle.Sources(api.StateDeleted)...)
+	switch {
+	case errors.Is(err, errdefs.ErrConflict) && cur.ID != "":
+		return lifecycle.Check(cur.State, api.StateDeleted)
+	case store.IsFenced(err) && cur.ID == "":
+		// Refused before the row was read: the fence's stop needs it.
+		if got, gerr := s.store.Get(ctx, id); gerr == nil {
+			cur = got
+		}
 	}
-	if err := lifecycle.Check(cur.State, api.StateDeleted); err != nil {
-		return err
-	}
-	err = s.fencedWrite(ctx, s.store.Delete(ctx, id), &cur)
-	if err == nil {
+	if err = s.fencedWrite(ctx, err, &cur); err == nil {
 		s.announce([]*store.Sandbox{&cur}, api.StateDeleted, cur.State)
 	}
 	return err

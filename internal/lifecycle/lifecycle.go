@@ -166,6 +166,7 @@ var RuntimeGone = []string{api.StateRunning, api.StateStarting, api.StateStoppin
 var (
 	byName  = map[string]State{}
 	allowed = map[[2]string]bool{}
+	sources = map[string][]string{}
 )
 
 func init() {
@@ -175,7 +176,23 @@ func init() {
 	for _, t := range Transitions {
 		allowed[[2]string{t.From, t.To}] = true
 	}
+	targets := []string{api.StateDeleted} // a removal, not a state of States
+	for _, st := range States {
+		targets = append(targets, st.Name)
+	}
+	for _, to := range targets {
+		for _, from := range States {
+			if from.Name != to && Check(from.Name, to) == nil {
+				sources[to] = append(sources[to], from.Name)
+			}
+		}
+	}
 }
+
+// Sources returns the states from which a sandbox may move to state to (a
+// write that keeps to is not a move), in States' order: what a store
+// checks in the same write as the move (store.Sandboxes.Delete).
+func Sources(to string) []string { return sources[to] }
 
 // Lookup returns the description of state name.
 func Lookup(name string) (State, bool) {

@@ -138,3 +138,31 @@ func TestCheck(t *testing.T) {
 		t.Error("Visible disagrees with the table")
 	}
 }
+
+// TestSources: the states a store is asked to accept a move from are
+// exactly those Check allows, for a removal as for a state.
+func TestSources(t *testing.T) {
+	deletable := map[string]bool{}
+	for _, s := range Sources(api.StateDeleted) {
+		deletable[s] = true
+	}
+	for _, want := range []string{api.StateDeleting, api.StateCreating, Pooled, Prestarted, Building} {
+		if !deletable[want] {
+			t.Errorf("Sources(deleted) = %v, lacks %s", Sources(api.StateDeleted), want)
+		}
+	}
+	for _, to := range append([]string{api.StateDeleted}, api.StateRunning, api.StateStopped, api.StateDeleting) {
+		from := map[string]bool{}
+		for _, s := range Sources(to) {
+			from[s] = true
+		}
+		for _, st := range States {
+			if allowed := st.Name != to && Check(st.Name, to) == nil; allowed != from[st.Name] {
+				t.Errorf("%s → %s: Check allows it %v, Sources lists it %v", st.Name, to, allowed, from[st.Name])
+			}
+		}
+	}
+	if deletable[api.StateRunning] {
+		t.Error("a running sandbox's record may be removed without going through deleting")
+	}
+}

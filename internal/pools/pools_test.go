@@ -43,9 +43,7 @@ func (r *rows) Prestart(ctx context.Context) (store.Sandbox, error) {
 }
 
 func (r *rows) DiscardIf(ctx context.Context, id, state string) {
-	if sb, err := r.st.Get(ctx, id); err == nil && sb.State == state {
-		_ = r.st.Delete(ctx, id)
-	}
+	_, _ = r.st.Delete(ctx, id, state)
 }
 
 // openStore opens a SQLite store in a test directory, closed with the test.

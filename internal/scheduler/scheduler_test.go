@@ -147,7 +147,7 @@ func TestSchedulerFillsExactly(t *testing.T) {
 			break
 		}
 	}
-	if err := admin.Delete(ctx, freed); err != nil {
+	if _, err := admin.Delete(ctx, freed); err != nil {
 		t.Fatal(err)
 	}
 	sb := sandbox("late-2", 1)

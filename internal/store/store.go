@@ -78,9 +78,13 @@ type Sandboxes interface {
 	// UpdateAll is Update of every sandbox of sbs, atomically: all are
 	// written, or none.
 	UpdateAll(ctx context.Context, sbs []*Sandbox, from ...string) error
-	// Delete removes a sandbox and records its transition to "deleted";
-	// its slot is free again. ErrNotFound if there is none.
-	Delete(ctx context.Context, id string) error
+	// Delete removes a sandbox if its stored state is one of from (any
+	// state, if from is empty), records its transition to "deleted" and
+	// returns the row it removed; its slot is free again. ErrNotFound if
+	// there is none. A stored state not in from changes nothing and
+	// returns ErrConflict with the stored row, so that the caller can say
+	// which move was refused without reading it again.
+	Delete(ctx context.Context, id string, from ...string) (Sandbox, error)
 	// Get returns one sandbox, as last written.
 	Get(ctx context.Context, id string) (Sandbox, error)
 	// List returns every sandbox (of every tenant and node), by

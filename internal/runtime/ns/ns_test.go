@@ -6,7 +6,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
-	"strings"
+	"strconv"
 	"testing"
 
 	"github.com/atoll-dev/atoll/internal/runtime"
@@ -119,18 +119,13 @@ func newRuntimeWith(t *testing.T, cfg ns.Config) (rt *ns.Runtime, runRoot string
 // (rounded up, at least two), a prepared process taking its create's
 // limit.
 func TestAgentProcs(t *testing.T) {
-	rt, runRoot, env := newRuntime(t)
+	rt, _, env := newRuntime(t)
 	procs := func(sb *runtimetest.Sandbox) string {
-		b, err := os.ReadFile(filepath.Join(runRoot, sb.ID, "agent.log"))
+		h, err := runtimetest.Client(sb.Inst).Health(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, after, ok := strings.Cut(string(b), "atoll-agent serving")
-		if !ok {
-			t.Fatalf("agent log: %s", b)
-		}
-		_, after, _ = strings.Cut(after, "procs=")
-		return strings.Fields(after + " ")[0]
+		return strconv.Itoa(h.Procs)
 	}
 	for _, c := range []struct {
 		cpu  float64

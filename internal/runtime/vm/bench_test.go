@@ -44,7 +44,7 @@ func BenchmarkPauseResume(b *testing.B) {
 		if err := rt.Resume(ctx, sb.ID); err != nil {
 			b.Fatal(err)
 		}
-		if err := sb.Client.Health(ctx); err != nil {
+		if _, err := sb.Client.Health(ctx); err != nil {
 			b.Fatal(err)
 		}
 		pause, resume = append(pause, t1.Sub(t0)), append(resume, time.Since(t1))
@@ -75,7 +75,7 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 			b.Fatal(err)
 		}
 		sb.Inst, sb.Client = inst, runtimetest.Client(inst)
-		if err := sb.Client.Health(ctx); err != nil {
+		if _, err := sb.Client.Health(ctx); err != nil {
 			b.Fatal(err)
 		}
 		cp, rs = append(cp, t1.Sub(t0)), append(rs, time.Since(t1))

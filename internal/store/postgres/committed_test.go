@@ -219,7 +219,7 @@ func TestCommittedContention(t *testing.T) {
 					}
 					writes.Add(1)
 				}
-				if err := st.Delete(ctx, sb.ID); err != nil {
+				if _, err := st.Delete(ctx, sb.ID); err != nil {
 					t.Error(err)
 					return
 				}

@@ -303,23 +303,31 @@ func update(ctx context.Context, tx pgx.Tx, as *writer, sb *store.Sandbox, from 
 // sums): the delete locks the row it removes, and nothing it could make
 // wrong counts on its absence (a quota's use and a version's users only
 // shrink).
-func (s *Store) Delete(ctx context.Context, id string) error {
+func (s *Store) Delete(ctx context.Context, id string, from ...string) (store.Sandbox, error) {
+	var sb store.Sandbox
 	if !storable(id) {
-		return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+		return sb, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
-	return s.writeAt(ctx, pgx.ReadCommitted, s.as, func(tx pgx.Tx) error {
-		var cur, node string
-		if err := tx.QueryRow(ctx, `DELETE FROM sandboxes WHERE id = $1 RETURNING state, node`, id).Scan(&cur, &node); err != nil {
+	err := s.writeAt(ctx, pgx.ReadCommitted, s.as, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `DELETE FROM sandboxes WHERE id = $1 RETURNING `+columns, id)
+		if err != nil {
+			return err
+		}
+		if sb, err = pgx.CollectExactlyOneRow(rows, scanSandbox); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 			}
 			return err
 		}
-		if err := s.as.owns(id, node, node); err != nil {
+		if err := s.as.owns(id, sb.Node, sb.Node); err != nil {
 			return err // and the transaction's rollback undoes the delete
 		}
-		return transition(ctx, tx, id, cur, "deleted", "")
+		if len(from) > 0 && !slices.Contains(from, sb.State) {
+			return fmt.Errorf("sandbox %s is %s: %w", id, sb.State, errdefs.ErrConflict)
+		}
+		return transition(ctx, tx, id, sb.State, "deleted", "")
 	})
+	return sb, err
 }
 
 // Get returns one sandbox.

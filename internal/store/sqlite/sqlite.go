@@ -421,23 +421,34 @@ func update(ctx context.Context, tx *sql.Tx, sb *store.Sandbox, from []string) e
 	return nil
 }
 
-// Delete removes a sandbox's row.
-func (s *Store) Delete(ctx context.Context, id string) error {
-	return s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error { return deleteSandbox(ctx, tx, id) })
+// Delete removes a sandbox's row if its state is one of from (any, if
+// none) and returns it.
+func (s *Store) Delete(ctx context.Context, id string, from ...string) (store.Sandbox, error) {
+	var sb store.Sandbox
+	err := s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
+		sb, err = deleteSandbox(ctx, tx, id, from)
+		return err
+	})
+	return sb, err
 }
 
-func deleteSandbox(ctx context.Context, tx *sql.Tx, id string) error {
-	var cur string
-	if err := tx.QueryRowContext(ctx, `SELECT state FROM sandboxes WHERE id = ?`, id).Scan(&cur); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
-		}
-		return err
+// deleteSandbox removes sandbox id's row and returns it; a state not in
+// from returns errdefs.ErrConflict, and the write's savepoint is rolled
+// back (commit), the row with it.
+func deleteSandbox(ctx context.Context, tx *sql.Tx, id string, from []string) (store.Sandbox, error) {
+	rows, err := tx.QueryContext(ctx, `DELETE FROM sandboxes WHERE id = ? RETURNING `+columns, id)
+	if err != nil {
+		return store.Sandbox{}, err
 	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id); err != nil {
-		return err
+	sbs, err := scan(rows)
+	sb, err := store.Only(sbs, err, "sandbox "+id)
+	if err != nil {
+		return sb, err
 	}
-	return transition(ctx, tx, id, cur, "deleted", "")
+	if len(from) > 0 && !contains(from, sb.State) {
+		return sb, fmt.Errorf("sandbox %s is %s: %w", id, sb.State, errdefs.ErrConflict)
+	}
+	return sb, transition(ctx, tx, id, sb.State, "deleted", "")
 }
 
 // Get returns one sandbox.

@@ -275,7 +275,7 @@ func TestGroupCommit(t *testing.T) {
 		}()
 		go func() {
 			defer wg.Done()
-			errs[2*n+i] = s.Delete(ctx, fmt.Sprintf("missing%d", i))
+			_, errs[2*n+i] = s.Delete(ctx, fmt.Sprintf("missing%d", i))
 		}()
 	}
 	wg.Wait()

@@ -524,7 +524,7 @@ func testAs(t *testing.T, c store.Cluster) {
 	if err := v1.Update(ctx, theirs, api.StateCreating); !store.IsFenced(err) {
 		t.Errorf("update of another node's sandbox: %v, want ErrFenced", err)
 	}
-	if err := v1.Delete(ctx, "theirs"); !store.IsFenced(err) {
+	if _, err := v1.Delete(ctx, "theirs"); !store.IsFenced(err) {
 		t.Errorf("delete of another node's sandbox: %v, want ErrFenced", err)
 	}
 	if _, err := c.Get(ctx, "theirs"); err != nil {
@@ -555,7 +555,7 @@ func testAs(t *testing.T, c store.Cluster) {
 	fenced := map[string]error{
 		"update":       v1.Update(ctx, mine, api.StateRunning),
 		"update all":   v1.UpdateAll(ctx, []*store.Sandbox{mine}, api.StateRunning),
-		"delete":       v1.Delete(ctx, "mine2"),
+		"delete":       errOf(v1.Delete(ctx, "mine2")),
 		"create":       v1.Create(ctx, NewSandbox("late")),
 		"put snapshot": v1.PutSnapshot(ctx, store.Snapshot{ID: "snap2", SandboxID: "mine", Template: "host", State: api.SnapshotReady}),
 		"set snapshot": v1.SetSnapshotState(ctx, "snap", api.SnapshotReady, "deleting"),
@@ -594,10 +594,10 @@ func testAs(t *testing.T, c store.Cluster) {
 	if _, err := c.Expire(ctx, time.Now().Add(time.Minute), "lease expired"); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.As("n", e3).Delete(ctx, "mine3"); !store.IsFenced(err) {
+	if _, err := c.As("n", e3).Delete(ctx, "mine3"); !store.IsFenced(err) {
 		t.Errorf("delete after expiry: %v, want ErrFenced", err)
 	}
-	if err := c.As("nobody", 1).Delete(ctx, "theirs"); !store.IsFenced(err) {
+	if _, err := c.As("nobody", 1).Delete(ctx, "theirs"); !store.IsFenced(err) {
 		t.Errorf("delete through a node never joined: %v, want ErrFenced", err)
 	}
 }
@@ -695,7 +695,7 @@ func testHostileNodes(t *testing.T, c store.Cluster) {
 		if err := c.SetSchedule(ctx, name, ""); !errors.Is(err, errdefs.ErrNotFound) && !errors.Is(err, errdefs.ErrInvalid) {
 			t.Errorf("schedule of %.10q: %v", name, err)
 		}
-		if err := c.As(name, 1).Delete(ctx, "x"); !store.IsFenced(err) && !errors.Is(err, errdefs.ErrInvalid) {
+		if _, err := c.As(name, 1).Delete(ctx, "x"); !store.IsFenced(err) && !errors.Is(err, errdefs.ErrInvalid) {
 			t.Errorf("delete through %.10q: %v", name, err)
 		}
 	}

@@ -185,7 +185,7 @@ func testCommittedSums(t *testing.T, c store.Cluster) {
 				return "none"
 			}
 			delete(warm, sb.ID)
-			if err := c.Delete(ctx, sb.ID); err != nil {
+			if _, err := c.Delete(ctx, sb.ID); err != nil {
 				t.Fatalf("deleting %s: %v", sb.ID, err)
 			}
 			return sb.ID
@@ -232,7 +232,7 @@ func testCommittedSums(t *testing.T, c store.Cluster) {
 			t.Errorf("update to %v CPU: %v, want ErrInvalid", cpu, err)
 		}
 	}
-	if err := c.Delete(ctx, "bad"); err != nil {
+	if _, err := c.Delete(ctx, "bad"); err != nil {
 		t.Fatal(err)
 	}
 	weights := []int{6, 2, 2, 2, 8, 3, 2, 1}
@@ -351,7 +351,7 @@ func testCommittedConcurrent(t *testing.T, c store.Cluster) {
 				sb := mine[r.IntN(len(mine))]
 				switch r.IntN(3) {
 				case 0: // a delete
-					if err := c.Delete(ctx, sb.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+					if _, err := c.Delete(ctx, sb.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 						t.Errorf("deleting %s: %v", sb.ID, err)
 					}
 				default: // a state change, through its node, maybe a resize

@@ -59,7 +59,7 @@ func testNodes(t *testing.T, s suite) {
 		}
 	}
 	// A freed slot is reused on its node only.
-	if err := st.Delete(ctx, "a2"); err != nil {
+	if _, err := st.Delete(ctx, "a2"); err != nil {
 		t.Fatal(err)
 	}
 	if a3 := mk("a3", "a", 6); a3.Slot != 1 {

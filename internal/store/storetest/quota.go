@@ -143,7 +143,7 @@ func testQuotas(t *testing.T, s suite) {
 	if err := st.Update(ctx, c, api.StateCreating); err != nil {
 		t.Fatalf("stopping over a lowered quota: %v", err)
 	}
-	if err := st.Delete(ctx, "c"); err != nil {
+	if _, err := st.Delete(ctx, "c"); err != nil {
 		t.Fatal(err)
 	}
 	use(t, st, "team-q", store.Resources{Sandboxes: 1, CPU: 1, MemoryMiB: 512, DiskGiB: 20})

@@ -119,8 +119,23 @@ func testCreateGetListDelete(t *testing.T, s suite) {
 	if got, err := st.Get(ctx, "c"); err != nil || !cmp.Equal(got.Vaults, c.Vaults) {
 		t.Errorf("vaults: %+v, %v; want %+v", got.Vaults, err, c.Vaults)
 	}
-	if err := st.Delete(ctx, "b"); err != nil {
+	// A delete from states b is not in changes nothing and hands back the
+	// stored row; one from b's state hands back the row it removed.
+	if row, err := st.Delete(ctx, "b", api.StateRunning, api.StateDeleting); !errors.Is(err, errdefs.ErrConflict) || row.State != b.State {
+		t.Fatalf("delete from other states: %v, row in state %q; want a conflict and %q", err, row.State, b.State)
+	}
+	if got, err := st.Get(ctx, "b"); err != nil || got.State != b.State {
+		t.Fatalf("after a refused delete: %+v, %v", got, err)
+	}
+	if tr, err := st.Transitions(ctx, "b"); err != nil || len(tr) != 1 {
+		t.Fatalf("a refused delete recorded a transition: %+v, %v", tr, err)
+	}
+	removed, err := st.Delete(ctx, "b", api.StateDeleting, b.State)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if diff := cmp.Diff(*b, removed); diff != "" {
+		t.Errorf("the deleted row (-want +got):\n%s", diff)
 	}
 	// The freed slot is reused.
 	d := NewSandbox("d")
@@ -140,7 +155,7 @@ func testCreateGetListDelete(t *testing.T, s suite) {
 	if _, err := st.Get(ctx, "b"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("get deleted: %v", err)
 	}
-	if err := st.Delete(ctx, "b"); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := st.Delete(ctx, "b"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("double delete: %v", err)
 	}
 	// A refused create leaves its argument as it came.
@@ -362,7 +377,7 @@ func raceCollect(t *testing.T, st store.Store, rounds int, node, made string, re
 			t.Fatalf("round %d: refused, yet the version is there (%v)", i, verErr)
 		}
 		if recErr == nil {
-			if err := st.Delete(ctx, sb.ID); err != nil {
+			if _, err := st.Delete(ctx, sb.ID); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -809,7 +824,7 @@ func testHostileIDs(t *testing.T, s suite) {
 	for _, id := range hostileIDs {
 		_, err := st.Get(ctx, id)
 		notFound("get", id, err)
-		notFound("delete", id, st.Delete(ctx, id))
+		notFound("delete", id, errOf(st.Delete(ctx, id)))
 		sb := NewSandbox(id)
 		notFound("update", id, st.Update(ctx, sb, api.StateCreating))
 		_, err = st.GetSnapshot(ctx, id)
@@ -879,3 +894,7 @@ func testHostileValues(t *testing.T, s suite) {
 		t.Errorf("a plain create after the hostile ones: %v", err)
 	}
 }
+
+// errOf is the error of a call that also returns a value, where only the
+// error is checked.
+func errOf[T any](_ T, err error) error { return err }

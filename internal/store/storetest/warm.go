@@ -118,7 +118,7 @@ func testPlaceWarm(t *testing.T, c store.Cluster) {
 		if err := as.Update(ctx, &p, store.StatePooled); err != nil {
 			t.Fatal(err)
 		}
-		if err := as.Delete(ctx, served); err != nil {
+		if _, err := as.Delete(ctx, served); err != nil {
 			t.Fatal(err)
 		}
 	}
