@@ -14,6 +14,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -36,8 +37,8 @@ type Config struct {
 	// default DefaultPoll.
 	Poll   time.Duration
 	Logger *slog.Logger // default slog.Default()
-	// Written, if set, is told each batch once it is recorded (the
-	// webhooks' sender, to deliver at once).
+	// Written, if set, is told once a batch is recorded that queued
+	// webhook deliveries (the webhooks' sender, to deliver at once).
 	Written func()
 }
 
@@ -151,11 +152,13 @@ func (b *Bus) writeLoop() {
 // write records batch, trying again for a while (the store may be
 // failing over), then wakes the subscribers.
 func (b *Bus) write(batch []store.Event) {
+	queued := false
 	for i := 0; ; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		_, err := b.cfg.Journal.AddEvents(ctx, batch)
+		out, err := b.cfg.Journal.AddEvents(ctx, batch)
 		cancel()
 		if err == nil {
+			queued = slices.ContainsFunc(out, func(e store.Event) bool { return e.Queued > 0 })
 			break
 		}
 		if i == 4 {
@@ -169,7 +172,9 @@ func (b *Bus) write(batch []store.Event) {
 	close(b.wake)
 	b.wake = make(chan struct{})
 	b.mu.Unlock()
-	if b.cfg.Written != nil {
+	// Without a delivery queued the sender has nothing to look for; it
+	// polls anyway, for other nodes' events.
+	if queued && b.cfg.Written != nil {
 		b.cfg.Written()
 	}
 }

@@ -87,3 +87,62 @@ func TestAcrossBuses(t *testing.T) {
 		}
 	}
 }
+
+// TestWrittenOnlyWhenQueued: the webhooks' sender is woken for a batch
+// that queued a delivery, and not for one no webhook wants; the store
+// counts each event's deliveries.
+func TestWrittenOnlyWhenQueued(t *testing.T) {
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "atoll.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	if err := st.AddWebhook(ctx, store.Webhook{ID: "wh1", Tenant: "team-a", URL: "http://127.0.0.1:1/",
+		Events: []string{api.LifecycleDeleted}, Secret: "s", CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := st.AddEvents(ctx, []store.Event{
+		{ID: NewID(), At: time.Now(), Type: api.LifecycleCreated, Tenant: "team-a", Sandbox: "sb1", Queued: 7},
+		{ID: NewID(), At: time.Now(), Type: api.LifecycleDeleted, Tenant: "team-a", Sandbox: "sb1"},
+		{ID: NewID(), At: time.Now(), Type: api.LifecycleDeleted, Tenant: "team-b", Sandbox: "sb2"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if evs[0].Queued != 0 || evs[1].Queued != 1 || evs[2].Queued != 0 {
+		t.Errorf("queued %d, %d, %d deliveries; want 0, 1, 0", evs[0].Queued, evs[1].Queued, evs[2].Queued)
+	}
+
+	written := make(chan struct{}, 16)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	b := New(Config{Journal: st, Logger: quiet, Written: func() { written <- struct{}{} }})
+	defer b.Close()
+	sub, err := b.Subscribe(ctx, -1) // from now on
+	if err != nil {
+		t.Fatal(err)
+	}
+	await := func() {
+		t.Helper()
+		select {
+		case <-sub:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the event was not recorded")
+		}
+	}
+	b.Publish(store.Event{Type: api.LifecycleCreated, Tenant: "team-a", Sandbox: "sb3"})
+	await()
+	b.Publish(store.Event{Type: api.LifecycleDeleted, Tenant: "team-a", Sandbox: "sb3"})
+	await()
+	select {
+	case <-written:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sender was not woken for an event a webhook wants")
+	}
+	// Told in order: a wake for the first event would be queued already.
+	select {
+	case <-written:
+		t.Error("the sender was woken for an event no webhook wants")
+	default:
+	}
+}

@@ -33,7 +33,7 @@ type Journal interface {
 	// of evs, and of commits: a reader that has seen Seq n will never see
 	// a smaller one appear), and queues a delivery of each to every
 	// webhook of its tenant that wants its type (Webhook.Wants), all in
-	// one transaction. It returns evs with their Seq.
+	// one transaction. It returns evs with their Seq and Queued.
 	AddEvents(ctx context.Context, evs []Event) ([]Event, error)
 	// Events returns the events whose Seq is above after, by Seq, at
 	// most limit (0: all).
@@ -130,6 +130,9 @@ type Event struct {
 	// State is the sandbox's state after the event; Reason why it came
 	// (an error's, a quota's message).
 	State, Reason string
+	// Queued is how many webhook deliveries AddEvents queued for it; it
+	// is not kept.
+	Queued int
 }
 
 // Webhook is a tenant's subscription to its events.

@@ -132,7 +132,7 @@ func appendEvents(ctx context.Context, tx pgx.Tx, evs []store.Event) error {
 	hooks := map[string][]store.Webhook{}
 	for i := range evs {
 		e := &evs[i]
-		e.Tenant = tenantOf(e.Tenant)
+		e.Tenant, e.Queued = tenantOf(e.Tenant), 0
 		if err := tx.QueryRow(ctx, `INSERT INTO events (id, at, type, tenant, sandbox, state, reason) VALUES ($1,$2,$3,$4,$5,$6,$7) RETURNING seq`,
 			e.ID, e.At, e.Type, e.Tenant, e.Sandbox, e.State, e.Reason).Scan(&e.Seq); err != nil {
 			return err
@@ -153,6 +153,7 @@ func appendEvents(ctx context.Context, tx pgx.Tx, evs []store.Event) error {
 				w.ID, e.Seq, e.Sandbox, store.DeliveryPending, e.At); err != nil {
 				return err
 			}
+			e.Queued++
 		}
 	}
 	return nil

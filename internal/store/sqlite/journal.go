@@ -136,7 +136,7 @@ func (s *Store) AddEvents(ctx context.Context, evs []store.Event) ([]store.Event
 		hooks := map[string][]store.Webhook{} // by tenant
 		for i := range out {
 			e := &out[i]
-			e.Tenant = tenantOf(e.Tenant)
+			e.Tenant, e.Queued = tenantOf(e.Tenant), 0
 			res, err := tx.ExecContext(ctx, `INSERT INTO events (id, at, type, tenant, sandbox, state, reason) VALUES (?,?,?,?,?,?,?)`,
 				e.ID, unixNano(e.At), e.Type, e.Tenant, e.Sandbox, e.State, e.Reason)
 			if err != nil {
@@ -160,6 +160,7 @@ func (s *Store) AddEvents(ctx context.Context, evs []store.Event) ([]store.Event
 					w.ID, e.Seq, e.Sandbox, store.DeliveryPending, unixNano(e.At), unixNano(e.At)); err != nil {
 					return fmt.Errorf("queueing delivery: %w", err)
 				}
+				e.Queued++
 			}
 		}
 		return nil

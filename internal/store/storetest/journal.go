@@ -136,6 +136,13 @@ func testEvents(t *testing.T, s suite) {
 		t.Fatal(err)
 	}
 	added = append(added, more...)
+	// Each event's deliveries, counted (and not kept: Events reads none).
+	for i, want := range []int{1, 1, 2, 1, 0} {
+		if added[i].Queued != want {
+			t.Errorf("event %s queued %d deliveries, want %d", added[i].ID, added[i].Queued, want)
+		}
+		added[i].Queued = 0
+	}
 	for i := 1; i < len(added); i++ {
 		if added[i].Seq <= added[i-1].Seq {
 			t.Fatalf("seqs not ascending: %+v", added)
