@@ -7,7 +7,9 @@ import (
 	osexec "os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/atoll-dev/atoll/internal/runtime"
 	"github.com/atoll-dev/atoll/internal/runtime/ns"
@@ -182,5 +184,42 @@ func TestRootOverlayVolatile(t *testing.T) {
 		if volatile := testenv.MountedVolatile(root); volatile == fsync {
 			t.Errorf("SandboxFsync %v: the root is mounted %s", fsync, root)
 		}
+	}
+}
+
+// TestAliveAfterInitDies: a sandbox whose init is killed from the host is
+// not alive to the runtime that started it (which asks its pidfd) nor to
+// another (which reads /proc), and Stop after that still cleans up.
+func TestAliveAfterInitDies(t *testing.T) {
+	rt, runRoot, env := newRuntime(t)
+	sb := runtimetest.Start(t, rt, env, runtime.Limits{CPU: 1, MemoryBytes: 512 << 20, PIDs: 256}, 1<<30)
+	if !rt.Alive(sb.Inst) {
+		t.Fatal("not alive after start")
+	}
+	other, err := ns.New(ns.Config{RunRoot: runRoot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !other.Alive(sb.Inst) {
+		t.Fatal("not alive to another runtime after start")
+	}
+	if err := syscall.Kill(sb.Inst.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for rt.Alive(sb.Inst) {
+		if time.Now().After(deadline) {
+			t.Fatal("still alive 5 s after its init was killed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if other.Alive(sb.Inst) {
+		t.Error("alive to another runtime after its init was killed")
+	}
+	if err := rt.Stop(context.Background(), sb.ID, sb.Inst); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(runRoot, sb.ID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the run directory after stop: %v", err)
 	}
 }

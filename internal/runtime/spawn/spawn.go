@@ -29,6 +29,7 @@ import (
 	goruntime "runtime"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -178,6 +179,21 @@ func (c *Child) Kill() error { return c.Signal(syscall.SIGKILL) }
 
 // Release closes the pidfd.
 func (c *Child) Release() error { return c.pidfd.Close() }
+
+// Wait waits up to timeout (0: not at all) for the child to exit, and
+// reports whether it has: a pidfd reads as ready once its process is gone,
+// a zombie or reaped.
+func (c *Child) Wait(timeout time.Duration) (exited bool) {
+	fds := []unix.PollFd{{Fd: int32(c.pidfd.Fd()), Events: unix.POLLIN}}
+	deadline := time.Now().Add(timeout)
+	for {
+		n, err := unix.Poll(fds, max(0, int(time.Until(deadline).Milliseconds())))
+		if err == unix.EINTR {
+			continue
+		}
+		return err == nil && n > 0
+	}
+}
 
 // Start starts cmd from the helper, in the network namespace at netns if
 // set and, if cgroupDir is not nil, in that v2 cgroup from birth. cmd's
