@@ -44,12 +44,20 @@ func KillAndWait(pid int, timeout time.Duration) error {
 	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil {
 		return err
 	}
-	// A pidfd polls readable once the process has exited.
+	_, err = WaitPidfd(fd, timeout)
+	return err
+}
+
+// WaitPidfd waits up to timeout (0: not at all) for the process of pidfd
+// fd to exit, and reports whether it has: a pidfd polls readable once its
+// process is gone, a zombie or reaped.
+func WaitPidfd(fd int, timeout time.Duration) (exited bool, err error) {
 	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	deadline := time.Now().Add(timeout)
 	for {
-		_, err := unix.Poll(fds, int(timeout.Milliseconds()))
+		n, err := unix.Poll(fds, max(0, int(time.Until(deadline).Milliseconds())))
 		if !errors.Is(err, unix.EINTR) {
-			return err
+			return err == nil && n > 0, err
 		}
 	}
 }

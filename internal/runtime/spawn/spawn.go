@@ -35,6 +35,7 @@ import (
 
 	"github.com/atoll-dev/atoll/internal/agent/launch"
 	"github.com/atoll-dev/atoll/internal/netns"
+	"github.com/atoll-dev/atoll/internal/runtime/host"
 )
 
 // request is one process to start. Files index the descriptors that came
@@ -181,18 +182,10 @@ func (c *Child) Kill() error { return c.Signal(syscall.SIGKILL) }
 func (c *Child) Release() error { return c.pidfd.Close() }
 
 // Wait waits up to timeout (0: not at all) for the child to exit, and
-// reports whether it has: a pidfd reads as ready once its process is gone,
-// a zombie or reaped.
+// reports whether it has (host.WaitPidfd).
 func (c *Child) Wait(timeout time.Duration) (exited bool) {
-	fds := []unix.PollFd{{Fd: int32(c.pidfd.Fd()), Events: unix.POLLIN}}
-	deadline := time.Now().Add(timeout)
-	for {
-		n, err := unix.Poll(fds, max(0, int(time.Until(deadline).Milliseconds())))
-		if err == unix.EINTR {
-			continue
-		}
-		return err == nil && n > 0
-	}
+	exited, _ = host.WaitPidfd(int(c.pidfd.Fd()), timeout)
+	return exited
 }
 
 // Start starts cmd from the helper, in the network namespace at netns if
